@@ -1,0 +1,128 @@
+"""The ``searchr1`` command line.
+
+``searchr1 train|smoke|eval|report|plugins|config check|data check``. Each sub-command
+loads the config (or the embedded offline default), loads the plugins, sets up logging and
+hands over to the module that does the work. Errors a user can fix (config, plugins, data)
+print as plain messages with exit code 2, never as tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from searchr1.core.config import ConfigError, load_config
+from searchr1.core.plugins import KINDS, PluginError, load_registry
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    p.add_argument("--run-dir", help="folder for this run's logs and checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--max-steps", type=int, help="override train.max_steps")
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    registry = load_registry()
+    for kind, (_, field_name) in KINDS.items():
+        print(f"{kind} (chosen by {field_name}):")
+        for name in registry.names(kind):
+            reg = registry.entries[kind][name]
+            print(f"  {name:<22} from plugin {reg.plugin}")
+    print(f"plugins loaded: {', '.join(registry.plugins)}")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    config = load_config(args.config)
+    print(f"# {config.source}: OK (secrets redacted)")
+    print(tomli_w.dumps(config.to_dict(redact=True)), end="")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from searchr1.core.train import main as train_main
+
+    return train_main(args)
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    from searchr1.core.smoke import main as smoke_main
+
+    return smoke_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="searchr1", description="Train LLM search agents with reinforcement learning."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="run the Search-R1 training loop")
+    _add_run_args(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("smoke", help="one rollout group through the configured channels")
+    _add_run_args(p)
+    p.add_argument("--question", help="the question to ask")
+    p.add_argument("--answer", action="append", help="a golden answer (repeatable)")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-search-calls", type=int, default=4)
+    p.set_defaults(func=cmd_smoke)
+
+    p = sub.add_parser("plugins", help="list installed plugins and what they register")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("config", help="config utilities")
+    csub = p.add_subparsers(dest="config_command", required=True)
+    c = csub.add_parser("check", help="validate and print the resolved config (redacted)")
+    c.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    c.set_defaults(func=cmd_config_check)
+
+    for extend in _EXTENSIONS:
+        extend(sub)
+    return parser
+
+
+#: Functions that add more sub-commands (eval, report, data); each module appends itself.
+_EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def _register_extensions() -> None:
+    import importlib
+
+    for module in ("searchr1.core.eval_cli", "searchr1.core.report_cli", "searchr1.core.data_cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            raise
+        _EXTENSIONS.append(mod.add_parser)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    _register_extensions()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, PluginError, UserError) as exc:
+        print(
+            f"searchr1: error:\n{exc}" if "\n" in str(exc) else f"searchr1: error: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    except KeyboardInterrupt:
+        print("searchr1: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""config.toml: schema, ``${VAR}`` interpolation, validation and redaction.
+
+The CLI calls :func:`load_config` once per command. It loads ``.env`` (next to the config file
+and in the working directory; variables already set win), fills ``${VAR}`` placeholders,
+checks every field against the schema below and raises :class:`ConfigError` listing **all**
+problems at once, each with the file and line where it can be found. With no file it loads
+the embedded offline default (``searchr1/defaults/offline.toml``).
+
+Sections are frozen dataclasses; each field's metadata carries its checks (``min``, ``max``,
+``gt``, ``choices``) and whether it is a ``secret``. A plugin keeps its own settings in a
+sub-table such as ``[search.zhihu]`` and checks them with :func:`check_table`.
+Relative paths are resolved against the working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+DEFAULT_CONFIG_NAME = "offline.toml"
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_VAR_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
+REDACTED = "***"
+
+
+def _f(default: Any, **checks: Any) -> Any:
+    """A schema field: ``default`` plus checks kept in the field's metadata."""
+    # Secrets stay out of repr(), so a config printed in a traceback or log leaks nothing.
+    show = not checks.get("secret", False)
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=checks, repr=show)
+    return field(default=default, metadata=checks, repr=show)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = _f("", help="run name; empty = a timestamp")
+    dir: str = _f("runs", help="parent folder of run folders")
+    seed: int = _f(0, min=0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    provider: str = _f("local", help="model provider plugin name")
+    api_base: str = _f("")
+    api_key: str = _f("", secret=True)
+    base_model: str = _f("builtin:tiny")
+    temperature: float = _f(0.8, gt=0.0)
+    top_p: float = _f(0.95, gt=0.0, max=1.0)
+    max_new_tokens: int = _f(2048, min=1)
+    device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16"))
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    rank: int = _f(32, min=1, max=1024)
+    alpha: float = _f(64.0, gt=0.0)
+    dropout: float = _f(0.05, min=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = _f(("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    questions_per_batch: int = _f(8, min=1)
+    group_size: int = _f(8, min=2)
+    max_search_calls: int = _f(4, min=0)
+    max_assistant_turns: int = _f(6, min=1)
+    max_trajectory_tokens: int = _f(8192, min=16)
+    protocol: str = _f("tags", choices=("tags", "tool_calls"))
+    max_observation_tokens: int = _f(512, min=8)
+    dynamic_sampling: bool = _f(False)
+    max_extra_draws: int = _f(16, min=0)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    provider: str = _f("local")
+    api_keys: tuple[str, ...] = _f((), secret=True, split=True)
+    api_base: str = _f("")
+    top_k: int = _f(3, min=1, max=100)
+    timeout_seconds: float = _f(10.0, gt=0.0)
+    max_retries: int = _f(2, min=0)
+    max_concurrency: int = _f(16, min=1)
+    key_cooldown_seconds: float = _f(math.inf, gt=0.0, help="inf = benched for the whole run")
+    cache: bool = _f(True)
+    max_query_chars: int = _f(512, min=1)
+    min_success_rate: float = _f(0.9, min=0.0, max=1.0)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    name: str = _f("format_answer")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_steps: int = _f(20, min=0)
+    save_every: int = _f(5, min=1)
+    loss_fn: str = _f("importance_sampling")
+    max_datum_tokens: int = _f(8192, min=16)
+    max_micro_batch_datums: int = _f(32, min=1)
+    max_micro_batch_tokens: int = _f(64000, min=16)
+    scale_advantages_by_std: bool = _f(False)
+    guard_max_waits: int = _f(3, min=0)
+    guard_backoff_seconds: float = _f(30.0, min=0.0)
+    dump_trajectories: int = _f(4, min=0)
+    eval_before_after: bool = _f(False)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float = _f(1e-5, gt=0.0)
+    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
+    weight_decay: float = _f(0.01, min=0.0)
+    eps: float = _f(1e-8, gt=0.0)
+    grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str = _f("", help="QA file for training (JSONL or parquet)")
+    eval: str = _f("", help="held-out QA file")
+
+
+SECTIONS: dict[str, type] = {
+    "run": RunConfig,
+    "model": ModelConfig,
+    "lora": LoraConfig,
+    "rollout": RolloutConfig,
+    "search": SearchConfig,
+    "reward": RewardConfig,
+    "train": TrainConfig,
+    "optimizer": OptimizerConfig,
+    "data": DataConfig,
+}
+
+
+class ConfigError(Exception):
+    """Every problem found in one config file, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated config of one run."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str = "<defaults>"
+    #: every secret value (for log redaction); never printed
+    secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
+
+    def plugin_table(self, section: str, name: str) -> dict[str, Any]:
+        """The raw sub-table ``[section.name]`` (empty when absent)."""
+        return dict(self.plugins.get(f"{section}.{name}", {}))
+
+    def replace(self, **sections: Any) -> Config:
+        """A copy with some fields changed: ``cfg.replace(train={"max_steps": 2})``."""
+        changes: dict[str, Any] = {}
+        for name, value in sections.items():
+            if isinstance(value, Mapping):
+                changes[name] = dataclasses.replace(getattr(self, name), **value)
+            else:
+                changes[name] = value
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, redact: bool = True) -> dict[str, Any]:
+        """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
+        out: dict[str, Any] = {}
+        for section in SECTIONS:
+            obj = getattr(self, section)
+            table: dict[str, Any] = {}
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if redact and f.metadata.get("secret") and value:
+                    value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
+                table[f.name] = list(value) if isinstance(value, tuple) else value
+            out[section] = table
+        for key, table in self.plugins.items():
+            section, name = key.split(".", 1)
+            out[section][name] = _redact_values(dict(table), self.secrets) if redact else table
+        return out
+
+
+def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _redact_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_values(v, secrets) for v in value]
+    if isinstance(value, str) and value in secrets:
+        return REDACTED
+    return value
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def default_config_text() -> str:
+    """The embedded offline default (also shipped as ``examples/offline.toml``)."""
+    return resources.files("searchr1.defaults").joinpath(DEFAULT_CONFIG_NAME).read_text("utf-8")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load, interpolate and validate a config file (or the embedded default when ``path`` is
+    None). ``env`` replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first."""
+    if path is None:
+        text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
+        text, source, base = p.read_text("utf-8"), str(p), p.resolve().parent
+    if env is None:
+        _load_dotenv(base)
+        env = os.environ
+    return parse_config(text, source=source, env=env)
+
+
+def _load_dotenv(config_dir: Path) -> None:
+    from dotenv import load_dotenv
+
+    for folder in dict.fromkeys([config_dir, Path.cwd()]):
+        env_file = folder / ".env"
+        if env_file.is_file():
+            load_dotenv(env_file, override=False)
+
+
+def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
+    """Validate TOML text. Raises ConfigError with every problem found."""
+    try:
+        raw = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
+
+    lines = _key_lines(text)
+    problems: list[str] = []
+
+    def where(dotted: str) -> str:
+        line = lines.get(dotted)
+        return f"{source}:{line}" if line else source
+
+    secrets: set[str] = set()
+    raw = _interpolate(raw, "", env, problems, where, secrets)
+
+    sections: dict[str, Any] = {}
+    plugins: dict[str, dict[str, Any]] = {}
+    for key in raw:
+        if key not in SECTIONS:
+            problems.append(_unknown(where(key), key, key, list(SECTIONS), "section"))
+    for section, cls in SECTIONS.items():
+        table = raw.get(section, {})
+        if not isinstance(table, dict):
+            problems.append(f"{where(section)}: {section} must be a table ([{section}])")
+            table = {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, value in table.items():
+            if key not in known and isinstance(value, dict):
+                plugins[f"{section}.{key}"] = value
+        values = check_table(
+            {k: v for k, v in table.items() if k in known or not isinstance(v, dict)},
+            cls,
+            section,
+            problems,
+            where,
+        )
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("secret"):
+                value = values.get(f.name, "")
+                secrets.update([value] if isinstance(value, str) else value)
+        sections[section] = cls(**values)
+
+    if not problems:
+        _cross_checks(sections, problems, where)
+    if problems:
+        raise ConfigError(problems)
+    return Config(
+        **sections,
+        plugins=plugins,
+        source=source,
+        secrets=frozenset(s for s in secrets if s),
+    )
+
+
+def check_table(
+    table: Mapping[str, Any],
+    cls: type,
+    section: str,
+    problems: list[str],
+    where: Any = None,
+) -> dict[str, Any]:
+    """Check one table against a dataclass schema; append problems (unknown keys with a
+    "did you mean", wrong types, out-of-range values) and return the coerced values.
+    Plugins call this for their own ``[section.name]`` table."""
+    where = where or (lambda dotted: section)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{section}.{key}"
+        f = fields.get(key)
+        if f is None:
+            problems.append(_unknown(where(dotted), dotted, key, list(fields), "key"))
+            continue
+        coerced, error = _coerce(value, hints[key], f.metadata)
+        if error:
+            problems.append(f"{where(dotted)}: {dotted} {error}")
+            continue
+        error = _check_range(coerced, f.metadata)
+        if error:
+            shown = REDACTED if f.metadata.get("secret") else repr(value)
+            problems.append(f"{where(dotted)}: {dotted} = {shown} {error}")
+            continue
+        values[key] = coerced
+    return values
+
+
+def _unknown(loc: str, dotted: str, key: str, known: list[str], what: str) -> str:
+    hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+    return f"{loc}: unknown {what} {dotted!r}{suggestion}"
+
+
+def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | None]:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item_type, _) = typing.get_args(hint)
+        if isinstance(value, str) and meta.get("split"):
+            value = [v.strip() for v in re.split(r"[,\n]", value) if v.strip()]
+        if not isinstance(value, list):
+            return None, f"must be a list of {item_type.__name__}, got {type(value).__name__}"
+        out = []
+        for item in value:
+            coerced, error = _coerce(item, item_type, {})
+            if error:
+                return None, f"items {error}"
+            out.append(coerced)
+        return tuple(out), None
+    if origin in (typing.Union, types.UnionType):
+        return value, None
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif hint is str:
+        ok = isinstance(value, str)
+    else:
+        ok = True
+    if not ok:
+        return None, f"must be {hint.__name__}, got {type(value).__name__} {value!r}"
+    return value, None
+
+
+def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
+    if "choices" in meta and value not in meta["choices"]:
+        return f"is not one of {', '.join(map(repr, meta['choices']))}"
+    if "min" in meta and value < meta["min"]:
+        return f"must be >= {meta['min']}"
+    if "max" in meta and value > meta["max"]:
+        return f"must be <= {meta['max']}"
+    if "gt" in meta and not value > meta["gt"]:
+        return f"must be > {meta['gt']}"
+    if "lt" in meta and not value < meta["lt"]:
+        return f"must be < {meta['lt']}"
+    if meta.get("nonempty") and not value:
+        return "must not be empty"
+    if "length" in meta and len(value) != meta["length"]:
+        return f"must have exactly {meta['length']} values"
+    if meta.get("unit_interval") and not all(0.0 <= v < 1.0 for v in value):
+        return "values must be in [0, 1)"
+    return None
+
+
+def _cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
+    rollout, train = s["rollout"], s["train"]
+    if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
+        problems.append(
+            f"{where('rollout.max_trajectory_tokens')}: rollout.max_trajectory_tokens "
+            f"({rollout.max_trajectory_tokens}) must fit in one datum: raise "
+            f"train.max_datum_tokens to at least {rollout.max_trajectory_tokens - 1} or lower it"
+        )
+    if train.max_datum_tokens > train.max_micro_batch_tokens:
+        problems.append(
+            f"{where('train.max_datum_tokens')}: train.max_datum_tokens "
+            f"({train.max_datum_tokens}) must fit in one micro-batch: "
+            f"train.max_micro_batch_tokens is {train.max_micro_batch_tokens}"
+        )
+    if s["model"].max_new_tokens > rollout.max_trajectory_tokens:
+        problems.append(
+            f"{where('model.max_new_tokens')}: model.max_new_tokens ({s['model'].max_new_tokens})"
+            f" is larger than rollout.max_trajectory_tokens ({rollout.max_trajectory_tokens})"
+        )
+
+
+def _interpolate(
+    value: Any,
+    dotted: str,
+    env: Mapping[str, str],
+    problems: list[str],
+    where: Any,
+    secrets: set[str],
+) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _interpolate(v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_interpolate(v, dotted, env, problems, where, secrets) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def fill(match: re.Match[str]) -> str:
+        var = match.group(1)
+        got = env.get(var, "")
+        if not got.strip():
+            state = "is not set" if var not in env else "is empty"
+            problems.append(
+                f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
+                f"set it in the environment or in a .env file next to the config"
+            )
+            return ""
+        if _SECRET_VAR_RE.search(var):
+            secrets.add(got)
+            secrets.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+        return got
+
+    return _VAR_RE.sub(fill, value)
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Map ``section.key`` (and ``section``) to its 1-based line number in the TOML text."""
+    lines: dict[str, int] = {}
+    section = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
+        if header:
+            section = header.group(1).replace(" ", "")
+            lines.setdefault(section, number)
+            continue
+        key = re.match(r"^([A-Za-z0-9_\-\"']+)\s*=", stripped)
+        if key:
+            name = key.group(1).strip("\"'")
+            lines.setdefault(f"{section}.{name}" if section else name, number)
+    return lines

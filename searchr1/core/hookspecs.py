@@ -1,0 +1,61 @@
+"""The four plugin hooks of searchr1, one per plugin kind.
+
+Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at start-up, with a
+``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
+The core later picks **one** factory by the name given in config (``[model] provider``,
+``[search] provider``, ``[reward] name``, ``[train] loss_fn``) and calls it with the run's
+:class:`~searchr1.core.config.Config`. Call order between plugins never matters.
+
+Documented with examples in ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+from searchr1.core.types import LossFactory, ModelFactory, RewardFactory, SearchFactory
+
+PROJECT = "searchr1"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def register_model_providers(register: Callable[[str, ModelFactory], None]) -> None:
+    """Register model providers: ``register("local", factory)``.
+
+    ``factory(config)`` must return a :class:`~searchr1.core.types.ModelProvider` loaded and
+    ready to sample (LoRA adapter attached, optimizer ready). Called once per run.
+    """
+
+
+@hookspec
+def register_search_providers(register: Callable[[str, SearchFactory], None]) -> None:
+    """Register search providers: ``register("zhihu", factory)``.
+
+    ``factory(config)`` must return a :class:`~searchr1.core.types.SearchProvider`. It reads
+    ``config.search`` and its own table ``config.plugin_table("search", name)``. Called once
+    per run, before the first rollout.
+    """
+
+
+@hookspec
+def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
+    """Register reward functions: ``register("format_answer", factory)``.
+
+    ``factory(config)`` must return a :class:`~searchr1.core.types.RewardFn`, called once per
+    finished trajectory with ``(trajectory, golden_answers)`` and returning a
+    :class:`~searchr1.core.types.RewardResult` ``(reward, components)``.
+    """
+
+
+@hookspec
+def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
+    """Register policy losses: ``register("importance_sampling", factory)``.
+
+    ``factory(config)`` must return a :class:`~searchr1.core.types.LossFn` whose ``name`` is
+    the registered name (remote providers send that name to their service) and whose call
+    ``(logprobs_T, inputs)`` returns the loss **summed** over positions.
+    """

@@ -1,0 +1,149 @@
+"""Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout.
+
+The CLI calls :func:`setup_logging` once per command, after the config is loaded (so the
+secrets it holds are known). Every event carries ``timestamp``, ``level``, ``event`` and
+``run_id``. Metric events use ``/``-separated names (``reward/mean``,
+``search/success_rate``) as keys of a ``metrics`` event. A redaction processor replaces every
+configured secret, and anything shaped like a bearer token, wherever it appears in an event.
+
+Long work reports progress through :func:`progress`: a tqdm bar on a TTY, a JSON
+``progress`` event every few seconds otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import structlog
+
+T = TypeVar("T")
+_BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
+_secrets: set[str] = set()
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Add values that must never appear in any log line (called by setup_logging and by
+    providers that read keys from elsewhere)."""
+    _secrets.update(v for v in values if v and len(v) >= 4)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every registered secret and bearer token replaced by ``***``."""
+    for secret in sorted(_secrets, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "***")
+    return _BEARER_RE.sub(r"\1***", text)
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact(v) for v in value)
+    if isinstance(value, BaseException):
+        return redact_text(f"{type(value).__name__}: {value}")
+    return value
+
+
+def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    return {k: _redact(v) for k, v in event_dict.items()}
+
+
+class _JsonLinesFile:
+    """A structlog processor that appends the finished event to events.jsonl."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = path.open("a", encoding="utf-8")
+
+    def __call__(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        self._fh.write(json.dumps(event_dict, default=str, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        return event_dict
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+_file_sink: _JsonLinesFile | None = None
+
+
+def setup_logging(
+    run_id: str,
+    events_path: Path | None = None,
+    *,
+    secrets: Iterable[str] = (),
+    console: bool | None = None,
+    stream: IO[str] | None = None,
+) -> None:
+    """Configure structlog for one command. ``console=None`` picks a readable renderer when
+    stdout is a TTY and JSON lines otherwise."""
+    global _file_sink
+    register_secrets(secrets)
+    stream = stream or sys.stdout
+    if console is None:
+        console = stream.isatty()
+    if _file_sink is not None:
+        _file_sink.close()
+        _file_sink = None
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        redact_processor,
+    ]
+    if events_path is not None:
+        _file_sink = _JsonLinesFile(events_path)
+        processors.append(_file_sink)
+    processors.append(
+        structlog.dev.ConsoleRenderer(colors=False)
+        if console
+        else structlog.processors.JSONRenderer(default=str, ensure_ascii=False)
+    )
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(run_id=run_id)
+
+
+def get_logger(name: str | None = None) -> Any:
+    return structlog.get_logger(name) if name else structlog.get_logger()
+
+
+def log_metrics(step: int, metrics: dict[str, float], event: str = "metrics", **extra: Any) -> None:
+    """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
+    get_logger().info(event, step=step, **extra, **metrics)
+
+
+def progress(items: Iterable[T], total: int | None, desc: str, every_s: float = 5.0) -> Iterator[T]:
+    """Iterate ``items`` showing progress: tqdm on a TTY, JSON ``progress`` events otherwise."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        yield from tqdm(items, total=total, desc=desc)
+        return
+    log = get_logger()
+    last = time.monotonic()
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        now = time.monotonic()
+        if now - last >= every_s:
+            log.info("progress", task=desc, done=done, total=total)
+            last = now
+    log.info("progress", task=desc, done=done, total=total)

@@ -1,0 +1,338 @@
+"""The contracts between the core and its plugins.
+
+Every plugin factory registered through :mod:`searchr1.core.hookspecs` returns one of the
+protocols below; every value that crosses a plugin boundary is one of the frozen dataclasses
+here. Nothing in this module imports torch at import time, so the CLI starts fast and a
+search or reward plugin can be written without it.
+
+Shapes follow the Tinker API (a model provider samples tokens and trains on ``Datum`` s).
+Tensor names carry their shape as a suffix: ``logprobs_T`` is one value per position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+    from searchr1.core.config import Config
+
+StopReason = Literal["stop", "length"]
+EndReason = Literal[
+    "answered",  # the policy produced a final answer action
+    "search_limit",  # asked to search past rollout.max_search_calls
+    "turn_limit",  # used rollout.max_assistant_turns without answering
+    "token_limit",  # the trajectory reached rollout.max_trajectory_tokens
+    "invalid_action",  # the turn ended without a parsable search or answer action
+]
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a model provider samples one turn.
+
+    Every parameter is explicit: providers must not apply hidden library defaults
+    (``transformers`` applies ``top_k=50`` unless told otherwise, which silently changes the
+    distribution the learner's log-probs are compared against).
+
+    ``temperature == 0`` means greedy decoding; the returned log-probs are then those of the
+    untempered distribution. ``stop_strings`` end a sample as soon as the decoded text of the
+    generated tokens contains one of them; the sample keeps the token that completed the
+    string and nothing after it.
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_strings: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class SampledSequence:
+    """One sample: the generated token ids, the sampler's log-prob of each, and why it ended.
+
+    ``logprobs[i]`` is ``log p(tokens[i] | prompt + tokens[:i])`` under the sampling
+    distribution (after temperature, before top-p truncation), i.e. what the learner computes
+    for the same token with the same weights and temperature.
+    """
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    stop_reason: StopReason
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class Datum:
+    """One training example in Tinker's layout (``../shared/reference/protocols.md`` §5).
+
+    All four sequences have length N. ``input_tokens[i]`` predicts ``target_tokens[i]`` (the
+    full sequence shifted by one). ``sampler_logprobs`` and ``advantages`` are 0 on prompt and
+    observation positions, so those positions add nothing to any policy loss.
+    ``trajectory_id`` names the trajectory in error messages.
+    """
+
+    input_tokens: tuple[int, ...]
+    target_tokens: tuple[int, ...]
+    sampler_logprobs: tuple[float, ...]
+    advantages: tuple[float, ...]
+    trajectory_id: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.input_tokens)
+        for name in ("target_tokens", "sampler_logprobs", "advantages"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"Datum {self.trajectory_id or '?'}: {name} has length "
+                    f"{len(getattr(self, name))}, input_tokens has {n}"
+                )
+
+    def __len__(self) -> int:
+        return len(self.input_tokens)
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """One optimizer step's settings, from ``[optimizer]``."""
+
+    learning_rate: float
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    grad_clip_norm: float | None = None
+
+
+@dataclass(frozen=True)
+class ForwardBackwardResult:
+    """What ``forward_backward`` returns: the summed loss of the micro-batch and metrics
+    (``tokens``, ``ratio_mean``, ``clip_fraction``, ...)."""
+
+    loss: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """Per-position inputs of a loss for one datum (or a packed batch), shape ``T``."""
+
+    sampler_logprobs_T: torch.Tensor
+    advantages_T: torch.Tensor
+
+
+@dataclass(frozen=True)
+class LossOutput:
+    """A loss value (a **sum** over positions) and metrics as sums over positions.
+
+    Metrics are sums so that a provider can add them across micro-batches and divide by the
+    number of trained tokens once (e.g. ``ratio_sum`` / ``tokens``).
+    """
+
+    loss: torch.Tensor
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class LossFn(Protocol):
+    """A policy loss: ``(logprobs_new_T, inputs) -> LossOutput``.
+
+    Called by a local model provider inside ``forward_backward``; remote providers send
+    ``name`` to their service instead, so a loss that a service does not know by name only
+    works locally.
+    """
+
+    name: str
+
+    def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput: ...
+
+
+# --------------------------------------------------------------------------- model
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """The part of a Hugging Face tokenizer the core uses."""
+
+    eos_token_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class ModelProvider(Protocol):
+    """A policy that samples and trains, shaped like the Tinker API.
+
+    Created once per run by the factory registered under ``[model] provider``. The rollout
+    calls :meth:`sample` concurrently from many asyncio tasks; the train loop calls
+    :meth:`forward_backward` once per micro-batch, then :meth:`optim_step` once per step.
+    After ``optim_step`` returns, every later ``sample`` uses the updated weights.
+    """
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]: ...
+
+    def forward_backward(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
+    ) -> ForwardBackwardResult:
+        """Accumulate gradients of ``loss_scale * sum(loss over datums)``."""
+        ...
+
+    def optim_step(self, adam: AdamParams) -> Mapping[str, float]: ...
+
+    def save_state(self, path: str) -> None:
+        """Write adapter weights, optimizer state and step under the folder ``path``."""
+        ...
+
+    def load_state(self, path: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- search
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One hit from a search provider."""
+
+    title: str
+    text: str
+    url: str = ""
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchResponse:
+    """The outcome of one ``search`` call. ``error`` is a short, model-readable reason
+    (``"timeout"``, ``"quota exhausted (429)"``, ``"empty query"``); it is ``None`` on
+    success, and ``results`` may then still be empty."""
+
+    results: tuple[SearchResult, ...] = ()
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@runtime_checkable
+class SearchProvider(Protocol):
+    """An asynchronous search engine, created once per run by the factory registered under
+    ``[search] provider``. ``search`` never raises for a failed request: it returns a
+    ``SearchResponse`` with ``error`` set and counts it. The rollout calls ``search`` from many
+    trajectories concurrently; the train loop reads and resets the counters once per step."""
+
+    async def search(self, query: str, top_k: int) -> SearchResponse: ...
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """Counters since the last reset, named without the ``search/`` prefix:
+        ``calls``, ``success_rate``, ``error_rate``, ``429_rate``, ``timeout_rate``,
+        ``latency_p50``, ``latency_p95``, ``cache_hit_rate``, ``keys_available``, ..."""
+        ...
+
+    def available(self) -> bool:
+        """False when the provider can no longer serve (e.g. every key is benched)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+@dataclass(frozen=True)
+class Question:
+    """One QA item: the question, its golden answers and where it comes from."""
+
+    id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    data_source: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One assistant turn and the observation the environment answered with."""
+
+    sampled_tokens: tuple[int, ...]
+    sampled_logprobs: tuple[float, ...]
+    text: str
+    action: Literal["search", "answer", "invalid", "none"]
+    query: str | None = None
+    observation_tokens: tuple[int, ...] = ()
+    observation_text: str = ""
+    search_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A finished rollout of one question, token-in/token-out.
+
+    ``tokens`` is the whole sequence (prompt, sampled and observation tokens);
+    ``generated_mask[i]`` is True where the policy sampled ``tokens[i]`` and
+    ``logprobs[i]`` is then its sampler log-prob (0.0 elsewhere). ``prompt_len`` tokens open
+    the sequence.
+    """
+
+    trajectory_id: str
+    question: str
+    golden_answers: tuple[str, ...]
+    tokens: tuple[int, ...]
+    generated_mask: tuple[bool, ...]
+    logprobs: tuple[float, ...]
+    prompt_len: int
+    turns: tuple[Turn, ...]
+    end_reason: EndReason
+    final_answer: str | None
+    final_text: str
+    search_calls: int
+    search_errors: int
+    data_source: str = ""
+    group_id: str = ""
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """A reward and its named components (``format``, ``correct``, ``f1``, ...)."""
+
+    reward: float
+    components: Mapping[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RewardFn(Protocol):
+    """Scores a finished trajectory: ``(trajectory, golden_answers) -> RewardResult``.
+
+    Called by the train loop, smoke and eval once per trajectory, after the rollout."""
+
+    def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult: ...
+
+
+# --------------------------------------------------------------------------- factories
+
+# A factory receives the run's validated Config (its own table under e.g. ``[search.zhihu]``
+# is ``config.plugin_table("search", "zhihu")``) and returns the plugin instance.
+ModelFactory = Callable[["Config"], ModelProvider]
+SearchFactory = Callable[["Config"], SearchProvider]
+RewardFactory = Callable[["Config"], RewardFn]
+LossFactory = Callable[["Config"], LossFn]

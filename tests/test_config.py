@@ -1,0 +1,161 @@
+"""config.toml: the seed's skeleton parses, errors name the field/line/variable, secrets redact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.config import ConfigError, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "config.toml.example"
+ENV = {"TAOTOKEN_API_KEY": "sk-test-abcdef123456", "ZHIHU_SEARCH_KEYS": "zk-one-1111,zk-two-2222"}
+
+
+def parse(text: str, env: dict[str, str] | None = None):
+    return parse_config(text, source="cfg.toml", env=env if env is not None else ENV)
+
+
+def test_example_config_parses_with_seed_values() -> None:
+    cfg = parse(EXAMPLE.read_text())
+    assert cfg.model.api_base == "https://taotoken.net/api"
+    assert cfg.model.api_key == ENV["TAOTOKEN_API_KEY"]
+    assert cfg.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj")
+    assert (cfg.rollout.group_size, cfg.rollout.max_search_calls) == (8, 4)
+    assert cfg.search.api_keys == ("zk-one-1111", "zk-two-2222")
+    assert (cfg.train.max_datum_tokens, cfg.train.max_micro_batch_tokens) == (8192, 64000)
+    assert cfg.optimizer.betas == (0.9, 0.95)
+    assert ENV["TAOTOKEN_API_KEY"] in cfg.secrets and "zk-two-2222" in cfg.secrets
+
+
+def test_embedded_default_loads_without_any_variable() -> None:
+    cfg = load_config(None, env={})
+    assert cfg.model.provider == "local" and cfg.search.provider == "local"
+    assert cfg.model.base_model.startswith("builtin:")
+
+
+def test_misspelled_key_names_field_line_and_suggestion() -> None:
+    text = EXAMPLE.read_text().replace("max_search_calls = 4", "max_serach_calls = 4")
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "max_serach_calls" in t)
+    msg = str(err.value)
+    assert f"cfg.toml:{line}" in msg
+    assert "rollout.max_serach_calls" in msg and "did you mean 'max_search_calls'" in msg
+
+
+def test_missing_and_empty_variables_are_named_with_their_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b", "TAOTOKEN_API_KEY": "  "})
+    assert "TAOTOKEN_API_KEY" in str(err.value) and "model.api_key" in str(err.value)
+    assert "is empty" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b"})
+    assert "TAOTOKEN_API_KEY, which is not set" in str(err.value)
+
+
+def test_all_problems_reported_at_once() -> None:
+    text = """
+[rollout]
+group_size = 1
+max_serach_calls = 2
+[model]
+top_p = 1.5
+temperature = "hot"
+[lora]
+target_modules = []
+[optimizer]
+betas = [0.9]
+"""
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    problems = err.value.problems
+    assert len(problems) == 6, problems
+    joined = "\n".join(problems)
+    for needle in (
+        "rollout.group_size = 1 must be >= 2",
+        "rollout.max_serach_calls",
+        "model.top_p = 1.5 must be <= 1.0",
+        "model.temperature must be float, got str",
+        "lora.target_modules = [] must not be empty",
+        "optimizer.betas = [0.9] must have exactly 2 values",
+    ):
+        assert needle in joined
+
+
+def test_cross_field_rules() -> None:
+    text = """
+[rollout]
+max_trajectory_tokens = 9000
+[train]
+max_datum_tokens = 8192
+max_micro_batch_tokens = 4096
+"""
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    msg = str(err.value)
+    assert "must fit in one datum" in msg and "must fit in one micro-batch" in msg
+
+
+def test_unknown_section_and_plugin_tables() -> None:
+    with pytest.raises(ConfigError, match="unknown section 'serach'; did you mean 'search'"):
+        parse("[serach]\nprovider = 'x'\n")
+    cfg = parse("[search]\nprovider = 'zhihu'\n[search.zhihu]\nsearch_db = 'static'\n")
+    assert cfg.plugin_table("search", "zhihu") == {"search_db": "static"}
+    assert cfg.plugin_table("search", "other") == {}
+
+
+def test_redacted_dict_hides_every_secret() -> None:
+    cfg = parse(EXAMPLE.read_text())
+    dumped = repr(cfg.to_dict(redact=True))
+    for secret in ("sk-test-abcdef123456", "zk-one-1111", "zk-two-2222"):
+        assert secret not in dumped
+    assert cfg.to_dict(redact=True)["model"]["api_key"] == "***"
+    assert secret not in repr(cfg)
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "searchr1.core.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_config_check_cli(tmp_path: Path) -> None:
+    import os
+
+    base_env = {k: v for k, v in os.environ.items() if k not in ENV}
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(EXAMPLE.read_text())
+    # variables from a .env next to the config
+    (tmp_path / ".env").write_text(
+        "TAOTOKEN_API_KEY=sk-dotenv-999999\nZHIHU_SEARCH_KEYS=k1aaaa,k2bbbb\n"
+    )
+    ok = _cli("config", "check", "--config", str(cfg), env=base_env, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert 'api_key = "***"' in ok.stdout and "sk-dotenv-999999" not in ok.stdout
+    assert "k1aaaa" not in ok.stdout
+
+    (tmp_path / ".env").unlink()
+    missing = _cli(
+        "config",
+        "check",
+        "--config",
+        str(cfg),
+        env={**base_env, "ZHIHU_SEARCH_KEYS": "a"},
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2 and "TAOTOKEN_API_KEY" in missing.stderr
+
+    cfg.write_text(EXAMPLE.read_text().replace("max_search_calls", "max_serach_calls"))
+    typo = _cli("config", "check", "--config", str(cfg), env={**base_env, **ENV}, cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "rollout.max_serach_calls" in typo.stderr and "max_search_calls" in typo.stderr
+    assert "Traceback" not in typo.stderr

@@ -1,0 +1,192 @@
+"""The plugin core: entry points, selection by name, errors naming plugins, documented hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.metadata
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from searchr1.core import hookspecs
+from searchr1.core.config import parse_config
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import KINDS, PluginError, load_registry
+from searchr1.core.types import Trajectory, Turn
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = [
+    name
+    for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
+    if name.startswith("register_")
+]
+
+
+def test_builtins_are_registered_through_entry_points() -> None:
+    registry = load_registry()
+    assert {"importance_sampling", "ppo", "cispo"} <= set(registry.names("loss_fn"))
+    # built-ins come from the package's own entry points, like any third-party plugin
+    eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="searchr1")}
+    assert eps["losses"] == "searchr1.plugins.losses"
+    assert registry.get("loss_fn", "ppo").plugin == "losses"
+
+
+def test_unknown_name_lists_available_names() -> None:
+    registry = load_registry()
+    with pytest.raises(PluginError) as err:
+        registry.get("loss_fn", "ppo2")
+    msg = str(err.value)
+    assert "train.loss_fn = 'ppo2'" in msg and "Did you mean 'ppo'" in msg and "cispo" in msg
+
+
+def test_duplicate_names_across_plugins_are_an_error() -> None:
+    class Clash:
+        @hookimpl
+        def register_loss_fns(self, register):
+            register("ppo", lambda config: None)
+
+    with pytest.raises(PluginError, match="registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+
+def test_hook_implementation_with_unknown_hook_is_rejected() -> None:
+    class Bad:
+        @hookimpl
+        def register_searchers(self, register):  # misspelled hook
+            pass
+
+    with pytest.raises(PluginError, match="unknown hook"):
+        load_registry(extra_plugins=[Bad()])
+
+
+def test_plugin_raising_in_hook_is_named() -> None:
+    class Broken:
+        @hookimpl
+        def register_rewards(self, register):
+            raise RuntimeError("boom")
+
+    with pytest.raises(PluginError, match="failed in register_rewards: RuntimeError: boom"):
+        load_registry(extra_plugins=[Broken()])
+
+
+def test_every_hook_is_documented_with_signature_and_example() -> None:
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()}
+    for hook in HOOKS:
+        section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
+        assert section, f"docs/plugins.md has no '## {hook}' section"
+        body = section.group(1)
+        assert f"{hook}(register: Callable" in body, f"{hook}: signature missing"
+        assert f"def {hook}(register)" in body and "@hookimpl" in body, f"{hook}: example missing"
+
+
+def test_every_documented_example_runs() -> None:
+    """Each python example in docs/plugins.md is a working plugin."""
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    for hook in HOOKS:
+        body = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S).group(1)
+        code = re.findall(r"```python\n(.*?)```", body, flags=re.S)[-1]
+        module = SimpleNamespace()
+        exec(compile(code, f"docs/plugins.md#{hook}", "exec"), module.__dict__)
+        registry = load_registry(extra_plugins=[module])
+        kind = next(k for k, (h, _) in KINDS.items() if h == hook)
+        assert [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
+
+
+@pytest.fixture(scope="module")
+def example_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pip-install the example third-party package into a folder put on sys.path."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT / "tests" / "example_plugin"),
+        ],
+        check=True,
+        timeout=300,
+    )
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    yield target
+    sys.path.remove(str(target))
+    sys.modules.pop("searchr1_example", None)
+    importlib.invalidate_caches()
+
+
+def test_external_plugin_selected_from_config(example_plugin: Path) -> None:
+    registry = load_registry()
+    assert registry.get("search_provider", "echo").plugin == "example"
+    cfg = parse_config(
+        '[search]\nprovider = "echo"\n[search.echo]\nprefix = "got: "\n[reward]\nname = "no_repeat"\n',
+        source="t.toml",
+        env={},
+    )
+    search = registry.create("search_provider", cfg.search.provider, cfg)
+    response = asyncio.run(search.search("little prince", 3))
+    assert response.ok and response.results[0].text == "got: little prince"
+    reward = registry.create("reward", cfg.reward.name, cfg)
+    turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="search", query="q")
+    traj = Trajectory(
+        trajectory_id="t",
+        question="?",
+        golden_answers=("a",),
+        tokens=(),
+        generated_mask=(),
+        logprobs=(),
+        prompt_len=0,
+        turns=(turn, turn),
+        end_reason="answered",
+        final_answer="a",
+        final_text="",
+        search_calls=2,
+        search_errors=0,
+    )
+    assert reward(traj, ["a"]).reward == -0.5
+
+
+def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -> None:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(example_plugin)}
+    out = subprocess.run(
+        [sys.executable, "-m", "searchr1.core.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for kind in KINDS:
+        assert f"{kind} (chosen by" in out.stdout
+    assert re.search(r"echo\s+from plugin example", out.stdout)
+    assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
+
+
+def test_broken_entry_point_names_the_plugin(tmp_path: Path) -> None:
+    dist = tmp_path / "broken_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[searchr1]\nbroken = searchr1_missing_module\n")
+    sys.path.insert(0, str(tmp_path))
+    importlib.invalidate_caches()
+    try:
+        with pytest.raises(PluginError) as err:
+            load_registry()
+        assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
+    finally:
+        sys.path.remove(str(tmp_path))
+        importlib.invalidate_caches()
