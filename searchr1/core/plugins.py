@@ -127,7 +127,8 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"plugin {exc.plugin_name!r} implements an unknown hook: {exc}") from exc
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
 
     registry = Registry(plugins=sorted(n for n, _ in pm.list_name_plugin()))
     for kind, (hook_name, _) in KINDS.items():
