@@ -9,6 +9,7 @@ print as plain messages with exit code 2, never as tracebacks.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -108,9 +109,22 @@ def _register_extensions() -> None:
         _EXTENSIONS.append(mod.add_parser)
 
 
+def _config_from_env() -> str | None:
+    """``$SEARCHR1_CONFIG`` when it names an existing file, else None (the embedded default).
+
+    The container image sets it to ``/workspace/config.toml``, which exists only when the user
+    has a config.toml in the project folder mounted there (compose.yaml): with one, every
+    command uses it; without, they run the offline demo. ``--config`` always wins.
+    """
+    path = os.environ.get("SEARCHR1_CONFIG", "")
+    return path if path and os.path.isfile(path) else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _register_extensions()
     args = build_parser().parse_args(argv)
+    if getattr(args, "config", "") is None:
+        args.config = _config_from_env()
     try:
         return int(args.func(args) or 0)
     except (ConfigError, PluginError, UserError) as exc:

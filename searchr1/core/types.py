@@ -282,6 +282,8 @@ class Turn:
     observation_tokens: tuple[int, ...] = ()
     observation_text: str = ""
     search_error: str | None = None
+    #: why sampling of this turn stopped ("stop" | "length")
+    stop_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,9 @@ class Trajectory:
     search_errors: int
     data_source: str = ""
     group_id: str = ""
+    #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
+    #: answer format from it (``searchr1.core.answers.extract_answers``)
+    protocol: str = ""
 
 
 @dataclass(frozen=True)

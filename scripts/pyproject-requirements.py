@@ -1,0 +1,53 @@
+"""Print searchr1's requirements, one per line, read from pyproject.toml.
+
+Used by scripts/make-wheelhouse.sh (what to download) and by the Dockerfile (what to install
+in the dependency layer, before the source is copied), so neither keeps a hand-made list.
+Includes ``[build-system].requires``, since the image builds the package offline with
+``--no-build-isolation``.
+
+    python3 scripts/pyproject-requirements.py PYPROJECT [EXTRAS] [--without NAME ...]
+
+EXTRAS is a comma-separated list of optional-dependency groups (e.g. ``remote``); each
+``--without NAME`` drops that distribution (e.g. torch, when the base image provides it).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+
+
+def requirements(pyproject_path: str, extras: str = "", without: tuple[str, ...] = ()) -> list[str]:
+    with open(pyproject_path, "rb") as fh:
+        pyproject = tomllib.load(fh)
+    project = pyproject["project"]
+    reqs = list(pyproject.get("build-system", {}).get("requires", []))
+    reqs += project.get("dependencies", [])
+    optional = project.get("optional-dependencies", {})
+    for extra in filter(None, (e.strip() for e in extras.split(","))):
+        if extra not in optional:
+            raise SystemExit(f"{pyproject_path}: no optional dependency group {extra!r}; known: {sorted(optional)}")
+        reqs += optional[extra]
+    dropped = {_canonical(n) for n in without}
+    return [r for r in reqs if _canonical(re.split(r"[\s<>=!~;\[(@]", r, maxsplit=1)[0]) not in dropped]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def main(argv: list[str]) -> None:
+    args = list(argv)
+    without: list[str] = []
+    while "--without" in args:
+        i = args.index("--without")
+        without.append(args[i + 1])
+        del args[i : i + 2]
+    if not args:
+        raise SystemExit(__doc__)
+    print("\n".join(requirements(args[0], args[1] if len(args) > 1 else "", tuple(without))))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

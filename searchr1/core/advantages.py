@@ -1,0 +1,42 @@
+"""Group-relative advantages (GRPO style), computed over complete groups.
+
+Called by the train loop once per step, after every trajectory of a group is scored and
+before anything is split into micro-batches:
+
+    A_i = r_i - mean(r_1..r_G)                      (default)
+    A_i = (r_i - mean(r)) / (std(r) + eps)          (train.scale_advantages_by_std)
+
+A group whose rewards are all equal is *degenerate*: every A_i is 0, so it teaches nothing;
+the loop counts it (``degenerate_group_rate``) and drops its datums.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEGENERATE_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantages: tuple[float, ...]
+    degenerate: bool
+
+
+def group_advantages(
+    rewards: Sequence[float], *, scale_by_std: bool = False, eps: float = 1e-6
+) -> GroupAdvantages:
+    """Advantages of one group of trajectories of the same question."""
+    if len(rewards) < 2:
+        raise ValueError(f"a group needs at least 2 trajectories, got {len(rewards)}")
+    mean = statistics.fmean(rewards)
+    degenerate = max(rewards) - min(rewards) <= DEGENERATE_TOL
+    if degenerate:
+        return GroupAdvantages(tuple(0.0 for _ in rewards), True)
+    centred = [r - mean for r in rewards]
+    if scale_by_std:
+        std = statistics.pstdev(rewards)
+        centred = [c / (std + eps) for c in centred]
+    return GroupAdvantages(tuple(centred), False)

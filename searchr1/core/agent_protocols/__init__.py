@@ -1,0 +1,61 @@
+"""Agent protocols: how the policy asks for a search and gives its final answer.
+
+``make_protocol(config, tokenizer)`` returns the protocol named by ``[rollout] protocol``:
+
+* ``tags`` (:class:`TagsProtocol`): Search-R1's ``<search>`` / ``<information>`` /
+  ``<answer>`` tags inside one assistant message;
+* ``tool_calls`` (:class:`ToolCallsProtocol`): the chat template's native tool calls with a
+  final ``Answer:`` line.
+
+Both produce the same :class:`~searchr1.core.types.Trajectory` record through
+:mod:`searchr1.core.rollout`. Called once per run by train, smoke and eval (and by the offline
+world to render scripted cold-start trajectories).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from searchr1.core.agent_protocols.base import (
+    Action,
+    AgentProtocol,
+    format_search_results,
+)
+from searchr1.core.agent_protocols.tags import TagsProtocol
+from searchr1.core.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+    from searchr1.core.types import Tokenizer
+
+PROTOCOLS: dict[str, type[AgentProtocol]] = {
+    TagsProtocol.name: TagsProtocol,
+    ToolCallsProtocol.name: ToolCallsProtocol,
+}
+
+
+def protocol_class(name: str) -> type[AgentProtocol]:
+    """The protocol class called ``name``; ValueError naming the config field otherwise."""
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        known = ", ".join(repr(n) for n in PROTOCOLS)
+        raise ValueError(f"rollout.protocol = {name!r} is not one of {known}") from None
+
+
+def make_protocol(config: Config, tokenizer: Tokenizer) -> AgentProtocol:
+    """The protocol chosen by ``config.rollout.protocol``, bound to ``tokenizer``."""
+    return protocol_class(config.rollout.protocol)(tokenizer)
+
+
+__all__ = [
+    "PROTOCOLS",
+    "SEARCH_TOOL",
+    "Action",
+    "AgentProtocol",
+    "TagsProtocol",
+    "ToolCallsProtocol",
+    "format_search_results",
+    "make_protocol",
+    "protocol_class",
+]

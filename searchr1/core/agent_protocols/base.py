@@ -1,0 +1,176 @@
+"""The agent protocol interface: how a question becomes a prompt, how an assistant turn is
+parsed into an action, and how a search result is written back into the token stream.
+
+Who calls what, and when:
+
+* :func:`searchr1.core.rollout.rollout_questions` calls :meth:`AgentProtocol.initial_prompt_tokens`
+  once per question, :meth:`AgentProtocol.parse_action` once per sampled turn,
+  :meth:`AgentProtocol.observation_text` and :meth:`AgentProtocol.render_observation_tokens`
+  once per search call, and reads :attr:`AgentProtocol.stop_strings` /
+  :attr:`AgentProtocol.stop_token_ids` (through ``sampling_params``).
+* The offline world / warm start renders scripted cold-start trajectories with
+  :meth:`AgentProtocol.assistant_turn_tokens`, so scripted turns are token-for-token what the
+  sampler would have produced for the same text.
+* Reward plugins call :func:`searchr1.core.answers.extract_answers` (via the trajectory's
+  ``protocol`` name); they never need a tokenizer.
+
+Every protocol is token-in/token-out: the rollout never decodes sampled tokens to re-encode
+them. Decoding happens only to *read* a turn (parse its action); the token sequence the policy
+is trained on is the prompt tokens, the sampled tokens as sampled, and the observation tokens
+returned here, concatenated.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from searchr1.core.types import Question, SearchResponse, Tokenizer
+
+ActionKind = Literal["search", "answer", "invalid"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """What one assistant turn asked for: a search (``query``), a final answer (``answer``,
+    may be empty when the model wrote an empty answer element), or nothing parsable."""
+
+    kind: ActionKind
+    query: str | None = None
+    answer: str | None = None
+
+
+INVALID = Action("invalid")
+
+
+def format_search_results(response: SearchResponse) -> str:
+    """The observation body both protocols show the model, in Search-R1's layout:
+    ``Doc 1(Title: ...) text`` lines; a failed search reads ``search failed: <reason>`` so the
+    model (and a person reading a dump) sees why there is no information."""
+    if response.error is not None:
+        return f"search failed: {response.error}"
+    if not response.results:
+        return "no results"
+    return "\n".join(
+        f"Doc {i}(Title: {r.title.strip()}) {' '.join(r.text.split())}"
+        for i, r in enumerate(response.results, start=1)
+    )
+
+
+def special_stop_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
+    """Token ids that end an assistant message: eos and, for chat models, ``<|im_end|>``.
+
+    Passed explicitly as ``SamplingParams.stop_token_ids`` because a chat model's end-of-turn
+    token is often not its ``eos_token_id`` (e.g. the tiny model ends text with
+    ``<|endoftext|>`` but ends messages with ``<|im_end|>``)."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if convert is not None:
+        for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+            tid = convert(token)
+            if isinstance(tid, int) and tid != unk and tid not in ids:
+                ids.append(tid)
+    return tuple(ids)
+
+
+class AgentProtocol(ABC):
+    """How the policy talks to the environment. One instance per run, shared by every
+    concurrent trajectory: implementations hold no per-trajectory state.
+
+    Subclasses set :attr:`name` (the ``[rollout] protocol`` value), :attr:`stop_strings` and
+    implement the abstract methods.
+    """
+
+    name: ClassVar[str]
+    stop_strings: tuple[str, ...] = ()
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
+
+    # ------------------------------------------------------------------ text <-> tokens
+
+    def encode(self, text: str) -> list[int]:
+        """Encode text without adding BOS/EOS (special tokens written in ``text``, such as
+        ``<|im_end|>``, still map to their ids)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, tokens: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory."""
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+
+    # ------------------------------------------------------------------ prompt
+
+    @abstractmethod
+    def render_prompt(self, question: Question) -> str:
+        """The full prompt text for ``question`` (chat template applied, generation prompt
+        included). :meth:`initial_prompt_tokens` encodes exactly this string."""
+
+    def initial_prompt_tokens(self, question: Question) -> list[int]:
+        """The first prompt of every trajectory of ``question``: ``encode(render_prompt(q))``."""
+        return self.encode(self.render_prompt(question))
+
+    # ------------------------------------------------------------------ actions
+
+    @abstractmethod
+    def parse_action(self, text: str) -> Action:
+        """Read one assistant turn (decoded with special tokens skipped) into an action."""
+
+    @abstractmethod
+    def extract_answers(self, text: str) -> list[str]:
+        """Every final-answer occurrence in generated text (for the format reward, which
+        needs exactly one)."""
+
+    # ------------------------------------------------------------------ observations
+
+    def observation_text(self, response: SearchResponse) -> str:
+        """The observation body for one search response (before truncation)."""
+        return format_search_results(response)
+
+    @abstractmethod
+    def observation_wrapper(self, turn_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Tokens that go before and after the observation body, given the tokens the policy
+        just sampled in this turn (a chat protocol must close the assistant message unless
+        the model already did)."""
+
+    def render_observation_tokens(
+        self, body: str, turn_tokens: Sequence[int], max_body_tokens: int
+    ) -> tuple[list[int], str]:
+        """The tokens the environment appends after a search turn, and their text.
+
+        ``body`` (e.g. from :meth:`observation_text`) is encoded on its own and cut to
+        ``max_body_tokens`` (``[rollout] max_observation_tokens``); the wrapper tokens are
+        never cut, so the model always sees the closing tag. Returns ``(tokens, text)`` where
+        ``text`` is the decoded tokens (what the policy actually saw)."""
+        before, after = self.observation_wrapper(turn_tokens)
+        body_tokens = self.encode(body)[:max_body_tokens]
+        tokens = before + body_tokens + after
+        return tokens, self.decode(tokens, skip_special_tokens=False)
+
+    # ------------------------------------------------------------------ scripted turns
+
+    @abstractmethod
+    def assistant_turn_text(
+        self, *, think: str | None = None, query: str | None = None, answer: str | None = None
+    ) -> str:
+        """The text of one well-formed assistant turn: optional reasoning, then either a
+        search ``query`` or a final ``answer`` (exactly one of them). It ends where the
+        sampler would stop (at the stop string or end-of-message token)."""
+
+    def assistant_turn_tokens(
+        self, *, think: str | None = None, query: str | None = None, answer: str | None = None
+    ) -> list[int]:
+        """Tokens of a scripted assistant turn (cold-start data, tests):
+        ``encode(assistant_turn_text(...))``. Append them after the prompt (or after the
+        previous observation) exactly as the rollout appends sampled tokens."""
+        return self.encode(self.assistant_turn_text(think=think, query=query, answer=answer))
+
+    @staticmethod
+    def _one_action(query: str | None, answer: str | None) -> None:
+        if (query is None) == (answer is None):
+            raise ValueError("a scripted assistant turn needs exactly one of query= or answer=")

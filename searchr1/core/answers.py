@@ -1,0 +1,74 @@
+"""Answer extraction, normalisation, exact match and F1 (``protocols.md`` section 4).
+
+Called by the reward plugins (:mod:`searchr1.plugins.rewards`) once per finished trajectory,
+by eval for its metrics, and by the agent protocols to find final answers in generated text.
+Pure functions over strings: no tokenizer, no torch.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+
+_ANSWER_ELEMENT_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_LINE_RE = re.compile(r"^[ \t]*Answer:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+
+
+def answer_elements(text: str) -> list[str]:
+    """The stripped contents of every complete ``<answer>...</answer>`` element."""
+    return [m.strip() for m in _ANSWER_ELEMENT_RE.findall(text)]
+
+
+def answer_lines(text: str) -> list[str]:
+    """The stripped value of every line of the form ``Answer: <value>`` (value may be empty)."""
+    return [m.group(1).strip() for m in ANSWER_LINE_RE.finditer(text)]
+
+
+def extract_answers(protocol: str, text: str) -> list[str]:
+    """Every final-answer occurrence in ``text`` under the named agent protocol: ``<answer>``
+    elements for ``tags``, ``Answer:`` lines for ``tool_calls``."""
+    if protocol == "tool_calls":
+        return answer_lines(text)
+    if protocol in ("tags", ""):
+        return answer_elements(text)
+    raise ValueError(f"unknown agent protocol {protocol!r} (expected 'tags' or 'tool_calls')")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD-style normalisation: lower-case, drop punctuation (any Unicode punctuation, so
+    full-width ``，。`` go too), drop the articles a/an/the, collapse whitespace. NFKC first,
+    so full-width letters and digits compare equal to ASCII ones."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    # Removed, not replaced by a space: "Saint-Exupéry" -> "saintexupéry", as in SQuAD and
+    # Search-R1, so EM numbers stay comparable with theirs.
+    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+    text = _ARTICLES_RE.sub(" ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str | None, golden_answers: Iterable[str]) -> bool:
+    """True when the normalised prediction equals any normalised golden answer. An empty
+    prediction never matches (not even an empty golden answer)."""
+    if prediction is None:
+        return False
+    pred = normalize_answer(prediction)
+    return bool(pred) and any(pred == normalize_answer(g) for g in golden_answers)
+
+
+def f1_score(prediction: str | None, golden_answers: Iterable[str]) -> float:
+    """Best token-level F1 (over normalised whitespace tokens) against any golden answer."""
+    if prediction is None:
+        return 0.0
+    pred_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for golden in golden_answers:
+        gold_tokens = normalize_answer(golden).split()
+        common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+        if common == 0:
+            continue
+        precision, recall = common / len(pred_tokens), common / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best

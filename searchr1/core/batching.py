@@ -1,0 +1,62 @@
+"""Micro-batching under the seed's three limits (``../shared/reference/protocols.md`` §6).
+
+Called by the train loop once per step, after advantages are computed over complete groups:
+
+* a datum holds at most ``max_datum_tokens`` tokens (checked when it is built);
+* a micro-batch holds at most ``max_micro_batch_datums`` datums;
+* ``len(micro_batch) * longest_datum <= max_micro_batch_tokens`` (the padded size).
+
+Datums are packed largest first, so the first datum of each micro-batch is its longest and
+the padded size is known as it fills. Each micro-batch is sent with
+``loss_scale = 1 / N`` (N = every trajectory of the step); a service that *averages* over a
+call's n_k datums instead multiplies by n_k, giving the ``n_k / N`` scaling of the seed, so
+the accumulated gradient equals the full batch's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from searchr1.core.types import Datum
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_datum_tokens: int
+    max_micro_batch_datums: int
+    max_micro_batch_tokens: int
+
+
+class MicroBatchError(ValueError):
+    """A datum can never fit in a micro-batch."""
+
+
+def padded_tokens(batch: Sequence[Datum]) -> int:
+    return len(batch) * max((len(d) for d in batch), default=0)
+
+
+def pack_micro_batches(datums: Sequence[Datum], limits: BatchLimits) -> list[list[Datum]]:
+    """Split ``datums`` into micro-batches that respect all three limits."""
+    for d in datums:
+        if len(d) > min(limits.max_datum_tokens, limits.max_micro_batch_tokens):
+            raise MicroBatchError(
+                f"trajectory {d.trajectory_id or '?'}: datum of {len(d)} tokens exceeds "
+                f"train.max_datum_tokens = {limits.max_datum_tokens} or "
+                f"train.max_micro_batch_tokens = {limits.max_micro_batch_tokens}"
+            )
+    batches: list[list[Datum]] = []
+    current: list[Datum] = []
+    for d in sorted(datums, key=len, reverse=True):
+        longest = len(current[0]) if current else len(d)
+        fits = (
+            len(current) < limits.max_micro_batch_datums
+            and (len(current) + 1) * longest <= limits.max_micro_batch_tokens
+        )
+        if current and not fits:
+            batches.append(current)
+            current = []
+        current.append(d)
+    if current:
+        batches.append(current)
+    return batches

@@ -1,0 +1,354 @@
+"""Deterministic evaluation: the same rollout, search provider and reward as training, greedy
+by default, in file order, scored per ``data_source``.
+
+Who calls what:
+
+- ``searchr1 eval`` (:mod:`searchr1.core.eval_cli`) builds the run's plugins once, then calls
+  :func:`evaluate` for the base model and once more after each ``model.load_state(dir)``;
+- the train loop calls :func:`evaluate` (or :func:`evaluate_async` from inside its event
+  loop) on the held-out set before the first step and after the last when
+  ``[train] eval_before_after`` is set, and logs ``result.metrics``;
+- :func:`write_records` / :func:`format_table` / :func:`format_comparison` turn results into
+  the JSONL, the printed per-source table and the checkpoint comparison table.
+
+Scores: EM and F1 of the trajectory's final answer against the golden answers
+(:mod:`searchr1.core.answers`, SQuAD / Search-R1 normalisation), so that they
+are comparable with the Search-R1 paper whatever reward the run trains on; the reward itself
+is reported next to them. Macro EM weighs every source equally (the public replication's
+headline number), micro EM weighs every question equally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.answers import exact_match, f1_score
+from searchr1.core.types import (
+    ModelProvider,
+    Question,
+    RewardFn,
+    RewardResult,
+    SearchProvider,
+    Trajectory,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.agent_protocols.base import AgentProtocol
+    from searchr1.core.config import Config
+
+#: Questions handed to one ``rollout_questions`` call: bounds memory and gives progress,
+#: and is fixed so that batching never depends on the machine.
+EVAL_CHUNK = 32
+
+# --------------------------------------------------------------------------- records
+
+
+def trajectory_to_dict(traj: Trajectory, result: RewardResult | None = None) -> dict[str, Any]:
+    """A readable, JSON-able trajectory (no token ids): the layout of the train loop's
+    ``trajectories/step_XXXXXX.jsonl`` dumps, which ``searchr1 report`` renders."""
+    out: dict[str, Any] = {
+        "trajectory_id": traj.trajectory_id,
+        "group_id": traj.group_id,
+        "data_source": traj.data_source,
+        "question": traj.question,
+        "golden_answers": list(traj.golden_answers),
+        "turns": [
+            {
+                "text": t.text,
+                "action": t.action,
+                "query": t.query,
+                "observation_text": t.observation_text,
+                "search_error": t.search_error,
+            }
+            for t in traj.turns
+        ],
+        "final_answer": traj.final_answer,
+        "end_reason": traj.end_reason,
+        "search_calls": traj.search_calls,
+        "search_errors": traj.search_errors,
+        "num_tokens": len(traj.tokens),
+        "num_generated_tokens": sum(traj.generated_mask),
+    }
+    if result is not None:
+        out["reward"] = result.reward
+        out["components"] = dict(result.components)
+    return out
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """One question's outcome: its scores and the trajectory that produced them."""
+
+    question_id: str
+    data_source: str
+    em: float
+    f1: float
+    format_ok: bool
+    reward: float
+    search_calls: int
+    search_errors: int
+    trajectory: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question_id": self.question_id,
+            "data_source": self.data_source,
+            "em": self.em,
+            "f1": self.f1,
+            "format_ok": self.format_ok,
+            "reward": self.reward,
+            "search_calls": self.search_calls,
+            "search_errors": self.search_errors,
+            **self.trajectory,
+        }
+
+
+def score_trajectory(question: Question, traj: Trajectory, reward: RewardFn) -> EvalRecord:
+    """Score one finished trajectory with the run's reward and EM/F1."""
+    result = reward(traj, question.golden_answers)
+    # The reward's own "format" component is authoritative when it has one (it knows its
+    # protocol's rules); otherwise a well-formed trajectory is one that ended with an answer.
+    if "format" in result.components:
+        format_ok = result.components["format"] > 0
+    else:
+        format_ok = traj.end_reason == "answered" and traj.final_answer is not None
+    return EvalRecord(
+        question_id=question.id,
+        data_source=question.data_source,
+        em=float(exact_match(traj.final_answer, question.golden_answers)),
+        f1=f1_score(traj.final_answer, question.golden_answers),
+        format_ok=format_ok,
+        reward=float(result.reward),
+        search_calls=traj.search_calls,
+        search_errors=traj.search_errors,
+        trajectory=trajectory_to_dict(traj, result),
+    )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _group_metrics(records: Sequence[EvalRecord]) -> dict[str, Any]:
+    calls = sum(r.search_calls for r in records)
+    errors = sum(r.search_errors for r in records)
+    return {
+        "n": len(records),
+        "em": _mean([r.em for r in records]),
+        "f1": _mean([r.f1 for r in records]),
+        "format_rate": _mean([float(r.format_ok) for r in records]),
+        "reward_mean": _mean([r.reward for r in records]),
+        "search_calls_mean": _mean([float(r.search_calls) for r in records]),
+        "search_calls": calls,
+        "search_errors": errors,
+        # No search at all is not a search failure: report 1.0 so it is never flagged.
+        "search_success_rate": 1.0 - errors / calls if calls else 1.0,
+    }
+
+
+def summarize(records: Sequence[EvalRecord], *, min_success_rate: float = 0.9) -> dict[str, Any]:
+    """Overall and per-source metrics of a list of records.
+
+    Keys: ``n``, ``em`` (= ``micro_em``), ``macro_em``, ``f1``, ``format_rate``,
+    ``reward_mean``, ``search_calls_mean``, ``search_success_rate``, ``trustworthy`` (search
+    success at least ``min_success_rate``) and ``per_source`` (the same keys per source)."""
+    by_source: dict[str, list[EvalRecord]] = defaultdict(list)
+    for r in records:
+        by_source[r.data_source].append(r)
+    per_source = {s: _group_metrics(rs) for s, rs in sorted(by_source.items())}
+    overall = _group_metrics(records)
+    overall["micro_em"] = overall["em"]
+    overall["macro_em"] = _mean([m["em"] for m in per_source.values()])
+    overall["min_success_rate"] = min_success_rate
+    overall["trustworthy"] = overall["search_success_rate"] >= min_success_rate
+    overall["per_source"] = per_source
+    return overall
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` returns: ``metrics`` (see :func:`summarize`) and one record per
+    question in evaluation order."""
+
+    label: str
+    metrics: dict[str, Any]
+    records: list[EvalRecord] = field(default_factory=list)
+
+    def flat_metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """Scalar metrics with a prefix, per source as ``eval/<source>/em``: for a
+        ``metrics`` log event."""
+        out: dict[str, float] = {}
+        for key, value in self.metrics.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"{prefix}{key}"] = value
+        for source, m in self.metrics["per_source"].items():
+            for key in ("n", "em", "f1", "format_rate", "search_success_rate"):
+                out[f"{prefix}{source or 'none'}/{key}"] = m[key]
+        return out
+
+
+# --------------------------------------------------------------------------- running
+
+
+def eval_sampling(config: Config, protocol: AgentProtocol, *, greedy: bool = True) -> Any:
+    """The sampling parameters of an eval: the rollout's, greedy by default, and with a fixed
+    seed (``run.seed``) when sampling, so a sampled eval is reproducible too."""
+    from searchr1.core.rollout import sampling_params
+
+    params = sampling_params(config, protocol, greedy=greedy)
+    if params.seed is None:
+        params = dataclasses.replace(params, seed=config.run.seed)
+    return params
+
+
+async def evaluate_async(
+    model: ModelProvider,
+    search: SearchProvider,
+    protocol: AgentProtocol,
+    reward: RewardFn,
+    questions: Sequence[Question],
+    config: Config,
+    *,
+    greedy: bool = True,
+    label: str = "eval",
+    chunk_size: int = EVAL_CHUNK,
+    on_progress: Any = None,
+) -> EvalResult:
+    """Roll out every question once, in order, and score it. See :func:`evaluate`."""
+    from searchr1.core.rollout import rollout_questions
+
+    sampling = eval_sampling(config, protocol, greedy=greedy)
+    records: list[EvalRecord] = []
+    for start in range(0, len(questions), chunk_size):
+        chunk = list(questions[start : start + chunk_size])
+        groups = await rollout_questions(
+            model,
+            search,
+            protocol,
+            chunk,
+            config,
+            group_size=1,
+            sampling=sampling,
+            id_prefix=f"{label}/",
+        )
+        for question, group in zip(chunk, groups, strict=True):
+            records.append(score_trajectory(question, group[0], reward))
+        if on_progress is not None:
+            on_progress(len(records), len(questions))
+    metrics = summarize(records, min_success_rate=config.search.min_success_rate)
+    return EvalResult(label=label, metrics=metrics, records=records)
+
+
+def evaluate(
+    model: ModelProvider,
+    search: SearchProvider,
+    protocol: AgentProtocol,
+    reward: RewardFn,
+    questions: Sequence[Question],
+    config: Config,
+    *,
+    greedy: bool = True,
+    label: str = "eval",
+    chunk_size: int = EVAL_CHUNK,
+) -> EvalResult:
+    """Evaluate ``model`` on ``questions`` with one trajectory each (greedy by default).
+
+    Synchronous wrapper over :func:`evaluate_async` for callers without an event loop; a
+    caller already inside one (an async train loop) awaits :func:`evaluate_async`."""
+    return asyncio.run(
+        evaluate_async(
+            model,
+            search,
+            protocol,
+            reward,
+            questions,
+            config,
+            greedy=greedy,
+            label=label,
+            chunk_size=chunk_size,
+        )
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+
+def write_records(path: Path, result: EvalResult) -> None:
+    """One JSON line per question (scores and the readable trajectory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for record in result.records:
+            f.write(json.dumps({"label": result.label, **record.to_dict()}, ensure_ascii=False))
+            f.write("\n")
+
+
+def _pct(value: float) -> str:
+    return "   -" if value is None or math.isnan(value) else f"{100 * value:5.1f}"
+
+
+def format_table(result: EvalResult) -> str:
+    """The per-source table ``searchr1 eval`` prints for one model."""
+    m = result.metrics
+    head = f"{'data_source':<16} {'n':>5} {'EM':>6} {'F1':>6} {'format':>6} {'search/q':>8} {'search ok':>9}"
+    lines = [f"== {result.label}", head, "-" * len(head)]
+
+    def row(name: str, g: Mapping[str, Any]) -> str:
+        return (
+            f"{name:<16} {g['n']:>5} {_pct(g['em']):>6} {_pct(g['f1']):>6} "
+            f"{_pct(g['format_rate']):>6} {g['search_calls_mean']:>8.2f} "
+            f"{_pct(g['search_success_rate']):>9}"
+        )
+
+    for source, g in m["per_source"].items():
+        lines.append(row(source or "(none)", g))
+    lines.append("-" * len(head))
+    lines.append(row("micro (all)", m))
+    lines.append(f"{'macro EM':<16} {'':>5} {_pct(m['macro_em']):>6}")
+    lines.extend(trust_warning(result))
+    return "\n".join(lines)
+
+
+def trust_warning(result: EvalResult) -> list[str]:
+    """A warning line when search failed too often for the scores to mean anything."""
+    m = result.metrics
+    if m["trustworthy"]:
+        return []
+    return [
+        f"WARNING: {result.label}: search success {100 * m['search_success_rate']:.1f}% "
+        f"< {100 * m['min_success_rate']:.0f}% ({m['search_errors']} of {m['search_calls']} "
+        "searches failed): these scores are NOT trustworthy"
+    ]
+
+
+def format_comparison(results: Iterable[EvalResult]) -> str:
+    """One column per evaluated model (``base``, ``step_20``, ...): EM per source, macro and
+    micro EM, format rate and search success."""
+    results = list(results)
+    sources = sorted({s for r in results for s in r.metrics["per_source"]})
+    width = max(10, *(len(r.label) for r in results))
+    lines = [f"{'EM':<16}" + "".join(f" {r.label:>{width}}" for r in results)]
+    lines.append("-" * len(lines[0]))
+    for s in sources:
+        cells = [r.metrics["per_source"].get(s, {}).get("em", float("nan")) for r in results]
+        lines.append(f"{s or '(none)':<16}" + "".join(f" {_pct(c):>{width}}" for c in cells))
+    lines.append("-" * len(lines[0]))
+    for key, name in (
+        ("macro_em", "macro EM"),
+        ("micro_em", "micro EM"),
+        ("f1", "F1"),
+        ("format_rate", "format"),
+        ("search_success_rate", "search ok"),
+    ):
+        lines.append(f"{name:<16}" + "".join(f" {_pct(r.metrics[key]):>{width}}" for r in results))
+    return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
+
+Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). :func:`main` opens an
+``eval-*`` run folder, builds the run's plugins once (model, search provider, reward), loads
+the questions, and evaluates each requested model in turn with :func:`searchr1.core.eval.evaluate_async`,
+all inside one event loop (an async search client must not outlive its loop). It writes
+``eval_<label>.jsonl`` (every question's trajectory and scores) and ``eval_summary.json`` into
+the run folder, logs one ``eval_result`` event per model, and prints the per-source tables
+and, for several models, a comparison table.
+
+A hosted model is just another model provider (``[model] provider = "openai_chat"``); it
+samples only, so it cannot load checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+BASE = "base"
+
+
+def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
+    """``(label, folder to pass to model.load_state)`` for one ``--checkpoint`` value.
+
+    Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
+    ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest
+    checkpoint), or any folder the model provider can load (labelled by its name)."""
+    from searchr1.core.checkpoint import latest_checkpoint
+    from searchr1.core.cli import UserError
+
+    if spec == BASE:
+        return BASE, None
+    path = Path(spec)
+    if not path.is_dir():
+        raise UserError(f"--checkpoint {spec!r}: not a folder")
+    if (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise UserError(f"--checkpoint {spec!r}: run folder without a complete checkpoint")
+        path = latest.path
+    meta = path / "trainer.json"
+    if meta.is_file() and (path / "model").is_dir():
+        try:
+            step = int(json.loads(meta.read_text())["step"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--checkpoint {spec!r}: unreadable {meta}: {exc}") from exc
+        return f"step_{step}", str(path / "model")
+    return path.resolve().name, str(path)
+
+
+async def _run(args: argparse.Namespace, ctx: Any) -> int:
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.cli import UserError
+    from searchr1.core.data import limit_per_source, load_questions
+    from searchr1.core.eval import (
+        EvalResult,
+        evaluate_async,
+        format_comparison,
+        format_table,
+        trust_warning,
+        write_records,
+    )
+    from searchr1.core.logs import get_logger
+    from searchr1.core.runs import build_components
+
+    config, log = ctx.config, get_logger()
+    data_path = args.data or config.data.eval
+    loaded = load_questions(data_path, field_name="--data" if args.data else "data.eval")
+    if args.limit_per_source is not None and args.limit_per_source < 1:
+        raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
+    questions = limit_per_source(loaded.questions, args.limit_per_source)
+    targets = [resolve_checkpoint(spec) for spec in args.checkpoint or [BASE]]
+    labels = [label for label, _ in targets]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--checkpoint: two models would share a label: {labels}")
+
+    comps = build_components(ctx, need_loss=False)
+    results: dict[str, EvalResult] = {}
+    try:
+        protocol = make_protocol(config, comps.model.tokenizer)
+        # The base model first: once a checkpoint is loaded there is no way back to it.
+        for label, folder in sorted(targets, key=lambda t: t[1] is not None):
+            if folder is not None:
+                try:
+                    comps.model.load_state(folder)
+                except NotImplementedError as exc:
+                    raise UserError(
+                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
+                        f"cannot load checkpoints ({exc})"
+                    ) from exc
+            log.info("eval_start", label=label, data=data_path, questions=len(questions))
+            result = await evaluate_async(
+                comps.model,
+                comps.search,
+                protocol,
+                comps.reward,
+                questions,
+                config,
+                greedy=not args.sample,
+                label=label,
+                on_progress=lambda done, total, label=label: log.info(
+                    "progress", task=f"eval {label}", done=done, total=total
+                ),
+            )
+            write_records(ctx.run_dir / f"eval_{label}.jsonl", result)
+            log.info(
+                "eval_result",
+                label=label,
+                data=data_path,
+                checkpoint=folder,
+                greedy=not args.sample,
+                trustworthy=result.metrics["trustworthy"],
+                **result.flat_metrics(prefix=""),
+            )
+            results[label] = result
+    finally:
+        await comps.search.aclose()
+        comps.model.close()
+
+    ordered = [results[label] for label in labels]
+    summary = {
+        "data": data_path,
+        "questions": len(questions),
+        "malformed_rows": len(loaded.malformed),
+        "limit_per_source": args.limit_per_source,
+        "greedy": not args.sample,
+        "results": {r.label: r.metrics for r in ordered},
+    }
+    (ctx.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print()
+    for r in ordered:
+        print(format_table(r))
+        print()
+    if len(ordered) > 1:
+        print(format_comparison(ordered))
+        print()
+    for r in ordered:
+        for line in trust_warning(r):
+            print(line)
+    print(f"records: {ctx.run_dir}/eval_<label>.jsonl; summary: {ctx.run_dir}/eval_summary.json")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    from searchr1.core.runs import open_run
+
+    ctx = open_run(args, "eval")
+    return asyncio.run(_run(args, ctx))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    if "eval" in subparsers.choices:  # cli.main() registers extensions on every call
+        return
+    p = subparsers.add_parser(
+        "eval", help="score the base model, checkpoints or a hosted model on a QA file"
+    )
+    p.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    p.add_argument("--run-dir", help="folder for this eval's records and logs")
+    p.add_argument("--data", help="QA file (default: data.eval from the config)")
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        metavar="DIR",
+        help="checkpoint folder to evaluate (repeatable; 'base' = the base model; "
+        "default: base only). Several give a comparison table.",
+    )
+    p.add_argument(
+        "--limit-per-source",
+        type=int,
+        metavar="N",
+        help="only the first N questions of each data_source (a fixed subset)",
+    )
+    p.add_argument(
+        "--sample",
+        action="store_true",
+        help="sample at the rollout temperature (seeded with run.seed) instead of greedy",
+    )
+    p.set_defaults(func=main)

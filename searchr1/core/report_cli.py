@@ -1,0 +1,35 @@
+"""``searchr1 report RUN_DIR``: write the run's HTML report and PNG charts.
+
+Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). Needs no config and no
+plugins: everything comes from the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from searchr1.core.cli import UserError
+    from searchr1.report import build_report
+
+    try:
+        files = build_report(args.run_dir, args.out, pngs=not args.no_png)
+    except FileNotFoundError as exc:
+        raise UserError(str(exc)) from exc
+    print(f"report: {files.html}")
+    for png in files.pngs:
+        print(f"chart:  {png}")
+    if files.png_error:
+        print(files.png_error)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    if "report" in subparsers.choices:  # cli.main() registers extensions on every call
+        return
+    p = subparsers.add_parser("report", help="HTML report (and PNG charts) of a run folder")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (holds events.jsonl)")
+    p.add_argument("--out", help="output folder (default: RUN_DIR/report)")
+    p.add_argument("--no-png", action="store_true", help="only the HTML page")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,274 @@
+"""The rollout state machine: generate, search, read, continue, answer.
+
+The train loop, ``searchr1 smoke`` and eval call :func:`rollout_questions` once per batch of
+questions. For each question the shared prompt is sampled **once** with
+``num_samples = group_size``; from then on every trajectory advances on its own with
+``num_samples = 1``. All trajectories of all questions run as concurrent asyncio tasks, so a
+slow search holds up only the trajectory that issued it.
+
+Token-in/token-out: a trajectory's token list only ever grows by the prompt, by the tokens the
+sampler returned (exactly as returned) and by the observation tokens the protocol encoded from
+the observation text alone. The next prompt is that list. Nothing sampled is ever decoded and
+re-encoded; decoding is only used to *read* a turn's action.
+
+Per trajectory::
+
+    sample turn -> parse action
+      answer                      -> end "answered"
+      no room left in the budget  -> end "token_limit"
+      invalid                     -> end "invalid_action"
+      search, calls used up       -> end "search_limit"
+      search, turns used up       -> end "turn_limit"
+      search -> observation (errors become observations the model reads)
+             -> observation does not fit -> end "token_limit"
+             -> sample next turn with max_tokens = min(max_new_tokens, tokens left)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from searchr1.core.agent_protocols import Action, AgentProtocol
+from searchr1.core.logs import get_logger
+from searchr1.core.types import (
+    EndReason,
+    ModelProvider,
+    Question,
+    SampledSequence,
+    SamplingParams,
+    SearchProvider,
+    SearchResponse,
+    Trajectory,
+    Turn,
+)
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+T = TypeVar("T")
+
+
+def sampling_params(
+    config: Config, protocol: AgentProtocol, *, greedy: bool = False
+) -> SamplingParams:
+    """The per-turn sampling parameters of a run: ``[model] temperature/top_p/max_new_tokens``
+    and the protocol's stop strings and end-of-message token ids. ``greedy`` (eval) sets
+    temperature 0 and top_p 1. The rollout shrinks ``max_tokens`` per turn to the tokens left
+    in ``[rollout] max_trajectory_tokens``."""
+    return SamplingParams(
+        max_tokens=config.model.max_new_tokens,
+        temperature=0.0 if greedy else config.model.temperature,
+        top_p=1.0 if greedy else config.model.top_p,
+        stop_strings=tuple(protocol.stop_strings),
+        stop_token_ids=tuple(protocol.stop_token_ids),
+    )
+
+
+@dataclass
+class _State:
+    """One trajectory in progress (owned by exactly one asyncio task)."""
+
+    question: Question
+    trajectory_id: str
+    group_id: str
+    prompt_len: int
+    tokens: list[int]
+    mask: list[bool] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    search_calls: int = 0
+    search_errors: int = 0
+
+
+class _Rollout:
+    """The shared, read-only context of one :func:`rollout_questions` call."""
+
+    def __init__(
+        self,
+        model: ModelProvider,
+        search: SearchProvider,
+        protocol: AgentProtocol,
+        config: Config,
+        sampling: SamplingParams,
+    ):
+        self.model, self.search, self.protocol = model, search, protocol
+        self.limits = config.rollout
+        self.top_k = config.search.top_k
+        self.sampling = sampling
+
+    def _params(self, used: int) -> SamplingParams:
+        left = self.limits.max_trajectory_tokens - used
+        return dataclasses.replace(self.sampling, max_tokens=min(self.sampling.max_tokens, left))
+
+    async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
+        prompt = self.protocol.initial_prompt_tokens(question)
+        if len(prompt) >= self.limits.max_trajectory_tokens:
+            raise ValueError(
+                f"question {question.id!r}: the prompt alone has {len(prompt)} tokens, no room "
+                f"left in rollout.max_trajectory_tokens = {self.limits.max_trajectory_tokens}"
+            )
+        first = await self.model.sample(prompt, group_size, self._params(len(prompt)))
+        if len(first) != group_size:
+            raise RuntimeError(
+                f"model provider returned {len(first)} samples for num_samples={group_size}"
+            )
+        states = [
+            _State(
+                question=question,
+                trajectory_id=f"{group_id}/{i}",
+                group_id=group_id,
+                prompt_len=len(prompt),
+                tokens=list(prompt),
+                mask=[False] * len(prompt),
+                logprobs=[0.0] * len(prompt),
+            )
+            for i in range(group_size)
+        ]
+        return await _gather_or_cancel(
+            [self.advance(s, sample) for s, sample in zip(states, first, strict=True)]
+        )
+
+    async def advance(self, state: _State, sample: SampledSequence) -> Trajectory:
+        """Drive one trajectory from its first sampled turn to its end."""
+        while True:
+            if len(sample.tokens) != len(sample.logprobs):
+                raise RuntimeError(
+                    f"{state.trajectory_id}: model provider returned {len(sample.tokens)} "
+                    f"tokens but {len(sample.logprobs)} log-probs"
+                )
+            state.tokens.extend(sample.tokens)
+            state.mask.extend([True] * len(sample.tokens))
+            state.logprobs.extend(float(x) for x in sample.logprobs)
+            text = self.protocol.decode(sample.tokens)
+            action = self.protocol.parse_action(text)
+            turn = Turn(
+                sampled_tokens=tuple(sample.tokens),
+                sampled_logprobs=tuple(float(x) for x in sample.logprobs),
+                text=text,
+                action=action.kind,
+                query=action.query,
+                stop_reason=sample.stop_reason,
+            )
+            left = self.limits.max_trajectory_tokens - len(state.tokens)
+
+            if action.kind == "answer":
+                return self._finish(state, turn, "answered", action)
+            if left <= 0:
+                return self._finish(state, turn, "token_limit")
+            if action.kind == "invalid":
+                return self._finish(state, turn, "invalid_action")
+            if state.search_calls >= self.limits.max_search_calls:
+                return self._finish(state, turn, "search_limit")
+            if len(state.turns) + 1 >= self.limits.max_assistant_turns:
+                return self._finish(state, turn, "turn_limit")
+
+            response = await self._search(action.query or "")
+            state.search_calls += 1
+            state.search_errors += response.error is not None
+            body = self.protocol.observation_text(response)
+            obs_tokens, obs_text = self.protocol.render_observation_tokens(
+                body, sample.tokens, self.limits.max_observation_tokens
+            )
+            turn = dataclasses.replace(turn, search_error=response.error)
+            if len(state.tokens) + len(obs_tokens) >= self.limits.max_trajectory_tokens:
+                # No room for the observation plus at least one sampled token.
+                return self._finish(state, turn, "token_limit")
+            state.tokens.extend(obs_tokens)
+            state.mask.extend([False] * len(obs_tokens))
+            state.logprobs.extend([0.0] * len(obs_tokens))
+            state.turns.append(
+                dataclasses.replace(
+                    turn, observation_tokens=tuple(obs_tokens), observation_text=obs_text
+                )
+            )
+            (sample,) = await self.model.sample(
+                list(state.tokens), 1, self._params(len(state.tokens))
+            )
+
+    async def _search(self, query: str) -> SearchResponse:
+        """One search; a provider that raises (it should not) becomes an error observation."""
+        try:
+            return await self.search.search(query, self.top_k)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the contract says never raise; never let one crash a batch
+            get_logger().warning("search_raised", error=f"{type(exc).__name__}: {exc}")
+            return SearchResponse(error=f"{type(exc).__name__}")
+
+    def _finish(
+        self, state: _State, turn: Turn, reason: EndReason, action: Action | None = None
+    ) -> Trajectory:
+        state.turns.append(turn)
+        q = state.question
+        return Trajectory(
+            trajectory_id=state.trajectory_id,
+            question=q.question,
+            golden_answers=tuple(q.golden_answers),
+            tokens=tuple(state.tokens),
+            generated_mask=tuple(state.mask),
+            logprobs=tuple(state.logprobs),
+            prompt_len=state.prompt_len,
+            turns=tuple(state.turns),
+            end_reason=reason,
+            final_answer=action.answer if action is not None else None,
+            final_text=self.protocol.decode(
+                state.tokens[state.prompt_len :], skip_special_tokens=False
+            ),
+            search_calls=state.search_calls,
+            search_errors=state.search_errors,
+            data_source=q.data_source,
+            group_id=state.group_id,
+            protocol=self.protocol.name,
+        )
+
+
+async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
+    """Run coroutines as tasks and return their results in order; on the first exception
+    cancel the rest and re-raise it (a broken model channel stops the batch at once)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    for t in tasks:
+        if not t.cancelled() and t.exception() is not None:
+            raise t.exception()  # type: ignore[misc]
+    return [t.result() for t in tasks]
+
+
+async def rollout_questions(
+    model: ModelProvider,
+    search: SearchProvider,
+    protocol: AgentProtocol,
+    questions: Sequence[Question],
+    config: Config,
+    *,
+    group_size: int,
+    sampling: SamplingParams | None = None,
+    id_prefix: str = "",
+) -> list[list[Trajectory]]:
+    """Roll out ``group_size`` trajectories per question; one list per question, in order.
+
+    ``sampling`` defaults to :func:`sampling_params` (config's temperature and stop strings);
+    its ``max_tokens`` is the per-turn cap, shrunk to what is left of
+    ``[rollout] max_trajectory_tokens``. Trajectory ids are ``{id_prefix}{question.id}/{i}``
+    and ``group_id`` is ``{id_prefix}{question.id}``. A search failure never raises (it
+    becomes an observation and counts in ``search_errors``); a model provider error
+    cancels the whole batch and propagates.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    runner = _Rollout(
+        model, search, protocol, config, sampling or sampling_params(config, protocol)
+    )
+    return await _gather_or_cancel(
+        [runner.group(q, group_size, f"{id_prefix}{q.id}") for q in questions]
+    )

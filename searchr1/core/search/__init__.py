@@ -1,0 +1,16 @@
+"""The search reliability layer shared by every search provider plugin.
+
+* :mod:`.base` - :class:`BaseSearchProvider`: input checks, truncation, the run cache,
+  per-call metrics; a provider implements ``_fetch``.
+* :mod:`.http_provider` - :class:`HttpSearchProvider`: key rotation and benching, retries
+  with backoff, a concurrency limit, pooled httpx connections; HTTP providers implement
+  ``_fetch`` with :meth:`HttpSearchProvider.request`.
+* :mod:`.keys`, :mod:`.retry`, :mod:`.cache`, :mod:`.metrics`, :mod:`.documents` - the parts.
+"""
+
+from searchr1.core.search.base import BaseSearchProvider
+from searchr1.core.search.cache import QueryCache, normalise_query
+from searchr1.core.search.keys import KeyPool
+from searchr1.core.search.metrics import SearchMetrics
+
+__all__ = ["BaseSearchProvider", "KeyPool", "QueryCache", "SearchMetrics", "normalise_query"]

@@ -1,0 +1,164 @@
+"""The part every search provider shares: input checks, the run cache, metrics.
+
+A provider subclasses :class:`BaseSearchProvider` and implements :meth:`_fetch` (one query
+to its backend, returning a :class:`SearchResponse` and never raising). The rollout calls
+:meth:`search` concurrently from many trajectories; this class
+
+* answers empty / whitespace queries and ``top_k < 1`` with an error, without a backend call,
+* truncates queries longer than ``[search] max_query_chars`` (counted),
+* serves repeated queries from the run cache and lets concurrent identical queries share one
+  backend call (``[search] cache``),
+* records one outcome per call in :class:`~searchr1.core.search.metrics.SearchMetrics`,
+* turns any unexpected exception into an error response: a search bug must not kill a rollout.
+
+State that belongs to an event loop (futures here, HTTP clients and semaphores in
+subclasses) is rebuilt when ``search`` runs on a new loop, so a provider survives callers that
+use ``asyncio.run`` once per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from abc import ABC, abstractmethod
+
+from searchr1.core.config import SearchConfig
+from searchr1.core.logs import get_logger
+from searchr1.core.search.cache import CacheKey, QueryCache
+from searchr1.core.search.metrics import SearchMetrics
+from searchr1.core.types import SearchResponse
+
+EMPTY_QUERY = "empty query"
+
+
+class BaseSearchProvider(ABC):
+    """Implements the :class:`~searchr1.core.types.SearchProvider` protocol around
+    :meth:`_fetch`."""
+
+    #: the name the provider is registered under (used in logs)
+    name: str = "search"
+
+    def __init__(self, settings: SearchConfig):
+        self.settings = settings
+        self._metrics = SearchMetrics()
+        self._cache = QueryCache() if settings.cache else None
+        self._inflight: dict[CacheKey, asyncio.Future[SearchResponse]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ to implement
+
+    @abstractmethod
+    async def _fetch(self, query: str, top_k: int) -> SearchResponse:
+        """Ask the backend for ``top_k`` results of a checked, truncated query. Must return a
+        response (``error`` set on failure) rather than raise; attempt-level counters go in
+        ``self._metrics``."""
+
+    def _on_new_loop(self) -> None:
+        """Drop state bound to the previous event loop (subclasses extend)."""
+        return None
+
+    # ------------------------------------------------------------------ protocol
+
+    async def search(self, query: str, top_k: int) -> SearchResponse:
+        """One search; never raises (except for cancellation of the calling task)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._inflight = {}
+            self._on_new_loop()
+        self._metrics.calls += 1
+        try:
+            return await self._search(query, top_k)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the rollout must survive a provider bug
+            self._metrics.errors += 1
+            get_logger().error(
+                "search_internal_error", provider=self.name, error=type(exc).__name__
+            )
+            return SearchResponse(error="search failed (internal error)")
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        out = self._metrics.snapshot()
+        out["available"] = 1.0 if self.available() else 0.0
+        out.update(self._extra_metrics())
+        if reset:
+            self._metrics.reset()
+        return out
+
+    def available(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        """Release resources (subclasses extend)."""
+        return None
+
+    def _extra_metrics(self) -> dict[str, float]:
+        return {}
+
+    # ------------------------------------------------------------------ internals
+
+    async def _search(self, query: str, top_k: int) -> SearchResponse:
+        m = self._metrics
+        if not isinstance(query, str) or not query.strip():
+            m.invalid_queries += 1
+            return SearchResponse(error=EMPTY_QUERY)
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            m.invalid_queries += 1
+            return SearchResponse(error=f"invalid top_k {top_k!r} (must be >= 1)")
+        query = " ".join(query.split())
+        limit = self.settings.max_query_chars
+        if len(query) > limit:
+            m.truncated_queries += 1
+            query = query[:limit].rstrip()
+        if self._cache is None:
+            return self._record(await self._timed_fetch(query, top_k), cached=False)
+
+        key = QueryCache.key(query, top_k)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return self._record(SearchResponse(results=hit, cached=True), cached=True)
+        leader = self._inflight.get(key)
+        if leader is not None:
+            try:
+                shared = await asyncio.shield(leader)
+            except asyncio.CancelledError:
+                if not leader.cancelled():
+                    raise  # this caller was cancelled
+            else:
+                if shared.ok:
+                    shared = dataclasses.replace(shared, cached=True)
+                return self._record(shared, cached=shared.ok)
+            # the leader was cancelled: this caller asks the backend itself
+        future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            response = await self._timed_fetch(query, top_k)
+            if response.ok:
+                self._cache.put(key, response.results)
+            future.set_result(response)
+            return self._record(response, cached=False)
+        finally:
+            if not future.done():
+                future.cancel()
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
+
+    async def _timed_fetch(self, query: str, top_k: int) -> SearchResponse:
+        start = time.perf_counter()
+        response = await self._fetch(query, top_k)
+        self._metrics.add_latency(time.perf_counter() - start)
+        return response
+
+    def _record(self, response: SearchResponse, *, cached: bool) -> SearchResponse:
+        m = self._metrics
+        if cached:
+            m.cache_hits += 1
+        if not response.ok:
+            m.errors += 1
+        elif not response.results:
+            m.empty += 1
+        else:
+            m.results += len(response.results)
+        return response

@@ -1,0 +1,261 @@
+"""``searchr1 smoke``: the seed's validation script as a command.
+
+One question (default: the seed's "Who is the author of The Little Prince and where was he
+born?"), ``--group-size`` trajectories (4), at most ``--max-search-calls`` searches (4),
+through the configured model and search providers, no parameter update. The CLI calls
+:func:`main` with the parsed arguments. It prints, in the seed's shape::
+
+    search keys: 3
+    search probe: ok (3 results)
+    trajectory 0: reward=1.0, search_calls=2, final_answer=France
+    ...
+    search success rate: 100.00%
+    search error rate: 0.00%
+
+then a diagnosis of the seed's common failures in words (401, 429 and keys left, answer
+format never written, search success below ``[search] min_success_rate``), and writes every
+trajectory, with its decoded text per turn and its token records, to
+``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading the
+config already fails naming the variable (exit 2).
+
+Exit codes: 0 when both channels work; 1 when the model channel fails or the search channel
+is broken (every key benched, every search failed, or success below the configured
+minimum); 2 for config and plugin errors (from the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
+
+DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
+DEFAULT_ANSWERS = ("Antoine de Saint-Exupéry",)
+TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the smoke check; returns the process exit code."""
+    from searchr1.core.runs import build_components, open_run
+
+    ctx = open_run(args, "smoke")
+    group_size = int(getattr(args, "group_size", None) or 4)
+    max_search = getattr(args, "max_search_calls", None)
+    config = ctx.config
+    if max_search is not None:
+        config = config.replace(rollout={"max_search_calls": int(max_search)})
+    question = Question(
+        id="smoke",
+        question=getattr(args, "question", None) or DEFAULT_QUESTION,
+        golden_answers=tuple(getattr(args, "answer", None) or DEFAULT_ANSWERS),
+    )
+    print(f"search keys: {len(config.search.api_keys)}")
+    try:
+        components = build_components(ctx, need_loss=False)
+    except Exception as exc:  # a provider that cannot even start is a broken channel
+        if type(exc).__name__ in ("ConfigError", "PluginError"):
+            raise
+        print(f"could not start the providers: {_say(exc)}")
+        print("diagnosis: " + _model_hint(exc, config.model.provider))
+        return 1
+    smoke = _Smoke(components, config, question, group_size, ctx.run_dir)
+    try:
+        return smoke.run()
+    finally:
+        components.model.close()
+
+
+class _Smoke:
+    def __init__(
+        self, components: Any, config: Any, question: Question, group_size: int, run_dir: Path
+    ):
+        self.c, self.config, self.question = components, config, question
+        self.group_size, self.run_dir = group_size, run_dir
+        self.problems: list[str] = []  # diagnoses that make the exit code non-zero
+        self.warnings: list[str] = []
+
+    def run(self) -> int:
+        probe, trajectories, model_error = asyncio.run(self._collect())
+        print(
+            "search probe: "
+            + (f"ok ({len(probe.results)} results)" if probe.ok else f"FAILED ({probe.error})")
+        )
+        results: list[RewardResult] = []
+        for i, traj in enumerate(trajectories):
+            result = self.c.reward(traj, self.question.golden_answers)
+            results.append(result)
+            print(
+                f"trajectory {i}: reward={result.reward:.1f}, search_calls={traj.search_calls}, "
+                f"final_answer={traj.final_answer}"
+            )
+        metrics = self.c.search.metrics()
+        success = float(metrics.get("success_rate", 1.0))
+        errors = float(metrics.get("error_rate", 0.0))
+        print(f"search success rate: {success:.2%}")
+        print(f"search error rate: {errors:.2%}")
+        self._write(trajectories, results)
+
+        if model_error is not None:
+            self.problems.append(
+                f"the model channel failed: {_say(model_error)}. "
+                + _model_hint(model_error, self.config.model.provider)
+            )
+        self._diagnose_search(probe, metrics, success)
+        self._diagnose_rewards(trajectories, results)
+        for line in self.warnings:
+            print(f"warning: {line}")
+        for line in self.problems:
+            print(f"diagnosis: {line}")
+        if not self.problems and not self.warnings:
+            print("diagnosis: both channels work (model answered, search answered)")
+        get_logger().info(
+            "smoke_done",
+            trajectories=len(trajectories),
+            rewards=[r.reward for r in results],
+            search=metrics,
+            problems=self.problems,
+            warnings=self.warnings,
+        )
+        return 1 if self.problems else 0
+
+    async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
+        """Probe the search channel once, then roll out one group (same event loop, so the
+        provider's HTTP client is closed on the loop that opened it)."""
+        from searchr1.core.agent_protocols import make_protocol
+        from searchr1.core.rollout import rollout_questions
+
+        search: SearchProvider = self.c.search
+        try:
+            probe = await search.search(self.question.question, self.config.search.top_k)
+            trajectories: list[Trajectory] = []
+            model_error: Exception | None = None
+            try:
+                protocol = make_protocol(self.config, self.c.model.tokenizer)
+                (trajectories,) = await rollout_questions(
+                    self.c.model,
+                    search,
+                    protocol,
+                    [self.question],
+                    self.config,
+                    group_size=self.group_size,
+                )
+            except Exception as exc:  # the model channel: report it, do not crash
+                model_error = exc
+            return probe, trajectories, model_error
+        finally:
+            await search.aclose()
+
+    def _diagnose_search(self, probe: Any, metrics: dict[str, float], success: float) -> None:
+        cfg = self.config.search
+        n_keys = len(cfg.api_keys)
+        auth = int(metrics.get("auth_errors", 0))
+        quota = int(metrics.get("http_429", 0))
+        left = metrics.get("keys_available")
+        calls = int(metrics.get("calls", 0)) - int(metrics.get("invalid_queries", 0))
+        if auth:
+            if n_keys == 0:
+                self.problems.append(
+                    "the search service answered 401/403 and [search] api_keys is empty: set "
+                    'api_keys = "${ZHIHU_SEARCH_KEYS}" (comma-separated) and put the keys in '
+                    ".env"
+                )
+            else:
+                self.problems.append(
+                    f"401/403: the search service rejected {auth} request(s); a rejected key is "
+                    f"benched for the run. Check the keys in [search] api_keys (the variable "
+                    f"behind it, e.g. ZHIHU_SEARCH_KEYS) are valid"
+                )
+        if quota:
+            keys_left = f"{int(left)} of {max(n_keys, 1)}" if left is not None else "unknown"
+            self.problems.append(
+                f"429: search quota exhausted on {quota} request(s); keys left: {keys_left}. "
+                + (
+                    "Every key is out of quota: stop and wait for the quota to reset or add "
+                    "keys; training now would learn from search failures"
+                    if left is not None and left == 0
+                    else "Add keys to [search] api_keys to rotate through"
+                )
+            )
+        if not self.c.search.available():
+            self.problems.append(
+                "the search provider reports itself unavailable (every key benched): the "
+                "search channel is down"
+            )
+        if calls > 0 and success < cfg.min_success_rate:
+            self.problems.append(
+                f"search success rate {success:.0%} is below [search] min_success_rate "
+                f"({cfg.min_success_rate:.0%}): check key quota (429), timeouts "
+                f"([search] timeout_seconds) and [search] api_base"
+            )
+        elif not probe.ok and not self.problems:
+            self.problems.append(f"the search probe failed: {probe.error}")
+
+    def _diagnose_rewards(
+        self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]
+    ) -> None:
+        if not trajectories:
+            return
+        if all(r.components.get("format", 1.0) == 0.0 for r in results):
+            ends = Counter(t.end_reason for t in trajectories)
+            form = (
+                "one `Answer: <short answer>` line"
+                if self.config.rollout.protocol == "tool_calls"
+                else "one <answer>...</answer> element"
+            )
+            self.warnings.append(
+                f"every reward is {results[0].reward:g}: the model never wrote the answer "
+                f"format ({form}); end reasons: "
+                + ", ".join(f"{k}={v}" for k, v in sorted(ends.items()))
+            )
+        if all(t.search_calls == 0 for t in trajectories):
+            self.warnings.append(
+                "no trajectory searched: the model never issued a well-formed search "
+                "(only the probe exercised the search channel)"
+            )
+
+    def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
+        from searchr1.core.eval import trajectory_to_dict
+
+        path = self.run_dir / TRAJECTORIES_FILE
+        tok = self.c.model.tokenizer
+        with path.open("w", encoding="utf-8") as fh:
+            for traj, result in zip(trajectories, results, strict=True):
+                record = trajectory_to_dict(traj, result)
+                record["prompt_text"] = tok.decode(
+                    list(traj.tokens[: traj.prompt_len]), skip_special_tokens=False
+                )
+                record["final_text"] = traj.final_text
+                record["protocol"] = traj.protocol
+                for turn, out in zip(traj.turns, record["turns"], strict=True):
+                    out["stop_reason"] = turn.stop_reason
+                    out["sampled_tokens"] = len(turn.sampled_tokens)
+                    out["observation_tokens"] = len(turn.observation_tokens)
+                record["tokens"] = list(traj.tokens)
+                record["generated_mask"] = [int(m) for m in traj.generated_mask]
+                record["logprobs"] = list(traj.logprobs)
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        print(f"trajectories written to {path}")
+
+
+def _say(exc: BaseException) -> str:
+    """An exception as one line with secrets redacted."""
+    return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+
+def _model_hint(exc: BaseException, provider: str) -> str:
+    text = str(exc).lower()
+    if "401" in text or "unauthorized" in text or "403" in text:
+        return (
+            "401: the model service rejected the API key; check [model] api_key (e.g. "
+            "TAOTOKEN_API_KEY in .env) and [model] api_base"
+        )
+    if "429" in text:
+        return "429: the model service is rate limiting this key; wait or use another key"
+    return f"check that the model provider {provider!r} can reach its service or files"

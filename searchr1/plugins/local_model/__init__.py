@@ -1,0 +1,27 @@
+"""The ``local`` model provider: sampling and LoRA training in this process (torch + peft).
+
+Registered through the ``searchr1`` entry point (``local_model``) like any third-party plugin
+and chosen by ``[model] provider = "local"``. Importing this package stays cheap: torch and
+transformers are imported only when the factory runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+
+def _create_local(config: Config) -> Any:
+    from searchr1.plugins.local_model.provider import LocalModelProvider
+
+    return LocalModelProvider.from_config(config)
+
+
+@hookimpl
+def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
+    register("local", _create_local)

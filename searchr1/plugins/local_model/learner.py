@@ -1,0 +1,202 @@
+"""Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
+
+The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
+``loss_scale = n_k / N`` when a step is split) and :meth:`Learner.optim_step` once per step.
+Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
+ratios are exactly 1 up to float error; ``logprob_diff_max`` in the metrics reports the
+largest |learner - sampler| log-prob seen, the first thing to look at when ratios drift.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from searchr1.core.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    LossInputs,
+)
+
+
+def token_logprobs(
+    model: Any,
+    input_ids_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    targets_BT: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """``log_softmax(logits / temperature)[target]`` per position, right-padded batch.
+
+    Computed as ``logit[target] - logsumexp(logits)`` so that no second B x T x V tensor
+    (the full log-softmax) is kept for backward: with a 150k vocabulary that tensor is the
+    largest allocation of a training step."""
+    logits_BTV = model(input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False).logits
+    scaled_BTV = logits_BTV.float() / temperature
+    target_BT = scaled_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
+    return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
+
+
+class Learner:
+    """Gradient accumulation and optimizer of one provider. Shares ``model_lock`` with the
+    sampler so sampling never interleaves with a backward pass or a weight update."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        device: torch.device,
+        model_lock: threading.Lock,
+        context_length: int,
+        vocab_size: int,
+        temperature: float,
+        pad_token_id: int,
+        chunk_tokens: int = 8192,
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.model_lock = model_lock
+        self.context_length = context_length
+        self.vocab_size = vocab_size
+        self.temperature = temperature
+        self.pad_token_id = pad_token_id
+        self.chunk_tokens = chunk_tokens
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
+        self.optimizer = torch.optim.AdamW(self.params, lr=1e-5)
+        self.step = 0
+
+    # ------------------------------------------------------------------ forward/backward
+
+    def forward_backward(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
+    ) -> ForwardBackwardResult:
+        """Accumulate the gradient of ``loss_scale * sum(loss_fn over datums)``.
+
+        The datums are processed in chunks of at most ``chunk_tokens`` padded tokens (the
+        loss is a sum, so chunking changes nothing but peak memory). Returns the unscaled
+        summed loss and metrics: the loss's own sums (``tokens``, ``ratio_sum``, ...), their
+        means (``ratio_mean``, ``clip_fraction``) and ``logprob_diff_max``."""
+        if not datums:
+            raise ValueError("forward_backward(): no datums")
+        for d in datums:
+            self._check_datum(d)
+        total_loss = 0.0
+        sums: dict[str, float] = {}
+        diff_max = 0.0
+        with self.model_lock:
+            self.model.train()
+            for chunk in self._chunks(datums):
+                loss, metrics, chunk_diff = self._forward_backward_chunk(chunk, loss_fn, loss_scale)
+                total_loss += loss
+                diff_max = max(diff_max, chunk_diff)
+                for key, value in metrics.items():
+                    if key.endswith("_max"):
+                        sums[key] = max(sums.get(key, -math.inf), value)
+                    else:
+                        sums[key] = sums.get(key, 0.0) + value
+        tokens = sums.get("tokens", 0.0)
+        out = dict(sums)
+        out["datums"] = float(len(datums))
+        out["loss"] = total_loss
+        out["logprob_diff_max"] = diff_max
+        if "ratio_sum" in sums:
+            out["ratio_mean"] = sums["ratio_sum"] / tokens if tokens else 1.0
+        if "clipped_tokens" in sums:
+            out["clip_fraction"] = sums["clipped_tokens"] / tokens if tokens else 0.0
+        return ForwardBackwardResult(loss=total_loss, metrics=out)
+
+    def _check_datum(self, d: Datum) -> None:
+        name = d.trajectory_id or "?"
+        if len(d) == 0:
+            raise ValueError(f"datum {name}: empty")
+        if len(d) > self.context_length:
+            raise ValueError(
+                f"datum {name} (trajectory_id={d.trajectory_id!r}) has {len(d)} tokens, more "
+                f"than the model's context of {self.context_length}; lower "
+                f"rollout.max_trajectory_tokens / train.max_datum_tokens"
+            )
+        for field in ("input_tokens", "target_tokens"):
+            bad = [t for t in getattr(d, field) if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(
+                    f"datum {name}: {field} holds ids outside the vocabulary "
+                    f"(size {self.vocab_size}): {bad[:5]}"
+                )
+
+    def _chunks(self, datums: Sequence[Datum]) -> list[list[Datum]]:
+        chunks: list[list[Datum]] = [[]]
+        longest = 0
+        for d in datums:
+            new_longest = max(longest, len(d))
+            if chunks[-1] and new_longest * (len(chunks[-1]) + 1) > self.chunk_tokens:
+                chunks.append([])
+                new_longest = len(d)
+            chunks[-1].append(d)
+            longest = new_longest
+        return chunks
+
+    def _forward_backward_chunk(
+        self, datums: list[Datum], loss_fn: LossFn, loss_scale: float
+    ) -> tuple[float, Mapping[str, float], float]:
+        dev = self.device
+        width = max(len(d) for d in datums)
+        b = len(datums)
+        ids_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        targets_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        mask_BT = torch.zeros((b, width), dtype=torch.long)
+        sampler_BT = torch.zeros((b, width), dtype=torch.float32)
+        adv_BT = torch.zeros((b, width), dtype=torch.float32)
+        for i, d in enumerate(datums):
+            n = len(d)
+            ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
+            targets_BT[i, :n] = torch.tensor(d.target_tokens, dtype=torch.long)
+            mask_BT[i, :n] = 1
+            sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=torch.float32)
+            adv_BT[i, :n] = torch.tensor(d.advantages, dtype=torch.float32)
+        ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
+        logprobs_BT = token_logprobs(self.model, ids_BT, mask_BT, targets_BT, self.temperature)
+        # Pack the real positions of every datum into one sequence (the loss is a sum).
+        real_BT = mask_BT.bool()
+        logprobs_T = logprobs_BT[real_BT]
+        inputs = LossInputs(
+            sampler_logprobs_T=sampler_BT.to(dev)[real_BT],
+            advantages_T=adv_BT.to(dev)[real_BT],
+        )
+        output = loss_fn(logprobs_T, inputs)
+        (output.loss * loss_scale).backward()
+        with torch.no_grad():
+            trained_T = inputs.advantages_T != 0
+            diff = (logprobs_T.detach() - inputs.sampler_logprobs_T).abs()[trained_T]
+            diff_max = float(diff.max()) if diff.numel() else 0.0
+        return float(output.loss.detach()), dict(output.metrics), diff_max
+
+    # ------------------------------------------------------------------ optimizer
+
+    def optim_step(self, adam: AdamParams) -> dict[str, float]:
+        """One AdamW step over the LoRA parameters with ``adam``'s settings, an optional
+        global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step."""
+        with self.model_lock:
+            grads = [p.grad for p in self.params if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads) if grads else None
+            grad_norm = float(norm) if norm is not None else 0.0
+            clip = adam.grad_clip_norm
+            if norm is not None and clip is not None and clip > 0 and grad_norm > clip:
+                torch.nn.utils.clip_grads_with_norm_(self.params, clip, norm)
+            for group in self.optimizer.param_groups:
+                group["lr"] = adam.learning_rate
+                group["betas"] = (adam.beta1, adam.beta2)
+                group["eps"] = adam.eps
+                group["weight_decay"] = adam.weight_decay
+            if grads:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+        return {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}

@@ -1,0 +1,268 @@
+"""``LocalModelProvider``: sampling and LoRA training of one model in this process.
+
+Created once per run by the ``local`` factory (``[model] provider = "local"``) through
+:meth:`LocalModelProvider.from_config`. The rollout awaits :meth:`sample` from many asyncio
+tasks (batched by :class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train
+loop calls :meth:`forward_backward` per micro-batch and :meth:`optim_step` per step
+(:class:`~searchr1.plugins.local_model.learner.Learner`). Both work on the same peft model, so
+sampling after ``optim_step`` uses the new adapter weights.
+
+Optional settings live in ``[model.local]``::
+
+    [model.local]
+    max_batch_rows = 256        # most sequences generated in one batch
+    batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
+    threads = 0                 # CPU threads for torch (0 = every core this process may use)
+    learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.logs import get_logger
+from searchr1.core.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    SampledSequence,
+    SamplingParams,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from searchr1.core.config import Config
+
+log = get_logger()
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """``[model.local]``, checked with :func:`searchr1.core.config.check_table`."""
+
+    max_batch_rows: int = 256
+    batch_wait_ms: float = 5.0
+    threads: int = 0
+    learner_chunk_tokens: int = 8192
+
+
+def _settings(config: Config) -> LocalSettings:
+    from searchr1.core.config import ConfigError, check_table
+
+    problems: list[str] = []
+    values = check_table(
+        config.plugin_table("model", "local"), LocalSettings, "model.local", problems
+    )
+    settings = LocalSettings(**values)
+    if settings.max_batch_rows < 1:
+        problems.append(f"model.local.max_batch_rows must be >= 1, got {settings.max_batch_rows}")
+    if settings.batch_wait_ms < 0:
+        problems.append(f"model.local.batch_wait_ms must be >= 0, got {settings.batch_wait_ms}")
+    if settings.learner_chunk_tokens < 1:
+        problems.append("model.local.learner_chunk_tokens must be >= 1")
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+class LocalModelProvider:
+    """A :class:`~searchr1.core.types.ModelProvider` over a local transformers model + LoRA."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        device: torch.device,
+        temperature: float,
+        settings: LocalSettings = LocalSettings(),
+        seed: int = 0,
+    ) -> None:
+        """``model`` is a peft model with the adapter attached and the base frozen (see
+        :meth:`from_config`). ``temperature`` is the rollout's sampling temperature, at which
+        the learner computes log-probs."""
+        from searchr1.plugins.local_model.learner import Learner
+        from searchr1.plugins.local_model.sampler import BatchedSampler
+
+        self.model = model
+        self._tokenizer = tokenizer
+        self.device = device
+        self.model_lock = threading.Lock()
+        config = model.config
+        self.context_length = int(getattr(config, "max_position_embeddings", 1 << 30))
+        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
+        eos_ids = _eos_ids(model, tokenizer)
+        pad_id = pad if pad is not None else (min(eos_ids) if eos_ids else 0)
+        self.sampler = BatchedSampler(
+            model,
+            tokenizer,
+            device=device,
+            model_lock=self.model_lock,
+            context_length=self.context_length,
+            eos_token_ids=eos_ids,
+            pad_token_id=pad_id,
+            vocab_size=self.vocab_size,
+            max_batch_rows=settings.max_batch_rows,
+            batch_wait_s=settings.batch_wait_ms / 1000.0,
+            seed=seed,
+        )
+        self.learner = Learner(
+            model,
+            device=device,
+            model_lock=self.model_lock,
+            context_length=self.context_length,
+            vocab_size=self.vocab_size,
+            temperature=temperature,
+            pad_token_id=pad_id,
+            chunk_tokens=settings.learner_chunk_tokens,
+        )
+
+    @classmethod
+    def from_config(cls, config: Config) -> LocalModelProvider:
+        """Load ``[model] base_model`` (a hub id, a folder or ``builtin:NAME``) on the chosen
+        device and dtype, attach a LoRA adapter from ``[lora]`` and freeze the base."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from searchr1.core.builtins import resolve
+        from searchr1.plugins.local_model.device import (
+            choose_device,
+            choose_dtype,
+            configure_cpu_threads,
+        )
+
+        settings = _settings(config)
+        device = choose_device(config.model.device)
+        dtype = choose_dtype(config.model.dtype, device)
+        threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
+        path = resolve(config.model.base_model)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
+        except OSError as exc:
+            raise ValueError(
+                f"model.base_model = {config.model.base_model!r}: cannot load a tokenizer and "
+                f"a causal LM from {path!r}: {exc}"
+            ) from exc
+        base.to(device)
+        # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.run.seed)
+            model = attach_lora(base, config)
+        log.info(
+            "local model loaded",
+            base_model=config.model.base_model,
+            device=str(device),
+            dtype=str(dtype).removeprefix("torch."),
+            threads=threads,
+            trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        )
+        return cls(
+            model,
+            tokenizer,
+            device=device,
+            temperature=config.model.temperature,
+            settings=settings,
+            seed=config.run.seed,
+        )
+
+    # ------------------------------------------------------------------ ModelProvider
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer of the base model (chat template included)."""
+        return self._tokenizer
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        """``num_samples`` continuations of ``prompt_tokens``; batched with every other call
+        in flight."""
+        return await self.sampler.sample(prompt_tokens, num_samples, params)
+
+    def forward_backward(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
+    ) -> ForwardBackwardResult:
+        return self.learner.forward_backward(datums, loss_fn, loss_scale)
+
+    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        return self.learner.optim_step(adam)
+
+    def save_state(self, path: str) -> None:
+        from searchr1.plugins.local_model import state
+
+        with self.model_lock:
+            state.save_state(
+                path,
+                self.model,
+                self.learner.optimizer,
+                self.learner.step,
+                self.sampler._generator,
+            )
+
+    def load_state(self, path: str) -> None:
+        from searchr1.plugins.local_model import state
+
+        with self.model_lock:
+            self.learner.step = state.load_state(
+                path, self.model, self.learner.optimizer, self.sampler._generator
+            )
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def attach_lora(base: Any, config: Config) -> Any:
+    """Freeze ``base`` and wrap it in a peft LoRA model built from ``[lora]``."""
+    from peft import LoraConfig, get_peft_model
+
+    for p in base.parameters():
+        p.requires_grad_(False)
+    lora = config.lora
+    module_names = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
+    missing = [m for m in lora.target_modules if m not in module_names]
+    if missing:
+        raise ValueError(
+            f"lora.target_modules: {missing} not found in {config.model.base_model!r}; "
+            f"linear layers there include: "
+            f"{sorted(n for n in module_names if n.endswith('_proj'))}"
+        )
+    peft_config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
+    return get_peft_model(base, peft_config)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Token ids that always end a sample: the tokenizer's eos and the model's generation
+    eos ids (Qwen lists both ``<|endoftext|>`` and ``<|im_end|>`` there)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list | tuple):
+        ids.update(int(e) for e in eos)
+    return sorted(ids)
+
+
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
+    """``dtype=`` since transformers 4.56; older releases silently ignore it and only honour
+    ``torch_dtype=`` (the model would then load in fp32 on a GPU)."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}

@@ -1,0 +1,104 @@
+"""Built-in rewards: ``format``, ``answer`` and their combination ``format_answer`` (the
+default, the seed's reward table).
+
+Registered through the ``searchr1`` entry point like any third-party plugin and chosen by
+``[reward] name``. The train loop, smoke and eval call the reward once per finished
+trajectory with ``(trajectory, golden_answers)``. Every built-in reports the same components,
+so dashboards do not depend on the choice:
+
+* ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
+  non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
+  ``Answer:`` line under ``tool_calls``), else 0.0;
+* ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
+  normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
+* ``f1``: the best token F1 against the golden answers (a metric, never part of a reward).
+
+Rewards (``protocols.md`` section 4): ``format_answer`` = ``format_penalty`` (-0.1) when the
+format is wrong, else 1.0 / 0.0 by exact match; ``format`` = 0.0 or ``format_penalty``;
+``answer`` = 1.0 / 0.0 by exact match alone. Optional settings: ``[reward.<name>]
+format_penalty = -0.1``, ``correct_reward = 1.0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from searchr1.core.answers import exact_match, extract_answers, f1_score
+from searchr1.core.config import ConfigError, check_table
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import RewardResult, Trajectory
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    format_penalty: float = -0.1
+    correct_reward: float = 1.0
+
+
+def components(trajectory: Trajectory, golden_answers: Sequence[str]) -> dict[str, float]:
+    """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring)."""
+    # Turns are separated by observations, so each turn starts on a line of its own.
+    generated = "\n".join(turn.text for turn in trajectory.turns)
+    answers = extract_answers(trajectory.protocol or "tags", generated)
+    format_ok = (
+        trajectory.final_answer is not None
+        and bool(trajectory.final_answer.strip())
+        and len(answers) == 1
+        and bool(answers[0])
+    )
+    return {
+        "format": float(format_ok),
+        "correct": float(exact_match(trajectory.final_answer, golden_answers)),
+        "f1": f1_score(trajectory.final_answer, golden_answers),
+    }
+
+
+@dataclass(frozen=True)
+class FormatAnswerReward:
+    """``format_penalty`` unless the answer format is right, then exact match (1.0 / 0.0)."""
+
+    settings: RewardSettings
+    use_format: bool = True
+    use_answer: bool = True
+
+    def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
+        parts = components(trajectory, golden_answers)
+        reward = 0.0
+        if self.use_format and not parts["format"]:
+            reward = self.settings.format_penalty
+        elif self.use_answer and parts["correct"]:
+            reward = self.settings.correct_reward
+        return RewardResult(reward=reward, components=parts)
+
+
+def _settings(config: Config, name: str) -> RewardSettings:
+    problems: list[str] = []
+    values = check_table(
+        config.plugin_table("reward", name), RewardSettings, f"reward.{name}", problems
+    )
+    if problems:
+        raise ConfigError(problems)
+    return RewardSettings(**values)
+
+
+def _factory(
+    name: str, use_format: bool, use_answer: bool
+) -> Callable[[Config], FormatAnswerReward]:
+    def create(config: Config) -> FormatAnswerReward:
+        return FormatAnswerReward(_settings(config, name), use_format, use_answer)
+
+    return create
+
+
+@hookimpl
+def register_rewards(
+    register: Callable[[str, Callable[[Config], FormatAnswerReward]], None],
+) -> None:
+    register("format_answer", _factory("format_answer", True, True))
+    register("format", _factory("format", True, False))
+    register("answer", _factory("answer", False, True))

@@ -1,0 +1,182 @@
+"""The ``search_r1`` search provider: a client of the original Search-R1 retrieval server.
+
+Registered through the ``searchr1`` entry point (``search_r1``) and chosen by
+``[search] provider = "search_r1"``. Protocol (protocols.md section 2)::
+
+    POST {api_base}/retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
+    ->  {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"}, "score": 12.3}], ...]}
+
+The server answers many queries in one request, so queries that arrive within
+``batch_window_ms`` of each other (the trajectories of a rollout searching at the same time)
+are sent together, up to ``max_batch`` per request. Retries, the concurrency limit, the cache
+and optional keys (sent as ``Authorization: Bearer``, e.g. behind a gateway) come from
+:class:`~searchr1.core.search.http_provider.HttpSearchProvider`; a failed request fails every
+query of its batch with the same error. ``[search] api_base`` defaults to
+``http://127.0.0.1:8000`` (the original ``retrieval_launch.sh``). Its own table::
+
+    [search.search_r1]
+    batch_window_ms = 5.0
+    max_batch = 64
+    path = "/retrieve"
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from searchr1.core.config import ConfigError, check_table
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.logs import get_logger
+from searchr1.core.search.documents import DocumentError, row_to_result
+from searchr1.core.search.http_provider import HttpSearchProvider, ResponseError
+from searchr1.core.types import SearchResponse, SearchResult
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
+
+
+@dataclass(frozen=True)
+class SearchR1Settings:
+    """``[search.search_r1]``."""
+
+    batch_window_ms: float = 5.0
+    max_batch: int = 64
+    path: str = "/retrieve"
+
+
+def search_r1_settings(config: Config) -> SearchR1Settings:
+    problems: list[str] = []
+    values = check_table(
+        config.plugin_table("search", "search_r1"), SearchR1Settings, "search.search_r1", problems
+    )
+    settings = SearchR1Settings(**values)
+    if settings.batch_window_ms < 0:
+        problems.append(
+            f"search.search_r1.batch_window_ms = {settings.batch_window_ms} must be >= 0"
+        )
+    if settings.max_batch < 1:
+        problems.append(f"search.search_r1.max_batch = {settings.max_batch} must be >= 1")
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _score(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def parse_retrieve(
+    response: httpx.Response, n_queries: int, top_k: int
+) -> list[tuple[SearchResult, ...]]:
+    """One tuple of results per query; ResponseError for a body of the wrong shape."""
+    try:
+        body = response.json()
+    except ValueError:
+        raise ResponseError("malformed response (not JSON)") from None
+    result = body.get("result") if isinstance(body, dict) else None
+    if not isinstance(result, list) or len(result) != n_queries:
+        raise ResponseError("malformed response (expected one result list per query)")
+    out: list[tuple[SearchResult, ...]] = []
+    for hits in result:
+        if not isinstance(hits, list):
+            raise ResponseError("malformed response (a result is not a list)")
+        parsed: list[SearchResult] = []
+        for hit in hits[:top_k]:
+            scored = isinstance(hit, dict) and isinstance(hit.get("document"), dict)
+            document = hit["document"] if scored else hit
+            try:
+                parsed.append(row_to_result(document, _score(hit.get("score")) if scored else 0.0))
+            except DocumentError:
+                raise ResponseError("malformed response (a document has no contents)") from None
+        out.append(tuple(parsed))
+    return out
+
+
+class SearchR1Retriever(HttpSearchProvider):
+    """Batches concurrent queries into ``POST /retrieve`` requests; see the module docstring."""
+
+    name = "search_r1"
+    default_api_base = "http://127.0.0.1:8000"
+
+    def __init__(self, config: Config, **kwargs: Any):
+        self.options = search_r1_settings(config)
+        super().__init__(config.search, **kwargs)
+        self._pending: dict[int, Batch] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _on_new_loop(self) -> None:
+        super()._on_new_loop()
+        self._pending = {}
+        self._tasks = set()
+
+    async def _fetch(self, query: str, top_k: int) -> SearchResponse:
+        future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
+        batch = self._pending.setdefault(top_k, [])
+        batch.append((query, future))
+        if len(batch) >= self.options.max_batch:
+            self._start(self._send(self._take(top_k, batch), top_k))
+        elif len(batch) == 1:
+            self._start(self._send_after_window(top_k, batch))
+        return await future
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await super().aclose()
+
+    # ------------------------------------------------------------------ batching
+
+    def _start(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    def _take(self, top_k: int, batch: Batch) -> Batch:
+        if self._pending.get(top_k) is batch:
+            del self._pending[top_k]
+        return batch
+
+    async def _send_after_window(self, top_k: int, batch: Batch) -> None:
+        await asyncio.sleep(self.options.batch_window_ms / 1000.0)
+        if self._pending.get(top_k) is batch:  # not already sent because it filled up
+            await self._send(self._take(top_k, batch), top_k)
+
+    async def _send(self, batch: Batch, top_k: int) -> None:
+        """One request for the whole batch; every future gets a response, whatever happens."""
+        queries = [query for query, _ in batch]
+        body = {"queries": queries, "topk": top_k, "return_scores": True}
+
+        def build(client: httpx.AsyncClient, key: str | None) -> httpx.Request:
+            headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+            return client.build_request("POST", self.options.path, json=body, headers=headers)
+
+        fallback = "search failed (internal error)"
+        try:
+            fetched = await self.request(build, lambda r: parse_retrieve(r, len(queries), top_k))
+            for i, (_, future) in enumerate(batch):
+                if not future.done():
+                    results = fetched.value[i] if fetched.value is not None else ()
+                    future.set_result(SearchResponse(results=results, error=fetched.error))
+        except asyncio.CancelledError:
+            fallback = "search cancelled"
+            raise
+        except Exception as exc:  # noqa: BLE001 - answered below; the rollout must go on
+            get_logger().error(
+                "search_internal_error", provider=self.name, error=type(exc).__name__
+            )
+        finally:
+            for _, future in batch:
+                if not future.done():
+                    future.set_result(SearchResponse(error=fallback))
+
+
+@hookimpl
+def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("search_r1", SearchR1Retriever)

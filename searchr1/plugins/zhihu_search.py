@@ -1,0 +1,152 @@
+"""The ``zhihu`` search provider: Zhihu's global search API (protocols.md section 1).
+
+Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
+``[search] provider = "zhihu"``. Keys come from ``[search] api_keys`` (usually
+``"${ZHIHU_SEARCH_KEYS}"``, comma or newline separated); ``[search] api_base`` defaults to
+``https://developer.zhihu.com`` and the endpoint path is appended. Key rotation, benching,
+retries, the concurrency limit and the cache come from
+:class:`~searchr1.core.search.http_provider.HttpSearchProvider`. Its own table::
+
+    [search.zhihu]
+    search_db = "all"     # SearchDB: "all" | "realtime" | "static"; "" = the service default
+    filter = ""           # Filter, passed through when set
+    path = "/api/v1/content/global_search"
+
+The API returns no relevance score, so ``SearchResult.score`` is the reciprocal rank
+(1, 1/2, 1/3, ...). Highlight tags (``<em>``) and HTML entities are removed from titles and
+texts.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from searchr1.core.config import ConfigError, check_table
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.logs import redact_text
+from searchr1.core.search.http_provider import HttpSearchProvider, ResponseError
+from searchr1.core.types import SearchResponse, SearchResult
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+#: the API returns at most this many items per call
+MAX_COUNT = 20
+_TAG_RE = re.compile(r"<[^>]{0,200}>")
+
+
+@dataclass(frozen=True)
+class ZhihuSettings:
+    """``[search.zhihu]``."""
+
+    search_db: str = ""
+    filter: str = ""
+    path: str = "/api/v1/content/global_search"
+
+
+def zhihu_settings(config: Config) -> ZhihuSettings:
+    problems: list[str] = []
+    values = check_table(
+        config.plugin_table("search", "zhihu"), ZhihuSettings, "search.zhihu", problems
+    )
+    settings = ZhihuSettings(**values)
+    if settings.search_db not in ("", "all", "realtime", "static"):
+        problems.append(
+            f"search.zhihu.search_db = {settings.search_db!r} is not one of "
+            "'all', 'realtime', 'static' (or empty)"
+        )
+    if not config.search.api_keys:
+        problems.append(
+            "search.api_keys is empty: the zhihu provider needs at least one key "
+            '(api_keys = "${ZHIHU_SEARCH_KEYS}", keys separated by commas or newlines)'
+        )
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _clean(value: Any) -> str:
+    if not isinstance(value, str):
+        return ""
+    return " ".join(html.unescape(_TAG_RE.sub("", value)).split())
+
+
+def parse_zhihu(response: httpx.Response, top_k: int) -> tuple[SearchResult, ...]:
+    """The results of one HTTP 200 answer; ResponseError for a body that is not usable."""
+    try:
+        body = response.json()
+    except ValueError:
+        raise ResponseError("malformed response (not JSON)") from None
+    if not isinstance(body, dict) or "Code" not in body:
+        raise ResponseError("malformed response (no Code field)")
+    code = body.get("Code")
+    if code != 0:
+        message = _clean(body.get("Message"))[:80]
+        detail = f": {redact_text(message)}" if message else ""
+        raise ResponseError(f"search API error (Code {code}{detail})", kind="api")
+    data = body.get("Data")
+    if not isinstance(data, dict):
+        raise ResponseError("malformed response (no Data object)")
+    items = data.get("Items")
+    if items is None:
+        items = []  # "Items": null is how an empty answer may look
+    if not isinstance(items, list):
+        raise ResponseError("malformed response (Data.Items is not a list)")
+    results: list[SearchResult] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        title, text = _clean(item.get("Title")), _clean(item.get("ContentText"))
+        if not (title or text):
+            continue
+        url = item.get("Url")
+        results.append(
+            SearchResult(
+                title=title,
+                text=text,
+                url=url if isinstance(url, str) else "",
+                score=1.0 / (len(results) + 1),
+            )
+        )
+        if len(results) >= top_k:
+            break
+    return tuple(results)
+
+
+class ZhihuSearch(HttpSearchProvider):
+    """``GET {api_base}{path}?Query=...&Count=...`` with ``Authorization: Bearer <key>``."""
+
+    name = "zhihu"
+    default_api_base = "https://developer.zhihu.com"
+
+    def __init__(self, config: Config, **kwargs: Any):
+        self.options = zhihu_settings(config)
+        super().__init__(config.search, **kwargs)
+
+    async def _fetch(self, query: str, top_k: int) -> SearchResponse:
+        params = {"Query": query, "Count": str(min(top_k, MAX_COUNT))}
+        if self.options.search_db:
+            params["SearchDB"] = self.options.search_db
+        if self.options.filter:
+            params["Filter"] = self.options.filter
+
+        def build(client: httpx.AsyncClient, key: str | None) -> httpx.Request:
+            headers = {"X-Request-Timestamp": str(int(time.time()))}
+            if key is not None:
+                headers["Authorization"] = f"Bearer {key}"
+            return client.build_request("GET", self.options.path, params=params, headers=headers)
+
+        fetched = await self.request(build, lambda response: parse_zhihu(response, top_k))
+        return SearchResponse(results=fetched.value or (), error=fetched.error)
+
+
+@hookimpl
+def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("zhihu", ZhihuSearch)

@@ -1,0 +1,52 @@
+"""``searchr1 report``: a self-contained HTML page (and PNGs) from a run folder.
+
+:func:`build_report` is called by :mod:`searchr1.core.report_cli` (and may be called by the
+train loop at the end of a run). It reads the folder (:mod:`.runlog`), draws the page
+(:mod:`.page`, inline SVG from :mod:`.charts`) and the PNG copies (:mod:`.pngs`), and writes
+them under ``RUN_DIR/report/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from searchr1.report.runlog import RunLog, load_run
+
+__all__ = ["ReportFiles", "build_report", "load_run", "RunLog"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What :func:`build_report` wrote."""
+
+    html: Path
+    pngs: tuple[Path, ...] = field(default_factory=tuple)
+    png_error: str | None = None
+
+
+def build_report(
+    run_dir: Path | str, out_dir: Path | str | None = None, *, pngs: bool = True
+) -> ReportFiles:
+    """Write ``index.html`` (and ``<chart>.png`` files) into ``out_dir``
+    (default ``RUN_DIR/report``). Raises ``FileNotFoundError`` for a folder that is not a
+    run. A PNG failure (e.g. matplotlib missing) never loses the HTML page: it is reported
+    in ``png_error``."""
+    from searchr1.report.page import render_page
+
+    run_dir = Path(run_dir)
+    log = load_run(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    png_error = None
+    if pngs:
+        try:
+            from searchr1.report.pngs import write_pngs
+
+            written = write_pngs(out, log.series)
+        except ImportError as exc:
+            png_error = f"PNGs skipped: {exc} (pip install matplotlib)"
+    html = out / "index.html"
+    html.write_text(render_page(log, [p.name for p in written]), encoding="utf-8")
+    return ReportFiles(html=html, pngs=tuple(written), png_error=png_error)

@@ -1,0 +1,240 @@
+"""The report's HTML: one self-contained file (inline CSS, inline SVG, a few lines of inline
+script), readable offline and safe to mail around.
+
+Called by :func:`searchr1.report.build_report` with a loaded :class:`RunLog`. Every text that
+comes from the run (questions, model output, observations) is HTML-escaped: a model can
+write ``<script>`` too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from searchr1.report.charts import CHARTS, ChartSpec, svg_chart
+from searchr1.report.runlog import RunLog, is_number
+
+#: eval-table columns shown first, in this order, when present
+_EVAL_FIRST = (
+    "n",
+    "em",
+    "macro_em",
+    "micro_em",
+    "heldout_em",
+    "f1",
+    "format_rate",
+    "search_success_rate",
+    "search_calls_mean",
+    "reward_mean",
+)
+_EVAL_SKIP = frozenset(
+    {"event", "timestamp", "level", "run_id", "logger", "min_success_rate", "seconds"}
+)
+_PERCENT_RE = re.compile(r"(^|[/_])(em|f1|rate)$|^em/")
+#: at most this many extra metric charts (beyond :data:`CHARTS`)
+_MAX_EXTRA_CHARTS = 80
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;
+max-width:1100px;padding:16px 24px;color:#222;background:#fff}
+h1{font-size:22px;margin:4px 0}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.meta{color:#555}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}
+figure.chart{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:8px}
+figcaption{font-weight:600;margin-bottom:4px}svg.plot{width:100%;height:auto}
+svg .frame{fill:none;stroke:#bbb}svg .grid{stroke:#eee}svg .tick,svg .axis,svg .legend{font-size:11px;fill:#444}
+svg path.series{stroke-width:2}.nodata{color:#888;font-size:12px;margin:4px 0}
+table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}
+th{background:#f5f5f5}td.text,th.text{text-align:left}tr.warn td{background:#fff1f0}
+details{margin:4px 0}summary{cursor:pointer}details.step>summary{font-weight:600}
+details.trajectory{border-left:3px solid #ccc;padding-left:8px;margin-left:8px}
+details.trajectory.good{border-color:#2ca02c}details.trajectory.bad{border-color:#d62728}
+.turn{margin:6px 0 6px 8px}.badge{display:inline-block;font-size:11px;padding:0 6px;border-radius:8px;
+background:#eee;margin-right:4px}.badge.search{background:#e3f0fb}.badge.answer{background:#e5f5e5}
+.badge.invalid,.badge.error{background:#fde2e1}pre{white-space:pre-wrap;word-break:break-word;
+background:#f8f8f8;padding:6px;margin:2px 0;font-size:12px;max-height:320px;overflow:auto}
+.warning{color:#a8071a;font-weight:600}.scroll{overflow-x:auto;max-width:100%}
+"""
+
+# Deep links: opening report.html#traj-... expands the trajectory and every parent <details>.
+# The second part records each curve's drawn length, so a headless browser test can check
+# that the browser laid the charts out.
+_JS = """
+function openTarget(){var id=decodeURIComponent(location.hash.slice(1));if(!id)return;
+var el=document.getElementById(id);for(var n=el;n;n=n.parentElement){if(n.tagName==='DETAILS')n.open=true;}
+if(el)el.scrollIntoView();}
+window.addEventListener('hashchange',openTarget);
+document.addEventListener('DOMContentLoaded',function(){openTarget();
+document.querySelectorAll('svg path.series').forEach(function(p){
+p.setAttribute('data-drawn-length',p.getTotalLength().toFixed(1));});});
+"""
+
+
+def _num(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if not is_number(value):
+        return escape(str(value)) if value is not None else ""
+    if _PERCENT_RE.search(key) and 0 <= value <= 1:
+        return f"{100 * value:.1f}%"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
+    if not evals:
+        return '<p class="nodata" id="evals-empty">no eval results in this run</p>'
+    # The train loop logs its held-out EM as ``value`` of an ``eval/heldout_em`` event.
+    evals = [
+        {("em" if k == "value" else k): v for k, v in e.items()}
+        if str(e.get("event", "")).endswith("_em") and "em" not in e
+        else e
+        for e in evals
+    ]
+    text_cols = ["event", "label", "when", "data", "checkpoint"]
+    text_cols = [c for c in text_cols if any(c in e for e in evals)]
+    has_step = any("step" in e for e in evals)
+    keys: list[str] = [k for k in _EVAL_FIRST if any(is_number(e.get(k)) for e in evals)]
+    for e in evals:
+        for k, v in e.items():
+            if (
+                k not in keys
+                and k not in _EVAL_SKIP
+                and k != "step"
+                and (is_number(v) or isinstance(v, bool))
+                and ("/" not in k or k.endswith("/em") or k.startswith("em/"))
+            ):
+                keys.append(k)
+    head = "".join(f'<th class="text">{escape(c)}</th>' for c in text_cols)
+    head += "<th>step</th>" if has_step else ""
+    head += "".join(f"<th>{escape(k)}</th>" for k in keys)
+    rows = []
+    for e in evals:
+        cls = ' class="warn"' if e.get("trustworthy") is False else ""
+        cells = "".join(
+            f'<td class="text">{escape(str(e[c]) if e.get(c) is not None else "")}</td>'
+            for c in text_cols
+        )
+        cells += f"<td>{_num('step', e.get('step', ''))}</td>" if has_step else ""
+        cells += "".join(f"<td>{_num(k, e.get(k))}</td>" for k in keys)
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    warn = ""
+    if any(e.get("trustworthy") is False for e in evals):
+        warn = (
+            '<p class="warning">Rows in red had search success under the configured minimum: '
+            "their scores are not trustworthy.</p>"
+        )
+    return (
+        f'<div class="scroll"><table id="evals"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>{warn}"
+    )
+
+
+def _turn_html(turn: Mapping[str, Any], index: int) -> str:
+    action = str(turn.get("action") or "none")
+    parts = [
+        f'<div class="turn"><span class="badge {escape(action)}">turn {index} · {escape(action)}</span>'
+    ]
+    if turn.get("query"):
+        parts.append(f'<span class="query">query: <b>{escape(str(turn["query"]))}</b></span>')
+    if turn.get("search_error"):
+        parts.append(
+            f'<span class="badge error">search error: {escape(str(turn["search_error"]))}</span>'
+        )
+    parts.append(f'<pre class="turn-text">{escape(str(turn.get("text", "")))}</pre>')
+    if turn.get("observation_text"):
+        parts.append(f'<pre class="observation">{escape(str(turn["observation_text"]))}</pre>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _trajectory_html(traj: Mapping[str, Any], anchor: str) -> str:
+    reward = traj.get("reward")
+    em = traj.get("em")
+    good = (em == 1) if em is not None else (is_number(reward) and reward > 0)
+    cls = "good" if good else "bad"
+    answer = traj.get("final_answer")
+    summary = (
+        f'<span class="badge">{"reward " + _num("reward", reward) if reward is not None else "no reward"}</span>'
+        f"{escape(str(traj.get('question', '?')))} → <b>{escape(str(answer)) if answer is not None else '<i>no answer</i>'}</b>"
+        f' <span class="meta">({escape(str(traj.get("end_reason", "")))})</span>'
+    )
+    golden = ", ".join(str(g) for g in traj.get("golden_answers") or [])
+    facts = [f"<div>golden answers: <b>{escape(golden)}</b></div>"]
+    if traj.get("data_source"):
+        facts.append(f"<div>data source: {escape(str(traj['data_source']))}</div>")
+    components = traj.get("components") or {}
+    if components:
+        comp = ", ".join(f"{escape(str(k))}={_num(str(k), v)}" for k, v in components.items())
+        facts.append(f"<div>reward components: {comp}</div>")
+    if em is not None:
+        facts.append(f"<div>EM {_num('em', em)} · F1 {_num('f1', traj.get('f1'))}</div>")
+    final = f"<b>{escape(str(answer))}</b>" if answer is not None else "<i>no answer</i>"
+    turns = "".join(_turn_html(t, i) for i, t in enumerate(traj.get("turns") or [], start=1))
+    return (
+        f'<details class="trajectory {cls}" id="{escape(anchor)}"><summary>{summary}</summary>'
+        f"{''.join(facts)}{turns}<div>final answer: {final}</div></details>"
+    )
+
+
+def _group_html(title: str, anchor: str, trajs: Sequence[Mapping[str, Any]]) -> str:
+    rewards = [t["reward"] for t in trajs if is_number(t.get("reward"))]
+    mean = f" · mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+    body = "".join(_trajectory_html(t, f"{anchor}-{i}") for i, t in enumerate(trajs))
+    return (
+        f'<details class="step" id="{escape(anchor)}"><summary>{escape(title)} · '
+        f"{len(trajs)} trajectories{mean}</summary>{body}</details>"
+    )
+
+
+def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
+    """The whole report page for one run."""
+    main_keys = {k for spec in CHARTS for k in spec.keys}
+    charts = "".join(svg_chart(spec, log.series) for spec in CHARTS)
+    extra_keys = sorted(k for k in log.series if k not in main_keys)
+    extra_specs = [
+        ChartSpec(f"m-{i}", k, (k,)) for i, k in enumerate(extra_keys[:_MAX_EXTRA_CHARTS])
+    ]
+    extra = "".join(svg_chart(spec, log.series) for spec in extra_specs)
+
+    meta = [f"run <b>{escape(log.run_id)}</b>"]
+    if log.start.get("command"):
+        meta.append(f"command {escape(str(log.start['command']))}")
+    if log.start.get("config_source"):
+        meta.append(f"config {escape(str(log.start['config_source']))}")
+    if log.last_step is not None:
+        meta.append(f"last step {log.last_step}")
+    if log.bad_lines:
+        meta.append(f'<span class="warning">{log.bad_lines} unreadable log lines skipped</span>')
+
+    steps = "".join(
+        _group_html(f"step {step}", f"step-{step}", trajs)
+        for step, trajs in sorted(log.trajectories.items())
+    )
+    evals = "".join(
+        _group_html(f"eval {label}", f"eval-{label}", records)
+        for label, records in log.eval_records.items()
+    )
+    pngs = ", ".join(f'<a href="{escape(n)}">{escape(n)}</a>' for n in png_names)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>searchr1 report · {escape(log.run_id)}</title><style>{_CSS}</style></head>
+<body>
+<h1>searchr1 report</h1>
+<p class="meta">{" · ".join(meta)}</p>
+<h2 id="curves">Training curves</h2>
+<div class="grid" id="charts">{charts}</div>
+{f'<p class="meta">PNG copies: {pngs}</p>' if pngs else ""}
+<h2 id="eval">Eval results</h2>
+{_eval_table(log.evals)}
+<h2 id="samples">Sample trajectories</h2>
+{steps or '<p class="nodata">no trajectory dumps (train.dump_trajectories = 0?)</p>'}
+{f'<h2 id="eval-samples">Eval trajectories</h2>{evals}' if evals else ""}
+<h2 id="more">More metrics</h2>
+{f'<details id="more-metrics"><summary>{len(extra_specs)} more logged metrics</summary><div class="grid">{extra}</div></details>' if extra else '<p class="nodata">none</p>'}
+<script>{_JS}</script>
+</body></html>
+"""

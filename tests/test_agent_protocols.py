@@ -1,0 +1,239 @@
+"""Agent protocols: prompt rendering, action parsing, observations and scripted turns."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fakes import tiny_tokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from searchr1.core.agent_protocols import (
+    SEARCH_TOOL,
+    Action,
+    TagsProtocol,
+    ToolCallsProtocol,
+    make_protocol,
+)
+from searchr1.core.config import Config
+from searchr1.core.types import Question, SearchResponse, SearchResult
+
+Q = Question(id="q", question="  Who is the author of The Little Prince? ", golden_answers=("x",))
+
+
+@pytest.fixture(scope="module")
+def tags() -> TagsProtocol:
+    return TagsProtocol(tiny_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def tools() -> ToolCallsProtocol:
+    return ToolCallsProtocol(tiny_tokenizer())
+
+
+class _NoTemplate:
+    """A base-model tokenizer: no chat template."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+
+
+# ------------------------------------------------------------------ prompts
+
+
+def test_tags_prompt_is_the_search_r1_instruction_in_the_chat_template(tags) -> None:
+    text = tags.render_prompt(Q)
+    assert text.startswith("<|im_start|>user\nAnswer the given question.")
+    assert "Question: Who is the author of The Little Prince?\n<|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert tags.initial_prompt_tokens(Q) == tiny_tokenizer().encode(text, add_special_tokens=False)
+
+
+def test_tags_prompt_without_chat_template_is_plain_text() -> None:
+    text = TagsProtocol(_NoTemplate()).render_prompt(Q)
+    assert text.startswith("Answer the given question.") and text.endswith(
+        "Question: Who is the author of The Little Prince?\n"
+    )
+
+
+def test_tool_calls_prompt_lists_the_search_tool(tools) -> None:
+    text = tools.render_prompt(Q)
+    assert json.dumps(SEARCH_TOOL) in text
+    assert "Answer: <short answer>" in text and text.endswith("<|im_start|>assistant\n")
+
+
+def test_tool_calls_needs_a_chat_template() -> None:
+    with pytest.raises(ValueError, match='use protocol = "tags"'):
+        ToolCallsProtocol(_NoTemplate())
+
+
+def test_make_protocol_follows_config() -> None:
+    tok = tiny_tokenizer()
+    assert make_protocol(Config(), tok).name == "tags"
+    cfg = Config().replace(rollout={"protocol": "tool_calls"})
+    assert isinstance(make_protocol(cfg, tok), ToolCallsProtocol)
+    with pytest.raises(ValueError, match="rollout.protocol = 'xml'"):
+        make_protocol(Config().replace(rollout={"protocol": "xml"}), tok)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        (
+            "<think> hm </think> <search> capital of France </search>",
+            Action("search", "capital of France"),
+        ),
+        ("<search> a </search> <answer> b </answer>", Action("search", "a")),
+        ("<answer> Paris </answer><search> a </search>", Action("answer", answer="Paris")),
+        ("<answer>\n  two\nlines </answer>", Action("answer", answer="two\nlines")),
+        ("<answer></answer>", Action("answer", answer="")),
+        ("<search> unfinished", Action("invalid")),
+        ("<search>   </search>", Action("invalid")),  # an empty query is a model error
+        ("<search> a </answer>", Action("invalid")),
+        ("Paris.", Action("invalid")),
+    ],
+)
+def test_tags_parse_the_first_complete_element(tags, text, action) -> None:
+    assert tags.parse_action(text) == action
+
+
+CALL = (
+    '<tool_call>\n{"name": "search", "arguments": {"query": "little prince author"}}\n</tool_call>'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        (CALL, Action("search", "little prince author")),
+        (
+            "<think>\nhm\n</think>\n\nAnswer: Saint-Exupéry",
+            Action("answer", answer="Saint-Exupéry"),
+        ),
+        (f"Answer: first\n{CALL}", Action("answer", answer="first")),
+        (f"{CALL}\nAnswer: later", Action("search", "little prince author")),
+        (
+            '<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"q\\"}"}</tool_call>',
+            Action("search", "q"),
+        ),
+        (
+            '<tool_call>{"name": "browse", "arguments": {"query": "q"}}</tool_call>',
+            Action("invalid"),
+        ),
+        (
+            '<tool_call>{"name": "search", "arguments": {"query": ""}}</tool_call>',
+            Action("invalid"),
+        ),
+        ("<tool_call>not json</tool_call>", Action("invalid")),
+        ("Answer:\nnothing after it", Action("invalid")),
+        ("The answer is Paris.", Action("invalid")),
+    ],
+)
+def test_tool_calls_parse_the_earliest_action(tools, text, action) -> None:
+    assert tools.parse_action(text) == action
+
+
+def test_extract_answers_counts_every_occurrence(tags, tools) -> None:
+    assert tags.extract_answers("<answer> a </answer> x <answer>b</answer>") == ["a", "b"]
+    assert tools.extract_answers("Answer: a\nthinking\n  Answer:   b  \nAnswer:") == ["a", "b", ""]
+
+
+# ------------------------------------------------------------------ observations
+
+
+def test_search_results_are_formatted_like_search_r1(tags) -> None:
+    response = SearchResponse(
+        (SearchResult("Little Prince", "A novella\nby  Antoine."), SearchResult("Lyon", "A city."))
+    )
+    assert tags.observation_text(response) == (
+        "Doc 1(Title: Little Prince) A novella by Antoine.\nDoc 2(Title: Lyon) A city."
+    )
+    assert tags.observation_text(SearchResponse(error="quota exhausted (429)")) == (
+        "search failed: quota exhausted (429)"
+    )
+    assert tags.observation_text(SearchResponse()) == "no results"
+
+
+def test_observation_body_is_cut_but_the_closing_tag_is_kept(tags) -> None:
+    tokens, text = tags.render_observation_tokens("word " * 200, [], 10)
+    assert text.startswith("\n\n<information>") and text.endswith("</information>\n\n")
+    before, after = tags.observation_wrapper([])
+    assert len(tokens) == len(before) + 10 + len(after)
+
+
+def test_tool_observation_closes_the_assistant_message_once(tools) -> None:
+    tok = tiny_tokenizer()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    open_turn = tok.encode(CALL, add_special_tokens=False)
+    _, text = tools.render_observation_tokens("Doc 1(Title: T) x", open_turn, 50)
+    assert text == (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: T) x\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    _, closed = tools.render_observation_tokens("x", open_turn + [im_end], 50)
+    assert closed.startswith("\n<|im_start|>user\n<tool_response>\nx\n")
+
+
+def test_observation_matches_the_chat_template_rendering(tools) -> None:
+    """Prompt + turn + observation decodes to what the template renders for the same chat."""
+    tok = tiny_tokenizer()
+    turn = tools.assistant_turn_tokens(query="q")
+    obs, _ = tools.render_observation_tokens("RESULT", turn, 50)
+    ids = tools.initial_prompt_tokens(Q) + turn + obs
+    content = tools.render_prompt(Q).split("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0]
+    expected = tok.apply_chat_template(
+        [
+            {"role": "user", "content": content},
+            {"role": "assistant", "content": tools.assistant_turn_text(query="q")},
+            {"role": "tool", "content": "RESULT"},
+        ],
+        tools=[SEARCH_TOOL],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert tok.decode(ids, skip_special_tokens=False) == expected
+
+
+# ------------------------------------------------------------------ scripted turns
+
+
+def test_scripted_turns_end_where_the_sampler_stops(tags, tools) -> None:
+    tok = tiny_tokenizer()
+    assert (
+        tags.assistant_turn_text(think="t", query="q") == "<think> t </think>\n<search> q </search>"
+    )
+    assert tags.assistant_turn_text(answer="a") == "<answer> a </answer>"
+    assert tools.assistant_turn_text(query="q").endswith("</tool_call>")
+    answer = tools.assistant_turn_tokens(answer="Paris")
+    assert (
+        answer[-1] == tok.convert_tokens_to_ids("<|im_end|>") and answer[-1] in tools.stop_token_ids
+    )
+    with pytest.raises(ValueError, match="exactly one"):
+        tags.assistant_turn_text(think="t")
+
+
+_query_text = st.text(
+    alphabet=st.characters(blacklist_characters="<>\n\r", blacklist_categories=("Cs", "Cc")),
+    min_size=1,
+    max_size=40,
+).filter(lambda s: s.strip() and "Answer:" not in s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(query=_query_text, answer=_query_text)
+def test_scripted_turns_parse_back_to_their_action(tags, tools, query, answer) -> None:
+    for protocol in (tags, tools):
+        text = protocol.decode(protocol.assistant_turn_tokens(think="why", query=query))
+        assert protocol.parse_action(text) == Action("search", query=query.strip())
+        text = protocol.decode(protocol.assistant_turn_tokens(answer=answer))
+        assert protocol.parse_action(text) == Action("answer", answer=answer.strip())

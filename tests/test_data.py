@@ -1,0 +1,233 @@
+"""QA loading (every accepted layout, malformed rows) and deterministic iteration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from searchr1.core.cli import main as cli_main
+from searchr1.core.data import (
+    DataError,
+    QuestionStream,
+    limit_per_source,
+    load_questions,
+)
+from searchr1.core.types import Question
+
+PREFIX = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> "
+    "first every time you get new information. Question: "
+)
+
+
+def _nested_row(i: int, source: str, question: str, answers: list[str]) -> dict:
+    """A row as the original's verl parquet files hold it (no flat columns)."""
+    return {
+        "data_source": source,
+        "prompt": [{"role": "user", "content": f"{PREFIX}{question}\n"}],
+        "ability": "fact-reasoning",
+        "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
+        "extra_info": {"split": "test", "index": i},
+    }
+
+
+def _write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_flat_search_r1_jsonl(tmp_path: Path) -> None:
+    f = _write_jsonl(
+        tmp_path / "test.jsonl",
+        [
+            {
+                "id": "test_0",
+                "question": "who wrote x?",
+                "golden_answers": ["Ann"],
+                "data_source": "nq",
+            },
+            {
+                "id": "test_0",
+                "question": "where is y?",
+                "golden_answers": ["Oslo", "oslo city"],
+                "data_source": "hotpotqa",
+            },
+        ],
+    )
+    loaded = load_questions(str(f))
+    assert [q.id for q in loaded.questions] == ["nq/test_0", "hotpotqa/test_0"]
+    assert loaded.questions[1].golden_answers == ("Oslo", "oslo city")
+    assert loaded.per_source() == {"hotpotqa": 1, "nq": 1}
+    assert loaded.malformed == ()
+
+
+def test_nested_parquet_layout(tmp_path: Path) -> None:
+    rows = [_nested_row(i, "nq", f"question number {i}?", [f"ans{i}", "alt"]) for i in range(3)]
+    f = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), f)
+    loaded = load_questions(str(f))
+    assert len(loaded) == 3
+    q = loaded.questions[2]
+    assert q.question == "question number 2?"  # the instruction prefix is stripped
+    assert q.golden_answers == ("ans2", "alt")
+    assert q.data_source == "nq" and q.id == "nq/2"
+
+
+def test_published_parquet_with_both_layouts_prefers_flat_columns(tmp_path: Path) -> None:
+    row = _nested_row(7, "triviaqa", "ignored prompt question", ["x"])
+    row.update(id="test_7", question="Real question?", golden_answers=["Real", "answer"])
+    f = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), f)
+    (q,) = load_questions(str(f)).questions
+    assert (q.id, q.question, q.golden_answers) == (
+        "triviaqa/test_7",
+        "Real question?",
+        ("Real", "answer"),
+    )
+
+
+def test_plain_jsonl_and_stable_content_ids(tmp_path: Path) -> None:
+    rows = [{"question": "q1?", "answers": ["a1"]}, {"question": "q2?", "answer": "a2"}]
+    a = load_questions(str(_write_jsonl(tmp_path / "a.jsonl", rows)))
+    b = load_questions(str(_write_jsonl(tmp_path / "b.jsonl", rows[::-1])))
+    # ids derive from content, so reordering the file does not rename questions
+    assert {q.id: q.question for q in a} == {q.id: q.question for q in b}
+    assert a.questions[1].golden_answers == ("a2",)
+    assert a.questions[0].data_source == ""
+
+
+def test_malformed_rows_are_skipped_with_row_numbers(tmp_path: Path) -> None:
+    f = _write_jsonl(
+        tmp_path / "bad.jsonl",
+        [
+            {"question": "good?", "answers": ["yes"]},
+            "{not json",
+            {"question": "no answers"},
+            "",
+            {"question": "  ", "answers": ["x"]},
+            [1, 2],
+            {"question": "bad answer type", "answers": [{"a": 1}]},
+            {"question": "empty answers", "answers": ["", " "]},
+            {"question": "number answer", "answers": [1851]},
+        ],
+    )
+    loaded = load_questions(str(f))
+    assert [q.question for q in loaded] == ["good?", "number answer"]
+    assert loaded.questions[1].golden_answers == ("1851",)
+    reasons = {m.row: m.reason for m in loaded.malformed}
+    assert sorted(reasons) == [2, 3, 5, 6, 7, 8]  # line 4 is blank, not a row
+    assert "not valid JSON" in reasons[2]
+    assert "no golden answers" in reasons[3]
+    assert "empty 'question'" in reasons[5]
+    assert "JSON object" in reasons[6]
+    assert "not a string" in reasons[7]
+    assert "empty" in reasons[8]
+    assert loaded.total_rows == 8
+
+
+def test_duplicate_ids_get_a_suffix(tmp_path: Path) -> None:
+    rows = [{"id": 1, "question": f"q{i}?", "answers": ["a"]} for i in range(3)]
+    loaded = load_questions(str(_write_jsonl(tmp_path / "d.jsonl", rows)))
+    assert [q.id for q in loaded] == ["1", "1#2", "1#3"]
+
+
+def test_missing_file_names_the_config_field(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"data\.train = .*nope\.jsonl.*file not found"):
+        load_questions(str(tmp_path / "nope.jsonl"), field_name="data.train")
+    with pytest.raises(DataError, match="data.eval"):
+        load_questions("builtin:no-such-asset/x.jsonl", field_name="data.eval")
+
+
+def test_no_valid_rows_raises_unless_allowed(tmp_path: Path) -> None:
+    f = _write_jsonl(tmp_path / "empty.jsonl", [{"q": 1}, "oops"])
+    with pytest.raises(DataError, match=r"no valid question in 2 rows.*row 1"):
+        load_questions(str(f))
+    assert len(load_questions(str(f), allow_empty=True).malformed) == 2
+
+
+def test_limit_per_source_keeps_file_order() -> None:
+    qs = [Question(f"{s}{i}", "q", ("a",), s) for i in range(5) for s in ("nq", "hotpot")]
+    picked = limit_per_source(qs, 2)
+    assert [q.id for q in picked] == ["nq0", "hotpot0", "nq1", "hotpot1"]
+    assert limit_per_source(qs, None) == qs
+
+
+# --------------------------------------------------------------------------- stream
+
+
+def _questions(n: int) -> list[Question]:
+    return [Question(f"id{i}", f"q{i}", ("a",)) for i in range(n)]
+
+
+def test_stream_is_deterministic_and_covers_each_epoch() -> None:
+    qs = _questions(10)
+    a, b = QuestionStream(qs, seed=3), QuestionStream(qs, seed=3)
+    first = [q.id for _ in range(5) for q in a.next_batch(4)]  # 20 = two epochs
+    assert first == [q.id for _ in range(5) for q in b.next_batch(4)]
+    assert sorted(first[:10]) == sorted(q.id for q in qs)
+    assert sorted(first[10:]) == sorted(q.id for q in qs)
+    assert first[:10] != first[10:]  # each epoch is reshuffled
+    other = [q.id for q in QuestionStream(qs, seed=4).next_batch(10)]
+    assert other != first[:10]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 12),
+    batch=st.integers(1, 7),
+    before=st.integers(0, 6),
+    after=st.integers(1, 6),
+)
+def test_state_restores_the_exact_cursor(n: int, batch: int, before: int, after: int) -> None:
+    qs = _questions(n)
+    straight = QuestionStream(qs, seed=1)
+    for _ in range(before):
+        straight.next_batch(batch)
+    saved = json.loads(json.dumps(straight.state()))  # as a checkpoint stores it
+    expected = [straight.next_batch(batch) for _ in range(after)]
+    resumed = QuestionStream(qs, seed=1)
+    resumed.load_state(saved)
+    assert [resumed.next_batch(batch) for _ in range(after)] == expected
+
+
+def test_state_from_other_data_is_refused() -> None:
+    s = QuestionStream(_questions(5), seed=0)
+    s.next_batch(2)
+    with pytest.raises(ValueError, match="num_questions was 5, now 6"):
+        QuestionStream(_questions(6), seed=0).load_state(s.state())
+    with pytest.raises(ValueError, match="seed was 0, now 9"):
+        QuestionStream(_questions(5), seed=9).load_state(s.state())
+    loose = QuestionStream(_questions(6), seed=0)
+    loose.load_state(s.state(), strict=False)
+    assert loose.cursor == 2
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_data_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = _write_jsonl(
+        tmp_path / "mix.jsonl",
+        [
+            {"question": "a?", "golden_answers": ["1"], "data_source": "nq"},
+            {"question": "b?", "golden_answers": ["2"], "data_source": "nq"},
+            {"question": "c?", "golden_answers": ["3"], "data_source": "popqa"},
+            {"question": "d?"},
+        ],
+    )
+    assert cli_main(["data", "check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "4 rows, 3 valid, 1 malformed" in out
+    assert "nq     2" in out and "popqa  1" in out
+    assert "row 4: no golden answers" in out
+
+    bad = _write_jsonl(tmp_path / "bad.jsonl", ["nope"])
+    assert cli_main(["data", "check", str(bad)]) == 1
+    assert cli_main(["data", "check", str(tmp_path / "missing.jsonl")]) == 2
+    assert "file not found" in capsys.readouterr().err

@@ -1,0 +1,308 @@
+"""``searchr1 eval``: scores per source, search-failure flagging, determinism, checkpoints.
+
+The metric test drives the real rollout, the real ``local`` BM25 search over a corpus written
+here, the real ``format_answer`` reward and the real tags protocol with a scripted policy (a
+model provider whose turns are known), so every expected number is computed by hand. The
+CLI tests run the real ``builtin:tiny-random`` model end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.agent_protocols import make_protocol
+from searchr1.core.cli import main as cli_main
+from searchr1.core.config import load_config
+from searchr1.core.data import load_questions
+from searchr1.core.eval import evaluate, format_comparison, format_table, trust_warning
+from searchr1.core.plugins import load_registry
+from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
+
+CORPUS = [
+    {"id": "1", "contents": '"Velmora"\nVelmora is a city founded by Ada Quill in 1851.'},
+    {"id": "2", "contents": '"Orlin River"\nThe Orlin River flows through Velmora and Kessa.'},
+    {"id": "3", "contents": '"Kessa"\nKessa is known for its glass towers and its mayor Bo Reed.'},
+]
+QUESTIONS = [
+    # (id, source, question, golden, scripted behaviour)
+    ("a", "nq", "Who founded Velmora?", ["Ada Quill"], ("search", "Ada Quill")),
+    ("b", "nq", "Which river flows through Kessa?", ["Orlin River"], ("answer", "Orlin")),
+    ("c", "hotpotqa", "Who is the mayor of Kessa?", ["Bo Reed"], ("search", "Bo Reed")),
+    ("d", "hotpotqa", "When was Velmora founded?", ["1851"], ("ramble", None)),
+    ("e", "hotpotqa", "What is Kessa known for?", ["glass towers"], ("search", "glass towers")),
+]
+
+
+def write_world(root: Path) -> Path:
+    """A corpus, a held-out file and a config for the tiny random model; returns the config."""
+    (root / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    (root / "heldout.jsonl").write_text(
+        "".join(
+            json.dumps({"id": i, "question": q, "golden_answers": g, "data_source": s}) + "\n"
+            for i, s, q, g, _ in QUESTIONS
+        )
+    )
+    config = root / "config.toml"
+    config.write_text(
+        f"""
+[run]
+dir = "{root / "runs"}"
+seed = 0
+[model]
+provider = "local"
+base_model = "builtin:tiny-random"
+max_new_tokens = 16
+device = "cpu"
+[lora]
+rank = 4
+alpha = 8
+[rollout]
+max_search_calls = 2
+max_assistant_turns = 3
+max_trajectory_tokens = 320
+max_observation_tokens = 48
+[search]
+provider = "local"
+top_k = 2
+[search.local]
+corpus = "{root / "corpus.jsonl"}"
+[train]
+max_datum_tokens = 512
+max_micro_batch_tokens = 4096
+[data]
+eval = "{root / "heldout.jsonl"}"
+"""
+    )
+    return config
+
+
+class ScriptedPolicy:
+    """A model provider that plays a fixed script per question through the real protocol:
+    search for the question then answer, answer at once, or ramble without an answer."""
+
+    def __init__(self, protocol_factory, tokenizer) -> None:  # type: ignore[no-untyped-def]
+        self._tokenizer = tokenizer
+        self.protocol = protocol_factory(tokenizer)
+
+    @property
+    def tokenizer(self):  # type: ignore[no-untyped-def]
+        return self._tokenizer
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        assert params.temperature == 0.0  # eval is greedy by default
+        text = self.protocol.decode(prompt_tokens)
+        _, _, question, _, (kind, answer) = next(q for q in QUESTIONS if q[2] in text)
+        if kind == "ramble":
+            tokens = self.protocol.encode("I am not sure about this one.")
+        elif kind == "search" and "<information>" not in text.split(question)[-1]:
+            tokens = self.protocol.assistant_turn_tokens(think="look it up", query=question)
+        else:
+            tokens = self.protocol.assistant_turn_tokens(answer=answer)
+        seq = SampledSequence(tuple(tokens), (0.0,) * len(tokens), "stop")
+        return [seq] * num_samples
+
+    def close(self) -> None:
+        pass
+
+
+class FailingOn:
+    """The real search provider, except that queries containing ``word`` time out."""
+
+    def __init__(self, inner, word: str) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.word = inner, word
+
+    async def search(self, query: str, top_k: int) -> SearchResponse:
+        if self.word in query:
+            return SearchResponse(error="timeout")
+        return await self.inner.search(query, top_k)
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        return self.inner.metrics(reset)
+
+    def available(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_world(tmp_path_factory.mktemp("world"))
+
+
+def test_scores_per_source_and_search_flag(world: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from searchr1.core.builtins import resolve
+
+    config = load_config(world)
+    registry = load_registry()
+    tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
+    protocol = make_protocol(config, tokenizer)
+    model = ScriptedPolicy(lambda tok: make_protocol(config, tok), tokenizer)
+    search = FailingOn(registry.create("search_provider", "local", config), "mayor")
+    reward = registry.create("reward", "format_answer", config)
+    questions = load_questions(config.data.eval).questions
+
+    result = evaluate(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
+    m = result.metrics
+
+    nq, hotpot = m["per_source"]["nq"], m["per_source"]["hotpotqa"]
+    assert (nq["n"], hotpot["n"]) == (2, 3)
+    assert nq["em"] == 0.5 and math.isclose(hotpot["em"], 2 / 3)
+    assert math.isclose(m["macro_em"], (0.5 + 2 / 3) / 2)
+    assert m["micro_em"] == m["em"] == 3 / 5
+    # "Orlin" against "Orlin River": half the tokens -> F1 2/3 for question b
+    assert math.isclose(nq["f1"], (1 + 2 / 3) / 2)
+    assert hotpot["format_rate"] == pytest.approx(2 / 3) and nq["format_rate"] == 1.0
+    assert nq["search_calls_mean"] == 0.5 and hotpot["search_calls_mean"] == pytest.approx(2 / 3)
+    # three searches, the "mayor" one failed: 2/3 success is under 90% -> not trustworthy
+    assert (m["search_calls"], m["search_errors"]) == (3, 1)
+    assert m["search_success_rate"] == pytest.approx(2 / 3) and m["trustworthy"] is False
+    assert hotpot["search_success_rate"] == 0.5 and nq["search_success_rate"] == 1.0
+    assert "NOT trustworthy" in trust_warning(result)[0]
+
+    # per-question records keep the whole trajectory, in file order
+    records = [r.to_dict() for r in result.records]
+    assert [r["question_id"] for r in records] == [
+        "nq/a",
+        "nq/b",
+        "hotpotqa/c",
+        "hotpotqa/d",
+        "hotpotqa/e",
+    ]
+    first = records[0]
+    assert first["em"] == 1.0 and first["final_answer"] == "Ada Quill"
+    assert first["turns"][0]["action"] == "search"
+    assert "Ada Quill" in first["turns"][0]["observation_text"]  # the real BM25 hit
+    assert records[2]["turns"][0]["search_error"] == "timeout"
+    assert records[3]["end_reason"] == "invalid_action" and records[3]["format_ok"] is False
+
+    table = format_table(result)
+    assert "hotpotqa" in table and " 66.7" in table and "macro EM" in table
+    comparison = format_comparison([result, result])
+    assert comparison.count("scripted") == 2 and "macro EM" in comparison
+
+
+def _eval_cli(config: Path, run_dir: Path, *extra: str) -> dict:
+    assert cli_main(["eval", "--config", str(config), "--run-dir", str(run_dir), *extra]) == 0
+    return json.loads((run_dir / "eval_summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
+    world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A checkpoint in the train loop's layout, written by the real local provider.
+    config = load_config(world)
+    model = load_registry().create("model_provider", "local", config)
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000003"
+    model.save_state(str(ckpt / "model"))
+    (ckpt / "trainer.json").write_text(json.dumps({"step": 3}))
+    model.close()
+
+    # Sampled rather than greedy: greedy decoding of random weights repeats one token, while
+    # seeded sampling gives varied text, a stronger check that nothing else leaks in.
+    args = (
+        "--checkpoint",
+        "base",
+        "--checkpoint",
+        str(tmp_path / "run"),
+        "--limit-per-source",
+        "2",
+        "--sample",
+    )
+    first = _eval_cli(world, tmp_path / "e1", *args)
+    out = capsys.readouterr().out
+    second = _eval_cli(world, tmp_path / "e2", *args)
+
+    assert first["results"] == second["results"]  # identical numbers twice in a row
+    assert list(first["results"]) == ["base", "step_3"]
+    assert first["questions"] == 4  # 2 nq + 2 of the 3 hotpotqa
+    # the saved adapter is the base weights and sampling is seeded: same answers
+    assert first["results"]["base"] == first["results"]["step_3"]
+    for label in ("base", "step_3"):
+        a = (tmp_path / "e1" / f"eval_{label}.jsonl").read_text()
+        assert a == (tmp_path / "e2" / f"eval_{label}.jsonl").read_text()
+        assert len(a.splitlines()) == 4
+        texts = {t["text"] for r in map(json.loads, a.splitlines()) for t in r["turns"]}
+        assert len(texts) > 1
+    assert "== base" in out and "== step_3" in out and "macro EM" in out
+    events = [json.loads(x) for x in (tmp_path / "e1" / "events.jsonl").read_text().splitlines()]
+    results = [e for e in events if e["event"] == "eval_result"]
+    assert [e["label"] for e in results] == ["base", "step_3"]
+
+
+def test_cli_errors_are_plain_messages(
+    world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["eval", "--config", str(world), "--run-dir", str(tmp_path / "r")]
+    assert cli_main([*base, "--data", str(tmp_path / "missing.jsonl")]) == 2
+    assert "--data = " in capsys.readouterr().err
+    assert cli_main([*base, "--checkpoint", str(tmp_path / "nope")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert cli_main([*base, "--limit-per-source", "0"]) == 2
+    assert "--limit-per-source must be >= 1" in capsys.readouterr().err
+
+
+def test_hosted_model_eval_over_loopback_chat_server(
+    world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[model] provider = "openai_chat"`` against a loopback chat-completions server that
+    answers with a real tool call, then a final ``Answer:`` line; search is the real BM25."""
+    from fake_chat_server import API_KEY, FakeChatServer
+
+    (tmp_path / "one.jsonl").write_text(
+        json.dumps(
+            {
+                "id": "a",
+                "question": "Who founded Velmora?",
+                "golden_answers": ["Ada Quill"],
+                "data_source": "nq",
+            }
+        )
+        + "\n"
+    )
+    text = world.read_text().replace(
+        'provider = "local"\nbase_model', 'provider = "openai_chat"\nbase_model', 1
+    )
+    with FakeChatServer() as server:
+        text = text.replace(
+            "[model]\n", f'[model]\napi_base = "{server.base_url}"\napi_key = "{API_KEY}"\n'
+        )
+        text = text.replace("[rollout]\n", '[rollout]\nprotocol = "tool_calls"\n')
+        # the chat template's tool block makes a longer prompt than the tags protocol
+        text = text.replace("max_trajectory_tokens = 320", "max_trajectory_tokens = 1200")
+        text = text.replace("max_datum_tokens = 512", "max_datum_tokens = 1200")
+        text = text.replace("max_new_tokens = 16", "max_new_tokens = 64")
+        config = tmp_path / "hosted.toml"
+        config.write_text(text)
+        server.reply(tool_calls=[{"name": "search", "arguments": {"query": "Velmora founder"}}])
+        server.reply(content="Velmora was founded by Ada Quill.\nAnswer: Ada Quill")
+        summary = _eval_cli(config, tmp_path / "hosted", "--data", str(tmp_path / "one.jsonl"))
+
+    base = summary["results"]["base"]
+    assert (base["em"], base["format_rate"], base["search_calls"], base["search_success_rate"]) == (
+        1.0,
+        1.0,
+        1,
+        1.0,
+    )
+    # the second request carried the real search result back as a tool message
+    tool_messages = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 1 and "Ada Quill" in tool_messages[0]["content"]
+    assert server.requests[0]["temperature"] == 0.0  # greedy
+    (record,) = map(json.loads, (tmp_path / "hosted" / "eval_base.jsonl").read_text().splitlines())
+    assert (
+        record["turns"][0]["query"] == "Velmora founder" and record["final_answer"] == "Ada Quill"
+    )
+    assert API_KEY not in (tmp_path / "hosted" / "events.jsonl").read_text()
+    assert API_KEY not in capsys.readouterr().out

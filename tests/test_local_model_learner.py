@@ -1,0 +1,215 @@
+"""Training with the local provider on the tiny model (CPU, fp32): gradients, optimizer,
+checkpoints, config errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchr1.core.config import Config, ConfigError
+from searchr1.core.types import AdamParams, Datum
+from searchr1.plugins import local_model
+from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
+from searchr1.plugins.losses import NamedLoss, cispo, importance_sampling
+
+IS = NamedLoss("importance_sampling", importance_sampling)
+ADAM = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny"),
+        BUILTIN_TEXT,
+        vocab_size=700,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+
+
+def _config(model_dir: Path, **lora: object) -> Config:
+    return Config().replace(
+        model={"base_model": str(model_dir), "temperature": 0.9},
+        lora={"rank": 4, "alpha": 8.0, "dropout": 0.0, **lora},
+    )
+
+
+def _provider(model_dir: Path, **lora: object) -> LocalModelProvider:
+    return LocalModelProvider.from_config(_config(model_dir, **lora))
+
+
+def _datums(vocab: int, n: int = 5, seed: int = 0) -> list[Datum]:
+    """Datums of different lengths: a prompt (advantage 0) then 'generated' tokens."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt, gen = rng.randint(3, 10), rng.randint(4, 20)
+        seq = [rng.randrange(3, vocab) for _ in range(prompt + gen)]
+        adv = rng.choice([-1.0, 0.5, 1.0])
+        out.append(
+            Datum(
+                tuple(seq[:-1]),
+                tuple(seq[1:]),
+                tuple([0.0] * (prompt - 1) + [rng.uniform(-7, -5) for _ in range(gen)]),
+                tuple([0.0] * (prompt - 1) + [adv] * gen),
+                trajectory_id=f"traj-{i}",
+            )
+        )
+    return out
+
+
+def _grads(p: LocalModelProvider) -> dict[str, torch.Tensor]:
+    return {n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None}
+
+
+def test_micro_batches_scaled_by_share_give_the_full_batch_gradient(model_dir: Path) -> None:
+    p = _provider(model_dir)
+    # Nonzero LoRA B so that every LoRA matrix gets a gradient.
+    with torch.no_grad():
+        for name, param in p.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+    datums = _datums(p.vocab_size, n=6)
+    n = len(datums)
+    # A service that averages per call: full batch weight 1/N...
+    full = p.forward_backward(datums, IS, loss_scale=1.0 / n)
+    g_full = _grads(p)
+    p.learner.optimizer.zero_grad(set_to_none=True)
+    # ...equals micro-batches of sizes 1, 2, 3, each scaled by n_k / N of its own mean.
+    total = 0.0
+    for chunk in (datums[:1], datums[1:3], datums[3:]):
+        r = p.forward_backward(chunk, IS, loss_scale=(len(chunk) / n) / len(chunk))
+        total += r.loss
+    g_split = _grads(p)
+    p.learner.optimizer.zero_grad(set_to_none=True)
+    assert g_full and set(g_full) == set(g_split)
+    assert all("lora_" in name for name in g_full)
+    for name in g_full:
+        torch.testing.assert_close(g_split[name], g_full[name], atol=1e-5, rtol=0)
+    assert total == pytest.approx(full.loss, abs=1e-4)
+    # Chunking inside one call (tiny token budget) changes nothing either.
+    p.learner.chunk_tokens = 20
+    p.forward_backward(datums, IS, loss_scale=1.0 / n)
+    for name, g in _grads(p).items():
+        torch.testing.assert_close(g, g_full[name], atol=1e-5, rtol=0)
+    p.close()
+
+
+def test_only_lora_parameters_change(model_dir: Path) -> None:
+    p = _provider(model_dir)
+    before = {n: t.detach().clone() for n, t in p.model.named_parameters()}
+    result = p.forward_backward(_datums(p.vocab_size), IS)
+    assert result.metrics["tokens"] > 0 and "ratio_mean" in result.metrics
+    metrics = p.optim_step(ADAM)
+    assert metrics["grad_norm"] > 0 and metrics["lr"] == ADAM.learning_rate
+    assert metrics["step"] == 1
+    changed = {n for n, t in p.model.named_parameters() if not torch.equal(t, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert any("lora_B" in n for n in changed)
+    for n, t in p.model.named_parameters():
+        if "lora_" not in n:
+            assert torch.equal(t, before[n]), n
+            assert not t.requires_grad
+    assert all(t.grad is None for t in p.model.parameters())  # zeroed after the step
+    p.close()
+
+
+def test_sampler_sees_the_new_weights_after_a_step(model_dir: Path) -> None:
+    import asyncio
+
+    from searchr1.core.types import SamplingParams
+
+    p = _provider(model_dir)
+    prompt = [5, 6, 7, 8, 9]
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    (before,) = asyncio.run(p.sample(prompt, 1, params))
+    p.forward_backward(_datums(p.vocab_size), IS)
+    p.optim_step(AdamParams(learning_rate=0.5))
+    (after,) = asyncio.run(p.sample(prompt, 1, params))
+    assert after.logprobs[0] != before.logprobs[0]
+    p.close()
+
+
+def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    datums = _datums(700, n=4, seed=5)
+    loss = NamedLoss("cispo", cispo)
+    a = _provider(model_dir)
+    a.forward_backward(datums, loss)
+    a.optim_step(ADAM)
+    a.save_state(str(tmp_path / "ckpt"))
+    next_a = []
+    for _ in range(2):
+        next_a.append(a.forward_backward(datums, loss).loss)
+        a.optim_step(ADAM)
+
+    b = LocalModelProvider.from_config(_config(model_dir).replace(run={"seed": 7}))
+    b.load_state(str(tmp_path / "ckpt"))
+    assert b.learner.step == 1
+    next_b = []
+    for _ in range(2):
+        next_b.append(b.forward_backward(datums, loss).loss)
+        b.optim_step(ADAM)
+    assert next_b == next_a  # bit-identical
+
+    # The adapter folder is plain peft: loadable without searchr1.
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    peft_model = PeftModel.from_pretrained(base, str(tmp_path / "ckpt" / "adapter"))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    a_only = LocalModelProvider.from_config(_config(model_dir))
+    a_only.load_state(str(tmp_path / "ckpt"))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            peft_model(input_ids=ids).logits, a_only.model(input_ids=ids).logits
+        )
+    for p in (a, b, a_only):
+        p.close()
+
+
+def test_load_state_errors_name_the_file(model_dir: Path, tmp_path: Path) -> None:
+    p = _provider(model_dir)
+    with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
+        p.load_state(str(tmp_path / "nothing"))
+    p.save_state(str(tmp_path / "r4"))
+    other = _provider(model_dir, rank=8)
+    with pytest.raises(ValueError, match=r"adapter_model.safetensors.*\[lora\] rank"):
+        other.load_state(str(tmp_path / "r4"))
+    p.close()
+    other.close()
+
+
+def test_too_long_datum_names_its_trajectory(model_dir: Path) -> None:
+    p = _provider(model_dir)
+    n = 200  # context is 128
+    d = Datum((5,) * n, (5,) * n, (0.0,) * n, (1.0,) * n, trajectory_id="q17-t3")
+    with pytest.raises(ValueError, match="q17-t3"):
+        p.forward_backward([d], IS)
+    p.close()
+
+
+def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
+    found: dict = {}
+    local_model.register_model_providers(lambda name, f: found.__setitem__(name, f))
+    assert set(found) == {"local"}
+    provider = found["local"](_config(model_dir))
+    assert provider.tokenizer.eos_token == "<|endoftext|>"
+    assert sum(t.numel() for t in provider.model.parameters() if t.requires_grad) > 0
+    provider.close()
+    with pytest.raises(ValueError, match="lora.target_modules.*q_prj"):
+        found["local"](_config(model_dir, target_modules=("q_prj",)))
+    bad = dataclasses.replace(_config(model_dir), plugins={"model.local": {"max_batch_row": 4}})
+    with pytest.raises(ConfigError, match="max_batch_rows"):
+        found["local"](bad)
+    with pytest.raises(ValueError, match="model.base_model"):
+        found["local"](_config(model_dir).replace(model={"base_model": str(model_dir / "no")}))

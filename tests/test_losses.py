@@ -1,0 +1,100 @@
+"""The built-in policy losses against values computed by hand on a few tokens.
+
+Formulas (protocols.md §5): r = exp(lp - lp_sampler);
+importance_sampling = -sum(r * A); ppo = -sum(min(r * A, clip(r, 1-eps_lo, 1+eps_hi) * A));
+cispo = -sum(sg(clip(r, ...)) * lp * A).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from searchr1.core.config import Config, ConfigError
+from searchr1.core.types import LossInputs
+from searchr1.plugins import losses
+
+# Three trained tokens and one prompt position (advantage 0, sampler log-prob 0).
+# ratios: exp(0) = 1, exp(ln 1.5) = 1.5, exp(ln 0.5) = 0.5
+SAMPLER = [math.log(0.5), math.log(0.2), math.log(0.4), 0.0]
+NEW = [math.log(0.5), math.log(0.3), math.log(0.2), -3.0]
+ADV = [2.0, 1.0, -1.0, 0.0]
+
+
+def _inputs() -> tuple[torch.Tensor, LossInputs]:
+    lp = torch.tensor(NEW, dtype=torch.float64, requires_grad=True)
+    return lp, LossInputs(
+        sampler_logprobs_T=torch.tensor(SAMPLER, dtype=torch.float64),
+        advantages_T=torch.tensor(ADV, dtype=torch.float64),
+    )
+
+
+def test_importance_sampling_value_gradient_and_metrics() -> None:
+    lp, inputs = _inputs()
+    out = losses.importance_sampling(lp, inputs)
+    # -(1*2 + 1.5*1 + 0.5*(-1)) = -3.0
+    assert out.loss.item() == pytest.approx(-3.0)
+    out.loss.backward()
+    # d/dlp of -r*A is -r*A: [-2, -1.5, 0.5, 0]; the prompt position gets no gradient
+    assert lp.grad.tolist() == pytest.approx([-2.0, -1.5, 0.5, 0.0])
+    assert out.metrics["tokens"] == 3
+    assert out.metrics["ratio_sum"] == pytest.approx(3.0)
+    assert out.metrics["ratio_max"] == pytest.approx(1.5)
+
+
+def test_ppo_clips_ratio_in_the_direction_of_the_advantage() -> None:
+    lp, inputs = _inputs()
+    out = losses.ppo(lp, inputs, clip_low=0.2, clip_high=0.2)
+    # token 0: r=1, A=2 -> 2; token 1: r=1.5, A=1 -> min(1.5, 1.2) = 1.2 (clipped);
+    # token 2: r=0.5, A=-1 -> min(-0.5, -0.8) = -0.8 (clipped); loss = -(2 + 1.2 - 0.8) = -2.4
+    assert out.loss.item() == pytest.approx(-2.4)
+    out.loss.backward()
+    # clipped tokens have no gradient; token 0 has -r*A = -2
+    assert lp.grad.tolist() == pytest.approx([-2.0, 0.0, 0.0, 0.0])
+    assert out.metrics["clipped_tokens"] == 2
+    assert out.metrics["tokens"] == 3
+
+
+def test_ppo_asymmetric_bounds() -> None:
+    lp, inputs = _inputs()
+    # clip_high = 0.6 leaves r = 1.5 unclipped; clip_low = 0.2 still clips r = 0.5 to 0.8
+    out = losses.ppo(lp, inputs, clip_low=0.2, clip_high=0.6)
+    assert out.loss.item() == pytest.approx(-(2.0 + 1.5 - 0.8))
+    assert out.metrics["clipped_tokens"] == 1
+
+
+def test_cispo_keeps_gradient_through_clipped_tokens() -> None:
+    lp, inputs = _inputs()
+    out = losses.cispo(lp, inputs, clip_low=0.2, clip_high=0.2)
+    # weights sg(clip(r)) = [1, 1.2, 0.8]; loss = -(1*ln.5*2 + 1.2*ln.3*1 + 0.8*ln.2*(-1))
+    expected = -(2 * math.log(0.5) + 1.2 * math.log(0.3) - 0.8 * math.log(0.2))
+    assert out.loss.item() == pytest.approx(expected)
+    out.loss.backward()
+    # gradient = -w*A for every token, clipped ones included
+    assert lp.grad.tolist() == pytest.approx([-2.0, -1.2, 0.8, 0.0])
+    assert out.metrics["clipped_tokens"] == 2
+
+
+def _registered() -> dict:
+    """What the plugin registers through its hook (the registry calls it the same way)."""
+    found: dict = {}
+    losses.register_loss_fns(lambda name, factory: found.__setitem__(name, factory))
+    return found
+
+
+def test_registered_losses_use_train_loss_table() -> None:
+    factories = _registered()
+    assert set(factories) == {"importance_sampling", "ppo", "cispo"}
+    config = Config(plugins={"train.loss": {"clip_low": 0.2, "clip_high": 0.6}})
+    ppo = factories["ppo"](config)
+    assert ppo.name == "ppo"
+    lp, inputs = _inputs()
+    assert ppo(lp, inputs).loss.item() == pytest.approx(-(2.0 + 1.5 - 0.8))
+
+
+def test_unknown_clip_key_is_reported_with_suggestion() -> None:
+    config = Config(plugins={"train.loss": {"clip_hgh": 0.3}})
+    with pytest.raises(ConfigError, match="clip_high"):
+        _registered()["cispo"](config)

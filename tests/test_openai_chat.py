@@ -1,0 +1,160 @@
+"""The ``openai_chat`` provider against a loopback fake of the chat-completions API: a tool-call
+conversation round-trips through the same agent protocols the rollout uses, the tags protocol's
+continuation is refused or sent as vLLM's continue_final_message, failures are retried or
+reported clearly, and training is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from fake_chat_server import API_KEY, FakeChatServer
+
+from searchr1.core.agent_protocols import SEARCH_TOOL, TagsProtocol, ToolCallsProtocol
+from searchr1.core.config import Config
+from searchr1.core.plugins import load_registry
+from searchr1.core.types import AdamParams, Question, SamplingParams, SearchResponse, SearchResult
+from searchr1.plugins.openai_chat import (
+    ChatAuthError,
+    ChatServiceError,
+    OpenAIChatProvider,
+    TrainingNotSupported,
+    parse_chatml,
+)
+
+QUESTION = Question(id="q1", question="What is the capital of France?", golden_answers=("Paris",))
+RESULTS = SearchResponse(results=(SearchResult(title="France", text="Paris is the capital."),))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeChatServer() as fake:
+        yield fake
+
+
+def make_config(server: FakeChatServer, **table: object) -> Config:
+    config = Config().replace(
+        model={
+            "provider": "openai_chat",
+            "api_base": server.base_url,
+            "api_key": API_KEY,
+            "base_model": "builtin:tiny-random",
+        }
+    )
+    table = {"model": "qwen-test", "retry_backoff_seconds": 0.01, **table}
+    return dataclasses.replace(config, plugins={"model.openai_chat": table})
+
+
+@pytest.fixture(scope="module")
+def provider(server):
+    return load_registry().create("model_provider", "openai_chat", make_config(server))
+
+
+def sampling(protocol, n_tokens: int = 64) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=n_tokens,
+        stop_strings=protocol.stop_strings,
+        stop_token_ids=protocol.stop_token_ids,
+    )
+
+
+def next_prompt(protocol, prompt: list[int], turn: tuple[int, ...]) -> list[int]:
+    """What the rollout feeds back after a search: turn, wrapper, observation, wrapper."""
+    before, after = protocol.observation_wrapper(turn)
+    body = protocol.encode(protocol.observation_text(RESULTS))
+    return prompt + list(turn) + before + body + after
+
+
+def test_tool_call_conversation_round_trips_through_the_protocol(provider, server):
+    protocol = ToolCallsProtocol(provider.tokenizer)
+    prompt = protocol.initial_prompt_tokens(QUESTION)
+    params = sampling(protocol)
+    server.reply(tool_calls=[{"name": "search", "arguments": {"query": "capital of France"}}])
+    seqs = asyncio.run(provider.sample(prompt, 2, params))
+    sent = server.requests[-1]
+    assert sent["model"] == "qwen-test" and sent["n"] == 2
+    assert sent["tools"] == [SEARCH_TOOL]
+    assert sent["stop"] == ["</tool_call>"]
+    assert [m["role"] for m in sent["messages"]] == ["user"]
+    assert "Question: What is the capital of France?" in sent["messages"][0]["content"]
+    assert len(seqs) == 2
+    turn = seqs[0]
+    assert turn.stop_reason == "stop" and turn.logprobs == (0.0,) * len(turn.tokens)
+    action = protocol.parse_action(protocol.decode(turn.tokens))
+    assert (action.kind, action.query) == ("search", "capital of France")
+
+    server.reply(content="The capital is Paris.\nAnswer: Paris")
+    final = asyncio.run(provider.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))[0]
+    sent = server.requests[-1]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    call = sent["messages"][1]["tool_calls"][0]
+    assert call["function"]["name"] == "search"
+    assert sent["messages"][2]["tool_call_id"] == call["id"]
+    assert "Paris is the capital." in sent["messages"][2]["content"]
+    assert protocol.decode(final.tokens, skip_special_tokens=False).endswith("<|im_end|>")
+    action = protocol.parse_action(protocol.decode(final.tokens))
+    assert (action.kind, action.answer) == ("answer", "Paris")
+
+
+def test_tags_protocol_restores_the_stop_tag_and_needs_continuation(server):
+    plain = OpenAIChatProvider.from_config(make_config(server))
+    protocol = TagsProtocol(plain.tokenizer)
+    prompt = protocol.initial_prompt_tokens(QUESTION)
+    server.reply(content="<think> look it up </think> <search> capital of France ")
+    turn = asyncio.run(plain.sample(prompt, 1, sampling(protocol)))[0]
+    action = protocol.parse_action(protocol.decode(turn.tokens))
+    assert (action.kind, action.query) == ("search", "capital of France")
+
+    follow_up = next_prompt(protocol, prompt, turn.tokens)
+    with pytest.raises(ChatServiceError, match="continue_final_message"):
+        asyncio.run(plain.sample(follow_up, 1, sampling(protocol)))
+
+    vllm = OpenAIChatProvider.from_config(make_config(server, continue_final_message=True))
+    server.reply(content="<answer> Paris </answer>")
+    final = asyncio.run(vllm.sample(follow_up, 1, sampling(protocol)))[0]
+    sent = server.requests[-1]
+    assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
+    assert sent["messages"][-1]["role"] == "assistant"
+    assert "<information>" in sent["messages"][-1]["content"]
+    assert protocol.parse_action(protocol.decode(final.tokens)).answer == "Paris"
+
+
+def test_length_finish_is_reported(provider, server):
+    server.reply(content="a long answer that was cut", finish_reason="length")
+    seq = asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=50)))[0]
+    assert seq.stop_reason == "length"
+
+
+def test_429_and_5xx_are_retried(provider, server):
+    answered = len(server.requests)
+    server.fail(429, times=1, retry_after="0")
+    server.fail(503, times=1)
+    seqs = asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    assert len(seqs) == 1 and len(server.requests) == answered + 1
+
+
+def test_persistent_failure_gives_up_with_a_clear_error(server):
+    provider = OpenAIChatProvider.from_config(make_config(server, max_retries=1))
+    server.fail(503, times=2)
+    with pytest.raises(ChatServiceError, match=r"failed after 2 tries: HTTP 503"):
+        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+
+
+def test_rejected_key_is_a_clear_error(server):
+    config = make_config(server).replace(model={"api_key": "sk-wrong-1234567"})
+    provider = OpenAIChatProvider.from_config(config)
+    with pytest.raises(ChatAuthError, match="model.api_key was rejected") as info:
+        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    assert "sk-wrong-1234567" not in str(info.value)
+
+
+def test_training_is_refused(provider):
+    with pytest.raises(TrainingNotSupported, match="'local', 'taotoken' or 'tinker'"):
+        provider.optim_step(AdamParams(learning_rate=1e-5))
+
+
+def test_plain_text_prompt_becomes_one_user_message():
+    conv = parse_chatml("just a question")
+    assert conv.messages == [{"role": "user", "content": "just a question"}]
+    assert conv.partial is None

@@ -1,0 +1,505 @@
+"""The ``taotoken`` provider: the real ``pytrio`` SDK over real HTTP to a loopback fake service
+(``tests/fake_pytrio_service.py``) whose computation is the ``local`` provider on the tiny
+model. Covers sampling, one training step against ``local``, save/resume, and the failure
+behaviour a user relies on (401, 429, 5xx, slow responses, a step that fails half-way)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytrio")
+
+from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
+
+from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
+from searchr1.core.hookspecs import hookimpl  # noqa: E402
+from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
+from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
+from searchr1.plugins.remote_model.errors import (  # noqa: E402
+    RemoteAuthError,
+    RemoteServiceError,
+    RemoteStepError,
+)
+from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
+from searchr1.plugins.remote_model.sdk import MissingSDKError  # noqa: E402
+
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+IS_LOSS = NamedLoss("importance_sampling", importance_sampling)
+ADAM = AdamParams(learning_rate=2e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.01)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakePyTrio() as service:
+        yield service
+
+
+@pytest.fixture(autouse=True)
+def _no_faults(fake):
+    fake.clear_faults()
+    fake.api_key = API_KEY
+    yield
+    fake.clear_faults()
+    fake.api_key = API_KEY
+
+
+def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
+    config = Config().replace(
+        model={
+            "provider": "taotoken",
+            "api_base": fake.base_url,
+            "api_key": API_KEY,
+            "base_model": "builtin:tiny-random",
+            "temperature": 1.0,
+            "device": "cpu",
+            "dtype": "float32",
+        },
+        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
+        run={"seed": 0},
+    )
+    table = {
+        "sdk_home": str(tmp_path / "pytrio-home"),
+        "retry_timeout_seconds": 3.0,
+        "retry_initial_delay_seconds": 0.05,
+        "request_timeout_seconds": 30,
+        **taotoken,
+    }
+    return dataclasses.replace(config, plugins={"model.taotoken": table})
+
+
+def make_datums(vocab: int, seed: int = 1, n: int = 4) -> list[Datum]:
+    """Random sequences; the last half of each is 'generated' (advantage +-1, sampler lp)."""
+    rng = random.Random(seed)
+    datums = []
+    for i in range(n):
+        length = rng.randint(10, 24)
+        tokens = [rng.randrange(vocab) for _ in range(length + 1)]
+        gen_from = length // 2
+        adv = 1.0 if i % 2 == 0 else -1.0
+        datums.append(
+            Datum(
+                input_tokens=tuple(tokens[:-1]),
+                target_tokens=tuple(tokens[1:]),
+                sampler_logprobs=tuple(
+                    0.0 if j < gen_from else -6.5 + 0.1 * rng.random() for j in range(length)
+                ),
+                advantages=tuple(0.0 if j < gen_from else adv for j in range(length)),
+                trajectory_id=f"t{i}",
+            )
+        )
+    return datums
+
+
+def one_step(provider, datums, loss_fn=IS_LOSS) -> tuple[float, float, float]:
+    """Two micro-batches (loss_scale n_k/N), one optimizer step, then the loss after it."""
+    half = len(datums) // 2
+    first = provider.forward_backward(datums[:half], loss_fn, half / len(datums))
+    second = provider.forward_backward(datums[half:], loss_fn, (len(datums) - half) / len(datums))
+    metrics = provider.optim_step(ADAM)
+    after = provider.forward_backward(datums, loss_fn, 1.0)
+    return first.loss + second.loss, metrics["grad_norm"], after.loss
+
+
+@pytest.fixture
+def provider(fake, tmp_path):
+    p = RemoteModelProvider.from_config(make_config(fake, tmp_path))
+    yield p
+    p.close()
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def test_sampling_returns_tokens_and_logprobs_of_the_trained_weights(provider):
+    prompt = provider.tokenizer.encode("The quick brown fox")
+    seqs = asyncio.run(provider.sample(prompt, 3, SamplingParams(max_tokens=6, seed=7)))
+    assert len(seqs) == 3
+    for seq in seqs:
+        assert 1 <= len(seq.tokens) <= 6
+        assert len(seq.logprobs) == len(seq.tokens)
+        assert all(lp < 0.0 for lp in seq.logprobs)
+        assert seq.stop_reason in ("stop", "length")
+    # The sampler's log-probs are the learner's for the same weights: on-policy ratio 1.
+    seq = seqs[0]
+    full = prompt + list(seq.tokens)
+    gen = len(prompt) - 1
+    datum = Datum(
+        tuple(full[:-1]),
+        tuple(full[1:]),
+        tuple([0.0] * gen + list(seq.logprobs)),
+        tuple([0.0] * gen + [1.0] * len(seq.tokens)),
+    )
+    result = provider.forward_backward([datum], IS_LOSS)
+    assert result.metrics["tokens"] == len(seq.tokens)
+    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
+    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
+    params = SamplingParams(max_tokens=4, seed=3)
+    before = asyncio.run(provider.sample(prompt, 1, params))[0]
+    runs_before = fake.count("sampling_runs")
+    datums = make_datums(len(provider.tokenizer))
+    provider.forward_backward(datums, IS_LOSS)
+    provider.optim_step(AdamParams(learning_rate=0.5))
+    assert fake.count("sampling_runs") == runs_before + 1  # save_weights_and_get_sampling_client
+    after = asyncio.run(provider.sample(prompt, 1, params))[0]
+    assert after.logprobs != before.logprobs
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("loss_name", ["importance_sampling", "ppo"])
+def test_one_training_step_matches_the_local_provider(fake, tmp_path, loss_name):
+    from searchr1.plugins.local_model.provider import LocalModelProvider
+
+    loss_fn = IS_LOSS if loss_name == "importance_sampling" else NamedLoss("ppo", ppo)
+    config = make_config(fake, tmp_path)
+    remote = RemoteModelProvider.from_config(config)
+    local = LocalModelProvider.from_config(config)
+    try:
+        datums = make_datums(len(local.tokenizer))
+        r_loss, r_norm, r_after = one_step(remote, datums, loss_fn)
+        l_loss, l_norm, l_after = one_step(local, datums, loss_fn)
+    finally:
+        remote.close()
+        local.close()
+    assert r_loss == pytest.approx(l_loss, abs=1e-4)
+    assert r_norm == pytest.approx(l_norm, rel=1e-4)
+    assert r_after == pytest.approx(l_after, abs=1e-4)
+    assert r_after != pytest.approx(r_loss, abs=1e-3)  # the step changed the weights
+
+
+@pytest.mark.slow
+def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_path):
+    config = make_config(fake, tmp_path)
+    datums = make_datums(725, seed=5)
+    first = RemoteModelProvider.from_config(config)
+    first.forward_backward(datums, IS_LOSS)
+    first.optim_step(ADAM)
+    first.save_state(str(tmp_path / "ckpt" / "step-000001"))
+    assert (tmp_path / "ckpt" / "step-000001" / "remote_checkpoint.json").is_file()
+    continued = one_step(first, datums)
+    first.close()
+
+    resumed = RemoteModelProvider.from_config(config)
+    resumed.load_state(str(tmp_path / "ckpt" / "step-000001"))
+    again = one_step(resumed, datums)
+    resumed.close()
+    assert again == pytest.approx(continued, abs=1e-5)
+
+
+def test_loss_unknown_to_the_service_is_a_config_error(provider):
+    custom = NamedLoss("my_loss", importance_sampling)
+    with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'"):
+        provider.forward_backward(make_datums(725, n=1), custom)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_rejected_key_names_the_environment_variable(fake, tmp_path):
+    toml = tmp_path / "config.toml"
+    toml.write_text(
+        f"""
+[model]
+provider = "taotoken"
+api_base = "{fake.base_url}"
+api_key = "${{TAOTOKEN_API_KEY}}"
+base_model = "builtin:tiny-random"
+temperature = 1.0
+max_new_tokens = 32
+
+[lora]
+rank = 8
+
+[model.taotoken]
+sdk_home = "{tmp_path / "home"}"
+retry_timeout_seconds = 1.0
+""",
+        encoding="utf-8",
+    )
+    config = load_config(toml, env={"TAOTOKEN_API_KEY": "sk-wrong-key-123456"})
+    with pytest.raises(RemoteAuthError, match="TAOTOKEN_API_KEY was rejected") as info:
+        RemoteModelProvider.from_config(config)
+    assert "401" in str(info.value)
+    assert "sk-wrong-key-123456" not in str(info.value)
+
+
+def test_key_revoked_mid_run_stops_with_a_clear_error(provider, fake):
+    fake.api_key = "sk-rotated-key-9999"
+    with pytest.raises(RemoteAuthError, match="model.api_key was rejected"):
+        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
+
+
+def test_429_and_5xx_are_retried_and_the_step_is_applied_once(provider, fake):
+    datums = make_datums(725)
+    done_before = fake.count("done:trainer.forward_backward")
+    f429 = fake.inject("POST", r"^/actor/v1/events$", 429, times=2)
+    f503 = fake.inject("GET", r"^/actor/v1/events/", 503, times=2)
+    f502 = fake.inject("POST", r"/sampling-runs$", 502, times=1)
+    result = provider.forward_backward(datums, IS_LOSS)
+    provider.optim_step(ADAM)
+    assert (f429.hits, f503.hits, f502.hits) == (2, 2, 1)
+    assert math.isfinite(result.loss)
+    assert fake.count("done:trainer.forward_backward") == done_before + 1
+
+
+def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):
+    provider = RemoteModelProvider.from_config(
+        make_config(fake, tmp_path, request_timeout_seconds=1)
+    )
+    try:
+        datums = make_datums(725)
+        provider.forward_backward(datums[:1], IS_LOSS)  # init the trainer before timing one call
+        done_before = fake.count("done:trainer.forward_backward")
+        slow = fake.inject("POST", r"^/actor/v1/events$", 0, delay=2.5)
+        result = provider.forward_backward(datums, IS_LOSS)
+    finally:
+        provider.close()
+    assert slow.hits == 1
+    assert math.isfinite(result.loss)
+    # The timed-out submit and its retry carry the same event id: computed exactly once.
+    assert fake.count("done:trainer.forward_backward") == done_before + 1
+
+
+def test_persistent_5xx_gives_up_with_a_clear_error_and_stops_training(provider, fake):
+    datums = make_datums(725)
+    fake.inject("POST", r"^/actor/v1/events$", 503, times=10_000)
+    with pytest.raises(RemoteStepError, match="HTTP 503") as info:
+        provider.forward_backward(datums, IS_LOSS)
+    assert "--resume" in str(info.value)
+    fake.clear_faults()
+    submitted = fake.count("POST /actor/v1/events")
+    with pytest.raises(RemoteStepError):
+        provider.optim_step(ADAM)
+    assert fake.count("POST /actor/v1/events") == submitted  # nothing more was sent
+
+
+def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step(fake, tmp_path):
+    config = make_config(fake, tmp_path, retry_timeout_seconds=1.0)
+    datums = make_datums(725, seed=9)
+    ckpt = str(tmp_path / "ckpt" / "step-000001")
+    first = RemoteModelProvider.from_config(config)
+    try:
+        first.forward_backward(datums, IS_LOSS)
+        first.optim_step(ADAM)
+        first.save_state(ckpt)
+        expected = first.forward_backward(datums, IS_LOSS).loss  # gradients of the half step
+        fake.inject("POST", r"^/actor/v1/events$", 500, times=10_000)
+        with pytest.raises(RemoteStepError, match="optim_step"):
+            first.optim_step(ADAM)
+        fake.clear_faults()
+        with pytest.raises(RemoteStepError, match="--resume"):
+            first.forward_backward(datums, IS_LOSS)
+    finally:
+        first.close()
+    resumed = RemoteModelProvider.from_config(config)
+    try:
+        resumed.load_state(ckpt)
+        assert resumed.forward_backward(datums, IS_LOSS).loss == pytest.approx(expected, abs=1e-5)
+        resumed.optim_step(ADAM)  # the fresh run has only this step's gradients
+    finally:
+        resumed.close()
+
+
+# --------------------------------------------------------------------------- setup errors
+
+
+def test_missing_sdk_says_how_to_install(fake, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pytrio", None)
+    with pytest.raises(MissingSDKError, match=r"pip install 'searchr1\[remote\]'"):
+        RemoteModelProvider.from_config(make_config(fake, tmp_path))
+
+
+def test_config_problems_are_reported_together(fake, tmp_path):
+    config = make_config(fake, tmp_path, retry_timout_seconds=1.0)
+    config = config.replace(model={"api_key": ""}, lora={"rank": 2})
+    with pytest.raises(ConfigError) as info:
+        RemoteModelProvider.from_config(config)
+    text = str(info.value)
+    assert "retry_timeout_seconds" in text  # did-you-mean for the typo
+    config = make_config(fake, tmp_path).replace(model={"api_key": ""}, lora={"rank": 2})
+    with pytest.raises(ConfigError) as info:
+        RemoteModelProvider.from_config(config)
+    assert "model.api_key is empty" in str(info.value)
+    assert "lora.rank = 2" in str(info.value)
+
+
+def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
+    with pytest.raises(RemoteServiceError, match="remote_checkpoint.json"):
+        provider.load_state(str(tmp_path / "nowhere"))
+
+
+def test_same_adapter_builds_valid_tinker_requests():
+    """``provider = "tinker"`` maps datums and sampling parameters onto the tinker SDK's own
+    types (no tinker service can be faked here; see the module docstring of the fake)."""
+    tinker = pytest.importorskip("tinker")
+    from searchr1.plugins.remote_model.provider import load_tokenizer
+    from searchr1.plugins.remote_model.settings import RemoteSettings
+
+    provider = RemoteModelProvider(
+        sdk=tinker,
+        service=None,
+        tokenizer=load_tokenizer("builtin:tiny-random"),
+        provider_name="tinker",
+        api_base="http://unused",
+        base_model="builtin:tiny-random",
+        lora_rank=8,
+        lora_targets=TARGETS,
+        seed=0,
+        settings=RemoteSettings(sdk="tinker"),
+        key_name="model.api_key",
+    )
+    datum = make_datums(725, n=1)[0]
+    sdk_datum = provider._sdk_datum(datum, 0.5)
+    assert sdk_datum.model_input.to_ints() == list(datum.input_tokens)
+    adv = sdk_datum.loss_fn_inputs["advantages"].to_numpy().tolist()
+    assert adv == pytest.approx([0.5 * a for a in datum.advantages])
+    params = tinker.SamplingParams(
+        **provider._sampling_kwargs(
+            SamplingParams(max_tokens=5, stop_strings=("</search>",), stop_token_ids=(0,))
+        )
+    )
+    assert params.max_tokens == 5 and "</search>" in params.stop and len(params.stop) == 2
+
+
+# --------------------------------------------------------------------------- CLI end to end
+
+CORPUS = [
+    {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupery."},
+    {"id": "2", "title": "Antoine de Saint-Exupery", "text": "A French writer born in Lyon."},
+    {"id": "3", "title": "Paris", "text": "Paris is the capital of France."},
+]
+QUESTIONS = [
+    {"id": "q1", "question": "Who wrote The Little Prince?", "golden_answers": ["Saint-Exupery"]},
+    {"id": "q2", "question": "Where was Saint-Exupery born?", "golden_answers": ["Lyon"]},
+    {"id": "q3", "question": "What is the capital of France?", "golden_answers": ["Paris"]},
+]
+CLI_CONFIG = """
+[run]
+seed = 3
+[model]
+{model}
+base_model = "builtin:tiny-random"
+temperature = 1.0
+top_p = 1.0
+max_new_tokens = 12
+device = "cpu"
+dtype = "float32"
+{model_table}
+[lora]
+rank = 4
+alpha = 8
+dropout = 0.0
+[rollout]
+questions_per_batch = 2
+group_size = 2
+max_search_calls = 1
+max_assistant_turns = 2
+max_trajectory_tokens = 256
+max_observation_tokens = 32
+[reward]
+name = "token_checksum"
+[search]
+provider = "local"
+top_k = 1
+[search.local]
+corpus = "{corpus}"
+[train]
+max_steps = 3
+save_every = 2
+max_datum_tokens = 512
+max_micro_batch_datums = 2
+max_micro_batch_tokens = 1024
+[optimizer]
+lr = 5e-3
+[data]
+train = "{train}"
+"""
+
+
+def _write_cli_config(tmp_path: Path, model: str, model_table: str = "") -> Path:
+    import json
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    corpus, train = tmp_path / "corpus.jsonl", tmp_path / "train.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in CORPUS), encoding="utf-8")
+    train.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
+    path = tmp_path / "config.toml"
+    path.write_text(
+        CLI_CONFIG.format(model=model, model_table=model_table, corpus=corpus, train=train),
+        encoding="utf-8",
+    )
+    return path
+
+
+def _metric_events(run_dir: Path) -> dict[int, dict]:
+    import json
+
+    lines = (run_dir / "events.jsonl").read_text("utf-8").splitlines()
+    events = [json.loads(line) for line in lines if line.strip()]
+    return {e["step"]: e for e in events if e.get("event") == "metrics"}
+
+
+class ChecksumRewardPlugin:
+    """A reward that varies between trajectories, so every group trains (the untrained tiny
+    model never answers, and a constant reward would leave nothing to send to the service)."""
+
+    @staticmethod
+    def score(trajectory, golden_answers):
+        from searchr1.core.types import RewardResult
+
+        return RewardResult(reward=(sum(trajectory.tokens) % 7) / 6.0)
+
+    @hookimpl
+    def register_rewards(self, register):
+        register("token_checksum", lambda config: self.score)
+
+
+@pytest.mark.slow
+def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeypatch, capsys):
+    from searchr1.core import plugins, runs
+    from searchr1.core.cli import main as cli
+
+    real = plugins.load_registry
+    plugin = ChecksumRewardPlugin()
+    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+
+    monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
+    remote_config = _write_cli_config(
+        tmp_path / "remote",
+        f'provider = "taotoken"\napi_base = "{fake.base_url}"\napi_key = "${{TAOTOKEN_API_KEY}}"',
+        f'[model.taotoken]\nsdk_home = "{tmp_path / "home"}"\nretry_timeout_seconds = 5.0',
+    )
+    local_config = _write_cli_config(tmp_path / "local", 'provider = "local"')
+
+    assert cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^trajectory 0: reward=", out, re.M), out
+
+    remote_run, local_run = tmp_path / "remote-run", tmp_path / "local-run"
+    assert cli(["train", "--config", str(remote_config), "--run-dir", str(remote_run)]) == 0
+    assert cli(["train", "--config", str(local_config), "--run-dir", str(local_run)]) == 0
+    remote, local = _metric_events(remote_run), _metric_events(local_run)
+    assert sorted(remote) == sorted(local) == [1, 2, 3]
+    for step in (1, 2, 3):
+        assert remote[step].keys() == local[step].keys()
+        assert remote[step]["tokens/trained"] > 0 and remote[step]["micro_batches"] >= 1
+        assert math.isfinite(remote[step]["loss"]) and "optim/grad_norm" in remote[step]
+    ckpt = remote_run / "checkpoints" / "step_000002"
+    assert any(ckpt.rglob("remote_checkpoint.json")), "the remote checkpoint URI was not recorded"
+
+    args = ["train", "--config", str(remote_config), "--run-dir", str(remote_run)]
+    assert cli([*args, "--resume", "--max-steps", "4"]) == 0
+    assert sorted(_metric_events(remote_run)) == [1, 2, 3, 4]

@@ -1,0 +1,292 @@
+"""``searchr1 report``: the page a person opens after a run, checked in a real browser.
+
+The run folder is synthetic (the names the train loop emits); the browser is Debian's
+``chromium`` in headless mode, skipped with a reason where it is not installed
+(``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.cli import main as cli_main
+from searchr1.report import build_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium)"
+)
+STEPS = 12
+
+
+def _traj(step: int, i: int, correct: bool) -> dict:
+    return {
+        "trajectory_id": f"s{step}-g0-{i}",
+        "question": f"Who founded Velmora (step {step}, #{i})?",
+        "golden_answers": ["Ada Quill"],
+        "turns": [
+            {
+                "text": "<think>I should search.</think><search>Velmora founder</search>",
+                "action": "search",
+                "query": "Velmora founder",
+                "observation_text": "<information>Doc 1(Title: Velmora) founded by Ada Quill <script>alert(1)</script></information>",
+                "search_error": None,
+            },
+            {
+                "text": "<answer>Ada Quill</answer>" if correct else "<answer>Bo Reed</answer>",
+                "action": "answer",
+                "query": None,
+                "observation_text": "",
+                "search_error": None,
+            },
+        ],
+        "final_answer": "Ada Quill" if correct else "Bo Reed",
+        "reward": 1.0 if correct else 0.0,
+        "components": {"format": 1.0, "correct": 1.0 if correct else 0.0},
+        "end_reason": "answered",
+    }
+
+
+def make_run(run_dir: Path, *, with_tokens: bool = True) -> Path:
+    """A run folder shaped like the train loop's: events, metrics, evals, dumps."""
+    run_dir.mkdir(parents=True)
+    events = [
+        {"event": "run_start", "command": "train", "config_source": "x.toml", "run_id": "demo"}
+    ]
+    # as the train loop logs it: the held-out EM is "value", per source "em/<source>"
+    events.append(
+        {
+            "event": "eval/heldout_em",
+            "when": "before",
+            "step": 0,
+            "value": 0.2,
+            "em/nq": 0.25,
+            "format_rate": 0.5,
+        }
+    )
+    for step in range(1, STEPS + 1):
+        m = {
+            "event": "metrics",
+            "step": step,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "reward/mean": 0.1 + 0.05 * step,
+            "reward/format": min(1.0, 0.4 + 0.05 * step),
+            "reward/correct": 0.03 * step,
+            "search/success_rate": 1.0 if step != 7 else 0.6,
+            "search/error_rate": 0.0 if step != 7 else 0.4,
+            "degenerate_group_rate": 0.5 - 0.02 * step,
+            "searches_per_trajectory": 1 + 0.1 * step,
+            "time/step": 3.5,
+            "loss": -0.01 * step,
+        }
+        if with_tokens:
+            m["tokens/sampled"] = 1000 + 50 * step
+        events.append(m)
+    events.append(
+        {
+            "event": "eval/heldout_em",
+            "when": "after",
+            "step": STEPS,
+            "value": 0.45,
+            "em/nq": 0.5,
+            "format_rate": 0.9,
+        }
+    )
+    events.append(
+        {
+            "event": "eval_result",
+            "label": "step_12",
+            "data": "heldout.jsonl",
+            "n": 70,
+            "em": 0.457,
+            "macro_em": 0.457,
+            "f1": 0.5,
+            "search_success_rate": 0.72,
+            "trustworthy": False,
+        }
+    )
+    lines = [json.dumps(e) for e in events] + ['{"event": "metrics", "step": 13, "reward/me']
+    (run_dir / "events.jsonl").write_text("\n".join(lines) + "\n")
+    (run_dir / "trajectories").mkdir()
+    for step in (5, 10):
+        rows = [_traj(step, i, correct=i == 0) for i in range(3)]
+        (run_dir / "trajectories" / f"step_{step:06d}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows)
+        )
+    return run_dir
+
+
+def test_report_files_and_content(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    files = build_report(run)
+    assert files.html == run / "report" / "index.html"
+    assert {p.name for p in files.pngs} == {
+        "reward.png",
+        "search.png",
+        "degenerate.png",
+        "searches.png",
+        "tokens.png",
+        "step_time.png",
+    }
+    for png in files.pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    html = files.html.read_text()
+    assert "<script>alert(1)</script>" not in html  # model/search text is escaped
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # no network
+    assert "1 unreadable log lines skipped" in html
+    assert "45.7%" in html and "not trustworthy" in html
+    evals = html[html.index('<table id="evals">') : html.index("</table>")]
+    assert "<th>em</th>" in evals and "<th>em/nq</th>" in evals and "<th>value</th>" not in evals
+    assert "20.0%" in evals and "25.0%" in evals and "45.0%" in evals
+    assert 'id="chart-m-0"' in html  # the extra "loss" metric gets its own chart
+
+
+def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
+    html = build_report(make_run(tmp_path / "run", with_tokens=False), pngs=False).html.read_text()
+    assert '<figure class="chart empty" id="chart-tokens">' in html
+    assert "tokens/sampled not logged" in html
+
+
+def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path / "run")
+    assert cli_main(["report", str(run), "--out", str(tmp_path / "out"), "--no-png"]) == 0
+    assert (tmp_path / "out" / "index.html").is_file()
+    assert not list((tmp_path / "out").glob("*.png"))
+    assert cli_main(["report", str(tmp_path / "nope")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- browser
+
+
+class _Dom(HTMLParser):
+    """Start tags with their attributes, in document order, plus the visible text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.stack: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=3000",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
+
+
+@needs_chromium
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    html = build_report(run, pngs=False).html
+    # A deep link to the second trajectory of step 10: the page's script must expand it.
+    url = html.resolve().as_uri() + "#step-10-1"
+    dom = _Dom()
+    dom.feed(_chromium(["--dump-dom", url], tmp_path / "profile").stdout)
+
+    paths = [a for t, a in dom.tags if t == "path" and "series" in (a.get("class") or "")]
+    drawn = {a["data-key"]: float(a.get("data-drawn-length") or 0) for a in paths}
+    # Every training curve was laid out by the browser with a real length.
+    for key in (
+        "reward/mean",
+        "reward/format",
+        "reward/correct",
+        "search/success_rate",
+        "search/error_rate",
+        "degenerate_group_rate",
+        "searches_per_trajectory",
+        "tokens/sampled",
+        "time/step",
+    ):
+        assert drawn.get(key, 0) > 50, (key, drawn)
+    points = [a for t, a in dom.tags if t == "circle" and a.get("class") == "point"]
+    assert len(points) >= 9 * STEPS
+
+    details = {a.get("id"): a for t, a in dom.tags if t == "details"}
+    assert "open" in details["step-10-1"] and "open" in details["step-10"]
+    assert "open" not in details["step-5"] and "open" not in details["step-10-0"]
+    assert len([i for i in details if i and i.startswith("step-5-")]) == 3
+
+    # What a person sees: a screenshot with the curves' colours in it.
+    from PIL import Image
+
+    shot = tmp_path / "shot.png"
+    _chromium(
+        ["--window-size=1200,1400", f"--screenshot={shot}", html.resolve().as_uri()],
+        tmp_path / "profile2",
+    )
+    image = Image.open(shot).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 20) or []
+    blue = sum(n for n, rgb in colours if rgb == (0x1F, 0x77, 0xB4))
+    green = sum(n for n, rgb in colours if rgb == (0x2C, 0xA0, 0x2C))
+    assert blue > 500 and green > 200, (blue, green)
+
+
+@needs_chromium
+@pytest.mark.slow
+def test_report_of_a_real_training_run(tmp_path: Path) -> None:
+    """Two real training steps of the tiny random model (the lead's train loop, local BM25
+    search), then the report in the browser: every main curve is drawn."""
+    from test_eval import write_world
+
+    config = write_world(tmp_path)
+    text = config.read_text().replace(
+        "[rollout]\n", "[rollout]\nquestions_per_batch = 2\ngroup_size = 2\n"
+    )
+    text = text.replace(
+        "[train]\n", "[train]\nmax_steps = 2\nsave_every = 2\ndump_trajectories = 2\n"
+    )
+    text = text.replace("[data]\n", f'[data]\ntrain = "{tmp_path / "heldout.jsonl"}"\n')
+    config.write_text(text)
+    run = tmp_path / "train-run"
+    assert cli_main(["train", "--config", str(config), "--run-dir", str(run)]) == 0
+
+    files = build_report(run)
+    assert len(files.pngs) == 6
+    dom = _Dom()
+    dom.feed(
+        _chromium(
+            ["--dump-dom", files.html.resolve().as_uri() + "#step-2-0"], tmp_path / "p"
+        ).stdout
+    )
+    drawn = {
+        a["data-key"]: float(a.get("data-drawn-length") or 0)
+        for t, a in dom.tags
+        if t == "path" and "series" in (a.get("class") or "")
+    }
+    for spec_keys in (
+        "reward/mean",
+        "reward/format",
+        "reward/correct",
+        "search/success_rate",
+        "search/error_rate",
+        "degenerate_group_rate",
+        "searches_per_trajectory",
+        "tokens/sampled",
+        "time/step",
+    ):
+        assert drawn.get(spec_keys, 0) > 50, (spec_keys, drawn)
+    details = {a.get("id"): a for t, a in dom.tags if t == "details"}
+    assert "open" in details["step-2-0"] and "open" in details["step-2"]

@@ -1,0 +1,133 @@
+"""Rewards: the seed's table (1.0 / 0.0 / -0.1), components, and answer normalisation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
+
+from searchr1.core.agent_protocols import TagsProtocol, ToolCallsProtocol
+from searchr1.core.answers import exact_match, extract_answers, f1_score, normalize_answer
+from searchr1.core.config import Config, ConfigError, parse_config
+from searchr1.core.plugins import load_registry
+from searchr1.core.rollout import rollout_questions
+from searchr1.core.types import Question, Trajectory, Turn
+
+GOLDEN = ("Antoine de Saint-Exupéry",)
+
+
+def reward(name: str = "format_answer", config: Config | None = None):
+    return load_registry().create("reward", name, config or Config())
+
+
+def traj(protocol: str, texts: list[str], final: str | None) -> Trajectory:
+    turns = tuple(Turn((), (), t, "answer" if final is not None else "invalid") for t in texts)
+    return Trajectory(
+        trajectory_id="t", question="q", golden_answers=GOLDEN, tokens=(), generated_mask=(),
+        logprobs=(), prompt_len=0, turns=turns,
+        end_reason="answered" if final is not None else "invalid_action",
+        final_answer=final, final_text="".join(texts), search_calls=0, search_errors=0,
+        protocol=protocol,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("protocol", "texts", "final", "expected", "fmt", "correct"),
+    [
+        ("tags", ["<answer> antoine de saint-exupery </answer>"], "antoine de saint-exupery", 0.0, 1, 0),
+        ("tags", ["<answer> Antoine de Saint-Exupéry. </answer>"], "Antoine de Saint-Exupéry.", 1.0, 1, 1),
+        ("tags", ["<search> a </search>", "<answer> Lyon </answer>"], "Lyon", 0.0, 1, 0),
+        ("tags", ["I think it is Antoine de Saint-Exupéry"], None, -0.1, 0, 0),
+        ("tags", ["<answer>  </answer>"], "", -0.1, 0, 0),
+        ("tool_calls", ["Answer: Antoine de Saint-Exupéry"], "Antoine de Saint-Exupéry", 1.0, 1, 1),
+        ("tool_calls", ["Answer: France"], "France", 0.0, 1, 0),
+        # two Answer: lines across the trajectory: ambiguous, so a format error
+        ("tool_calls", ["Answer: Paris\n<tool_call>{}</tool_call>", "Answer: Antoine de Saint-Exupéry"],
+         "Antoine de Saint-Exupéry", -0.1, 0, 1),
+        ("tool_calls", ["The author is Antoine de Saint-Exupéry."], None, -0.1, 0, 0),
+    ],
+)  # fmt: skip
+def test_seed_reward_table(protocol, texts, final, expected, fmt, correct) -> None:
+    result = reward()(traj(protocol, texts, final), GOLDEN)
+    assert result.reward == pytest.approx(expected)
+    assert (result.components["format"], result.components["correct"]) == (fmt, correct)
+
+
+def test_format_and_answer_rewards_are_the_two_halves() -> None:
+    wrong_format = traj("tool_calls", ["Answer: a\nAnswer: Antoine de Saint-Exupéry"], "a")
+    right = traj("tool_calls", ["Answer: Antoine de Saint-Exupéry"], "Antoine de Saint-Exupéry")
+    wrong = traj("tool_calls", ["Answer: Paris"], "Paris")
+    assert [reward("format")(t, GOLDEN).reward for t in (wrong_format, right, wrong)] == [
+        pytest.approx(-0.1), 0.0, 0.0]  # fmt: skip
+    assert [reward("answer")(t, GOLDEN).reward for t in (wrong_format, right, wrong)] == [
+        0.0, 1.0, 0.0]  # fmt: skip
+
+
+def test_f1_is_reported_but_not_rewarded() -> None:
+    result = reward()(traj("tags", ["<answer> Saint-Exupéry </answer>"], "Saint-Exupéry"), GOLDEN)
+    assert result.reward == 0.0
+    assert result.components["f1"] == pytest.approx(0.5)  # 1 of 3 golden tokens, precision 1
+
+
+def test_reward_settings_come_from_the_reward_table() -> None:
+    cfg = parse_config(
+        '[reward]\nname = "format_answer"\n[reward.format_answer]\nformat_penalty = -0.5\n',
+        source="c.toml",
+        env={},
+    )
+    assert reward(config=cfg)(traj("tags", ["no answer"], None), GOLDEN).reward == -0.5
+    bad = parse_config("[reward.format_answer]\nformat_penalti = -0.5\n", source="c.toml", env={})
+    with pytest.raises(ConfigError, match="did you mean 'format_penalty'"):
+        reward(config=bad)
+
+
+def test_rewards_score_rollout_trajectories_of_both_protocols() -> None:
+    tok = tiny_tokenizer()
+    q = Question("q", "Who wrote The Little Prince?", GOLDEN)
+    for protocol in (TagsProtocol(tok), ToolCallsProtocol(tok)):
+        scripts = [
+            [protocol.assistant_turn_text(query="little prince"),
+             protocol.assistant_turn_text(answer="Antoine de Saint-Exupéry")],
+            [protocol.assistant_turn_text(answer="Lyon")],
+            ["I do not know."],
+        ]  # fmt: skip
+        model = ScriptedModel(tok, scripts)
+        (group,) = asyncio.run(
+            rollout_questions(model, FakeSearch(), protocol, [q], Config(), group_size=3)
+        )
+        assert [reward()(t, GOLDEN).reward for t in group] == [1.0, 0.0, pytest.approx(-0.1)]
+
+
+# ------------------------------------------------------------------ normalisation
+
+
+@pytest.mark.parametrize(
+    ("prediction", "golden", "match"),
+    [
+        ("The Eiffel Tower.", "eiffel tower", True),
+        ("  Paris,\n France ", "paris france", True),
+        ("an apple", "Apple", True),
+        ("Theatre", "atre", False),  # articles only as whole words
+        ("Saint-Exupéry", "saintexupéry", True),  # punctuation is dropped, not spaced
+        ("Saint-Exupéry", "Saint-Exupery", False),  # accents are kept
+        ("ＰＡＲＩＳ", "paris", True),  # full-width letters fold (NFKC)
+        ("北京。", "北京", True),  # CJK punctuation is punctuation too
+        ("1,000", "1000", True),
+        ("", "", False),  # an empty prediction never matches
+        ("...", "!", False),
+        (None, "x", False),
+    ],
+)
+def test_exact_match_normalisation(prediction, golden, match) -> None:
+    assert exact_match(prediction, [golden]) is match
+
+
+def test_normalize_answer_and_extract() -> None:
+    assert normalize_answer("  The  Little   Prince! ") == "little prince"
+    assert extract_answers("tags", "<answer>a</answer><answer> b </answer>") == ["a", "b"]
+    assert extract_answers("tool_calls", "x\nAnswer: y\n") == ["y"]
+    with pytest.raises(ValueError, match="unknown agent protocol"):
+        extract_answers("xml", "")
+    assert f1_score("paris france", ["Paris"]) == pytest.approx(2 / 3)
+    assert f1_score("lyon", ["Paris", "Lyon"]) == 1.0 and f1_score(None, ["x"]) == 0.0

@@ -1,0 +1,321 @@
+"""The ``zhihu`` provider and the shared HTTP reliability layer, against a real loopback
+server (``search_fakes``) that injects 429s, rejected keys, 5xx bursts, timeouts, malformed
+bodies and ``Code != 0``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from search_fakes import ZHIHU_PATH, FakeSearchServer, start_fake_zhihu
+from structlog.testing import capture_logs
+
+from searchr1.core.config import ConfigError, parse_config
+from searchr1.core.search.http_provider import ERR_DOWN, ERR_QUOTA
+from searchr1.plugins.zhihu_search import ZhihuSearch
+
+KEYS = ["zk-alpha-0000-secret", "zk-bravo-1111-secret", "zk-charlie-2222-secret"]
+
+
+def make_provider(base_url: str, keys: list[str] = KEYS, zhihu: str = "", **search) -> ZhihuSearch:
+    """A provider for the fake at ``base_url``; ``search`` overrides ``[search]`` fields."""
+    fields = {"timeout_seconds": 2, "max_retries": 2, **search}
+    lines = "".join(f"{k} = {v}\n" for k, v in fields.items())
+    text = (
+        '[search]\nprovider = "zhihu"\napi_keys = "${ZHIHU_SEARCH_KEYS}"\n'
+        f'api_base = "{base_url}"\n{lines}[search.zhihu]\n{zhihu}\n'
+    )
+    config = parse_config(text, source="test.toml", env={"ZHIHU_SEARCH_KEYS": ",".join(keys)})
+    return ZhihuSearch(config, backoff_base_s=0.01)
+
+
+def run_queries(provider: ZhihuSearch, queries: list[str], top_k: int = 3) -> list:
+    async def go() -> list:
+        try:
+            return [await provider.search(q, top_k) for q in queries]
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[str, FakeSearchServer]]:
+    with start_fake_zhihu() as served:
+        yield served
+
+
+def test_keys_are_used_round_robin_and_items_are_mapped(fake) -> None:
+    base_url, server = fake
+    provider = make_provider(base_url)
+    responses = run_queries(provider, [f"question {i}" for i in range(4)], top_k=2)
+    assert server.keys_served() == [KEYS[0], KEYS[1], KEYS[2], KEYS[0]]
+    first = responses[0]
+    assert first.ok and len(first.results) == 2
+    hit = first.results[0]
+    assert hit.title == "question 0 answer 0"  # <em> highlight removed
+    assert hit.text == "Text 0 about question 0 & more."  # entity unescaped
+    assert hit.url == "https://www.zhihu.com/answer/0"
+    assert hit.score > first.results[1].score
+    assert server.records[0].path == ZHIHU_PATH
+    assert server.records[0].params["Count"] == "2"
+    m = provider.metrics()
+    assert (m["calls"], m["attempts"], m["success_rate"], m["results_per_call"]) == (4, 4, 1, 2)
+
+
+def test_count_is_capped_at_20_and_search_db_is_sent(fake) -> None:
+    base_url, server = fake
+    provider = make_provider(base_url, zhihu='search_db = "realtime"')
+    (response,) = run_queries(provider, ["many"], top_k=50)
+    assert server.records[0].params["Count"] == "20"
+    assert server.records[0].params["SearchDB"] == "realtime"
+    assert len(response.results) == 20
+
+
+def test_a_429_benches_the_key_and_the_request_moves_on(fake) -> None:
+    base_url, server = fake
+    server.behaviour.key_status = {KEYS[1]: 429}
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        responses = run_queries(provider, ["a", "b", "c", "d"])
+    assert all(r.ok for r in responses)
+    assert [(r.key, r.status) for r in server.records] == [
+        (KEYS[0], 200),
+        (KEYS[1], 429),
+        (KEYS[2], 200),
+        (KEYS[0], 200),
+        (KEYS[2], 200),
+    ]
+    m = provider.metrics()
+    assert (m["attempts"], m["http_429"], m["retries"]) == (5, 1, 0)
+    assert m["429_rate"] == pytest.approx(1 / 5)
+    assert m["keys_available"] == 2 and m["available"] == 1
+    benched = [e for e in logs if e["event"] == "search_key_benched"]
+    assert [(e["key_index"], e["benched_for_s"]) for e in benched] == [(1, None)]
+
+
+def test_retry_after_on_429_sets_the_cool_down(fake) -> None:
+    base_url, server = fake
+    server.behaviour.retry_after = "0.2"
+    server.behaviour.script = ["429"]
+    provider = make_provider(base_url, keys=KEYS[:2])
+
+    async def go() -> tuple[float, float]:
+        await provider.search("x", 3)
+        during = provider.metrics()["keys_available"]
+        await asyncio.sleep(0.3)
+        return during, provider.metrics()["keys_available"]
+
+    during, after = asyncio.run(go())
+    assert server.keys_served(429) == [KEYS[0]] and server.keys_served() == [KEYS[1]]
+    assert (during, after) == (1, 2)
+
+
+def test_a_rejected_key_is_benched_for_the_run_and_logged_by_index(fake) -> None:
+    base_url, server = fake
+    server.behaviour.key_status = {KEYS[0]: 401}
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        responses = run_queries(provider, ["a", "b", "c"])
+    assert all(r.ok for r in responses)
+    assert server.keys_served(401) == [KEYS[0]]
+    assert server.keys_served() == [KEYS[1], KEYS[2], KEYS[1]]
+    (event,) = [e for e in logs if e["event"] == "search_key_benched"]
+    assert event["key_index"] == 0 and "401" in event["reason"]
+    assert provider.metrics()["auth_errors"] == 1
+
+
+def test_every_key_out_of_quota_means_the_environment_is_down(fake) -> None:
+    base_url, server = fake
+    server.behaviour.all_status = 429
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        first, second = run_queries(provider, ["a", "b"])
+    assert first.error == ERR_QUOTA
+    assert second.error == ERR_DOWN
+    assert len(server.records) == 3  # each key tried once; then no request at all
+    assert not provider.available()
+    m = provider.metrics()
+    assert (m["available"], m["keys_available"], m["error_rate"], m["unavailable"]) == (0, 0, 1, 1)
+    assert any(e["event"] == "search_environment_down" for e in logs)
+
+
+def test_a_5xx_burst_is_retried_with_backoff(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["503", "502"]
+    provider = make_provider(base_url)
+    (response,) = run_queries(provider, ["q"])
+    assert response.ok
+    assert [r.status for r in server.records] == [503, 502, 200]
+    m = provider.metrics()
+    assert (m["attempts"], m["retries"], m["server_errors"], m["errors"]) == (3, 2, 2, 0)
+    assert provider.metrics()["keys_available"] == 3  # a 5xx is not the key's fault
+
+
+def test_retries_stop_at_max_retries(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["500"] * 5
+    provider = make_provider(base_url)
+    (response,) = run_queries(provider, ["q"])
+    assert response.error == "server error (HTTP 500)"
+    assert len(server.records) == 3
+    m = provider.metrics()
+    assert (m["retries"], m["errors"], m["success_rate"]) == (2, 1, 0)
+
+
+def test_retry_after_on_5xx_is_honoured(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["503"]
+    server.behaviour.retry_after = "0.3"
+    provider = make_provider(base_url)
+    (response,) = run_queries(provider, ["q"])
+    assert response.ok
+    first, second = server.records
+    assert second.started - first.finished >= 0.25  # backoff alone would be ~0.01 s
+
+
+def test_a_slow_response_times_out_and_is_retried(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["slow"]
+    server.behaviour.slow_s = 3.0
+    provider = make_provider(base_url, timeout_seconds=0.5)
+    (response,) = run_queries(provider, ["q"])
+    assert response.ok
+    m = provider.metrics()
+    assert (m["timeouts"], m["attempts"], m["retries"]) == (1, 2, 1)
+    assert m["timeout_rate"] == 0.5
+
+
+def test_timeout_without_retries_is_a_timeout_error(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["slow"]
+    server.behaviour.slow_s = 3.0
+    provider = make_provider(base_url, timeout_seconds=0.5, max_retries=0)
+    (response,) = run_queries(provider, ["q"])
+    assert response.error == "timeout"
+    assert provider.metrics()["timeout_rate"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "counter"),
+    [
+        ("malformed", "malformed response (not JSON)", "malformed_responses"),
+        ("wrong_shape", "malformed response (Data.Items is not a list)", "malformed_responses"),
+        ("code", "search API error (Code 1001: success)", "api_errors"),
+        ("404", "request rejected (HTTP 404)", "http_errors"),
+    ],
+)
+def test_unusable_answers_are_counted_errors_not_retried(fake, action, error, counter) -> None:
+    base_url, server = fake
+    server.behaviour.script = [action]
+    provider = make_provider(base_url)
+    first, second = run_queries(provider, ["q1", "q2"])
+    assert first.error == error and first.results == ()
+    assert second.ok  # the next call is unaffected
+    m = provider.metrics()
+    assert (m[counter], m["errors"], m["attempts"], m["retries"]) == (1, 1, 2, 0)
+    assert m["error_rate"] == 0.5 and provider.available()
+
+
+def test_a_dropped_connection_is_retried(fake) -> None:
+    base_url, server = fake
+    server.behaviour.script = ["drop"]
+    provider = make_provider(base_url)
+    (response,) = run_queries(provider, ["q"])
+    assert response.ok
+    assert provider.metrics()["connection_errors"] == 1
+
+
+def test_no_server_at_all_is_a_connection_error() -> None:
+    with start_fake_zhihu() as (base_url, _):
+        pass  # the port is closed again
+    provider = make_provider(base_url, max_retries=1)
+    (response,) = run_queries(provider, ["q"])
+    assert response.error == "connection error"
+    assert provider.metrics()["connection_errors"] == 2
+
+
+def test_empty_result_list_is_a_success_with_no_results(fake) -> None:
+    base_url, server = fake
+    server.behaviour.results = 0
+    provider = make_provider(base_url)
+    (response,) = run_queries(provider, ["q"])
+    assert response.ok and response.results == ()
+    assert provider.metrics()["empty_rate"] == 1.0
+
+
+def test_repeated_and_concurrent_identical_queries_hit_the_service_once(fake) -> None:
+    base_url, server = fake
+    server.behaviour.latency_s = 0.05
+    provider = make_provider(base_url)
+
+    async def go() -> list:
+        same = await asyncio.gather(*(provider.search("Who wrote X?", 3) for _ in range(8)))
+        again = await provider.search("  who WROTE x? ", 3)
+        await provider.aclose()
+        return [*same, again]
+
+    responses = asyncio.run(go())
+    assert len(server.records) == 1
+    assert all(r.ok and r.results == responses[0].results for r in responses)
+    assert sum(r.cached for r in responses) == 8
+    assert provider.metrics()["cache_hit_rate"] == pytest.approx(8 / 9)
+
+
+def test_the_concurrency_limit_holds_at_the_server(fake) -> None:
+    base_url, server = fake
+    server.behaviour.latency_s = 0.05
+    provider = make_provider(base_url, max_concurrency=4)
+
+    async def go() -> list:
+        out = await asyncio.gather(*(provider.search(f"q{i}", 3) for i in range(24)))
+        await provider.aclose()
+        return out
+
+    responses = asyncio.run(go())
+    assert all(r.ok for r in responses) and len(server.records) == 24
+    assert 1 < server.max_in_flight <= 4
+
+
+def test_no_key_ever_appears_in_logs_errors_or_metrics(fake, capsys) -> None:
+    base_url, server = fake
+    server.behaviour.key_status = {KEYS[0]: 401, KEYS[1]: 429}
+    server.behaviour.message = "bad token {key}"  # the service echoes the key back
+    server.behaviour.script = ["code", "503", "malformed"]
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        responses = run_queries(provider, ["a", "b", "c", "d"])
+        server.behaviour.all_status = 429
+        responses += run_queries(provider, ["e", "f"])
+    seen = repr(logs) + repr(responses) + repr(provider.metrics()) + repr(provider.settings)
+    captured = capsys.readouterr()
+    seen += captured.out + captured.err
+    assert "Code 1001" in seen  # the API error did happen...
+    for key in KEYS:
+        assert key not in seen  # ...but no key was ever shown
+
+
+def test_config_requires_keys_and_checks_its_table(fake) -> None:
+    base_url, _ = fake
+    text = (
+        f'[search]\nprovider = "zhihu"\napi_base = "{base_url}"\n[search.zhihu]\nsearch_db = "x"\n'
+    )
+    config = parse_config(text, source="t.toml", env={})
+    with pytest.raises(ConfigError) as err:
+        ZhihuSearch(config)
+    assert "search.api_keys is empty" in str(err.value)
+    assert "search.zhihu.search_db" in str(err.value)
+
+
+def test_default_api_base_is_zhihu() -> None:
+    config = parse_config('[search]\napi_keys = "k-123456"\n', source="t.toml", env={})
+    assert ZhihuSearch(config).api_base == "https://developer.zhihu.com"
+
+
+def test_the_same_provider_works_across_event_loops(fake) -> None:
+    base_url, server = fake
+    provider = make_provider(base_url)
+    assert asyncio.run(provider.search("one", 3)).ok
+    assert asyncio.run(provider.search("two", 3)).ok
+    assert len(server.records) == 2

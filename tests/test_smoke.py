@@ -1,0 +1,190 @@
+"""``searchr1 smoke``: the seed's output shape, the trajectory dump, and its diagnoses.
+
+The scripted model (``tests/conftest.py``) makes rewards and search counts exact; one test
+runs the real tiny model (``builtin:tiny-random``) with the offline BM25 search; a loopback
+Zhihu fake plays a service that answers 429 (or 401) to every key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from search_fakes import Behaviour, start_fake_zhihu
+
+from searchr1.core.cli import main as cli
+
+CORPUS = [
+    {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupéry."},
+    {"id": "2", "title": "Antoine de Saint-Exupéry", "text": "A French writer born in Lyon."},
+    {"id": "3", "title": "Lyon", "text": "Lyon is a city in France."},
+]
+TRAJECTORY_LINE = re.compile(
+    r"^trajectory (\d+): reward=(-?\d\.\d), search_calls=(\d+), final_answer=(.*)$", re.M
+)
+
+
+def write_config(tmp_path: Path, model: str, search: str, rollout: str = "") -> Path:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in CORPUS), encoding="utf-8")
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[run]\ndir = "{tmp_path / "runs"}"\n'
+        f"{model}\n"
+        f"[rollout]\nmax_trajectory_tokens = 512\nmax_assistant_turns = 6\n{rollout}\n"
+        "[train]\nmax_datum_tokens = 512\nmax_micro_batch_tokens = 4096\n"
+        f"{search}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+LOCAL_SEARCH = '[search]\nprovider = "local"\ntop_k = 2\n[search.local]\ncorpus = "{corpus}"\n'
+
+
+def local_search(tmp_path: Path) -> str:
+    return LOCAL_SEARCH.format(corpus=tmp_path / "corpus.jsonl")
+
+
+def scripted(turns: list[list[str]], fail: str | None = None) -> str:
+    table = f"[model.scripted]\nturns = {json.dumps(turns)}\n"
+    if fail:
+        table += f"fail = {json.dumps(fail)}\n"
+    return f'[model]\nprovider = "scripted"\nmax_new_tokens = 64\n{table}'
+
+
+SCRIPTS = [
+    ["<search> little prince author </search>", "<answer> Antoine de Saint-Exupéry </answer>"],
+    ["<answer> Lyon </answer>"],
+    ["I am not sure."],
+    ["<search> little prince </search>", "<search> Saint-Exupéry born </search>",
+     "<answer> antoine de saint-exupery </answer>"],
+]  # fmt: skip
+
+
+def smoke(capsys, config: Path, *extra: str) -> tuple[int, str]:
+    run_dir = config.parent / "run"
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(run_dir), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_smoke_prints_the_seed_output_and_writes_trajectories(tmp_path, capsys, scripted_plugin):
+    config = write_config(tmp_path, scripted(SCRIPTS), local_search(tmp_path))
+    code, out = smoke(capsys, config)
+    assert code == 0, out
+    assert "search keys: 0" in out and "search probe: ok (2 results)" in out
+    lines = TRAJECTORY_LINE.findall(out)
+    assert lines == [
+        ("0", "1.0", "1", "Antoine de Saint-Exupéry"),
+        ("1", "0.0", "0", "Lyon"),
+        ("2", "-0.1", "0", "None"),
+        ("3", "0.0", "2", "antoine de saint-exupery"),  # accents matter in exact match
+    ]
+    assert "search success rate: 100.00%" in out and "search error rate: 0.00%" in out
+    # the group was sampled once with num_samples = 4, then one sample per later turn
+    (model,) = scripted_plugin.created
+    assert [c.num_samples for c in model.calls][0] == 4
+    assert all(c.num_samples == 1 for c in model.calls[1:])
+    records = [json.loads(line) for line in (tmp_path / "run" / "smoke_trajectories.jsonl").open()]
+    assert [r["reward"] for r in records] == [1.0, 0.0, -0.1, 0.0]
+    first = records[0]
+    assert first["question"] == "Who is the author of The Little Prince and where was he born?"
+    assert first["turns"][0]["query"] == "little prince author"
+    assert "Doc 1(Title: The Little Prince)" in first["turns"][0]["observation_text"]
+    assert first["prompt_text"].endswith("<|im_start|>assistant\n")
+    assert len(first["tokens"]) == len(first["generated_mask"]) == len(first["logprobs"])
+
+
+def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys, scripted_plugin):
+    turns = [["<search> a </search>", "<search> b </search>", "<answer> Lyon </answer>"],
+             ["<answer> Paris </answer>"]]  # fmt: skip
+    config = write_config(tmp_path, scripted(turns), local_search(tmp_path))
+    code, out = smoke(
+        capsys, config, "--question", "Where was he born?", "--answer", "Lyon",
+        "--answer", "Lyon, France", "--group-size", "2", "--max-search-calls", "1",
+    )  # fmt: skip
+    assert code == 0, out
+    assert TRAJECTORY_LINE.findall(out) == [("0", "-0.1", "1", "None"), ("1", "0.0", "0", "Paris")]
+    record = json.loads((tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()[0])
+    assert record["end_reason"] == "search_limit" and record["golden_answers"] == [
+        "Lyon",
+        "Lyon, France",
+    ]
+
+
+def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
+    tmp_path, capsys, scripted_plugin
+):
+    config = write_config(
+        tmp_path, scripted([["no idea"], ["still no idea"]]), local_search(tmp_path)
+    )
+    code, out = smoke(capsys, config, "--group-size", "2")
+    assert code == 0  # the channels work; the model just has not learned the format
+    assert "every reward is -0.1: the model never wrote the answer format" in out
+    assert "<answer>...</answer>" in out and "invalid_action=2" in out
+
+
+def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_plugin):
+    with start_fake_zhihu(Behaviour(all_status=429)) as (base_url, server):
+        search = (
+            f'[search]\nprovider = "zhihu"\napi_keys = "k-one,k-two"\napi_base = "{base_url}"\n'
+        )
+        config = write_config(tmp_path, scripted(SCRIPTS), search)
+        code, out = smoke(capsys, config)
+        assert server.records and all(r.status == 429 for r in server.records)
+    assert code == 1, out
+    assert "search keys: 2" in out and "search probe: FAILED (quota exhausted (429))" in out
+    assert "429: search quota exhausted" in out and "keys left: 0 of 2" in out
+    assert "search success rate: 0.00%" in out
+    assert "k-one" not in out and "k-two" not in out  # keys never printed
+    # the failed searches were observations, not crashes
+    records = [json.loads(line) for line in (tmp_path / "run" / "smoke_trajectories.jsonl").open()]
+    assert records[0]["turns"][0]["observation_text"].count("search failed") == 1
+
+
+def test_rejected_key_is_diagnosed_as_401(tmp_path, capsys, scripted_plugin):
+    with start_fake_zhihu(Behaviour(all_status=401)) as (base_url, _):
+        search = f'[search]\nprovider = "zhihu"\napi_keys = "bad-key"\napi_base = "{base_url}"\n'
+        code, out = smoke(capsys, write_config(tmp_path, scripted(SCRIPTS), search))
+    assert code == 1
+    assert "401/403: the search service rejected" in out and "bad-key" not in out
+
+
+def test_missing_key_variable_is_named(tmp_path, capsys, monkeypatch, scripted_plugin):
+    monkeypatch.delenv("SMOKE_TEST_MISSING_KEYS", raising=False)
+    search = '[search]\nprovider = "zhihu"\napi_keys = "${SMOKE_TEST_MISSING_KEYS}"\n'
+    config = write_config(tmp_path, scripted(SCRIPTS), search)
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert "SMOKE_TEST_MISSING_KEYS, which is not set" in capsys.readouterr().err
+
+
+def test_model_channel_failure_exits_non_zero(tmp_path, capsys, scripted_plugin):
+    config = write_config(
+        tmp_path, scripted(SCRIPTS, fail="HTTP 401 Unauthorized"), local_search(tmp_path)
+    )
+    code, out = smoke(capsys, config)
+    assert code == 1
+    assert "the model channel failed: RuntimeError: HTTP 401 Unauthorized" in out
+    assert "check [model] api_key" in out
+
+
+@pytest.mark.slow
+def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
+    model = (
+        '[model]\nprovider = "local"\nbase_model = "builtin:tiny-random"\nmax_new_tokens = 24\n'
+        "temperature = 1.0\ntop_p = 1.0\n"
+    )
+    config = write_config(tmp_path, model, local_search(tmp_path))
+    code, out = smoke(capsys, config)
+    assert code == 0, out
+    assert re.search(r"^search keys: 0$", out, re.M)
+    lines = TRAJECTORY_LINE.findall(out)
+    assert [n for n, *_ in lines] == ["0", "1", "2", "3"]
+    assert all(float(r) in (1.0, 0.0, -0.1) for _, r, _, _ in lines)
+    assert re.search(r"^search success rate: \d+\.\d\d%$", out, re.M)
+    assert re.search(r"^search error rate: \d+\.\d\d%$", out, re.M)
+    records = (tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
+    assert len(records) == 4 and all(json.loads(r)["turns"] for r in records)

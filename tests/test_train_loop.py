@@ -1,0 +1,223 @@
+"""The train loop end to end on the tiny model: metrics, checkpoints, resume, signals, guard."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CONFIG = """
+[run]
+seed = 1
+[model]
+provider = "local"
+base_model = "builtin:tiny-random"
+temperature = 1.0
+top_p = 1.0
+max_new_tokens = 16
+[lora]
+rank = 4
+alpha = 8
+dropout = 0.0
+[rollout]
+questions_per_batch = 2
+group_size = 3
+max_search_calls = 2
+max_assistant_turns = 3
+max_trajectory_tokens = 300
+max_observation_tokens = 48
+[search]
+provider = "local"
+top_k = 2
+[search.local]
+corpus = "builtin:world/corpus.jsonl"
+[train]
+max_steps = 4
+save_every = 2
+max_datum_tokens = 512
+max_micro_batch_datums = 4
+max_micro_batch_tokens = 1024
+dump_trajectories = 2
+[optimizer]
+lr = 5e-3
+[data]
+train = "builtin:world/train.jsonl"
+"""
+
+STEP_KEYS = (
+    "reward/mean",
+    "reward/format",
+    "reward/correct",
+    "search/success_rate",
+    "search/calls",
+    "searches_per_trajectory",
+    "turns_per_trajectory",
+    "degenerate_group_rate",
+    "tokens/sampled",
+    "tokens/trained",
+    "loss",
+    "ratio_mean",
+    "time/rollout",
+    "time/train",
+    "time/step",
+    "end_reason/answered",
+)
+
+
+def _config(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG + extra)
+    return path
+
+
+def _train(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "searchr1.core.cli", "train", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _events(run_dir: Path) -> list[dict]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _step_metrics(run_dir: Path) -> dict[int, dict]:
+    """The last metrics event logged for each step."""
+    return {e["step"]: e for e in _events(run_dir) if e["event"] == "metrics"}
+
+
+def _comparable(m: dict) -> dict:
+    return {
+        k: v
+        for k, v in m.items()
+        if not k.startswith(("time/", "search/latency")) and k not in ("timestamp", "run_id")
+    }
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("plain")
+    proc = _train("--config", str(_config(tmp)), "--run-dir", str(tmp / "run"), cwd=tmp)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    return tmp / "run"
+
+
+def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path) -> None:
+    steps = _step_metrics(uninterrupted)
+    assert sorted(steps) == [1, 2, 3, 4]
+    for m in steps.values():
+        missing = [k for k in STEP_KEYS if k not in m]
+        assert not missing, missing
+        assert -0.1 - 1e-9 <= m["reward/mean"] <= 1.0
+        assert m["groups"] == 2
+    checkpoints = sorted(p.name for p in (uninterrupted / "checkpoints").iterdir())
+    assert checkpoints == ["step_000002", "step_000004"]
+    ckpt = uninterrupted / "checkpoints" / "step_000004"
+    assert json.loads((ckpt / "trainer.json").read_text())["step"] == 4
+    assert (ckpt / "config.toml").read_text().count("[train]") == 1
+    dumped = (uninterrupted / "trajectories" / "step_000001.jsonl").read_text().splitlines()
+    assert len(dumped) == 2 and "question" in json.loads(dumped[0])
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(
+    uninterrupted: Path, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = _train("--config", str(_config(tmp_path)), "--run-dir", str(run_dir), cwd=tmp_path)
+    deadline = time.monotonic() + 600
+    while 3 not in _step_metrics(run_dir):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    killed_at = max(_step_metrics(run_dir))
+    assert killed_at < 4, "the run finished before it could be killed"
+
+    resumed = _train(
+        "--config", str(_config(tmp_path)), "--run-dir", str(run_dir), "--resume", cwd=tmp_path
+    )
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert any(e["event"] == "resumed" and e["step"] == 2 for e in _events(run_dir))
+    expected, got = _step_metrics(uninterrupted), _step_metrics(run_dir)
+    for step in (3, 4):
+        a, b = _comparable(expected[step]), _comparable(got[step])
+        assert a.keys() == b.keys()
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (step, key)
+
+
+def test_sigterm_finishes_the_step_and_checkpoints(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    cfg = (
+        _config(tmp_path)
+        .read_text()
+        .replace("max_steps = 4", "max_steps = 50")
+        .replace("save_every = 2", "save_every = 100")
+    )
+    (tmp_path / "config.toml").write_text(cfg)
+    proc = _train(
+        "--config", str(tmp_path / "config.toml"), "--run-dir", str(run_dir), cwd=tmp_path
+    )
+    deadline = time.monotonic() + 600
+    while 1 not in _step_metrics(run_dir):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    last = max(_step_metrics(run_dir))
+    assert last < 50
+    assert (run_dir / "checkpoints" / f"step_{last:06d}" / "trainer.json").is_file()
+    assert any(e["event"] == "stop_requested" for e in _events(run_dir))
+
+
+def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path) -> None:
+    from search_fakes import Behaviour, start_fake_zhihu
+
+    with start_fake_zhihu(Behaviour(all_status=503)) as (base_url, server):
+        cfg = CONFIG.replace('base_model = "builtin:tiny-random"', 'base_model = "builtin:tiny"')
+        cfg = cfg.replace(
+            '[search]\nprovider = "local"',
+            f'[search]\nprovider = "zhihu"\napi_base = "{base_url}"\napi_keys = "k-one-1234,k-two-5678"\nmax_retries = 1\ntimeout_seconds = 2',
+        )
+        cfg = cfg.replace(
+            "[train]\n", "[train]\nguard_max_waits = 1\nguard_backoff_seconds = 0.05\n"
+        )
+        cfg = cfg.replace("questions_per_batch = 2", "questions_per_batch = 4")
+        (tmp_path / "config.toml").write_text(cfg)
+        proc = _train(
+            "--config",
+            str(tmp_path / "config.toml"),
+            "--run-dir",
+            str(tmp_path / "run"),
+            cwd=tmp_path,
+        )
+        out, _ = proc.communicate(timeout=600)
+        assert server.records, "the policy never searched; the guard was not exercised"
+    assert proc.returncode == 3, out
+    assert "training stopped" in out and "search success rate" in out
+    events = _events(tmp_path / "run")
+    assert [e["attempt"] for e in events if e["event"] == "guard/no_update"] == [1, 2]
+    assert not any(e["event"] == "metrics" for e in events), "an update was applied"
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert (
+        "k-one-1234" not in out
+        and "k-one-1234" not in (tmp_path / "run" / "events.jsonl").read_text()
+    )
