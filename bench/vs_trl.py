@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 QUESTIONS, GROUP, MAX_NEW, RANK, ALPHA, LR = 8, 8, 48, 16, 32, 1e-4
+BASE_MODEL = os.environ.get("BENCH_BASE_MODEL", "builtin:tiny")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -43,7 +44,12 @@ def run_searchr1(steps: int) -> dict[str, float]:
     from searchr1.core.train import train
 
     config = load_config(None).replace(
-        model={"max_new_tokens": MAX_NEW, "temperature": 1.0, "top_p": 1.0},
+        model={
+            "base_model": BASE_MODEL,
+            "max_new_tokens": MAX_NEW,
+            "temperature": 1.0,
+            "top_p": 1.0,
+        },
         lora={
             "rank": RANK,
             "alpha": float(ALPHA),
@@ -90,7 +96,7 @@ def run_trl(steps: int) -> dict[str, float]:
     from searchr1.core.data import load_questions
 
     config = load_config(None)
-    path = resolve("builtin:tiny")
+    path = resolve(BASE_MODEL)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     protocol = make_protocol(config, tokenizer)
@@ -107,7 +113,7 @@ def run_trl(steps: int) -> dict[str, float]:
         return out
 
     times: list[float] = []
-    sampled: list[int] = []
+    sampled: list[float] = []
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001
@@ -117,8 +123,8 @@ def run_trl(steps: int) -> dict[str, float]:
             times.append(time.perf_counter() - self.t0)
 
         def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
-            if logs and "num_tokens" in logs:
-                sampled.append(int(logs["num_tokens"]))
+            if logs and "completions/mean_length" in logs:
+                sampled.append(logs["completions/mean_length"] * QUESTIONS * GROUP)
 
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
@@ -149,9 +155,7 @@ def run_trl(steps: int) -> dict[str, float]:
     )
     trainer.train()
     step_s = sum(times[1:]) / len(times[1:])
-    per_step_tokens = (
-        (sampled[-1] - sampled[0]) / max(1, len(sampled) - 1) if len(sampled) > 1 else 0
-    )
+    per_step_tokens = sum(sampled[1:]) / len(sampled[1:])
     return {"step_s": step_s, "tokens_per_s": per_step_tokens / step_s, "peak_mb": _peak_mb()}
 
 

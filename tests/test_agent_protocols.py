@@ -237,3 +237,23 @@ def test_scripted_turns_parse_back_to_their_action(tags, tools, query, answer) -
         assert protocol.parse_action(text) == Action("search", query=query.strip())
         text = protocol.decode(protocol.assistant_turn_tokens(answer=answer))
         assert protocol.parse_action(text) == Action("answer", answer=answer.strip())
+
+
+def test_tool_observation_survives_templates_that_render_the_last_message_differently() -> None:
+    """Qwen3-style templates add an empty think block to the *last* assistant message only;
+    the splice must still equal the template's rendering of the conversation."""
+    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, CHAT_TEMPLATE, build_tokenizer
+
+    plain = "'<|im_start|>assistant\\n' + (message.content or '')"
+    assert plain in CHAT_TEMPLATE
+    tok = build_tokenizer(BUILTIN_TEXT, 1024)
+    tok.chat_template = CHAT_TEMPLATE.replace(
+        plain,
+        "'<|im_start|>assistant\\n' + ('<think>\\n\\n</think>\\n\\n' if loop.last else '')"
+        " + (message.content or '')",
+    )
+    protocol = ToolCallsProtocol(tok)
+    turn = protocol.assistant_turn_tokens(query="q")
+    obs, text = protocol.render_observation_tokens("RESULT", turn, 50)
+    assert text.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nRESULT")
+    assert protocol.assistant_turn_tokens(answer="a")[-1] == tok.convert_tokens_to_ids("<|im_end|>")

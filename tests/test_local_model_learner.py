@@ -213,3 +213,25 @@ def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
         found["local"](bad)
     with pytest.raises(ValueError, match="model.base_model"):
         found["local"](_config(model_dir).replace(model={"base_model": str(model_dir / "no")}))
+
+
+def test_gradient_checkpointing_gives_the_same_gradient(model_dir: Path) -> None:
+    datums = _datums(700, n=3, seed=2)
+    grads = []
+    for on in (False, True):
+        config = dataclasses.replace(
+            _config(model_dir), plugins={"model.local": {"gradient_checkpointing": on}}
+        )
+        p = LocalModelProvider.from_config(config)
+        base = p.model.get_base_model()
+        assert all(layer.gradient_checkpointing == on for layer in base.model.layers)
+        with torch.no_grad():
+            for name, param in p.model.named_parameters():
+                if "lora_B" in name:
+                    param.fill_(0.01)
+        p.forward_backward(datums, IS)
+        grads.append(_grads(p))
+        p.close()
+    assert grads[0] and set(grads[0]) == set(grads[1])
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-5)

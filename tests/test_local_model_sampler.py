@@ -205,6 +205,8 @@ def test_bad_requests_raise_naming_the_field(provider: LocalModelProvider) -> No
         _run(provider.sample([1, 2], 1, SamplingParams(max_tokens=0)))
     with pytest.raises(ValueError, match="top_p"):
         _run(provider.sample([1, 2], 1, SamplingParams(max_tokens=2, top_p=0.0)))
+    with pytest.raises(ValueError, match="stop_strings"):
+        _run(provider.sample([1, 2], 1, SamplingParams(max_tokens=2, stop_strings=("",))))
     with pytest.raises(ValueError, match="vocabulary"):
         _run(provider.sample([1, 10**6], 1, SamplingParams(max_tokens=2)))
     with pytest.raises(ValueError, match="context"):

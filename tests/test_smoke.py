@@ -11,7 +11,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from search_fakes import Behaviour, start_fake_zhihu
 
 from searchr1.core.cli import main as cli
@@ -171,7 +170,6 @@ def test_model_channel_failure_exits_non_zero(tmp_path, capsys, scripted_plugin)
     assert "check [model] api_key" in out
 
 
-@pytest.mark.slow
 def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     model = (
         '[model]\nprovider = "local"\nbase_model = "builtin:tiny-random"\nmax_new_tokens = 24\n'

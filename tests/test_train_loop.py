@@ -100,10 +100,11 @@ def _step_metrics(run_dir: Path) -> dict[int, dict]:
 
 
 def _comparable(m: dict) -> dict:
+    """The numbers of a metrics event that must not depend on timing."""
     return {
         k: v
         for k, v in m.items()
-        if not k.startswith(("time/", "search/latency")) and k not in ("timestamp", "run_id")
+        if isinstance(v, int | float) and not k.startswith(("time/", "search/latency"))
     }
 
 

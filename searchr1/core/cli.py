@@ -97,8 +97,12 @@ _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
 def _register_extensions() -> None:
+    """Find the optional sub-command modules once per process (``main`` may run many times
+    in one process, e.g. in tests)."""
     import importlib
 
+    if _EXTENSIONS:
+        return
     for module in ("searchr1.core.eval_cli", "searchr1.core.report_cli", "searchr1.core.data_cli"):
         try:
             mod = importlib.import_module(module)

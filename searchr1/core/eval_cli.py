@@ -1,12 +1,13 @@
 """``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
 
-Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). :func:`main` opens an
-``eval-*`` run folder, builds the run's plugins once (model, search provider, reward), loads
-the questions, and evaluates each requested model in turn with :func:`searchr1.core.eval.evaluate_async`,
-all inside one event loop (an async search client must not outlive its loop). It writes
-``eval_<label>.jsonl`` (every question's trajectory and scores) and ``eval_summary.json`` into
-the run folder, logs one ``eval_result`` event per model, and prints the per-source tables
-and, for several models, a comparison table.
+Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). :func:`main` checks the
+arguments, opens an ``eval-*`` run folder, loads the questions, builds the run's plugins once
+(model, search provider, reward; outside any event loop, since a provider factory may run its
+own), then evaluates each requested model in turn inside one event loop
+(:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every question's
+trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
+``eval_result`` event per model, and prints the per-source tables and, for several models, a
+comparison table (``base``, ``step_20``, ...).
 
 A hosted model is just another model provider (``[model] provider = "openai_chat"``); it
 samples only, so it cannot load checkpoints.
@@ -52,36 +53,24 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     return path.resolve().name, str(path)
 
 
-async def _run(args: argparse.Namespace, ctx: Any) -> int:
-    from searchr1.core.agent_protocols import make_protocol
+async def _evaluate_all(
+    args: argparse.Namespace,
+    ctx: Any,
+    comps: Any,
+    protocol: Any,
+    questions: list[Any],
+    targets: list[tuple[str, str | None]],
+    data_path: str,
+) -> dict[str, Any]:
+    """Every requested model in turn, inside one event loop; closes the search provider
+    in that loop (an async HTTP client must not outlive the loop it was used in)."""
     from searchr1.core.cli import UserError
-    from searchr1.core.data import limit_per_source, load_questions
-    from searchr1.core.eval import (
-        EvalResult,
-        evaluate_async,
-        format_comparison,
-        format_table,
-        trust_warning,
-        write_records,
-    )
+    from searchr1.core.eval import evaluate_async, write_records
     from searchr1.core.logs import get_logger
-    from searchr1.core.runs import build_components
 
     config, log = ctx.config, get_logger()
-    data_path = args.data or config.data.eval
-    loaded = load_questions(data_path, field_name="--data" if args.data else "data.eval")
-    if args.limit_per_source is not None and args.limit_per_source < 1:
-        raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
-    questions = limit_per_source(loaded.questions, args.limit_per_source)
-    targets = [resolve_checkpoint(spec) for spec in args.checkpoint or [BASE]]
-    labels = [label for label, _ in targets]
-    if len(set(labels)) != len(labels):
-        raise UserError(f"--checkpoint: two models would share a label: {labels}")
-
-    comps = build_components(ctx, need_loss=False)
-    results: dict[str, EvalResult] = {}
+    results: dict[str, Any] = {}
     try:
-        protocol = make_protocol(config, comps.model.tokenizer)
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
@@ -119,6 +108,37 @@ async def _run(args: argparse.Namespace, ctx: Any) -> int:
             results[label] = result
     finally:
         await comps.search.aclose()
+    return results
+
+
+def main(args: argparse.Namespace) -> int:
+    """``searchr1 eval``: see the module docstring."""
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.cli import UserError
+    from searchr1.core.data import limit_per_source, load_questions
+    from searchr1.core.eval import format_comparison, format_table, trust_warning
+    from searchr1.core.runs import build_components, open_run
+
+    if args.limit_per_source is not None and args.limit_per_source < 1:
+        raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
+    targets = [resolve_checkpoint(spec) for spec in args.checkpoint or [BASE]]
+    labels = [label for label, _ in targets]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"--checkpoint: two models would share a label: {labels}")
+    ctx = open_run(args, "eval")
+    config = ctx.config
+    data_path = args.data or config.data.eval
+    loaded = load_questions(data_path, field_name="--data" if args.data else "data.eval")
+    questions = limit_per_source(loaded.questions, args.limit_per_source)
+
+    # Built outside any event loop: a provider factory may run its own (asset builders do).
+    comps = build_components(ctx, need_loss=False)
+    try:
+        protocol = make_protocol(config, comps.model.tokenizer)
+        results = asyncio.run(
+            _evaluate_all(args, ctx, comps, protocol, questions, targets, data_path)
+        )
+    finally:
         comps.model.close()
 
     ordered = [results[label] for label in labels]
@@ -143,13 +163,6 @@ async def _run(args: argparse.Namespace, ctx: Any) -> int:
             print(line)
     print(f"records: {ctx.run_dir}/eval_<label>.jsonl; summary: {ctx.run_dir}/eval_summary.json")
     return 0
-
-
-def main(args: argparse.Namespace) -> int:
-    from searchr1.core.runs import open_run
-
-    ctx = open_run(args, "eval")
-    return asyncio.run(_run(args, ctx))
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -100,9 +101,20 @@ class _Rollout:
         self.top_k = config.search.top_k
         self.sampling = sampling
 
-    def _params(self, used: int) -> SamplingParams:
+    def _params(self, used: int, request_key: str) -> SamplingParams:
+        """This request's parameters: ``max_tokens`` shrunk to the budget left and, when the
+        caller fixed a seed, a seed of the request's own (``request_key`` names the group's
+        first turn or a trajectory's turn). A shared seed would give every ``num_samples=1``
+        request the same random stream; a derived one keeps trajectories independent and
+        reproducible whatever batch they land in."""
         left = self.limits.max_trajectory_tokens - used
-        return dataclasses.replace(self.sampling, max_tokens=min(self.sampling.max_tokens, left))
+        seed = self.sampling.seed
+        if seed is not None:
+            digest = hashlib.sha256(f"{seed}/{request_key}".encode()).digest()
+            seed = int.from_bytes(digest[:7], "big")
+        return dataclasses.replace(
+            self.sampling, max_tokens=min(self.sampling.max_tokens, left), seed=seed
+        )
 
     async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
         prompt = self.protocol.initial_prompt_tokens(question)
@@ -111,7 +123,9 @@ class _Rollout:
                 f"question {question.id!r}: the prompt alone has {len(prompt)} tokens, no room "
                 f"left in rollout.max_trajectory_tokens = {self.limits.max_trajectory_tokens}"
             )
-        first = await self.model.sample(prompt, group_size, self._params(len(prompt)))
+        first = await self.model.sample(
+            prompt, group_size, self._params(len(prompt), f"{group_id}/first")
+        )
         if len(first) != group_size:
             raise RuntimeError(
                 f"model provider returned {len(first)} samples for num_samples={group_size}"
@@ -186,7 +200,9 @@ class _Rollout:
                 )
             )
             (sample,) = await self.model.sample(
-                list(state.tokens), 1, self._params(len(state.tokens))
+                list(state.tokens),
+                1,
+                self._params(len(state.tokens), f"{state.trajectory_id}/turn{len(state.turns)}"),
             )
 
     async def _search(self, query: str) -> SearchResponse:

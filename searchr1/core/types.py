@@ -306,6 +306,7 @@ class Trajectory:
     turns: tuple[Turn, ...]
     end_reason: EndReason
     final_answer: str | None
+    #: everything after the prompt (turns and observations) decoded with special tokens kept
     final_text: str
     search_calls: int
     search_errors: int

@@ -114,46 +114,54 @@ class ToolCallsProtocol(AgentProtocol):
         return answer_lines(text)
 
     @cached_property
-    def _template_parts(self) -> tuple[str, str, str]:
-        """(close of an assistant message, text before a tool observation, text after it up
-        to and including the next assistant generation prompt), read off the chat template."""
-        user = {"role": "user", "content": "q"}
-        assistant = {"role": "assistant", "content": _ASSISTANT_MARK}
-        base = self._template([user, assistant], False)
-        full = self._template([user, assistant, {"role": "tool", "content": _TOOL_MARK}], True)
-        if not full.startswith(base) or _TOOL_MARK not in full:
+    def _template_parts(self) -> tuple[str, str]:
+        """Read off the chat template: the text from the end of an assistant message's content
+        to the tool observation (closing the message, opening the tool turn), and the text
+        after the observation up to and including the next assistant generation prompt.
+
+        Taken from one rendering of ``[user, assistant, tool]`` rather than by diffing two
+        renderings, because templates such as Qwen3's render the *last* assistant message
+        differently (an empty think block) from one that is followed by a tool message."""
+        messages = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _ASSISTANT_MARK},
+            {"role": "tool", "content": _TOOL_MARK},
+        ]
+        full = self._template(messages, True)
+        if _ASSISTANT_MARK not in full or _TOOL_MARK not in full.split(_ASSISTANT_MARK, 1)[1]:
             raise ValueError(
-                "the tokenizer's chat template renders a tool message in a way searchr1 cannot "
-                'splice into a running conversation; use rollout.protocol = "tags"'
+                "the tokenizer's chat template does not render assistant and tool message "
+                "contents verbatim, so searchr1 cannot splice observations in; use "
+                'rollout.protocol = "tags"'
             )
-        close = base.split(_ASSISTANT_MARK, 1)[1]
-        before, after = full[len(base) :].split(_TOOL_MARK, 1)
-        return close, before, after
+        before, after = full.split(_ASSISTANT_MARK, 1)[1].split(_TOOL_MARK, 1)
+        return before, after
 
     @cached_property
-    def _encoded_parts(self) -> tuple[list[int], list[int], list[int]]:
-        close, before, after = self._template_parts
-        return self.encode(close), self.encode(before), self.encode(after)
+    def _encoded_parts(self) -> tuple[list[int], list[int]]:
+        before, after = self._template_parts
+        return self.encode(before), self.encode(after)
 
     def observation_wrapper(self, turn_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
-        close_text, _, _ = self._template_parts
-        close, before, after = self._encoded_parts
+        before, after = self._encoded_parts
         if turn_tokens and turn_tokens[-1] in self.stop_token_ids:
-            # The model already ended its message; add only what follows its end token.
+            # The model already ended its message: add only what follows its end token.
+            before_text = self._template_parts[0]
             end_text = self.decode([turn_tokens[-1]], skip_special_tokens=False)
-            rest = close_text.split(end_text, 1)[1] if end_text in close_text else ""
-            close = self.encode(rest) if rest else []
-        return list(close) + list(before), list(after)
+            if end_text and before_text.startswith(end_text):
+                rest = before_text[len(end_text) :]
+                before = self.encode(rest) if rest else []
+        return list(before), list(after)
 
     @cached_property
     def _end_of_message(self) -> str:
         """The text of the token that ends an assistant message (``<|im_end|>``)."""
-        close_text = self._template_parts[0]
+        before_text = self._template_parts[0]
         for tid in self.stop_token_ids:
             text = self.decode([tid], skip_special_tokens=False)
-            if text and close_text.startswith(text):
+            if text and before_text.startswith(text):
                 return text
-        return close_text.strip()
+        return ""
 
     def assistant_turn_text(
         self, *, think: str | None = None, query: str | None = None, answer: str | None = None

@@ -8,6 +8,7 @@ float32 elsewhere (CPUs are slow at bf16 and the exactness tests need fp32).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -48,16 +49,25 @@ def choose_dtype(spec: str, device: torch.device) -> torch.dtype:
 
 
 def configure_cpu_threads(threads: int = 0) -> int:
-    """Use every core this process may run on (``threads`` > 0 overrides); returns the count.
+    """Set torch's intra-op threads; returns the count. ``threads`` > 0 is used as given.
 
-    torch's default counts physical cores of the whole machine, which oversubscribes a
-    container limited to a few cores and makes every matmul slower."""
+    Auto (0): the cores this process may run on, less the load other processes put on them
+    (1-minute load average, this process counted as free). torch's own default counts the
+    machine's cores, which is a disaster on a shared box: OpenMP threads wait for each other
+    at every op, so when the cores are busy one descheduled thread stalls all of them. On the
+    2-core development machine under a load of 10, a decoding step took 12x longer with 2
+    threads than with 1."""
     import torch
 
     if threads <= 0:
         try:
-            threads = len(os.sched_getaffinity(0))
+            cores = len(os.sched_getaffinity(0))
         except AttributeError:  # macOS
-            threads = os.cpu_count() or 1
+            cores = os.cpu_count() or 1
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            load = 0.0
+        threads = max(1, min(cores, math.floor(cores - load + 1)))
     torch.set_num_threads(threads)
     return threads

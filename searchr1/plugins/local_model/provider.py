@@ -12,8 +12,9 @@ Optional settings live in ``[model.local]``::
     [model.local]
     max_batch_rows = 256        # most sequences generated in one batch
     batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
-    threads = 0                 # CPU threads for torch (0 = every core this process may use)
+    threads = 0                 # CPU threads for torch (0 = free cores: cores - load avg + 1)
     learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
+    gradient_checkpointing = false  # recompute activations in backward (big models, long datums)
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class LocalSettings:
     batch_wait_ms: float = 5.0
     threads: int = 0
     learner_chunk_tokens: int = 8192
+    gradient_checkpointing: bool = False
 
 
 def _settings(config: Config) -> LocalSettings:
@@ -155,8 +157,10 @@ class LocalModelProvider:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.run.seed)
             model = attach_lora(base, config)
+        if settings.gradient_checkpointing:
+            _enable_checkpointing(model.get_base_model())
         log.info(
-            "local model loaded",
+            "local_model_loaded",
             base_model=config.model.base_model,
             device=str(device),
             dtype=str(dtype).removeprefix("torch."),
@@ -266,3 +270,13 @@ def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _enable_checkpointing(base: Any) -> None:
+    """Recompute activations in backward. Non-reentrant checkpointing works with a frozen
+    base (no input grads needed). transformers 5 renamed the method (the old name warns)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -239,6 +239,10 @@ class BatchedSampler:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
         if not 0.0 < params.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+        if any(not isinstance(x, str) or not x for x in params.stop_strings):
+            raise ValueError(
+                f"SamplingParams.stop_strings must be non-empty strings, got {params.stop_strings!r}"
+            )
         bad = [t for t in prompt if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(
