@@ -16,8 +16,9 @@ FROM ${BASE_IMAGE} AS deps
 # Where torch comes from when the base lacks it and no wheelhouse is given: the CPU build
 # (a bare `pip install torch` would fetch several GB of CUDA libraries).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-# Optional extras of the searchr1 package to install too, comma separated (e.g. "remote").
-ARG EXTRAS=""
+# Optional extras of the searchr1 package to install too, comma separated. "remote" (the
+# TaoToken/Tinker SDKs) is what config.toml.example's model provider needs; "" for none.
+ARG EXTRAS=remote
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # `wheelhouse*` matches nothing when there is no ./wheelhouse, which is fine: pip then goes
 # online. When it matches, the wheels land next to pyproject.toml in /build.

@@ -58,7 +58,7 @@ start_engine() {
     fi
     command -v docker >/dev/null || skip "docker.io installed no docker client"
     if ! docker info >/dev/null 2>&1; then
-        is_root || skip "the Docker engine is not running and only root can start dockerd here"
+        is_root || skip "cannot reach the Docker engine and only root can start dockerd here: $(docker info 2>&1 | grep -m1 -i -E 'error|cannot|denied' || true)"
         log "starting dockerd (log: $cache/dockerd.log)"
         # Left running on purpose: reruns and the developer's own `docker compose` use it.
         setsid dockerd >"$cache/dockerd.log" 2>&1 </dev/null &
@@ -103,7 +103,7 @@ start=$EPOCHREALTIME
 base="${BASE_IMAGE:-python:3.11-slim-bookworm}"
 if ! docker image inspect "$base" >/dev/null 2>&1 &&
     ! timeout 120 docker pull -q "$base" >/dev/null 2>&1; then
-    log "cannot pull $base; building a Debian bookworm base image with debootstrap instead"
+    log "cannot pull $base; using a Debian bookworm base image made with debootstrap"
     is_root || fail "building the base image needs root (debootstrap); or set BASE_IMAGE to a local image"
     base="searchr1-base:bookworm"
     "$repo/scripts/make-base-image.sh" "$base" "$cache" >&2
@@ -113,14 +113,17 @@ log "base image: $base"
 
 # ------------------------------------------------------------------ 4. wheelhouse
 start=$EPOCHREALTIME
+extras="${SEARCHR1_EXTRAS-remote}" # the Dockerfile's default
 key="$({
-    python3 "$repo/scripts/pyproject-requirements.py" "$repo/pyproject.toml" "${SEARCHR1_EXTRAS:-}"
+    python3 "$repo/scripts/pyproject-requirements.py" "$repo/pyproject.toml" "$extras"
     echo "${TORCH_SPEC-torch==2.13.0}"
 } | sha256sum | cut -c1-12)"
 wheelhouse="$cache/wheelhouse-$key"
+# Wheelhouses of older requirement sets are dead weight (300+ MB each).
+find "$cache" -maxdepth 1 -name 'wheelhouse-*' ! -name "wheelhouse-$key" -exec rm -rf {} +
 if [[ ! -d "$wheelhouse" ]]; then
     rm -rf "$wheelhouse.tmp"
-    "$repo/scripts/make-wheelhouse.sh" "$wheelhouse.tmp" "${SEARCHR1_EXTRAS:-}" >&2
+    "$repo/scripts/make-wheelhouse.sh" "$wheelhouse.tmp" "$extras" >&2
     mv "$wheelhouse.tmp" "$wheelhouse"
 fi
 took[wheelhouse]=$(elapsed "$start")
@@ -133,6 +136,9 @@ cleanup() {
     if [[ -f "$work/compose.yaml" ]]; then
         (cd "$work" && docker compose -p "$project" down --remove-orphans >/dev/null 2>&1) || true
     fi
+    # Keep what the build and the runs printed, for a look after a failure.
+    rm -rf "$cache/last-run" && mkdir -p "$cache/last-run"
+    cp "$work"/*.log "$work"/*.out "$work"/*.err "$cache/last-run/" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -150,6 +156,7 @@ if [[ "${E2E_CLEAN:-0}" == 1 ]]; then
     log "E2E_CLEAN=1: removing $image and the $project cache volume first"
     docker image rm -f "$image" >/dev/null 2>&1 || true
     docker volume rm -f "${project}_cache" >/dev/null 2>&1 || true
+    docker image prune -f >/dev/null 2>&1 || true # the classic builder's cached stages
     docker builder prune -af >/dev/null 2>&1 || true
 fi
 # A .env with a fake key: it must reach the containers (env_file) and never the image.
@@ -163,7 +170,8 @@ chmod 600 "$work/.env"
 
 start=$EPOCHREALTIME
 log "building $image from $base with --network none"
-(cd "$work" && docker build --network none --build-arg BASE_IMAGE="$base" -t "$image" .) \
+(cd "$work" && docker build --network none --build-arg BASE_IMAGE="$base" \
+    --build-arg EXTRAS="$extras" -t "$image" .) \
     >"$work/build.log" 2>&1 || {
     tail -n 40 "$work/build.log" >&2
     fail "docker build failed"
@@ -171,6 +179,8 @@ log "building $image from $base with --network none"
 took[build]=$(elapsed "$start")
 image_bytes="$(docker image inspect -f '{{.Size}}' "$image")"
 log "built in ${took[build]} s; image $((image_bytes / 1000000)) MB"
+
+docker run --rm --entrypoint pip "$image" check >&2 || fail "pip check: broken dependencies in the image"
 
 # Every non-Python file of the package (defaults, shipped assets) must be installed too: a
 # file missing from [tool.setuptools.package-data] works in an editable install and breaks here.
@@ -239,8 +249,34 @@ if missing:
 PY
 }
 
+# Built-in assets (the tiny model, the offline world) are deterministic, versioned builds; a
+# complete one already in the host's cache (e.g. from the test suite) is copied into the
+# compose cache volume instead of being rebuilt in the container. E2E_SEED_ASSETS=0 skips this.
+host_assets="${SEARCHR1_CACHE:-$HOME/.cache/searchr1}"
+if [[ "${E2E_SEED_ASSETS:-1}" == 1 && -d "$host_assets" ]]; then
+    docker volume inspect "${project}_cache" >/dev/null 2>&1 ||
+        docker volume create --label com.docker.compose.project="$project" \
+            --label com.docker.compose.volume=cache "${project}_cache" >/dev/null
+    docker run --rm --user 0 --entrypoint sh -v "${project}_cache:/cache" \
+        -v "$host_assets:/host:ro" "$image" -c '
+        for done in /host/*/.complete; do
+            [ -e "$done" ] || continue
+            name="$(basename "$(dirname "$done")")"
+            [ -e "/cache/searchr1/$name/.complete" ] && continue
+            cp -a "/host/$name" "/cache/searchr1/.$name.seed" &&
+                chown -R "$1" "/cache/searchr1/.$name.seed" &&
+                mv "/cache/searchr1/.$name.seed" "/cache/searchr1/$name" &&
+                echo "docker-e2e: seeded built-in asset $name from the host cache" >&2
+        done' sh "$run_uid:$run_gid"
+fi
+
 run_service smoke
-expect_metrics smoke reward/mean search/success_rate
+# smoke speaks to people: the seed's lines, then a diagnosis in words.
+for want in "trajectory 0: reward=" "search success rate: " "diagnosis: both channels work"; do
+    grep -q -F -- "$want" "$work/smoke.out" || fail "smoke printed no line with '$want'"
+done
+find "$work/runs" -path '*smoke*' -name 'smoke_trajectories.jsonl' | grep -q . ||
+    fail "smoke wrote no smoke_trajectories.jsonl under ./runs"
 
 rm -rf "$work/runs.before" && mkdir -p "$work/runs" && ls "$work/runs" >"$work/runs.before"
 run_service train --max-steps 2
@@ -254,6 +290,21 @@ ckpt="$(find "$work/runs/$run_dir" -path '*checkpoint*' -type f | head -n1)"
 wrong_owner="$(find "$work/runs" \( ! -uid "$run_uid" -o ! -gid "$run_gid" \) -printf '%u:%g %p\n' | head)"
 [[ -z "$wrong_owner" ]] || fail "files in ./runs not owned by $run_uid:$run_gid: $wrong_owner"
 log "checkpoint ${ckpt#"$work"/} owned by $(stat -c %u:%g "$ckpt")"
+
+# With a config.toml in the project folder, the commands use it (SEARCHR1_CONFIG): the
+# example's ${TAOTOKEN_API_KEY} etc. come from .env, and stay redacted in what is printed.
+cp "$work/config.toml.example" "$work/config.toml"
+is_root && chown "$run_uid:$run_gid" "$work/config.toml"
+compose run --rm -T --entrypoint searchr1 smoke config check >"$work/config.out" 2>&1 </dev/null ||
+    fail "config check with config.toml: $(tail -n 5 "$work/config.out")"
+head -n1 "$work/config.out" | grep -q -F "# /workspace/config.toml: OK" ||
+    fail "config.toml in the project folder was not used: $(head -n1 "$work/config.out")"
+rm "$work/config.toml"
+# ...and the SDKs of its model provider (the "remote" extra) are in the image.
+if [[ ",$extras," == *",remote,"* ]]; then
+    docker run --rm --entrypoint python "$image" -c "import pytrio, tinker" ||
+        fail "the remote extra's SDKs do not import"
+fi
 
 # ------------------------------------------------------------------ 8. no secret in the image
 start=$EPOCHREALTIME

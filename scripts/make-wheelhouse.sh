@@ -6,7 +6,7 @@
 #   scripts/make-wheelhouse.sh [DEST] [EXTRAS]     # DEST defaults to ./wheelhouse
 # The requirement list is read from pyproject.toml by scripts/pyproject-requirements.py (the
 # dependencies, the build backend, and the optional extras named in EXTRAS, comma separated,
-# e.g. "remote"), never kept by hand: a new dependency reaches the image by itself.
+# default "remote" like the Dockerfile), never kept by hand: a new dependency reaches the image by itself.
 # Wheels are for CPython 3.11 on manylinux x86_64 (the Debian bookworm base and the pinned
 # PyTorch image both run 3.11). torch is pinned to the CPU build (TORCH_SPEC, default
 # torch==2.13.0): a bare "torch" would pull several GB of CUDA wheels. A GPU image built from
@@ -15,7 +15,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-$here/wheelhouse}"
-extras="${2:-${SEARCHR1_EXTRAS:-}}"
+extras="${2-${SEARCHR1_EXTRAS-remote}}"   # the Dockerfile's default EXTRAS
 torch_spec="${TORCH_SPEC-torch==2.13.0}"
 python="${PYTHON:-python3}"
 

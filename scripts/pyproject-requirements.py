@@ -27,10 +27,14 @@ def requirements(pyproject_path: str, extras: str = "", without: tuple[str, ...]
     optional = project.get("optional-dependencies", {})
     for extra in filter(None, (e.strip() for e in extras.split(","))):
         if extra not in optional:
-            raise SystemExit(f"{pyproject_path}: no optional dependency group {extra!r}; known: {sorted(optional)}")
+            raise SystemExit(
+                f"{pyproject_path}: no optional dependency group {extra!r}; known: {sorted(optional)}"
+            )
         reqs += optional[extra]
     dropped = {_canonical(n) for n in without}
-    return [r for r in reqs if _canonical(re.split(r"[\s<>=!~;\[(@]", r, maxsplit=1)[0]) not in dropped]
+    return [
+        r for r in reqs if _canonical(re.split(r"[\s<>=!~;\[(@]", r, maxsplit=1)[0]) not in dropped
+    ]
 
 
 def _canonical(name: str) -> str:

@@ -159,3 +159,26 @@ def test_config_check_cli(tmp_path: Path) -> None:
     assert typo.returncode == 2
     assert "rollout.max_serach_calls" in typo.stderr and "max_search_calls" in typo.stderr
     assert "Traceback" not in typo.stderr
+
+
+def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
+    import dataclasses
+
+    from searchr1.core.config import plugin_settings
+
+    @dataclasses.dataclass(frozen=True)
+    class EngineSettings:
+        depth: int = dataclasses.field(default=2, metadata={"min": 1})
+        mode: str = "fast"
+
+    text = "[search.engine]\ndepth = 0\nmdoe = 'slow'\n"
+    config = parse_config(text, source="my.toml", env={})
+    with pytest.raises(ConfigError) as err:
+        plugin_settings(config, "search", "engine", EngineSettings, lambda s: ["needs a key"])
+    assert err.value.problems == [
+        "my.toml: search.engine.depth = 0 must be >= 1",
+        "my.toml: unknown key 'search.engine.mdoe'; did you mean 'mode'?",
+        "my.toml: needs a key",
+    ]
+    ok = parse_config("[search.engine]\ndepth = 3\n", source="my.toml", env={})
+    assert plugin_settings(ok, "search", "engine", EngineSettings) == EngineSettings(depth=3)

@@ -235,3 +235,28 @@ def test_gradient_checkpointing_gives_the_same_gradient(model_dir: Path) -> None
     assert grads[0] and set(grads[0]) == set(grads[1])
     for name, g in grads[0].items():
         torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-5)
+
+
+def test_cpu_threads_default_to_the_cores_available_and_threads_overrides() -> None:
+    """A fixed default (not the load average at start-up), so numerics do not depend on what
+    else runs on the machine; ``[model.local] threads`` still wins."""
+    import os
+
+    from searchr1.plugins.local_model.device import configure_cpu_threads
+
+    before = torch.get_num_threads()
+    try:
+        assert configure_cpu_threads(0) == len(os.sched_getaffinity(0)) == torch.get_num_threads()
+        assert configure_cpu_threads(1) == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_device_and_dtype_errors_name_the_field_and_are_user_errors() -> None:
+    from searchr1.core.errors import UserError
+    from searchr1.plugins.local_model.device import choose_device, choose_dtype
+
+    with pytest.raises(UserError, match="model.device = 'no-such-device'"):
+        choose_device("no-such-device")
+    with pytest.raises(UserError, match="model.dtype = 'float8'"):
+        choose_dtype("float8", torch.device("cpu"))

@@ -12,8 +12,8 @@ import torch
 from searchr1.core.config import Config
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import token_logprobs
+from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.provider import LocalModelProvider
-from searchr1.plugins.local_model.sampling import sample_next
 from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 

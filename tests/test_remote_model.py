@@ -345,7 +345,7 @@ def test_same_adapter_builds_valid_tinker_requests():
     """``provider = "tinker"`` maps datums and sampling parameters onto the tinker SDK's own
     types (no tinker service can be faked here; see the module docstring of the fake)."""
     tinker = pytest.importorskip("tinker")
-    from searchr1.plugins.remote_model.provider import load_tokenizer
+    from searchr1.core.tokenizers import load_tokenizer
     from searchr1.plugins.remote_model.settings import RemoteSettings
 
     provider = RemoteModelProvider(

@@ -170,6 +170,27 @@ def test_model_channel_failure_exits_non_zero(tmp_path, capsys, scripted_plugin)
     assert "check [model] api_key" in out
 
 
+def test_prompt_longer_than_the_trajectory_budget_is_a_config_error(
+    tmp_path, capsys, scripted_plugin
+):
+    """The config, not the model channel, is at fault: exit 2 naming the field, no
+    traceback, and no "model channel failed" diagnosis."""
+    config = write_config(tmp_path, scripted(SCRIPTS), local_search(tmp_path))
+    text = config.read_text(encoding="utf-8")
+    text = text.replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 16")
+    config.write_text(text.replace("max_new_tokens = 64", "max_new_tokens = 8"), encoding="utf-8")
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 2, out
+    assert re.search(
+        r"^searchr1: error: question 'smoke': the prompt alone has \d+ tokens, no room left in "
+        r"rollout\.max_trajectory_tokens = 16$",
+        err,
+        re.M,
+    ), err
+    assert "Traceback" not in err and "model channel failed" not in out
+
+
 def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     model = (
         '[model]\nprovider = "local"\nbase_model = "builtin:tiny-random"\nmax_new_tokens = 24\n'

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.types import Datum
 
 
@@ -28,8 +29,9 @@ class BatchLimits:
     max_micro_batch_tokens: int
 
 
-class MicroBatchError(ValueError):
-    """A datum can never fit in a micro-batch."""
+class MicroBatchError(ConfigValueError):
+    """A datum can never fit in a micro-batch (the ``[train]`` limits are too small); a
+    user error the CLI prints without a traceback, and a ``ValueError``."""
 
 
 def padded_tokens(batch: Sequence[Datum]) -> int:

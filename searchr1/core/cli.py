@@ -14,11 +14,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from searchr1.core.config import ConfigError, load_config
+
+# UserError also stays importable from here, where plugins written before
+# searchr1.core.errors existed import it.
+from searchr1.core.errors import UserError
 from searchr1.core.plugins import KINDS, PluginError, load_registry
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed without a traceback."""
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:

@@ -21,11 +21,11 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli
 
@@ -33,6 +33,8 @@ DEFAULT_CONFIG_NAME = "offline.toml"
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_VAR_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
 REDACTED = "***"
+#: a plugin's settings dataclass (see :func:`plugin_settings`)
+S = TypeVar("S")
 
 
 def _f(default: Any, **checks: Any) -> Any:
@@ -174,6 +176,8 @@ class Config:
     source: str = "<defaults>"
     #: every secret value (for log redaction); never printed
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
+    #: dotted field -> the ``${VAR}`` it was filled from (so errors can name the variable)
+    variables: Mapping[str, str] = field(default_factory=dict)
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""
@@ -267,7 +271,8 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
         return f"{source}:{line}" if line else source
 
     secrets: set[str] = set()
-    raw = _interpolate(raw, "", env, problems, where, secrets)
+    variables: dict[str, str] = {}
+    raw = _interpolate(raw, "", env, problems, where, secrets, variables)
 
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -305,6 +310,7 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
         plugins=plugins,
         source=source,
         secrets=frozenset(s for s in secrets if s),
+        variables=variables,
     )
 
 
@@ -339,6 +345,32 @@ def check_table(
             continue
         values[key] = coerced
     return values
+
+
+def plugin_settings(
+    config: Config,
+    section: str,
+    name: str,
+    cls: type[S],
+    checks: Callable[[S], Iterable[str]] | None = None,
+) -> S:
+    """The settings of a plugin's own ``[section.name]`` table as a ``cls`` instance.
+
+    A plugin's factory calls this once per run. The table is checked with :func:`check_table`
+    against the frozen dataclass ``cls`` (unknown keys with a "did you mean", types, and the
+    ``min``/``max``/``choices``... checks in each field's ``metadata``; a bad value falls back
+    to its default); ``checks`` may add problems that need the whole settings object or the
+    rest of the config. Every problem is raised at once in one :class:`ConfigError`, each
+    prefixed by the config file's name."""
+    problems: list[str] = []
+    table = config.plugin_table(section, name)
+    values = check_table(table, cls, f"{section}.{name}", problems, lambda _: config.source)
+    settings = cls(**values)
+    if checks is not None:
+        problems.extend(f"{config.source}: {problem}" for problem in checks(settings))
+    if problems:
+        raise ConfigError(problems)
+    return settings
 
 
 def _unknown(loc: str, dotted: str, key: str, known: list[str], what: str) -> str:
@@ -428,19 +460,25 @@ def _interpolate(
     problems: list[str],
     where: Any,
     secrets: set[str],
+    variables: dict[str, str],
 ) -> Any:
+    """``value`` with every ``${VAR}`` filled from ``env``; records secrets and, in
+    ``variables``, which variable filled each dotted field."""
     if isinstance(value, dict):
         return {
-            k: _interpolate(v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets)
+            k: _interpolate(
+                v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets, variables
+            )
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_interpolate(v, dotted, env, problems, where, secrets) for v in value]
+        return [_interpolate(v, dotted, env, problems, where, secrets, variables) for v in value]
     if not isinstance(value, str):
         return value
 
     def fill(match: re.Match[str]) -> str:
         var = match.group(1)
+        variables.setdefault(dotted, var)
         got = env.get(var, "")
         if not got.strip():
             state = "is not set" if var not in env else "is empty"

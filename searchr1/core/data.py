@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.builtins import is_builtin, resolve
-from searchr1.core.cli import UserError
+from searchr1.core.errors import UserError
 from searchr1.core.types import Question
 
 #: keys that may carry the golden answers, in order of preference

@@ -22,8 +22,6 @@ def cmd_data_check(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    if "data" in subparsers.choices:  # cli.main() registers extensions on every call
-        return
     p = subparsers.add_parser("data", help="QA data utilities")
     dsub = p.add_subparsers(dest="data_command", required=True)
     c = dsub.add_parser(

@@ -8,11 +8,13 @@ positions both are 0, so search results never enter the loss (the seed's error 5
 
 from __future__ import annotations
 
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.types import Datum, Trajectory
 
 
-class DatumTooLongError(ValueError):
-    """A trajectory does not fit in ``train.max_datum_tokens``; never silently truncated."""
+class DatumTooLongError(ConfigValueError):
+    """A trajectory does not fit in ``train.max_datum_tokens``; never silently truncated.
+    A user error (the CLI prints it without a traceback) and a ``ValueError``."""
 
 
 def trajectory_to_datum(trajectory: Trajectory, advantage: float, max_datum_tokens: int) -> Datum:

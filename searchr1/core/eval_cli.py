@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.errors import UserError
+
 BASE = "base"
 
 
@@ -31,7 +33,6 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest
     checkpoint), or any folder the model provider can load (labelled by its name)."""
     from searchr1.core.checkpoint import latest_checkpoint
-    from searchr1.core.cli import UserError
 
     if spec == BASE:
         return BASE, None
@@ -64,7 +65,6 @@ async def _evaluate_all(
 ) -> dict[str, Any]:
     """Every requested model in turn, inside one event loop; closes the search provider
     in that loop (an async HTTP client must not outlive the loop it was used in)."""
-    from searchr1.core.cli import UserError
     from searchr1.core.eval import evaluate_async, write_records
     from searchr1.core.logs import get_logger
 
@@ -114,7 +114,6 @@ async def _evaluate_all(
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
     from searchr1.core.agent_protocols import make_protocol
-    from searchr1.core.cli import UserError
     from searchr1.core.data import limit_per_source, load_questions
     from searchr1.core.eval import format_comparison, format_table, trust_warning
     from searchr1.core.runs import build_components, open_run
@@ -166,8 +165,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    if "eval" in subparsers.choices:  # cli.main() registers extensions on every call
-        return
     p = subparsers.add_parser(
         "eval", help="score the base model, checkpoints or a hosted model on a QA file"
     )

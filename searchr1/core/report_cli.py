@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from searchr1.core.errors import UserError
+
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from searchr1.core.cli import UserError
     from searchr1.report import build_report
 
     try:
@@ -26,8 +27,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    if "report" in subparsers.choices:  # cli.main() registers extensions on every call
-        return
     p = subparsers.add_parser("report", help="HTML report (and PNG charts) of a run folder")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (holds events.jsonl)")
     p.add_argument("--out", help="output folder (default: RUN_DIR/report)")

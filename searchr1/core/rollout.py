@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from searchr1.core.agent_protocols import Action, AgentProtocol
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (
     EndReason,
@@ -51,6 +52,13 @@ if TYPE_CHECKING:
     from searchr1.core.config import Config
 
 T = TypeVar("T")
+
+
+class RolloutConfigError(ConfigValueError):
+    """The ``[rollout]`` limits cannot hold a question at all (its prompt alone fills
+    ``max_trajectory_tokens``). A :class:`~searchr1.core.errors.UserError`, so the CLI prints
+    the message with exit code 2 instead of a traceback; a ``ValueError`` for callers that
+    caught it as one."""
 
 
 def sampling_params(
@@ -119,7 +127,7 @@ class _Rollout:
     async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
         prompt = self.protocol.initial_prompt_tokens(question)
         if len(prompt) >= self.limits.max_trajectory_tokens:
-            raise ValueError(
+            raise RolloutConfigError(
                 f"question {question.id!r}: the prompt alone has {len(prompt)} tokens, no room "
                 f"left in rollout.max_trajectory_tokens = {self.limits.max_trajectory_tokens}"
             )

@@ -20,7 +20,8 @@ config already fails naming the variable (exit 2).
 
 Exit codes: 0 when both channels work; 1 when the model channel fails or the search channel
 is broken (every key benched, every search failed, or success below the configured
-minimum); 2 for config and plugin errors (from the CLI).
+minimum); 2 for config and plugin errors, and for rollout limits that cannot hold the
+question (from the CLI).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.config import ConfigError
 from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.plugins import PluginError
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
@@ -59,9 +62,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"search keys: {len(config.search.api_keys)}")
     try:
         components = build_components(ctx, need_loss=False)
+    except (ConfigError, PluginError):
+        raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
-        if type(exc).__name__ in ("ConfigError", "PluginError"):
-            raise
         print(f"could not start the providers: {_say(exc)}")
         print("diagnosis: " + _model_hint(exc, config.model.provider))
         return 1
@@ -129,7 +132,7 @@ class _Smoke:
         """Probe the search channel once, then roll out one group (same event loop, so the
         provider's HTTP client is closed on the loop that opened it)."""
         from searchr1.core.agent_protocols import make_protocol
-        from searchr1.core.rollout import rollout_questions
+        from searchr1.core.rollout import RolloutConfigError, rollout_questions
 
         search: SearchProvider = self.c.search
         try:
@@ -146,6 +149,8 @@ class _Smoke:
                     self.config,
                     group_size=self.group_size,
                 )
+            except RolloutConfigError:
+                raise  # the config, not the model channel: the CLI names the field (exit 2)
             except Exception as exc:  # the model channel: report it, do not crash
                 model_error = exc
             return probe, trajectories, model_error

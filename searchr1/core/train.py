@@ -76,12 +76,13 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     from searchr1.core.data import QuestionStream, load_questions
 
     cfg, log = ctx.config, get_logger()
-    components = build_components(ctx)
-    protocol = make_protocol(cfg, components.model.tokenizer)
+    # Data first: a bad data path should fail before the (slow) model load.
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train").questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    components = build_components(ctx)
+    protocol = make_protocol(cfg, components.model.tokenizer)
 
     start_step = 0
     checkpoint = latest_checkpoint(ctx.run_dir) if resume else None
@@ -96,20 +97,29 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
 
     stop = _StopFlag()
     last: dict[str, Any] = {}
-    with asyncio.Runner() as runner:
-        if heldout and start_step == 0:
-            _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
-        step = start_step
-        while step < cfg.train.max_steps and not stop.requested:
-            last = _train_step(runner, components, protocol, stream, cfg, ctx, step + 1)
-            step += 1
-            if step % cfg.train.save_every == 0 or step == cfg.train.max_steps or stop.requested:
-                _save(ctx, components, stream, step)
-        if heldout and step == cfg.train.max_steps and step > start_step:
-            _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
-        runner.run(components.search.aclose())
-    components.model.close()
-    stop.restore()
+    step = start_step
+    try:
+        with asyncio.Runner() as runner:
+            try:
+                if heldout and start_step == 0:
+                    _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
+                while step < cfg.train.max_steps and not stop.requested:
+                    last = _train_step(runner, components, protocol, stream, cfg, ctx, step + 1)
+                    step += 1
+                    if (
+                        step % cfg.train.save_every == 0
+                        or step == cfg.train.max_steps
+                        or stop.requested
+                    ):
+                        _save(ctx, components, stream, step)
+                if heldout and step == cfg.train.max_steps and step > start_step:
+                    _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
+            finally:
+                # An async HTTP client must be closed in the loop it was used in.
+                runner.run(components.search.aclose())
+    finally:
+        components.model.close()
+        stop.restore()
     log.info("train_done", steps=step, stopped_early=stop.requested)
     return last
 

@@ -29,12 +29,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.builtins import cache_dir, resolve
-from searchr1.core.config import ConfigError, SearchConfig, check_table
+from searchr1.core.config import ConfigError, SearchConfig, plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.search.base import BaseSearchProvider
@@ -58,8 +58,8 @@ class LocalSearchSettings:
     """``[search.local]``."""
 
     corpus: str = ""
-    k1: float = 0.9
-    b: float = 0.4
+    k1: float = field(default=0.9, metadata={"min": 0})
+    b: float = field(default=0.4, metadata={"min": 0})
     stopwords: str = "en"
 
 
@@ -281,23 +281,17 @@ class LocalBM25Search(BaseSearchProvider):
 
 
 def local_settings(config: Config) -> LocalSearchSettings:
-    """``[search.local]`` checked; ConfigError naming the key otherwise."""
-    problems: list[str] = []
-    values = check_table(
-        config.plugin_table("search", "local"), LocalSearchSettings, "search.local", problems
-    )
-    settings = LocalSearchSettings(**values)
-    if not problems and not settings.corpus.strip():
-        problems.append(
+    """``[search.local]`` checked, with a corpus set; ConfigError naming the key otherwise."""
+
+    def needs_a_corpus(settings: LocalSearchSettings) -> list[str]:
+        if settings.corpus.strip():
+            return []
+        return [
             "search.local.corpus is not set: the local provider needs a JSONL corpus, e.g. "
             '[search.local] corpus = "builtin:world/corpus.jsonl"'
-        )
-    for name in ("k1", "b"):
-        if getattr(settings, name) < 0:
-            problems.append(f"search.local.{name} = {getattr(settings, name)} must be >= 0")
-    if problems:
-        raise ConfigError(problems)
-    return settings
+        ]
+
+    return plugin_settings(config, "search", "local", LocalSearchSettings, needs_a_corpus)
 
 
 @hookimpl

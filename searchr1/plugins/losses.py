@@ -14,11 +14,11 @@ micro-batches and divide by ``tokens`` once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from searchr1.core.config import ConfigError, check_table
+from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import LossInputs, LossOutput
 
@@ -101,11 +101,8 @@ class NamedLoss:
 
 
 def _clip_settings(config: Config) -> dict[str, float]:
-    problems: list[str] = []
-    values = check_table(config.plugin_table("train", "loss"), ClipSettings, "train.loss", problems)
-    if problems:
-        raise ConfigError(problems)
-    return values
+    """``[train.loss]`` as keyword arguments of :func:`ppo` / :func:`cispo`."""
+    return asdict(plugin_settings(config, "train", "loss", ClipSettings))
 
 
 @hookimpl

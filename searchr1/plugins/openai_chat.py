@@ -45,10 +45,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.cli import UserError
-from searchr1.core.config import ConfigError, check_table
+from searchr1.core.config import plugin_settings
+from searchr1.core.errors import UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
+from searchr1.core.search.retry import parse_retry_after
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -235,26 +236,23 @@ class OpenAIChatProvider:
 
     @classmethod
     def from_config(cls, config: Config) -> OpenAIChatProvider:
-        from searchr1.plugins.remote_model.provider import load_tokenizer
+        from searchr1.core.tokenizers import provider_tokenizer
         from searchr1.plugins.remote_model.settings import api_key_variable
 
-        problems: list[str] = []
-        values = check_table(
-            config.plugin_table("model", "openai_chat"), ChatSettings, "model.openai_chat", problems
-        )
-        if not config.model.api_base.strip():
-            problems.append(
+        def needs_a_server(_: ChatSettings) -> list[str]:
+            if config.model.api_base.strip():
+                return []
+            return [
                 "model.api_base is empty; provider 'openai_chat' needs the server URL "
                 "(TaoToken: https://taotoken.net/api, vLLM: http://host:8000)"
-            )
-        if problems:
-            raise ConfigError([f"{config.source}: {p}" for p in problems])
-        settings = ChatSettings(**values)
+            ]
+
+        settings = plugin_settings(config, "model", "openai_chat", ChatSettings, needs_a_server)
         return cls(
             api_base=config.model.api_base.strip(),
             api_key=config.model.api_key,
             model=settings.model or config.model.base_model,
-            tokenizer=load_tokenizer(settings.tokenizer or config.model.base_model),
+            tokenizer=provider_tokenizer(config, "openai_chat", settings.tokenizer),
             settings=settings,
             key_name=api_key_variable(config),
         )
@@ -356,9 +354,9 @@ class OpenAIChatProvider:
                     last = f"HTTP {response.status_code}: {redact_text(response.text[:200])}"
                     if response.status_code not in RETRY_STATUS:
                         raise ChatServiceError(f"{self.url} failed: {last}")
-                    retry_after = response.headers.get("Retry-After", "")
-                    if retry_after.isdigit():
-                        delay = min(float(retry_after), 60.0)
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                    if retry_after is not None:
+                        delay = min(retry_after, 60.0)
                 if attempt < s.max_retries:
                     await asyncio.sleep(delay)
         raise ChatServiceError(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from searchr1.core.answers import exact_match, extract_answers, f1_score
-from searchr1.core.config import ConfigError, check_table
+from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import RewardResult, Trajectory
 
@@ -76,21 +76,13 @@ class FormatAnswerReward:
         return RewardResult(reward=reward, components=parts)
 
 
-def _settings(config: Config, name: str) -> RewardSettings:
-    problems: list[str] = []
-    values = check_table(
-        config.plugin_table("reward", name), RewardSettings, f"reward.{name}", problems
-    )
-    if problems:
-        raise ConfigError(problems)
-    return RewardSettings(**values)
-
-
 def _factory(
     name: str, use_format: bool, use_answer: bool
 ) -> Callable[[Config], FormatAnswerReward]:
     def create(config: Config) -> FormatAnswerReward:
-        return FormatAnswerReward(_settings(config, name), use_format, use_answer)
+        return FormatAnswerReward(
+            plugin_settings(config, "reward", name, RewardSettings), use_format, use_answer
+        )
 
     return create
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config import ConfigError, check_table
+from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.search.documents import DocumentError, row_to_result
@@ -46,26 +46,14 @@ Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 class SearchR1Settings:
     """``[search.search_r1]``."""
 
-    batch_window_ms: float = 5.0
-    max_batch: int = 64
+    batch_window_ms: float = field(default=5.0, metadata={"min": 0})
+    max_batch: int = field(default=64, metadata={"min": 1})
     path: str = "/retrieve"
 
 
 def search_r1_settings(config: Config) -> SearchR1Settings:
-    problems: list[str] = []
-    values = check_table(
-        config.plugin_table("search", "search_r1"), SearchR1Settings, "search.search_r1", problems
-    )
-    settings = SearchR1Settings(**values)
-    if settings.batch_window_ms < 0:
-        problems.append(
-            f"search.search_r1.batch_window_ms = {settings.batch_window_ms} must be >= 0"
-        )
-    if settings.max_batch < 1:
-        problems.append(f"search.search_r1.max_batch = {settings.max_batch} must be >= 1")
-    if problems:
-        raise ConfigError(problems)
-    return settings
+    """``[search.search_r1]`` checked; ConfigError naming the key otherwise."""
+    return plugin_settings(config, "search", "search_r1", SearchR1Settings)
 
 
 def _score(value: Any) -> float:

@@ -23,12 +23,12 @@ import html
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config import ConfigError, check_table
+from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
 from searchr1.core.search.http_provider import HttpSearchProvider, ResponseError
@@ -46,30 +46,23 @@ _TAG_RE = re.compile(r"<[^>]{0,200}>")
 class ZhihuSettings:
     """``[search.zhihu]``."""
 
-    search_db: str = ""
+    search_db: str = field(default="", metadata={"choices": ("", "all", "realtime", "static")})
     filter: str = ""
     path: str = "/api/v1/content/global_search"
 
 
 def zhihu_settings(config: Config) -> ZhihuSettings:
-    problems: list[str] = []
-    values = check_table(
-        config.plugin_table("search", "zhihu"), ZhihuSettings, "search.zhihu", problems
-    )
-    settings = ZhihuSettings(**values)
-    if settings.search_db not in ("", "all", "realtime", "static"):
-        problems.append(
-            f"search.zhihu.search_db = {settings.search_db!r} is not one of "
-            "'all', 'realtime', 'static' (or empty)"
-        )
-    if not config.search.api_keys:
-        problems.append(
+    """``[search.zhihu]`` checked, and at least one key in ``[search] api_keys``."""
+
+    def needs_a_key(_: ZhihuSettings) -> list[str]:
+        if config.search.api_keys:
+            return []
+        return [
             "search.api_keys is empty: the zhihu provider needs at least one key "
             '(api_keys = "${ZHIHU_SEARCH_KEYS}", keys separated by commas or newlines)'
-        )
-    if problems:
-        raise ConfigError(problems)
-    return settings
+        ]
+
+    return plugin_settings(config, "search", "zhihu", ZhihuSettings, needs_a_key)
 
 
 def _clean(value: Any) -> str:

@@ -298,8 +298,8 @@ def finetune(
 ) -> list[float]:
     """Full-parameter supervised fine-tune on the episodes' assistant tokens.
 
-    AdamW with linear warm-up and cosine decay; batches of similar lengths are drawn by a
-    seeded shuffle, epoch after epoch. Returns the loss of every step."""
+    AdamW with linear warm-up and cosine decay; batches are drawn by a seeded shuffle, epoch
+    after epoch. Returns the loss of every step."""
     import torch
 
     from searchr1.core.logs import get_logger
@@ -323,7 +323,7 @@ def finetune(
     start = time.monotonic()
     for step in range(steps):
         if not batches:
-            batches = _length_bucketed_batches(episodes, batch_size, gen)
+            batches = _shuffled_batches(episodes, batch_size, gen)
         loss = _assistant_loss(model, batches.pop(), pad_id, prefix)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -343,23 +343,17 @@ def finetune(
     return losses
 
 
-def _length_bucketed_batches(
+def _shuffled_batches(
     episodes: Sequence[Episode], batch_size: int, gen: random.Random
 ) -> list[list[Episode]]:
-    """One epoch of batches, in random order, each of episodes of similar length (padding
-    to a batch's longest episode would otherwise waste about a third of the compute)."""
+    """One epoch of batches in random order. Deliberately not bucketed by length: length
+    tells a guess from a search, and batches of only one behaviour swing the first-token
+    decision from batch to batch instead of learning its rate."""
     order = list(range(len(episodes)))
     gen.shuffle(order)
-    batches = []
-    window = batch_size * 16
-    for lo in range(0, len(order), window):
-        chunk = sorted(order[lo : lo + window], key=lambda i: len(episodes[i].tokens))
-        batches += [
-            [episodes[i] for i in chunk[k : k + batch_size]]
-            for k in range(0, len(chunk), batch_size)
-        ]
-    gen.shuffle(batches)
-    return batches
+    return [
+        [episodes[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)
+    ][::-1]
 
 
 def _shared_prefix(episodes: Sequence[Episode]) -> int:

@@ -47,9 +47,6 @@ class KeyPool:
     def anonymous(self) -> bool:
         return self._keys == [None]
 
-    def is_benched(self, index: int) -> bool:
-        return self._benched_until[index] > self._clock()
-
     def available_count(self) -> int:
         now = self._clock()
         return sum(1 for until in self._benched_until if until <= now)

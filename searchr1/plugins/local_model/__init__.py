@@ -5,7 +5,7 @@ and chosen by ``[model] provider = "local"``. Importing this package stays cheap
 transformers are imported only when the factory runs.
 
 Modules: ``provider`` (LocalModelProvider, the factory's product), ``sampler`` (batched
-KV-cached generation in a worker thread), ``sampling`` (next-token choice from logits),
+KV-cached generation in a worker thread), ``next_token`` (next-token choice from logits),
 ``kv_cache`` (batch surgery on the cache), ``learner`` (log-probs, loss, backward, AdamW),
 ``state`` (checkpoints), ``device`` (device, dtype, CPU threads), ``tiny_model`` (the
 locally built Qwen3-architecture test model, ``builtin:tiny-random``).

@@ -8,9 +8,10 @@ float32 elsewhere (CPUs are slow at bf16 and the exactness tests need fp32).
 
 from __future__ import annotations
 
-import math
 import os
 from typing import TYPE_CHECKING
+
+from searchr1.core.errors import ConfigValueError
 
 if TYPE_CHECKING:
     import torch
@@ -31,9 +32,9 @@ def choose_device(spec: str) -> torch.device:
     try:
         device = torch.device(spec)
     except RuntimeError as exc:
-        raise ValueError(f"model.device = {spec!r} is not a torch device: {exc}") from None
+        raise ConfigValueError(f"model.device = {spec!r} is not a torch device: {exc}") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"model.device = {spec!r} but CUDA is not available on this machine")
+        raise ConfigValueError(f"model.device = {spec!r} but CUDA is not available on this machine")
     return device
 
 
@@ -44,30 +45,31 @@ def choose_dtype(spec: str, device: torch.device) -> torch.dtype:
     if spec == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if spec not in _DTYPES:
-        raise ValueError(f"model.dtype = {spec!r} is not one of auto, {', '.join(_DTYPES)}")
+        raise ConfigValueError(f"model.dtype = {spec!r} is not one of auto, {', '.join(_DTYPES)}")
     return getattr(torch, _DTYPES[spec])
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; all cores on macOS)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity masks
+        return os.cpu_count() or 1
 
 
 def configure_cpu_threads(threads: int = 0) -> int:
     """Set torch's intra-op threads; returns the count. ``threads`` > 0 is used as given.
 
-    Auto (0): the cores this process may run on, less the load other processes put on them
-    (1-minute load average, this process counted as free). torch's own default counts the
-    machine's cores, which is a disaster on a shared box: OpenMP threads wait for each other
-    at every op, so when the cores are busy one descheduled thread stalls all of them. On the
-    2-core development machine under a load of 10, a decoding step took 12x longer with 2
-    threads than with 1."""
+    Auto (0): :func:`available_cores`, a fixed number for a given machine and affinity mask,
+    so a run's numerics (the reduction order of every op) do not depend on what else happens
+    to be running when it starts. On an oversubscribed machine (more busy threads than cores,
+    e.g. a box shared with other jobs) set ``[model.local] threads = 1``: OpenMP threads wait
+    for each other at every op, so one descheduled thread stalls all of them; on the 2-core
+    development machine under a load of 10, a decoding step took 12x longer with 2 threads
+    than with 1 (docs/benchmarks.md)."""
     import torch
 
     if threads <= 0:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # macOS
-            cores = os.cpu_count() or 1
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):
-            load = 0.0
-        threads = max(1, min(cores, math.floor(cores - load + 1)))
+        threads = available_cores()
     torch.set_num_threads(threads)
     return threads

@@ -12,7 +12,8 @@ Optional settings live in ``[model.local]``::
     [model.local]
     max_batch_rows = 256        # most sequences generated in one batch
     batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
-    threads = 0                 # CPU threads for torch (0 = free cores: cores - load avg + 1)
+    threads = 0                 # CPU threads for torch (0 = the cores this process may use;
+                                #   set 1 on an oversubscribed, shared machine)
     learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
     gradient_checkpointing = false  # recompute activations in backward (big models, long datums)
 """
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (
     AdamParams,
@@ -44,32 +46,14 @@ log = get_logger()
 
 @dataclass(frozen=True)
 class LocalSettings:
-    """``[model.local]``, checked with :func:`searchr1.core.config.check_table`."""
+    """``[model.local]``, read by :meth:`LocalModelProvider.from_config` through
+    :func:`searchr1.core.config.plugin_settings`."""
 
-    max_batch_rows: int = 256
-    batch_wait_ms: float = 5.0
+    max_batch_rows: int = field(default=256, metadata={"min": 1})
+    batch_wait_ms: float = field(default=5.0, metadata={"min": 0})
     threads: int = 0
-    learner_chunk_tokens: int = 8192
+    learner_chunk_tokens: int = field(default=8192, metadata={"min": 1})
     gradient_checkpointing: bool = False
-
-
-def _settings(config: Config) -> LocalSettings:
-    from searchr1.core.config import ConfigError, check_table
-
-    problems: list[str] = []
-    values = check_table(
-        config.plugin_table("model", "local"), LocalSettings, "model.local", problems
-    )
-    settings = LocalSettings(**values)
-    if settings.max_batch_rows < 1:
-        problems.append(f"model.local.max_batch_rows must be >= 1, got {settings.max_batch_rows}")
-    if settings.batch_wait_ms < 0:
-        problems.append(f"model.local.batch_wait_ms must be >= 0, got {settings.batch_wait_ms}")
-    if settings.learner_chunk_tokens < 1:
-        problems.append("model.local.learner_chunk_tokens must be >= 1")
-    if problems:
-        raise ConfigError(problems)
-    return settings
 
 
 class LocalModelProvider:
@@ -98,7 +82,7 @@ class LocalModelProvider:
         config = model.config
         self.context_length = int(getattr(config, "max_position_embeddings", 1 << 30))
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
+        pad = tokenizer.pad_token_id
         eos_ids = _eos_ids(model, tokenizer)
         pad_id = pad if pad is not None else (min(eos_ids) if eos_ids else 0)
         self.sampler = BatchedSampler(
@@ -130,27 +114,29 @@ class LocalModelProvider:
         """Load ``[model] base_model`` (a hub id, a folder or ``builtin:NAME``) on the chosen
         device and dtype, attach a LoRA adapter from ``[lora]`` and freeze the base."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         from searchr1.core.builtins import resolve
+        from searchr1.core.config import plugin_settings
+        from searchr1.core.tokenizers import load_tokenizer
         from searchr1.plugins.local_model.device import (
             choose_device,
             choose_dtype,
             configure_cpu_threads,
         )
 
-        settings = _settings(config)
+        settings = plugin_settings(config, "model", "local", LocalSettings)
         device = choose_device(config.model.device)
         dtype = choose_dtype(config.model.dtype, device)
         threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
+        tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
         path = resolve(config.model.base_model)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
             base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
         except OSError as exc:
-            raise ValueError(
-                f"model.base_model = {config.model.base_model!r}: cannot load a tokenizer and "
-                f"a causal LM from {path!r}: {exc}"
+            raise ConfigValueError(
+                f"model.base_model = {config.model.base_model!r}: cannot load a causal LM from "
+                f"{path!r}: {exc}"
             ) from exc
         base.to(device)
         # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
@@ -232,7 +218,7 @@ def attach_lora(base: Any, config: Config) -> Any:
     module_names = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
     missing = [m for m in lora.target_modules if m not in module_names]
     if missing:
-        raise ValueError(
+        raise ConfigValueError(
             f"lora.target_modules: {missing} not found in {config.model.base_model!r}; "
             f"linear layers there include: "
             f"{sorted(n for n in module_names if n.endswith('_proj'))}"

@@ -31,7 +31,7 @@ import torch
 
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model import kv_cache
-from searchr1.plugins.local_model.sampling import row_generator, sample_next
+from searchr1.plugins.local_model.next_token import row_generator, sample_next
 
 
 @dataclass
@@ -275,11 +275,8 @@ class BatchedSampler:
 
     def _worker(self) -> None:
         while True:
-            if not self._backlog:
-                item = self._queue.get()
-                if item is None:
-                    return
-                self._backlog.extend(item)
+            if not self._backlog and not self._accept(self._queue.get()):
+                return
             self._gather_more()
             jobs = [_Job.of(r) for r in self._take(self.max_batch_rows)]
             try:
@@ -303,10 +300,17 @@ class BatchedSampler:
                 item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is None:
-                self._stopping = True
+            if not self._accept(item):
                 return
-            self._backlog.extend(item)
+
+    def _accept(self, item: list[_Request] | None) -> bool:
+        """Move one queue item into the backlog; the shutdown sentinel (None) instead sets
+        ``_stopping`` and returns False."""
+        if item is None:
+            self._stopping = True
+            return False
+        self._backlog.extend(item)
+        return True
 
     def _backlog_rows(self) -> int:
         return sum(r.num_samples for r in self._backlog)
@@ -334,10 +338,8 @@ class BatchedSampler:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is None:
-                self._stopping = True
+            if not self._accept(item):
                 break
-            self._backlog.extend(item)
         jobs = [_Job.of(r) for r in self._take(capacity)] if capacity > 0 else []
         self._admitted.extend(jobs)
         return jobs

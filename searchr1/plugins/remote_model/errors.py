@@ -13,7 +13,7 @@ of three clear errors instead of an SDK-specific exception:
 
 from __future__ import annotations
 
-from searchr1.core.cli import UserError
+from searchr1.core.errors import UserError
 
 
 class RemoteModelError(RuntimeError):

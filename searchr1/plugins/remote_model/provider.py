@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config import ConfigError
 from searchr1.core.logs import get_logger
+from searchr1.core.tokenizers import provider_tokenizer
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -136,24 +137,6 @@ class RemoteModelProvider:
         SDK is not installed, RemoteAuthError when the key is rejected."""
         settings = load_settings(config, provider_name, default_sdk)
         key_name = api_key_variable(config)
-        problems = []
-        if not config.model.api_base.strip():
-            problems.append(
-                f"{config.source}: model.api_base is empty; provider {provider_name!r} needs the "
-                f"service URL (TaoToken: https://taotoken.net/api)"
-            )
-        if not config.model.api_key.strip():
-            problems.append(
-                f"{config.source}: model.api_key is empty; provider {provider_name!r} needs a key, "
-                f'e.g. api_key = "${{TAOTOKEN_API_KEY}}" with the key in the environment or .env'
-            )
-        if not 4 <= config.lora.rank <= 64 and settings.sdk == "pytrio":
-            problems.append(
-                f"{config.source}: lora.rank = {config.lora.rank}: the PyTRIO service trains "
-                f"LoRA ranks 4..64"
-            )
-        if problems:
-            raise ConfigError(problems)
         if config.model.temperature != 1.0:
             # Tinker-shaped services are not told the sampling temperature when they train, so
             # their learner log-probs are presumably untempered while the sampler's are tempered:
@@ -165,7 +148,7 @@ class RemoteModelProvider:
                 "be 1 on-policy. Use [model] temperature = 1.0 with remote providers.",
             )
         sdk = sdk_module.import_sdk(settings.sdk)
-        tokenizer = load_tokenizer(settings.tokenizer or config.model.base_model)
+        tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
         api_base = config.model.api_base.strip()
         try:
             service = sdk_module.open_service(sdk, api_base, config.model.api_key, settings)
@@ -209,13 +192,18 @@ class RemoteModelProvider:
         except RemoteModelError:
             raise
         except Exception as exc:
-            raise translate(
-                exc,
-                operation=operation,
-                api_base=self.api_base,
-                key_name=self._key_name,
-                retry_seconds=self._settings.retry_timeout_seconds,
-            ) from exc
+            raise self._translate(exc, operation) from exc
+
+    def _translate(self, exc: Exception, operation: str) -> RemoteModelError:
+        """:func:`~searchr1.plugins.remote_model.errors.translate` with this provider's
+        service URL, key name and retry budget."""
+        return translate(
+            exc,
+            operation=operation,
+            api_base=self.api_base,
+            key_name=self._key_name,
+            retry_seconds=self._settings.retry_timeout_seconds,
+        )
 
     def _training_client(self) -> Any:
         if self._training is None:
@@ -283,13 +271,7 @@ class RemoteModelProvider:
                 prompt=prompt, num_samples=num_samples, sampling_params=sdk_params
             )
         except Exception as exc:
-            raise translate(
-                exc,
-                operation="sample",
-                api_base=self.api_base,
-                key_name=self._key_name,
-                retry_seconds=self._settings.retry_timeout_seconds,
-            ) from exc
+            raise self._translate(exc, "sample") from exc
         return [_sequence(seq) for seq in response.sequences]
 
     def _sampling_kwargs(self, params: SamplingParams) -> dict[str, Any]:
@@ -436,22 +418,6 @@ class RemoteModelProvider:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def load_tokenizer(name: str) -> Tokenizer:
-    """The local tokenizer for ``name`` (a ``builtin:`` asset, a folder or a hub id)."""
-    from transformers import AutoTokenizer
-
-    from searchr1.core.builtins import resolve
-
-    try:
-        return AutoTokenizer.from_pretrained(resolve(name))
-    except Exception as exc:
-        raise RemoteServiceError(
-            f"cannot load the tokenizer {name!r} locally ({type(exc).__name__}: {exc}); the "
-            f"remote provider tokenizes on this machine: set [model.<provider>] tokenizer to a "
-            f"local folder or a hub id of the same model"
-        ) from exc
 
 
 def read_checkpoint(folder: Path) -> dict[str, Any]:

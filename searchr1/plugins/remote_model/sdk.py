@@ -14,7 +14,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.cli import UserError
+from searchr1.core.errors import UserError
 from searchr1.plugins.remote_model.settings import RemoteSettings
 
 INSTALL_HINT = "pip install 'searchr1[remote]'"

@@ -6,12 +6,9 @@ needs only ``[model] provider``, ``api_base``, ``api_key`` and ``base_model``.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field, replace
 
-from searchr1.core.config import Config, ConfigError, check_table
+from searchr1.core.config import Config, plugin_settings
 
 SDKS = ("pytrio", "tinker")
 
@@ -40,34 +37,33 @@ class RemoteSettings:
 
 
 def load_settings(config: Config, provider_name: str, default_sdk: str) -> RemoteSettings:
-    """Check ``[model.<provider_name>]`` and return its settings (ConfigError on problems)."""
-    problems: list[str] = []
-    values: dict[str, Any] = check_table(
-        config.plugin_table("model", provider_name),
-        RemoteSettings,
-        f"model.{provider_name}",
-        problems,
-    )
-    if problems:
-        raise ConfigError([f"{config.source}: {p}" for p in problems])
-    settings = RemoteSettings(**values)
-    if not settings.sdk:
-        settings = RemoteSettings(**{**values, "sdk": default_sdk})
-    return settings
+    """Check ``[model.<provider_name>]`` and what a remote provider needs from ``[model]`` and
+    ``[lora]``; return the settings, an empty ``sdk`` replaced by the provider's
+    ``default_sdk``. One ConfigError lists every problem."""
+
+    def provider_needs(settings: RemoteSettings) -> list[str]:
+        problems = []
+        if not config.model.api_base.strip():
+            problems.append(
+                f"model.api_base is empty; provider {provider_name!r} needs the service URL "
+                f"(TaoToken: https://taotoken.net/api)"
+            )
+        if not config.model.api_key.strip():
+            problems.append(
+                f"model.api_key is empty; provider {provider_name!r} needs a key, e.g. "
+                f'api_key = "${{TAOTOKEN_API_KEY}}" with the key in the environment or .env'
+            )
+        if not 4 <= config.lora.rank <= 64 and (settings.sdk or default_sdk) == "pytrio":
+            problems.append(
+                f"lora.rank = {config.lora.rank}: the PyTRIO service trains LoRA ranks 4..64"
+            )
+        return problems
+
+    settings = plugin_settings(config, "model", provider_name, RemoteSettings, provider_needs)
+    return settings if settings.sdk else replace(settings, sdk=default_sdk)
 
 
 def api_key_variable(config: Config) -> str:
-    """What to call the API key in an error: the environment variable named by the config's
-    ``api_key = "${VAR}"`` placeholder when the config file says so, else ``model.api_key``."""
-    source = Path(config.source)
-    if source.is_file():
-        try:
-            import tomli
-
-            raw = tomli.loads(source.read_text("utf-8")).get("model", {}).get("api_key", "")
-        except (OSError, ValueError):
-            raw = ""
-        match = re.fullmatch(r"\s*\$\{([A-Za-z_][A-Za-z0-9_]*)\}\s*", str(raw))
-        if match:
-            return match.group(1)
-    return "model.api_key"
+    """What to call the API key in an error: the environment variable that filled
+    ``[model] api_key`` (``api_key = "${VAR}"``) when there is one, else ``model.api_key``."""
+    return config.variables.get("model.api_key", "model.api_key")

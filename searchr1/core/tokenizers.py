@@ -1,0 +1,45 @@
+"""Loading a model's Hugging Face tokenizer by the name a config gives it.
+
+Model provider factories call these once per run: the remote providers (``taotoken``,
+``tinker``) and ``openai_chat`` tokenize on this machine, so they need the served model's
+tokenizer (:func:`provider_tokenizer`); the local provider loads the one next to its weights.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.builtins import resolve
+from searchr1.core.errors import ConfigValueError
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+
+def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -> Any:
+    """The tokenizer of ``name`` (a ``builtin:`` asset, a folder or a hub id).
+
+    ``field`` is the config field that named it; a tokenizer that cannot be loaded is a
+    :class:`~searchr1.core.errors.ConfigValueError` naming that field, then ``hint``."""
+    from transformers import AutoTokenizer  # heavy: only when a provider is built
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve(name))
+    except Exception as exc:  # transformers raises OSError, ValueError, hub errors...
+        raise ConfigValueError(
+            f"{field} = {name!r}: cannot load a tokenizer ({type(exc).__name__}: {exc})"
+            + (f"; {hint}" if hint else "")
+        ) from exc
+
+
+def provider_tokenizer(config: Config, provider: str, tokenizer: str) -> Any:
+    """The tokenizer of a provider that tokenizes locally for a model served elsewhere:
+    ``tokenizer`` (its ``[model.<provider>] tokenizer`` setting) when set, else
+    ``[model] base_model``."""
+    hint = (
+        f"provider {provider!r} tokenizes on this machine: set [model.{provider}] tokenizer "
+        f"to a local folder or a hub id of the same model"
+    )
+    if tokenizer:
+        return load_tokenizer(tokenizer, f"model.{provider}.tokenizer", hint)
+    return load_tokenizer(config.model.base_model, "model.base_model", hint)
