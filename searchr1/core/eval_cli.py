@@ -168,7 +168,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval", help="score the base model, checkpoints or a hosted model on a QA file"
     )
-    p.add_argument("--config", help="config.toml (default: the embedded offline demo)")
+    from searchr1.core.cli import CONFIG_HELP
+
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this eval's records and logs")
     p.add_argument("--data", help="QA file (default: data.eval from the config)")
     p.add_argument(

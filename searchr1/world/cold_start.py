@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import random
 import shutil
@@ -123,6 +124,11 @@ class Episode:
     train_mask: list[bool]
     turns: list[ScriptedTurn]
     question: WorldQuestion
+    #: where the search results are (trained on only for a ``reading`` episode)
+    observation_mask: list[bool] = field(default_factory=list)
+    #: an episode of the *reading* world: its observations are trained on too (see
+    #: :func:`build_warm_start`)
+    reading: bool = False
 
 
 def read_fact(relation: str, entity: Entity | None, world: World) -> str:
@@ -184,12 +190,14 @@ async def script_episode(
     q = Question(question.id, question.question, (question.answer,), question.data_source, {})
     tokens = protocol.initial_prompt_tokens(q)
     mask = [False] * len(tokens)
+    observed = [False] * len(tokens)
     turns: list[ScriptedTurn] = []
 
     def emit(turn: ScriptedTurn) -> list[int]:
         turn_tokens = protocol.assistant_turn_tokens(query=turn.query, answer=turn.answer)
         tokens.extend(turn_tokens)
         mask.extend([True] * len(turn_tokens))
+        observed.extend([False] * len(turn_tokens))
         turns.append(turn)
         return turn_tokens
 
@@ -201,6 +209,7 @@ async def script_episode(
         )
         tokens.extend(obs)
         mask.extend([False] * len(obs))
+        observed.extend([True] * len(obs))
         first = by_name.get(response.results[0].title) if response.results else None
         return read_fact(relation, first, world)
 
@@ -221,7 +230,7 @@ async def script_episode(
             emit(ScriptedTurn(answer=read))
         else:
             emit(ScriptedTurn(answer=guesser.guess(kind, rng)))
-    return Episode(tokens, mask, turns, question)
+    return Episode(tokens, mask, turns, question, observed)
 
 
 async def script_episodes(
@@ -295,6 +304,7 @@ def finetune(
     warmup: int = 20,
     seed: int = 0,
     log_every: int = 25,
+    read_weight: float = 0.0,
 ) -> list[float]:
     """Full-parameter supervised fine-tune on the episodes' assistant tokens.
 
@@ -324,7 +334,7 @@ def finetune(
     for step in range(steps):
         if not batches:
             batches = _shuffled_batches(episodes, batch_size, gen)
-        loss = _assistant_loss(model, batches.pop(), pad_id, prefix)
+        loss = _assistant_loss(model, batches.pop(), pad_id, prefix, read_weight)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -367,8 +377,11 @@ def _shared_prefix(episodes: Sequence[Episode]) -> int:
     return max(n, 0)
 
 
-def _assistant_loss(model: Any, batch: Sequence[Episode], pad_id: int, prefix: int = 0) -> Any:
-    """Mean cross-entropy of the assistant's tokens.
+def _assistant_loss(
+    model: Any, batch: Sequence[Episode], pad_id: int, prefix: int = 0, read_weight: float = 0.0
+) -> Any:
+    """Weighted mean cross-entropy of the assistant's tokens (weight 1) and, in reading
+    episodes, of the observation tokens (``read_weight``).
 
     Two savings that do not change the loss: the ``prefix`` tokens every episode shares (the
     protocol's long instruction, most of a short episode) are run once and their keys and
@@ -382,13 +395,17 @@ def _assistant_loss(model: Any, batch: Sequence[Episode], pad_id: int, prefix: i
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
     attn = torch.zeros((rows, prefix + width), dtype=torch.long)
     attn[:, :prefix] = 1
-    target = torch.zeros((rows, width), dtype=torch.bool)
+    weight = torch.zeros((rows, width), dtype=torch.float32)
     for row, e in enumerate(batch):
         n = len(e.tokens) - prefix
         ids[row, :n] = torch.tensor(e.tokens[prefix:])
         attn[row, prefix : prefix + n] = 1
-        target[row, :n] = torch.tensor(e.train_mask[prefix:])
-    if any(e.train_mask[prefix] for e in batch):
+        weight[row, :n] = torch.tensor(e.train_mask[prefix:], dtype=torch.float32)
+        if e.reading and read_weight > 0:
+            weight[row, :n] += read_weight * torch.tensor(
+                e.observation_mask[prefix:], dtype=torch.float32
+            )
+    if any(e.train_mask[prefix] or e.observation_mask[prefix] for e in batch):
         raise ValueError("an assistant token right after the shared prefix is not supported")
     cache = None
     if prefix:
@@ -407,56 +424,91 @@ def _assistant_loss(model: Any, batch: Sequence[Episode], pad_id: int, prefix: i
             use_cache=cache is not None,
         ).last_hidden_state
     # Position t predicts token t + 1.
-    predict = target[:, 1:]
+    w = weight[:, 1:]
+    predict = w > 0
     logits = model.lm_head(hidden[:, :-1][predict])
-    return torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][predict])
+    ce = torch.nn.functional.cross_entropy(logits.float(), ids[:, 1:][predict], reduction="none")
+    return (ce * w[predict]).sum() / w[predict].sum()
+
+
+#: Seed of the *reading* world: a second generated world, disjoint from the demo's facts,
+#: whose episodes are also trained on their search results (see :func:`build_warm_start`).
+READING_WORLD_SEED = 1000
+#: Loss weight of an observation token in a reading episode (assistant tokens weigh 1).
+READ_WEIGHT = 0.2
 
 
 def build_warm_start(
     out_dir: Path,
     *,
     seed: int = 0,
-    steps: int = 600,
+    steps: int = 1500,
     batch_size: int = 32,
     lr: float = 2e-3,
     episodes_per_question: int = 2,
+    read_weight: float = READ_WEIGHT,
 ) -> Path:
     """The whole pipeline into ``out_dir``: world, base model, scripted episodes, fine-tune,
     ``save_pretrained`` (model and tokenizer). Deterministic for the same arguments on the
-    same torch build and thread count."""
+    same torch build and thread count.
+
+    Half of the episodes come from a second, *reading* world (other names, other facts) and
+    are also trained on their observations (weight ``read_weight``). A base model arrives
+    able to read and copy; a randomly initialised one learns copying (the induction pattern
+    "Title: X) X was ...") from the few assistant tokens alone far too slowly. Training on
+    the demo world's own documents would instead let the model memorise the demo's facts,
+    so only the reading world's are used."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from searchr1.core.agent_protocols import make_protocol, protocol_class
     from searchr1.core.builtins import resolve
+    from searchr1.core.config import default_config_text, load_config
     from searchr1.core.logs import get_logger
     from searchr1.plugins.local_search import LocalBM25Search
     from searchr1.world.assets import WORLD_SEED
+    from searchr1.world.generate import write_world
 
     log = get_logger()
     out_dir = Path(out_dir)
     config = offline_config()
     world = generate_world(WORLD_SEED)
+    reading = generate_world(READING_WORLD_SEED)
     resolve(config.plugin_table("search", "local")["corpus"])  # the same corpus the run reads
     with tempfile.TemporaryDirectory() as tmp:
         base = build_base(Path(tmp) / "base", world, protocol_class(config.rollout.protocol), seed)
         tokenizer = AutoTokenizer.from_pretrained(base)
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    protocol = make_protocol(config, tokenizer)
-    search = LocalBM25Search.from_config(config)
+        write_world(Path(tmp) / "reading", reading)
+        reading_toml = Path(tmp) / "reading.toml"
+        reading_toml.write_text(
+            default_config_text().replace(
+                "builtin:world/corpus.jsonl", str(Path(tmp) / "reading" / "corpus.jsonl")
+            )
+        )
+        reading_config = load_config(reading_toml, env={})
+        protocol = make_protocol(config, tokenizer)
 
-    async def collect() -> list[Episode]:
-        out: list[Episode] = []
-        try:
-            for k in range(episodes_per_question):
-                out += await script_episodes(
-                    world, world.train, protocol, search, config, seed=seed * 1000 + k
-                )
-        finally:
-            await search.aclose()
-        return out
+        async def collect() -> list[Episode]:
+            out: list[Episode] = []
+            for w, cfg, is_reading in ((world, config, False), (reading, reading_config, True)):
+                search = LocalBM25Search.from_config(cfg)
+                try:
+                    for k in range(episodes_per_question):
+                        batch = await script_episodes(
+                            w,
+                            w.train,
+                            protocol,
+                            search,
+                            cfg,
+                            seed=seed * 1000 + k + 100 * is_reading,
+                        )
+                        out += [dataclasses.replace(e, reading=is_reading) for e in batch]
+                finally:
+                    await search.aclose()
+            return out
 
-    episodes = asyncio.run(collect())
+        episodes = asyncio.run(collect())
     lengths = sorted(len(e.tokens) for e in episodes)
     log.info(
         "cold_start.episodes",
@@ -473,6 +525,7 @@ def build_warm_start(
         batch_size=batch_size,
         lr=lr,
         seed=seed,
+        read_weight=read_weight,
     )
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -486,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder to write the model to")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-3)
     args = parser.parse_args(argv)
