@@ -17,10 +17,10 @@ CONFIG = """
 seed = 1
 [model]
 provider = "local"
-base_model = "builtin:tiny-random"
-temperature = 1.0
+base_model = "builtin:tiny"
+temperature = 0.7
 top_p = 1.0
-max_new_tokens = 16
+max_new_tokens = 24
 [lora]
 rank = 4
 alpha = 8
@@ -30,8 +30,10 @@ questions_per_batch = 2
 group_size = 3
 max_search_calls = 2
 max_assistant_turns = 3
-max_trajectory_tokens = 300
-max_observation_tokens = 48
+max_trajectory_tokens = 448
+max_observation_tokens = 96
+dynamic_sampling = true
+max_extra_draws = 6
 [search]
 provider = "local"
 top_k = 2
@@ -100,11 +102,16 @@ def _step_metrics(run_dir: Path) -> dict[int, dict]:
 
 
 def _comparable(m: dict) -> dict:
-    """The numbers of a metrics event that must not depend on timing."""
+    """The numbers of a metrics event that must not depend on timing. The run's query cache
+    lives in memory, so a resumed run starts it empty: its hit counters (and the attempts they
+    save) legitimately differ; calls and success rate do not."""
+    keep_search = ("search/calls", "search/success_rate", "search/error_rate")
     return {
         k: v
         for k, v in m.items()
-        if isinstance(v, int | float) and not k.startswith(("time/", "search/latency"))
+        if isinstance(v, int | float)
+        and not k.startswith("time/")
+        and (not k.startswith("search/") or k in keep_search)
     }
 
 
@@ -125,6 +132,8 @@ def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path
         assert not missing, missing
         assert -0.1 - 1e-9 <= m["reward/mean"] <= 1.0
         assert m["groups"] == 2
+    # the warm-started model gives mixed rewards: the resume test below covers real updates
+    assert any(m["tokens/trained"] > 0 for m in steps.values())
     checkpoints = sorted(p.name for p in (uninterrupted / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000004"]
     ckpt = uninterrupted / "checkpoints" / "step_000004"
@@ -193,7 +202,7 @@ def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path) -> None:
     from search_fakes import Behaviour, start_fake_zhihu
 
     with start_fake_zhihu(Behaviour(all_status=503)) as (base_url, server):
-        cfg = CONFIG.replace('base_model = "builtin:tiny-random"', 'base_model = "builtin:tiny"')
+        cfg = CONFIG
         cfg = cfg.replace(
             '[search]\nprovider = "local"',
             f'[search]\nprovider = "zhihu"\napi_base = "{base_url}"\napi_keys = "k-one-1234,k-two-5678"\nmax_retries = 1\ntimeout_seconds = 2',

@@ -205,7 +205,8 @@ def test_example_config_equals_the_embedded_default():
     assert cfg.model.base_model == "builtin:tiny"
     assert cfg.search.provider == "local"
     assert cfg.plugin_table("search", "local")["corpus"] == "builtin:world/corpus.jsonl"
-    assert cfg.data.train.startswith("builtin:world/") and cfg.data.eval.startswith("builtin:world/")
+    assert cfg.data.train == "builtin:world/train.jsonl"
+    assert cfg.data.eval == "builtin:world/heldout.jsonl"
 
 
 def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch, world: World):

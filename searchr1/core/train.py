@@ -138,7 +138,7 @@ def _train_step(
     cursor = stream.state()
     for attempt in range(cfg.train.guard_max_waits + 1):
         t0 = time.perf_counter()
-        groups, draws = _collect_groups(runner, c, protocol, stream, cfg, step)
+        first, groups, draws = _collect_groups(runner, c, protocol, stream, cfg, step)
         search_metrics = c.search.metrics(reset=True)
         broken = _environment_problem(c, search_metrics, cfg)
         if broken is None:
@@ -173,13 +173,17 @@ def _train_step(
     optim = c.model.optim_step(_adam(cfg)) if micro_batches else {}
     t_train = time.perf_counter() - t1
 
-    trajectories = [t for g in groups for t in g.trajectories]
-    rewards = [r for g in groups for r in g.rewards]
+    # Rollout metrics describe the policy: they come from the step's first draw of
+    # questions_per_batch questions, an unbiased sample. The groups dynamic sampling keeps are
+    # picked for mixed rewards, so their mean sits near the middle by construction.
+    trajectories = [t for g in first for t in g.trajectories]
+    rewards = [r for g in first for r in g.rewards]
     tokens = train_metrics.get("tokens", 0.0)
     metrics: dict[str, Any] = {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", search_metrics),
-        "degenerate_group_rate": sum(g.degenerate for g in groups) / len(groups),
+        "degenerate_group_rate": sum(g.degenerate for g in first) / len(first),
+        "reward/trained_mean": _mean_reward(groups),
         "groups": float(len(groups)),
         "draws/extra": float(draws),
         "tokens/trained": tokens,
@@ -199,12 +203,14 @@ def _train_step(
 
 def _collect_groups(
     runner: asyncio.Runner, c: Components, protocol: Any, stream: Any, cfg: Config, step: int
-) -> tuple[list[ScoredGroup], int]:
-    """Roll out and score one step's groups. With dynamic sampling, degenerate groups are
-    replaced by fresh questions until questions_per_batch groups are informative or
-    ``rollout.max_extra_draws`` extra questions were drawn."""
+) -> tuple[list[ScoredGroup], list[ScoredGroup], int]:
+    """Roll out and score one step's groups: ``(first draw, groups to train on, extra
+    questions drawn)``. With dynamic sampling, degenerate groups are replaced by fresh
+    questions until questions_per_batch groups are informative or ``rollout.max_extra_draws``
+    extra questions were drawn."""
     want = cfg.rollout.questions_per_batch
-    groups = _rollout_and_score(runner, c, protocol, stream.next_batch(want), cfg, step, 0)
+    first = _rollout_and_score(runner, c, protocol, stream.next_batch(want), cfg, step, 0)
+    groups = list(first)
     extra = 0
     while cfg.rollout.dynamic_sampling and extra < cfg.rollout.max_extra_draws:
         missing = want - sum(not g.degenerate for g in groups)
@@ -217,7 +223,12 @@ def _collect_groups(
         informative = [g for g in groups if not g.degenerate][:want]
         degenerate = [g for g in groups if g.degenerate]
         groups = informative + degenerate[: max(0, want - len(informative))]
-    return groups, extra
+    return first, groups, extra
+
+
+def _mean_reward(groups: Sequence[ScoredGroup]) -> float:
+    rewards = [r.reward for g in groups for r in g.rewards]
+    return sum(rewards) / len(rewards) if rewards else 0.0
 
 
 def _rollout_and_score(
