@@ -5,7 +5,8 @@
 
 Both sides: the warm-started tiny model (``builtin:tiny``), LoRA (same rank, alpha, target
 modules) through peft, 8 questions x 8 samples per step, the same max new tokens, temperature
-1, no KL term, one optimizer step per generation batch. TRL runs its *single-turn* GRPO
+1, no KL term, one optimizer step per generation batch, generation stopping at the protocol's
+stop tags (``</search>``, ``</answer>``) and eos on both sides. TRL runs its *single-turn* GRPO
 (it has no search tool loop), so searchr1 runs with ``max_search_calls = 0`` and one assistant
 turn: both sample one completion per trajectory and train on it. Rewards: searchr1's
 ``format_answer`` reward on both sides.
@@ -112,6 +113,10 @@ def run_trl(steps: int) -> dict[str, float]:
             out.append(-0.1 if len(found) != 1 else float(exact_match(found[0], answers)))
         return out
 
+    stop_ids = [
+        tokenizer.eos_token_id,
+        *tokenizer.convert_tokens_to_ids(["</search>", "</answer>"]),
+    ]
     times: list[float] = []
     sampled: list[float] = []
 
@@ -143,6 +148,9 @@ def run_trl(steps: int) -> dict[str, float]:
         save_strategy="no",
         disable_tqdm=True,
         seed=0,
+        # Stop where searchr1's rollout stops (the protocol's closing tags are single tokens),
+        # so both sides sample the same kind of completion rather than running on to max length.
+        generation_kwargs={"eos_token_id": stop_ids},
     )
     trainer = GRPOTrainer(
         model=model,
