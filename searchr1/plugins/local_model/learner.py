@@ -38,6 +38,39 @@ def token_logprobs(
     (the full log-softmax) is kept for backward: with a 150k vocabulary that tensor is the
     largest allocation of a training step."""
     logits_BTV = model(input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False).logits
+    return _target_logprobs(logits_BTV, targets_BT, temperature)
+
+
+def trained_token_logprobs(
+    model: Any,
+    input_ids_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    targets_BT: torch.Tensor,
+    temperature: float,
+    columns_K: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`token_logprobs` for the sequence positions ``columns_K`` only (``B x K``).
+
+    The vocabulary projection and log-softmax run only where a trained token is predicted:
+    prompt and observation positions carry advantage 0 and add nothing to any policy loss,
+    yet they are most of a datum. Uses the model's own ``logits_to_keep`` (so any logit
+    scaling the model applies is kept); a model without it falls back to every position."""
+    try:
+        logits_BKV = model(
+            input_ids=input_ids_BT,
+            attention_mask=mask_BT,
+            use_cache=False,
+            logits_to_keep=columns_K,
+        ).logits
+    except TypeError:
+        full_BT = token_logprobs(model, input_ids_BT, mask_BT, targets_BT, temperature)
+        return full_BT[:, columns_K]
+    return _target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
+
+
+def _target_logprobs(
+    logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float
+) -> torch.Tensor:
     scaled_BTV = logits_BTV.float() / temperature
     target_BT = scaled_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
     return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
@@ -161,14 +194,20 @@ class Learner:
             mask_BT[i, :n] = 1
             sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=torch.float32)
             adv_BT[i, :n] = torch.tensor(d.advantages, dtype=torch.float32)
+        # Only positions with a non-zero advantage enter any policy loss (protocols.md §5);
+        # the model still reads every position, but logits are computed for the columns
+        # where some datum trains. The trained positions are packed into one sequence.
+        trained_BT = (adv_BT != 0) & mask_BT.bool()
+        columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
-        logprobs_BT = token_logprobs(self.model, ids_BT, mask_BT, targets_BT, self.temperature)
-        # Pack the real positions of every datum into one sequence (the loss is a sum).
-        real_BT = mask_BT.bool()
-        logprobs_T = logprobs_BT[real_BT]
+        logprobs_BK = trained_token_logprobs(
+            self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
+        )
+        keep_BK = trained_BT.to(dev)[:, columns_K]
+        logprobs_T = logprobs_BK[keep_BK]
         inputs = LossInputs(
-            sampler_logprobs_T=sampler_BT.to(dev)[real_BT],
-            advantages_T=adv_BT.to(dev)[real_BT],
+            sampler_logprobs_T=sampler_BT.to(dev)[:, columns_K][keep_BK],
+            advantages_T=adv_BT.to(dev)[:, columns_K][keep_BK],
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
