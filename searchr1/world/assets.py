@@ -22,7 +22,7 @@ from pathlib import Path
 from searchr1.core.builtins import register_asset
 
 WORLD_VERSION = "1"
-TINY_VERSION = "1"
+TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
 WORLD_SEED = 0
 #: The shipped warm start: tokenizer, config and weights written by ``save_pretrained``.
 SHIPPED_WARM_START = Path(__file__).with_name("warm_start")
