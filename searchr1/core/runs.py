@@ -9,6 +9,7 @@ provider, search provider, reward and loss chosen **by name** in the config.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,12 @@ def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:
     """Create the four plugins named in the config (model last: it is the slowest)."""
     cfg, reg = ctx.config, ctx.registry
     search = reg.create("search_provider", cfg.search.provider, cfg)
-    reward = reg.create("reward", cfg.reward.name, cfg)
-    loss = reg.create("loss_fn", cfg.train.loss_fn, cfg) if need_loss else None
-    model = reg.create("model_provider", cfg.model.provider, cfg)
+    try:
+        reward = reg.create("reward", cfg.reward.name, cfg)
+        loss = reg.create("loss_fn", cfg.train.loss_fn, cfg) if need_loss else None
+        model = reg.create("model_provider", cfg.model.provider, cfg)
+    except BaseException:
+        # The search provider may hold connections; a failed start must not leak them.
+        asyncio.run(search.aclose())
+        raise
     return Components(model=model, search=search, reward=reward, loss=loss)  # type: ignore[arg-type]

@@ -1,0 +1,50 @@
+"""Building a run's plugins: a failed model start closes the search provider it opened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.config import Config
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import load_registry
+from searchr1.core.runs import RunContext, build_components
+from searchr1.core.types import SearchResponse
+
+
+class _Search:
+    closed = False
+
+    async def search(self, query: str, top_k: int) -> SearchResponse:
+        return SearchResponse()
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        return {}
+
+    def available(self) -> bool:
+        return True
+
+    async def aclose(self) -> None:
+        _Search.closed = True
+
+
+class _Plugin:
+    @hookimpl
+    def register_search_providers(self, register):
+        register("recording", lambda config: _Search())
+
+    @hookimpl
+    def register_model_providers(self, register):
+        def broken(config):
+            raise OSError("model.base_model = 'nowhere': not found")
+
+        register("broken", broken)
+
+
+def test_failed_model_start_closes_the_search_provider(tmp_path: Path) -> None:
+    config = Config().replace(model={"provider": "broken"}, search={"provider": "recording"})
+    ctx = RunContext(config, tmp_path, "t", load_registry(extra_plugins=[_Plugin()]))
+    with pytest.raises(OSError, match="nowhere"):
+        build_components(ctx)
+    assert _Search.closed
