@@ -134,6 +134,14 @@ def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path
         assert m["groups"] == 2
     # the warm-started model gives mixed rewards: the resume test below covers real updates
     assert any(m["tokens/trained"] > 0 for m in steps.values())
+    # One optimizer step per step, after every micro-batch: each step trains on-policy, so
+    # the sampler/learner mismatch (fp32 on CPU) is float noise.
+    for m in steps.values():
+        if m["tokens/trained"] > 0:
+            assert m["mismatch/tokens"] == m["tokens/trained"]
+            assert m["mismatch/logprob_diff_max"] < 1e-3
+            assert 1 - 1e-3 < m["mismatch/ratio_min"] <= m["mismatch/ratio_max"] < 1 + 1e-3
+            assert abs(m["mismatch/kl_sample_train"]) < 1e-4 and m["mismatch/k3"] >= 0
     checkpoints = sorted(p.name for p in (uninterrupted / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000004"]
     ckpt = uninterrupted / "checkpoints" / "step_000004"

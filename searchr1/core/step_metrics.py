@@ -39,5 +39,48 @@ def rollout_metrics(
     return out
 
 
+MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
+
+
+def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Merge the ``mismatch/*`` metrics of several learner batches (chunks or micro-batches):
+    max of maxima, min of minima, means weighted by ``mismatch/tokens``. Parts without them
+    (a remote service that does not report them) are skipped; the result is empty when no
+    part has them, so the step's event simply lacks the keys."""
+    have = [m for m in parts if m.get("mismatch/tokens", 0.0) > 0 and MISMATCH_MEANS[0] in m]
+    if not have:
+        return {"mismatch/tokens": 0.0} if any("mismatch/tokens" in m for m in parts) else {}
+    tokens = sum(m["mismatch/tokens"] for m in have)
+    out = {"mismatch/tokens": tokens}
+    for key in MISMATCH_MEANS:
+        out[key] = sum(m[key] * m["mismatch/tokens"] for m in have) / tokens
+    out["mismatch/logprob_diff_max"] = max(m["mismatch/logprob_diff_max"] for m in have)
+    out["mismatch/ratio_max"] = max(m["mismatch/ratio_max"] for m in have)
+    out["mismatch/ratio_min"] = min(m["mismatch/ratio_min"] for m in have)
+    return out
+
+
+def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The metrics of one step's ``forward_backward`` calls (one per micro-batch) as one
+    dict: ``mismatch/*`` through :func:`merge_mismatch`, other ``*_max`` keys by max,
+    ``*_min`` by min, everything else (the losses' sums: ``tokens``, ``ratio_sum``, ...) by
+    sum. Means a provider already divided (``ratio_mean``, ``clip_fraction``) are dropped:
+    the train loop recomputes them from the sums."""
+    out: dict[str, float] = {}
+    for metrics in parts:
+        for key, value in metrics.items():
+            v = float(value)
+            if key.startswith("mismatch/") or key in ("ratio_mean", "clip_fraction"):
+                continue
+            if key.endswith("_max"):
+                out[key] = max(out.get(key, v), v)
+            elif key.endswith("_min"):
+                out[key] = min(out.get(key, v), v)
+            else:
+                out[key] = out.get(key, 0.0) + v
+    out.update(merge_mismatch(parts))
+    return out
+
+
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

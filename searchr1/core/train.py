@@ -40,7 +40,7 @@ from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.runs import Components, RunContext, build_components, open_run
-from searchr1.core.step_metrics import prefixed, rollout_metrics
+from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
 
 EXIT_ENVIRONMENT_DOWN = 3
@@ -162,14 +162,14 @@ def _train_step(
         cfg.train.max_micro_batch_datums,
         cfg.train.max_micro_batch_tokens,
     )
-    train_metrics: dict[str, float] = {}
     loss_total = 0.0
     micro_batches = pack_micro_batches(datums, limits)
+    parts = []
     for batch in micro_batches:
         result = c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
         loss_total += result.loss
-        for k, v in result.metrics.items():
-            train_metrics[k] = train_metrics.get(k, 0.0) + float(v)
+        parts.append(result.metrics)
+    train_metrics = merge_train_metrics(parts)
     optim = c.model.optim_step(_adam(cfg)) if micro_batches else {}
     t_train = time.perf_counter() - t1
 
@@ -191,6 +191,7 @@ def _train_step(
         "loss": loss_total,
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
+        **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
         **{f"optim/{k}": float(v) for k, v in optim.items()},
         "time/rollout": t_rollout,
         "time/train": t_train,
