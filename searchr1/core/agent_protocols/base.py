@@ -89,8 +89,11 @@ class AgentProtocol(ABC):
     name: ClassVar[str]
     stop_strings: tuple[str, ...] = ()
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
         self.tokenizer = tokenizer
+        #: ``[rollout] enable_thinking``: passed to the chat template by protocols that
+        #: render through it with tools (``tool_calls``)
+        self.enable_thinking = enable_thinking
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
     # ------------------------------------------------------------------ text <-> tokens
@@ -115,16 +118,30 @@ class AgentProtocol(ABC):
         """The first prompt of every trajectory of ``question``: ``encode(render_prompt(q))``."""
         return self.encode(self.render_prompt(question))
 
+    def summary(self) -> list[str]:
+        """Lines saying what the model is expected to write (``searchr1 smoke`` prints them)."""
+        return [f"protocol: {self.name}"]
+
+    def describe(self, question: Question) -> str:
+        """:meth:`summary` and the rendered first prompt of ``question``, for a person to check
+        before training that the prompt lists the tool and the format is the model's own."""
+        prompt = self.render_prompt(question)
+        # Verbatim, trailing newlines included: where the prompt stops matters (an open
+        # <think> block, a closed one), so its end is marked rather than stripped.
+        return "\n".join([*self.summary(), "rendered prompt:", prompt + "[end of prompt]"])
+
     # ------------------------------------------------------------------ actions
 
     @abstractmethod
     def parse_action(self, text: str) -> Action:
         """Read one assistant turn (decoded with special tokens skipped) into an action."""
 
+    @classmethod
     @abstractmethod
-    def extract_answers(self, text: str) -> list[str]:
-        """Every final-answer occurrence in generated text (for the format reward, which
-        needs exactly one)."""
+    def extract_answers(cls, text: str) -> list[str]:
+        """Every final-answer occurrence in one turn's generated text (for the format reward,
+        which needs exactly one over the trajectory). A class method: rewards call it through
+        :func:`searchr1.core.answers.extract_answers` by protocol name, without a tokenizer."""
 
     # ------------------------------------------------------------------ observations
 

@@ -67,8 +67,15 @@ class TagsProtocol(AgentProtocol):
             return Action("answer", answer=inner)
         return Action("search", query=inner) if inner else INVALID
 
-    def extract_answers(self, text: str) -> list[str]:
+    @classmethod
+    def extract_answers(cls, text: str) -> list[str]:
         return answer_elements(text)
+
+    def summary(self) -> list[str]:
+        return [
+            "protocol: tags (Search-R1: <search> query </search>, results in <information>, "
+            "final <answer> ... </answer>, all inside one assistant message)"
+        ]
 
     @cached_property
     def _wrapper(self) -> tuple[list[int], list[int]]:
