@@ -35,6 +35,20 @@ def tiny_tokenizer() -> Any:
     return build_tokenizer(BUILTIN_TEXT, 1024)
 
 
+@lru_cache(maxsize=4)
+def template_tokenizer(name: str) -> Any:
+    """The tiny tokenizer with a test chat template from ``tests/chat_templates/<name>.jinja``
+    (``qwen3``: Qwen3's JSON tool calls; ``qwen3_5``: Qwen3.5's XML calls and think prefill)."""
+    from pathlib import Path
+
+    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    tok = build_tokenizer(BUILTIN_TEXT, 1024)
+    path = Path(__file__).parent / "chat_templates" / f"{name}.jinja"
+    tok.chat_template = path.read_text(encoding="utf-8")
+    return tok
+
+
 ScriptTurn = str | Sequence[int]
 
 
