@@ -190,7 +190,8 @@ class ScriptedPlugin:
     """A plugin registering the ``scripted`` model provider (see ``tests/conftest.py``).
 
     Config: ``[model] provider = "scripted"`` and ``[model.scripted] turns = [[...], ...]``
-    (one list of turn texts per trajectory) and optionally ``fail = "message"``.
+    (one list of turn texts per trajectory) and optionally ``fail = "message"`` and
+    ``chat_template = "qwen3_5"`` (the tokenizer gets that test template).
     """
 
     __name__ = "scripted_test_plugin"
@@ -205,8 +206,9 @@ class ScriptedPlugin:
     def create(self, config: Any) -> ScriptedModel:
         table = config.plugin_table("model", "scripted")
         fail = table.get("fail")
+        template = table.get("chat_template")  # a tests/chat_templates name, e.g. "qwen3_5"
         model = ScriptedModel(
-            tiny_tokenizer(),
+            template_tokenizer(template) if template else tiny_tokenizer(),
             table.get("turns", [["<answer> nothing </answer>"]]),
             fail=RuntimeError(fail) if fail else None,
         )

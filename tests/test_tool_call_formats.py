@@ -217,3 +217,40 @@ def test_rollout_on_each_template_keeps_the_splice_and_scores_the_answer(case) -
     for traj in group:
         parts = components(traj, Q.golden_answers)
         assert parts["format"] == 1.0 and parts["correct"] == 1.0, traj.turns
+
+
+# ------------------------------------------------------------------ smoke
+
+
+def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
+    tmp_path, capsys, scripted_plugin
+) -> None:
+    """``searchr1 smoke`` on a Qwen3.5-template model with ``tool_calls``: it prints the
+    rendered prompt with the tool list and names the XML format; turns written the Qwen3.5
+    way (thinking prefilled, XML call) search, answer and score 1.0."""
+    from test_smoke import TRAJECTORY_LINE, local_search, smoke, write_config
+
+    call = QWEN3_5_CALL.replace("little prince author", "The Little Prince")
+    turns = [
+        ["Let me search.\n</think>\n\n" + call,
+         "Answer: Lyon? No: the first result.\n</think>\n\nAnswer: Antoine de Saint-Exupéry<|im_end|>"],
+        ["Answer: Lyon? Check.\n</think>\n\nAnswer: Antoine de Saint-Exupéry<|im_end|>"],
+    ]  # fmt: skip
+    model = (
+        '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'
+        f'[model.scripted]\nchat_template = "qwen3_5"\nturns = {json.dumps(turns)}\n'
+    )
+    rollout = 'protocol = "tool_calls"\nenable_thinking = true'
+    config = write_config(tmp_path, model, local_search(tmp_path), rollout)
+    text = config.read_text(encoding="utf-8").replace("= 512", "= 4096")  # a long tool prompt
+    config.write_text(text, encoding="utf-8")
+    code, out = smoke(capsys, config, "--group-size", "2")
+    assert code == 0, out
+    assert "call format: xml (Qwen3.5" in out
+    assert "<parameter=query>\\n<your query>\\n</parameter>" in out
+    assert "rendered prompt:\n<|im_start|>system\n# Tools\n" in out
+    assert json.dumps(SEARCH_TOOL) in out and "<think>\n[end of prompt]" in out
+    assert TRAJECTORY_LINE.findall(out) == [
+        ("0", "1.0", "1", "Antoine de Saint-Exupéry"),
+        ("1", "1.0", "0", "Antoine de Saint-Exupéry"),
+    ]
