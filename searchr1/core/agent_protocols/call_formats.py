@@ -77,14 +77,14 @@ class CallFormat(ABC):
     families: ClassVar[str]
 
     @abstractmethod
-    def render_body(self, function: str, arguments: Mapping[str, str]) -> str:
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
         """The text between ``<tool_call>`` and ``</tool_call>`` as the template writes it."""
 
     @abstractmethod
     def parse_body(self, body: str) -> ParsedCall | None:
         """Read one block's inner text; None when it is not a well-formed call."""
 
-    def render(self, function: str, arguments: Mapping[str, str]) -> str:
+    def render(self, function: str, arguments: Mapping[str, Any]) -> str:
         """A whole call block, ``<tool_call>`` to ``</tool_call>`` inclusive."""
         return f"{CALL_OPEN}{self.render_body(function, arguments)}{CALL_CLOSE}"
 
@@ -104,7 +104,7 @@ class JsonCallFormat(CallFormat):
     name = "json"
     families = "Qwen3, Qwen2.5, Hermes-style templates"
 
-    def render_body(self, function: str, arguments: Mapping[str, str]) -> str:
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
         call = {"name": function, "arguments": dict(arguments)}
         return "\n" + json.dumps(call, ensure_ascii=False) + "\n"
 
@@ -134,8 +134,11 @@ class XmlCallFormat(CallFormat):
     name = "xml"
     families = "Qwen3.5, Qwen3-Coder templates"
 
-    def render_body(self, function: str, arguments: Mapping[str, str]) -> str:
-        params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in arguments.items())
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
+        params = "".join(
+            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+            for k, v in arguments.items()
+        )
         return f"\n<function={function}>\n{params}</function>\n"
 
     def parse_body(self, body: str) -> ParsedCall | None:
