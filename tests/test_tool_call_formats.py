@@ -254,3 +254,24 @@ def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
         ("0", "1.0", "1", "Antoine de Saint-Exupéry"),
         ("1", "1.0", "0", "Antoine de Saint-Exupéry"),
     ]
+
+
+def test_tags_a_tokenizer_marks_special_are_still_read() -> None:
+    """Where ``<think>`` / ``<tool_call>`` are special tokens, decoding a turn for reading
+    keeps them (skipping special tokens alone would drop them and every call would read as
+    invalid), while end-of-message tokens are still skipped."""
+    from tokenizers import AddedToken
+
+    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    tok = build_tokenizer(BUILTIN_TEXT, 1024)
+    tok.chat_template = template_tokenizer("qwen3_5").chat_template
+    tags = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+    special = [AddedToken(t, special=True, normalized=False) for t in tags]
+    tok.add_special_tokens({"additional_special_tokens": special})
+    proto = ToolCallsProtocol(tok, enable_thinking=True)
+    turn = proto.encode(f"Answer: Lyon?\n</think>\n\n{QWEN3_5_CALL}")
+    assert tok.decode(turn, skip_special_tokens=True).count("<tool_call>") == 0
+    assert proto.parse_action(proto.decode(turn)) == Action("search", "little prince author")
+    answer = proto.assistant_turn_tokens(think="Answer: Lyon?", answer="Saint-Exupéry")
+    assert proto.decode(answer).endswith("</think>\n\nAnswer: Saint-Exupéry")

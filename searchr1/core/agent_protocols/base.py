@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Literal
 
 from searchr1.core.types import Question, SearchResponse, Tokenizer
@@ -88,6 +89,9 @@ class AgentProtocol(ABC):
 
     name: ClassVar[str]
     stop_strings: tuple[str, ...] = ()
+    #: markup the parser reads; kept when decoding for reading even if the tokenizer marks
+    #: it special (see :meth:`decode`)
+    tags: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
         self.tokenizer = tokenizer
@@ -104,8 +108,35 @@ class AgentProtocol(ABC):
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, tokens: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory."""
-        return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory.
+
+        Skipping special tokens keeps the protocol's :attr:`tags` even where a tokenizer
+        marks them special (then ``decode(..., skip_special_tokens=True)`` alone would drop
+        ``<tool_call>`` or ``</think>`` and every action would read as invalid)."""
+        kept = self._special_tags if skip_special_tokens else {}
+        if not kept:
+            return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+        out: list[str] = []
+        run: list[int] = []
+        for t in tokens:
+            if t in kept:
+                out += [self.tokenizer.decode(run, skip_special_tokens=True), kept[t]]
+                run = []
+            else:
+                run.append(t)
+        out.append(self.tokenizer.decode(run, skip_special_tokens=True))
+        return "".join(out)
+
+    @cached_property
+    def _special_tags(self) -> dict[int, str]:
+        """The protocol tags that are one token which decoding with special tokens skipped
+        would drop, by id."""
+        out: dict[int, str] = {}
+        for tag in self.tags:
+            ids = self.encode(tag)
+            if len(ids) == 1 and not self.tokenizer.decode(ids, skip_special_tokens=True):
+                out[ids[0]] = tag
+        return out
 
     # ------------------------------------------------------------------ prompt
 

@@ -49,6 +49,7 @@ class TagsProtocol(AgentProtocol):
 
     name = "tags"
     stop_strings = ("</search>", "</answer>")
+    tags = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>")
 
     def render_prompt(self, question: Question) -> str:
         user_text = f"{INSTRUCTION}Question: {question.question.strip()}\n"

@@ -36,6 +36,7 @@ from searchr1.core.agent_protocols.base import INVALID, Action, AgentProtocol
 from searchr1.core.agent_protocols.call_formats import (
     CALL_BLOCK_RE,
     CALL_CLOSE,
+    CALL_OPEN,
     CallFormat,
     detect_call_format,
 )
@@ -82,6 +83,7 @@ class ToolCallsProtocol(AgentProtocol):
 
     name = "tool_calls"
     stop_strings = (CALL_CLOSE,)
+    tags = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 
     def __init__(self, tokenizer: Any, *, enable_thinking: bool = False):
         super().__init__(tokenizer, enable_thinking=enable_thinking)
