@@ -275,3 +275,24 @@ def test_tags_a_tokenizer_marks_special_are_still_read() -> None:
     assert proto.parse_action(proto.decode(turn)) == Action("search", "little prince author")
     answer = proto.assistant_turn_tokens(think="Answer: Lyon?", answer="Saint-Exupéry")
     assert proto.decode(answer).endswith("</think>\n\nAnswer: Saint-Exupéry")
+
+
+def test_smoke_refuses_a_template_whose_call_format_is_unknown(
+    tmp_path, capsys, scripted_plugin
+) -> None:
+    """Exit 2 before any rollout, saying what the template writes and which formats exist."""
+    from test_smoke import local_search, write_config
+
+    from searchr1.core.cli import main as cli
+
+    model = (
+        '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'
+        '[model.scripted]\nchat_template = "bracket_calls"\nturns = [["Answer: x"]]\n'
+    )
+    config = write_config(tmp_path, model, local_search(tmp_path), 'protocol = "tool_calls"')
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    out, err = capsys.readouterr()
+    assert code == 2, out
+    assert "writes tool calls in a format searchr1 does not know" in err
+    assert "[TOOL_CALLS]" in err and "Qwen3.5" in err and "Traceback" not in err
+    assert not scripted_plugin.created[0].calls  # nothing was sampled
