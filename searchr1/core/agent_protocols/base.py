@@ -91,7 +91,7 @@ class AgentProtocol(ABC):
     stop_strings: tuple[str, ...] = ()
     #: markup the parser reads; kept when decoding for reading even if the tokenizer marks
     #: it special (see :meth:`decode`)
-    tags: ClassVar[tuple[str, ...]] = ()
+    tags: tuple[str, ...] = ()
 
     def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
         self.tokenizer = tokenizer

@@ -35,9 +35,13 @@ Formats known (each a small class; add a family by adding a class to :data:`CALL
   values are written raw, not JSON-quoted). The parser strips the surrounding whitespace of a
   value and tolerates missing newlines, as the public Qwen3.5 tool parsers do.
 
+Both known formats wrap a call in ``<tool_call>`` / ``</tool_call>``; a family with other
+wrappers sets :attr:`CallFormat.open` / :attr:`CallFormat.close` (sampling stops at ``close``).
+
 Who calls what: :class:`~searchr1.core.agent_protocols.tool_calls.ToolCallsProtocol` calls
 :func:`detect_call_format` once, then :meth:`CallFormat.render` for scripted turns and
-:meth:`CallFormat.parse` for every ``<tool_call>`` block of a sampled turn.
+:meth:`CallFormat.find` and :meth:`CallFormat.parse_body` for the first call block of a
+sampled turn.
 """
 
 from __future__ import annotations
@@ -53,7 +57,6 @@ from searchr1.core.errors import ConfigValueError
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
-CALL_BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 #: The query the format probe renders; plain ASCII words so every serialiser writes it as is.
 PROBE_QUERY = "searchr1 probe query"
@@ -75,6 +78,9 @@ class CallFormat(ABC):
 
     name: ClassVar[str]
     families: ClassVar[str]
+    #: what opens and closes a call block (sampling stops at ``close``)
+    open: ClassVar[str] = CALL_OPEN
+    close: ClassVar[str] = CALL_CLOSE
 
     @abstractmethod
     def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
@@ -85,13 +91,12 @@ class CallFormat(ABC):
         """Read one block's inner text; None when it is not a well-formed call."""
 
     def render(self, function: str, arguments: Mapping[str, Any]) -> str:
-        """A whole call block, ``<tool_call>`` to ``</tool_call>`` inclusive."""
-        return f"{CALL_OPEN}{self.render_body(function, arguments)}{CALL_CLOSE}"
+        """A whole call block, :attr:`open` to :attr:`close` inclusive."""
+        return f"{self.open}{self.render_body(function, arguments)}{self.close}"
 
-    def parse(self, block: str) -> ParsedCall | None:
-        """Read a whole block (``<tool_call>...</tool_call>``) or only its inner text."""
-        match = CALL_BLOCK_RE.fullmatch(block.strip())
-        return self.parse_body(match.group(1) if match else block)
+    def find(self, text: str) -> re.Match[str] | None:
+        """The first complete call block in ``text``; ``group(1)`` is its inner text."""
+        return re.search(f"{re.escape(self.open)}(.*?){re.escape(self.close)}", text, re.DOTALL)
 
     def example(self) -> str:
         """A search call in this format (for ``searchr1 smoke`` and error messages)."""

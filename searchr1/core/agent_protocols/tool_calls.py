@@ -34,7 +34,6 @@ from typing import Any
 
 from searchr1.core.agent_protocols.base import INVALID, Action, AgentProtocol
 from searchr1.core.agent_protocols.call_formats import (
-    CALL_BLOCK_RE,
     CALL_CLOSE,
     CALL_OPEN,
     CallFormat,
@@ -82,7 +81,7 @@ class ToolCallsProtocol(AgentProtocol):
     ``<think>`` block; False: it holds a closed one, thinking is off; None: neither)."""
 
     name = "tool_calls"
-    stop_strings = (CALL_CLOSE,)
+    stop_strings = (CALL_CLOSE,)  # replaced by the detected format's closing tag
     tags = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 
     def __init__(self, tokenizer: Any, *, enable_thinking: bool = False):
@@ -93,6 +92,10 @@ class ToolCallsProtocol(AgentProtocol):
                 'model\'s tokenizer has none (a base model?): use protocol = "tags"'
             )
         self.call_format: CallFormat = detect_call_format(lambda m: self._template(m, False))
+        self.stop_strings = (self.call_format.close,)
+        self.tags = tuple(
+            dict.fromkeys((*self.tags, self.call_format.open, self.call_format.close))
+        )
         self.opens_in_thinking: bool | None = prompt_opens_thinking(self.generation_prompt)
 
     def _template(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
@@ -122,7 +125,7 @@ class ToolCallsProtocol(AgentProtocol):
 
     def parse_action(self, text: str) -> Action:
         visible = visible_text(text, opens_in_thinking=self.opens_in_thinking is True)
-        call = CALL_BLOCK_RE.search(visible)
+        call = self.call_format.find(visible)
         answer = next((m for m in ANSWER_LINE_RE.finditer(visible) if m.group(1)), None)
         if answer is not None and (call is None or answer.start() < call.start()):
             return Action("answer", answer=answer.group(1).strip())
