@@ -30,13 +30,17 @@ def answer_lines(text: str) -> list[str]:
 
 
 def extract_answers(protocol: str, text: str) -> list[str]:
-    """Every final-answer occurrence in ``text`` under the named agent protocol: ``<answer>``
-    elements for ``tags``, ``Answer:`` lines for ``tool_calls``."""
-    if protocol == "tool_calls":
-        return answer_lines(text)
-    if protocol in ("tags", ""):
-        return answer_elements(text)
-    raise ValueError(f"unknown agent protocol {protocol!r} (expected 'tags' or 'tool_calls')")
+    """Every final-answer occurrence in one turn's ``text`` under the named agent protocol
+    (``""`` means ``tags``): the protocol class owns its answer format (``<answer>`` elements
+    for ``tags``; ``Answer:`` lines outside ``<think>`` blocks for ``tool_calls``)."""
+    from searchr1.core.agent_protocols import PROTOCOLS  # the protocols import this module
+
+    try:
+        cls = PROTOCOLS[protocol or "tags"]
+    except KeyError:
+        known = ", ".join(repr(n) for n in PROTOCOLS)
+        raise ValueError(f"unknown agent protocol {protocol!r} (expected one of {known})") from None
+    return cls.extract_answers(text)
 
 
 def normalize_answer(text: str) -> str:

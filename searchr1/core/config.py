@@ -82,6 +82,7 @@ class RolloutConfig:
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
     protocol: str = _f("tags", choices=("tags", "tool_calls"))
+    enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
     max_extra_draws: int = _f(16, min=0)

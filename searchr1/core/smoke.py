@@ -139,8 +139,11 @@ class _Smoke:
             probe = await search.search(self.question.question, self.config.search.top_k)
             trajectories: list[Trajectory] = []
             model_error: Exception | None = None
+            # Outside the model-channel try: a template whose tool-call format is unknown is
+            # the config's problem (exit 2). The description shows the prompt and call format.
+            protocol = make_protocol(self.config, self.c.model.tokenizer)
+            print(protocol.describe(self.question))
             try:
-                protocol = make_protocol(self.config, self.c.model.tokenizer)
                 (trajectories,) = await rollout_questions(
                     self.c.model,
                     search,
