@@ -116,7 +116,7 @@ def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys,
         capsys, config, "--question", "Where was he born?", "--answer", "Lyon",
         "--answer", "Lyon, France", "--group-size", "2", "--max-search-calls", "1",
     )  # fmt: skip
-    assert code == 1, out  # no positive reward and trajectory 1 never searched
+    assert code == 3, out  # channels fine; no positive reward and trajectory 1 never searched
     assert TRAJECTORY_LINE.findall(out) == [("0", "-0.1", "1", "None"), ("1", "0.0", "0", "Paris")]
     assert "verdict: rewards of both signs: FAILED (0 positive, 1 negative of 2" in out
     assert "verdict: searches within 1..1: FAILED (trajectories 1 (0) searched outside" in out
@@ -135,7 +135,7 @@ def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
         tmp_path, scripted([["no idea"], ["still no idea"]]), local_search(tmp_path)
     )
     code, out = smoke(capsys, config, "--group-size", "2")
-    assert code == 1  # the channels work, but the seed's criteria are not met: say which
+    assert code == 3  # the channels work, but the seed's criteria are not met: say which
     assert (
         "verdict: answers in the tags format (one <answer>...</answer> element): FAILED "
         "(0 of 2 answered in the format; the model never wrote it (end reasons: invalid_action))"
@@ -241,7 +241,7 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     )
     config = write_config(tmp_path, model, local_search(tmp_path))
     code, out = smoke(capsys, config)
-    assert code in (0, 1), out  # a random model rarely meets the seed's criteria
+    assert code in (0, 3), out  # the channels work; a random model rarely meets the criteria
     assert re.search(r"^search keys: 0$", out, re.M)
     assert len(re.findall(r"^verdict: .*: (ok|FAILED) \(", out, re.M)) == 4
     assert ("smoke: PASS" in out) == (code == 0)

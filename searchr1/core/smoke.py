@@ -25,9 +25,12 @@ the config already fails naming the variable (exit 2).
 The default question is the seed's; its golden answers (:data:`DEFAULT_ANSWERS`) are the
 birthplace, so the seed's example scores ``France`` 1.0 and ``Paris`` 0.0.
 
-Exit codes: 0 when every criterion holds and no channel failed; 1 when one criterion fails
-or a channel is broken (model error, every search key benched, the probe failed); 2 for
-config and plugin errors, and for rollout limits that cannot hold the question (from the CLI).
+Exit codes: 0 when every criterion holds and no channel failed; 1 when a channel is broken
+(model error, every search key benched, the probe failed, search success below the minimum);
+3 when the channels work but the group does not show the seed's behaviour (no rewards of both
+signs, searches outside the range, no answer in the format: e.g. an untrained model, or the
+seed's question asked of the offline demo's fictional world); 2 for config and plugin
+errors, and for rollout limits that cannot hold the question (from the CLI).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ DEFAULT_ANSWERS = (
     "Antoine de Saint-Exupéry, Lyon, France",
 )
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
+EXIT_CHANNEL_BROKEN = 1
+EXIT_CRITERIA_NOT_MET = 3
 
 
 def main(args: argparse.Namespace, config: Config | None = None) -> int:
@@ -146,7 +151,9 @@ class _Smoke:
             warnings=self.warnings,
             criteria={c.name: c.ok for c in criteria},
         )
-        return 1 if self.problems or not all(c.ok for c in criteria) else 0
+        if self.problems or any(c.channel and not c.ok for c in criteria):
+            return EXIT_CHANNEL_BROKEN
+        return EXIT_CRITERIA_NOT_MET if not all(c.ok for c in criteria) else 0
 
     def _verdict(
         self,
@@ -173,9 +180,10 @@ class _Smoke:
         for criterion in criteria:
             print(criterion.line())
         failed = [c.name for c in criteria if not c.ok]
-        if self.problems or failed:
-            print("smoke: FAILED: " + "; ".join([*failed, *(["a channel failed"] * bool(
-                self.problems))]))  # fmt: skip
+        if self.problems:
+            failed.append("a channel failed (see diagnosis)")
+        if failed:
+            print("smoke: FAILED: " + "; ".join(failed))
         else:
             print("smoke: PASS (the rollout chain works as the seed describes)")
         return criteria

@@ -4,8 +4,10 @@ The seed (section 4) reads its smoke output like this: "rewards both positive an
 search counts between 1 and 4, final answers in the right format: the rollout chain works;
 all rewards -0.1 means the model did not write ``Answer:``; search success below 90%: check
 the keys' quota". :func:`seed_criteria` turns that into four named checks over one rollout
-group; :class:`searchr1.core.smoke._Smoke` prints them after the trajectories and exits 1 when
-one fails, naming it. :func:`key_warnings` reads the search provider's key pool: some keys out
+group; :class:`searchr1.core.smoke._Smoke` prints them after the trajectories and names the
+one that failed: the search success criterion is a channel (exit 1), the three others describe
+the model's behaviour (exit 3: the channels work, the group does not show what the seed
+expects). :func:`key_warnings` reads the search provider's key pool: some keys out
 of quota while others serve is a warning naming their indexes (the seed's rule: rotate), every
 key limited is a failure (the seed: stop and wait for the quota).
 """
@@ -30,6 +32,9 @@ class Criterion:
     name: str
     ok: bool
     detail: str
+    #: True when failing it means a broken channel (exit 1), not a model that has not yet
+    #: shown the seed's behaviour (exit 3)
+    channel: bool = False
 
     def line(self) -> str:
         return f"verdict: {self.name}: {'ok' if self.ok else 'FAILED'} ({self.detail})"
@@ -48,28 +53,24 @@ def seed_criteria(
     """The seed's four criteria over one group (an empty group fails the first three)."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
-    out = [
-        Criterion(
-            "rewards of both signs",
-            pos > 0 and neg > 0,
-            f"{pos} positive, {neg} negative of {len(rewards)}"
-            + ("" if pos else "; no trajectory answered correctly")
-            + ("" if neg or not rewards else "; every trajectory wrote the answer format, so no "
-               "-0.1 shows that the format penalty is applied"),
-        )
-    ]  # fmt: skip
+    detail = f"{pos} positive, {neg} negative of {len(rewards)}"
+    if not pos:
+        detail += "; no trajectory answered correctly"
+    if rewards and not neg:
+        detail += "; every trajectory wrote the answer format, so no -0.1 shows the penalty works"
+    out = [Criterion("rewards of both signs", pos > 0 and neg > 0, detail)]
+
     outside = [i for i, t in enumerate(trajectories) if not 1 <= t.search_calls <= max_search_calls]
+    if not trajectories:
+        detail = "no trajectories"
+    elif outside:
+        calls = ", ".join(f"{i} ({trajectories[i].search_calls})" for i in outside)
+        detail = f"trajectories {calls} searched outside the range"
+    else:
+        detail = "every trajectory"
     out.append(
         Criterion(
-            f"searches within 1..{max_search_calls}",
-            bool(trajectories) and not outside,
-            "every trajectory"
-            if trajectories and not outside
-            else "no trajectories"
-            if not trajectories
-            else "trajectories "
-            + ", ".join(f"{i} ({trajectories[i].search_calls})" for i in outside)
-            + " searched outside the range",
+            f"searches within 1..{max_search_calls}", bool(trajectories) and not outside, detail
         )
     )
     formatted = sum(1 for r in results if r.components.get("format", 0.0) > 0.0)
@@ -88,7 +89,8 @@ def seed_criteria(
             Criterion(
                 f"search success >= {min_success_rate:.0%}",
                 search_success >= min_success_rate,
-                f"{search_success:.2%}"
+                channel=True,
+                detail=f"{search_success:.2%}"
                 + (
                     ""
                     if search_success >= min_success_rate
@@ -97,7 +99,9 @@ def seed_criteria(
             )
         )
     else:
-        out.append(Criterion(f"search success >= {min_success_rate:.0%}", False, "no search ran"))
+        out.append(
+            Criterion(f"search success >= {min_success_rate:.0%}", False, "no search ran", True)
+        )
     return out
 
 
