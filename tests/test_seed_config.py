@@ -156,10 +156,12 @@ def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys)
     text = FIXTURE.read_text(encoding="utf-8")
     text = text.replace('target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]',
                         'target_modules = ["q_proj", "v_proj", "c_attn"]')  # fmt: skip
-    (project / "config.toml").write_text(text.replace("[model]\n", '[model]\nprovider = "local"\n'))
+    local = text.replace("[model]\n", '[model]\nprovider = "local"\n')
+    (project / "config.toml").write_text(local.replace('"zhihu"', '"local"'))
     assert cli(["config", "check"]) == 0
     out = capsys.readouterr().out
     assert "# model.provider = 'local': set in config.toml:" in out
+    assert "# warning: search.api_keys is ignored by search provider 'local'" in out
     assert "# warning: model.api_base is ignored by provider 'local'" in out
     assert "# warning: model.api_key is ignored by provider 'local'" in out
     (project / "config.toml").write_text(text)

@@ -99,6 +99,13 @@ def unhonoured_settings(config: Config) -> list[str]:
                     f"model.{key} is ignored by provider 'local' (the model runs in this "
                     f'process); remove provider or set provider = "taotoken" to use the service'
                 )
+    if config.search.provider == "local":
+        for key in ("api_keys", "api_base"):
+            if getattr(config.search, key):
+                out.append(
+                    f"search.{key} is ignored by search provider 'local' (BM25 over "
+                    f"[search.local] corpus on this machine)"
+                )
     if provider in REMOTE_TRAINING:
         out.extend(_remote_lora(config, provider))
         for key in ("device", "dtype"):
@@ -121,7 +128,7 @@ def temperature_note(config: Config) -> str:
         f"at temperature {t:g} but computes the learner's log-probs untempered (T = 1), so the "
         f"importance ratio exp(learner - sampler) compares the untempered policy with the "
         f"tempered sampling distribution and is not 1 even on-policy. The run uses {t:g} as "
-        f"set; each step logs the gap as ratio_mean and logprob_diff_max in its metrics"
+        f"set; each step's metrics log the gap as ratio_mean (1.0 when both agree)"
     )
 
 

@@ -143,8 +143,8 @@ class RemoteModelProvider:
             # Tinker-shaped services are not told the sampling temperature when they train, so
             # their learner log-probs are presumably untempered while the sampler's are tempered:
             # on-policy ratios start away from 1 (the local provider tempers both). The seed runs
-            # at 0.8, so this is said, not refused; each step's ratio_mean and
-            # logprob_diff_max (from _forward_result) log the gap.
+            # at 0.8, so this is said, not refused; each step's ratio_mean (from the log-probs
+            # _forward_result reads back) logs the gap.
             from searchr1.core.config_advice import temperature_note
 
             log.warning(
