@@ -82,7 +82,7 @@ def test_tool_calls_needs_a_chat_template() -> None:
 
 def test_make_protocol_follows_config() -> None:
     tok = tiny_tokenizer()
-    assert make_protocol(Config(), tok).name == "tags"
+    assert make_protocol(Config(), tok).name == "tool_calls"  # the default
     cfg = Config().replace(rollout={"protocol": "tool_calls"})
     assert isinstance(make_protocol(cfg, tok), ToolCallsProtocol)
     with pytest.raises(ValueError, match="rollout.protocol = 'xml'"):

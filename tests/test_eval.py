@@ -62,6 +62,7 @@ device = "cpu"
 rank = 4
 alpha = 8
 [rollout]
+protocol = "tags"
 max_search_calls = 2
 max_assistant_turns = 3
 max_trajectory_tokens = 320
@@ -278,7 +279,7 @@ def test_hosted_model_eval_over_loopback_chat_server(
         text = text.replace(
             "[model]\n", f'[model]\napi_base = "{server.base_url}"\napi_key = "{API_KEY}"\n'
         )
-        text = text.replace("[rollout]\n", '[rollout]\nprotocol = "tool_calls"\n')
+        text = text.replace('protocol = "tags"', 'protocol = "tool_calls"')
         # the chat template's tool block makes a longer prompt than the tags protocol
         text = text.replace("max_trajectory_tokens = 320", "max_trajectory_tokens = 1200")
         text = text.replace("max_datum_tokens = 512", "max_datum_tokens = 1200")

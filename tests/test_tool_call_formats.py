@@ -244,8 +244,11 @@ def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
     config = write_config(tmp_path, model, local_search(tmp_path), rollout)
     text = config.read_text(encoding="utf-8").replace("= 512", "= 4096")  # a long tool prompt
     config.write_text(text, encoding="utf-8")
-    code, out = smoke(capsys, config, "--group-size", "2")
-    assert code == 0, out
+    question = "Who is the author of The Little Prince and where was he born?"
+    args = ["--question", question, "--answer", "Antoine de Saint-Exupéry", "--group-size", "2"]
+    code, out = smoke(capsys, config, *args)
+    assert code == 3, out  # the channels work; trajectory 1 answers without searching
+    assert "verdict: searches within 1..4: FAILED (trajectories 1 (0)" in out
     assert "call format: xml (Qwen3.5" in out
     assert "<parameter=query>\\n<your query>\\n</parameter>" in out
     assert "rendered prompt:\n<|im_start|>system\n# Tools\n" in out

@@ -26,6 +26,7 @@ rank = 4
 alpha = 8
 dropout = 0.0
 [rollout]
+protocol = "tags"
 questions_per_batch = 2
 group_size = 3
 max_search_calls = 2

@@ -21,7 +21,8 @@ from searchr1.core.errors import UserError
 from searchr1.core.plugins import KINDS, PluginError, load_registry
 
 CONFIG_HELP = (
-    "config.toml (default: $SEARCHR1_CONFIG when that file exists, else the embedded offline demo)"
+    "config.toml (default: $SEARCHR1_CONFIG when that file exists, else ./config.toml when it "
+    "exists, else the embedded offline demo)"
 )
 
 
@@ -46,8 +47,16 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
+    from searchr1.core.config_advice import unhonoured_settings
+
     config = load_config(args.config)
-    print(f"# {config.source}: OK (secrets redacted)")
+    why = getattr(args, "config_reason", "")
+    print(f"# {config.source}: OK (secrets redacted)" + (f"; chosen: {why}" if why else ""))
+    for dotted, reason in config.choices.items():
+        section, key = dotted.split(".", 1)
+        print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
+    for line in (*config.warnings, *unhonoured_settings(config)):
+        print(f"# warning: {line}")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
     return 0
 
@@ -128,11 +137,29 @@ def _config_from_env() -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
+def default_config_path() -> tuple[str | None, str]:
+    """The config a command runs when ``--config`` is not given, and why: ``$SEARCHR1_CONFIG``
+    when that file exists (the container image), else ``./config.toml`` when it exists (the
+    seed's layout: config.toml and .env in the project folder), else the embedded demo.
+    Also used by :mod:`searchr1.api`."""
+    from_env = _config_from_env()
+    if from_env is not None:
+        return from_env, "$SEARCHR1_CONFIG names it and --config was not given"
+    if os.path.isfile("config.toml"):
+        return "config.toml", "./config.toml exists in the working directory; no --config given"
+    return None, "no --config, no $SEARCHR1_CONFIG file and no ./config.toml: the offline demo"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _register_extensions()
     args = build_parser().parse_args(argv)
-    if getattr(args, "config", "") is None:
-        args.config = _config_from_env()
+    if hasattr(args, "config"):
+        if args.config is None:
+            args.config, args.config_reason = default_config_path()
+        else:
+            args.config_reason = "--config"
+        if args.func is not cmd_config_check:  # config check says it in its header line
+            print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
     try:
         return int(args.func(args) or 0)
     except (ConfigError, PluginError, UserError) as exc:

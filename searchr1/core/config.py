@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 import tomli
 
+from searchr1.core.config_advice import infer_choices, literal_secret_warnings
+
 DEFAULT_CONFIG_NAME = "offline.toml"
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_VAR_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
@@ -55,7 +57,11 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    provider: str = _f("local", help="model provider plugin name")
+    provider: str = _f(
+        "local",
+        help="model provider plugin name; when absent from the file: taotoken if [model] sets "
+        "api_base or api_key, else local (config_advice.infer_choices)",
+    )
     api_base: str = _f("")
     api_key: str = _f("", secret=True)
     base_model: str = _f("builtin:tiny")
@@ -81,7 +87,7 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f("tags", choices=("tags", "tool_calls"))
+    protocol: str = _f("tool_calls", choices=("tags", "tool_calls"))
     enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
@@ -179,6 +185,13 @@ class Config:
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
     #: dotted field -> the ``${VAR}`` it was filled from (so errors can name the variable)
     variables: Mapping[str, str] = field(default_factory=dict)
+    #: dotted field -> why it has its value, for fields chosen by inference (config check)
+    choices: Mapping[str, str] = field(default_factory=dict)
+    #: problems that do not stop a run (literal secrets, empty exported variables), printed
+    #: by config check, smoke and train
+    warnings: tuple[str, ...] = ()
+    #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
+    explicit: frozenset[str] = field(default_factory=frozenset)
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""
@@ -242,19 +255,34 @@ def load_config(
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
         text, source, base = p.read_text("utf-8"), str(p), p.resolve().parent
+    notes: list[str] = []
     if env is None:
-        _load_dotenv(base)
+        notes = _load_dotenv(base)
         env = os.environ
-    return parse_config(text, source=source, env=env)
+    config = parse_config(text, source=source, env=env)
+    return dataclasses.replace(config, warnings=(*notes, *config.warnings)) if notes else config
 
 
-def _load_dotenv(config_dir: Path) -> None:
-    from dotenv import load_dotenv
+def _load_dotenv(config_dir: Path) -> list[str]:
+    """Load ``.env`` files into ``os.environ`` (a variable set in the environment wins) and
+    return warnings. A variable exported but **empty** does not win: it is filled from ``.env``
+    when a file gives it a value, and the warning says so (an empty export is almost always a
+    leftover ``export VAR=``, and silently shadowing the file's key is what users trip on)."""
+    from dotenv import dotenv_values, load_dotenv
 
+    warnings: list[str] = []
     for folder in dict.fromkeys([config_dir, Path.cwd()]):
         env_file = folder / ".env"
         if env_file.is_file():
+            for name, value in dotenv_values(env_file).items():
+                if value and os.environ.get(name) == "":
+                    os.environ[name] = value
+                    warnings.append(
+                        f"{name} is exported but empty in the environment; using its value from "
+                        f"{env_file} (run `unset {name}` to silence this)"
+                    )
             load_dotenv(env_file, override=False)
+    return warnings
 
 
 def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
@@ -274,6 +302,10 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
     secrets: set[str] = set()
     variables: dict[str, str] = {}
     raw = _interpolate(raw, "", env, problems, where, secrets, variables)
+    explicit = frozenset(
+        f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
+    )
+    choices = infer_choices(raw, where)
 
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -306,12 +338,21 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
         _cross_checks(sections, problems, where)
     if problems:
         raise ConfigError(problems)
+    literal = {
+        f"{section}.{f.name}": getattr(sections[section], f.name)
+        for section, cls in SECTIONS.items()
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
+    }
     return Config(
         **sections,
         plugins=plugins,
         source=source,
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
+        choices=choices,
+        warnings=tuple(literal_secret_warnings(literal, variables, where)),
+        explicit=explicit,
     )
 
 
@@ -482,10 +523,14 @@ def _interpolate(
         variables.setdefault(dotted, var)
         got = env.get(var, "")
         if not got.strip():
-            state = "is not set" if var not in env else "is empty"
+            if var not in env:
+                state, fix = "is not set", "set it in the environment or in a .env file"
+            else:
+                state = "is exported but empty"
+                fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
             problems.append(
                 f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
-                f"set it in the environment or in a .env file next to the config"
+                f"{fix} next to the config"
             )
             return ""
         if _SECRET_VAR_RE.search(var):

@@ -23,6 +23,8 @@ the ``local`` provider; what changes is where the work happens:
 LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read off
 ``target_modules`` (any of ``q/k/v/o_proj`` -> attention, any of ``gate/up/down_proj`` -> MLP,
 ``lm_head`` -> unembedding); ``alpha`` and ``dropout`` are the service's own (not sent).
+:func:`searchr1.core.config_advice.unhonoured_settings` names each of these in a warning at the
+start of ``config check``, ``smoke`` and ``train``.
 
 Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
 the SDK, and they are safe to retry: each training event carries an id that the service
@@ -140,12 +142,15 @@ class RemoteModelProvider:
         if config.model.temperature != 1.0:
             # Tinker-shaped services are not told the sampling temperature when they train, so
             # their learner log-probs are presumably untempered while the sampler's are tempered:
-            # on-policy ratios would start away from 1 (the local provider tempers both).
+            # on-policy ratios start away from 1 (the local provider tempers both). The seed runs
+            # at 0.8, so this is said, not refused; each step's ratio_mean (from the log-probs
+            # _forward_result reads back) logs the gap.
+            from searchr1.core.config_advice import temperature_note
+
             log.warning(
                 "remote_temperature_not_1",
                 temperature=config.model.temperature,
-                detail="Tinker-shaped services may train on untempered log-probs; ratios need not "
-                "be 1 on-policy. Use [model] temperature = 1.0 with remote providers.",
+                detail=temperature_note(config),
             )
         sdk = sdk_module.import_sdk(settings.sdk)
         tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
