@@ -46,7 +46,11 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
+    from searchr1.core.config_resolve import resolve_config
+
     config = load_config(args.config)
+    for warning in resolve_config(config, load_registry()):
+        print(f"searchr1: warning: {warning} (train and eval would stop here)", file=sys.stderr)
     print(f"# {config.source}: OK (secrets redacted)")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
     return 0
@@ -136,8 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, PluginError, UserError) as exc:
+        from searchr1.core.logs import redact_text
+
+        text = redact_text(str(exc))  # a message may quote a value holding a key
         print(
-            f"searchr1: error:\n{exc}" if "\n" in str(exc) else f"searchr1: error: {exc}",
+            f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
             file=sys.stderr,
         )
         return 2

@@ -96,7 +96,9 @@ class SearchConfig:
     timeout_seconds: float = _f(10.0, gt=0.0)
     max_retries: int = _f(2, min=0)
     max_concurrency: int = _f(16, min=1)
-    key_cooldown_seconds: float = _f(math.inf, gt=0.0, help="inf = benched for the whole run")
+    key_cooldown_seconds: float = _f(
+        math.inf, gt=0.0, inf_ok=True, help="inf = benched for the whole run"
+    )
     cache: bool = _f(True)
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
@@ -203,6 +205,8 @@ class Config:
                 value = getattr(obj, f.name)
                 if redact and f.metadata.get("secret") and value:
                     value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
+                elif redact:
+                    value = _redact_values(value, self.secrets)
                 table[f.name] = list(value) if isinstance(value, tuple) else value
             out[section] = table
         for key, table in self.plugins.items():
@@ -214,11 +218,23 @@ class Config:
 def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
     if isinstance(value, dict):
         return {k: _redact_values(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_values(v, secrets) for v in value]
-    if isinstance(value, str) and value in secrets:
-        return REDACTED
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_values(v, secrets) for v in value)
+    if isinstance(value, str):
+        return mask_secrets(value, secrets)
     return value
+
+
+def mask_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret value in it replaced by ``***``: a whole value equal to a
+    secret, and any secret of 4 characters or more inside it (a key in a URL's query string).
+    Longest first, so a key that contains another is masked whole."""
+    if text in secrets:
+        return REDACTED
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4 and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
 
 
 # --------------------------------------------------------------------------- loading
@@ -240,11 +256,47 @@ def load_config(
         p = Path(path)
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
-        text, source, base = p.read_text("utf-8"), str(p), p.resolve().parent
+        text, source, base = _read_config_text(p), str(p), p.resolve().parent
+        _reject_empty(text, source)
     if env is None:
         _load_dotenv(base)
         env = os.environ
     return parse_config(text, source=source, env=env)
+
+
+def _read_config_text(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 raise a ConfigError naming the line (a
+    leading UTF-8 byte-order mark, as some Windows editors write, is dropped)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            [
+                f"{path}:{line}: the file is not UTF-8 text (byte {data[exc.start]:#04x} at "
+                f"offset {exc.start}, line {line}); save it as UTF-8 (TOML files must be UTF-8)"
+            ]
+        ) from None
+
+
+def _reject_empty(text: str, source: str) -> None:
+    """An empty file (or only comments) configures nothing: every field would take its schema
+    default, which is not a runnable setup, so say so rather than fail later elsewhere."""
+    try:
+        empty = not tomli.loads(text)
+    except tomli.TOMLDecodeError:
+        return  # parse_config reports the syntax error with its line
+    if empty:
+        raise ConfigError(
+            [
+                f"{source}: the config file is empty (no settings), so every field would take "
+                f"its built-in schema default (model.provider = 'local' with base_model = "
+                f"'builtin:tiny', search.provider = 'local' with no corpus, no data.train) - "
+                f"that is not the offline demo and cannot train. Fill it in from "
+                f"config.toml.example, or leave out --config to run the embedded offline demo."
+            ]
+        )
 
 
 def _load_dotenv(config_dir: Path) -> None:
@@ -272,6 +324,7 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     secrets: set[str] = set()
     variables: dict[str, str] = {}
+    secrets.update(_secret_variable_values(raw, "", env))
     raw = _interpolate(raw, "", env, problems, where, secrets, variables)
 
     sections: dict[str, Any] = {}
@@ -303,8 +356,10 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     if not problems:
         _cross_checks(sections, problems, where)
+    problems.extend(_url_problems(raw, where))
     if problems:
-        raise ConfigError(problems)
+        # A message may quote a value that holds a secret (a key inside a URL).
+        raise ConfigError([mask_secrets(p, secrets) for p in problems])
     return Config(
         **sections,
         plugins=plugins,
@@ -403,6 +458,9 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
     elif hint is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value
+        if ok and not math.isfinite(value) and not (math.isinf(value) and meta.get("inf_ok")):
+            # nan passes every comparison (nan < 0 is False), so no range check would catch it
+            return None, f"must be a finite number, got {value}"
     elif hint is str:
         ok = isinstance(value, str)
     else:
@@ -451,6 +509,79 @@ def _cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
             f"{where('model.max_new_tokens')}: model.max_new_tokens ({s['model'].max_new_tokens})"
             f" is larger than rollout.max_trajectory_tokens ({rollout.max_trajectory_tokens})"
         )
+
+
+#: config fields whose value is a secret (their metadata says ``secret``)
+_SECRET_FIELDS = frozenset(
+    f"{section}.{f.name}"
+    for section, cls in SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if f.metadata.get("secret")
+)
+#: a plugin table's key that holds a secret (``api_key``, ``token``, ``client_secret``...);
+#: ``max_tokens`` is not one, hence the exact forms rather than a substring match
+_SECRET_KEY_RE = re.compile(
+    r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
+)
+#: keys whose value is a URL: checked for an http(s) scheme and a host
+_URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
+
+
+def _secret_variable_values(value: Any, dotted: str, env: Mapping[str, str]) -> set[str]:
+    """The resolved value of every ``${VAR}`` that feeds a secret field (``model.api_key``,
+    ``search.api_keys``, a plugin table's ``api_key``/``token``/...), split at commas and
+    newlines too, so that a key is masked wherever it shows up again (redaction by value)."""
+    if isinstance(value, dict):
+        found: set[str] = set()
+        for k, v in value.items():
+            found |= _secret_variable_values(v, f"{dotted}.{k}" if dotted else k, env)
+        return found
+    if isinstance(value, list):
+        return {s for v in value for s in _secret_variable_values(v, dotted, env)}
+    if not isinstance(value, str):
+        return set()
+    key = dotted.rsplit(".", 1)[-1]
+    in_plugin_table = dotted.count(".") >= 2
+    if dotted not in _SECRET_FIELDS and not (in_plugin_table and _SECRET_KEY_RE.match(key)):
+        return set()
+    found = set()
+    for var in _VAR_RE.findall(value):
+        got = env.get(var, "").strip()
+        if got:
+            found.add(got)
+            found.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+    return found
+
+
+def _url_problems(value: Any, where: Callable[[str], str], dotted: str = "") -> list[str]:
+    """A URL field (``api_base``, ``*_url``) without an http(s) scheme or a host would
+    otherwise fail at the first request as a vague "connection error", retried."""
+    from urllib.parse import urlsplit
+
+    if isinstance(value, dict):
+        return [
+            p
+            for k, v in value.items()
+            for p in _url_problems(v, where, f"{dotted}.{k}" if dotted else k)
+        ]
+    key = dotted.rsplit(".", 1)[-1]
+    if not isinstance(value, str) or not value.strip() or not _URL_KEY_RE.match(key):
+        return []
+    url = value.strip()
+    parts = urlsplit(url)
+    if "://" not in url:
+        problem = f"has no scheme; write it as https://{url} (or http:// for a local server)"
+    elif parts.scheme.lower() not in ("http", "https"):
+        rest = url.split("://", 1)[1]
+        problem = (
+            f"has scheme {parts.scheme!r}; only http:// and https:// work "
+            f"(did you mean https://{rest}?)"
+        )
+    elif not parts.hostname:
+        problem = "has no host; write the whole address, e.g. https://taotoken.net/api"
+    else:
+        return []
+    return [f"{where(dotted)}: {dotted} = {value!r} {problem}"]
 
 
 def _interpolate(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, load_config
+from searchr1.core.config_resolve import check_plugin_choices
 from searchr1.core.logs import get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.types import LossFn, ModelProvider, RewardFn, SearchProvider
@@ -68,6 +69,7 @@ def open_run(
     run_id = run_dir.name
     setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
     registry = load_registry()
+    check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir), config_source=config.source
     )
