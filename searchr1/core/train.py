@@ -35,10 +35,11 @@ from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
-from searchr1.core.checkpoint import latest_checkpoint, restore_rng, save_checkpoint
+from searchr1.core.checkpoint import restore_rng, save_checkpoint
 from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import Components, RunContext, build_components, open_run
 from searchr1.core.step_metrics import prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
@@ -81,19 +82,17 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train").questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    # The checkpoint and its data cursor are checked before the (slow) model load too.
+    checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
     protocol = make_protocol(cfg, components.model.tokenizer)
 
     start_step = 0
-    checkpoint = latest_checkpoint(ctx.run_dir) if resume else None
     if checkpoint is not None:
-        components.model.load_state(str(checkpoint.model_dir))
-        stream.load_state(checkpoint.state["data"])
+        load_model_state(components, checkpoint)
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
-    elif resume:
-        log.warning("resume_without_checkpoint", run_dir=str(ctx.run_dir))
 
     stop = _StopFlag()
     last: dict[str, Any] = {}
