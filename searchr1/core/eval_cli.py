@@ -149,7 +149,9 @@ def main(args: argparse.Namespace) -> int:
     ctx = open_run(args, "eval")
     config = ctx.config
     data_path = args.data or config.data.eval
-    loaded = load_questions(data_path, field_name="--data" if args.data else "data.eval")
+    loaded = load_questions(
+        data_path, field_name="--data" if args.data else "data.eval", report=True
+    )
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
     # Built outside any event loop: a provider factory may run its own (asset builders do).
@@ -190,7 +192,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval", help="score the base model, checkpoints or a hosted model on a QA file"
     )
-    from searchr1.core.cli import CONFIG_HELP
+    from searchr1.core.cli import CONFIG_HELP, whole_number
 
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this eval's records and logs")
@@ -204,7 +206,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--limit-per-source",
-        type=int,
+        type=whole_number(1),
         metavar="N",
         help="only the first N questions of each data_source (a fixed subset)",
     )
