@@ -192,7 +192,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval", help="score the base model, checkpoints or a hosted model on a QA file"
     )
-    from searchr1.core.cli import CONFIG_HELP, whole_number
+    from searchr1.core.cli import CONFIG_HELP
 
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this eval's records and logs")
@@ -206,7 +206,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--limit-per-source",
-        type=whole_number(1),
+        type=int,
         metavar="N",
         help="only the first N questions of each data_source (a fixed subset)",
     )
