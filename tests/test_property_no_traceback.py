@@ -130,7 +130,7 @@ def _config_tables(draw: st.DrawFn) -> dict:
             table[name] = draw(
                 st.dictionaries(st.sampled_from(["corpus", "api_base", "k"]), _values, max_size=2)
             )
-        doc[section] = table
+        doc[section] = table if draw(st.integers(0, 9)) else draw(_scalars)
     return doc
 
 
@@ -140,6 +140,21 @@ def test_any_generated_config_gets_a_clear_answer_from_config_check(doc: dict) -
     with _workspace() as root:
         (root / "gen.toml").write_text(tomli_w.dumps(doc), encoding="utf-8")
         _run(["config", "check", "--config", "gen.toml"])
+
+
+@FAST
+@given(doc=_config_tables())
+def test_any_generated_config_gets_a_clear_answer_from_train(doc: dict) -> None:
+    """Past ``config check`` up to the model load: the model is forced to the local provider
+    with a base model that does not exist, so a config that passes every check stops there
+    (exit 2) instead of training."""
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    doc["model"] = {**model, "provider": "local", "base_model": "./no-such-model"}
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    doc["data"] = {"train": "d.jsonl", **data}  # so more examples get past the data load
+    with _workspace() as root:
+        (root / "gen.toml").write_text(tomli_w.dumps(doc), encoding="utf-8")
+        _run(["train", "--config", "gen.toml", "--run-dir", "run"])
 
 
 @FAST
