@@ -168,3 +168,22 @@ def test_a_missing_data_file_is_a_warning(project: Path, capsys) -> None:
     )
     assert rc == 0, err  # data is often downloaded after the config is written
     assert "warning" in err and "data.train" in err and "nowhere/train.jsonl" in err
+
+
+def test_an_integer_beyond_64_bits_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"run\.seed must fit in 64 bits"):
+        parse_config("[run]\nseed = 99999999999999999999999\n", source="c.toml", env={})
+
+
+def test_a_dotenv_that_is_not_utf8_is_named(project: Path, capsys) -> None:
+    (project / ".env").write_bytes(b"A=\xff\xfe\n")
+    rc, out, err = _check(project, capsys, GOOD)
+    assert rc == 2, out
+    assert ".env" in err and "UTF-8" in err
+
+
+def test_a_folder_as_config_is_named(project: Path, capsys) -> None:
+    (project / "conf").mkdir()
+    rc = main(["config", "check", "--config", "conf"])
+    assert rc == 2
+    assert "conf: is a folder" in capsys.readouterr().err

@@ -154,7 +154,7 @@ def test_any_generated_config_gets_a_clear_answer_from_train(doc: dict) -> None:
     doc["data"] = {"train": "d.jsonl", **data}  # so more examples get past the data load
     with _workspace() as root:
         (root / "gen.toml").write_text(tomli_w.dumps(doc), encoding="utf-8")
-        _run(["train", "--config", "gen.toml", "--run-dir", "run"])
+        _run(["train", "--config", "gen.toml"])  # run.dir as generated
 
 
 @FAST

@@ -214,3 +214,12 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
         json.loads((project / "runs/r/checkpoints/step_000002/trainer.json").read_text())["step"]
         == 2
     )
+
+
+def test_run_dir_a_path_cannot_hold(project: Path, capsys):
+    (project / "config.toml").write_text(
+        CONFIG.replace("DATA", "a.jsonl").replace('dir = "runs"', 'dir = "a\\u0000b"')
+    )
+    rc, err = _cli(capsys, "train", "--config", "config.toml")
+    assert rc == 2
+    assert "run.dir" in err and "cannot create the run folder" in err

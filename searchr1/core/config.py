@@ -254,6 +254,8 @@ def load_config(
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError([f"{p}: is a folder; --config takes the config file itself"])
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
         text, source, base = _read_config_text(p), str(p), p.resolve().parent
@@ -305,7 +307,15 @@ def _load_dotenv(config_dir: Path) -> None:
     for folder in dict.fromkeys([config_dir, Path.cwd()]):
         env_file = folder / ".env"
         if env_file.is_file():
-            load_dotenv(env_file, override=False)
+            try:
+                load_dotenv(env_file, override=False)
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    [
+                        f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
+                        f"as UTF-8"
+                    ]
+                ) from None
 
 
 def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
@@ -455,6 +465,9 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
         ok = isinstance(value, bool)
     elif hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -(2**63) <= value < 2**63:
+            # TOML integers are 64-bit; torch and numpy overflow on anything larger
+            return None, f"must fit in 64 bits, got {value}"
     elif hint is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value

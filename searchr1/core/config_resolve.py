@@ -52,8 +52,8 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
         tables.setdefault(section, set()).update(names)
         chosen = getattr(getattr(config, section, None), key, None)
         for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
-            if not isinstance(name, str) or name in names:
-                continue
+            if not isinstance(name, str) or not name or name in names:
+                continue  # an empty name is left to whoever infers or rejects it
             hint = difflib.get_close_matches(name, names, n=1)
             mean = f"did you mean {hint[0]!r}? " if hint else ""
             problems.append(

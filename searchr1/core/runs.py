@@ -107,10 +107,11 @@ def _choose_run_dir(args: argparse.Namespace, config: Config, command: str) -> P
             f"{origin}: {str(run_dir)!r} is a file, not a folder; give a folder for the run "
             f"(it is created if missing)"
         ) from None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        reason = getattr(exc, "strerror", None) or exc
         raise UserError(
-            f"{origin}: cannot create the run folder {str(run_dir)!r}: {exc.strerror or exc} "
-            f"(a file in the path, or no write permission)"
+            f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
+            f"(a file in the path, no write permission, or a character a path cannot hold)"
         ) from None
     return run_dir
 
