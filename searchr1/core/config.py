@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 import tomli
 
+from searchr1.core.config_values import mask_secrets, secret_variable_values, url_problems
+
 DEFAULT_CONFIG_NAME = "offline.toml"
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_VAR_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
@@ -225,18 +227,6 @@ def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
     return value
 
 
-def mask_secrets(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret value in it replaced by ``***``: a whole value equal to a
-    secret, and any secret of 4 characters or more inside it (a key in a URL's query string).
-    Longest first, so a key that contains another is masked whole."""
-    if text in secrets:
-        return REDACTED
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
 # --------------------------------------------------------------------------- loading
 
 
@@ -334,7 +324,7 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     secrets: set[str] = set()
     variables: dict[str, str] = {}
-    secrets.update(_secret_variable_values(raw, "", env))
+    secrets.update(secret_variable_values(raw, "", env, _SECRET_FIELDS))
     raw = _interpolate(raw, "", env, problems, where, secrets, variables)
 
     sections: dict[str, Any] = {}
@@ -366,7 +356,7 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     if not problems:
         _cross_checks(sections, problems, where)
-    problems.extend(_url_problems(raw, where))
+    problems.extend(url_problems(raw, where))
     if problems:
         # A message may quote a value that holds a secret (a key inside a URL).
         raise ConfigError([mask_secrets(p, secrets) for p in problems])
@@ -531,70 +521,6 @@ _SECRET_FIELDS = frozenset(
     for f in dataclasses.fields(cls)
     if f.metadata.get("secret")
 )
-#: a plugin table's key that holds a secret (``api_key``, ``token``, ``client_secret``...);
-#: ``max_tokens`` is not one, hence the exact forms rather than a substring match
-_SECRET_KEY_RE = re.compile(
-    r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
-)
-#: keys whose value is a URL: checked for an http(s) scheme and a host
-_URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
-
-
-def _secret_variable_values(value: Any, dotted: str, env: Mapping[str, str]) -> set[str]:
-    """The resolved value of every ``${VAR}`` that feeds a secret field (``model.api_key``,
-    ``search.api_keys``, a plugin table's ``api_key``/``token``/...), split at commas and
-    newlines too, so that a key is masked wherever it shows up again (redaction by value)."""
-    if isinstance(value, dict):
-        found: set[str] = set()
-        for k, v in value.items():
-            found |= _secret_variable_values(v, f"{dotted}.{k}" if dotted else k, env)
-        return found
-    if isinstance(value, list):
-        return {s for v in value for s in _secret_variable_values(v, dotted, env)}
-    if not isinstance(value, str):
-        return set()
-    key = dotted.rsplit(".", 1)[-1]
-    in_plugin_table = dotted.count(".") >= 2
-    if dotted not in _SECRET_FIELDS and not (in_plugin_table and _SECRET_KEY_RE.match(key)):
-        return set()
-    found = set()
-    for var in _VAR_RE.findall(value):
-        got = env.get(var, "").strip()
-        if got:
-            found.add(got)
-            found.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
-    return found
-
-
-def _url_problems(value: Any, where: Callable[[str], str], dotted: str = "") -> list[str]:
-    """A URL field (``api_base``, ``*_url``) without an http(s) scheme or a host would
-    otherwise fail at the first request as a vague "connection error", retried."""
-    from urllib.parse import urlsplit
-
-    if isinstance(value, dict):
-        return [
-            p
-            for k, v in value.items()
-            for p in _url_problems(v, where, f"{dotted}.{k}" if dotted else k)
-        ]
-    key = dotted.rsplit(".", 1)[-1]
-    if not isinstance(value, str) or not value.strip() or not _URL_KEY_RE.match(key):
-        return []
-    url = value.strip()
-    parts = urlsplit(url)
-    if "://" not in url:
-        problem = f"has no scheme; write it as https://{url} (or http:// for a local server)"
-    elif parts.scheme.lower() not in ("http", "https"):
-        rest = url.split("://", 1)[1]
-        problem = (
-            f"has scheme {parts.scheme!r}; only http:// and https:// work "
-            f"(did you mean https://{rest}?)"
-        )
-    elif not parts.hostname:
-        problem = "has no host; write the whole address, e.g. https://taotoken.net/api"
-    else:
-        return []
-    return [f"{where(dotted)}: {dotted} = {value!r} {problem}"]
 
 
 def _interpolate(
