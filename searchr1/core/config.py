@@ -285,8 +285,9 @@ def _reject_empty(text: str, source: str) -> None:
                 f"{source}: the config file is empty (no settings), so every field would take "
                 f"its built-in schema default (model.provider = 'local' with base_model = "
                 f"'builtin:tiny', search.provider = 'local' with no corpus, no data.train) - "
-                f"that is not the offline demo and cannot train. Fill it in from "
-                f"config.toml.example, or leave out --config to run the embedded offline demo."
+                f"that is not the offline demo and cannot train. Fill it in (config.toml.example "
+                f"shows every setting), or run without this file to get the embedded offline "
+                f"demo."
             ]
         )
 
