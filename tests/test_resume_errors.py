@@ -223,3 +223,23 @@ def test_run_dir_a_path_cannot_hold(project: Path, capsys):
     rc, err = _cli(capsys, "train", "--config", "config.toml")
     assert rc == 2
     assert "run.dir" in err and "cannot create the run folder" in err
+
+
+def test_resume_of_a_named_run_uses_its_folder(project: Path, capsys):
+    named = CONFIG.replace('dir = "runs"', 'dir = "runs"\nname = "exp"')
+    (project / "config.toml").write_text(named.replace("DATA", "a.jsonl"))
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2 and "run.name = 'exp'" in err and "nothing to resume" in err
+    _checkpoint(project, project / "runs" / "exp", 1, data="a.jsonl")
+    (project / "config.toml").write_text(named.replace("DATA", "b.jsonl"))
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2 and "runs/exp/checkpoints/step_000001" in err  # that run, not a new one
+
+
+def test_eval_of_a_checkpoint_whose_model_state_does_not_load(project: Path, capsys):
+    folder = _checkpoint(project, project / "runs" / "train-1", 2)  # model/ holds no adapter
+    rc, err = _cli(
+        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder)
+    )
+    assert rc == 2
+    assert str(folder / "model") in err and "cannot be loaded" in err

@@ -103,6 +103,12 @@ async def _evaluate_all(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
                         f"cannot load checkpoints ({exc})"
                     ) from exc
+                except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                    raise UserError(
+                        f"--checkpoint {folder!r}: the model state there cannot be loaded "
+                        f"({type(exc).__name__}: {exc}); was it saved by model provider "
+                        f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
+                    ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
                 comps.model,
