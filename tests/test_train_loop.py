@@ -181,7 +181,10 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (step, key)
 
 
-def test_sigterm_finishes_the_step_and_checkpoints(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
     run_dir = tmp_path / "run"
     cfg = (
         _config(tmp_path)
@@ -198,9 +201,12 @@ def test_sigterm_finishes_the_step_and_checkpoints(tmp_path: Path) -> None:
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    # not 0: `searchr1 train && searchr1 eval` must not go on after Ctrl-C
+    assert proc.returncode == code, out
+    assert f"stopped by {sig.name}" in out and "--resume" in out
+    assert "Traceback" not in out
     last = max(_step_metrics(run_dir))
     assert last < 50
     assert (run_dir / "checkpoints" / f"step_{last:06d}" / "trainer.json").is_file()

@@ -15,8 +15,8 @@ Each step::
 
 N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
 never inflates the others' weight. SIGINT/SIGTERM finish the current step, save a checkpoint
-and exit; ``--resume`` continues from the latest checkpoint with the same data cursor and
-RNG states.
+and exit with code 130/143; ``--resume`` continues from the latest checkpoint with the same
+data cursor and RNG states.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,10 +36,11 @@ from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
-from searchr1.core.checkpoint import latest_checkpoint, restore_rng, save_checkpoint
+from searchr1.core.checkpoint import restore_rng, save_checkpoint
 from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import Components, RunContext, build_components, open_run
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
@@ -59,6 +61,16 @@ class ScoredGroup:
     degenerate: bool
 
 
+class Interrupted(Exception):
+    """SIGINT/SIGTERM stopped the loop after a step (checkpointed); the command exits
+    128 + the signal number (130, 143), as a shell does for a process a signal ends, so that
+    ``searchr1 train && searchr1 eval`` does not go on after Ctrl-C."""
+
+    def __init__(self, signum: int, step: int, saved: bool):
+        self.signum, self.step, self.saved = signum, step, saved
+        super().__init__(signal.Signals(signum).name)
+
+
 def main(args: argparse.Namespace) -> int:
     ctx = open_run(args, "train")
     try:
@@ -67,6 +79,14 @@ def main(args: argparse.Namespace) -> int:
         get_logger().error("train_stopped", reason=str(exc))
         print(f"searchr1: training stopped: {exc}")
         return EXIT_ENVIRONMENT_DOWN
+    except Interrupted as stop:
+        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
+        print(
+            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
+            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
     return 0
 
 
@@ -78,22 +98,20 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
     stream = QuestionStream(
-        load_questions(cfg.data.train, field_name="data.train").questions, cfg.run.seed
+        load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    # The checkpoint and its data cursor are checked before the (slow) model load too.
+    checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
     protocol = make_protocol(cfg, components.model.tokenizer)
 
     start_step = 0
-    checkpoint = latest_checkpoint(ctx.run_dir) if resume else None
     if checkpoint is not None:
-        components.model.load_state(str(checkpoint.model_dir))
-        stream.load_state(checkpoint.state["data"])
+        load_model_state(components, checkpoint)
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
-    elif resume:
-        log.warning("resume_without_checkpoint", run_dir=str(ctx.run_dir))
 
     stop = _StopFlag()
     last: dict[str, Any] = {}
@@ -121,6 +139,8 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         components.model.close()
         stop.restore()
     log.info("train_done", steps=step, stopped_early=stop.requested)
+    if stop.signum is not None:
+        raise Interrupted(stop.signum, step, saved=step > start_step)
     return last
 
 
@@ -336,7 +356,7 @@ def _heldout_questions(cfg: Config) -> list[Question]:
         return []
     from searchr1.core.data import load_questions
 
-    return list(load_questions(cfg.data.eval, field_name="data.eval").questions)
+    return list(load_questions(cfg.data.eval, field_name="data.eval", report=True).questions)
 
 
 def _evaluate(
@@ -384,6 +404,7 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum: int | None = None
         self._previous = {
             sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
         }
@@ -392,6 +413,7 @@ class _StopFlag:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
+        self.signum = signum
         get_logger().warning("stop_requested", signal=signal.Signals(signum).name)
 
     def restore(self) -> None:

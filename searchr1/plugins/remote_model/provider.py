@@ -57,7 +57,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config import ConfigError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.tokenizers import provider_tokenizer
 from searchr1.core.types import (
     AdamParams,
@@ -382,7 +382,7 @@ class RemoteModelProvider:
             "format": 1,
             "provider": self.provider_name,
             "sdk": self._sdk.__name__,
-            "api_base": self.api_base,
+            "api_base": redact_text(self.api_base),  # a key may sit in its query string
             "base_model": self.base_model,
             "lora_rank": self.lora_rank,
             "checkpoint_name": name,
@@ -398,7 +398,7 @@ class RemoteModelProvider:
         """Continue from a checkpoint written by :meth:`save_state` (weights + optimizer)."""
         record = read_checkpoint(Path(path))
         uri = record["checkpoint_uri"]
-        if record.get("api_base") and record["api_base"] != self.api_base:
+        if record.get("api_base") and record["api_base"] != redact_text(self.api_base):
             log.warning(
                 "remote_checkpoint_other_service",
                 saved_at=record["api_base"],
