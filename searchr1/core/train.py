@@ -36,8 +36,14 @@ from typing import Any
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import latest_checkpoint, restore_rng, save_checkpoint
-from searchr1.core.config import Config
+from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.health import (
+    HealthMonitor,
+    HealthSettings,
+    learner_temperature,
+    ratio_basis,
+)
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.runs import Components, RunContext, build_components, open_run
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
@@ -81,14 +87,20 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train").questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    health = HealthMonitor(plugin_settings(cfg, "train", "health", HealthSettings))
     components = build_components(ctx)
     protocol = make_protocol(cfg, components.model.tokenizer)
+    log.info(
+        "importance_ratio",
+        message=ratio_basis(cfg.model.temperature, learner_temperature(components.model)),
+    )
 
     start_step = 0
     checkpoint = latest_checkpoint(ctx.run_dir) if resume else None
     if checkpoint is not None:
         components.model.load_state(str(checkpoint.model_dir))
         stream.load_state(checkpoint.state["data"])
+        health.load_state(checkpoint.state.get("health", {}))
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
@@ -104,14 +116,16 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
                 while step < cfg.train.max_steps and not stop.requested:
-                    last = _train_step(runner, components, protocol, stream, cfg, ctx, step + 1)
+                    last = _train_step(
+                        runner, components, protocol, stream, cfg, ctx, step + 1, health
+                    )
                     step += 1
                     if (
                         step % cfg.train.save_every == 0
                         or step == cfg.train.max_steps
                         or stop.requested
                     ):
-                        _save(ctx, components, stream, step)
+                        _save(ctx, components, stream, step, health)
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
             finally:
@@ -132,6 +146,7 @@ def _train_step(
     cfg: Config,
     ctx: RunContext,
     step: int,
+    health: HealthMonitor,
 ) -> dict[str, Any]:
     log = get_logger()
     t_step = time.perf_counter()
@@ -179,6 +194,7 @@ def _train_step(
     trajectories = [t for g in first for t in g.trajectories]
     rewards = [r for g in first for r in g.rewards]
     tokens = train_metrics.get("tokens", 0.0)
+    health_metrics, alerts = health.observe(trajectories, rewards, train_metrics)
     metrics: dict[str, Any] = {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", search_metrics),
@@ -192,12 +208,15 @@ def _train_step(
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
+        **health_metrics,
         **{f"optim/{k}": float(v) for k, v in optim.items()},
         "time/rollout": t_rollout,
         "time/train": t_train,
         "time/step": time.perf_counter() - t_step,
     }
     log_metrics(step, metrics)
+    for alert in alerts:
+        log.warning("health_alert", step=step, kind=alert.kind, message=alert.message)
     _dump_trajectories(ctx.run_dir, step, groups, cfg.train.dump_trajectories)
     return metrics
 
@@ -313,8 +332,9 @@ def _seed(base: int, step: int, draw: int) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
-def _save(ctx: RunContext, c: Components, stream: Any, step: int) -> None:
-    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, {"data": stream.state()})
+def _save(ctx: RunContext, c: Components, stream: Any, step: int, health: HealthMonitor) -> None:
+    state = {"data": stream.state(), "health": health.state()}
+    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, state)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 
