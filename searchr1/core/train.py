@@ -80,6 +80,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.world.ideal_agent import ideal_agent_for
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
@@ -115,6 +116,11 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
             try:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
+                    # The offline world's ceiling: a scripted ideal agent, same eval.
+                    ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
+                    if ideal is not None:
+                        c = dataclasses.replace(components, model=ideal)
+                        _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
                 while step < cfg.train.max_steps and not stop.requested:
                     last = _train_step(
                         runner, components, protocol, stream, cfg, ctx, step + 1, health

@@ -60,14 +60,17 @@ def _row(label: str, key: str, points: Sequence[tuple[float, float]]) -> str:
 
 
 def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
-    """``held-out EM: before X -> after Y; ceiling Z`` from the train loop's eval events."""
+    """``held-out EM: before X · after Y · ceiling Z`` from the train loop's eval events (the
+    ceiling is the offline world's scripted ideal agent, :mod:`searchr1.world.ideal_agent`)."""
     by_when: dict[str, float] = {}
     for e in evals:
         if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("value")):
             by_when[str(e.get("when", ""))] = float(e["value"])
     if not by_when:
         return ""
-    parts = [f"{escape(w)} <b>{100 * v:.1f}%</b>" for w, v in by_when.items()]
+    order = {"before": 0, "after": 1, "ceiling": 2}
+    whens = sorted(by_when, key=lambda w: order.get(w, 3))
+    parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
     return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
 
 
