@@ -72,6 +72,9 @@ def test_policy_metrics_of_a_step() -> None:
     assert metrics["health/format_rate"] == pytest.approx(2 / 3)
     assert metrics["health/searches/world_2hop"] == 2.5
     assert metrics["health/searches/world_1hop"] == 1.0
+    # A reward without a format component has no format rate (not a fake 0).
+    plain = [RewardResult(reward=1.0, components={})]
+    assert "health/format_rate" not in policy_metrics([_traj(fresh)], plain)
 
 
 def test_mean_negative_log_prob_of_samples_estimates_the_entropy() -> None:

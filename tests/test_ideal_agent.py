@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -71,10 +72,12 @@ def test_ideal_agent_only_knows_what_it_read(tmp_path: Path) -> None:
     assert misses and all(r.trajectory["final_answer"] == UNKNOWN for r in misses)
 
 
-def test_ideal_agent_is_only_for_the_offline_world(tmp_path: Path) -> None:
+def test_ideal_agent_is_only_for_the_offline_world_with_tags(tmp_path: Path) -> None:
+    tags, tool_calls = SimpleNamespace(name="tags"), SimpleNamespace(name="tool_calls")
     config = load_config(None).replace(data={"eval": str(tmp_path / "other.jsonl")})
-    assert ideal_agent_for(config, None, None) is None
+    assert ideal_agent_for(config, None, tags) is None
+    assert ideal_agent_for(load_config(None), None, tool_calls) is None
+    agent = ideal_agent_for(load_config(None), None, tags)
+    assert agent is not None
     with pytest.raises(ValueError, match="not in the offline world"):
-        agent = ideal_agent_for(load_config(None), None, None)
-        assert agent is not None
         agent.next_turn("Question: who wrote Hamlet?")

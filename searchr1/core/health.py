@@ -112,10 +112,10 @@ def policy_metrics(
     out = {
         "health/response_tokens": statistics.fmean(lengths),
         "health/repeat_ngram_rate": repeated / total if total else 0.0,
-        "health/format_rate": statistics.fmean(r.components.get("format", 0.0) for r in rewards)
-        if rewards
-        else 0.0,
     }
+    # Only rewards that report a "format" component (every built-in does) have a format rate.
+    if rewards and all("format" in r.components for r in rewards):
+        out["health/format_rate"] = statistics.fmean(r.components["format"] for r in rewards)
     if sampled:
         out["health/entropy"] = neg_logprob / sampled
     for source, calls in sorted(by_source.items()):

@@ -120,7 +120,10 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                     ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
                     if ideal is not None:
                         c = dataclasses.replace(components, model=ideal)
-                        _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
+                        try:
+                            _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
+                        except ValueError as exc:  # e.g. a protocol it cannot play
+                            log.warning("ceiling_skipped", reason=str(exc))
                 while step < cfg.train.max_steps and not stop.requested:
                     last = _train_step(
                         runner, components, protocol, stream, cfg, ctx, step + 1, health

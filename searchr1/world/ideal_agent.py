@@ -18,7 +18,8 @@ the trained policy to it is what learning can still gain; what it misses no poli
 It runs through :func:`searchr1.core.eval.evaluate_async` with the run's search provider,
 agent protocol, reward and sampling settings, so its numbers are computed exactly like the
 policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
-offline world's held-out set (``eval/heldout_em`` with ``when = "ceiling"``);
+offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
+``when = "ceiling"``);
 ``python -m searchr1.world.ideal_agent [--config F] [--limit N]`` runs it alone.
 """
 
@@ -106,8 +107,12 @@ def world_questions() -> list[WorldQuestion]:
 
 
 def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
-    """The ideal agent when ``data.eval`` is the offline world's held-out set, else None."""
+    """The ideal agent when ``data.eval`` is the offline world's held-out set and the agent
+    protocol is ``tags`` (the one the offline world's tokenizer and warm start speak), else
+    None."""
     if not str(config.data.eval or "").startswith("builtin:world/"):
+        return None
+    if getattr(protocol, "name", None) != "tags":
         return None
     return IdealAgent(tokenizer, protocol, world_questions())
 
@@ -131,7 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     protocol = make_protocol(config, tokenizer)
     agent = ideal_agent_for(config, tokenizer, protocol)
     if agent is None:
-        parser.error(f"data.eval = {config.data.eval!r} is not builtin:world/...")
+        parser.error(
+            f"data.eval = {config.data.eval!r} and rollout.protocol = "
+            f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
+        )
     questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
     if args.limit:
         questions = questions[: args.limit]
