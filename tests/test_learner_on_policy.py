@@ -14,7 +14,11 @@ import pytest
 import torch
 
 from searchr1.core.config import Config
-from searchr1.core.step_metrics import merge_mismatch, merge_train_metrics
+from searchr1.core.step_metrics import (
+    merge_mismatch,
+    merge_train_metrics,
+    mismatch_from_logprobs,
+)
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import mismatch_metrics, trained_token_logprobs
 from searchr1.plugins.local_model.provider import LocalModelProvider
@@ -131,6 +135,10 @@ def test_mismatch_metrics_of_known_log_probs() -> None:
     assert m["mismatch/ratio_min"] == pytest.approx(math.exp(-0.5))
     assert m["mismatch/ratio_max"] == pytest.approx(math.exp(0.5))
     assert mismatch_metrics(torch.tensor([]), torch.tensor([])) == {"mismatch/tokens": 0.0}
+    # The plain-Python twin (remote providers) agrees.
+    plain = mismatch_from_logprobs(learner.tolist(), sampler.tolist())
+    assert plain.keys() == m.keys()
+    assert all(plain[k] == pytest.approx(v) for k, v in m.items())
 
 
 def test_micro_batch_merge_is_max_min_and_token_weighted() -> None:

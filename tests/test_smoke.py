@@ -11,8 +11,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from search_fakes import Behaviour, start_fake_zhihu
 
+from searchr1.core.answers import exact_match, extract_answers
 from searchr1.core.cli import main as cli
 
 CORPUS = [
@@ -247,8 +249,24 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     assert ("smoke: PASS" in out) == (code == 0)
     lines = TRAJECTORY_LINE.findall(out)
     assert [n for n, *_ in lines] == ["0", "1", "2", "3"]
-    assert all(float(r) in (1.0, 0.0, -0.1) for _, r, _, _ in lines)
     assert re.search(r"^search success rate: \d+\.\d\d%$", out, re.M)
     assert re.search(r"^search error rate: \d+\.\d\d%$", out, re.M)
-    records = (tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
-    assert len(records) == 4 and all(json.loads(r)["turns"] for r in records)
+    records = [
+        json.loads(r)
+        for r in (tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 4 and all(r["turns"] for r in records)
+    # Each printed line is the reward table applied to what the model actually wrote,
+    # recomputed here from the dumped text (the seed's -0.1 / 1.0 / 0.0), and the counts
+    # and answer of that same trajectory.
+    for (_, printed, calls, answer), record in zip(lines, records, strict=True):
+        text = "\n".join(t["text"] for t in record["turns"])
+        answers = extract_answers("tags", text)
+        final = record["final_answer"]
+        well_formed = final is not None and final.strip() != "" and answers == [final.strip()]
+        expected = 1.0 if exact_match(final, record["golden_answers"]) else 0.0
+        expected = expected if well_formed else -0.1
+        assert float(printed) == pytest.approx(expected) == record["reward"], record
+        searched = sum(t["action"] == "search" for t in record["turns"])
+        assert int(calls) == searched == record["search_calls"]
+        assert answer == str(final)

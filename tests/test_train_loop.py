@@ -46,7 +46,7 @@ save_every = 2
 max_datum_tokens = 512
 max_micro_batch_datums = 4
 max_micro_batch_tokens = 1024
-dump_trajectories = 2
+dump_trajectories = 64
 [optimizer]
 lr = 5e-3
 [data]
@@ -125,31 +125,66 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "run"
 
 
+def _table_reward(row: dict) -> float:
+    """The seed's reward table applied to a dumped trajectory's own components."""
+    if not row["components"]["format"]:
+        return -0.1
+    return 1.0 if row["components"]["correct"] else 0.0
+
+
 def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path) -> None:
     steps = _step_metrics(uninterrupted)
     assert sorted(steps) == [1, 2, 3, 4]
-    for m in steps.values():
+    trained_steps = []
+    for step, m in steps.items():
         missing = [k for k in STEP_KEYS if k not in m]
         assert not missing, missing
-        assert -0.1 - 1e-9 <= m["reward/mean"] <= 1.0
         assert m["groups"] == 2
-    # the warm-started model gives mixed rewards: the resume test below covers real updates
-    assert any(m["tokens/trained"] > 0 for m in steps.values())
-    # One optimizer step per step, after every micro-batch: each step trains on-policy, so
-    # the sampler/learner mismatch (fp32 on CPU) is float noise.
-    for m in steps.values():
-        if m["tokens/trained"] > 0:
+        # Every trained trajectory is dumped (dump_trajectories = 64): the step's numbers
+        # must be those of these trajectories.
+        path = uninterrupted / "trajectories" / f"step_{step:06d}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert len(rows) == 2 * 3
+        rewards = [r["reward"] for r in rows]
+        assert rewards == pytest.approx([_table_reward(r) for r in rows])
+        assert m["reward/trained_mean"] == pytest.approx(sum(rewards) / len(rewards))
+        if m["draws/extra"] == 0:  # no redraw: the trained groups are the first draw
+            assert m["reward/mean"] == pytest.approx(sum(rewards) / len(rewards))
+        # Trained tokens: the sampled tokens of trajectories whose advantage is not 0.
+        by_group: dict[str, list[dict]] = {}
+        for r in rows:
+            by_group.setdefault(r["group_id"], []).append(r)
+        expected_tokens = 0
+        for group in by_group.values():
+            mean = sum(r["reward"] for r in group) / len(group)
+            expected_tokens += sum(
+                r["num_generated_tokens"] for r in group if abs(r["reward"] - mean) > 1e-9
+            )
+        assert m["tokens/trained"] == expected_tokens
+        if expected_tokens:
+            trained_steps.append(step)
+            # One optimizer step per step, after every micro-batch: each step trains
+            # on-policy, so the sampler/learner mismatch (fp32 on CPU) is float noise.
             assert m["mismatch/tokens"] == m["tokens/trained"]
             assert m["mismatch/logprob_diff_max"] < 1e-3
             assert 1 - 1e-3 < m["mismatch/ratio_min"] <= m["mismatch/ratio_max"] < 1 + 1e-3
             assert abs(m["mismatch/kl_sample_train"]) < 1e-4 and m["mismatch/k3"] >= 0
+            assert m["optim/grad_norm"] > 0
+        assert m["health/response_tokens"] > 0 and m["health/entropy"] > 0
+    # the warm-started model gives mixed rewards, and the updates change the adapter
+    assert trained_steps
     checkpoints = sorted(p.name for p in (uninterrupted / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000004"]
+    adapters = [
+        next((uninterrupted / "checkpoints" / c).rglob("adapter_model.safetensors")).read_bytes()
+        for c in checkpoints
+    ]
+    assert (adapters[0] != adapters[1]) == any(s > 2 for s in trained_steps)
     ckpt = uninterrupted / "checkpoints" / "step_000004"
     assert json.loads((ckpt / "trainer.json").read_text())["step"] == 4
     assert (ckpt / "config.toml").read_text().count("[train]") == 1
     dumped = (uninterrupted / "trajectories" / "step_000001.jsonl").read_text().splitlines()
-    assert len(dumped) == 2 and "question" in json.loads(dumped[0])
+    assert "question" in json.loads(dumped[0])
 
 
 def test_resume_after_sigkill_matches_uninterrupted_run(

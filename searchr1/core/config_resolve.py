@@ -10,7 +10,8 @@ ignored and the provider then complains that it has no corpus).
 
 Every plugin kind is chosen by one config field (:data:`searchr1.core.plugins.KINDS`); a
 plugin's own settings live in ``[<section>.<its name>]``, where ``<section>`` is the section
-of that field. ``[train.loss]`` (the clip bounds of ppo and cispo) is the one fixed name.
+of that field. ``[train.loss]`` (clip bounds, ratio cap) and ``[train.health]`` (alert thresholds) are
+the fixed names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from searchr1.core.config import Config, ConfigError, _key_lines
 from searchr1.core.plugins import KINDS, Registry
 
 #: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss"})}
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "health"})}
 
 
 def _locator(config: Config):  # type: ignore[no-untyped-def]

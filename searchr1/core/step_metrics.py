@@ -7,6 +7,7 @@ in search counters (prefixed ``search/``), training results and timings before l
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,24 @@ def rollout_metrics(
 
 
 MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
+
+
+def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -> dict[str, float]:
+    """``mismatch/*`` (see :mod:`searchr1.plugins.local_model.learner`) of paired per-token
+    log-probs of trained tokens, in plain Python: for providers that get the learner's
+    log-probs back from a service. ``d = learner - sampler``."""
+    d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
+    if not d:
+        return {"mismatch/tokens": 0.0}
+    ratios = [math.exp(x) for x in d]
+    return {
+        "mismatch/tokens": float(len(d)),
+        "mismatch/logprob_diff_max": max(abs(x) for x in d),
+        "mismatch/kl_sample_train": -math.fsum(d) / len(d),
+        "mismatch/k3": math.fsum(r - 1.0 - x for r, x in zip(ratios, d, strict=True)) / len(d),
+        "mismatch/ratio_min": min(ratios),
+        "mismatch/ratio_max": max(ratios),
+    }
 
 
 def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -37,8 +37,14 @@ from typing import Any
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import restore_rng, save_checkpoint
-from searchr1.core.config import Config
+from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.health import (
+    HealthMonitor,
+    HealthSettings,
+    learner_temperature,
+    ratio_basis,
+)
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import Components, RunContext, build_components, open_run
@@ -94,6 +100,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.world.ideal_agent import ideal_agent_for
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
@@ -101,14 +108,20 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    health = HealthMonitor(plugin_settings(cfg, "train", "health", HealthSettings))
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
     protocol = make_protocol(cfg, components.model.tokenizer)
+    log.info(
+        "importance_ratio",
+        message=ratio_basis(cfg.model.temperature, learner_temperature(components.model)),
+    )
 
     start_step = 0
     if checkpoint is not None:
         load_model_state(components, checkpoint)
+        health.load_state(checkpoint.state.get("health", {}))
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
@@ -121,15 +134,25 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
             try:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
+                    # The offline world's ceiling: a scripted ideal agent, same eval.
+                    ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
+                    if ideal is not None:
+                        c = dataclasses.replace(components, model=ideal)
+                        try:
+                            _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
+                        except ValueError as exc:  # e.g. a protocol it cannot play
+                            log.warning("ceiling_skipped", reason=str(exc))
                 while step < cfg.train.max_steps and not stop.requested:
-                    last = _train_step(runner, components, protocol, stream, cfg, ctx, step + 1)
+                    last = _train_step(
+                        runner, components, protocol, stream, cfg, ctx, step + 1, health
+                    )
                     step += 1
                     if (
                         step % cfg.train.save_every == 0
                         or step == cfg.train.max_steps
                         or stop.requested
                     ):
-                        _save(ctx, components, stream, step)
+                        _save(ctx, components, stream, step, health)
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
             finally:
@@ -152,6 +175,7 @@ def _train_step(
     cfg: Config,
     ctx: RunContext,
     step: int,
+    health: HealthMonitor,
 ) -> dict[str, Any]:
     log = get_logger()
     t_step = time.perf_counter()
@@ -199,6 +223,7 @@ def _train_step(
     trajectories = [t for g in first for t in g.trajectories]
     rewards = [r for g in first for r in g.rewards]
     tokens = train_metrics.get("tokens", 0.0)
+    health_metrics, alerts = health.observe(trajectories, rewards, train_metrics)
     metrics: dict[str, Any] = {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", search_metrics),
@@ -212,12 +237,15 @@ def _train_step(
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
+        **health_metrics,
         **{f"optim/{k}": float(v) for k, v in optim.items()},
         "time/rollout": t_rollout,
         "time/train": t_train,
         "time/step": time.perf_counter() - t_step,
     }
     log_metrics(step, metrics)
+    for alert in alerts:
+        log.warning("health_alert", step=step, kind=alert.kind, message=alert.message)
     _dump_trajectories(ctx.run_dir, step, groups, cfg.train.dump_trajectories)
     return metrics
 
@@ -333,8 +361,9 @@ def _seed(base: int, step: int, draw: int) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
-def _save(ctx: RunContext, c: Components, stream: Any, step: int) -> None:
-    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, {"data": stream.state()})
+def _save(ctx: RunContext, c: Components, stream: Any, step: int, health: HealthMonitor) -> None:
+    state = {"data": stream.state(), "health": health.state()}
+    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, state)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 

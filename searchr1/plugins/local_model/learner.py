@@ -1,7 +1,8 @@
 """Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
 
 The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
-``loss_scale = n_k / N`` when a step is split) and :meth:`Learner.optim_step` once per step.
+``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
+the whole batch's) and :meth:`Learner.optim_step` once per step.
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
 ratios are exactly 1 up to float error.
 
@@ -9,11 +10,15 @@ Dropout is off in the learner's forward (``[lora] dropout`` included): the polic
 scored and differentiated is the same network the sampler ran (eval mode). With dropout on
 (the seed's ``lora.dropout = 0.05``) the learner scores a randomly thinned network, and on
 the tiny model with a non-zero adapter the on-policy ratio already reached 1.10 (max
-|learner - sampler| log-prob 0.139), using half of PPO's 0.2 clip on noise. This is what
-TRL's ``disable_dropout`` and the RL trainers built on Megatron/FSDP do for the actor. So
-``lora.dropout`` has no effect on a local run; the provider says so once at start.
+|learner - sampler| log-prob 0.139), using half of PPO's 0.2 clip on noise (with a larger
+adapter, ``bench/mismatch.py``: ratios from 0.05 to 13). Dropout applied identically on both
+sides would need the sampler to replay the learner's masks; turning it off is what TRL's
+``disable_dropout`` and the Megatron/FSDP RL trainers do for the actor. So ``lora.dropout``
+has no effect on a local run; the learner logs ``learner_dropout_off`` once at start.
 Gradient checkpointing still works: a decoder layer that checkpoints is switched back to
-training mode alone (it reads ``self.training`` only to decide whether to checkpoint).
+training mode alone (transformers' layers read ``self.training`` there only to decide
+whether to checkpoint; an architecture whose layer also gates its own functional dropout on
+it would keep that dropout while checkpointing).
 
 Every call also reports the sampler/learner mismatch over trained tokens (advantage != 0),
 with ``d = learner - sampler`` log-prob (see :func:`mismatch_metrics`)::

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config import ConfigError
 from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.step_metrics import mismatch_from_logprobs
 from searchr1.core.tokenizers import provider_tokenizer
 from searchr1.core.types import (
     AdamParams,
@@ -480,11 +481,14 @@ def _forward_result(
 ) -> ForwardBackwardResult:
     """The service's loss (unscaled back, as the local provider reports it) plus the metrics
     the local provider reports, recomputed from the per-token log-probs the service returns:
-    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean`` and ``logprob_diff_max``
-    (largest |learner - sampler| log-prob on trained positions)."""
+    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean``, ``logprob_diff_max``
+    (largest |learner - sampler| log-prob on trained positions) and the ``mismatch/*``
+    metrics (:func:`searchr1.core.step_metrics.mismatch_from_logprobs`)."""
     raw = {str(k): v for k, v in (getattr(output, "metrics", None) or {}).items()}
     loss = float(raw.get("loss_sum", raw.get("loss:sum", 0.0))) / loss_scale
     tokens = ratio_sum = ratio_max = diff_max = 0.0
+    learner_lps: list[float] = []
+    sampler_lps: list[float] = []
     outputs = list(getattr(output, "loss_fn_outputs", None) or [])
     for datum, out in zip(datums, outputs, strict=False):
         logprobs = out.get("logprobs") if isinstance(out, Mapping) else None
@@ -498,6 +502,8 @@ def _forward_result(
                 ratio_sum += ratio
                 ratio_max = max(ratio_max, ratio)
                 diff_max = max(diff_max, abs(float(lp) - old))
+                learner_lps.append(float(lp))
+                sampler_lps.append(old)
     metrics: dict[str, float] = {"datums": float(len(datums)), "loss": loss}
     if tokens:
         metrics.update(
@@ -507,6 +513,7 @@ def _forward_result(
             ratio_mean=ratio_sum / tokens,
             logprob_diff_max=diff_max,
         )
+        metrics.update(mismatch_from_logprobs(learner_lps, sampler_lps))
     else:  # the service returned no log-probs: count trained positions ourselves
         metrics["tokens"] = float(sum(1 for d in datums for a in d.advantages if a != 0.0))
     return ForwardBackwardResult(loss=loss, metrics=metrics)
