@@ -255,6 +255,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--baseline-seqs", type=int, default=0, help="0: 8 if --quick else all")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="[model.local] threads (1 on a loaded machine)"
+    )
     parser.add_argument("--reps", type=int, default=2, help="provider/bare-loop alternations")
     parser.add_argument("--multi-turn", action="store_true", help="add the multi-turn section")
     parser.add_argument("--turns", type=int, default=3)
@@ -263,11 +266,12 @@ def main() -> None:
 
     import torch
 
-    provider = load_provider(args.model, args.temperature)
+    provider = load_provider(args.model, args.temperature, threads=args.threads)
     prompts = make_prompts(provider.tokenizer, args.questions)
     group, n_seqs = args.group_size, args.questions * args.group_size
     report: dict[str, Any] = {"bench": "rollout", "model": args.model, "sequences": n_seqs}
     report["new_tokens"] = args.new_tokens
+    load_before = os.getloadavg()[0]
 
     # Provider and bare loop alternate, best of --reps each: on a shared machine the load
     # changes from one minute to the next, and the efficiency must compare like with like.
@@ -317,7 +321,8 @@ def main() -> None:
     provider.close()
     report.update(
         torch_threads=torch.get_num_threads(),
-        machine=f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+        machine=f"{platform.machine()} {os.cpu_count()} cpus, load "
+        f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}",
         python=sys.version.split()[0],
     )
     print(json.dumps(report))

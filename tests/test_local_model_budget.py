@@ -113,3 +113,23 @@ def test_budget_defaults() -> None:
     assert _checkpointing("auto", torch.device("cuda")) is True
     assert _checkpointing("auto", torch.device("cpu")) is False
     assert _checkpointing(True, torch.device("cpu")) is True
+
+
+def test_rows_beyond_the_budget_wait_for_the_next_batch(bounded: LocalModelProvider) -> None:
+    """Twelve equal 300-token prompts (no padding at all) would hold 12 x 308 positions;
+    under a 3000-token budget at most 9 run at once; the others join as rows finish."""
+    tok = bounded.tokenizer
+    base = tok.encode(" ".join(BUILTIN_TEXT)) * 20
+    prompts = [base[i * 7 : i * 7 + 300] for i in range(12)]
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=1)
+    stats = bounded.sampler.stats
+
+    async def all_at_once() -> list:
+        return await asyncio.gather(*[bounded.sample(p, 1, params) for p in prompts])
+
+    results = asyncio.run(all_at_once())
+    assert len(results) == 12
+    assert 12 * 308 > BUDGET
+    assert stats.max_batch_rows == BUDGET // 308
+    per_token = kv_bytes_per_token(bounded.model.config, torch.float32)
+    assert stats.peak_cache_bytes <= BUDGET * per_token

@@ -3,17 +3,21 @@
 The rollout calls :meth:`BatchedSampler.sample` from dozens of asyncio tasks at once (the
 first turn of each question with ``num_samples = group_size``, later turns with
 ``num_samples = 1`` per trajectory). Each call only queues a request and awaits a future;
-a single worker thread takes **everything pending** and runs one batched generation over it,
-so the event loop keeps serving search I/O meanwhile.
+a single worker thread takes what is pending and runs one batched generation over it
+(:mod:`.generation` does the tensor work), so the event loop keeps serving search I/O.
 
-One batch: the distinct prompts are left-padded and prefilled once (a prompt with
-``num_samples = n`` is prefilled once and its KV cache copied to its n rows), then every row
-decodes one token per step with the shared KV cache. Position ids count real tokens only, so
-left padding changes nothing. A request is answered as soon as all its rows have stopped
-(its trajectory can search while the others decode); stopped rows leave the batch and the
-cache. Requests that arrive while a batch decodes join it between two steps (their prompts
-are prefilled and their cache rows appended, see :mod:`.kv_cache`), up to
-``max_batch_rows`` rows; the rest wait for the next batch.
+Which requests run together: oldest first, under ``max_batch_rows`` rows and a token budget
+on the cache (``max_batch_tokens``, rows x width with padding, see :mod:`.budget`), and never
+padded to one long row's width (a request whose width would make the batch more than about
+twice its unpadded size waits for another batch). A request is answered as soon as all its
+rows have stopped (its trajectory can search while the others decode); stopped rows leave
+the batch. Requests that arrive while a batch decodes join it between two steps, as far as
+they fit. When a row stops, its cache is kept (:mod:`.reuse`) so the trajectory's next turn
+prefills only its new tokens.
+
+Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
+quantized caches) take the general path: one batch at a time, rows only leave it, no cache
+is kept between turns. Correct for any model transformers runs with its own cache classes.
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ class BatchedSampler:
 
     ``model_lock`` is shared with the learner: a batch never runs while gradients are being
     computed or weights updated, and the first batch after ``optim_step`` sees the new
-    weights (the model object is shared and every batch builds a fresh KV cache).
+    weights (the model object is shared; the provider drops every retained cache before the
+    weights change, so each batch after builds its caches afresh).
     """
 
     def __init__(
@@ -211,7 +216,9 @@ class BatchedSampler:
             if not self._backlog and not self._accept(self._queue.get()):
                 return
             self._gather_more()
-            jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in self._take(None)]
+            with self.model_lock:  # the learner may be clearing the retained caches
+                taken = self._take(None)
+            jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in taken]
             try:
                 self._run(jobs, admit=self._admit)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
