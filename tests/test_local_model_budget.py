@@ -133,3 +133,28 @@ def test_rows_beyond_the_budget_wait_for_the_next_batch(bounded: LocalModelProvi
     assert stats.max_batch_rows == BUDGET // 308
     per_token = kv_bytes_per_token(bounded.model.config, torch.float32)
     assert stats.peak_cache_bytes <= BUDGET * per_token
+
+
+def test_recurrent_state_counts_per_row() -> None:
+    """Qwen3.5-4B's shape: 24 Gated DeltaNet layers hold ~50 MiB of state per row, which the
+    budget charges as token-equivalents of its 8 attention layers' KV."""
+    from searchr1.plugins.local_model.budget import row_overhead_tokens, state_bytes_per_row
+
+    root = Path(__file__).resolve().parent.parent
+    import json
+
+    from transformers import AutoConfig
+
+    data = json.loads((root / "bench" / "configs" / "qwen3.5-4b.json").read_text())
+    data = {k: v for k, v in data.items() if not k.startswith("_") and k != "architectures"}
+    config = AutoConfig.for_model(data.pop("model_type"), **data)
+    # 8 attention layers x 4 KV heads x 256 x 2 (K, V) x 2 bytes = 32 KiB per token.
+    assert kv_bytes_per_token(config, torch.bfloat16) == 32 * 1024
+    # 24 layers x (32 x 128 x 128 x 4 bytes recurrent + (2 x 16 x 128 + 32 x 128) x 4 x 2 conv)
+    assert state_bytes_per_row(config, torch.bfloat16) == 24 * (2 * 1024 * 1024 + 65536)
+    assert row_overhead_tokens(config, torch.bfloat16) == -(
+        -(24 * (2 * 1024 * 1024 + 65536)) // 32768
+    )
+    from transformers import Qwen3Config
+
+    assert state_bytes_per_row(Qwen3Config(), torch.bfloat16) == 0

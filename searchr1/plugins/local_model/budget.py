@@ -7,7 +7,8 @@ directly; 0 (the default) derives it from memory: on CUDA, half of the device me
 after loading the model divided by the model's KV bytes per token (the other half is left
 for activations, the vocabulary projection and the learner); on other devices a quarter of
 the available RAM. Recurrent-state layers (linear attention) hold a fixed amount per row,
-not per token, and are not counted.
+not per token: :func:`row_overhead_tokens` expresses it in token-equivalents, which the
+sampler adds to every row it admits or keeps (about 1600 per row for Qwen3.5-4B's shape).
 """
 
 from __future__ import annotations
@@ -31,6 +32,33 @@ def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
     head_dim = getattr(text, "head_dim", None) or int(getattr(text, "hidden_size", heads)) // heads
     size = torch.empty((), dtype=dtype).element_size()
     return max(1, 2 * layers * kv_heads * int(head_dim) * size)
+
+
+def state_bytes_per_row(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of conv + recurrent state one row holds across the linear-attention layers
+    (Gated DeltaNet, as in Qwen3.5 and Qwen3-Next); 0 for a model without them. The
+    recurrent state is counted in float32, as the reference kernels keep it."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types = getattr(text, "layer_types", None) or []
+    layers = sum(1 for t in types if "linear" in str(t))
+    v_heads = getattr(text, "linear_num_value_heads", None)
+    if not layers or not v_heads:
+        return 0
+    k_heads = int(getattr(text, "linear_num_key_heads", v_heads))
+    k_dim = int(getattr(text, "linear_key_head_dim", 128))
+    v_dim = int(getattr(text, "linear_value_head_dim", 128))
+    kernel = int(getattr(text, "linear_conv_kernel_dim", 4))
+    size = torch.empty((), dtype=dtype).element_size()
+    conv = (2 * k_heads * k_dim + int(v_heads) * v_dim) * kernel * size
+    recurrent = int(v_heads) * k_dim * v_dim * 4
+    return layers * (conv + recurrent)
+
+
+def row_overhead_tokens(config: Any, dtype: torch.dtype) -> int:
+    """:func:`state_bytes_per_row` in units of :func:`kv_bytes_per_token` (rounded up)."""
+    state = state_bytes_per_row(config, dtype)
+    per_token = kv_bytes_per_token(config, dtype)
+    return -(-state // per_token)
 
 
 def token_budget(setting: int, config: Any, dtype: torch.dtype, device: torch.device) -> int:

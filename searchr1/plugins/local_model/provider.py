@@ -80,7 +80,9 @@ class LocalModelProvider:
     ) -> None:
         """``model`` is a peft model with the adapter attached and the base frozen (see
         :meth:`from_config`). ``temperature`` is the rollout's sampling temperature, at which
-        the learner computes log-probs."""
+        the learner computes log-probs. ``max_batch_tokens`` is the sampler's token budget
+        when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`)."""
+        from searchr1.plugins.local_model.budget import row_overhead_tokens
         from searchr1.plugins.local_model.learner import Learner
         from searchr1.plugins.local_model.sampler import BatchedSampler
 
@@ -105,6 +107,7 @@ class LocalModelProvider:
             vocab_size=self.vocab_size,
             max_batch_rows=settings.max_batch_rows,
             max_batch_tokens=settings.max_batch_tokens or max_batch_tokens,
+            row_tokens=row_overhead_tokens(config, next(model.parameters()).dtype),
             prefill_chunk_tokens=settings.prefill_chunk_tokens,
             reuse=settings.reuse_caches,
             batch_wait_s=settings.batch_wait_ms / 1000.0,

@@ -45,7 +45,8 @@ class Retained:
 class RetainedCaches:
     """Least-recently-used map from token prefixes to one-row caches."""
 
-    def __init__(self) -> None:
+    def __init__(self, row_tokens: int = 0) -> None:
+        self.row_tokens = row_tokens  # added to each entry's width (its recurrent state)
         self._entries: OrderedDict[tuple[int, ...], Retained] = OrderedDict()
         self._lengths: dict[int, int] = {}  # key length -> number of entries of that length
         self.tokens = 0  # cache positions held by all entries
@@ -59,7 +60,7 @@ class RetainedCaches:
         self._drop(key)
         self._entries[key] = entry
         self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
-        self.tokens += entry.tokens
+        self.tokens += entry.tokens + self.row_tokens
 
     def take(self, prompt: list[int]) -> Retained | None:
         """Remove and return the entry with the longest key that is a proper prefix of
@@ -95,7 +96,7 @@ class RetainedCaches:
         entry = self._entries.pop(key, None)
         if entry is None:
             return
-        self.tokens -= entry.tokens
+        self.tokens -= entry.tokens + self.row_tokens
         left = self._lengths[len(key)] - 1
         if left:
             self._lengths[len(key)] = left

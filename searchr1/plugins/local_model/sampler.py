@@ -91,6 +91,7 @@ class BatchedSampler:
         vocab_size: int,
         max_batch_rows: int = 256,
         max_batch_tokens: int = 1 << 20,
+        row_tokens: int = 0,
         prefill_chunk_tokens: int = 2048,
         reuse: bool = True,
         batch_wait_s: float = 0.005,
@@ -106,10 +107,11 @@ class BatchedSampler:
         self.vocab_size = vocab_size
         self.max_batch_rows = max_batch_rows
         self.max_batch_tokens = max_batch_tokens
+        self.row_tokens = row_tokens  # per-row recurrent state, in tokens (budget.py)
         self.batch_wait_s = batch_wait_s
         self.stats = SamplerStats()
         self.measure_bytes = False  # measure the cache's bytes after each forward (tests)
-        self.retained = RetainedCaches()
+        self.retained = RetainedCaches(row_tokens)
         self.reuse = reuse
         self.forward = Forward(
             model,
@@ -272,7 +274,7 @@ class BatchedSampler:
             n = r.num_samples
             r_end = len(r.prompt) + min(r.params.max_tokens, self.context_length - len(r.prompt))
             new_rows, new_end, new_real = rows + n, max(end, r_end), real + n * r_end
-            padded = new_rows * new_end
+            padded = new_rows * (new_end + self.row_tokens)
             first = batch is None and not taken
             if first:
                 while self.retained.tokens + padded > self.max_batch_tokens:
@@ -281,7 +283,7 @@ class BatchedSampler:
             elif (
                 new_rows > self.max_batch_rows
                 or padded + self.retained.tokens > self.max_batch_tokens
-                or padded > 2 * new_real + 256 * new_rows
+                or new_rows * new_end > 2 * new_real + 256 * new_rows
             ):
                 continue
             self._backlog.remove(r)
@@ -380,8 +382,9 @@ class BatchedSampler:
     def _retain(self, batch: Batch, j: int) -> None:
         """Keep row ``j``'s cache for its trajectory's next turn, if the budget allows."""
         row = batch.rows[j]
-        width = int(batch.mask_RL.shape[1])
-        while self.retained.tokens + width + batch.tokens() > self.max_batch_tokens:
+        width = int(batch.mask_RL.shape[1]) + self.row_tokens
+        held = batch.tokens() + self.row_tokens * len(batch.rows)
+        while self.retained.tokens + width + held > self.max_batch_tokens:
             if not self.retained.evict_oldest():
                 return
         key = tuple(row.job.prompt) + tuple(row.tokens[:-1])
