@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from arch_models import build_family
 
 from searchr1.core.cli import main as cli
@@ -56,7 +57,17 @@ def _config(tmp_path: Path, model: Path | str) -> Path:
 
 
 def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    model = build_family("qwen3_5", tmp_path / "qwen3_5")
+    _smoke_and_train("qwen3_5", tmp_path, capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen3_next", "mistral_sliding", "qwen3_moe", "llama"])
+def test_smoke_and_one_train_step_on_other_families(tmp_path: Path, capsys, family: str) -> None:  # noqa: ANN001
+    _smoke_and_train(family, tmp_path, capsys)
+
+
+def _smoke_and_train(family: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model = build_family(family, tmp_path / family)
     config = _config(tmp_path, model)
     code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
     out = capsys.readouterr().out
@@ -70,7 +81,25 @@ def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, capsys) -> Non
     metrics = [e for e in events if e["event"] == "metrics"]
     assert metrics and metrics[-1]["step"] == 1
     adapter = json.loads(next(run.rglob("adapter_config.json")).read_text())
-    assert {"in_proj_qkv", "q_proj", "down_proj"} <= set(adapter["target_modules"])
+    targets = {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]}
+    assert {"q_proj", "o_proj"} <= targets, targets  # all-linear: attention ...
+    if family not in ("qwen3_moe", "qwen3_next"):  # (fused experts are not nn.Linear)
+        assert "down_proj" in targets, targets  # ... the MLP ...
+    if family in ("qwen3_5", "qwen3_next"):
+        assert targets & {"in_proj_qkv", "in_proj_qkvz"}, targets  # ... and Gated DeltaNet
+
+
+def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    model = build_family("llama", tmp_path / "llama")
+    config = _config(tmp_path, model)
+    text = config.read_text().replace('"all-linear"', '["in_proj_qkv", "q_proj"]')
+    config.write_text(text)
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
+    out = capsys.readouterr().out
+    assert code == 1
+    diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
+    assert "in_proj_qkv" in diagnosis and str(model) in diagnosis
+    assert 'target_modules = "all-linear"' in diagnosis
 
 
 def test_smoke_names_a_model_side_failure_and_the_base_model(tmp_path: Path, capsys) -> None:  # noqa: ANN001

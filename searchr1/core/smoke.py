@@ -266,6 +266,12 @@ def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
     if not isinstance(exc, OSError | TimeoutError) and provider == "local":
         # The model itself failed (an architecture the code path does not handle, a
         # transformers version mismatch, a broken config.json): name it and the model.
+        if "target_modules" in str(exc):
+            return (
+                f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
+                f'likely fix: set [lora] target_modules = "all-linear" (fits every family) or '
+                f"to projection names the message lists"
+            )
         return (
             f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
             f"likely fix: check that this transformers version supports the model's "
