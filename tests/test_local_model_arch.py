@@ -167,3 +167,61 @@ def _probe_cache(p: LocalModelProvider) -> object:
     with torch.inference_mode():
         out = p.model(input_ids=torch.tensor([[5, 6, 7]]), use_cache=True)
     return out.past_key_values
+
+
+def test_chunked_prefill_and_concurrent_continuations_match_the_learner(family: tuple) -> None:
+    """Prompts of different lengths prefilled in 16-column chunks (a short prompt is all
+    padding in the first chunks: linear-attention state must not move), then every
+    trajectory's second turn, with observations of different lengths, continuing its
+    retained cache concurrently: the learner's log-probs over the whole trajectories equal
+    the sampler's."""
+    name, path = family
+    p = LocalModelProvider.from_config(_config(path, prefill_chunk_tokens=16))
+    try:
+        prompts = [
+            _prompt(p, "Who wrote the book about the old town by the river and its bridge? " * 2),
+            _prompt(p, "Where?"),
+        ]
+        assert len(prompts[0]) > 32 > len(prompts[1])
+        params = SamplingParams(max_tokens=6, temperature=TEMPERATURE, seed=5)
+
+        async def first() -> list:
+            return await asyncio.gather(*[p.sample(q, 2, params) for q in prompts])
+
+        turn1 = asyncio.run(first())
+        histories = []
+        for prompt, group in zip(prompts, turn1, strict=True):
+            for k, s in enumerate(group):
+                obs = _prompt(p, " <information> doc" + " text" * (3 * k + len(histories)))
+                history = prompt + list(s.tokens)
+                histories.append((history, [False] * len(prompt) + [True] * len(s.tokens), obs))
+        before = p.sampler.stats.reused_tokens
+
+        async def second() -> list:
+            return await asyncio.gather(*[p.sample(h + obs, 1, params) for h, _, obs in histories])
+
+        turn2 = asyncio.run(second())
+        if kv_cache.editable(_probe_cache(p)):
+            assert p.sampler.stats.reused_tokens - before == sum(
+                len(h) - 1 for h, _, _ in histories
+            )
+        datums = []
+        flat1 = [s for g in turn1 for s in g]
+        for (h, mask, obs), s1, (s2,) in zip(histories, flat1, turn2, strict=True):
+            full = h + obs + list(s2.tokens)
+            trained = mask + [False] * len(obs) + [True] * len(s2.tokens)
+            logprobs = [0.0] * (len(h) - len(s1.tokens)) + list(s1.logprobs)
+            logprobs += [0.0] * len(obs) + list(s2.logprobs)
+            datums.append(
+                Datum(
+                    tuple(full[:-1]),
+                    tuple(full[1:]),
+                    tuple(logprobs[1:]),
+                    tuple(1.0 if t else 0.0 for t in trained[1:]),
+                    trajectory_id="t",
+                )
+            )
+        out = p.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling))
+        assert out.metrics["logprob_diff_max"] <= 1e-4, name
+    finally:
+        p.close()
