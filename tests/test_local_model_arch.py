@@ -46,7 +46,9 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture()
 def provider(family: tuple) -> Iterator[LocalModelProvider]:
-    p = LocalModelProvider.from_config(_config(family[1]))
+    # Gradient checkpointing as on a GPU (its default there), so the training step below
+    # also proves every family recomputes its activations correctly.
+    p = LocalModelProvider.from_config(_config(family[1], gradient_checkpointing=True))
     # LoRA B starts at zero; perturb it so the adapter path is exercised too.
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
@@ -112,6 +114,8 @@ def test_family_samples_trains_saves_and_loads(
     assert out.metrics["logprob_diff_max"] <= 1e-4, name
     assert torch.isfinite(torch.tensor(out.loss))
 
+    base = provider.model.get_base_model()
+    assert getattr(base, "is_activation_checkpointing", None) or base.is_gradient_checkpointing
     # One training step moves the LoRA weights.
     provider.optim_step(AdamParams(learning_rate=1e-2))
     after = {n: p.detach() for n, p in provider.model.named_parameters() if p.requires_grad}
