@@ -160,6 +160,9 @@ def test_a_later_turn_continues_the_retained_cache(
     assert reused.tokens == full.tokens, name
     assert reused.logprobs == pytest.approx(full.logprobs, abs=1e-4)
     cache = _probe_cache(provider)
+    # The fast path covers full attention and linear attention (Qwen3.5, Qwen3-Next); the
+    # sliding-window cache takes the general path.
+    assert kv_cache.editable(cache) == (name != "mistral_sliding")
     if kv_cache.editable(cache):
         # Only the observation and the last sampled token (never fed) are new.
         assert prefilled == len(observation) + 1, name
