@@ -14,7 +14,15 @@ import torch
 
 from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, EOS_TOKEN, build_tokenizer
 
-FAMILIES = ("qwen3", "qwen3_5", "qwen3_next", "mistral_sliding", "qwen3_moe", "llama")
+FAMILIES = (
+    "qwen3",
+    "qwen3_5",
+    "qwen3_next",
+    "mistral_sliding",
+    "gemma3_mixed",
+    "qwen3_moe",
+    "llama",
+)
 
 
 def _common(vocab: int, eos: int) -> dict[str, Any]:
@@ -76,6 +84,15 @@ def family_config(family: str, vocab: int, eos: int) -> Any:
         )
     if family == "mistral_sliding":
         return tf.MistralConfig(num_hidden_layers=2, sliding_window=8, **c)
+    if family == "gemma3_mixed":
+        # Gemma 3: sliding-window layers interleaved with full-attention ones (one cache with
+        # both layer kinds).
+        return tf.Gemma3TextConfig(
+            num_hidden_layers=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            **c,
+        )
     if family == "qwen3_moe":
         return tf.Qwen3MoeConfig(
             num_hidden_layers=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, **c

@@ -61,7 +61,9 @@ def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, capsys) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen3_next", "mistral_sliding", "qwen3_moe", "llama"])
+@pytest.mark.parametrize(
+    "family", ["qwen3_next", "mistral_sliding", "gemma3_mixed", "qwen3_moe", "llama"]
+)
 def test_smoke_and_one_train_step_on_other_families(tmp_path: Path, capsys, family: str) -> None:  # noqa: ANN001
     _smoke_and_train(family, tmp_path, capsys)
 
