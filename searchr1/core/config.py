@@ -84,7 +84,9 @@ class LoraConfig:
     rank: int = _f(32, min=1, max=1024)
     alpha: float = _f(64.0, gt=0.0)
     dropout: float = _f(0.05, min=0.0, lt=1.0)
-    target_modules: tuple[str, ...] = _f(("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True)
+    target_modules: tuple[str, ...] = _f(
+        ("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True, split=True
+    )  # or "all-linear" (peft: every linear layer but the output head)
 
 
 @dataclass(frozen=True)

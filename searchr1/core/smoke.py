@@ -96,7 +96,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
         print(f"could not start the providers: {_say(exc)}")
-        print("diagnosis: " + _model_hint(exc, config.model.provider))
+        print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
         return 1
     smoke = _Smoke(components, config, question, group_size, ctx.run_dir)
     try:
@@ -138,7 +138,7 @@ class _Smoke:
         if model_error is not None:
             self.problems.append(
                 f"the model channel failed: {_say(model_error)}. "
-                + _model_hint(model_error, self.config.model.provider)
+                + _model_hint(model_error, self.config.model.provider, self.config.model.base_model)
             )
         self._diagnose_search(probe, metrics, success)
         criteria = self._verdict(trajectories, results, metrics, success)
@@ -286,7 +286,7 @@ def _say(exc: BaseException) -> str:
     return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
 
 
-def _model_hint(exc: BaseException, provider: str) -> str:
+def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
     text = str(exc).lower()
     if "401" in text or "unauthorized" in text or "403" in text:
         return (
@@ -295,4 +295,20 @@ def _model_hint(exc: BaseException, provider: str) -> str:
         )
     if "429" in text:
         return "429: the model service is rate limiting this key; wait or use another key"
+    if not isinstance(exc, OSError | TimeoutError) and provider == "local":
+        # The model itself failed (an architecture the code path does not handle, a
+        # transformers version mismatch, a broken config.json): name it and the model.
+        if "target_modules" in str(exc):
+            return (
+                f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
+                f'likely fix: set [lora] target_modules = "all-linear" (fits every family) or '
+                f"to projection names the message lists"
+            )
+        return (
+            f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
+            f"likely fix: check that this transformers version supports the model's "
+            f"architecture (pip install -U transformers), that [model] base_model points at a "
+            f'complete causal LM folder, and that [lora] target_modules fit it ("all-linear" '
+            f"fits every family)"
+        )
     return f"check that the model provider {provider!r} can reach its service or files"
