@@ -10,8 +10,8 @@ ignored and the provider then complains that it has no corpus).
 
 Every plugin kind is chosen by one config field (:data:`searchr1.core.plugins.KINDS`); a
 plugin's own settings live in ``[<section>.<its name>]``, where ``<section>`` is the section
-of that field. ``[train.loss]`` (clip bounds, ratio cap) and ``[train.health]`` (alert thresholds) are
-the fixed names.
+of that field. ``[train.loss]`` (clip bounds, ratio cap) and ``[train.health]`` (alert
+thresholds) are the fixed names.
 """
 
 from __future__ import annotations
