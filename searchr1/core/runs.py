@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, load_config
-from searchr1.core.logs import get_logger, setup_logging
+from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
+from searchr1.core.sinks import open_sinks
 from searchr1.core.types import LossFn, ModelProvider, RewardFn, SearchProvider
 
 
@@ -66,8 +67,12 @@ def open_run(
         run_dir = parent / (config.run.name or new_run_id(command))
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
+    if command == "train":
+        log_kwargs.setdefault("total_steps", config.train.max_steps)
     setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
     registry = load_registry()
+    if command == "train":  # metric sinks: [log] sinks (events.jsonl is always on)
+        attach_sinks(open_sinks(config, registry, run_dir))
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir), config_source=config.source
     )

@@ -38,7 +38,7 @@ from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import latest_checkpoint, restore_rng, save_checkpoint
 from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
-from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.runs import Components, RunContext, build_components, open_run
 from searchr1.core.step_metrics import prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
@@ -121,6 +121,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         components.model.close()
         stop.restore()
     log.info("train_done", steps=step, stopped_early=stop.requested)
+    close_sinks()
     return last
 
 
@@ -325,9 +326,11 @@ def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], 
     folder = run_dir / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
+    records = [{"step": step, **trajectory_to_dict(traj, result)} for traj, result in picked]
     with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
-        for traj, result in picked:
-            fh.write(json.dumps({"step": step, **trajectory_to_dict(traj, result)}) + "\n")
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    log_trajectories(step, records)
 
 
 def _heldout_questions(cfg: Config) -> list[Question]:
