@@ -57,6 +57,7 @@ class Console:
         self.colors = colors
         self._width = width
         self._bar: Any = None
+        self._task_bars: dict[str, Any] = {}
         self._step_times: list[float] = []
         self._heldout_em: float | None = None
         self._start_step = 0
@@ -65,7 +66,8 @@ class Console:
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
         name = str(event.get("event", ""))
-        if name == "progress":  # the JSON stand-in for a tqdm bar; a TTY has the bar
+        if name == "progress":  # long work (held-out eval): a bar of its own, no line
+            self._progress(event)
             raise structlog.DropEvent
         level = str(event.get("level", method))
         if level in _COLORS:
@@ -90,6 +92,9 @@ class Console:
     log = debug = info = warn = warning = err = error = critical = exception = fatal = msg
 
     def close(self) -> None:
+        for bar in self._task_bars.values():
+            bar.close()
+        self._task_bars.clear()
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -124,7 +129,8 @@ class Console:
         value = e.get("value")
         if isinstance(value, int | float):
             self._heldout_em = float(value)
-        bits = [f"held-out EM {e.get('when', '')}: {_pct(value) if value is not None else '-'}"]
+        em = f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
+        bits = [f"held-out EM {e.get('when', '')}: {em}"]
         if isinstance(e.get("f1"), int | float):
             bits.append(f"F1 {e['f1']:.3f}")
         if e.get("format_rate") is not None:
@@ -162,6 +168,21 @@ class Console:
                 leave=True,
             )
         self._bar.update(max(0, step - self._bar.n))
+
+    def _progress(self, e: dict[str, Any]) -> None:
+        task, done, total = str(e.get("task", "")), e.get("done"), e.get("total")
+        if not isinstance(done, int):
+            return
+        bar = self._task_bars.get(task)
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = self._task_bars[task] = tqdm(
+                total=total, desc=task, file=self.stream, dynamic_ncols=True, leave=False
+            )
+        bar.update(max(0, done - bar.n))
+        if isinstance(total, int) and done >= total:
+            self._task_bars.pop(task).close()
 
     def _paint(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.colors else text

@@ -356,7 +356,16 @@ def _evaluate(
     t0 = time.perf_counter()
     result = runner.run(
         evaluate_async(
-            c.model, c.search, protocol, c.reward, questions, cfg, label=f"heldout-{when}"
+            c.model,
+            c.search,
+            protocol,
+            c.reward,
+            questions,
+            cfg,
+            label=f"heldout-{when}",
+            on_progress=lambda done, total: get_logger().info(
+                "progress", task=f"held-out eval {when}", done=done, total=total
+            ),
         )
     )
     c.search.metrics(reset=True)  # eval searches are not a training step's
