@@ -14,6 +14,7 @@ console picks what a person watches for and leaves the rest there.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -28,7 +29,8 @@ _DONE_EVENTS = frozenset({"train_done", "train_stopped"})
 
 
 def _pct(value: Any) -> str:
-    return f"{100 * float(value):.0f}%" if isinstance(value, int | float) else "-"
+    """A rate as a whole percentage, rounded down: 99.7% of trajectories is not "100%"."""
+    return f"{math.floor(100 * float(value) + 1e-9)}%" if isinstance(value, int | float) else "-"
 
 
 def _duration(seconds: float) -> str:
@@ -117,12 +119,14 @@ class Console:
         parts.append(f"degenerate {_pct(m.get('degenerate_group_rate'))}")
         if self._heldout_em is not None:
             parts.append(f"EM {100 * self._heldout_em:.1f}%")
+        eta = ""
         if self._step_times:
             mean = sum(self._step_times) / len(self._step_times)
             parts.append(f"{mean:.1f} s/step")
             if total:
-                parts.append(f"ETA {_duration(mean * max(0, total - step))}")
-        self._advance(step)
+                eta = f"ETA {_duration(mean * max(0, total - step))}"
+                parts.append(eta)
+        self._advance(step, eta)
         return "  ".join(parts)
 
     def _eval_line(self, e: dict[str, Any]) -> str:
@@ -133,8 +137,8 @@ class Console:
         bits = [f"held-out EM {e.get('when', '')}: {em}"]
         if isinstance(e.get("f1"), int | float):
             bits.append(f"F1 {e['f1']:.3f}")
-        if e.get("format_rate") is not None:
-            bits.append(f"format {_pct(e['format_rate'])}")
+        if isinstance(e.get("format_rate"), int | float):
+            bits.append(f"format {100 * e['format_rate']:.1f}%")
         for key in ("n", "seconds"):
             if e.get(key) is not None:
                 bits.append(f"{key} {e[key]}")
@@ -152,7 +156,7 @@ class Console:
 
     # ------------------------------------------------------------------ helpers
 
-    def _advance(self, step: int) -> None:
+    def _advance(self, step: int, eta: str) -> None:
         if not self.total_steps:
             return
         if self._bar is None:
@@ -163,10 +167,15 @@ class Console:
                 initial=min(self._start_step, step - 1),
                 file=self.stream,
                 desc="train",
-                unit="step",
                 dynamic_ncols=True,
                 leave=True,
+                # tqdm's own rate would count from the first logged step; the ETA shown is
+                # the step line's (mean s/step of this run x steps left)
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
+                "[{elapsed}{postfix}]",
             )
+        if eta:
+            self._bar.set_postfix_str(eta, refresh=False)
         self._bar.update(max(0, step - self._bar.n))
 
     def _progress(self, e: dict[str, Any]) -> None:
