@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 from tracker_logs import records
 
 from searchr1.core.config import parse_config
+from searchr1.core.errors import UserError
 from searchr1.core.logs import (
     attach_sinks,
     close_sinks,
@@ -61,6 +63,18 @@ def _run(sink: str, tmp_path: Path, table: str) -> Path:
     return run_dir
 
 
+def _wandb_records(log: Path, record_cls: type) -> list:
+    """The run's records once W&B's writer (a separate service process, which may still be
+    writing after ``run.finish()`` returns) has written the final ``exit`` record."""
+    deadline = time.monotonic() + 30
+    while True:
+        parsed = [record_cls.FromString(raw) for raw in records(log)]
+        if any(r.WhichOneof("record_type") == "exit" for r in parsed):
+            return parsed
+        assert time.monotonic() < deadline, "W&B never finished writing the offline run"
+        time.sleep(0.1)
+
+
 def test_wandb_offline_run_has_steps_config_and_no_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,10 +85,10 @@ def test_wandb_offline_run_has_steps_config_and_no_secret(
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_dir = _run("wandb", tmp_path, '[log.wandb]\nproject = "sinks-test"\n')
     (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    parsed = _wandb_records(log, wandb_internal_pb2.Record)
     history: dict[int, dict] = {}
     config: dict[str, object] = {}
-    for raw in records(log):
-        rec = wandb_internal_pb2.Record.FromString(raw)
+    for rec in parsed:
         kind = rec.WhichOneof("record_type")
         if kind == "history":
             items = {
@@ -119,3 +133,34 @@ def test_swanlab_offline_run_has_steps_config_and_no_secret(
     assert len(texts) == 1 and "leak ***?" in texts[0]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert all(CANARY.encode() not in p.read_bytes() for p in files)
+
+
+def test_wandb_online_without_a_key_stops_at_start_instead_of_prompting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wandb = pytest.importorskip("wandb", reason="W&B sink: pip install 'searchr1[wandb]'")
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "NETRC", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc, no saved W&B settings
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    wandb.teardown()  # forget settings an earlier (offline) test set up in this process
+    cfg = parse_config(
+        '[log]\nsinks = ["wandb"]\n[log.wandb]\nmode = "online"\n', source="c.toml", env={}
+    )
+    with pytest.raises(UserError, match=r"no API key here: set WANDB_API_KEY.*mode = \"offline\""):
+        open_sinks(cfg, load_registry(), tmp_path / "run")
+    assert not (tmp_path / "run" / "wandb").exists()
+
+
+def test_swanlab_online_without_a_key_stops_at_start_instead_of_prompting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("swanlab", reason="SwanLab sink: pip install 'searchr1[swanlab]'")
+    for var in ("SWANLAB_API_KEY", "SWANLAB_MODE", "SWANLAB_ROOT", "SWANLAB_SAVE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no saved SwanLab login
+    cfg = parse_config(
+        '[log]\nsinks = ["swanlab"]\n[log.swanlab]\nmode = "online"\n', source="c.toml", env={}
+    )
+    with pytest.raises(UserError, match=r"not logged in.*SWANLAB_API_KEY.*mode = \"offline\""):
+        open_sinks(cfg, load_registry(), tmp_path / "run")

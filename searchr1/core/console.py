@@ -169,10 +169,9 @@ class Console:
                 desc="train",
                 dynamic_ncols=True,
                 leave=True,
-                # tqdm's own rate would count from the first logged step; the ETA shown is
+                # tqdm's own clock would start at the first logged step; the ETA shown is
                 # the step line's (mean s/step of this run x steps left)
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
-                "[{elapsed}{postfix}]",
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps{postfix}",
             )
         if eta:
             self._bar.set_postfix_str(eta, refresh=False)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, plugin_settings
+from searchr1.core.errors import UserError
 from searchr1.core.sinks import missing_package
 
 
@@ -48,17 +49,27 @@ def open_swanlab(config: Config, run_dir: Path) -> SwanLabSink:
         terminal=swanlab.Settings.Terminal(proxy_type="none"),
         probe=swanlab.Settings.Probe(hardware=False, runtime=False, monitor=False),
     )
-    run = swanlab.init(
-        project=settings.project,
-        workspace=settings.workspace or None,
-        group=settings.group or None,
-        tags=list(settings.tags) or None,
-        name=run_dir.name,
-        log_dir=str(run_dir / "swanlab"),
-        mode=settings.mode or None,
-        settings=options,
-        reinit=True,
-    )
+    try:
+        run = swanlab.init(
+            project=settings.project,
+            workspace=settings.workspace or None,
+            group=settings.group or None,
+            tags=list(settings.tags) or None,
+            name=run_dir.name,
+            log_dir=str(run_dir / "swanlab"),
+            mode=settings.mode or None,
+            settings=options,
+            reinit=True,
+        )
+    except RuntimeError as exc:
+        # Not logged in: the user's to fix, so stop before the model loads (any other
+        # failure, e.g. the network, only drops this sink with a warning).
+        if "API key" not in str(exc):
+            raise
+        raise UserError(
+            f"log.sinks lists 'swanlab' but SwanLab is not logged in ({exc}): set "
+            'SWANLAB_API_KEY, run `swanlab login`, or set [log.swanlab] mode = "offline"'
+        ) from exc
     return SwanLabSink(run, swanlab)
 
 

@@ -15,12 +15,14 @@ off: the console stays searchr1's, and nothing printed goes to W&B.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, plugin_settings
+from searchr1.core.errors import UserError
 from searchr1.core.sinks import missing_package
 
 
@@ -39,6 +41,14 @@ def open_wandb(config: Config, run_dir: Path) -> WandbSink:
         import wandb
     except ImportError as exc:
         raise missing_package("wandb", "wandb", "searchr1[wandb]") from exc
+    mode = settings.mode or os.environ.get("WANDB_MODE", "") or "online"
+    # Without credentials, wandb.init asks on the terminal (a run left waiting for a choice)
+    # or fails deep inside; say what to do before the model loads instead.
+    if mode == "online" and not wandb.login(prompt=False, verify=False):
+        raise UserError(
+            "log.sinks lists 'wandb' but W&B has no API key here: set WANDB_API_KEY (in the "
+            'environment or .env), run `wandb login`, or set [log.wandb] mode = "offline"'
+        )
     run = wandb.init(
         project=settings.project,
         entity=settings.entity or None,
