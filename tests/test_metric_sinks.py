@@ -227,3 +227,26 @@ def test_unknown_sink_name_is_a_plugin_error(tmp_path: Path) -> None:
 
 def test_recorder_satisfies_the_protocol(tmp_path: Path) -> None:
     assert isinstance(Recorder(None, tmp_path), MetricSink)
+
+
+def test_tensorboard_keeps_one_point_per_step_after_a_resume(tmp_path: Path) -> None:
+    """A run killed after logging step 4 but checkpointed at step 2 resumes at step 3: the
+    curve shows the resumed run's steps 3 and 4, not both runs' points."""
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = parse_config('[log]\nsinks = ["tensorboard"]\n', source="c.toml", env={})
+    first = open_sinks(cfg, load_registry(), tmp_path / "run")
+    for step in (1, 2, 3, 4):
+        first.event({"event": "metrics", "step": step, "reward/mean": 0.1 * step})
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    resumed = open_sinks(cfg, load_registry(), tmp_path / "run")
+    for step in (3, 4):
+        resumed.event({"event": "metrics", "step": step, "reward/mean": 0.9})
+    resumed.close()
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    got = [(e.step, round(e.value, 3)) for e in acc.Scalars("reward/mean")]
+    assert got == [(1, 0.1), (2, 0.2), (3, 0.9), (4, 0.9)]

@@ -55,10 +55,16 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 class TensorBoardSink:
     """Writes through one ``SummaryWriter``; flushes after every step so a live TensorBoard
-    (and a crash) sees each step as soon as it is logged."""
+    (and a crash) sees each step as soon as it is logged.
+
+    A resumed run (``--resume``) logs again the steps its killed predecessor logged after
+    the last checkpoint. Its first step is past 1, so the sink first writes a session-start
+    event at that step, which tells TensorBoard to drop the older points from that step on
+    (what ``SummaryWriter(purge_step=...)`` does): each curve keeps one point per step."""
 
     def __init__(self, writer: Any):
         self.writer = writer
+        self._first_step = True
 
     def log_hparams(self, config: Mapping[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
@@ -73,6 +79,10 @@ class TensorBoardSink:
         self.writer.flush()
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        if self._first_step:
+            self._first_step = False
+            if step > 1:  # a resumed run: see the class docstring
+                self._purge_from(step)
         for name, value in scalars.items():
             self.writer.add_scalar(name, value, step)
         self.writer.flush()
@@ -84,3 +94,9 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self.writer.close()
+
+    def _purge_from(self, step: int) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        event = Event(step=step, session_log=SessionLog(status=SessionLog.START))
+        self.writer.file_writer.add_event(event)
