@@ -155,6 +155,16 @@ class DataConfig:
     eval: str = _f("", help="held-out QA file")
 
 
+@dataclass(frozen=True)
+class LogConfig:
+    sinks: tuple[str, ...] = _f(
+        (),
+        split=True,
+        unique=True,
+        help="metric sinks besides events.jsonl (always on): tensorboard, ...",
+    )
+
+
 SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "model": ModelConfig,
@@ -165,6 +175,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "optimizer": OptimizerConfig,
     "data": DataConfig,
+    "log": LogConfig,
 }
 
 
@@ -189,6 +200,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"
@@ -536,6 +548,12 @@ def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
         return f"must be < {meta['lt']}"
     if meta.get("nonempty") and not value:
         return "must not be empty"
+    if meta.get("unique"):
+        if any(not v.strip() for v in value):
+            return "must not contain an empty name"
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            return f"lists {', '.join(map(repr, repeated))} more than once"
     if "length" in meta and len(value) != meta["length"]:
         return f"must have exactly {meta['length']} values"
     if meta.get("unit_interval") and not all(0.0 <= v < 1.0 for v in value):

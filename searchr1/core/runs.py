@@ -18,8 +18,9 @@ from typing import Any
 from searchr1.core.config import Config, load_config
 from searchr1.core.config_resolve import check_plugin_choices
 from searchr1.core.errors import UserError
-from searchr1.core.logs import get_logger, setup_logging
+from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
+from searchr1.core.sinks import open_sinks
 from searchr1.core.types import LossFn, ModelProvider, RewardFn, SearchProvider
 
 
@@ -65,7 +66,11 @@ def open_run(
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir = _choose_run_dir(args, config, command)
     run_id = run_dir.name
+    if command == "train":
+        log_kwargs.setdefault("total_steps", config.train.max_steps)
     setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
+    if command == "train":  # metric sinks: [log] sinks (events.jsonl is always on)
+        attach_sinks(open_sinks(config, registry, run_dir))
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir), config_source=config.source
     )

@@ -45,7 +45,7 @@ from searchr1.core.health import (
     learner_temperature,
     ratio_basis,
 )
-from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import Components, RunContext, build_components, open_run
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
@@ -162,6 +162,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         components.model.close()
         stop.restore()
     log.info("train_done", steps=step, stopped_early=stop.requested)
+    close_sinks()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start_step)
     return last
@@ -375,9 +376,11 @@ def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], 
     folder = run_dir / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
+    records = [{"step": step, **trajectory_to_dict(traj, result)} for traj, result in picked]
     with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
-        for traj, result in picked:
-            fh.write(json.dumps({"step": step, **trajectory_to_dict(traj, result)}) + "\n")
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    log_trajectories(step, records)
 
 
 def _heldout_questions(cfg: Config) -> list[Question]:
@@ -403,7 +406,16 @@ def _evaluate(
     t0 = time.perf_counter()
     result = runner.run(
         evaluate_async(
-            c.model, c.search, protocol, c.reward, questions, cfg, label=f"heldout-{when}"
+            c.model,
+            c.search,
+            protocol,
+            c.reward,
+            questions,
+            cfg,
+            label=f"heldout-{when}",
+            on_progress=lambda done, total: get_logger().info(
+                "progress", task=f"held-out eval {when}", done=done, total=total
+            ),
         )
     )
     c.search.metrics(reset=True)  # eval searches are not a training step's
