@@ -2,8 +2,9 @@
 
 ``searchr1 train|smoke|eval|report|plugins|config check|data check``. Each sub-command
 loads the config (or the embedded offline default), loads the plugins, sets up logging and
-hands over to the module that does the work. Errors a user can fix (config, plugins, data)
-print as plain messages with exit code 2, never as tracebacks.
+hands over to the module that does the work. Every :class:`~searchr1.core.errors.SearchR1Error`
+prints as a plain message, never as a traceback, and the command exits with its class's
+``exit_code`` (2 for what the user must fix: config, plugins, data).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from searchr1.core.config import ConfigError, load_config
+from searchr1.core.config import load_config
 
 # UserError also stays importable from here, where plugins written before
 # searchr1.core.errors existed import it.
-from searchr1.core.errors import UserError
-from searchr1.core.plugins import KINDS, PluginError, load_registry
+from searchr1.core.errors import SearchR1Error, UserError
+from searchr1.core.plugins import KINDS, load_registry
+
+__all__ = ["UserError", "build_parser", "default_config_path", "main", "whole_number"]
 
 CONFIG_HELP = (
     "config.toml (default: $SEARCHR1_CONFIG when that file exists, else ./config.toml when it "
@@ -188,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, PluginError, UserError) as exc:
+    except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
         from searchr1.core.logs import redact_text
 
         text = redact_text(str(exc))  # a message may quote a value holding a key
@@ -196,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
             file=sys.stderr,
         )
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("searchr1: interrupted", file=sys.stderr)
         return 130

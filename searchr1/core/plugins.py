@@ -18,6 +18,7 @@ from typing import Any
 import pluggy
 
 from searchr1.core import hookspecs
+from searchr1.core.errors import PluginError
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -30,11 +31,6 @@ KINDS: dict[str, tuple[str, str]] = {
     # the one kind chosen by a list: every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
 }
-
-
-class PluginError(Exception):
-    """A plugin failed to load, registered a clashing name, or was asked for by a name that
-    no plugin registered."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import restore_rng, save_checkpoint
 from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.errors import EnvironmentDown, Interrupted
 from searchr1.core.health import (
     HealthMonitor,
     HealthSettings,
@@ -51,12 +52,6 @@ from searchr1.core.runs import Components, RunContext, build_components, open_ru
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
 
-EXIT_ENVIRONMENT_DOWN = 3
-
-
-class EnvironmentDown(RuntimeError):
-    """The search environment stayed broken past the guard's retries."""
-
 
 @dataclass(frozen=True)
 class ScoredGroup:
@@ -67,16 +62,6 @@ class ScoredGroup:
     degenerate: bool
 
 
-class Interrupted(Exception):
-    """SIGINT/SIGTERM stopped the loop after a step (checkpointed); the command exits
-    128 + the signal number (130, 143), as a shell does for a process a signal ends, so that
-    ``searchr1 train && searchr1 eval`` does not go on after Ctrl-C."""
-
-    def __init__(self, signum: int, step: int, saved: bool):
-        self.signum, self.step, self.saved = signum, step, saved
-        super().__init__(signal.Signals(signum).name)
-
-
 def main(args: argparse.Namespace) -> int:
     ctx = open_run(args, "train")
     try:
@@ -84,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
         print(f"searchr1: training stopped: {exc}")
-        return EXIT_ENVIRONMENT_DOWN
+        return exc.exit_code
     except Interrupted as stop:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
         print(
@@ -92,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
             f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
             file=sys.stderr,
         )
-        return 128 + stop.signum
+        return stop.exit_code
     return 0
 
 
