@@ -144,7 +144,8 @@ def example_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     importlib.invalidate_caches()
 
 
-def test_external_plugin_selected_from_config(example_plugin: Path) -> None:
+def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "example")
     registry = load_registry()
     assert registry.get("search_provider", "echo").plugin == "example"
     cfg = parse_config(
@@ -178,7 +179,7 @@ def test_external_plugin_selected_from_config(example_plugin: Path) -> None:
 def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -> None:
     import os
 
-    env = {**os.environ, "PYTHONPATH": str(example_plugin)}
+    env = {**os.environ, "PYTHONPATH": str(example_plugin), "SEARCHR1_LOAD_PLUGINS": "example"}
     out = subprocess.run(
         [sys.executable, "-m", "searchr1.core.cli", "plugins"],
         capture_output=True,
@@ -193,17 +194,73 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
     assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
 
 
-def test_broken_entry_point_names_the_plugin(tmp_path: Path) -> None:
-    dist = tmp_path / "broken_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[searchr1]\nbroken = searchr1_missing_module\n")
+@pytest.fixture
+def stray_plugins(tmp_path: Path):
+    """Two installed third-party plugins (dist-info folders on sys.path, as pip leaves them):
+    ``stray`` registers a reward, ``broken`` names a module that does not exist."""
+    (tmp_path / "searchr1_stray.py").write_text(
+        "from searchr1.core.hookspecs import hookimpl\n\n\n"
+        "@hookimpl\ndef register_rewards(register):\n"
+        "    register('stray_reward', lambda config: None)\n"
+    )
+    for name, module in (("stray", "searchr1_stray"), ("broken", "searchr1_missing_module")):
+        dist = tmp_path / f"{name}_plugin-0.1.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}-plugin\nVersion: 0.1\n"
+        )
+        (dist / "entry_points.txt").write_text(f"[searchr1]\n{name} = {module}\n")
     sys.path.insert(0, str(tmp_path))
     importlib.invalidate_caches()
-    try:
-        with pytest.raises(PluginError) as err:
-            load_registry()
-        assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
-    finally:
-        sys.path.remove(str(tmp_path))
-        importlib.invalidate_caches()
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("searchr1_stray", None)
+    importlib.invalidate_caches()
+
+
+def test_broken_entry_point_names_the_plugin(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "broken")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
+
+
+def test_load_plugins_unset_loads_every_installed_plugin(stray_plugins: Path, monkeypatch):
+    monkeypatch.delenv("SEARCHR1_LOAD_PLUGINS")
+    with pytest.raises(PluginError, match="plugin 'broken'"):
+        load_registry()  # the broken one is loaded too, and says so
+
+
+def test_load_plugins_empty_loads_built_ins_only(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "")
+    registry = load_registry()
+    assert "stray_reward" not in registry.names("reward")
+    assert "format_answer" in registry.names("reward")  # built-ins always load
+    assert {"losses", "local_model", "rewards"} <= set(registry.plugins)
+    assert {"broken", "stray"} <= set(registry.skipped)
+
+
+def test_load_plugins_list_selects_third_party_plugins(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", " stray , ")
+    registry = load_registry()
+    assert registry.get("reward", "stray_reward").plugin == "stray"
+    assert "broken" in registry.skipped and "stray" not in registry.skipped
+    assert "importance_sampling" in registry.names("loss_fn")
+
+
+def test_load_plugins_with_an_unknown_name_is_an_error(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "stray,strey")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    msg = str(err.value)
+    assert "$SEARCHR1_LOAD_PLUGINS names strey," in msg
+    assert re.search(r"installed third-party plugins: .*broken, .*stray", msg)
+
+
+def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, capsys) -> None:
+    from searchr1.core.cli import main
+
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
+    assert "stray_reward" not in out

@@ -19,7 +19,7 @@ from searchr1.core.config import load_config
 # UserError also stays importable from here, where plugins written before
 # searchr1.core.errors existed import it.
 from searchr1.core.errors import SearchR1Error, UserError
-from searchr1.core.plugins import KINDS, load_registry
+from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, load_registry
 
 __all__ = ["UserError", "build_parser", "default_config_path", "main", "whole_number"]
 
@@ -64,6 +64,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             reg = registry.entries[kind][name]
             print(f"  {name:<22} from plugin {reg.plugin}")
     print(f"plugins loaded: {', '.join(registry.plugins)}")
+    if registry.skipped:
+        print(f"installed but not in ${LOAD_PLUGINS_VAR}: {', '.join(registry.skipped)}")
     return 0
 
 
