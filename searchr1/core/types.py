@@ -75,7 +75,7 @@ class SampledSequence:
 
 @dataclass(frozen=True)
 class Datum:
-    """One training example in Tinker's layout (``../shared/reference/protocols.md`` §5).
+    """One training example in Tinker's layout (``docs/protocols.md`` §5).
 
     All four sequences have length N. ``input_tokens[i]`` predicts ``target_tokens[i]`` (the
     full sequence shifted by one). ``sampler_logprobs`` and ``advantages`` are 0 on prompt and
