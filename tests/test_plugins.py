@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -55,6 +56,46 @@ def test_duplicate_names_across_plugins_are_an_error() -> None:
         load_registry(extra_plugins=[Clash()])
 
 
+def test_assets_come_from_plugins_and_clash_by_name() -> None:
+    from searchr1.core.types import Asset
+
+    registry = load_registry()
+    assert registry.asset_plugins["tiny-random"] == "local_model"
+    assert registry.asset_plugins["world"] == registry.asset_plugins["tiny"] == "offline_world"
+
+    class Clash:
+        @hookimpl
+        def register_assets(self, register):
+            register("world", Asset("9", lambda folder: None))
+
+    with pytest.raises(PluginError, match="'builtin:world' is registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+    class NotAnAsset:
+        @hookimpl
+        def register_assets(self, register):
+            register("quiz", lambda folder: None)
+
+    with pytest.raises(PluginError, match=r"register an searchr1.core.types.Asset"):
+        load_registry(extra_plugins=[NotAnAsset()])
+
+
+def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.builtins import ceiling_agent
+    from searchr1.core.tokenizers import load_tokenizer
+
+    from searchr1.core.config import load_config
+
+    config = load_config(None)  # the embedded offline demo
+    assert config.data.eval.startswith("builtin:world/")
+    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    protocol = make_protocol(config, tokenizer)
+    assert ceiling_agent(config, tokenizer, protocol) is not None
+    other = config.replace(data={"eval": "questions.jsonl"})
+    assert ceiling_agent(other, tokenizer, protocol) is None
+
+
 def test_hook_implementation_with_unknown_hook_is_rejected() -> None:
     class Bad:
         @hookimpl
@@ -77,7 +118,7 @@ def test_plugin_raising_in_hook_is_named() -> None:
 
 def test_every_hook_is_documented_with_signature_and_example() -> None:
     doc = (ROOT / "docs" / "plugins.md").read_text()
-    assert set(HOOKS) == {hook for hook, _ in KINDS.values()}
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {"register_assets"}
     for hook in HOOKS:
         section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
         assert section, f"docs/plugins.md has no '## {hook}' section"
@@ -86,7 +127,7 @@ def test_every_hook_is_documented_with_signature_and_example() -> None:
         assert f"def {hook}(register)" in body and "@hookimpl" in body, f"{hook}: example missing"
 
 
-def test_every_documented_example_runs(tmp_path: Path) -> None:
+def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
     """Each python example in docs/plugins.md is a working plugin."""
     doc = (ROOT / "docs" / "plugins.md").read_text()
     for hook in HOOKS:
@@ -95,11 +136,28 @@ def test_every_documented_example_runs(tmp_path: Path) -> None:
         module = SimpleNamespace()
         exec(compile(code, f"docs/plugins.md#{hook}", "exec"), module.__dict__)
         registry = load_registry(extra_plugins=[module])
+        if hook == "register_assets":  # build it and read its questions, as [data] eval does
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _read_documented_asset(registry)
+            continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
         assert mine
         if kind == "metric_sink":  # cheap to run for real: feed it the way training does
             _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+
+
+def _read_documented_asset(registry) -> None:
+    from searchr1.core.builtins import resolve
+    from searchr1.core.data import load_questions
+
+    mine = [n for n, p in registry.asset_plugins.items() if p == "SimpleNamespace"]
+    assert mine == ["quiz"]
+    path = resolve("builtin:quiz/quiz.jsonl", registry.assets)
+    assert Path(path).is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    questions = load_questions(path, field_name="data.eval").questions
+    assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
+    assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
 
 
 def _drive_sink(sink: object) -> None:
@@ -192,6 +250,7 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
         assert f"{kind} (chosen by" in out.stdout
     assert re.search(r"echo\s+from plugin example", out.stdout)
     assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
+    assert re.search(r"world\s+from plugin offline_world", out.stdout)
 
 
 @pytest.fixture

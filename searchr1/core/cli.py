@@ -63,6 +63,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for name in registry.names(kind):
             reg = registry.entries[kind][name]
             print(f"  {name:<22} from plugin {reg.plugin}")
+    print("assets (config paths builtin:NAME/...):")
+    for name in sorted(registry.assets):
+        print(f"  {name:<22} from plugin {registry.asset_plugins[name]}")
     print(f"plugins loaded: {', '.join(registry.plugins)}")
     if registry.skipped:
         print(f"installed but not in ${LOAD_PLUGINS_VAR}: {', '.join(registry.skipped)}")

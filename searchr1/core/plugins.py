@@ -20,6 +20,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
+from searchr1.core.types import Asset
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -56,6 +57,26 @@ class Registry:
     plugins: list[str] = field(default_factory=list)
     #: installed third-party plugins that ``$SEARCHR1_LOAD_PLUGINS`` left unloaded
     skipped: list[str] = field(default_factory=list)
+    #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
+    assets: dict[str, Asset] = field(default_factory=dict)
+    asset_plugins: dict[str, str] = field(default_factory=dict)
+
+    def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise PluginError(f"plugin {plugin!r} registered an asset named {name!r}")
+        if not isinstance(asset, Asset):
+            raise PluginError(
+                f"plugin {plugin!r} registered asset {name!r} as {type(asset).__name__}; "
+                "register an searchr1.core.types.Asset(version, build)"
+            )
+        existing = self.asset_plugins.get(name)
+        if existing is not None and existing != plugin:
+            raise PluginError(
+                f"asset 'builtin:{name}' is registered twice: by plugin {existing!r} and by "
+                f"{plugin!r}; uninstall one of them"
+            )
+        self.assets[name] = asset
+        self.asset_plugins[name] = plugin
 
     def add(self, kind: str, name: str, factory: Callable[..., Any], plugin: str) -> None:
         if not isinstance(name, str) or not name:
@@ -171,8 +192,7 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
 
     registry = Registry(plugins=sorted(n for n, _ in pm.list_name_plugin()), skipped=skipped)
     for kind, (hook_name, _) in KINDS.items():
-        hook = getattr(pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
 
             def register(
                 name: str,
@@ -182,13 +202,24 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
             ) -> None:
                 registry.add(_k, name, factory, _p)
 
-            try:
-                impl.function(register)
-            except PluginError:
-                raise
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {impl.plugin_name!r} failed in {hook_name}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+            _call_hook(impl, hook_name, register)
+    for impl in pm.hook.register_assets.get_hookimpls():
+
+        def register_asset(name: str, asset: Asset, _p: str = impl.plugin_name) -> None:
+            registry.add_asset(name, asset, _p)
+
+        _call_hook(impl, "register_assets", register_asset)
     return registry
+
+
+def _call_hook(impl: pluggy.HookImpl, hook_name: str, register: Callable[..., None]) -> None:
+    """Call one plugin's hook with ``register``; any failure but a PluginError is reported
+    as a PluginError naming the plugin and the hook."""
+    try:
+        impl.function(register)
+    except PluginError:
+        raise
+    except Exception as exc:
+        raise PluginError(
+            f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}"
+        ) from exc

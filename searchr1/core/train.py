@@ -36,6 +36,7 @@ from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
+from searchr1.core.builtins import ceiling_agent
 from searchr1.core.checkpoint import restore_rng, save_checkpoint
 from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
@@ -85,7 +86,6 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
-    from searchr1.world.ideal_agent import ideal_agent_for
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
@@ -119,8 +119,9 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
             try:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
-                    # The offline world's ceiling: a scripted ideal agent, same eval.
-                    ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
+                    # The eval set's ceiling (the offline world's scripted ideal agent), when
+                    # the asset it comes from offers one: same eval.
+                    ideal = ceiling_agent(cfg, components.model.tokenizer, protocol)
                     if ideal is not None:
                         c = dataclasses.replace(components, model=ideal)
                         try:
