@@ -76,7 +76,7 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
         def register_assets(self, register):
             register("quiz", lambda folder: None)
 
-    with pytest.raises(PluginError, match=r"register an searchr1.core.types.Asset"):
+    with pytest.raises(PluginError, match=r"register a searchr1.core.types.Asset"):
         load_registry(extra_plugins=[NotAnAsset()])
 
 

@@ -67,7 +67,7 @@ class Registry:
         if not isinstance(asset, Asset):
             raise PluginError(
                 f"plugin {plugin!r} registered asset {name!r} as {type(asset).__name__}; "
-                "register an searchr1.core.types.Asset(version, build)"
+                "register a searchr1.core.types.Asset(version, build)"
             )
         existing = self.asset_plugins.get(name)
         if existing is not None and existing != plugin:
