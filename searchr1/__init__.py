@@ -1,6 +1,6 @@
 """searchr1: train LLM search agents with reinforcement learning (Search-R1).
 
-The command line is ``searchr1`` (:mod:`searchr1.core.cli`); the Python API that runs the
+The command line is ``searchr1`` (:mod:`searchr1.cli`); the Python API that runs the
 seed's smoke script (``run_rollout_group``, ``ZhihuSearchClient``) is :mod:`searchr1.api`.
 """
 

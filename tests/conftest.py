@@ -1,4 +1,4 @@
-"""Shared fixtures: the fake ``scripted`` model provider plugin.
+"""Shared fixtures: the fake ``scripted`` model provider plugin, and built-in plugins only.
 
 ``scripted_plugin`` makes every registry the CLI loads (``searchr1.core.runs.open_run``)
 include :class:`tests.fakes.ScriptedPlugin`, registered through the same hook a third-party
@@ -7,12 +7,18 @@ model provider implements, so ``[model] provider = "scripted"`` works in ``searc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Built-in plugins only, in this process and every command a test starts: a plugin that
+# happens to be installed in the developer's environment must not change what tests see
+# (a test of a third-party plugin installs it and names it in this variable).
+os.environ["SEARCHR1_LOAD_PLUGINS"] = ""
 
 from fakes import ScriptedPlugin  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Loopback fake search services with fault injection, for tests and benchmarks.
 
 One real HTTP server (stdlib ``ThreadingHTTPServer`` on 127.0.0.1, a thread per connection)
-speaks both protocols of ``../shared/reference/protocols.md``:
+speaks both protocols of ``docs/protocols.md``:
 
 * Zhihu (section 1): ``GET /api/v1/content/global_search?Query=...&Count=...`` with
   ``Authorization: Bearer <key>``;

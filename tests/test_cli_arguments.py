@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.cli import main
+from searchr1.cli.main import main
 from searchr1.core.data import load_questions
 
 

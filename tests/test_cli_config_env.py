@@ -3,7 +3,7 @@
 The container image sets ``SEARCHR1_CONFIG=/workspace/config.toml`` and compose mounts the
 user's project folder there, so ``docker compose run smoke`` uses the user's config.toml when
 it exists and the embedded offline demo when it does not (a fresh clone, no keys). These tests
-run the CLI in-process (``searchr1.core.cli.main``) the way the container's entry point does.
+run the CLI in-process (``searchr1.cli.main.main``) the way the container's entry point does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.cli import main
+from searchr1.cli.main import main
 
 
 @pytest.fixture

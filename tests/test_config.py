@@ -119,7 +119,7 @@ def test_redacted_dict_hides_every_secret() -> None:
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "searchr1.core.cli", *args],
+        [sys.executable, "-m", "searchr1.cli", *args],
         capture_output=True,
         text=True,
         env=env,

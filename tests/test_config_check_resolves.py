@@ -1,6 +1,6 @@
 """``searchr1 config check`` rejects what ``train`` would reject, naming the field and the fix.
 
-Each case runs the real CLI in-process (``searchr1.core.cli.main``) against the installed
+Each case runs the real CLI in-process (``searchr1.cli.main.main``) against the installed
 plugins (the built-ins register through the same entry points as third-party ones) and
 checks the exit code (2 = a config error) and that the message names the field, the file
 and what to write instead.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.cli import main
+from searchr1.cli.main import main
 from searchr1.core.config import ConfigError, parse_config
 
 GOOD = """

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.cli import main as cli_main
+from searchr1.cli.main import main as cli_main
 from searchr1.core.data import (
     DataError,
     QuestionStream,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from searchr1.cli.main import main as cli_main
 from searchr1.core.agent_protocols import make_protocol
-from searchr1.core.cli import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
 from searchr1.core.eval import evaluate, format_comparison, format_table, trust_warning

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from arch_models import build_family
 
-from searchr1.core.cli import main as cli
+from searchr1.cli.main import main as cli
 
 CONFIG = """
 [run]

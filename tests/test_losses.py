@@ -1,6 +1,6 @@
 """The built-in policy losses against values computed by hand on a few tokens.
 
-Formulas (protocols.md §5): r = exp(lp - lp_sampler);
+Formulas (docs/protocols.md §5): r = exp(lp - lp_sampler);
 importance_sampling = -sum(r * A); ppo = -sum(min(r * A, clip(r, 1-eps_lo, 1+eps_hi) * A));
 cispo = -sum(sg(clip(r, ...)) * lp * A).
 """

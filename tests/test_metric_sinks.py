@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core import cli
+from searchr1.cli import main as cli
 from searchr1.core.config import ConfigError, parse_config
 from searchr1.core.errors import UserError
 from searchr1.core.hookspecs import hookimpl

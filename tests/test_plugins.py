@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -55,6 +56,45 @@ def test_duplicate_names_across_plugins_are_an_error() -> None:
         load_registry(extra_plugins=[Clash()])
 
 
+def test_assets_come_from_plugins_and_clash_by_name() -> None:
+    from searchr1.core.types import Asset
+
+    registry = load_registry()
+    assert registry.asset_plugins["tiny-random"] == "local_model"
+    assert registry.asset_plugins["world"] == registry.asset_plugins["tiny"] == "offline_world"
+
+    class Clash:
+        @hookimpl
+        def register_assets(self, register):
+            register("world", Asset("9", lambda folder: None))
+
+    with pytest.raises(PluginError, match="'builtin:world' is registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+    class NotAnAsset:
+        @hookimpl
+        def register_assets(self, register):
+            register("quiz", lambda folder: None)
+
+    with pytest.raises(PluginError, match=r"register a searchr1.core.types.Asset"):
+        load_registry(extra_plugins=[NotAnAsset()])
+
+
+def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.builtins import ceiling_agent
+    from searchr1.core.config import load_config
+    from searchr1.core.tokenizers import load_tokenizer
+
+    config = load_config(None)  # the embedded offline demo
+    assert config.data.eval.startswith("builtin:world/")
+    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    protocol = make_protocol(config, tokenizer)
+    assert ceiling_agent(config, tokenizer, protocol) is not None
+    other = config.replace(data={"eval": "questions.jsonl"})
+    assert ceiling_agent(other, tokenizer, protocol) is None
+
+
 def test_hook_implementation_with_unknown_hook_is_rejected() -> None:
     class Bad:
         @hookimpl
@@ -77,7 +117,7 @@ def test_plugin_raising_in_hook_is_named() -> None:
 
 def test_every_hook_is_documented_with_signature_and_example() -> None:
     doc = (ROOT / "docs" / "plugins.md").read_text()
-    assert set(HOOKS) == {hook for hook, _ in KINDS.values()}
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {"register_assets"}
     for hook in HOOKS:
         section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
         assert section, f"docs/plugins.md has no '## {hook}' section"
@@ -86,7 +126,7 @@ def test_every_hook_is_documented_with_signature_and_example() -> None:
         assert f"def {hook}(register)" in body and "@hookimpl" in body, f"{hook}: example missing"
 
 
-def test_every_documented_example_runs(tmp_path: Path) -> None:
+def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
     """Each python example in docs/plugins.md is a working plugin."""
     doc = (ROOT / "docs" / "plugins.md").read_text()
     for hook in HOOKS:
@@ -95,11 +135,28 @@ def test_every_documented_example_runs(tmp_path: Path) -> None:
         module = SimpleNamespace()
         exec(compile(code, f"docs/plugins.md#{hook}", "exec"), module.__dict__)
         registry = load_registry(extra_plugins=[module])
+        if hook == "register_assets":  # build it and read its questions, as [data] eval does
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _read_documented_asset(registry)
+            continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
         assert mine
         if kind == "metric_sink":  # cheap to run for real: feed it the way training does
             _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+
+
+def _read_documented_asset(registry) -> None:
+    from searchr1.core.builtins import resolve
+    from searchr1.core.data import load_questions
+
+    mine = [n for n, p in registry.asset_plugins.items() if p == "SimpleNamespace"]
+    assert mine == ["quiz"]
+    path = resolve("builtin:quiz/quiz.jsonl", registry.assets)
+    assert Path(path).is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    questions = load_questions(path, field_name="data.eval").questions
+    assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
+    assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
 
 
 def _drive_sink(sink: object) -> None:
@@ -144,7 +201,8 @@ def example_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     importlib.invalidate_caches()
 
 
-def test_external_plugin_selected_from_config(example_plugin: Path) -> None:
+def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "example")
     registry = load_registry()
     assert registry.get("search_provider", "echo").plugin == "example"
     cfg = parse_config(
@@ -178,9 +236,9 @@ def test_external_plugin_selected_from_config(example_plugin: Path) -> None:
 def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -> None:
     import os
 
-    env = {**os.environ, "PYTHONPATH": str(example_plugin)}
+    env = {**os.environ, "PYTHONPATH": str(example_plugin), "SEARCHR1_LOAD_PLUGINS": "example"}
     out = subprocess.run(
-        [sys.executable, "-m", "searchr1.core.cli", "plugins"],
+        [sys.executable, "-m", "searchr1.cli", "plugins"],
         capture_output=True,
         text=True,
         env=env,
@@ -191,19 +249,76 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
         assert f"{kind} (chosen by" in out.stdout
     assert re.search(r"echo\s+from plugin example", out.stdout)
     assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
+    assert re.search(r"world\s+from plugin offline_world", out.stdout)
 
 
-def test_broken_entry_point_names_the_plugin(tmp_path: Path) -> None:
-    dist = tmp_path / "broken_plugin-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[searchr1]\nbroken = searchr1_missing_module\n")
+@pytest.fixture
+def stray_plugins(tmp_path: Path):
+    """Two installed third-party plugins (dist-info folders on sys.path, as pip leaves them):
+    ``stray`` registers a reward, ``broken`` names a module that does not exist."""
+    (tmp_path / "searchr1_stray.py").write_text(
+        "from searchr1.core.hookspecs import hookimpl\n\n\n"
+        "@hookimpl\ndef register_rewards(register):\n"
+        "    register('stray_reward', lambda config: None)\n"
+    )
+    for name, module in (("stray", "searchr1_stray"), ("broken", "searchr1_missing_module")):
+        dist = tmp_path / f"{name}_plugin-0.1.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}-plugin\nVersion: 0.1\n"
+        )
+        (dist / "entry_points.txt").write_text(f"[searchr1]\n{name} = {module}\n")
     sys.path.insert(0, str(tmp_path))
     importlib.invalidate_caches()
-    try:
-        with pytest.raises(PluginError) as err:
-            load_registry()
-        assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
-    finally:
-        sys.path.remove(str(tmp_path))
-        importlib.invalidate_caches()
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("searchr1_stray", None)
+    importlib.invalidate_caches()
+
+
+def test_broken_entry_point_names_the_plugin(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "broken")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
+
+
+def test_load_plugins_unset_loads_every_installed_plugin(stray_plugins: Path, monkeypatch):
+    monkeypatch.delenv("SEARCHR1_LOAD_PLUGINS")
+    with pytest.raises(PluginError, match="plugin 'broken'"):
+        load_registry()  # the broken one is loaded too, and says so
+
+
+def test_load_plugins_empty_loads_built_ins_only(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "")
+    registry = load_registry()
+    assert "stray_reward" not in registry.names("reward")
+    assert "format_answer" in registry.names("reward")  # built-ins always load
+    assert {"losses", "local_model", "rewards"} <= set(registry.plugins)
+    assert {"broken", "stray"} <= set(registry.skipped)
+
+
+def test_load_plugins_list_selects_third_party_plugins(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", " stray , ")
+    registry = load_registry()
+    assert registry.get("reward", "stray_reward").plugin == "stray"
+    assert "broken" in registry.skipped and "stray" not in registry.skipped
+    assert "importance_sampling" in registry.names("loss_fn")
+
+
+def test_load_plugins_with_an_unknown_name_is_an_error(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "stray,strey")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    msg = str(err.value)
+    assert "$SEARCHR1_LOAD_PLUGINS names strey," in msg
+    assert re.search(r"installed third-party plugins: .*broken, .*stray", msg)
+
+
+def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, capsys) -> None:
+    from searchr1.cli.main import main
+
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
+    assert "stray_reward" not in out

@@ -1,7 +1,7 @@
 """Whatever the config or the command line, the CLI answers with an exit code (0, 1, 2 or 3)
 and a message, never a traceback.
 
-Property tests (hypothesis) run the real CLI in-process (``searchr1.core.cli.main``), which
+Property tests (hypothesis) run the real CLI in-process (``searchr1.cli.main.main``), which
 is what the ``searchr1`` console script calls, so an exception escaping ``main`` is exactly
 a traceback a user would see. To stay fast no example loads a model: generated configs go
 through ``config check`` (everything ``train`` checks before its model load), and generated
@@ -26,7 +26,7 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.cli import main
+from searchr1.cli.main import main
 from searchr1.core.config import SECTIONS
 
 ALLOWED = {0, 1, 2, 3}
@@ -228,7 +228,7 @@ def test_in_a_real_process_errors_are_one_message() -> None:
         ]
         for argv, code, words in cases:
             proc = subprocess.run(
-                [sys.executable, "-m", "searchr1.core.cli", *argv],
+                [sys.executable, "-m", "searchr1.cli", *argv],
                 cwd=root,
                 capture_output=True,
                 text=True,

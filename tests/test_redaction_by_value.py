@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.cli import main
+from searchr1.cli.main import main
 from searchr1.core.config import ConfigError, load_config, parse_config
 
 KEY = "sk-live-4f9a8b7c6d5e"

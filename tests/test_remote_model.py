@@ -470,8 +470,8 @@ class ChecksumRewardPlugin:
 
 @pytest.mark.slow
 def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeypatch, capsys):
+    from searchr1.cli.main import main as cli
     from searchr1.core import plugins, runs
-    from searchr1.core.cli import main as cli
 
     real = plugins.load_registry
     plugin = ChecksumRewardPlugin()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.cli import main as cli_main
+from searchr1.cli.main import main as cli_main
 from searchr1.report import build_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from searchr1.cli.main import main
 from searchr1.core.checkpoint import save_checkpoint
-from searchr1.core.cli import main
 from searchr1.core.config import load_config
 from searchr1.core.data import QuestionStream, load_questions
 
@@ -191,7 +191,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
     """End to end on the tiny model: two checkpoints, the newer one's trainer.json broken;
     ``--resume`` says so, continues from step 1 and finishes with exit 0."""
     (project / "config.toml").write_text(CONFIG.replace("DATA", "builtin:world/train.jsonl"))
-    run = [sys.executable, "-m", "searchr1.core.cli", "train", "--config", "config.toml"]
+    run = [sys.executable, "-m", "searchr1.cli", "train", "--config", "config.toml"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.run(
         [*run, "--run-dir", "runs/r"], cwd=project, env=env, capture_output=True, text=True

@@ -29,7 +29,7 @@ from fake_pytrio_service import API_KEY, FakePyTrio
 from fakes import ScriptedModel, tiny_tokenizer
 from search_fakes import Behaviour, start_fake_zhihu
 
-from searchr1.core.cli import main as cli
+from searchr1.cli.main import main as cli
 from searchr1.core.config import load_config
 
 FIXTURE = Path(__file__).parent / "fixtures" / "seed_config.toml"
@@ -214,7 +214,7 @@ def test_a_literal_secret_is_warned_about(project: Path, capsys) -> None:
 def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, capsys) -> None:
     """The seed's smoke: its question, 4 trajectories, at most 4 searches; one key out of
     quota while the two others serve is a warning naming the key's index."""
-    from searchr1.core.smoke import main as smoke
+    from searchr1.cli.smoke import main as smoke
 
     config = load_config(project / "config.toml")  # verbatim, .env loaded
     assert (config.model.provider, config.rollout.protocol) == ("taotoken", "tool_calls")
@@ -240,7 +240,7 @@ def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, caps
 
 
 def test_smoke_fails_when_every_key_is_limited(project: Path, capsys) -> None:
-    from searchr1.core.smoke import main as smoke
+    from searchr1.cli.smoke import main as smoke
 
     config = load_config(project / "config.toml")
     with (

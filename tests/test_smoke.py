@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from search_fakes import Behaviour, start_fake_zhihu
 
+from searchr1.cli.main import main as cli
 from searchr1.core.answers import exact_match, extract_answers
-from searchr1.core.cli import main as cli
 
 CORPUS = [
     {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupéry."},

@@ -286,7 +286,7 @@ def test_smoke_refuses_a_template_whose_call_format_is_unknown(
     """Exit 2 before any rollout, saying what the template writes and which formats exist."""
     from test_smoke import local_search, write_config
 
-    from searchr1.core.cli import main as cli
+    from searchr1.cli.main import main as cli
 
     model = (
         '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'

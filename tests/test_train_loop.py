@@ -81,7 +81,7 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
 
 def _train(*args: str, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "searchr1.core.cli", "train", *args],
+        [sys.executable, "-m", "searchr1.cli", "train", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

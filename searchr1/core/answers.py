@@ -1,6 +1,6 @@
-"""Answer extraction, normalisation, exact match and F1 (``protocols.md`` section 4).
+"""Answer extraction, normalisation, exact match and F1 (``docs/protocols.md`` §4).
 
-Called by the reward plugins (:mod:`searchr1.plugins.rewards`) once per finished trajectory,
+Called by the reward plugins (the built-in ``rewards`` ones) once per finished trajectory,
 by eval for its metrics, and by the agent protocols to find final answers in generated text.
 Pure functions over strings: no tokenizer, no torch.
 """

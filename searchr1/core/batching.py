@@ -1,4 +1,4 @@
-"""Micro-batching under the seed's three limits (``../shared/reference/protocols.md`` §6).
+"""Micro-batching under the seed's three limits (``docs/protocols.md`` §6).
 
 Called by the train loop once per step, after advantages are computed over complete groups:
 

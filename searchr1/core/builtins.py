@@ -1,29 +1,40 @@
-"""``builtin:NAME[/FILE]`` assets: the tiny model, the offline world and its files.
+"""``builtin:NAME[/FILE]`` assets: the tiny models, the offline world and its files.
 
 Config values such as ``base_model = "builtin:tiny"`` or ``train = "builtin:world/train.jsonl"``
 are resolved here, by whoever opens them (the local model provider, the local search
-provider, the data loader). An asset is built once, deterministically, into the cache folder
-(``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``) and reused; a build writes to a temporary
-folder and renames it into place, so a crash mid-build never leaves a half-built asset.
+provider, the data loader). Which names exist is up to the plugins: each registers its assets
+through the ``register_assets`` hook (:class:`searchr1.core.types.Asset`: a version and a
+builder), so the core never names a plugin. An asset is built once, deterministically, into
+the cache folder (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``) and reused; a build
+writes to a temporary folder and renames it into place, so a crash mid-build never leaves a
+half-built asset.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from searchr1.core.plugins import load_registry
+from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
 
-#: asset name -> (version, "module:function" that builds it into an empty folder)
-#: Bump the version whenever the builder's output changes, so stale caches are rebuilt.
-ASSETS: dict[str, tuple[str, str]] = {}
+#: The assets the installed plugins register, collected on first use (see :func:`known_assets`).
+_known: dict[str, Asset] | None = None
 
 
-def register_asset(name: str, version: str, builder: str) -> None:
-    ASSETS[name] = (version, builder)
+def known_assets() -> Mapping[str, Asset]:
+    """Every asset the loaded plugins register, by name; collected once per process through
+    :func:`searchr1.core.plugins.load_registry`, on the first ``builtin:`` path resolved."""
+    global _known
+    if _known is None:
+        _known = dict(load_registry().assets)
+    return _known
 
 
 def cache_dir() -> Path:
@@ -34,32 +45,49 @@ def is_builtin(spec: str) -> bool:
     return spec.startswith(PREFIX)
 
 
-def resolve(spec: str) -> str:
-    """A real path for ``spec``: unchanged unless it starts with ``builtin:``."""
+def asset_name(spec: str) -> str:
+    """``"world"`` for ``"builtin:world/train.jsonl"``."""
+    return spec[len(PREFIX) :].partition("/")[0]
+
+
+def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
+    """A real path for ``spec``: unchanged unless it starts with ``builtin:``. ``assets``
+    (default: :func:`known_assets`) says which names exist."""
     if not is_builtin(spec):
         return spec
     name, _, rest = spec[len(PREFIX) :].partition("/")
-    _load_known_assets()
-    if name not in ASSETS:
-        known = ", ".join(sorted(ASSETS)) or "(none)"
+    assets = known_assets() if assets is None else assets
+    if name not in assets:
+        known = ", ".join(sorted(assets)) or "(none)"
         raise FileNotFoundError(f"unknown built-in asset {spec!r}; known: {known}")
-    version, builder = ASSETS[name]
-    folder = cache_dir() / f"{name}-{version}"
+    asset = assets[name]
+    folder = cache_dir() / f"{name}-{asset.version}"
     if not (folder / ".complete").exists():
-        _build(folder, builder)
+        _build(folder, asset)
     path = folder / rest if rest else folder
     if not path.exists():
         raise FileNotFoundError(f"{spec!r}: built-in asset {name!r} has no file {rest!r}")
     return str(path)
 
 
-def _build(folder: Path, builder: str) -> None:
-    module_name, _, func_name = builder.partition(":")
-    build = getattr(importlib.import_module(module_name), func_name)
+def ceiling_agent(config: Any, tokenizer: Any, protocol: Any) -> Any | None:
+    """The scripted stand-in model that plays ``data.eval``'s questions perfectly, when that
+    file is a ``builtin:`` asset whose plugin offers one (:attr:`Asset.ceiling`), else None.
+    Called by ``searchr1 train`` once, before the first step."""
+    spec = str(config.data.eval or "")
+    if not is_builtin(spec):
+        return None
+    asset = known_assets().get(asset_name(spec))
+    if asset is None or asset.ceiling is None:
+        return None
+    return asset.ceiling(config, tokenizer, protocol)
+
+
+def _build(folder: Path, asset: Asset) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        build(tmp)
+        asset.build(tmp)
         (tmp / ".complete").write_text("ok\n")
         try:
             tmp.rename(folder)
@@ -69,13 +97,3 @@ def _build(folder: Path, builder: str) -> None:
                 tmp.rename(folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _load_known_assets() -> None:
-    """Import the modules that register built-in assets (kept lazy: torch is heavy)."""
-    for module in ("searchr1.plugins.local_model.tiny_model", "searchr1.world.assets"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise

@@ -31,6 +31,7 @@ import tomli
 
 from searchr1.core.config_advice import infer_choices, literal_secret_warnings
 from searchr1.core.config_values import mask_secrets, secret_variable_values, url_problems
+from searchr1.core.errors import ConfigError
 
 DEFAULT_CONFIG_NAME = "offline.toml"
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -177,14 +178,6 @@ SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "log": LogConfig,
 }
-
-
-class ConfigError(Exception):
-    """Every problem found in one config file, one per line."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 @dataclass(frozen=True)

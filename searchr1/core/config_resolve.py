@@ -60,7 +60,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
             problems.append(
                 f"{where(field_name)}: {field_name} = {name!r}: no {kind.replace('_', ' ')} of "
                 f"that name is installed; {mean}installed: {', '.join(names) or '(none)'} "
-                f"(`searchr1 plugins` lists them)"
+                f"(the `plugins` command lists them)"
             )
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")

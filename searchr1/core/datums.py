@@ -3,7 +3,7 @@
 Called by the train loop for every trajectory of a non-degenerate group. Position ``i`` of
 the datum predicts ``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum
 carries its sampler log-prob and the trajectory's advantage; on prompt and observation
-positions both are 0, so search results never enter the loss (the seed's error 5).
+positions both are 0, so search results never enter the loss (``docs/protocols.md`` §5).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ by default, in file order, scored per ``data_source``.
 
 Who calls what:
 
-- ``searchr1 eval`` (:mod:`searchr1.core.eval_cli`) builds the run's plugins once, then calls
+- ``searchr1 eval`` (:mod:`searchr1.cli.eval`) builds the run's plugins once, then calls
   :func:`evaluate` for the base model and once more after each ``model.load_state(dir)``;
 - the train loop calls :func:`evaluate` (or :func:`evaluate_async` from inside its event
   loop) on the held-out set before the first step and after the last when

@@ -1,10 +1,11 @@
-"""The five plugin hooks of searchr1, one per plugin kind.
+"""The plugin hooks of searchr1: one per plugin kind, and one for ``builtin:`` assets.
 
 Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at start-up, with a
 ``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
 The core later picks **one** factory by the name given in config (``[model] provider``,
-``[search] provider``, ``[reward] name``, ``[train] loss_fn``) and calls it with the run's
-:class:`~searchr1.core.config.Config`. Call order between plugins never matters.
+``[search] provider``, ``[reward] name``, ``[train] loss_fn``, each of ``[log] sinks``) and
+calls it with the run's :class:`~searchr1.core.config.Config`; an asset is picked by the
+``builtin:NAME/...`` path a config value names. Call order between plugins never matters.
 
 Documented with examples in ``docs/plugins.md``.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import pluggy
 
 from searchr1.core.types import (
+    Asset,
     LossFactory,
     MetricSinkFactory,
     ModelFactory,
@@ -74,4 +76,16 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
     ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
     name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
     model loads; its settings live in ``config.plugin_table("log", name)``.
+    """
+
+
+@hookspec
+def register_assets(register: Callable[[str, Asset], None]) -> None:
+    """Register ``builtin:`` assets: ``register("world", Asset(version, build))``.
+
+    A config value ``builtin:NAME/FILE`` (a model folder, a corpus, a data file) resolves to
+    ``FILE`` inside the folder that ``build(folder)`` of the asset registered as ``NAME``
+    wrote; :func:`searchr1.core.builtins.resolve` builds it once per ``version`` into the
+    cache (``$SEARCHR1_CACHE``) on first use. The hook itself must stay cheap: import heavy
+    modules inside ``build``.
     """

@@ -1,15 +1,16 @@
 """Plugin loading and lookup by name.
 
 The CLI calls :func:`load_registry` once at start-up. It loads every entry point of the
-``searchr1`` group (the built-ins are registered there exactly like third-party packages),
-checks that every hook implementation matches a spec, and collects what each plugin
-registers. The core then asks the registry for one factory by the name given in config.
+``searchr1`` group (the built-ins are registered there exactly like third-party packages;
+``$SEARCHR1_LOAD_PLUGINS`` narrows which third-party ones load), checks that every hook
+implementation matches a spec, and collects what each plugin registers. The core then asks the registry for one factory by the name given in config.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -18,8 +19,14 @@ from typing import Any
 import pluggy
 
 from searchr1.core import hookspecs
+from searchr1.core.errors import PluginError
+from searchr1.core.types import Asset
 
 ENTRY_POINT_GROUP = "searchr1"
+
+#: Comma list of the third-party plugins (entry-point names) to load; unset loads every
+#: installed one, empty loads none. Built-in plugins always load.
+LOAD_PLUGINS_VAR = "SEARCHR1_LOAD_PLUGINS"
 
 #: plugin kind -> (hook name, config field that chooses it)
 KINDS: dict[str, tuple[str, str]] = {
@@ -30,11 +37,6 @@ KINDS: dict[str, tuple[str, str]] = {
     # the one kind chosen by a list: every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
 }
-
-
-class PluginError(Exception):
-    """A plugin failed to load, registered a clashing name, or was asked for by a name that
-    no plugin registered."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,28 @@ class Registry:
         default_factory=lambda: {kind: {} for kind in KINDS}
     )
     plugins: list[str] = field(default_factory=list)
+    #: installed third-party plugins that ``$SEARCHR1_LOAD_PLUGINS`` left unloaded
+    skipped: list[str] = field(default_factory=list)
+    #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
+    assets: dict[str, Asset] = field(default_factory=dict)
+    asset_plugins: dict[str, str] = field(default_factory=dict)
+
+    def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise PluginError(f"plugin {plugin!r} registered an asset named {name!r}")
+        if not isinstance(asset, Asset):
+            raise PluginError(
+                f"plugin {plugin!r} registered asset {name!r} as {type(asset).__name__}; "
+                "register a searchr1.core.types.Asset(version, build)"
+            )
+        existing = self.asset_plugins.get(name)
+        if existing is not None and existing != plugin:
+            raise PluginError(
+                f"asset 'builtin:{name}' is registered twice: by plugin {existing!r} and by "
+                f"{plugin!r}; uninstall one of them"
+            )
+        self.assets[name] = asset
+        self.asset_plugins[name] = plugin
 
     def add(self, kind: str, name: str, factory: Callable[..., Any], plugin: str) -> None:
         if not isinstance(name, str) or not name:
@@ -102,9 +126,42 @@ def _plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> None:
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+def _wanted_plugins() -> set[str] | None:
+    """The third-party entry-point names ``$SEARCHR1_LOAD_PLUGINS`` asks for, or None when the
+    variable is unset (load everything installed). Set but empty: built-ins only."""
+    value = os.environ.get(LOAD_PLUGINS_VAR)
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
+    """A built-in plugin lives inside this package (its entry points are in searchr1's own
+    pyproject.toml); anything else is third-party, whatever its entry-point name."""
+    return ep.module.split(".")[0] == __name__.split(".")[0]
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
+    """Register the entry points to load; returns the names ``$SEARCHR1_LOAD_PLUGINS`` left
+    out. A name it lists that no installed package provides is a PluginError, so a typo
+    does not silently drop a plugin."""
+    wanted = _wanted_plugins()
+    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    if wanted is not None:
+        missing = wanted - {ep.name for ep in eps}
+        if missing:
+            third_party = sorted({ep.name for ep in eps if not _is_builtin(ep)})
+            raise PluginError(
+                f"${LOAD_PLUGINS_VAR} names {', '.join(sorted(missing))}, which no installed "
+                f"package provides as a {ENTRY_POINT_GROUP!r} entry point; installed "
+                f"third-party plugins: {', '.join(third_party) or '(none)'}"
+            )
+    skipped: list[str] = []
+    for ep in eps:
         if pm.get_plugin(ep.name) is not None:
+            continue
+        if wanted is not None and not _is_builtin(ep) and ep.name not in wanted:
+            skipped.append(ep.name)
             continue
         try:
             module = ep.load()
@@ -115,13 +172,14 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
                 f"import: {type(exc).__name__}: {exc}"
             ) from exc
         pm.register(module, name=ep.name)
+    return sorted(set(skipped))
 
 
 def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry:
     """Load installed plugins (plus ``extra_plugins``, used by tests) and collect what they
     register. Raises PluginError naming the plugin on an import error or a bad hook."""
     pm = _plugin_manager()
-    _load_entry_points(pm)
+    skipped = _load_entry_points(pm)
     for plugin in extra_plugins:
         name = getattr(plugin, "__name__", None) or type(plugin).__name__
         if pm.get_plugin(name) is None:
@@ -132,10 +190,9 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
 
-    registry = Registry(plugins=sorted(n for n, _ in pm.list_name_plugin()))
+    registry = Registry(plugins=sorted(n for n, _ in pm.list_name_plugin()), skipped=skipped)
     for kind, (hook_name, _) in KINDS.items():
-        hook = getattr(pm.hook, hook_name)
-        for impl in hook.get_hookimpls():
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
 
             def register(
                 name: str,
@@ -145,13 +202,24 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
             ) -> None:
                 registry.add(_k, name, factory, _p)
 
-            try:
-                impl.function(register)
-            except PluginError:
-                raise
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {impl.plugin_name!r} failed in {hook_name}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+            _call_hook(impl, hook_name, register)
+    for impl in pm.hook.register_assets.get_hookimpls():
+
+        def register_asset(name: str, asset: Asset, _p: str = impl.plugin_name) -> None:
+            registry.add_asset(name, asset, _p)
+
+        _call_hook(impl, "register_assets", register_asset)
     return registry
+
+
+def _call_hook(impl: pluggy.HookImpl, hook_name: str, register: Callable[..., None]) -> None:
+    """Call one plugin's hook with ``register``; any failure but a PluginError is reported
+    as a PluginError naming the plugin and the hook."""
+    try:
+        impl.function(register)
+    except PluginError:
+        raise
+    except Exception as exc:
+        raise PluginError(
+            f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -44,9 +44,9 @@ MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
 
 
 def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -> dict[str, float]:
-    """``mismatch/*`` (see :mod:`searchr1.plugins.local_model.learner`) of paired per-token
-    log-probs of trained tokens, in plain Python: for providers that get the learner's
-    log-probs back from a service. ``d = learner - sampler``."""
+    """``mismatch/*`` (the metrics a model provider's learner reports, e.g. the ``local``
+    one's) of paired per-token log-probs of trained tokens, in plain Python: for providers
+    that get the learner's log-probs back from a service. ``d = learner - sampler``."""
     d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
     if not d:
         return {"mismatch/tokens": 0.0}

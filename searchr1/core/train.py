@@ -21,13 +21,11 @@ data cursor and RNG states.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import hashlib
 import json
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,9 +34,11 @@ from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
+from searchr1.core.builtins import ceiling_agent
 from searchr1.core.checkpoint import restore_rng, save_checkpoint
 from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.errors import EnvironmentDown, Interrupted
 from searchr1.core.health import (
     HealthMonitor,
     HealthSettings,
@@ -47,15 +47,9 @@ from searchr1.core.health import (
 )
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.resume import load_model_state, resume_point
-from searchr1.core.runs import Components, RunContext, build_components, open_run
+from searchr1.core.runs import Components, RunContext, build_components
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
-
-EXIT_ENVIRONMENT_DOWN = 3
-
-
-class EnvironmentDown(RuntimeError):
-    """The search environment stayed broken past the guard's retries."""
 
 
 @dataclass(frozen=True)
@@ -67,40 +61,10 @@ class ScoredGroup:
     degenerate: bool
 
 
-class Interrupted(Exception):
-    """SIGINT/SIGTERM stopped the loop after a step (checkpointed); the command exits
-    128 + the signal number (130, 143), as a shell does for a process a signal ends, so that
-    ``searchr1 train && searchr1 eval`` does not go on after Ctrl-C."""
-
-    def __init__(self, signum: int, step: int, saved: bool):
-        self.signum, self.step, self.saved = signum, step, saved
-        super().__init__(signal.Signals(signum).name)
-
-
-def main(args: argparse.Namespace) -> int:
-    ctx = open_run(args, "train")
-    try:
-        train(ctx, resume=bool(getattr(args, "resume", False)))
-    except EnvironmentDown as exc:
-        get_logger().error("train_stopped", reason=str(exc))
-        print(f"searchr1: training stopped: {exc}")
-        return EXIT_ENVIRONMENT_DOWN
-    except Interrupted as stop:
-        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
-        print(
-            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
-            file=sys.stderr,
-        )
-        return 128 + stop.signum
-    return 0
-
-
 def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
-    from searchr1.world.ideal_agent import ideal_agent_for
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
@@ -134,8 +98,9 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
             try:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
-                    # The offline world's ceiling: a scripted ideal agent, same eval.
-                    ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
+                    # The eval set's ceiling (the offline world's scripted ideal agent), when
+                    # the asset it comes from offers one: same eval.
+                    ideal = ceiling_agent(cfg, components.model.tokenizer, protocol)
                     if ideal is not None:
                         c = dataclasses.replace(components, model=ideal)
                         try:

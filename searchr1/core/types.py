@@ -75,7 +75,7 @@ class SampledSequence:
 
 @dataclass(frozen=True)
 class Datum:
-    """One training example in Tinker's layout (``../shared/reference/protocols.md`` §5).
+    """One training example in Tinker's layout (``docs/protocols.md`` §5).
 
     All four sequences have length N. ``input_tokens[i]`` predicts ``target_tokens[i]`` (the
     full sequence shifted by one). ``sampler_logprobs`` and ``advantages`` are 0 on prompt and
@@ -374,3 +374,21 @@ RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
 # A metric sink's factory also gets the run folder (the run's name is ``run_dir.name``).
 MetricSinkFactory = Callable[["Config", Path], MetricSink]
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A ``builtin:NAME`` asset, registered by a plugin's ``register_assets`` hook.
+
+    ``build(folder)`` writes the asset's files into an empty ``folder`` (called at most once
+    per ``version`` and cache folder by :func:`searchr1.core.builtins.resolve`; bump the
+    version whenever the files it writes change, so stale caches are rebuilt). ``ceiling``,
+    optional, is for a data asset whose questions a scripted agent can answer perfectly:
+    ``ceiling(config, tokenizer, protocol)`` returns a :class:`ModelProvider` stand-in (or
+    None when it cannot play this config), which ``searchr1 train`` evaluates once at step 0
+    on the held-out set as the reachable ceiling (its "ceiling" evaluation).
+    """
+
+    version: str
+    build: Callable[[Path], None]
+    ceiling: Callable[[Config, Any, Any], ModelProvider | None] | None = None

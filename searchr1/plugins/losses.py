@@ -2,7 +2,7 @@
 
 Registered through the ``searchr1`` entry point like any third-party plugin and chosen by
 ``[train] loss_fn``. Each is a small pure function over per-position tensors (Tinker
-semantics, ``../shared/reference/protocols.md`` §5): the loss is a **sum** over positions,
+semantics, ``docs/protocols.md`` §5): the loss is a **sum** over positions,
 ``r_T = exp(logprobs_T - sampler_logprobs_T)``, and positions with advantage 0 (prompt and
 observation tokens) contribute nothing. Clip bounds come from ``[train.loss]``
 (``clip_low``, ``clip_high``; 0.2 each by default).

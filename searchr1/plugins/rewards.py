@@ -13,7 +13,7 @@ so dashboards do not depend on the choice:
   normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
 * ``f1``: the best token F1 against the golden answers (a metric, never part of a reward).
 
-Rewards (``protocols.md`` section 4): ``format_answer`` = ``format_penalty`` (-0.1) when the
+Rewards (``docs/protocols.md`` §4): ``format_answer`` = ``format_penalty`` (-0.1) when the
 format is wrong, else 1.0 / 0.0 by exact match; ``format`` = 0.0 or ``format_penalty``;
 ``answer`` = 1.0 / 0.0 by exact match alone. Optional settings: ``[reward.<name>]
 format_penalty = -0.1``, ``correct_reward = 1.0``.

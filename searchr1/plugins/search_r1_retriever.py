@@ -1,7 +1,7 @@
 """The ``search_r1`` search provider: a client of the original Search-R1 retrieval server.
 
 Registered through the ``searchr1`` entry point (``search_r1``) and chosen by
-``[search] provider = "search_r1"``. Protocol (protocols.md section 2)::
+``[search] provider = "search_r1"``. Protocol (``docs/protocols.md`` §2)::
 
     POST {api_base}/retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
     ->  {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"}, "score": 12.3}], ...]}

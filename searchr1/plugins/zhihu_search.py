@@ -1,4 +1,4 @@
-"""The ``zhihu`` search provider: Zhihu's global search API (protocols.md section 1).
+"""The ``zhihu`` search provider: Zhihu's global search API (``docs/protocols.md`` §1).
 
 Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
 ``[search] provider = "zhihu"``. Keys come from ``[search] api_keys`` (usually

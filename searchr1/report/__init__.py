@@ -1,6 +1,6 @@
 """``searchr1 report``: a self-contained HTML page (and PNGs) from a run folder.
 
-:func:`build_report` is called by :mod:`searchr1.core.report_cli` (and may be called by the
+:func:`build_report` is called by :mod:`searchr1.cli.report` (and may be called by the
 train loop at the end of a run). It reads the folder (:mod:`.runlog`), draws the page
 (:mod:`.page`, inline SVG from :mod:`.charts`) and the PNG copies (:mod:`.pngs`), and writes
 them under ``RUN_DIR/report/``.

@@ -1,7 +1,8 @@
 """The offline demo's built-in assets: ``builtin:world/...`` and ``builtin:tiny``.
 
-:mod:`searchr1.core.builtins` imports this module lazily the first time a ``builtin:`` spec is
-resolved; the registrations below tell it how to build each asset once into the cache:
+Registered through the ``searchr1`` entry point (``offline_world``) like any plugin: its
+``register_assets`` hook tells :func:`searchr1.core.builtins.resolve` how to build each asset
+once into the cache:
 
 - ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
   (:func:`searchr1.world.generate.generate_world` with seed 0; well under a second);
@@ -11,19 +12,28 @@ resolved; the registrations below tell it how to build each asset once into the 
   ``python -m searchr1.world.cold_start --shipped --out searchr1/world/warm_start`` (about 20
   minutes on 2 idle cores). Without shipped weights the builder runs that recipe itself.
 
+``world`` also offers its ceiling: the scripted ideal agent
+(:mod:`searchr1.world.ideal_agent`), which ``searchr1 train`` evaluates at step 0 when
+``data.eval`` is ``builtin:world/...``.
+
 Bump a version whenever its builder's output changes, so stale caches are rebuilt.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from searchr1.core.builtins import register_asset
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import Asset, ModelProvider
+from searchr1.world.generate import WORLD_SEED
+
+__all__ = ["WORLD_SEED", "build_tiny", "build_world", "register_assets"]
 
 WORLD_VERSION = "1"
 TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
-WORLD_SEED = 0
 #: The shipped warm start: tokenizer, config and weights written by ``save_pretrained``.
 SHIPPED_WARM_START = Path(__file__).with_name("warm_start")
 
@@ -52,5 +62,13 @@ def build_tiny(folder: Path) -> None:
     build_shipped(folder)
 
 
-register_asset("world", WORLD_VERSION, f"{__name__}:build_world")
-register_asset("tiny", TINY_VERSION, f"{__name__}:build_tiny")
+def _ideal_agent(config: Any, tokenizer: Any, protocol: Any) -> ModelProvider | None:
+    from searchr1.world.ideal_agent import ideal_agent_for
+
+    return ideal_agent_for(config, tokenizer, protocol)
+
+
+@hookimpl
+def register_assets(register: Callable[[str, Asset], None]) -> None:
+    register("world", Asset(WORLD_VERSION, build_world, ceiling=_ideal_agent))
+    register("tiny", Asset(TINY_VERSION, build_tiny))

@@ -468,8 +468,7 @@ def build_warm_start(
     from searchr1.core.config import default_config_text, load_config
     from searchr1.core.logs import get_logger
     from searchr1.plugins.local_search import LocalBM25Search
-    from searchr1.world.assets import WORLD_SEED
-    from searchr1.world.generate import write_world
+    from searchr1.world.generate import WORLD_SEED, write_world
 
     log = get_logger()
     out_dir = Path(out_dir)

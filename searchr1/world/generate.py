@@ -160,6 +160,10 @@ _RESERVED = frozenset(
     "answer search think information doc title".split()
 )
 
+#: The seed of the shipped offline world (``builtin:world``); the warm start and the ideal
+#: agent are built on the same world.
+WORLD_SEED = 0
+
 
 def generate_world(
     seed: int = 0,

@@ -99,8 +99,7 @@ class IdealAgent:
 
 def world_questions() -> list[WorldQuestion]:
     """Every question of the shipped offline world (train and held-out)."""
-    from searchr1.world.assets import WORLD_SEED
-    from searchr1.world.generate import generate_world
+    from searchr1.world.generate import WORLD_SEED, generate_world
 
     world = generate_world(WORLD_SEED)
     return [*world.train, *world.heldout]

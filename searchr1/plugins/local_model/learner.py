@@ -285,7 +285,7 @@ class Learner:
             mask_BT[i, :n] = 1
             sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=torch.float32)
             adv_BT[i, :n] = torch.tensor(d.advantages, dtype=torch.float32)
-        # Only positions with a non-zero advantage enter any policy loss (protocols.md §5);
+        # Only positions with a non-zero advantage enter any policy loss (docs/protocols.md §5);
         # the model still reads every position, but logits are computed for the columns
         # where some datum trains. The trained positions are packed into one sequence.
         trained_BT = (adv_BT != 0) & mask_BT.bool()

@@ -9,7 +9,7 @@ Tags (AGENT_TAGS) are single, NON-special tokens: ``decode(ids, skip_special_tok
 keeps them. Only ``SPECIAL_TOKENS`` are special; ``<|endoftext|>`` is both eos and pad.
 
 Who calls what: :func:`searchr1.core.builtins.resolve` calls :func:`build_random` once to
-build ``builtin:tiny-random``; the offline world calls :func:`build_tiny_model` with its own
+build ``builtin:tiny-random`` (registered by this package's ``register_assets`` hook); the offline world calls :func:`build_tiny_model` with its own
 corpus to build ``builtin:tiny``; tests build into a temporary folder.
 """
 
@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from searchr1.core.builtins import register_asset
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -208,6 +206,3 @@ def build_tiny_model(
 def build_random(folder: Path) -> None:
     """Builder of the ``builtin:tiny-random`` asset (called by ``builtins.resolve``)."""
     build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)
-
-
-register_asset("tiny-random", TINY_RANDOM_VERSION, f"{__name__}:build_random")

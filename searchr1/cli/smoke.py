@@ -15,7 +15,7 @@ through the configured model and search providers, no parameter update. The CLI 
 then warnings (search keys benched while others serve, named by index; settings the provider
 cannot honour, from :func:`searchr1.core.runs.announce_config`), a diagnosis of channel
 failures in words (401, every key out of quota, the model channel), and the verdict: the
-seed's criteria (:mod:`searchr1.core.smoke_verdict`: rewards of both signs, searches within
+seed's criteria (:mod:`searchr1.cli.smoke_verdict`: rewards of both signs, searches within
 1..``max_search_calls``, answers in the protocol's format, search success >=
 ``[search] min_success_rate``), one line each, then ``smoke: PASS`` or ``smoke: FAILED``
 naming what failed. Every trajectory, with its decoded text per turn and its token records,
@@ -42,11 +42,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchr1.cli.args import add_run_args, whole_number
+from searchr1.cli.smoke_verdict import Criterion, key_warnings, seed_criteria
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
-from searchr1.core.smoke_verdict import Criterion, key_warnings, seed_criteria
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
@@ -312,3 +313,13 @@ def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
             f"fits every family)"
         )
     return f"check that the model provider {provider!r} can reach its service or files"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("smoke", help="one rollout group through the configured channels")
+    add_run_args(p)
+    p.add_argument("--question", help="the question to ask")
+    p.add_argument("--answer", action="append", help="a golden answer (repeatable)")
+    p.add_argument("--group-size", type=whole_number(1), default=4)
+    p.add_argument("--max-search-calls", type=whole_number(0), default=4)
+    p.set_defaults(func=main)

@@ -1,6 +1,6 @@
 """``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
 
-Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). :func:`main` checks the
+Listed in :mod:`searchr1.cli.main` (:func:`add_parser`). :func:`main` checks the
 arguments, opens an ``eval-*`` run folder, loads the questions, builds the run's plugins once
 (model, search provider, reward; outside any event loop, since a provider factory may run its
 own), then evaluates each requested model in turn inside one event loop
@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from searchr1.cli.args import CONFIG_HELP
 from searchr1.core.errors import UserError
 
 BASE = "base"
@@ -198,8 +199,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval", help="score the base model, checkpoints or a hosted model on a QA file"
     )
-    from searchr1.core.cli import CONFIG_HELP
-
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this eval's records and logs")
     p.add_argument("--data", help="QA file (default: data.eval from the config)")

@@ -1,6 +1,6 @@
 """``searchr1 report RUN_DIR``: write the run's HTML report and PNG charts.
 
-Auto-discovered by :mod:`searchr1.core.cli` (:func:`add_parser`). Needs no config and no
+Listed in :mod:`searchr1.cli.main` (:func:`add_parser`). Needs no config and no
 plugins: everything comes from the run folder.
 """
 

@@ -4,7 +4,7 @@ The seed (section 4) reads its smoke output like this: "rewards both positive an
 search counts between 1 and 4, final answers in the right format: the rollout chain works;
 all rewards -0.1 means the model did not write ``Answer:``; search success below 90%: check
 the keys' quota". :func:`seed_criteria` turns that into four named checks over one rollout
-group; :class:`searchr1.core.smoke._Smoke` prints them after the trajectories and names the
+group; :class:`searchr1.cli.smoke._Smoke` prints them after the trajectories and names the
 one that failed: the search success criterion is a channel (exit 1), the three others describe
 the model's behaviour (exit 3: the channels work, the group does not show what the seed
 expects). :func:`key_warnings` reads the search provider's key pool: some keys out

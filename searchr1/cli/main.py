@@ -1,0 +1,65 @@
+"""The ``searchr1`` command line.
+
+``searchr1 train|smoke|eval|report|plugins|config check|data check``. :func:`main` builds
+the parser from each command module's ``add_parser`` (one module per command in
+:mod:`searchr1.cli`), says which config the command runs and why, and hands over to the
+command. Every :class:`~searchr1.core.errors.SearchR1Error` prints as a plain message, never
+as a traceback, and the command exits with its class's ``exit_code`` (2 for what the user must
+fix: config, plugins, data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from searchr1.cli import config_check, data, plugins, report, smoke, train
+from searchr1.cli import eval as eval_command
+from searchr1.cli.args import default_config_path
+from searchr1.core.errors import SearchR1Error
+
+#: The commands in the order ``searchr1 --help`` lists them.
+COMMANDS = (train, smoke, plugins, config_check, eval_command, report, data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="searchr1", description="Train LLM search agents with reinforcement learning."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # usage error (2) or --help (0), already printed by argparse
+        return exc.code if isinstance(exc.code, int) else 2
+    if hasattr(args, "config"):
+        if args.config is None:
+            args.config, args.config_reason = default_config_path()
+        else:
+            args.config_reason = "--config"
+        if getattr(args, "announce_config", True):  # config check says it in its header
+            print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
+    try:
+        return int(args.func(args) or 0)
+    except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
+        from searchr1.core.logs import redact_text
+
+        text = redact_text(str(exc))  # a message may quote a value holding a key
+        print(
+            f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
+            file=sys.stderr,
+        )
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("searchr1: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""``searchr1 plugins``: every loaded plugin, what it registers, and what was left out."""
+
+from __future__ import annotations
+
+import argparse
+
+from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, load_registry
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    registry = load_registry()
+    for kind, (_, field_name) in KINDS.items():
+        print(f"{kind} (chosen by {field_name}):")
+        for name in registry.names(kind):
+            reg = registry.entries[kind][name]
+            print(f"  {name:<22} from plugin {reg.plugin}")
+    print("assets (config paths builtin:NAME/...):")
+    for name in sorted(registry.assets):
+        print(f"  {name:<22} from plugin {registry.asset_plugins[name]}")
+    print(f"plugins loaded: {', '.join(registry.plugins)}")
+    if registry.skipped:
+        print(f"installed but not in ${LOAD_PLUGINS_VAR}: {', '.join(registry.skipped)}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("plugins", help="list installed plugins and what they register")
+    p.set_defaults(func=cmd_plugins)

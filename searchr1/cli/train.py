@@ -1,0 +1,46 @@
+"""``searchr1 train``: open a run folder and run the training loop in it.
+
+The loop itself is :func:`searchr1.core.train.train`; this command opens the run
+(:func:`searchr1.core.runs.open_run`: config, plugins, logging, ``--resume``) and turns the
+loop's two ways of stopping early into what a shell expects: the search environment down
+(exit 3, with the reason) and SIGINT/SIGTERM after a checkpoint (exit 130/143, with the
+``--resume`` command that continues). Both exit codes come from the error classes
+(:mod:`searchr1.core.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from searchr1.cli.args import add_run_args
+from searchr1.core.errors import EnvironmentDown, Interrupted
+
+
+def main(args: argparse.Namespace) -> int:
+    from searchr1.core.logs import get_logger
+    from searchr1.core.runs import open_run
+    from searchr1.core.train import train
+
+    ctx = open_run(args, "train")
+    try:
+        train(ctx, resume=bool(getattr(args, "resume", False)))
+    except EnvironmentDown as exc:
+        get_logger().error("train_stopped", reason=str(exc))
+        print(f"searchr1: training stopped: {exc}")
+        return exc.exit_code
+    except Interrupted as stop:
+        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
+        print(
+            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
+            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
+            file=sys.stderr,
+        )
+        return stop.exit_code
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("train", help="run the Search-R1 training loop")
+    add_run_args(p)
+    p.set_defaults(func=main)

@@ -1,0 +1,72 @@
+"""One error family: every error searchr1 raises on purpose derives from SearchR1Error, the
+names stay importable from where plugins import them, and the command's exit code is the
+class's ``exit_code`` (printed as a message, never a traceback)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from searchr1.cli import plugins as plugins_command
+from searchr1.cli.main import main
+from searchr1.core.errors import (
+    ConfigError,
+    ConfigValueError,
+    EnvironmentDown,
+    Interrupted,
+    PluginError,
+    SearchR1Error,
+    UserError,
+)
+
+
+def test_old_import_paths_name_the_same_classes() -> None:
+
+    from searchr1.core.config import ConfigError as config_error
+    from searchr1.core.plugins import PluginError as plugin_error
+    from searchr1.core.train import EnvironmentDown as env_down
+    from searchr1.core.train import Interrupted as interrupted
+
+    assert config_error is ConfigError
+    assert plugin_error is PluginError and env_down is EnvironmentDown
+    assert interrupted is Interrupted
+    for kind in (UserError, ConfigValueError, ConfigError, PluginError, EnvironmentDown):
+        assert issubclass(kind, SearchR1Error)
+    assert issubclass(ConfigValueError, ValueError)  # callers that caught ValueError
+    assert issubclass(EnvironmentDown, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (UserError("data.train: file not found"), 2),
+        (ConfigValueError("model.device: no such device"), 2),
+        (ConfigError(["rollout.group_size: must be >= 1", "train.lr: must be > 0"]), 2),
+        (PluginError("model.provider = 'x': not installed"), 2),
+        (EnvironmentDown("search failed 5 steps in a row"), 3),
+        (Interrupted(signal.SIGTERM, step=3, saved=True), 143),
+        (Interrupted(signal.SIGINT, step=0, saved=False), 130),
+    ],
+)
+def test_exit_code_follows_the_class(monkeypatch, capsys, error, code) -> None:
+    def fail(args) -> int:
+        raise error
+
+    monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
+    assert main(["plugins"]) == code
+    err = capsys.readouterr().err
+    assert err.startswith("searchr1: error:") and "Traceback" not in err
+    assert str(error).splitlines()[0] in err
+
+
+def test_a_plugin_error_kind_chooses_its_own_exit_code(monkeypatch, capsys) -> None:
+    class QuotaExhausted(SearchR1Error):
+        exit_code = 5
+
+    def fail(args) -> int:
+        raise QuotaExhausted("search.api_keys: every key is over its quota")
+
+    monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
+    assert main(["plugins"]) == 5
+    assert "every key is over its quota" in capsys.readouterr().err
