@@ -187,6 +187,9 @@ class VllmServer:
             self.process.wait(timeout=10)
         # Engine processes may outlive the API server by a moment; leave none behind.
         _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         log.info("vllm_server_stopped", pid=pgid, returncode=self.process.returncode)
 
 
@@ -195,6 +198,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def wait_ready(
