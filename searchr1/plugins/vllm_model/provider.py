@@ -101,7 +101,8 @@ class VllmModelProvider(LocalModelProvider):
                 model=_served_path(config.model.base_model),
                 port=port,
                 dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
-                max_model_len=settings.max_model_len or config.rollout.max_trajectory_tokens,
+                max_model_len=settings.max_model_len
+                or min(config.rollout.max_trajectory_tokens, self.context_length),
                 lora_rank=config.lora.rank,
                 seed=config.run.seed,
                 extra=settings.server_args,

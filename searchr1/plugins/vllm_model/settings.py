@@ -10,7 +10,7 @@ checked there)::
                              #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
     server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
                              #   or, on a CPU host, ["--kv-cache-memory-bytes", "268435456"]
-    max_model_len = 0        # server context; 0: [rollout] max_trajectory_tokens
+    max_model_len = 0        # server context; 0: [rollout] max_trajectory_tokens (at most the model's)
     adapters_dir = ""        # where adapters are written for the server to read; empty: a
                              #   private temporary folder (only works with a launched server)
     server_adapters_dir = "" # the same folder as the server sees it (another mount); empty: same
