@@ -2,6 +2,7 @@
 
     python bench/rollout.py            # 64 sequences x 128 new tokens, baseline on all 64
     python bench/rollout.py --quick    # same provider run, baseline timed on 8 sequences
+    python bench/rollout.py --quick --vllm .venv-vllm/bin/python   # + the vllm provider
 
 The provider run is what the rollout does: 8 questions x group 8, issued as concurrent
 ``sample(prompt, num_samples=8)`` calls from asyncio tasks (batched into one KV-cached
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--baseline-seqs", type=int, default=0, help="0: 8 if --quick else all")
+    parser.add_argument("--vllm", default="", help="also time vLLM, launched from this Python")
     args = parser.parse_args()
 
     import torch
@@ -160,9 +162,18 @@ def main() -> None:
         f"{fb_tps:.0f} tokens/s (max |learner - sampler| log-prob {diff_max:.2e})"
     )
     provider.close()
+    extra = {}
+    if args.vllm:  # the same workload on a vLLM server (bench/vllm_rollout.py)
+        from vllm_rollout import vllm_rollout
+
+        extra = vllm_rollout(
+            args.vllm, args.model, args.temperature, prompts, args.group_size, params
+        )
+        extra["vllm_ratio"] = round(extra["vllm_tokens_per_s"] / ours_tps, 2)
     print(
         json.dumps(
             {
+                **extra,
                 "bench": "rollout",
                 "model": args.model,
                 "sequences": n_seqs,
