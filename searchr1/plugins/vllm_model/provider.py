@@ -180,13 +180,27 @@ class VllmModelProvider(LocalModelProvider):
     def _check(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[int]:
-        # The local sampler's checks (ids, params), then the server's context.
-        prompt = self.sampler._check_request(prompt_tokens, num_samples, params)
-        if len(prompt) >= self.max_model_len:
-            raise ValueError(
-                f"sample(): the prompt has {len(prompt)} tokens, the vLLM server's context is "
+        """The local sampler's rules for a request, and the server's context."""
+        prompt = [int(t) for t in prompt_tokens]
+        problem = None
+        if not prompt:
+            problem = "prompt_tokens is empty"
+        elif num_samples < 1:
+            problem = f"num_samples must be >= 1, got {num_samples}"
+        elif params.max_tokens < 1:
+            problem = f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}"
+        elif params.temperature < 0 or not 0.0 < params.top_p <= 1.0:
+            problem = f"temperature {params.temperature} / top_p {params.top_p} out of range"
+        elif any(not 0 <= t < self.vocab_size for t in prompt):
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size][:5]
+            problem = f"prompt_tokens holds ids outside the vocabulary ({self.vocab_size}): {bad}"
+        elif len(prompt) >= self.max_model_len:
+            problem = (
+                f"the prompt has {len(prompt)} tokens, the vLLM server's context is "
                 f"{self.max_model_len} (model.vllm.max_model_len); nothing can be generated"
             )
+        if problem is not None:
+            raise ValueError(f"sample(): {problem}")
         return prompt
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
