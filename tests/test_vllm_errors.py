@@ -232,3 +232,40 @@ def test_requests_set_every_sampling_parameter_and_parse_back() -> None:
     first, second = parse_choices(payload, 2)
     assert first.tokens == (5,) and first.stop_reason == "stop" and first.logprobs == (-0.25,)
     assert second.tokens == (7, 8) and second.stop_reason == "length"
+
+
+def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> None:
+    """A launched server that is still loading when the trainer gets SIGTERM is stopped."""
+    fake = tmp_path / "fake_python"
+    pid_file = tmp_path / "server.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    trainer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                from searchr1.core.config import Config
+                from searchr1.plugins.vllm_model.provider import VllmModelProvider
+                cfg = Config(plugins={{"model.vllm": {{"python": {str(fake)!r}}}}}).replace(
+                    model={{"provider": "vllm", "base_model": "builtin:tiny-random"}},
+                    lora={{"rank": 8, "alpha": 16}},
+                )
+                VllmModelProvider.from_config(cfg)
+                """
+            ),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        trainer.send_signal(15)
+        assert trainer.wait(timeout=60) == 128 + 15
+        assert not _alive(server_pid)
+    finally:
+        trainer.kill()
