@@ -167,7 +167,7 @@ def main() -> None:
         from vllm_rollout import vllm_rollout
 
         extra = vllm_rollout(
-            args.vllm, args.model, args.temperature, prompts, args.group_size, params
+            args.vllm, args.model, args.temperature, prompts, args.group_size, args.new_tokens
         )
         extra["vllm_ratio"] = round(extra["vllm_tokens_per_s"] / ours_tps, 2)
     print(

@@ -23,15 +23,16 @@ def vllm_rollout(
     temperature: float,
     prompts: Sequence[Sequence[int]],
     group_size: int,
-    params: Any,
+    new_tokens: int,
 ) -> dict[str, float]:
-    """Tokens/s of the timed round, server start and warm-up seconds, and the mismatch."""
+    """Tokens/s of the timed round, server start and warm-up seconds, and the mismatch.
+    Sampling parameters as in ``run_provider``: ``temperature``, top-p 1, seed = question."""
     from searchr1.core.config import Config
-    from searchr1.core.types import Datum
+    from searchr1.core.types import Datum, SamplingParams
     from searchr1.plugins.losses import NamedLoss, importance_sampling
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    longest = max(len(p) for p in prompts) + params.max_tokens
+    longest = max(len(p) for p in prompts) + new_tokens
     config = Config(
         plugins={
             "model.vllm": {
@@ -52,7 +53,14 @@ def vllm_rollout(
     try:
 
         async def rollout() -> list[Any]:
-            return await asyncio.gather(*[provider.sample(p, group_size, params) for p in prompts])
+            return await asyncio.gather(
+                *[
+                    provider.sample(
+                        p, group_size, SamplingParams(new_tokens, temperature=temperature, seed=q)
+                    )
+                    for q, p in enumerate(prompts)
+                ]
+            )
 
         t0 = time.perf_counter()
         asyncio.run(rollout())
