@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -136,6 +137,9 @@ class VllmServer:
     @classmethod
     def launch(cls, command: list[str], log_path: Path) -> VllmServer:
         python = command[0]
+        if "/" not in python:  # a bare name such as "python3": look it up on PATH
+            python = shutil.which(python) or python
+            command = [python, *command[1:]]
         if not (Path(python).is_file() and os.access(python, os.X_OK)):
             raise VllmServerError(
                 f"model.vllm.python = {python!r} is not an executable file; create the vLLM "
