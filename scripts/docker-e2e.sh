@@ -212,17 +212,18 @@ compose() {
         docker compose -p "$project" -f compose.yaml -f compose.cpu.yaml "$@")
 }
 
-run_service() { # NAME ARGS...: run one service, keep its output, fail on a non-zero exit
-    local name="$1" start=$EPOCHREALTIME rc=0
+run_service() { # NAME ARGS...: run one service, keep its output, fail on an exit code
+    # not in $ok_codes (default: 0)
+    local name="$1" start=$EPOCHREALTIME rc=0 ok=" ${ok_codes:-0} "
     shift
     log "docker compose run --rm $name $*"
     compose run --rm -T "$name" "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null || rc=$?
     took[$name]=$(elapsed "$start")
-    if [[ "$rc" != 0 ]]; then
+    if [[ "$ok" != *" $rc "* ]]; then
         tail -n 30 "$work/$name.err" "$work/$name.out" >&2
         fail "docker compose run $name exited $rc"
     fi
-    log "$name: exit 0 in ${took[$name]} s"
+    log "$name: exit $rc in ${took[$name]} s"
 }
 
 expect_metrics() { # NAME KEY...: the service printed JSON log lines carrying these keys
@@ -273,9 +274,11 @@ if [[ "${E2E_SEED_ASSETS:-1}" == 1 && -d "$host_assets" ]]; then
         done' sh "$run_uid:$run_gid"
 fi
 
-run_service smoke
-# smoke speaks to people: the seed's lines, then a diagnosis in words.
-for want in "trajectory 0: reward=" "search success rate: " "diagnosis: both channels work"; do
+# The offline demo answers the seed's question from a fictional world: its channels work (exit
+# 0), but the group rarely shows the seed's behaviour (exit 3, the verdict says which criterion).
+ok_codes="0 3" run_service smoke
+# smoke speaks to people: the seed's lines, then the verdict on the seed's criteria.
+for want in "trajectory 0: reward=" "search success rate: " "verdict: search success >= 90%: ok"; do
     grep -q -F -- "$want" "$work/smoke.out" || fail "smoke printed no line with '$want'"
 done
 find "$work/runs" -path '*smoke*' -name 'smoke_trajectories.jsonl' | grep -q . ||

@@ -37,6 +37,7 @@ def _reset_logging():
 
     from searchr1.core import logs
 
+    logs.close_sinks()  # metric sinks and the console's bars of an in-process run
     sink, logs._file_sink = logs._file_sink, None
     if sink is not None:
         sink.close()

@@ -47,8 +47,11 @@ class FakeChatServer:
         content: str | None = None,
         tool_calls: list[dict[str, Any]] | None = None,
         finish_reason: str = "stop",
+        reasoning: str | None = None,
     ) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning is not None:  # what vLLM's reasoning parsers return apart
+            message["reasoning_content"] = reasoning
         if tool_calls:
             message["tool_calls"] = [
                 {

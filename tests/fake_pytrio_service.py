@@ -116,8 +116,13 @@ class _Reply(Exception):
 class FakePyTrio:
     """The fake service. Use as a context manager; ``base_url`` is what ``api_base`` gets."""
 
-    def __init__(self, api_key: str = API_KEY, *, sampler_cache: int = 3):
+    def __init__(
+        self, api_key: str = API_KEY, *, sampler_cache: int = 3, policy: Any = None
+    ) -> None:
         self.api_key = api_key
+        #: a model provider that answers every sample instead of the run's weights (a
+        #: scripted policy, for tests that need exact trajectories through the real SDK)
+        self.policy = policy
         self.faults: list[Fault] = []
         self.counts: dict[str, int] = {}
         self.sampler_cache = sampler_cache
@@ -372,7 +377,9 @@ class FakePyTrio:
             path = self._resolve_model(req.base_model)
             run, folder = TrainingRun("base", req.base_model, path, 4, 0, False, True, False), None
         alias, path = run.base_model, run.model_path
-        provider = _LazySampler(lambda: self._load_sampler(run, folder))
+        provider = _LazySampler(
+            (lambda: self.policy) if self.policy else (lambda: self._load_sampler(run, folder))
+        )
         cuid, token = _cuid("sr"), f"actor-jwt-{uuid.uuid4().hex}"
         with self._lock:
             self._samplers[cuid] = (token, provider)

@@ -35,6 +35,20 @@ def tiny_tokenizer() -> Any:
     return build_tokenizer(BUILTIN_TEXT, 1024)
 
 
+@lru_cache(maxsize=4)
+def template_tokenizer(name: str) -> Any:
+    """The tiny tokenizer with a test chat template from ``tests/chat_templates/<name>.jinja``
+    (``qwen3``: Qwen3's JSON tool calls; ``qwen3_5``: Qwen3.5's XML calls and think prefill)."""
+    from pathlib import Path
+
+    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    tok = build_tokenizer(BUILTIN_TEXT, 1024)
+    path = Path(__file__).parent / "chat_templates" / f"{name}.jinja"
+    tok.chat_template = path.read_text(encoding="utf-8")
+    return tok
+
+
 ScriptTurn = str | Sequence[int]
 
 
@@ -176,7 +190,8 @@ class ScriptedPlugin:
     """A plugin registering the ``scripted`` model provider (see ``tests/conftest.py``).
 
     Config: ``[model] provider = "scripted"`` and ``[model.scripted] turns = [[...], ...]``
-    (one list of turn texts per trajectory) and optionally ``fail = "message"``.
+    (one list of turn texts per trajectory) and optionally ``fail = "message"`` and
+    ``chat_template = "qwen3_5"`` (the tokenizer gets that test template).
     """
 
     __name__ = "scripted_test_plugin"
@@ -191,8 +206,9 @@ class ScriptedPlugin:
     def create(self, config: Any) -> ScriptedModel:
         table = config.plugin_table("model", "scripted")
         fail = table.get("fail")
+        template = table.get("chat_template")  # a tests/chat_templates name, e.g. "qwen3_5"
         model = ScriptedModel(
-            tiny_tokenizer(),
+            template_tokenizer(template) if template else tiny_tokenizer(),
             table.get("turns", [["<answer> nothing </answer>"]]),
             fail=RuntimeError(fail) if fail else None,
         )

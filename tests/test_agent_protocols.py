@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakes import tiny_tokenizer
+from fakes import template_tokenizer, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +30,12 @@ def tags() -> TagsProtocol:
 @pytest.fixture(scope="module")
 def tools() -> ToolCallsProtocol:
     return ToolCallsProtocol(tiny_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def qwen3_5() -> ToolCallsProtocol:
+    """Qwen3.5's XML calls with thinking on (the prompt opens a think block)."""
+    return ToolCallsProtocol(template_tokenizer("qwen3_5"), enable_thinking=True)
 
 
 class _NoTemplate:
@@ -76,7 +82,7 @@ def test_tool_calls_needs_a_chat_template() -> None:
 
 def test_make_protocol_follows_config() -> None:
     tok = tiny_tokenizer()
-    assert make_protocol(Config(), tok).name == "tags"
+    assert make_protocol(Config(), tok).name == "tool_calls"  # the default
     cfg = Config().replace(rollout={"protocol": "tool_calls"})
     assert isinstance(make_protocol(cfg, tok), ToolCallsProtocol)
     with pytest.raises(ValueError, match="rollout.protocol = 'xml'"):
@@ -231,8 +237,8 @@ _query_text = st.text(
 
 @settings(max_examples=60, deadline=None)
 @given(query=_query_text, answer=_query_text)
-def test_scripted_turns_parse_back_to_their_action(tags, tools, query, answer) -> None:
-    for protocol in (tags, tools):
+def test_scripted_turns_parse_back_to_their_action(tags, tools, qwen3_5, query, answer) -> None:
+    for protocol in (tags, tools, qwen3_5):
         text = protocol.decode(protocol.assistant_turn_tokens(think="why", query=query))
         assert protocol.parse_action(text) == Action("search", query=query.strip())
         text = protocol.decode(protocol.assistant_turn_tokens(answer=answer))

@@ -51,7 +51,7 @@ def test_missing_and_empty_variables_are_named_with_their_field() -> None:
     with pytest.raises(ConfigError) as err:
         parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b", "TAOTOKEN_API_KEY": "  "})
     assert "TAOTOKEN_API_KEY" in str(err.value) and "model.api_key" in str(err.value)
-    assert "is empty" in str(err.value)
+    assert "is exported but empty" in str(err.value)
     with pytest.raises(ConfigError) as err:
         parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b"})
     assert "TAOTOKEN_API_KEY, which is not set" in str(err.value)

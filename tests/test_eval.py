@@ -62,6 +62,7 @@ device = "cpu"
 rank = 4
 alpha = 8
 [rollout]
+protocol = "tags"
 max_search_calls = 2
 max_assistant_turns = 3
 max_trajectory_tokens = 320
@@ -201,13 +202,23 @@ def _eval_cli(config: Path, run_dir: Path, *extra: str) -> dict:
 def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A checkpoint in the train loop's layout, written by the real local provider.
+    # Two checkpoints in the train loop's layout, written by the real local provider, each
+    # with its own non-zero adapter (B = 0 would equal the base model by construction, and
+    # a checkpoint that was never loaded would pass).
+    import torch
+
     config = load_config(world)
-    model = load_registry().create("model_provider", "local", config)
-    ckpt = tmp_path / "run" / "checkpoints" / "step_000003"
-    model.save_state(str(ckpt / "model"))
-    (ckpt / "trainer.json").write_text(json.dumps({"step": 3}))
-    model.close()
+    for run, step, seed in (("run-a", 3, 1), ("run-b", 5, 2)):
+        model = load_registry().create("model_provider", "local", config)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=gen))
+        ckpt = tmp_path / run / "checkpoints" / f"step_{step:06d}"
+        model.save_state(str(ckpt / "model"))
+        (ckpt / "trainer.json").write_text(json.dumps({"step": step}))
+        model.close()
 
     # Sampled rather than greedy: greedy decoding of random weights repeats one token, while
     # seeded sampling gives varied text, a stronger check that nothing else leaks in.
@@ -215,7 +226,9 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
         "--checkpoint",
         "base",
         "--checkpoint",
-        str(tmp_path / "run"),
+        str(tmp_path / "run-a"),
+        "--checkpoint",
+        str(tmp_path / "run-b"),
         "--limit-per-source",
         "2",
         "--sample",
@@ -225,20 +238,21 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     second = _eval_cli(world, tmp_path / "e2", *args)
 
     assert first["results"] == second["results"]  # identical numbers twice in a row
-    assert list(first["results"]) == ["base", "step_3"]
+    assert list(first["results"]) == ["base", "step_3", "step_5"]
     assert first["questions"] == 4  # 2 nq + 2 of the 3 hotpotqa
-    # the saved adapter is the base weights and sampling is seeded: same answers
-    assert first["results"]["base"] == first["results"]["step_3"]
-    for label in ("base", "step_3"):
+    texts = {}
+    for label in ("base", "step_3", "step_5"):
         a = (tmp_path / "e1" / f"eval_{label}.jsonl").read_text()
         assert a == (tmp_path / "e2" / f"eval_{label}.jsonl").read_text()
         assert len(a.splitlines()) == 4
-        texts = {t["text"] for r in map(json.loads, a.splitlines()) for t in r["turns"]}
-        assert len(texts) > 1
-    assert "== base" in out and "== step_3" in out and "macro EM" in out
+        texts[label] = [[t["text"] for t in r["turns"]] for r in map(json.loads, a.splitlines())]
+        assert len({t for turns in texts[label] for t in turns}) > 1
+    # Each checkpoint's adapter was loaded: same seeds, three different policies' text.
+    assert texts["base"] != texts["step_3"] != texts["step_5"] != texts["base"]
+    assert "== base" in out and "== step_3" in out and "== step_5" in out and "macro EM" in out
     events = [json.loads(x) for x in (tmp_path / "e1" / "events.jsonl").read_text().splitlines()]
     results = [e for e in events if e["event"] == "eval_result"]
-    assert [e["label"] for e in results] == ["base", "step_3"]
+    assert [e["label"] for e in results] == ["base", "step_3", "step_5"]
 
 
 def test_cli_errors_are_plain_messages(
@@ -278,7 +292,7 @@ def test_hosted_model_eval_over_loopback_chat_server(
         text = text.replace(
             "[model]\n", f'[model]\napi_base = "{server.base_url}"\napi_key = "{API_KEY}"\n'
         )
-        text = text.replace("[rollout]\n", '[rollout]\nprotocol = "tool_calls"\n')
+        text = text.replace('protocol = "tags"', 'protocol = "tool_calls"')
         # the chat template's tool block makes a longer prompt than the tags protocol
         text = text.replace("max_trajectory_tokens = 320", "max_trajectory_tokens = 1200")
         text = text.replace("max_datum_tokens = 512", "max_datum_tokens = 1200")

@@ -23,3 +23,34 @@ def test_logprobs_on_selected_columns_match_every_position() -> None:
     some_BK = trained_token_logprobs(model, ids_BT, mask_BT, targets_BT, 0.7, columns_K)
     assert some_BK.shape == (3, 4)
     torch.testing.assert_close(some_BK, full_BT[:, columns_K], rtol=0, atol=1e-5)
+
+
+def test_gradients_through_selected_columns_match_every_position() -> None:
+    """Training uses the gradient, not only the values: the same weighted sum of log-probs
+    taken on the trained columns and on the full tensor gives the same gradient on every
+    weight (a column mix-up, a detached logsumexp or a dropped temperature would not)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        resolve("builtin:tiny-random"), dtype=torch.float32
+    )
+    gen = torch.Generator().manual_seed(1)
+    ids_BT = torch.randint(3, 200, (2, 10), generator=gen)
+    targets_BT = torch.randint(3, 200, (2, 10), generator=gen)
+    mask_BT = torch.ones(2, 10, dtype=torch.long)
+    mask_BT[1, 8:] = 0
+    columns_K = torch.tensor([2, 3, 7])
+    weights_BK = torch.randn(2, 3, generator=gen)
+
+    def grads(logprobs_BK: torch.Tensor) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        (weights_BK * logprobs_BK).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full = grads(token_logprobs(model, ids_BT, mask_BT, targets_BT, 0.7)[:, columns_K])
+    some = grads(trained_token_logprobs(model, ids_BT, mask_BT, targets_BT, 0.7, columns_K))
+    assert full and full.keys() == some.keys()
+    assert any(g.abs().sum() > 0 for g in full.values())
+    for name, g in full.items():
+        torch.testing.assert_close(some[name], g, rtol=1e-4, atol=1e-6, msg=name)
+    # The temperature enters the gradient: another temperature gives another gradient.
+    hot = grads(trained_token_logprobs(model, ids_BT, mask_BT, targets_BT, 1.3, columns_K))
+    assert any(not torch.allclose(hot[n], g, rtol=1e-3, atol=1e-6) for n, g in full.items())

@@ -71,7 +71,28 @@ def _grads(p: LocalModelProvider) -> dict[str, torch.Tensor]:
     return {n: t.grad.clone() for n, t in p.model.named_parameters() if t.grad is not None}
 
 
-def test_micro_batches_scaled_by_share_give_the_full_batch_gradient(model_dir: Path) -> None:
+def _reference_gradient(p: LocalModelProvider, datums: list[Datum], scale: float) -> dict:
+    """The gradient of ``scale * sum_d -sum_t r_t A_t`` computed here, datum by datum,
+    straight from the model's logits (no learner code): what the train loop's
+    ``forward_backward(micro_batch, loss, 1 / N)`` calls must add up to."""
+    p.model.eval()  # the learner scores without dropout; dropout is 0 here anyway
+    p.model.zero_grad(set_to_none=True)
+    for d in datums:
+        logits = p.model(input_ids=torch.tensor([d.input_tokens])).logits[0].float() / 0.9
+        lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(d.target_tokens)[:, None])
+        ratio = (lp[:, 0] - torch.tensor(d.sampler_logprobs)).exp()
+        (-(ratio * torch.tensor(d.advantages)).sum() * scale).backward()
+    out = _grads(p)
+    p.model.zero_grad(set_to_none=True)
+    return out
+
+
+def test_micro_batches_scaled_by_one_over_n_give_the_full_batch_gradient(model_dir: Path) -> None:
+    """The train loop calls ``forward_backward`` once per micro-batch with
+    ``loss_scale = 1 / N`` (N = every trajectory of the step). However the step is split (by
+    the train loop into micro-batches, by the learner into chunks), the accumulated gradient
+    is that of the whole batch's summed loss over N, computed independently here; and
+    ``loss_scale`` really scales it."""
     p = _provider(model_dir)
     # Nonzero LoRA B so that every LoRA matrix gets a gradient.
     with torch.no_grad():
@@ -79,28 +100,31 @@ def test_micro_batches_scaled_by_share_give_the_full_batch_gradient(model_dir: P
             if "lora_B" in name:
                 param.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
     datums = _datums(p.vocab_size, n=6)
-    n = len(datums)
-    # A service that averages per call: full batch weight 1/N...
-    full = p.forward_backward(datums, IS, loss_scale=1.0 / n)
-    g_full = _grads(p)
-    p.learner.optimizer.zero_grad(set_to_none=True)
-    # ...equals micro-batches of sizes 1, 2, 3, each scaled by n_k / N of its own mean.
-    total = 0.0
-    for chunk in (datums[:1], datums[1:3], datums[3:]):
-        r = p.forward_backward(chunk, IS, loss_scale=(len(chunk) / n) / len(chunk))
-        total += r.loss
-    g_split = _grads(p)
-    p.learner.optimizer.zero_grad(set_to_none=True)
-    assert g_full and set(g_full) == set(g_split)
-    assert all("lora_" in name for name in g_full)
-    for name in g_full:
-        torch.testing.assert_close(g_split[name], g_full[name], atol=1e-5, rtol=0)
-    assert total == pytest.approx(full.loss, abs=1e-4)
-    # Chunking inside one call (tiny token budget) changes nothing either.
-    p.learner.chunk_tokens = 20
-    p.forward_backward(datums, IS, loss_scale=1.0 / n)
-    for name, g in _grads(p).items():
-        torch.testing.assert_close(g, g_full[name], atol=1e-5, rtol=0)
+    n = len(datums) + 2  # two trajectories of the step had advantage 0 (no datum)
+    expected = _reference_gradient(p, datums, 1.0 / n)
+    assert expected and all("lora_" in name for name in expected)
+
+    def accumulated(splits: list[list[Datum]], scale: float) -> dict:
+        for batch in splits:
+            p.forward_backward(batch, IS, loss_scale=scale)
+        out = _grads(p)
+        p.learner.optimizer.zero_grad(set_to_none=True)
+        return out
+
+    whole = accumulated([datums], 1.0 / n)
+    split = accumulated([datums[:1], datums[1:3], datums[3:]], 1.0 / n)
+    p.learner.chunk_tokens = 20  # and chunking inside one call
+    chunked = accumulated([datums], 1.0 / n)
+    for got in (whole, split, chunked):
+        assert got.keys() == expected.keys()
+        for name, g in expected.items():
+            torch.testing.assert_close(got[name], g, atol=1e-6, rtol=1e-4)
+    doubled = accumulated([datums], 2.0 / n)
+    for name, g in expected.items():
+        torch.testing.assert_close(doubled[name], 2 * g, atol=1e-6, rtol=1e-4)
+    # The reported loss is unscaled (the sum over datums), whatever the split.
+    losses = [p.forward_backward(b, IS, loss_scale=1.0 / n).loss for b in (datums[:2], datums[2:])]
+    assert sum(losses) == pytest.approx(p.forward_backward(datums, IS).loss, abs=1e-4)
     p.close()
 
 

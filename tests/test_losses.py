@@ -98,3 +98,43 @@ def test_unknown_clip_key_is_reported_with_suggestion() -> None:
     config = Config(plugins={"train.loss": {"clip_hgh": 0.3}})
     with pytest.raises(ConfigError, match="clip_high"):
         _registered()["cispo"](config)
+
+
+def test_ratio_cap_truncates_the_weight_but_keeps_the_gradient() -> None:
+    """Truncated IS: the token with r = 1.5 > C = 1.25 weighs C, and its gradient is
+    C * A * grad lp (a clip would give it 0)."""
+    lp, inputs = _inputs()
+    out = losses.importance_sampling(lp, inputs, ratio_cap=1.25)
+    # -(1*2 + 1.25*1 + 0.5*(-1)) = -2.75
+    assert out.loss.item() == pytest.approx(-2.75)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-2.0, -1.25, 0.5, 0.0])
+    assert out.metrics["truncated_tokens"] == 1
+    assert out.metrics["ratio_max"] == pytest.approx(1.5)  # the metric is the raw ratio
+
+    # ppo: a negative advantage with a large ratio is unbounded by the clip; the cap bounds it.
+    big = torch.tensor([math.log(0.5) + math.log(4.0)], dtype=torch.float64, requires_grad=True)
+    neg = LossInputs(
+        sampler_logprobs_T=torch.tensor([math.log(0.5)], dtype=torch.float64),
+        advantages_T=torch.tensor([-1.0], dtype=torch.float64),
+    )
+    assert losses.ppo(big, neg).loss.item() == pytest.approx(4.0)
+    capped = losses.ppo(big, neg, ratio_cap=2.0)
+    assert capped.loss.item() == pytest.approx(2.0)
+    capped.loss.backward()
+    assert big.grad.tolist() == pytest.approx([2.0])
+    # A ratio that underflowed to 0 stays finite under the cap.
+    tiny = torch.tensor([-800.0], dtype=torch.float64, requires_grad=True)
+    zero = losses.importance_sampling(tiny, neg, ratio_cap=2.0)
+    zero.loss.backward()
+    assert math.isfinite(zero.loss.item()) and math.isfinite(tiny.grad.item())
+
+
+def test_ratio_cap_is_read_from_train_loss_for_every_loss() -> None:
+    factories = _registered()
+    config = Config(plugins={"train.loss": {"ratio_cap": 1.25}})
+    lp, inputs = _inputs()
+    assert factories["importance_sampling"](config)(lp, inputs).loss.item() == pytest.approx(-2.75)
+    assert factories["importance_sampling"](Config())(lp, inputs).loss.item() == pytest.approx(-3)
+    with pytest.raises(ConfigError, match="ratio_cap"):
+        factories["ppo"](Config(plugins={"train.loss": {"ratio_cap": -1.0}}))

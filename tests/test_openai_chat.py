@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from fake_chat_server import API_KEY, FakeChatServer
 
-from searchr1.core.agent_protocols import SEARCH_TOOL, TagsProtocol, ToolCallsProtocol
+from searchr1.core.agent_protocols import SEARCH_TOOL, Action, TagsProtocol, ToolCallsProtocol
 from searchr1.core.config import Config
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import AdamParams, Question, SamplingParams, SearchResponse, SearchResult
@@ -158,3 +158,36 @@ def test_plain_text_prompt_becomes_one_user_message():
     conv = parse_chatml("just a question")
     assert conv.messages == [{"role": "user", "content": "just a question"}]
     assert conv.partial is None
+
+
+def test_qwen3_5_xml_calls_and_thinking_round_trip(server, tmp_path):
+    """A Qwen3.5-template tokenizer: the think prefill is left to the server (told the mode),
+    XML calls in the prompt become ``tool_calls`` and the server's calls and reasoning come
+    back as the XML and think text the protocol parses."""
+    from fakes import template_tokenizer
+
+    template_tokenizer("qwen3_5").save_pretrained(tmp_path / "tok")
+    chat = OpenAIChatProvider.from_config(make_config(server, tokenizer=str(tmp_path / "tok")))
+    protocol = ToolCallsProtocol(chat.tokenizer, enable_thinking=True)
+    assert chat.call_format.name == protocol.call_format.name == "xml"
+    prompt = protocol.initial_prompt_tokens(QUESTION)
+    params = sampling(protocol)
+    server.reply(
+        reasoning="Look it up.",
+        tool_calls=[{"name": "search", "arguments": {"query": "capital of France"}}],
+    )
+    (turn,) = asyncio.run(chat.sample(prompt, 1, params))
+    sent = server.requests[-1]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True}
+    assert "continue_final_message" not in sent and sent["tools"] == [SEARCH_TOOL]
+    text = protocol.decode(turn.tokens)
+    assert text.startswith("Look it up.\n</think>\n\n<tool_call>\n<function=search>\n")
+    assert protocol.parse_action(text) == Action("search", "capital of France")
+
+    server.reply(content="Answer: Paris", reasoning="Answer: Lyon? No, the result says Paris.")
+    (final,) = asyncio.run(chat.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))
+    sent = server.requests[-1]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    (call,) = sent["messages"][1]["tool_calls"]
+    assert call["function"] == {"name": "search", "arguments": '{"query": "capital of France"}'}
+    assert protocol.parse_action(protocol.decode(final.tokens)) == Action("answer", answer="Paris")

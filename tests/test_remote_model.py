@@ -403,6 +403,7 @@ rank = 4
 alpha = 8
 dropout = 0.0
 [rollout]
+protocol = "tags"
 questions_per_batch = 2
 group_size = 2
 max_search_calls = 1
@@ -484,8 +485,10 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     )
     local_config = _write_cli_config(tmp_path / "local", 'provider = "local"')
 
-    assert cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")]) == 0
+    # the untrained model rarely meets the seed's smoke criteria (exit 3); no channel may fail
+    rc = cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")])
     out = capsys.readouterr().out
+    assert rc in (0, 3) and "diagnosis:" not in out, out
     assert re.search(r"^trajectory 0: reward=", out, re.M), out
 
     remote_run, local_run = tmp_path / "remote-run", tmp_path / "local-run"
@@ -495,6 +498,8 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     assert sorted(remote) == sorted(local) == [1, 2, 3]
     for step in (1, 2, 3):
         assert remote[step].keys() == local[step].keys()
+        # The mismatch is computed from the log-probs the service returns.
+        assert remote[step]["mismatch/tokens"] == remote[step]["tokens/trained"]
         assert remote[step]["tokens/trained"] > 0 and remote[step]["micro_batches"] >= 1
         assert math.isfinite(remote[step]["loss"]) and "optim/grad_norm" in remote[step]
     ckpt = remote_run / "checkpoints" / "step_000002"

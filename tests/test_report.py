@@ -53,7 +53,7 @@ def _traj(step: int, i: int, correct: bool) -> dict:
     }
 
 
-def make_run(run_dir: Path, *, with_tokens: bool = True) -> Path:
+def make_run(run_dir: Path, *, with_tokens: bool = True, with_health: bool = False) -> Path:
     """A run folder shaped like the train loop's: events, metrics, evals, dumps."""
     run_dir.mkdir(parents=True)
     events = [
@@ -87,7 +87,26 @@ def make_run(run_dir: Path, *, with_tokens: bool = True) -> Path:
         }
         if with_tokens:
             m["tokens/sampled"] = 1000 + 50 * step
+        if with_health:
+            m |= {
+                "health/entropy": 1.2 if step < 9 else 0.2,
+                "health/response_tokens": 40.0 + step,
+                "health/format_rate": 0.9,
+                "health/searches/world_2hop": 1.5 + 0.1 * step,
+                "mismatch/k3": 1e-7,
+                "mismatch/ratio_min": 0.9999,
+                "mismatch/ratio_max": 1.0001,
+            }
         events.append(m)
+        if with_health and step == 10:
+            events.append(
+                {
+                    "event": "health_alert",
+                    "step": 10,
+                    "kind": "entropy_cliff",
+                    "message": "sampled-token entropy fell off a cliff <b>",
+                }
+            )
     events.append(
         {
             "event": "eval/heldout_em",
@@ -146,6 +165,23 @@ def test_report_files_and_content(tmp_path: Path) -> None:
     assert "<th>em</th>" in evals and "<th>em/nq</th>" in evals and "<th>value</th>" not in evals
     assert "20.0%" in evals and "25.0%" in evals and "45.0%" in evals
     assert 'id="chart-m-0"' in html  # the extra "loss" metric gets its own chart
+
+
+def test_health_section_opens_the_page(tmp_path: Path) -> None:
+    html = build_report(make_run(tmp_path / "run", with_health=True), pngs=False).html.read_text()
+    top = html[: html.index('<h2 id="curves">')]
+    assert '<h2 id="health">' in top
+    alerts = top[top.index('id="health-alerts"') :]
+    assert "step 10" in alerts and "entropy_cliff" in alerts and "&lt;b&gt;" in alerts
+    assert "held-out EM: before <b>20.0%</b> · after <b>45.0%</b>" in top
+    table = top[top.index('<table id="health-table">') : top.index("</table>")]
+    # first step, last step, min, max of the entropy
+    assert "<td>1.2</td><td>0.2</td><td>0.2</td><td>1.2</td>" in table
+    assert "world_2hop" in table and "mismatch/ratio_max" in table
+    assert 'id="chart-health-entropy"' in top
+    # The plain run (older versions) says there is nothing, instead of an empty table.
+    plain = build_report(make_run(tmp_path / "old"), pngs=False).html.read_text()
+    assert "no health metrics in this run" in plain and "no health alerts" in plain
 
 
 def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
@@ -286,6 +322,8 @@ def test_report_of_a_real_training_run(tmp_path: Path) -> None:
         "searches_per_trajectory",
         "tokens/sampled",
         "time/step",
+        "health/entropy",
+        "health/response_tokens",
     ):
         assert drawn.get(spec_keys, 0) > 50, (spec_keys, drawn)
     details = {a.get("id"): a for t, a in dom.tags if t == "details"}

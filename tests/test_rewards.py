@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import string
 
 import pytest
 from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from searchr1.core.agent_protocols import TagsProtocol, ToolCallsProtocol
 from searchr1.core.answers import exact_match, extract_answers, f1_score, normalize_answer
@@ -117,10 +121,55 @@ def test_rewards_score_rollout_trajectories_of_both_protocols() -> None:
         ("", "", False),  # an empty prediction never matches
         ("...", "!", False),
         (None, "x", False),
+        # ASCII symbols are string.punctuation, removed as in Search-R1:
+        ("$100", "100", True),
+        ("C++", "C", True),
+        ("<10", "10", True),
+        ("a|b", "ab", True),
+        ("x^2 = y~", "x2 y", True),
+        ("＄１００", "100", True),  # full-width symbol and digits fold to ASCII first
+        ("100 €", "100", False),  # non-ASCII symbols are kept (Search-R1 keeps them too)
     ],
 )
 def test_exact_match_normalisation(prediction, golden, match) -> None:
     assert exact_match(prediction, [golden]) is match
+
+
+def _search_r1_normalize_answer(s: str) -> str:
+    """A faithful reimplementation of Search-R1's ``normalize_answer``
+    (``verl/utils/reward_score/qa_em.py``, itself SQuAD's): lower, remove
+    ``string.punctuation``, articles to a space, collapse whitespace, in that order."""
+    exclude = set(string.punctuation)
+    s = s.lower()
+    s = "".join(ch for ch in s if ch not in exclude)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+# Strings rich in what normalisation touches: symbols and punctuation (all of ASCII's),
+# articles in every case and glued to other words, every ASCII whitespace character.
+_PIECES = st.one_of(
+    st.sampled_from(list(string.punctuation)),
+    st.sampled_from(["a", "an", "the", "A", "An", "THE", "tHe", "anne", "theta", "ban"]),
+    st.sampled_from([" ", "  ", "\t", "\n", "\r", "\x0b", "\x0c"]),
+    st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=6),
+)
+_ASCII_TEXT = st.lists(_PIECES, max_size=25).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ASCII_TEXT, st.text(alphabet=[chr(i) for i in range(128)], max_size=30))
+def test_normalize_answer_is_search_r1s_on_ascii(rich: str, anything: str) -> None:
+    for text in (rich, anything):
+        assert normalize_answer(text) == _search_r1_normalize_answer(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ASCII_TEXT, _ASCII_TEXT)
+def test_exact_match_agrees_with_search_r1_on_ascii(prediction: str, golden: str) -> None:
+    pred, gold = _search_r1_normalize_answer(prediction), _search_r1_normalize_answer(golden)
+    # The one documented difference: an answer that normalises to nothing never matches.
+    assert exact_match(prediction, [golden]) is (pred == gold and pred != "")
 
 
 def test_normalize_answer_and_extract() -> None:

@@ -11,8 +11,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from search_fakes import Behaviour, start_fake_zhihu
 
+from searchr1.core.answers import exact_match, extract_answers
 from searchr1.core.cli import main as cli
 
 CORPUS = [
@@ -25,7 +27,9 @@ TRAJECTORY_LINE = re.compile(
 )
 
 
-def write_config(tmp_path: Path, model: str, search: str, rollout: str = "") -> Path:
+def write_config(
+    tmp_path: Path, model: str, search: str, rollout: str = 'protocol = "tags"'
+) -> Path:
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in CORPUS), encoding="utf-8")
     path = tmp_path / "config.toml"
@@ -54,13 +58,24 @@ def scripted(turns: list[list[str]], fail: str | None = None) -> str:
     return f'[model]\nprovider = "scripted"\nmax_new_tokens = 64\n{table}'
 
 
+#: the seed's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
+#: answers France / Paris / None / France (trajectory 2 asks a fifth search and is stopped)
 SCRIPTS = [
-    ["<search> little prince author </search>", "<answer> Antoine de Saint-Exupéry </answer>"],
-    ["<answer> Lyon </answer>"],
-    ["I am not sure."],
-    ["<search> little prince </search>", "<search> Saint-Exupéry born </search>",
-     "<answer> antoine de saint-exupery </answer>"],
+    ["<search> little prince author </search>", "<search> Saint-Exupéry born </search>",
+     "<answer> France </answer>"],
+    ["<search> Little Prince writer </search>", "<search> Saint-Exupéry </search>",
+     "<search> Saint-Exupéry birthplace </search>", "<answer> Paris </answer>"],
+    ["<search> who wrote it </search>", "<search> a </search>", "<search> b </search>",
+     "<search> c </search>", "<search> d </search>"],
+    ["<search> Le Petit Prince </search>", "<search> Saint-Exupéry Lyon </search>",
+     "<answer> France </answer>"],
 ]  # fmt: skip
+SEED_LINES = [
+    ("0", "1.0", "2", "France"),
+    ("1", "0.0", "3", "Paris"),
+    ("2", "-0.1", "4", "None"),
+    ("3", "1.0", "2", "France"),
+]
 
 
 def smoke(capsys, config: Path, *extra: str) -> tuple[int, str]:
@@ -74,23 +89,22 @@ def test_smoke_prints_the_seed_output_and_writes_trajectories(tmp_path, capsys, 
     code, out = smoke(capsys, config)
     assert code == 0, out
     assert "search keys: 0" in out and "search probe: ok (2 results)" in out
-    lines = TRAJECTORY_LINE.findall(out)
-    assert lines == [
-        ("0", "1.0", "1", "Antoine de Saint-Exupéry"),
-        ("1", "0.0", "0", "Lyon"),
-        ("2", "-0.1", "0", "None"),
-        ("3", "0.0", "2", "antoine de saint-exupery"),  # accents matter in exact match
-    ]
+    assert TRAJECTORY_LINE.findall(out) == SEED_LINES
     assert "search success rate: 100.00%" in out and "search error rate: 0.00%" in out
+    assert "verdict: rewards of both signs: ok (2 positive, 1 negative of 4)" in out
+    assert "verdict: searches within 1..4: ok" in out
+    assert "verdict: answers in the tags format" in out and "search success >= 90%: ok" in out
+    assert re.search(r"^smoke: PASS", out, re.M)
     # the group was sampled once with num_samples = 4, then one sample per later turn
     (model,) = scripted_plugin.created
     assert [c.num_samples for c in model.calls][0] == 4
     assert all(c.num_samples == 1 for c in model.calls[1:])
     records = [json.loads(line) for line in (tmp_path / "run" / "smoke_trajectories.jsonl").open()]
-    assert [r["reward"] for r in records] == [1.0, 0.0, -0.1, 0.0]
+    assert [r["reward"] for r in records] == [1.0, 0.0, -0.1, 1.0]
     first = records[0]
     assert first["question"] == "Who is the author of The Little Prince and where was he born?"
     assert first["turns"][0]["query"] == "little prince author"
+    assert "France" in first["golden_answers"] and "Paris" not in first["golden_answers"]
     assert "Doc 1(Title: The Little Prince)" in first["turns"][0]["observation_text"]
     assert first["prompt_text"].endswith("<|im_start|>assistant\n")
     assert len(first["tokens"]) == len(first["generated_mask"]) == len(first["logprobs"])
@@ -104,8 +118,11 @@ def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys,
         capsys, config, "--question", "Where was he born?", "--answer", "Lyon",
         "--answer", "Lyon, France", "--group-size", "2", "--max-search-calls", "1",
     )  # fmt: skip
-    assert code == 0, out
+    assert code == 3, out  # channels fine; no positive reward and trajectory 1 never searched
     assert TRAJECTORY_LINE.findall(out) == [("0", "-0.1", "1", "None"), ("1", "0.0", "0", "Paris")]
+    assert "verdict: rewards of both signs: FAILED (0 positive, 1 negative of 2" in out
+    assert "verdict: searches within 1..1: FAILED (trajectories 1 (0) searched outside" in out
+    assert "smoke: FAILED: rewards of both signs; searches within 1..1" in out
     record = json.loads((tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()[0])
     assert record["end_reason"] == "search_limit" and record["golden_answers"] == [
         "Lyon",
@@ -120,9 +137,12 @@ def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
         tmp_path, scripted([["no idea"], ["still no idea"]]), local_search(tmp_path)
     )
     code, out = smoke(capsys, config, "--group-size", "2")
-    assert code == 0  # the channels work; the model just has not learned the format
-    assert "every reward is -0.1: the model never wrote the answer format" in out
-    assert "<answer>...</answer>" in out and "invalid_action=2" in out
+    assert code == 3  # the channels work, but the seed's criteria are not met: say which
+    assert (
+        "verdict: answers in the tags format (one <answer>...</answer> element): FAILED "
+        "(0 of 2 answered in the format; the model never wrote it (end reasons: invalid_action))"
+    ) in out
+    assert "smoke: FAILED: rewards of both signs; searches within 1..4; answers in" in out
 
 
 def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_plugin):
@@ -135,12 +155,37 @@ def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_
         assert server.records and all(r.status == 429 for r in server.records)
     assert code == 1, out
     assert "search keys: 2" in out and "search probe: FAILED (quota exhausted (429))" in out
-    assert "429: search quota exhausted" in out and "keys left: 0 of 2" in out
+    assert (
+        "every search key is limited or rejected (key 0 (quota exhausted (429)), "
+        "key 1 (quota exhausted (429)))"
+    ) in out
+    assert "verdict: search success >= 90%: FAILED (0.00%" in out
     assert "search success rate: 0.00%" in out
     assert "k-one" not in out and "k-two" not in out  # keys never printed
     # the failed searches were observations, not crashes
     records = [json.loads(line) for line in (tmp_path / "run" / "smoke_trajectories.jsonl").open()]
     assert records[0]["turns"][0]["observation_text"].count("search failed") == 1
+
+
+def test_one_key_out_of_quota_while_the_others_serve_is_a_warning(
+    tmp_path, capsys, scripted_plugin
+):
+    """The seed's rule: rotate keys; only all keys limited stops the run."""
+    with start_fake_zhihu(Behaviour(key_status={"k-two": 429})) as (base_url, server):
+        search = (
+            f'[search]\nprovider = "zhihu"\napi_keys = "k-one,k-two,k-three"\n'
+            f'api_base = "{base_url}"\ntop_k = 1\n'
+        )
+        code, out = smoke(capsys, write_config(tmp_path, scripted(SCRIPTS), search))
+        assert set(server.keys_served(429)) == {"k-two"}  # concurrent requests may both hit it
+    assert code == 0, out
+    assert TRAJECTORY_LINE.findall(out) == SEED_LINES
+    assert (
+        "warning: 1 of 3 search keys benched (key 1 (quota exhausted (429))); the other 2 "
+        "served the searches"
+    ) in out
+    assert "search success rate: 100.00%" in out and "smoke: PASS" in out
+    assert "k-two" not in out
 
 
 def test_rejected_key_is_diagnosed_as_401(tmp_path, capsys, scripted_plugin):
@@ -198,12 +243,30 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     )
     config = write_config(tmp_path, model, local_search(tmp_path))
     code, out = smoke(capsys, config)
-    assert code == 0, out
+    assert code in (0, 3), out  # the channels work; a random model rarely meets the criteria
     assert re.search(r"^search keys: 0$", out, re.M)
+    assert len(re.findall(r"^verdict: .*: (ok|FAILED) \(", out, re.M)) == 4
+    assert ("smoke: PASS" in out) == (code == 0)
     lines = TRAJECTORY_LINE.findall(out)
     assert [n for n, *_ in lines] == ["0", "1", "2", "3"]
-    assert all(float(r) in (1.0, 0.0, -0.1) for _, r, _, _ in lines)
     assert re.search(r"^search success rate: \d+\.\d\d%$", out, re.M)
     assert re.search(r"^search error rate: \d+\.\d\d%$", out, re.M)
-    records = (tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
-    assert len(records) == 4 and all(json.loads(r)["turns"] for r in records)
+    records = [
+        json.loads(r)
+        for r in (tmp_path / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 4 and all(r["turns"] for r in records)
+    # Each printed line is the reward table applied to what the model actually wrote,
+    # recomputed here from the dumped text (the seed's -0.1 / 1.0 / 0.0), and the counts
+    # and answer of that same trajectory.
+    for (_, printed, calls, answer), record in zip(lines, records, strict=True):
+        text = "\n".join(t["text"] for t in record["turns"])
+        answers = extract_answers("tags", text)
+        final = record["final_answer"]
+        well_formed = final is not None and final.strip() != "" and answers == [final.strip()]
+        expected = 1.0 if exact_match(final, record["golden_answers"]) else 0.0
+        expected = expected if well_formed else -0.1
+        assert float(printed) == pytest.approx(expected) == record["reward"], record
+        searched = sum(t["action"] == "search" for t in record["turns"])
+        assert int(calls) == searched == record["search_calls"]
+        assert answer == str(final)

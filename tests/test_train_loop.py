@@ -26,6 +26,7 @@ rank = 4
 alpha = 8
 dropout = 0.0
 [rollout]
+protocol = "tags"
 questions_per_batch = 2
 group_size = 3
 max_search_calls = 2
@@ -45,7 +46,7 @@ save_every = 2
 max_datum_tokens = 512
 max_micro_batch_datums = 4
 max_micro_batch_tokens = 1024
-dump_trajectories = 2
+dump_trajectories = 64
 [optimizer]
 lr = 5e-3
 [data]
@@ -124,23 +125,66 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "run"
 
 
+def _table_reward(row: dict) -> float:
+    """The seed's reward table applied to a dumped trajectory's own components."""
+    if not row["components"]["format"]:
+        return -0.1
+    return 1.0 if row["components"]["correct"] else 0.0
+
+
 def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path) -> None:
     steps = _step_metrics(uninterrupted)
     assert sorted(steps) == [1, 2, 3, 4]
-    for m in steps.values():
+    trained_steps = []
+    for step, m in steps.items():
         missing = [k for k in STEP_KEYS if k not in m]
         assert not missing, missing
-        assert -0.1 - 1e-9 <= m["reward/mean"] <= 1.0
         assert m["groups"] == 2
-    # the warm-started model gives mixed rewards: the resume test below covers real updates
-    assert any(m["tokens/trained"] > 0 for m in steps.values())
+        # Every trained trajectory is dumped (dump_trajectories = 64): the step's numbers
+        # must be those of these trajectories.
+        path = uninterrupted / "trajectories" / f"step_{step:06d}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert len(rows) == 2 * 3
+        rewards = [r["reward"] for r in rows]
+        assert rewards == pytest.approx([_table_reward(r) for r in rows])
+        assert m["reward/trained_mean"] == pytest.approx(sum(rewards) / len(rewards))
+        if m["draws/extra"] == 0:  # no redraw: the trained groups are the first draw
+            assert m["reward/mean"] == pytest.approx(sum(rewards) / len(rewards))
+        # Trained tokens: the sampled tokens of trajectories whose advantage is not 0.
+        by_group: dict[str, list[dict]] = {}
+        for r in rows:
+            by_group.setdefault(r["group_id"], []).append(r)
+        expected_tokens = 0
+        for group in by_group.values():
+            mean = sum(r["reward"] for r in group) / len(group)
+            expected_tokens += sum(
+                r["num_generated_tokens"] for r in group if abs(r["reward"] - mean) > 1e-9
+            )
+        assert m["tokens/trained"] == expected_tokens
+        if expected_tokens:
+            trained_steps.append(step)
+            # One optimizer step per step, after every micro-batch: each step trains
+            # on-policy, so the sampler/learner mismatch (fp32 on CPU) is float noise.
+            assert m["mismatch/tokens"] == m["tokens/trained"]
+            assert m["mismatch/logprob_diff_max"] < 1e-3
+            assert 1 - 1e-3 < m["mismatch/ratio_min"] <= m["mismatch/ratio_max"] < 1 + 1e-3
+            assert abs(m["mismatch/kl_sample_train"]) < 1e-4 and m["mismatch/k3"] >= 0
+            assert m["optim/grad_norm"] > 0
+        assert m["health/response_tokens"] > 0 and m["health/entropy"] > 0
+    # the warm-started model gives mixed rewards, and the updates change the adapter
+    assert trained_steps
     checkpoints = sorted(p.name for p in (uninterrupted / "checkpoints").iterdir())
     assert checkpoints == ["step_000002", "step_000004"]
+    adapters = [
+        next((uninterrupted / "checkpoints" / c).rglob("adapter_model.safetensors")).read_bytes()
+        for c in checkpoints
+    ]
+    assert (adapters[0] != adapters[1]) == any(s > 2 for s in trained_steps)
     ckpt = uninterrupted / "checkpoints" / "step_000004"
     assert json.loads((ckpt / "trainer.json").read_text())["step"] == 4
     assert (ckpt / "config.toml").read_text().count("[train]") == 1
     dumped = (uninterrupted / "trajectories" / "step_000001.jsonl").read_text().splitlines()
-    assert len(dumped) == 2 and "question" in json.loads(dumped[0])
+    assert "question" in json.loads(dumped[0])
 
 
 def test_resume_after_sigkill_matches_uninterrupted_run(
@@ -172,7 +216,10 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (step, key)
 
 
-def test_sigterm_finishes_the_step_and_checkpoints(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
     run_dir = tmp_path / "run"
     cfg = (
         _config(tmp_path)
@@ -189,9 +236,12 @@ def test_sigterm_finishes_the_step_and_checkpoints(tmp_path: Path) -> None:
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 0, out
+    # not 0: `searchr1 train && searchr1 eval` must not go on after Ctrl-C
+    assert proc.returncode == code, out
+    assert f"stopped by {sig.name}" in out and "--resume" in out
+    assert "Traceback" not in out
     last = max(_step_metrics(run_dir))
     assert last < 50
     assert (run_dir / "checkpoints" / f"step_{last:06d}" / "trainer.json").is_file()

@@ -174,6 +174,41 @@ def test_cold_start_transcripts_parse_with_the_protocol(episodes, protocol, worl
             assert text.strip().startswith("<information>") and "</information>" in text
 
 
+@pytest.mark.parametrize(
+    ("template", "call"), [("qwen3", '{"name": "search"'), ("qwen3_5", "<function=search>")]
+)
+def test_cold_start_turns_use_the_call_format_the_protocol_parses(
+    world: World, config, template, call
+):
+    """Under ``tool_calls`` the scripted agent writes calls the way the model's own template
+    does (Qwen3 JSON, Qwen3.5 XML with its think prefill), and they parse back."""
+    from fakes import template_tokenizer
+
+    from searchr1.core.agent_protocols import ToolCallsProtocol
+
+    tools = ToolCallsProtocol(template_tokenizer(template), enable_thinking=True)
+    search = LocalBM25Search.from_config(config)
+    questions = random.Random(1).sample(world.train, 30)
+
+    async def run() -> list[cold_start.Episode]:
+        try:
+            return await cold_start.script_episodes(world, questions, tools, search, config)
+        finally:
+            await search.aclose()
+
+    calls = 0
+    for ep in asyncio.run(run()):
+        for (start, end), turn in zip(_segments(ep.train_mask), ep.turns, strict=True):
+            text = tools.decode(ep.tokens[start:end])
+            action = tools.parse_action(text)
+            if turn.query is not None:
+                calls += 1
+                assert call in text and (action.kind, action.query) == ("search", turn.query)
+            else:
+                assert (action.kind, action.answer) == ("answer", turn.answer)
+    assert calls > 0
+
+
 def test_cold_start_acts_like_an_untrained_agent(episodes):
     """Searches only some of the time, sometimes with a vague query, sometimes answers
     right; the RL run has something to learn."""

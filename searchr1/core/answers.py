@@ -8,6 +8,7 @@ Pure functions over strings: no tokenizer, no torch.
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 _ANSWER_ELEMENT_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 ANSWER_LINE_RE = re.compile(r"^[ \t]*Answer:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
 
 
 def answer_elements(text: str) -> list[str]:
@@ -28,23 +30,41 @@ def answer_lines(text: str) -> list[str]:
 
 
 def extract_answers(protocol: str, text: str) -> list[str]:
-    """Every final-answer occurrence in ``text`` under the named agent protocol: ``<answer>``
-    elements for ``tags``, ``Answer:`` lines for ``tool_calls``."""
-    if protocol == "tool_calls":
-        return answer_lines(text)
-    if protocol in ("tags", ""):
-        return answer_elements(text)
-    raise ValueError(f"unknown agent protocol {protocol!r} (expected 'tags' or 'tool_calls')")
+    """Every final-answer occurrence in one turn's ``text`` under the named agent protocol
+    (``""`` means ``tags``): the protocol class owns its answer format (``<answer>`` elements
+    for ``tags``; ``Answer:`` lines outside ``<think>`` blocks for ``tool_calls``)."""
+    from searchr1.core.agent_protocols import PROTOCOLS  # the protocols import this module
+
+    try:
+        cls = PROTOCOLS[protocol or "tags"]
+    except KeyError:
+        known = ", ".join(repr(n) for n in PROTOCOLS)
+        raise ValueError(f"unknown agent protocol {protocol!r} (expected one of {known})") from None
+    return cls.extract_answers(text)
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD-style normalisation: lower-case, drop punctuation (any Unicode punctuation, so
-    full-width ``，。`` go too), drop the articles a/an/the, collapse whitespace. NFKC first,
-    so full-width letters and digits compare equal to ASCII ones."""
+    """Search-R1's (SQuAD's) normalisation, extended to Unicode.
+
+    On ASCII text the result is exactly Search-R1's ``normalize_answer``: lower-case, remove
+    every character of ``string.punctuation`` (symbols such as ``$ + < = > ^ ` | ~`` too, so
+    ``"$100"`` matches ``"100"`` and ``"C++"`` matches ``"C"``), replace the words a/an/the by a
+    space, collapse whitespace. ``tests/test_rewards.py`` checks this against a reimplementation
+    of the original over generated strings.
+
+    The Unicode extension (no effect on ASCII): NFKC first, so full-width letters, digits and
+    symbols compare equal to their ASCII forms (``"１００"`` is ``"100"``, ``"＄"`` is ``"$"``);
+    and every Unicode punctuation character (category P: ``，。「」—``...) is removed like
+    ASCII punctuation. Non-ASCII symbols (category S: ``€ ° ×``) are kept, as in
+    Search-R1."""
     text = unicodedata.normalize("NFKC", text).lower()
     # Removed, not replaced by a space: "Saint-Exupéry" -> "saintexupéry", as in SQuAD and
     # Search-R1, so EM numbers stay comparable with theirs.
-    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
+    text = "".join(
+        ch
+        for ch in text
+        if ch not in _ASCII_PUNCTUATION and not unicodedata.category(ch).startswith("P")
+    )
     text = _ARTICLES_RE.sub(" ", text)
     return " ".join(text.split())
 

@@ -25,6 +25,7 @@ from typing import Any
 import tomli_w
 
 from searchr1.core.config import Config
+from searchr1.core.errors import UserError
 from searchr1.core.types import ModelProvider
 
 KEEP = 3
@@ -72,30 +73,129 @@ def save_checkpoint(
     return final
 
 
-def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
-    """Complete checkpoints, oldest first."""
-    out = []
+class CheckpointError(UserError):
+    """A checkpoint folder that cannot be used; the message names the file and why."""
+
+
+def read_checkpoint(path: Path, *, resumable: bool = True) -> Checkpoint:
+    """The checkpoint in ``path`` after checking that its files are whole: ``trainer.json``
+    readable with a step and ``model/`` present, and for ``resumable`` (``--resume``; eval
+    needs only the model) also an RNG state, a data cursor and ``rng.pt``.
+    Atomic saves make a half-written checkpoint impossible, but a disk error, a copy that was
+    cut short or a hand edit can still damage one; raises CheckpointError naming the file."""
+    meta = path / "trainer.json"
+    if not meta.is_file():
+        raise CheckpointError(f"{meta} is missing")
+    try:
+        state = json.loads(meta.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{meta} is damaged (not readable JSON: {exc})") from None
+    problem = _state_problem(state, resumable)
+    if problem:
+        raise CheckpointError(f"{meta} is damaged ({problem})")
+    for needed in (path / "model", path / "rng.pt")[: 2 if resumable else 1]:
+        if not needed.exists():
+            raise CheckpointError(f"{needed} is missing")
+    return Checkpoint(path=path, step=state["step"], state=state)
+
+
+def _state_problem(state: Any, resumable: bool) -> str | None:
+    if not isinstance(state, dict):
+        return f"expected a JSON object, got {type(state).__name__}"
+    step = state.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return f"'step' must be a whole number >= 0, got {step!r}"
+    if not resumable:
+        return None
+    rng = state.get("python_rng")
+    if not (isinstance(rng, list) and len(rng) == 3 and isinstance(rng[1], list)):
+        return "'python_rng' is not a saved random state"
+    data = state.get("data")
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), int) for k in _CURSOR)):
+        return "'data' is not a saved data cursor (epoch, cursor)"
+    return None
+
+
+_CURSOR = ("epoch", "cursor")
+
+
+def scan_checkpoints(
+    run_dir: Path, *, resumable: bool = True
+) -> tuple[list[Checkpoint], list[tuple[Path, str]]]:
+    """``(usable checkpoints oldest first, [(damaged folder, why)])``."""
+    good: list[Checkpoint] = []
+    damaged: list[tuple[Path, str]] = []
     for path in sorted(checkpoints_dir(run_dir).glob("step_*")):
-        meta = path / "trainer.json"
-        if not meta.is_file():
+        if not path.is_dir():
             continue
-        state = json.loads(meta.read_text())
-        out.append(Checkpoint(path=path, step=int(state["step"]), state=state))
-    return sorted(out, key=lambda c: c.step)
+        try:
+            good.append(read_checkpoint(path, resumable=resumable))
+        except CheckpointError as exc:
+            damaged.append((path, str(exc)))
+    return sorted(good, key=lambda c: c.step), damaged
 
 
-def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
-    found = list_checkpoints(run_dir)
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """Usable checkpoints, oldest first (damaged ones are left out: see scan_checkpoints)."""
+    return scan_checkpoints(run_dir)[0]
+
+
+def latest_checkpoint(run_dir: Path, *, resumable: bool = True) -> Checkpoint | None:
+    found = scan_checkpoints(run_dir, resumable=resumable)[0]
     return found[-1] if found else None
+
+
+def resume_checkpoint(run_dir: Path) -> tuple[Checkpoint | None, list[str]]:
+    """The checkpoint ``--resume`` continues from, and warnings to show the user.
+
+    The newest usable one; when newer ones are damaged, the warning names each damaged file
+    and says which earlier checkpoint is used instead (the steps after it are trained again,
+    with the same questions and seeds). Raises CheckpointError when checkpoints exist but none
+    is usable; returns ``(None, [])`` when there is none at all."""
+    good, damaged = scan_checkpoints(run_dir)
+    if not good:
+        if damaged:
+            raise CheckpointError(
+                f"--resume: {damaged[-1][1]}; there is no earlier usable checkpoint in "
+                f"{checkpoints_dir(run_dir)}. Start a new run (leave out --resume, or give a "
+                f"new --run-dir)."
+            )
+        return None, []
+    latest = good[-1]
+    warnings = [
+        f"{why}; resuming from the previous good checkpoint {latest.path} (step {latest.step}) "
+        f"instead, so the steps after it are trained again"
+        for path, why in damaged
+        if _folder_step(path) > latest.step
+    ]
+    return latest, warnings
+
+
+def _folder_step(path: Path) -> int:
+    digits = path.name.removeprefix("step_")
+    return int(digits) if digits.isdigit() else -1
 
 
 def restore_rng(checkpoint: Checkpoint) -> None:
     """Put Python's and torch's global RNGs back where they were at save time."""
     import torch
 
-    random.setstate(_decode_rng(checkpoint.state["python_rng"]))
-    rng = torch.load(checkpoint.path / "rng.pt", weights_only=True)
-    torch.set_rng_state(rng["torch"])
+    try:
+        random.setstate(_decode_rng(checkpoint.state["python_rng"]))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"{checkpoint.path / 'trainer.json'} is damaged (python_rng: {exc}); move "
+            f"{checkpoint.path} aside to resume from the checkpoint before it"
+        ) from None
+    file = checkpoint.path / "rng.pt"
+    try:
+        rng = torch.load(file, weights_only=True)
+        torch.set_rng_state(rng["torch"])
+    except Exception as exc:  # torch raises several types for a truncated or foreign file
+        raise CheckpointError(
+            f"{file} is damaged ({type(exc).__name__}: {exc}); move {checkpoint.path} "
+            f"aside to resume from the checkpoint before it"
+        ) from None
 
 
 def _encode_rng(state: tuple[Any, ...]) -> list[Any]:

@@ -29,9 +29,18 @@ from typing import Any, TypeVar
 
 import tomli
 
+from searchr1.core.config_advice import infer_choices, literal_secret_warnings
+from searchr1.core.config_values import mask_secrets, secret_variable_values, url_problems
+
 DEFAULT_CONFIG_NAME = "offline.toml"
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_VAR_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
+#: a variable name that holds a secret: a KEY(S)/TOKEN/PASSWORD part (``HF_TOKEN``,
+#: ``ZHIHU_SEARCH_KEYS``, ``APIKEY``) or SECRET/PASSWORD anywhere; ``MAX_TOKENS`` is not one,
+#: which is why name parts are matched rather than substrings (a masked "2048" would blank
+#: every number 2048 in the logs)
+_SECRET_VAR_RE = re.compile(
+    r"(?:^|_)(?:API_?)?(?:KEYS?|TOKEN|PASS|PASSWD)(?:_|$)|SECRET|PASSWORD", re.IGNORECASE
+)
 REDACTED = "***"
 #: a plugin's settings dataclass (see :func:`plugin_settings`)
 S = TypeVar("S")
@@ -55,7 +64,11 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    provider: str = _f("local", help="model provider plugin name")
+    provider: str = _f(
+        "local",
+        help="model provider plugin name; when absent from the file: taotoken if [model] sets "
+        "api_base or api_key, else local (config_advice.infer_choices)",
+    )
     api_base: str = _f("")
     api_key: str = _f("", secret=True)
     base_model: str = _f("builtin:tiny")
@@ -71,7 +84,9 @@ class LoraConfig:
     rank: int = _f(32, min=1, max=1024)
     alpha: float = _f(64.0, gt=0.0)
     dropout: float = _f(0.05, min=0.0, lt=1.0)
-    target_modules: tuple[str, ...] = _f(("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True)
+    target_modules: tuple[str, ...] = _f(
+        ("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True, split=True
+    )  # or "all-linear" (peft: every linear layer but the output head)
 
 
 @dataclass(frozen=True)
@@ -81,7 +96,8 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f("tags", choices=("tags", "tool_calls"))
+    protocol: str = _f("tool_calls", choices=("tags", "tool_calls"))
+    enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
     max_extra_draws: int = _f(16, min=0)
@@ -96,7 +112,9 @@ class SearchConfig:
     timeout_seconds: float = _f(10.0, gt=0.0)
     max_retries: int = _f(2, min=0)
     max_concurrency: int = _f(16, min=1)
-    key_cooldown_seconds: float = _f(math.inf, gt=0.0, help="inf = benched for the whole run")
+    key_cooldown_seconds: float = _f(
+        math.inf, gt=0.0, inf_ok=True, help="inf = benched for the whole run"
+    )
     cache: bool = _f(True)
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
@@ -137,6 +155,16 @@ class DataConfig:
     eval: str = _f("", help="held-out QA file")
 
 
+@dataclass(frozen=True)
+class LogConfig:
+    sinks: tuple[str, ...] = _f(
+        (),
+        split=True,
+        unique=True,
+        help="metric sinks besides events.jsonl (always on): tensorboard, ...",
+    )
+
+
 SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "model": ModelConfig,
@@ -147,6 +175,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "optimizer": OptimizerConfig,
     "data": DataConfig,
+    "log": LogConfig,
 }
 
 
@@ -171,6 +200,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"
@@ -178,6 +208,13 @@ class Config:
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
     #: dotted field -> the ``${VAR}`` it was filled from (so errors can name the variable)
     variables: Mapping[str, str] = field(default_factory=dict)
+    #: dotted field -> why it has its value, for fields chosen by inference (config check)
+    choices: Mapping[str, str] = field(default_factory=dict)
+    #: problems that do not stop a run (literal secrets, empty exported variables), printed
+    #: by config check, smoke and train
+    warnings: tuple[str, ...] = ()
+    #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
+    explicit: frozenset[str] = field(default_factory=frozenset)
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""
@@ -203,6 +240,8 @@ class Config:
                 value = getattr(obj, f.name)
                 if redact and f.metadata.get("secret") and value:
                     value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
+                elif redact:
+                    value = _redact_values(value, self.secrets)
                 table[f.name] = list(value) if isinstance(value, tuple) else value
             out[section] = table
         for key, table in self.plugins.items():
@@ -214,10 +253,10 @@ class Config:
 def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
     if isinstance(value, dict):
         return {k: _redact_values(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_values(v, secrets) for v in value]
-    if isinstance(value, str) and value in secrets:
-        return REDACTED
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_values(v, secrets) for v in value)
+    if isinstance(value, str):
+        return mask_secrets(value, secrets)
     return value
 
 
@@ -238,22 +277,84 @@ def load_config(
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError([f"{p}: is a folder; --config takes the config file itself"])
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
-        text, source, base = p.read_text("utf-8"), str(p), p.resolve().parent
+        text, source, base = _read_config_text(p), str(p), p.resolve().parent
+        _reject_empty(text, source)
+    notes: list[str] = []
     if env is None:
-        _load_dotenv(base)
+        notes = _load_dotenv(base)
         env = os.environ
-    return parse_config(text, source=source, env=env)
+    config = parse_config(text, source=source, env=env)
+    return dataclasses.replace(config, warnings=(*notes, *config.warnings)) if notes else config
 
 
-def _load_dotenv(config_dir: Path) -> None:
-    from dotenv import load_dotenv
+def _read_config_text(path: Path) -> str:
+    """The file's text; bytes that are not UTF-8 raise a ConfigError naming the line (a
+    leading UTF-8 byte-order mark, as some Windows editors write, is dropped)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            [
+                f"{path}:{line}: the file is not UTF-8 text (byte {data[exc.start]:#04x} at "
+                f"offset {exc.start}, line {line}); save it as UTF-8 (TOML files must be UTF-8)"
+            ]
+        ) from None
 
+
+def _reject_empty(text: str, source: str) -> None:
+    """An empty file (or only comments) configures nothing: every field would take its schema
+    default, which is not a runnable setup, so say so rather than fail later elsewhere."""
+    try:
+        empty = not tomli.loads(text)
+    except tomli.TOMLDecodeError:
+        return  # parse_config reports the syntax error with its line
+    if empty:
+        raise ConfigError(
+            [
+                f"{source}: the config file is empty (no settings), so every field would take "
+                f"its built-in schema default (model.provider = 'local' with base_model = "
+                f"'builtin:tiny', search.provider = 'local' with no corpus, no data.train) - "
+                f"that is not the offline demo and cannot train. Fill it in (config.toml.example "
+                f"shows every setting), or run without this file to get the embedded offline "
+                f"demo."
+            ]
+        )
+
+
+def _load_dotenv(config_dir: Path) -> list[str]:
+    """Load ``.env`` files into ``os.environ`` (a variable set in the environment wins) and
+    return warnings. A variable exported but **empty** does not win: it is filled from ``.env``
+    when a file gives it a value, and the warning says so (an empty export is almost always a
+    leftover ``export VAR=``, and silently shadowing the file's key is what users trip on)."""
+    from dotenv import dotenv_values, load_dotenv
+
+    warnings: list[str] = []
     for folder in dict.fromkeys([config_dir, Path.cwd()]):
         env_file = folder / ".env"
         if env_file.is_file():
-            load_dotenv(env_file, override=False)
+            try:
+                for name, value in dotenv_values(env_file).items():
+                    if value and os.environ.get(name) == "":
+                        os.environ[name] = value
+                        warnings.append(
+                            f"{name} is exported but empty in the environment; using its value "
+                            f"from {env_file} (run `unset {name}` to silence this)"
+                        )
+                load_dotenv(env_file, override=False)
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    [
+                        f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
+                        f"as UTF-8"
+                    ]
+                ) from None
+    return warnings
 
 
 def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
@@ -272,7 +373,12 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     secrets: set[str] = set()
     variables: dict[str, str] = {}
+    secrets.update(secret_variable_values(raw, "", env, _SECRET_FIELDS))
     raw = _interpolate(raw, "", env, problems, where, secrets, variables)
+    explicit = frozenset(
+        f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
+    )
+    choices = infer_choices(raw, where)
 
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -303,14 +409,25 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     if not problems:
         _cross_checks(sections, problems, where)
+    problems.extend(url_problems(raw, where))
     if problems:
-        raise ConfigError(problems)
+        # A message may quote a value that holds a secret (a key inside a URL).
+        raise ConfigError([mask_secrets(p, secrets) for p in problems])
+    literal = {
+        f"{section}.{f.name}": getattr(sections[section], f.name)
+        for section, cls in SECTIONS.items()
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
+    }
     return Config(
         **sections,
         plugins=plugins,
         source=source,
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
+        choices=choices,
+        warnings=tuple(literal_secret_warnings(literal, variables, where)),
+        explicit=explicit,
     )
 
 
@@ -400,9 +517,15 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
         ok = isinstance(value, bool)
     elif hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -(2**63) <= value < 2**63:
+            # TOML integers are 64-bit; torch and numpy overflow on anything larger
+            return None, f"must fit in 64 bits, got {value}"
     elif hint is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         value = float(value) if ok else value
+        if ok and not math.isfinite(value) and not (math.isinf(value) and meta.get("inf_ok")):
+            # nan passes every comparison (nan < 0 is False), so no range check would catch it
+            return None, f"must be a finite number, got {value}"
     elif hint is str:
         ok = isinstance(value, str)
     else:
@@ -425,6 +548,12 @@ def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
         return f"must be < {meta['lt']}"
     if meta.get("nonempty") and not value:
         return "must not be empty"
+    if meta.get("unique"):
+        if any(not v.strip() for v in value):
+            return "must not contain an empty name"
+        repeated = sorted({v for v in value if value.count(v) > 1})
+        if repeated:
+            return f"lists {', '.join(map(repr, repeated))} more than once"
     if "length" in meta and len(value) != meta["length"]:
         return f"must have exactly {meta['length']} values"
     if meta.get("unit_interval") and not all(0.0 <= v < 1.0 for v in value):
@@ -451,6 +580,15 @@ def _cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
             f"{where('model.max_new_tokens')}: model.max_new_tokens ({s['model'].max_new_tokens})"
             f" is larger than rollout.max_trajectory_tokens ({rollout.max_trajectory_tokens})"
         )
+
+
+#: config fields whose value is a secret (their metadata says ``secret``)
+_SECRET_FIELDS = frozenset(
+    f"{section}.{f.name}"
+    for section, cls in SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if f.metadata.get("secret")
+)
 
 
 def _interpolate(
@@ -481,10 +619,14 @@ def _interpolate(
         variables.setdefault(dotted, var)
         got = env.get(var, "")
         if not got.strip():
-            state = "is not set" if var not in env else "is empty"
+            if var not in env:
+                state, fix = "is not set", "set it in the environment or in a .env file"
+            else:
+                state = "is exported but empty"
+                fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
             problems.append(
                 f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
-                f"set it in the environment or in a .env file next to the config"
+                f"{fix} next to the config"
             )
             return ""
         if _SECRET_VAR_RE.search(var):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,14 +106,15 @@ class LoadedQuestions:
 
 
 def load_questions(
-    path: str, *, field_name: str | None = None, allow_empty: bool = False
+    path: str, *, field_name: str | None = None, allow_empty: bool = False, report: bool = False
 ) -> LoadedQuestions:
     """Read a QA file (``builtin:...`` allowed) into questions with stable ids.
 
     ``field_name`` (e.g. ``"data.train"``) is named in the error when the file is missing, so
     the user knows which config value to fix. With ``allow_empty=False`` a file without a
     single valid row raises :class:`DataError` quoting the first reasons; ``data check``
-    passes True to report instead.
+    passes True to report instead. With ``report`` (train and eval) skipped rows are shown on
+    stderr and logged (:func:`report_malformed`), so they never go unnoticed.
     """
     where = f"{field_name} = {path!r}" if field_name else repr(path)
     if not path:
@@ -148,6 +150,8 @@ def load_questions(
         questions.append(q)
 
     loaded = LoadedQuestions(str(p), tuple(questions), tuple(malformed), total)
+    if report and malformed:
+        report_malformed(loaded, where)
     if not questions and not allow_empty:
         detail = "; ".join(str(m) for m in malformed[:_QUOTED_PROBLEMS])
         more = len(malformed) - _QUOTED_PROBLEMS
@@ -158,6 +162,30 @@ def load_questions(
             + "; run `searchr1 data check FILE` for the full list"
         )
     return loaded
+
+
+def report_malformed(loaded: LoadedQuestions, where: str) -> None:
+    """One console line (stderr) and one ``data_malformed_rows`` log event for the rows a
+    load skipped: how many, the first few row numbers with their reasons, and the command
+    that lists them all."""
+    from searchr1.core.logs import get_logger
+
+    bad = loaded.malformed
+    quoted = "; ".join(str(m) for m in bad[:_QUOTED_PROBLEMS])
+    more = len(bad) - _QUOTED_PROBLEMS
+    print(
+        f"searchr1: warning: {where}: skipped {len(bad)} malformed rows of "
+        f"{loaded.total_rows} ({quoted}{f'; ... and {more} more' if more > 0 else ''}); "
+        f"`searchr1 data check {loaded.path}` lists them all",
+        file=sys.stderr,
+    )
+    get_logger().warning(
+        "data_malformed_rows",
+        data=loaded.path,
+        skipped=len(bad),
+        rows=loaded.total_rows,
+        first=[str(m) for m in bad[:_QUOTED_PROBLEMS]],
+    )
 
 
 def _read_rows(p: Path, where: str) -> Iterable[tuple[int, Any]]:
@@ -174,7 +202,7 @@ def _read_rows(p: Path, where: str) -> Iterable[tuple[int, Any]]:
             raise DataError(f"{where}: not a readable parquet file: {exc}") from exc
         return list(enumerate(records, start=1))
     try:
-        text = p.read_text("utf-8")
+        text = p.read_text("utf-8-sig")  # a byte-order mark would otherwise spoil row 1
     except UnicodeDecodeError as exc:
         raise DataError(f"{where}: not UTF-8 text (expected JSONL or parquet): {exc}") from exc
     if text.lstrip().startswith("["):  # a JSON array of rows

@@ -30,9 +30,10 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     """``(label, folder to pass to model.load_state)`` for one ``--checkpoint`` value.
 
     Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
-    ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest
-    checkpoint), or any folder the model provider can load (labelled by its name)."""
-    from searchr1.core.checkpoint import latest_checkpoint
+    ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
+    checkpoint), or a model state folder a provider's ``save_state`` wrote (labelled by its
+    name). Anything else is refused here, before any model is loaded."""
+    from searchr1.core.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
 
     if spec == BASE:
         return BASE, None
@@ -40,18 +41,39 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     if not path.is_dir():
         raise UserError(f"--checkpoint {spec!r}: not a folder")
     if (path / "checkpoints").is_dir():
-        latest = latest_checkpoint(path)
+        latest = latest_checkpoint(path, resumable=False)
         if latest is None:
-            raise UserError(f"--checkpoint {spec!r}: run folder without a complete checkpoint")
+            raise UserError(
+                f"--checkpoint {spec!r}: run folder without a usable checkpoint "
+                f"(nothing complete under {path / 'checkpoints'})"
+            )
         path = latest.path
-    meta = path / "trainer.json"
-    if meta.is_file() and (path / "model").is_dir():
+    if (path / "trainer.json").exists():
         try:
-            step = int(json.loads(meta.read_text())["step"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"--checkpoint {spec!r}: unreadable {meta}: {exc}") from exc
-        return f"step_{step}", str(path / "model")
-    return path.resolve().name, str(path)
+            checkpoint = read_checkpoint(path, resumable=False)
+        except CheckpointError as exc:
+            raise UserError(f"--checkpoint {spec!r}: {exc}") from None
+        return f"step_{checkpoint.step}", str(checkpoint.model_dir)
+    if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
+        return path.resolve().name, str(path)
+    raise UserError(
+        f"--checkpoint {spec!r}: not a checkpoint: expected a train checkpoint folder "
+        f"(runs/<run>/checkpoints/step_NNNNNN, with trainer.json and model/), a run folder "
+        f"holding checkpoints/, a model state folder (its model/ subfolder), or 'base'"
+        + _nearby_runs(path)
+    )
+
+
+#: files a model provider's ``save_state`` writes at the top of its folder (local:
+#: trainer_state.json + adapter/; remote: remote_checkpoint.json); their presence is what
+#: tells a model state folder from any other folder
+MODEL_STATE_MARKERS = ("trainer_state.json", "adapter", "remote_checkpoint.json")
+
+
+def _nearby_runs(path: Path) -> str:
+    """A hint when ``path`` holds run folders (the user gave ``runs/`` itself)."""
+    runs = sorted(str(p.parent) for p in path.glob("*/checkpoints") if p.is_dir())[:3]
+    return f"; run folders inside it: {', '.join(runs)}" if runs else ""
 
 
 async def _evaluate_all(
@@ -81,6 +103,12 @@ async def _evaluate_all(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
                         f"cannot load checkpoints ({exc})"
                     ) from exc
+                except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                    raise UserError(
+                        f"--checkpoint {folder!r}: the model state there cannot be loaded "
+                        f"({type(exc).__name__}: {exc}); was it saved by model provider "
+                        f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
+                    ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
                 comps.model,
@@ -127,7 +155,9 @@ def main(args: argparse.Namespace) -> int:
     ctx = open_run(args, "eval")
     config = ctx.config
     data_path = args.data or config.data.eval
-    loaded = load_questions(data_path, field_name="--data" if args.data else "data.eval")
+    loaded = load_questions(
+        data_path, field_name="--data" if args.data else "data.eval", report=True
+    )
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
     # Built outside any event loop: a provider factory may run its own (asset builders do).

@@ -1,4 +1,4 @@
-"""The four plugin hooks of searchr1, one per plugin kind.
+"""The five plugin hooks of searchr1, one per plugin kind.
 
 Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at start-up, with a
 ``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
@@ -15,7 +15,13 @@ from collections.abc import Callable
 
 import pluggy
 
-from searchr1.core.types import LossFactory, ModelFactory, RewardFactory, SearchFactory
+from searchr1.core.types import (
+    LossFactory,
+    MetricSinkFactory,
+    ModelFactory,
+    RewardFactory,
+    SearchFactory,
+)
 
 PROJECT = "searchr1"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -58,4 +64,14 @@ def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
     ``factory(config)`` must return a :class:`~searchr1.core.types.LossFn` whose ``name`` is
     the registered name (remote providers send that name to their service) and whose call
     ``(logprobs_T, inputs)`` returns the loss **summed** over positions.
+    """
+
+
+@hookspec
+def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) -> None:
+    """Register metric sinks: ``register("tensorboard", factory)``.
+
+    ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
+    name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
+    model loads; its settings live in ``config.plugin_table("log", name)``.
     """

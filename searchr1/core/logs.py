@@ -7,11 +7,18 @@ secrets it holds are known). Every event carries ``timestamp``, ``level``, ``eve
 configured secret, and anything shaped like a bearer token, wherever it appears in an event.
 
 Long work reports progress through :func:`progress`: a tqdm bar on a TTY, a JSON
-``progress`` event every few seconds otherwise.
+``progress`` event every few seconds otherwise. On a TTY, events are drawn for a person by
+:class:`searchr1.core.console.Console` (one short line per training step).
+
+Metric sinks (:mod:`searchr1.core.sinks`, chosen by ``[log] sinks``) hang off the same
+stream: :func:`attach_sinks` connects them, a processor after redaction hands them every
+event with numbers, :func:`log_trajectories` the step's dumped trajectories, and
+:func:`close_sinks` (end of ``train``, else at exit) flushes them.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import re
@@ -19,9 +26,13 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import structlog
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.console import Console
+    from searchr1.core.sinks import SinkHub
 
 T = TypeVar("T")
 _BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
@@ -54,6 +65,10 @@ def _redact(value: Any) -> Any:
     return value
 
 
+#: public name for plugins and the sink layer: ``value`` with secrets replaced, recursively
+redact_value = _redact
+
+
 def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     return {k: _redact(v) for k, v in event_dict.items()}
 
@@ -75,6 +90,47 @@ class _JsonLinesFile:
 
 
 _file_sink: _JsonLinesFile | None = None
+_hub: SinkHub | None = None
+_console: Console | None = None
+
+
+def _sinks_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Hand the (already redacted) event to the metric sinks, if any are attached."""
+    if _hub is not None:
+        _hub.event(event_dict)
+    return event_dict
+
+
+def attach_sinks(hub: SinkHub) -> None:
+    """Connect the run's metric sinks to the event stream (``open_run``, train only)."""
+    global _hub
+    close_sinks()
+    _hub = hub
+
+
+def log_trajectories(step: int, records: Iterable[dict[str, Any]]) -> None:
+    """Send a few dumped trajectories (``trajectory_to_dict`` records) to the metric sinks as
+    redacted text. The train loop calls it where it writes ``trajectories/step_N.jsonl``."""
+    if _hub is None or not _hub.sinks:
+        return
+    from searchr1.core.sinks import trajectory_text
+
+    texts = [redact_text(trajectory_text(r)) for r in records]
+    if texts:
+        _hub.texts(step, "trajectories", texts)
+
+
+def close_sinks() -> None:
+    """Flush and close the metric sinks and the console's progress bar (end of a run)."""
+    global _hub
+    hub, _hub = _hub, None
+    if hub is not None:
+        hub.close()
+    if _console is not None:
+        _console.close()
+
+
+atexit.register(close_sinks)
 
 
 def setup_logging(
@@ -84,10 +140,13 @@ def setup_logging(
     secrets: Iterable[str] = (),
     console: bool | None = None,
     stream: IO[str] | None = None,
+    total_steps: int | None = None,
 ) -> None:
-    """Configure structlog for one command. ``console=None`` picks a readable renderer when
-    stdout is a TTY and JSON lines otherwise."""
-    global _file_sink
+    """Configure structlog for one command. ``console=None`` picks the readable
+    :class:`~searchr1.core.console.Console` when stdout is a TTY and JSON lines otherwise;
+    ``total_steps`` (train) sizes its progress bar."""
+    global _file_sink, _console
+    close_sinks()
     register_secrets(secrets)
     stream = stream or sys.stdout
     if console is None:
@@ -105,15 +164,21 @@ def setup_logging(
     if events_path is not None:
         _file_sink = _JsonLinesFile(events_path)
         processors.append(_file_sink)
-    processors.append(
-        structlog.dev.ConsoleRenderer(colors=False)
-        if console
-        else structlog.processors.JSONRenderer(default=str, ensure_ascii=False)
-    )
+    processors.append(_sinks_processor)
+    if console:
+        from searchr1.core.console import Console
+
+        _console = screen = Console(stream, total_steps=total_steps)
+        processors.append(screen)
+        logger_factory: Any = lambda *_args: screen  # noqa: E731 - prints above the bar
+    else:
+        _console = None
+        processors.append(structlog.processors.JSONRenderer(default=str, ensure_ascii=False))
+        logger_factory = structlog.PrintLoggerFactory(file=stream)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=logger_factory,
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.clear_contextvars()

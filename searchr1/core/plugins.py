@@ -27,6 +27,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "search_provider": ("register_search_providers", "search.provider"),
     "reward": ("register_rewards", "reward.name"),
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
+    # the one kind chosen by a list: every name in [log] sinks
+    "metric_sink": ("register_metric_sinks", "log.sinks"),
 }
 
 

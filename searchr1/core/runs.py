@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, load_config
-from searchr1.core.logs import get_logger, setup_logging
+from searchr1.core.config_resolve import check_plugin_choices
+from searchr1.core.errors import UserError
+from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
+from searchr1.core.sinks import open_sinks
 from searchr1.core.types import LossFn, ModelProvider, RewardFn, SearchProvider
 
 
@@ -52,26 +55,92 @@ def open_run(
 ) -> RunContext:
     """Load config and plugins, choose the run folder and start logging into it.
 
-    ``--run-dir`` wins; else ``--resume`` reuses the latest ``<command>-*`` folder under
-    ``run.dir``; else a new folder named after ``run.name`` or a timestamp."""
+    ``--run-dir`` wins; else ``--resume`` reuses the ``run.name`` folder or, without a name,
+    the latest ``<command>-*`` folder under ``run.dir``; else a new folder named after
+    ``run.name`` or a timestamp. Plugin names are resolved before the folder is created."""
     config = config or load_config(getattr(args, "config", None))
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:
         config = config.replace(train={"max_steps": max_steps})
-    parent = Path(config.run.dir)
-    run_dir: Path | None = Path(args.run_dir) if getattr(args, "run_dir", None) else None
-    if run_dir is None and getattr(args, "resume", False):
-        run_dir = latest_run_dir(parent, command)
-    if run_dir is None:
-        run_dir = parent / (config.run.name or new_run_id(command))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    run_id = run_dir.name
-    setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
     registry = load_registry()
+    check_plugin_choices(config, registry)  # a typo is named before any plugin starts
+    run_dir = _choose_run_dir(args, config, command)
+    run_id = run_dir.name
+    if command == "train":
+        log_kwargs.setdefault("total_steps", config.train.max_steps)
+    setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
+    if command == "train":  # metric sinks: [log] sinks (events.jsonl is always on)
+        attach_sinks(open_sinks(config, registry, run_dir))
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir), config_source=config.source
     )
+    announce_config(config)
     return RunContext(config=config, run_dir=run_dir, run_id=run_id, registry=registry)
+
+
+def announce_config(config: Config) -> list[str]:
+    """Print (``warning: ...``) and log (``config_warning``) what the run should know before
+    it starts: the provider and protocol when the file left them out, literal secrets, empty
+    exported variables, and every setting the model provider cannot honour. Returns the
+    warnings (smoke repeats them in its verdict)."""
+    from searchr1.core.config_advice import unhonoured_settings
+
+    log = get_logger()
+    for dotted, reason in config.choices.items():
+        if reason.startswith("not set"):
+            section, key = dotted.split(".", 1)
+            value = getattr(getattr(config, section), key)
+            print(f"{dotted} = {value!r}: {reason}")
+            log.info("config_choice", field=dotted, value=value, reason=reason)
+    warnings = [*config.warnings, *unhonoured_settings(config)]
+    for line in warnings:
+        print(f"warning: {line}")
+        log.warning("config_warning", detail=line)
+    return warnings
+
+
+def _choose_run_dir(args: argparse.Namespace, config: Config, command: str) -> Path:
+    """The run folder (created): ``--run-dir``, else on ``--resume`` the named run or the
+    latest ``<command>-*`` one, else a new one. A resume with nothing to continue, or a path
+    that is a file, is a UserError naming the flag or field (exit code 2)."""
+    parent = Path(config.run.dir)
+    resume = bool(getattr(args, "resume", False))
+    given = getattr(args, "run_dir", None)
+    if given:
+        run_dir, origin = Path(given), f"--run-dir {given}"
+    elif resume and config.run.name:
+        run_dir, origin = parent / config.run.name, f"run.name = {config.run.name!r}"
+    elif resume:
+        found = latest_run_dir(parent, command) if parent.is_dir() else None
+        if found is None:
+            raise UserError(
+                f"--resume: nothing to resume: no earlier {command}-* run folder in "
+                f"{str(parent)!r} (run.dir). Leave out --resume to start a new run, or name "
+                f"the run to continue with --run-dir."
+            )
+        run_dir, origin = found, f"run.dir = {str(parent)!r}"
+    else:
+        run_dir = parent / (config.run.name or new_run_id(command))
+        origin = f"run.dir = {str(parent)!r}"
+    if resume and not run_dir.is_dir():
+        raise UserError(
+            f"--resume: nothing to resume: {str(run_dir)!r} ({origin}) does not exist. Leave "
+            f"out --resume to start a new run there."
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(
+            f"{origin}: {str(run_dir)!r} is a file, not a folder; give a folder for the run "
+            f"(it is created if missing)"
+        ) from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        reason = getattr(exc, "strerror", None) or exc
+        raise UserError(
+            f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
+            f"(a file in the path, no write permission, or a character a path cannot hold)"
+        ) from None
+    return run_dir
 
 
 def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:

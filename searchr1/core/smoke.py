@@ -12,16 +12,25 @@ through the configured model and search providers, no parameter update. The CLI 
     search success rate: 100.00%
     search error rate: 0.00%
 
-then a diagnosis of the seed's common failures in words (401, 429 and keys left, answer
-format never written, search success below ``[search] min_success_rate``), and writes every
-trajectory, with its decoded text per turn and its token records, to
-``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading the
-config already fails naming the variable (exit 2).
+then warnings (search keys benched while others serve, named by index; settings the provider
+cannot honour, from :func:`searchr1.core.runs.announce_config`), a diagnosis of channel
+failures in words (401, every key out of quota, the model channel), and the verdict: the
+seed's criteria (:mod:`searchr1.core.smoke_verdict`: rewards of both signs, searches within
+1..``max_search_calls``, answers in the protocol's format, search success >=
+``[search] min_success_rate``), one line each, then ``smoke: PASS`` or ``smoke: FAILED``
+naming what failed. Every trajectory, with its decoded text per turn and its token records,
+goes to ``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading
+the config already fails naming the variable (exit 2).
 
-Exit codes: 0 when both channels work; 1 when the model channel fails or the search channel
-is broken (every key benched, every search failed, or success below the configured
-minimum); 2 for config and plugin errors, and for rollout limits that cannot hold the
-question (from the CLI).
+The default question is the seed's; its golden answers (:data:`DEFAULT_ANSWERS`) are the
+birthplace, so the seed's example scores ``France`` 1.0 and ``Paris`` 0.0.
+
+Exit codes: 0 when every criterion holds and no channel failed; 1 when a channel is broken
+(model error, every search key benched, the probe failed, search success below the minimum);
+3 when the channels work but the group does not show the seed's behaviour (no rewards of both
+signs, searches outside the range, no answer in the format: e.g. an untrained model, or the
+seed's question asked of the offline demo's fictional world); 2 for config and plugin
+errors, and for rollout limits that cannot hold the question (from the CLI).
 """
 
 from __future__ import annotations
@@ -29,26 +38,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import ConfigError
+from searchr1.core.config import Config, ConfigError
+from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
+from searchr1.core.smoke_verdict import Criterion, key_warnings, seed_criteria
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
-DEFAULT_ANSWERS = ("Antoine de Saint-Exupéry",)
+#: The seed's example output scores "France" 1.0 and "Paris" 0.0: the question asks who wrote
+#: the book *and where he was born*, and Saint-Exupéry was born in Lyon, France. So the golden
+#: answers are the birthplace at both granularities the seed accepts (the country, the city,
+#: both); "Paris" is wrong. The author's name alone answers only the first half of the question
+#: and is not golden; with it (as in "Antoine de Saint-Exupéry, Lyon") it is.
+DEFAULT_ANSWERS = (
+    "France",
+    "Lyon",
+    "Lyon, France",
+    "Antoine de Saint-Exupéry, Lyon",
+    "Antoine de Saint-Exupéry, France",
+    "Antoine de Saint-Exupéry, Lyon, France",
+)
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
+EXIT_CHANNEL_BROKEN = 1
+EXIT_CRITERIA_NOT_MET = 3
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run the smoke check; returns the process exit code."""
+def main(args: argparse.Namespace, config: Config | None = None) -> int:
+    """Run the smoke check; returns the process exit code. ``config`` replaces loading
+    ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
     from searchr1.core.runs import build_components, open_run
 
-    ctx = open_run(args, "smoke")
+    if getattr(args, "question", None) and not getattr(args, "answer", None):
+        raise UserError(
+            "smoke --question needs at least one --answer (the golden answer its rewards are "
+            "scored against); without --question the seed's question and answers are used"
+        )
+    ctx = open_run(args, "smoke", config=config)
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
     config = ctx.config
@@ -66,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
         raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
         print(f"could not start the providers: {_say(exc)}")
-        print("diagnosis: " + _model_hint(exc, config.model.provider))
+        print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
         return 1
     smoke = _Smoke(components, config, question, group_size, ctx.run_dir)
     try:
@@ -108,16 +138,10 @@ class _Smoke:
         if model_error is not None:
             self.problems.append(
                 f"the model channel failed: {_say(model_error)}. "
-                + _model_hint(model_error, self.config.model.provider)
+                + _model_hint(model_error, self.config.model.provider, self.config.model.base_model)
             )
         self._diagnose_search(probe, metrics, success)
-        self._diagnose_rewards(trajectories, results)
-        for line in self.warnings:
-            print(f"warning: {line}")
-        for line in self.problems:
-            print(f"diagnosis: {line}")
-        if not self.problems and not self.warnings:
-            print("diagnosis: both channels work (model answered, search answered)")
+        criteria = self._verdict(trajectories, results, metrics, success)
         get_logger().info(
             "smoke_done",
             trajectories=len(trajectories),
@@ -125,8 +149,44 @@ class _Smoke:
             search=metrics,
             problems=self.problems,
             warnings=self.warnings,
+            criteria={c.name: c.ok for c in criteria},
         )
-        return 1 if self.problems else 0
+        if self.problems or any(c.channel and not c.ok for c in criteria):
+            return EXIT_CHANNEL_BROKEN
+        return EXIT_CRITERIA_NOT_MET if not all(c.ok for c in criteria) else 0
+
+    def _verdict(
+        self,
+        trajectories: Sequence[Trajectory],
+        results: Sequence[RewardResult],
+        metrics: dict[str, float],
+        success: float,
+    ) -> list[Criterion]:
+        """Print warnings, channel diagnoses and the seed's criteria; return the criteria."""
+        searched = int(metrics.get("calls", 0)) - int(metrics.get("invalid_queries", 0))
+        criteria = seed_criteria(
+            trajectories,
+            results,
+            protocol=self.config.rollout.protocol,
+            max_search_calls=self.config.rollout.max_search_calls,
+            search_success=success,
+            min_success_rate=self.config.search.min_success_rate,
+            search_calls_made=searched,
+        )
+        for line in self.warnings:
+            print(f"warning: {line}")
+        for line in self.problems:
+            print(f"diagnosis: {line}")
+        for criterion in criteria:
+            print(criterion.line())
+        failed = [c.name for c in criteria if not c.ok]
+        if self.problems:
+            failed.append("a channel failed (see diagnosis)")
+        if failed:
+            print("smoke: FAILED: " + "; ".join(failed))
+        else:
+            print("smoke: PASS (the rollout chain works as the seed describes)")
+        return criteria
 
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
         """Probe the search channel once, then roll out one group (same event loop, so the
@@ -139,8 +199,11 @@ class _Smoke:
             probe = await search.search(self.question.question, self.config.search.top_k)
             trajectories: list[Trajectory] = []
             model_error: Exception | None = None
+            # Outside the model-channel try: a template whose tool-call format is unknown is
+            # the config's problem (exit 2). The description shows the prompt and call format.
+            protocol = make_protocol(self.config, self.c.model.tokenizer)
+            print(protocol.describe(self.question))
             try:
-                protocol = make_protocol(self.config, self.c.model.tokenizer)
                 (trajectories,) = await rollout_questions(
                     self.c.model,
                     search,
@@ -158,12 +221,12 @@ class _Smoke:
             await search.aclose()
 
     def _diagnose_search(self, probe: Any, metrics: dict[str, float], success: float) -> None:
+        """Channel failures (problems: exit 1) and key rotation notes (warnings)."""
         cfg = self.config.search
         n_keys = len(cfg.api_keys)
         auth = int(metrics.get("auth_errors", 0))
         quota = int(metrics.get("http_429", 0))
         left = metrics.get("keys_available")
-        calls = int(metrics.get("calls", 0)) - int(metrics.get("invalid_queries", 0))
         if auth:
             if n_keys == 0:
                 self.problems.append(
@@ -172,58 +235,27 @@ class _Smoke:
                     ".env"
                 )
             else:
-                self.problems.append(
+                down = left is not None and left == 0
+                (self.problems if down else self.warnings).append(
                     f"401/403: the search service rejected {auth} request(s); a rejected key is "
                     f"benched for the run. Check the keys in [search] api_keys (the variable "
                     f"behind it, e.g. ZHIHU_SEARCH_KEYS) are valid"
                 )
-        if quota:
+        key_warnings_, key_problems = key_warnings(self.c.search)
+        self.warnings.extend(key_warnings_)
+        self.problems.extend(key_problems)
+        if quota and not key_warnings_ and not key_problems:
             keys_left = f"{int(left)} of {max(n_keys, 1)}" if left is not None else "unknown"
-            self.problems.append(
-                f"429: search quota exhausted on {quota} request(s); keys left: {keys_left}. "
-                + (
-                    "Every key is out of quota: stop and wait for the quota to reset or add "
-                    "keys; training now would learn from search failures"
-                    if left is not None and left == 0
-                    else "Add keys to [search] api_keys to rotate through"
-                )
+            self.warnings.append(
+                f"429: search quota exhausted on {quota} request(s); keys left: {keys_left}"
             )
-        if not self.c.search.available():
+        if not self.c.search.available() and not key_problems:
             self.problems.append(
                 "the search provider reports itself unavailable (every key benched): the "
                 "search channel is down"
             )
-        if calls > 0 and success < cfg.min_success_rate:
-            self.problems.append(
-                f"search success rate {success:.0%} is below [search] min_success_rate "
-                f"({cfg.min_success_rate:.0%}): check key quota (429), timeouts "
-                f"([search] timeout_seconds) and [search] api_base"
-            )
-        elif not probe.ok and not self.problems:
+        if not probe.ok and not self.problems:
             self.problems.append(f"the search probe failed: {probe.error}")
-
-    def _diagnose_rewards(
-        self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]
-    ) -> None:
-        if not trajectories:
-            return
-        if all(r.components.get("format", 1.0) == 0.0 for r in results):
-            ends = Counter(t.end_reason for t in trajectories)
-            form = (
-                "one `Answer: <short answer>` line"
-                if self.config.rollout.protocol == "tool_calls"
-                else "one <answer>...</answer> element"
-            )
-            self.warnings.append(
-                f"every reward is {results[0].reward:g}: the model never wrote the answer "
-                f"format ({form}); end reasons: "
-                + ", ".join(f"{k}={v}" for k, v in sorted(ends.items()))
-            )
-        if all(t.search_calls == 0 for t in trajectories):
-            self.warnings.append(
-                "no trajectory searched: the model never issued a well-formed search "
-                "(only the probe exercised the search channel)"
-            )
 
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
         from searchr1.core.eval import trajectory_to_dict
@@ -254,7 +286,7 @@ def _say(exc: BaseException) -> str:
     return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
 
 
-def _model_hint(exc: BaseException, provider: str) -> str:
+def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
     text = str(exc).lower()
     if "401" in text or "unauthorized" in text or "403" in text:
         return (
@@ -263,4 +295,20 @@ def _model_hint(exc: BaseException, provider: str) -> str:
         )
     if "429" in text:
         return "429: the model service is rate limiting this key; wait or use another key"
+    if not isinstance(exc, OSError | TimeoutError) and provider == "local":
+        # The model itself failed (an architecture the code path does not handle, a
+        # transformers version mismatch, a broken config.json): name it and the model.
+        if "target_modules" in str(exc):
+            return (
+                f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
+                f'likely fix: set [lora] target_modules = "all-linear" (fits every family) or '
+                f"to projection names the message lists"
+            )
+        return (
+            f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
+            f"likely fix: check that this transformers version supports the model's "
+            f"architecture (pip install -U transformers), that [model] base_model points at a "
+            f'complete causal LM folder, and that [lora] target_modules fit it ("all-linear" '
+            f"fits every family)"
+        )
     return f"check that the model provider {provider!r} can reach its service or files"

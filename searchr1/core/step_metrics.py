@@ -7,6 +7,7 @@ in search counters (prefixed ``search/``), training results and timings before l
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,67 @@ def rollout_metrics(
         out[f"end_reason/{reason}"] = reasons.get(reason, 0) / n
     out["tokens/sampled"] = float(sum(sum(t.generated_mask) for t in trajectories))
     out["tokens/trajectory_mean"] = statistics.fmean(len(t.tokens) for t in trajectories)
+    return out
+
+
+MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
+
+
+def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -> dict[str, float]:
+    """``mismatch/*`` (see :mod:`searchr1.plugins.local_model.learner`) of paired per-token
+    log-probs of trained tokens, in plain Python: for providers that get the learner's
+    log-probs back from a service. ``d = learner - sampler``."""
+    d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
+    if not d:
+        return {"mismatch/tokens": 0.0}
+    ratios = [math.exp(x) for x in d]
+    return {
+        "mismatch/tokens": float(len(d)),
+        "mismatch/logprob_diff_max": max(abs(x) for x in d),
+        "mismatch/kl_sample_train": -math.fsum(d) / len(d),
+        "mismatch/k3": math.fsum(r - 1.0 - x for r, x in zip(ratios, d, strict=True)) / len(d),
+        "mismatch/ratio_min": min(ratios),
+        "mismatch/ratio_max": max(ratios),
+    }
+
+
+def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Merge the ``mismatch/*`` metrics of several learner batches (chunks or micro-batches):
+    max of maxima, min of minima, means weighted by ``mismatch/tokens``. Parts without them
+    (a remote service that does not report them) are skipped; the result is empty when no
+    part has them, so the step's event simply lacks the keys."""
+    have = [m for m in parts if m.get("mismatch/tokens", 0.0) > 0 and MISMATCH_MEANS[0] in m]
+    if not have:
+        return {"mismatch/tokens": 0.0} if any("mismatch/tokens" in m for m in parts) else {}
+    tokens = sum(m["mismatch/tokens"] for m in have)
+    out = {"mismatch/tokens": tokens}
+    for key in MISMATCH_MEANS:
+        out[key] = sum(m[key] * m["mismatch/tokens"] for m in have) / tokens
+    out["mismatch/logprob_diff_max"] = max(m["mismatch/logprob_diff_max"] for m in have)
+    out["mismatch/ratio_max"] = max(m["mismatch/ratio_max"] for m in have)
+    out["mismatch/ratio_min"] = min(m["mismatch/ratio_min"] for m in have)
+    return out
+
+
+def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The metrics of one step's ``forward_backward`` calls (one per micro-batch) as one
+    dict: ``mismatch/*`` through :func:`merge_mismatch`, other ``*_max`` keys by max,
+    ``*_min`` by min, everything else (the losses' sums: ``tokens``, ``ratio_sum``, ...) by
+    sum. Means a provider already divided (``ratio_mean``, ``clip_fraction``) are dropped:
+    the train loop recomputes them from the sums."""
+    out: dict[str, float] = {}
+    for metrics in parts:
+        for key, value in metrics.items():
+            v = float(value)
+            if key.startswith("mismatch/") or key in ("ratio_mean", "clip_fraction"):
+                continue
+            if key.endswith("_max"):
+                out[key] = max(out.get(key, v), v)
+            elif key.endswith("_min"):
+                out[key] = min(out.get(key, v), v)
+            else:
+                out[key] = out.get(key, 0.0) + v
+    out.update(merge_mismatch(parts))
     return out
 
 

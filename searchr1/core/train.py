@@ -15,8 +15,8 @@ Each step::
 
 N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
 never inflates the others' weight. SIGINT/SIGTERM finish the current step, save a checkpoint
-and exit; ``--resume`` continues from the latest checkpoint with the same data cursor and
-RNG states.
+and exit with code 130/143; ``--resume`` continues from the latest checkpoint with the same
+data cursor and RNG states.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,12 +36,19 @@ from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
-from searchr1.core.checkpoint import latest_checkpoint, restore_rng, save_checkpoint
-from searchr1.core.config import Config
+from searchr1.core.checkpoint import restore_rng, save_checkpoint
+from searchr1.core.config import Config, plugin_settings
 from searchr1.core.datums import trajectory_to_datum
-from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.health import (
+    HealthMonitor,
+    HealthSettings,
+    learner_temperature,
+    ratio_basis,
+)
+from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
+from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import Components, RunContext, build_components, open_run
-from searchr1.core.step_metrics import prefixed, rollout_metrics
+from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
 
 EXIT_ENVIRONMENT_DOWN = 3
@@ -59,6 +67,16 @@ class ScoredGroup:
     degenerate: bool
 
 
+class Interrupted(Exception):
+    """SIGINT/SIGTERM stopped the loop after a step (checkpointed); the command exits
+    128 + the signal number (130, 143), as a shell does for a process a signal ends, so that
+    ``searchr1 train && searchr1 eval`` does not go on after Ctrl-C."""
+
+    def __init__(self, signum: int, step: int, saved: bool):
+        self.signum, self.step, self.saved = signum, step, saved
+        super().__init__(signal.Signals(signum).name)
+
+
 def main(args: argparse.Namespace) -> int:
     ctx = open_run(args, "train")
     try:
@@ -67,6 +85,14 @@ def main(args: argparse.Namespace) -> int:
         get_logger().error("train_stopped", reason=str(exc))
         print(f"searchr1: training stopped: {exc}")
         return EXIT_ENVIRONMENT_DOWN
+    except Interrupted as stop:
+        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
+        print(
+            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
+            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum
     return 0
 
 
@@ -74,26 +100,31 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
     from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.world.ideal_agent import ideal_agent_for
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.
     stream = QuestionStream(
-        load_questions(cfg.data.train, field_name="data.train").questions, cfg.run.seed
+        load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    health = HealthMonitor(plugin_settings(cfg, "train", "health", HealthSettings))
+    # The checkpoint and its data cursor are checked before the (slow) model load too.
+    checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
     protocol = make_protocol(cfg, components.model.tokenizer)
+    log.info(
+        "importance_ratio",
+        message=ratio_basis(cfg.model.temperature, learner_temperature(components.model)),
+    )
 
     start_step = 0
-    checkpoint = latest_checkpoint(ctx.run_dir) if resume else None
     if checkpoint is not None:
-        components.model.load_state(str(checkpoint.model_dir))
-        stream.load_state(checkpoint.state["data"])
+        load_model_state(components, checkpoint)
+        health.load_state(checkpoint.state.get("health", {}))
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
-    elif resume:
-        log.warning("resume_without_checkpoint", run_dir=str(ctx.run_dir))
 
     stop = _StopFlag()
     last: dict[str, Any] = {}
@@ -103,15 +134,25 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
             try:
                 if heldout and start_step == 0:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
+                    # The offline world's ceiling: a scripted ideal agent, same eval.
+                    ideal = ideal_agent_for(cfg, components.model.tokenizer, protocol)
+                    if ideal is not None:
+                        c = dataclasses.replace(components, model=ideal)
+                        try:
+                            _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
+                        except ValueError as exc:  # e.g. a protocol it cannot play
+                            log.warning("ceiling_skipped", reason=str(exc))
                 while step < cfg.train.max_steps and not stop.requested:
-                    last = _train_step(runner, components, protocol, stream, cfg, ctx, step + 1)
+                    last = _train_step(
+                        runner, components, protocol, stream, cfg, ctx, step + 1, health
+                    )
                     step += 1
                     if (
                         step % cfg.train.save_every == 0
                         or step == cfg.train.max_steps
                         or stop.requested
                     ):
-                        _save(ctx, components, stream, step)
+                        _save(ctx, components, stream, step, health)
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
             finally:
@@ -121,6 +162,9 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         components.model.close()
         stop.restore()
     log.info("train_done", steps=step, stopped_early=stop.requested)
+    close_sinks()
+    if stop.signum is not None:
+        raise Interrupted(stop.signum, step, saved=step > start_step)
     return last
 
 
@@ -132,6 +176,7 @@ def _train_step(
     cfg: Config,
     ctx: RunContext,
     step: int,
+    health: HealthMonitor,
 ) -> dict[str, Any]:
     log = get_logger()
     t_step = time.perf_counter()
@@ -162,14 +207,14 @@ def _train_step(
         cfg.train.max_micro_batch_datums,
         cfg.train.max_micro_batch_tokens,
     )
-    train_metrics: dict[str, float] = {}
     loss_total = 0.0
     micro_batches = pack_micro_batches(datums, limits)
+    parts = []
     for batch in micro_batches:
         result = c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
         loss_total += result.loss
-        for k, v in result.metrics.items():
-            train_metrics[k] = train_metrics.get(k, 0.0) + float(v)
+        parts.append(result.metrics)
+    train_metrics = merge_train_metrics(parts)
     optim = c.model.optim_step(_adam(cfg)) if micro_batches else {}
     t_train = time.perf_counter() - t1
 
@@ -179,6 +224,7 @@ def _train_step(
     trajectories = [t for g in first for t in g.trajectories]
     rewards = [r for g in first for r in g.rewards]
     tokens = train_metrics.get("tokens", 0.0)
+    health_metrics, alerts = health.observe(trajectories, rewards, train_metrics)
     metrics: dict[str, Any] = {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", search_metrics),
@@ -191,12 +237,16 @@ def _train_step(
         "loss": loss_total,
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
+        **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
+        **health_metrics,
         **{f"optim/{k}": float(v) for k, v in optim.items()},
         "time/rollout": t_rollout,
         "time/train": t_train,
         "time/step": time.perf_counter() - t_step,
     }
     log_metrics(step, metrics)
+    for alert in alerts:
+        log.warning("health_alert", step=step, kind=alert.kind, message=alert.message)
     _dump_trajectories(ctx.run_dir, step, groups, cfg.train.dump_trajectories)
     return metrics
 
@@ -312,8 +362,9 @@ def _seed(base: int, step: int, draw: int) -> int:
     return int.from_bytes(digest[:7], "big")
 
 
-def _save(ctx: RunContext, c: Components, stream: Any, step: int) -> None:
-    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, {"data": stream.state()})
+def _save(ctx: RunContext, c: Components, stream: Any, step: int, health: HealthMonitor) -> None:
+    state = {"data": stream.state(), "health": health.state()}
+    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, state)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 
@@ -325,9 +376,11 @@ def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], 
     folder = run_dir / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
+    records = [{"step": step, **trajectory_to_dict(traj, result)} for traj, result in picked]
     with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
-        for traj, result in picked:
-            fh.write(json.dumps({"step": step, **trajectory_to_dict(traj, result)}) + "\n")
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    log_trajectories(step, records)
 
 
 def _heldout_questions(cfg: Config) -> list[Question]:
@@ -335,7 +388,7 @@ def _heldout_questions(cfg: Config) -> list[Question]:
         return []
     from searchr1.core.data import load_questions
 
-    return list(load_questions(cfg.data.eval, field_name="data.eval").questions)
+    return list(load_questions(cfg.data.eval, field_name="data.eval", report=True).questions)
 
 
 def _evaluate(
@@ -353,7 +406,16 @@ def _evaluate(
     t0 = time.perf_counter()
     result = runner.run(
         evaluate_async(
-            c.model, c.search, protocol, c.reward, questions, cfg, label=f"heldout-{when}"
+            c.model,
+            c.search,
+            protocol,
+            c.reward,
+            questions,
+            cfg,
+            label=f"heldout-{when}",
+            on_progress=lambda done, total: get_logger().info(
+                "progress", task=f"held-out eval {when}", done=done, total=total
+            ),
         )
     )
     c.search.metrics(reset=True)  # eval searches are not a training step's
@@ -383,6 +445,7 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum: int | None = None
         self._previous = {
             sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
         }
@@ -391,6 +454,7 @@ class _StopFlag:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
+        self.signum = signum
         get_logger().warning("stop_requested", signal=signal.Signals(signum).name)
 
     def restore(self) -> None:

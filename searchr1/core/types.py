@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -334,6 +335,35 @@ class RewardFn(Protocol):
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult: ...
 
 
+@runtime_checkable
+class MetricSink(Protocol):
+    """Where a run's numbers go besides ``events.jsonl`` (TensorBoard, W&B, SwanLab, ...).
+
+    Created once per ``searchr1 train`` run from ``[log] sinks``; fed by the logging layer
+    (:mod:`searchr1.core.sinks`), never by plugin call order. Everything it receives has
+    already been redacted: configured secrets never reach a sink. A method that raises is
+    reported once as a ``sink_failed`` warning and training goes on.
+    """
+
+    def log_hparams(self, config: Mapping[str, Any]) -> None:
+        """Once, at start: the resolved, redacted config as nested ``{section: {key: value}}``."""
+        ...
+
+    def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Every step's ``metrics`` event (``reward/mean``, ``search_rate``, ...) and held-out
+        evaluations (``eval/heldout_em`` at step 0 and at the last step)."""
+        ...
+
+    def log_texts(self, step: int, name: str, texts: Sequence[str]) -> None:
+        """A few readable texts, e.g. ``name="trajectories"``: the step's dumped
+        trajectories rendered as plain text (one string each)."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release files or connections (end of the run)."""
+        ...
+
+
 # --------------------------------------------------------------------------- factories
 
 # A factory receives the run's validated Config (its own table under e.g. ``[search.zhihu]``
@@ -342,3 +372,5 @@ ModelFactory = Callable[["Config"], ModelProvider]
 SearchFactory = Callable[["Config"], SearchProvider]
 RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
+# A metric sink's factory also gets the run folder (the run's name is ``run_dir.name``).
+MetricSinkFactory = Callable[["Config", Path], MetricSink]

@@ -7,6 +7,15 @@ semantics, ``../shared/reference/protocols.md`` §5): the loss is a **sum** over
 observation tokens) contribute nothing. Clip bounds come from ``[train.loss]``
 (``clip_low``, ``clip_high``; 0.2 each by default).
 
+Truncated importance sampling (``[train.loss] ratio_cap = C``, off by default; verl's
+``tis_imp_ratio_cap`` and slime's TIS are the same idea): every loss uses
+``min(r_t, C)`` in place of ``r_t`` as the weight of a token, *keeping* the gradient of that
+token (``min(r_t, C) * A_t * grad lp_t``) instead of dropping it as a clip does. It bounds the
+variance that a learner/sampler mismatch (bf16, an engine sampler such as vLLM, an untempered
+remote learner) adds when a few tokens get a large ratio; ``mismatch/ratio_max`` in the step's
+metrics shows whether it is needed (a cap of 2 to 5 is usual). ``truncated_tokens`` counts the
+capped tokens. Local learners only: a remote service is sent the loss name and clip bounds.
+
 Metrics are sums over trained positions (advantage != 0), so a provider can add them across
 micro-batches and divide by ``tokens`` once.
 """
@@ -14,7 +23,7 @@ micro-batches and divide by ``tokens`` once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -29,7 +38,10 @@ if TYPE_CHECKING:
 
 
 def _ratio_metrics(
-    ratio_T: torch.Tensor, trained_T: torch.Tensor, clipped_T: torch.Tensor | None
+    ratio_T: torch.Tensor,
+    trained_T: torch.Tensor,
+    clipped_T: torch.Tensor | None,
+    ratio_cap: float = 0.0,
 ) -> dict[str, float]:
     trained = trained_T.float()
     metrics = {
@@ -39,54 +51,84 @@ def _ratio_metrics(
     }
     if clipped_T is not None:
         metrics["clipped_tokens"] = float((clipped_T & trained_T).float().sum())
+    if ratio_cap > 0:
+        metrics["truncated_tokens"] = float(((ratio_T.detach() > ratio_cap) & trained_T).sum())
     return metrics
 
 
-def importance_sampling(logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
-    """``loss = -sum_t r_t * A_t`` with ``r_t = exp(lp_t - lp_sampler_t)``.
+def truncated(ratio_T: torch.Tensor, ratio_cap: float) -> torch.Tensor:
+    """``min(r, cap)`` in value, with the gradient of ``r`` scaled by ``min(r, cap) / r``: a
+    capped token's gradient is ``cap * grad lp`` (truncated IS), not 0. ``cap <= 0``: ``r``."""
+    if ratio_cap <= 0:
+        return ratio_T
+    # The denominator is at least cap > 0, so a ratio that underflowed to 0 is safe.
+    scale_T = (ratio_cap / ratio_T.detach().clamp(min=ratio_cap)).detach()
+    return ratio_T * scale_T
+
+
+def importance_sampling(
+    logprobs_T: torch.Tensor, inputs: LossInputs, ratio_cap: float = 0.0
+) -> LossOutput:
+    """``loss = -sum_t r_t * A_t`` with ``r_t = exp(lp_t - lp_sampler_t)`` (``min(r_t, C)``
+    with ``ratio_cap = C``).
 
     The gradient is the off-policy corrected policy gradient
     ``-sum_t r_t * A_t * grad lp_t``; on-policy (``r = 1``) it is REINFORCE."""
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
-    loss = -(ratio_T * inputs.advantages_T).sum()
-    return LossOutput(loss, _ratio_metrics(ratio_T, inputs.advantages_T != 0, None))
+    loss = -(truncated(ratio_T, ratio_cap) * inputs.advantages_T).sum()
+    return LossOutput(loss, _ratio_metrics(ratio_T, inputs.advantages_T != 0, None, ratio_cap))
 
 
 def ppo(
-    logprobs_T: torch.Tensor, inputs: LossInputs, clip_low: float = 0.2, clip_high: float = 0.2
+    logprobs_T: torch.Tensor,
+    inputs: LossInputs,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ratio_cap: float = 0.0,
 ) -> LossOutput:
-    """``loss = -sum_t min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)``."""
+    """``loss = -sum_t min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)``; with
+    ``ratio_cap = C`` the unclipped term uses ``min(r_t, C)`` (bounding negative-advantage
+    tokens, which the clip leaves unbounded)."""
     import torch
 
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
-    unclipped_T = ratio_T * inputs.advantages_T
+    unclipped_T = truncated(ratio_T, ratio_cap) * inputs.advantages_T
     clipped_ratio_T = ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high)
     clipped_T = clipped_ratio_T * inputs.advantages_T
     loss = -torch.minimum(unclipped_T, clipped_T).sum()
     was_clipped_T = (clipped_T < unclipped_T).detach()
-    return LossOutput(loss, _ratio_metrics(ratio_T, inputs.advantages_T != 0, was_clipped_T))
+    trained_T = inputs.advantages_T != 0
+    return LossOutput(loss, _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap))
 
 
 def cispo(
-    logprobs_T: torch.Tensor, inputs: LossInputs, clip_low: float = 0.2, clip_high: float = 0.2
+    logprobs_T: torch.Tensor,
+    inputs: LossInputs,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ratio_cap: float = 0.0,
 ) -> LossOutput:
     """``loss = -sum_t sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * lp_t * A_t``.
 
     The clipped ratio is a constant weight (stop-gradient), so every token keeps a gradient
-    through ``lp_t`` even when its ratio is clipped."""
+    through ``lp_t`` even when its ratio is clipped. ``ratio_cap`` also bounds the weight
+    (it only matters when set below ``1 + clip_high``)."""
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
-    weight_T = ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high).detach()
+    weight_T = truncated(ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high), ratio_cap).detach()
     loss = -(weight_T * logprobs_T * inputs.advantages_T).sum()
     was_clipped_T = (weight_T != ratio_T).detach()
-    return LossOutput(loss, _ratio_metrics(ratio_T, inputs.advantages_T != 0, was_clipped_T))
+    trained_T = inputs.advantages_T != 0
+    return LossOutput(loss, _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap))
 
 
 @dataclass(frozen=True)
 class ClipSettings:
-    """``[train.loss]``: clip bounds of ppo and cispo."""
+    """``[train.loss]``: clip bounds of ppo and cispo, and the truncated-IS cap of every
+    loss (``ratio_cap``, 0 = off)."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
+    ratio_cap: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -105,10 +147,19 @@ def _clip_settings(config: Config) -> dict[str, float]:
     return asdict(plugin_settings(config, "train", "loss", ClipSettings))
 
 
+def _is_settings(config: Config) -> dict[str, float]:
+    """``[train.loss]`` for :func:`importance_sampling`: only ``ratio_cap`` applies (the
+    clip bounds are checked but have no meaning without a clip)."""
+    return {"ratio_cap": _clip_settings(config)["ratio_cap"]}
+
+
 @hookimpl
 def register_loss_fns(register: Callable[[str, Callable[[Config], NamedLoss]], None]) -> None:
     register(
-        "importance_sampling", lambda config: NamedLoss("importance_sampling", importance_sampling)
+        "importance_sampling",
+        lambda config: NamedLoss(
+            "importance_sampling", partial(importance_sampling, **_is_settings(config))
+        ),
     )
     register("ppo", lambda config: NamedLoss("ppo", partial(ppo, **_clip_settings(config))))
     register("cispo", lambda config: NamedLoss("cispo", partial(cispo, **_clip_settings(config))))

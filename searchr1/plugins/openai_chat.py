@@ -11,10 +11,13 @@ How a text-level API meets the token-level contract (the honest version):
 * **Prompt.** The rollout hands over prompt *tokens*. They are decoded with the local tokenizer
   (``[model.openai_chat] tokenizer``, default ``base_model``) and the ChatML text
   (``<|im_start|>role\\n...<|im_end|>``, what Qwen chat templates render) is parsed back into
-  ``messages``: the ``# Tools`` block of the system turn becomes ``tools``, assistant
-  ``<tool_call>`` JSON becomes ``tool_calls``, ``<tool_response>`` blocks become ``role: tool``
-  messages. A prompt without ChatML markers is sent as one user message. So the server's own
-  chat template renders the conversation; it sees what the local template would have shown
+  ``messages`` (:mod:`searchr1.plugins.chatml`): the ``# Tools`` block of the system turn
+  becomes ``tools``, assistant ``<tool_call>`` blocks, read in the local template's own call
+  format (Qwen3 JSON, Qwen3.5 XML), become ``tool_calls``, ``<tool_response>`` blocks become
+  ``role: tool`` messages. A think prefill at the end of the prompt (Qwen3.5's ``<think>``)
+  is left to the server's template, told the same mode through ``chat_template_kwargs``.
+  A prompt without ChatML markers is sent as one user message. So the server's own chat
+  template renders the conversation; it sees what the local template would have shown
   the model only when both templates agree (true for the model family the tokenizer belongs to).
 * **Continuing an assistant message.** The ``tags`` protocol writes search results *inside*
   the running assistant message and lets the model continue it. Plain chat completions cannot
@@ -22,7 +25,7 @@ How a text-level API meets the token-level contract (the honest version):
   continue_final_message = true`` turns on. Without it such a prompt raises a clear error:
   use ``rollout.protocol = "tool_calls"`` (a real tool-calling conversation) instead.
 * **Output.** Each choice is rendered back into the text the local sampler would have produced
-  -- content, then the first tool call as ``<tool_call>\\n{json}\\n</tool_call>`` -- and
+  -- reasoning returned apart, content, then the first tool call in the template's format -- and
   encoded with the local tokenizer. Chat APIs drop the stop string that ended a sample; it is
   restored when it closes a tag the text left open (``</search>``, ``</answer>``), or the server
   is asked to keep it (vLLM: ``include_stop_str_in_output = true``). A sample that ended on its
@@ -38,15 +41,19 @@ with exponential backoff (``Retry-After`` honoured); 401/403 raise "<KEY VARIABL
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.agent_protocols.call_formats import (
+    CallFormat,
+    JsonCallFormat,
+    detect_call_format,
+)
 from searchr1.core.config import plugin_settings
-from searchr1.core.errors import UserError
+from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
 from searchr1.core.search.retry import parse_retry_after
@@ -57,8 +64,12 @@ from searchr1.core.types import (
     LossFn,
     SampledSequence,
     SamplingParams,
-    StopReason,
     Tokenizer,
+)
+from searchr1.plugins.chatml import (
+    parse_chatml,
+    render_choice,
+    thinking_prefill,
 )
 
 if TYPE_CHECKING:
@@ -95,112 +106,6 @@ class ChatSettings:
     continue_final_message: bool = False
     #: vLLM extension: keep the stop string in the returned text
     include_stop_str_in_output: bool = False
-
-
-# --------------------------------------------------------------------------- ChatML <-> messages
-
-_SEGMENT_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(<\|im_end\|>\n?|\Z)", re.DOTALL)
-_TOOLS_RE = re.compile(r"\A(.*?)(?:\n\n)?# Tools\n.*?<tools>\n(.*?)\n</tools>", re.DOTALL)
-_CALL_RE = re.compile(r"\n?<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
-_RESPONSE_RE = re.compile(r"\n?<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
-
-
-@dataclass
-class Conversation:
-    """A prompt read back into chat form; ``partial`` is the text of an assistant message
-    that is still open (``""`` for a plain generation prompt, None when there is none)."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-    partial: str | None
-
-
-def parse_chatml(text: str) -> Conversation:
-    """Split rendered ChatML back into messages, tools and an open assistant message."""
-    if "<|im_start|>" not in text:
-        return Conversation([{"role": "user", "content": text}], [], None)
-    messages: list[dict[str, Any]] = []
-    tools: list[dict[str, Any]] = []
-    pending_calls: list[str] = []
-    partial: str | None = None
-    for m in _SEGMENT_RE.finditer(text):
-        role, content, closed = m.group(1), m.group(2), bool(m.group(3))
-        if role == "assistant" and not closed:
-            partial = content
-            break
-        if role == "system":
-            found = _TOOLS_RE.match(content)
-            if found:
-                tools = [json.loads(line) for line in found.group(2).splitlines() if line.strip()]
-                content = found.group(1)
-            if content.strip():
-                messages.append({"role": "system", "content": content})
-        elif role == "assistant":
-            calls = []
-            for body in _CALL_RE.findall(content):
-                call = json.loads(body)
-                args = call.get("arguments", {})
-                call_id = f"call_{len(pending_calls) + len(calls)}"
-                calls.append(
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": call.get("name", ""),
-                            "arguments": args if isinstance(args, str) else json.dumps(args),
-                        },
-                    }
-                )
-            rest = _CALL_RE.sub("", content).strip()
-            message: dict[str, Any] = {"role": "assistant", "content": rest or None}
-            if calls:
-                message["tool_calls"] = calls
-                pending_calls = [c["id"] for c in calls]
-            messages.append(message)
-        elif (
-            role == "user"
-            and _RESPONSE_RE.sub("", content).strip() == ""
-            and "<tool_response>" in content
-        ):
-            for i, body in enumerate(_RESPONSE_RE.findall(content)):
-                call_id = pending_calls[i] if i < len(pending_calls) else f"call_{i}"
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": body})
-        else:
-            messages.append({"role": role, "content": content})
-    return Conversation(messages, tools, partial)
-
-
-def render_choice(
-    message: Mapping[str, Any],
-    finish_reason: str | None,
-    params: SamplingParams,
-    end_of_message: str,
-    stop_kept: bool,
-) -> tuple[str, StopReason]:
-    """The text the local sampler would have produced for one chat choice."""
-    content = message.get("content") or ""
-    calls = message.get("tool_calls") or []
-    if calls:
-        if "</tool_call>" in params.stop_strings:
-            calls = calls[:1]  # sampling would have stopped after the first call
-        parts = [content] if content else []
-        for call in calls:
-            fn = call.get("function", call)
-            args = fn.get("arguments", {})
-            args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            parts.append(
-                f'<tool_call>\n{{"name": "{fn.get("name", "")}", "arguments": {args_text}}}\n</tool_call>'
-            )
-        return "\n".join(parts), "stop"
-    if finish_reason == "length":
-        return content, "length"
-    if stop_kept and any(content.endswith(s) for s in params.stop_strings):
-        return content, "stop"
-    for stop in params.stop_strings:
-        tag = re.fullmatch(r"</([^<>/\s]+)>", stop)
-        if tag and content.count(f"<{tag.group(1)}>") > content.count(stop):
-            return content + stop, "stop"
-    return content + end_of_message, "stop"
 
 
 # --------------------------------------------------------------------------- provider
@@ -267,9 +172,26 @@ class OpenAIChatProvider:
         ]
         return next((t for t in texts if t == "<|im_end|>"), texts[0] if texts else "")
 
+    @cached_property
+    def call_format(self) -> CallFormat:
+        """The tool-call format of the local tokenizer's chat template (JSON when it has none
+        searchr1 knows: then only the tags protocol can be used, which writes no calls)."""
+        from searchr1.core.agent_protocols import SEARCH_TOOL
+
+        def render(messages: list[dict[str, Any]]) -> str:
+            return self._tokenizer.apply_chat_template(
+                messages, tools=[SEARCH_TOOL], tokenize=False
+            )
+
+        try:
+            return detect_call_format(render)
+        except ConfigValueError:
+            return JsonCallFormat()
+
     def _body(self, prompt_tokens: Sequence[int], n: int, params: SamplingParams) -> dict[str, Any]:
         text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
-        conv = parse_chatml(text)
+        conv = parse_chatml(text, self.call_format)
+        thinking = thinking_prefill(conv.partial)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": conv.messages,
@@ -286,6 +208,11 @@ class OpenAIChatProvider:
             body["tools"] = conv.tools
         if self._settings.include_stop_str_in_output:
             body["include_stop_str_in_output"] = True
+        if thinking is not None:
+            # Only the generation prompt's think prefill is open: the server's template writes
+            # it again when told the same thinking mode (vLLM's chat_template_kwargs).
+            conv.partial = None
+            body["chat_template_kwargs"] = {"enable_thinking": thinking}
         if conv.partial:
             if not self._settings.continue_final_message:
                 raise ChatServiceError(
@@ -302,6 +229,7 @@ class OpenAIChatProvider:
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         body = self._body(prompt_tokens, num_samples, params)
+        thinking = body.get("chat_template_kwargs", {}).get("enable_thinking")
         data = await self._post(body)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
@@ -315,6 +243,8 @@ class OpenAIChatProvider:
                 params,
                 end,
                 self._settings.include_stop_str_in_output,
+                self.call_format,
+                thinking,
             )
             tokens = list(self._tokenizer.encode(text, add_special_tokens=False))
             if len(tokens) > params.max_tokens:

@@ -8,7 +8,7 @@ so dashboards do not depend on the choice:
 
 * ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
   non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
-  ``Answer:`` line under ``tool_calls``), else 0.0;
+  ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0;
 * ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
   normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
 * ``f1``: the best token F1 against the golden answers (a metric, never part of a reward).
@@ -42,9 +42,9 @@ class RewardSettings:
 
 def components(trajectory: Trajectory, golden_answers: Sequence[str]) -> dict[str, float]:
     """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring)."""
-    # Turns are separated by observations, so each turn starts on a line of its own.
-    generated = "\n".join(turn.text for turn in trajectory.turns)
-    answers = extract_answers(trajectory.protocol or "tags", generated)
+    # Per turn: a turn's reasoning (e.g. a think block the prompt opened) is its own.
+    protocol = trajectory.protocol or "tags"
+    answers = [a for turn in trajectory.turns for a in extract_answers(protocol, turn.text)]
     format_ok = (
         trajectory.final_answer is not None
         and bool(trajectory.final_answer.strip())

@@ -14,6 +14,8 @@ from html import escape
 from typing import Any
 
 from searchr1.report.charts import CHARTS, ChartSpec, svg_chart
+from searchr1.report.health import CHARTS as HEALTH_CHARTS
+from searchr1.report.health import health_html
 from searchr1.report.runlog import RunLog, is_number
 
 #: eval-table columns shown first, in this order, when present
@@ -191,7 +193,7 @@ def _group_html(title: str, anchor: str, trajs: Sequence[Mapping[str, Any]]) -> 
 
 def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
     """The whole report page for one run."""
-    main_keys = {k for spec in CHARTS for k in spec.keys}
+    main_keys = {k for spec in (*CHARTS, *HEALTH_CHARTS) for k in spec.keys}
     charts = "".join(svg_chart(spec, log.series) for spec in CHARTS)
     extra_keys = sorted(k for k in log.series if k not in main_keys)
     extra_specs = [
@@ -225,6 +227,8 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <body>
 <h1>searchr1 report</h1>
 <p class="meta">{" · ".join(meta)}</p>
+<h2 id="health">Health</h2>
+{health_html(log)}
 <h2 id="curves">Training curves</h2>
 <div class="grid" id="charts">{charts}</div>
 {f'<p class="meta">PNG copies: {pngs}</p>' if pngs else ""}

@@ -50,6 +50,10 @@ class RunLog:
     bad_lines: int = 0
     #: the run_start event (command, config source) when present
     start: dict[str, Any] = field(default_factory=dict)
+    #: ``health_alert`` events (step, kind, message), in log order
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    #: the train loop's start message on what the importance ratio compares
+    ratio_basis: str = ""
 
     @property
     def last_step(self) -> int | None:
@@ -120,3 +124,7 @@ def _add_event(log: RunLog, event: dict[str, Any]) -> None:
                 log.series.setdefault(key, []).append((step, float(value)))
     elif name.startswith("eval") and name not in _NOT_EVAL_RESULTS:
         log.evals.append(event)
+    elif name == "health_alert":
+        log.alerts.append(event)
+    elif name == "importance_ratio":
+        log.ratio_basis = str(event.get("message", ""))

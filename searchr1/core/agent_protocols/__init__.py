@@ -4,8 +4,9 @@
 
 * ``tags`` (:class:`TagsProtocol`): Search-R1's ``<search>`` / ``<information>`` /
   ``<answer>`` tags inside one assistant message;
-* ``tool_calls`` (:class:`ToolCallsProtocol`): the chat template's native tool calls with a
-  final ``Answer:`` line.
+* ``tool_calls`` (:class:`ToolCallsProtocol`): the chat template's native tool calls, in the
+  call format the template itself writes (:mod:`.call_formats`), with a final ``Answer:``
+  line; reasoning inside ``<think>`` blocks is never an action (:mod:`.thinking`).
 
 Both produce the same :class:`~searchr1.core.types.Trajectory` record through
 :mod:`searchr1.core.rollout`. Called once per run by train, smoke and eval (and by the offline
@@ -21,6 +22,7 @@ from searchr1.core.agent_protocols.base import (
     AgentProtocol,
     format_search_results,
 )
+from searchr1.core.agent_protocols.call_formats import CALL_FORMATS, CallFormat
 from searchr1.core.agent_protocols.tags import TagsProtocol
 from searchr1.core.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 
@@ -45,14 +47,17 @@ def protocol_class(name: str) -> type[AgentProtocol]:
 
 def make_protocol(config: Config, tokenizer: Tokenizer) -> AgentProtocol:
     """The protocol chosen by ``config.rollout.protocol``, bound to ``tokenizer``."""
-    return protocol_class(config.rollout.protocol)(tokenizer)
+    cls = protocol_class(config.rollout.protocol)
+    return cls(tokenizer, enable_thinking=config.rollout.enable_thinking)
 
 
 __all__ = [
+    "CALL_FORMATS",
     "PROTOCOLS",
     "SEARCH_TOOL",
     "Action",
     "AgentProtocol",
+    "CallFormat",
     "TagsProtocol",
     "ToolCallsProtocol",
     "format_search_results",

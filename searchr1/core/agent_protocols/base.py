@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Literal
 
 from searchr1.core.types import Question, SearchResponse, Tokenizer
@@ -88,9 +89,15 @@ class AgentProtocol(ABC):
 
     name: ClassVar[str]
     stop_strings: tuple[str, ...] = ()
+    #: markup the parser reads; kept when decoding for reading even if the tokenizer marks
+    #: it special (see :meth:`decode`)
+    tags: tuple[str, ...] = ()
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
         self.tokenizer = tokenizer
+        #: ``[rollout] enable_thinking``: passed to the chat template by protocols that
+        #: render through it with tools (``tool_calls``)
+        self.enable_thinking = enable_thinking
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
     # ------------------------------------------------------------------ text <-> tokens
@@ -101,8 +108,35 @@ class AgentProtocol(ABC):
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, tokens: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory."""
-        return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory.
+
+        Skipping special tokens keeps the protocol's :attr:`tags` even where a tokenizer
+        marks them special (then ``decode(..., skip_special_tokens=True)`` alone would drop
+        ``<tool_call>`` or ``</think>`` and every action would read as invalid)."""
+        kept = self._special_tags if skip_special_tokens else {}
+        if not kept:
+            return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+        out: list[str] = []
+        run: list[int] = []
+        for t in tokens:
+            if t in kept:
+                out += [self.tokenizer.decode(run, skip_special_tokens=True), kept[t]]
+                run = []
+            else:
+                run.append(t)
+        out.append(self.tokenizer.decode(run, skip_special_tokens=True))
+        return "".join(out)
+
+    @cached_property
+    def _special_tags(self) -> dict[int, str]:
+        """The protocol tags that are one token which decoding with special tokens skipped
+        would drop, by id."""
+        out: dict[int, str] = {}
+        for tag in self.tags:
+            ids = self.encode(tag)
+            if len(ids) == 1 and not self.tokenizer.decode(ids, skip_special_tokens=True):
+                out[ids[0]] = tag
+        return out
 
     # ------------------------------------------------------------------ prompt
 
@@ -115,16 +149,30 @@ class AgentProtocol(ABC):
         """The first prompt of every trajectory of ``question``: ``encode(render_prompt(q))``."""
         return self.encode(self.render_prompt(question))
 
+    def summary(self) -> list[str]:
+        """Lines saying what the model is expected to write (``searchr1 smoke`` prints them)."""
+        return [f"protocol: {self.name}"]
+
+    def describe(self, question: Question) -> str:
+        """:meth:`summary` and the rendered first prompt of ``question``, for a person to check
+        before training that the prompt lists the tool and the format is the model's own."""
+        prompt = self.render_prompt(question)
+        # Verbatim, trailing newlines included: where the prompt stops matters (an open
+        # <think> block, a closed one), so its end is marked rather than stripped.
+        return "\n".join([*self.summary(), "rendered prompt:", prompt + "[end of prompt]"])
+
     # ------------------------------------------------------------------ actions
 
     @abstractmethod
     def parse_action(self, text: str) -> Action:
         """Read one assistant turn (decoded with special tokens skipped) into an action."""
 
+    @classmethod
     @abstractmethod
-    def extract_answers(self, text: str) -> list[str]:
-        """Every final-answer occurrence in generated text (for the format reward, which
-        needs exactly one)."""
+    def extract_answers(cls, text: str) -> list[str]:
+        """Every final-answer occurrence in one turn's generated text (for the format reward,
+        which needs exactly one over the trajectory). A class method: rewards call it through
+        :func:`searchr1.core.answers.extract_answers` by protocol name, without a tokenizer."""
 
     # ------------------------------------------------------------------ observations
 

@@ -49,6 +49,7 @@ class TagsProtocol(AgentProtocol):
 
     name = "tags"
     stop_strings = ("</search>", "</answer>")
+    tags = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>")
 
     def render_prompt(self, question: Question) -> str:
         user_text = f"{INSTRUCTION}Question: {question.question.strip()}\n"
@@ -67,8 +68,15 @@ class TagsProtocol(AgentProtocol):
             return Action("answer", answer=inner)
         return Action("search", query=inner) if inner else INVALID
 
-    def extract_answers(self, text: str) -> list[str]:
+    @classmethod
+    def extract_answers(cls, text: str) -> list[str]:
         return answer_elements(text)
+
+    def summary(self) -> list[str]:
+        return [
+            "protocol: tags (Search-R1: <search> query </search>, results in <information>, "
+            "final <answer> ... </answer>, all inside one assistant message)"
+        ]
 
     @cached_property
     def _wrapper(self) -> tuple[list[int], list[int]]:

@@ -5,29 +5,48 @@ Prompt rendering, for a :class:`~searchr1.core.types.Question` ``q``::
 
     messages = [{"role": "user", "content": INSTRUCTION + "\\n\\nQuestion: " + q.question.strip()}]
     prompt = tokenizer.apply_chat_template(messages, tools=[SEARCH_TOOL],
-                                           add_generation_prompt=True, tokenize=False)
+                                           add_generation_prompt=True, tokenize=False,
+                                           enable_thinking=[rollout] enable_thinking)
     prompt_tokens = tokenizer.encode(prompt, add_special_tokens=False)
 
-The model calls search with ``<tool_call>\\n{"name": "search", "arguments": {"query": "..."}}
-\\n</tool_call>`` (sampling stops at ``</tool_call>``). The environment closes the assistant
-message and adds the observation as a ``role: tool`` message, rendered by the same chat
-template (for Qwen: ``<|im_end|>\\n<|im_start|>user\\n<tool_response>\\n...\\n</tool_response>
-<|im_end|>\\n<|im_start|>assistant\\n``). The final answer is one line ``Answer: <short
-answer>`` and the message ends with the end-of-message token (``<|im_end|>``), which the
-sampler keeps. The earliest of a complete tool call and an ``Answer:`` line decides a turn's
-action.
+The model calls search with a ``<tool_call>...</tool_call>`` block written the way its own
+chat template writes calls: the format is read off the template at construction
+(:mod:`~searchr1.core.agent_protocols.call_formats`: Qwen3's JSON or Qwen3.5's XML), and a
+template whose format is unknown is refused there, not discovered as -0.1 rewards. Sampling
+stops at ``</tool_call>``. The environment closes the assistant message and adds the
+observation as a ``role: tool`` message, rendered by the same chat template (for Qwen:
+``<|im_end|>\\n<|im_start|>user\\n<tool_response>\\n...\\n</tool_response><|im_end|>\\n
+<|im_start|>assistant\\n`` plus, for Qwen3.5, its ``<think>`` opening). The final answer is one
+line ``Answer: <short answer>`` and the message ends with the end-of-message token
+(``<|im_end|>``), which the sampler keeps.
+
+Reasoning is never an action: :mod:`~searchr1.core.agent_protocols.thinking` removes
+``<think>`` blocks (and, when the generation prompt opened one, everything before the first
+``</think>``) before parsing. Of what is left, the earliest of a complete tool call and a
+non-empty ``Answer:`` line decides the turn's action.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
 from searchr1.core.agent_protocols.base import INVALID, Action, AgentProtocol
+from searchr1.core.agent_protocols.call_formats import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    CallFormat,
+    detect_call_format,
+)
+from searchr1.core.agent_protocols.thinking import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    prompt_opens_thinking,
+    visible_text,
+)
 from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.types import Question
 
 INSTRUCTION = (
@@ -49,69 +68,84 @@ SEARCH_TOOL: dict[str, Any] = {
     },
 }
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
 # Placeholders rendered through the chat template to find where message contents go.
 _ASSISTANT_MARK = "\x00SEARCHR1_ASSISTANT\x00"
 _TOOL_MARK = "\x00SEARCHR1_OBSERVATION\x00"
 
 
-def parse_tool_call(body: str) -> str | None:
-    """The search query of one ``<tool_call>`` body, or None when it is not a well-formed
-    call of the ``search`` tool with a non-empty string ``query``."""
-    try:
-        call = json.loads(body.strip())
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(call, dict) or call.get("name") != "search":
-        return None
-    args = call.get("arguments", call.get("parameters"))
-    if isinstance(args, str):  # some models emit the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
-    query = args.get("query") if isinstance(args, dict) else None
-    if not isinstance(query, str) or not query.strip():
-        return None
-    return query.strip()
-
-
 class ToolCallsProtocol(AgentProtocol):
-    """Native ``<tool_call>`` blocks and a final ``Answer:`` line."""
+    """Native ``<tool_call>`` blocks in the template's own format and a final ``Answer:`` line.
+
+    Attributes read off the chat template at construction: :attr:`call_format` (how calls are
+    written) and :attr:`opens_in_thinking` (True: the generation prompt ends inside a
+    ``<think>`` block; False: it holds a closed one, thinking is off; None: neither)."""
 
     name = "tool_calls"
-    stop_strings = ("</tool_call>",)
+    stop_strings = (CALL_CLOSE,)  # replaced by the detected format's closing tag
+    tags = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 
-    def __init__(self, tokenizer: Any):
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer: Any, *, enable_thinking: bool = False):
+        super().__init__(tokenizer, enable_thinking=enable_thinking)
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(
+            raise ConfigValueError(
                 'rollout.protocol = "tool_calls" needs a tokenizer with a chat template; this '
                 'model\'s tokenizer has none (a base model?): use protocol = "tags"'
             )
-
-    def _template(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=[SEARCH_TOOL], add_generation_prompt=generation_prompt, tokenize=False
+        self.call_format: CallFormat = detect_call_format(lambda m: self._template(m, False))
+        self.stop_strings = (self.call_format.close,)
+        self.tags = tuple(
+            dict.fromkeys((*self.tags, self.call_format.open, self.call_format.close))
         )
+        self.opens_in_thinking: bool | None = prompt_opens_thinking(self.generation_prompt)
+
+    def _template(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tools=[SEARCH_TOOL],
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+            enable_thinking=self.enable_thinking,
+        )
+
+    @cached_property
+    def generation_prompt(self) -> str:
+        """The text the template appends for ``add_generation_prompt`` (e.g.
+        ``<|im_start|>assistant\\n<think>\\n`` for Qwen3.5 with thinking on)."""
+        messages = [{"role": "user", "content": "q"}]
+        with_prompt, without = self._template(messages, True), self._template(messages, False)
+        if with_prompt.startswith(without):
+            return with_prompt[len(without) :]
+        return with_prompt[-64:]  # a template that rewrites earlier text: its tail will do
 
     def render_prompt(self, question: Question) -> str:
         content = f"{INSTRUCTION}\n\nQuestion: {question.question.strip()}"
         return self._template([{"role": "user", "content": content}], True)
 
+    # ------------------------------------------------------------------ actions
+
     def parse_action(self, text: str) -> Action:
-        call = _TOOL_CALL_RE.search(text)
-        answer = next((m for m in ANSWER_LINE_RE.finditer(text) if m.group(1)), None)
+        visible = visible_text(text, opens_in_thinking=self.opens_in_thinking is True)
+        call = self.call_format.find(visible)
+        answer = next((m for m in ANSWER_LINE_RE.finditer(visible) if m.group(1)), None)
         if answer is not None and (call is None or answer.start() < call.start()):
             return Action("answer", answer=answer.group(1).strip())
         if call is None:
             return INVALID
-        query = parse_tool_call(call.group(1))
-        return INVALID if query is None else Action("search", query=query)
+        parsed = self.call_format.parse_body(call.group(1))
+        if parsed is None or parsed.name != "search":
+            return INVALID
+        query = parsed.arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return INVALID
+        return Action("search", query=query.strip())
 
-    def extract_answers(self, text: str) -> list[str]:
-        return answer_lines(text)
+    @classmethod
+    def extract_answers(cls, text: str) -> list[str]:
+        """``Answer:`` lines outside reasoning, in one turn's text (a turn that starts inside
+        a prompt-opened think block is recognised by its unmatched ``</think>``)."""
+        return answer_lines(visible_text(text))
+
+    # ------------------------------------------------------------------ observations
 
     @cached_property
     def _template_parts(self) -> tuple[str, str]:
@@ -129,7 +163,7 @@ class ToolCallsProtocol(AgentProtocol):
         ]
         full = self._template(messages, True)
         if _ASSISTANT_MARK not in full or _TOOL_MARK not in full.split(_ASSISTANT_MARK, 1)[1]:
-            raise ValueError(
+            raise ConfigValueError(
                 "the tokenizer's chat template does not render assistant and tool message "
                 "contents verbatim, so searchr1 cannot splice observations in; use "
                 'rollout.protocol = "tags"'
@@ -163,14 +197,39 @@ class ToolCallsProtocol(AgentProtocol):
                 return text
         return ""
 
+    # ------------------------------------------------------------------ scripted turns
+
+    def _reasoning(self, think: str | None) -> str:
+        """How a turn's reasoning is written under this template's thinking mode: inside the
+        block the prompt opened (Qwen3.5), dropped when the prompt closed it (thinking off),
+        or as a block of its own (Qwen3 with thinking on)."""
+        if self.opens_in_thinking is True:
+            return f"{think.strip()}\n{THINK_CLOSE}\n\n" if think else f"\n{THINK_CLOSE}\n\n"
+        if self.opens_in_thinking is False or not think:
+            return ""
+        return f"{THINK_OPEN}\n{think.strip()}\n{THINK_CLOSE}\n\n"
+
     def assistant_turn_text(
         self, *, think: str | None = None, query: str | None = None, answer: str | None = None
     ) -> str:
         self._one_action(query, answer)
-        head = f"<think>\n{think.strip()}\n</think>\n\n" if think else ""
+        head = self._reasoning(think)
         if query is not None:
-            call = json.dumps(
-                {"name": "search", "arguments": {"query": query.strip()}}, ensure_ascii=False
-            )
-            return f"{head}<tool_call>\n{call}\n</tool_call>"
+            return head + self.call_format.render("search", {"query": query.strip()})
         return f"{head}Answer: {answer.strip()}{self._end_of_message}"  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ description
+
+    def summary(self) -> list[str]:
+        thinking = {
+            True: "on (the prompt opens a <think> block; the turn's first </think> closes it)",
+            False: "off (the prompt holds an empty, closed <think> block)",
+            None: "the model may write its own <think> block",
+        }[self.opens_in_thinking]
+        return [
+            "protocol: tool_calls (native tool calls; final answer as one `Answer: ...` line)",
+            f"call format: {self.call_format.name} ({self.call_format.families}), read off the "
+            "chat template",
+            f"expected search call: {self.call_format.example()!r}",
+            f"thinking: {thinking}; nothing inside <think>...</think> is read as an action",
+        ]

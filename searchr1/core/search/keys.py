@@ -39,6 +39,8 @@ class KeyPool:
         self._provider = provider
         self._clock = clock
         self._down_logged = False
+        #: key index -> why it was last benched (smoke names these indexes in its verdict)
+        self.bench_reasons: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -69,6 +71,7 @@ class KeyPool:
         ``inf`` = the rest of the run). Logs the key's index and the reason, never the key."""
         seconds = self._cooldown_s if seconds is None else max(0.0, seconds)
         self._benched_until[index] = max(self._benched_until[index], self._clock() + seconds)
+        self.bench_reasons[index] = reason
         log = get_logger()
         log.warning(
             "search_key_benched",

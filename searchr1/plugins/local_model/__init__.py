@@ -5,10 +5,13 @@ and chosen by ``[model] provider = "local"``. Importing this package stays cheap
 transformers are imported only when the factory runs.
 
 Modules: ``provider`` (LocalModelProvider, the factory's product), ``sampler`` (batched
-KV-cached generation in a worker thread), ``next_token`` (next-token choice from logits),
-``kv_cache`` (batch surgery on the cache), ``learner`` (log-probs, loss, backward, AdamW),
-``state`` (checkpoints), ``device`` (device, dtype, CPU threads), ``tiny_model`` (the
-locally built Qwen3-architecture test model, ``builtin:tiny-random``).
+KV-cached generation in a worker thread: which requests run together), ``generation`` (one
+running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
+logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
+between a trajectory's turns), ``budget`` (the sampler's token budget), ``learner``
+(log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
+CPU threads), ``tiny_model`` (the locally built Qwen3-architecture test model,
+``builtin:tiny-random``).
 """
 
 from __future__ import annotations

@@ -1,36 +1,110 @@
-"""Batch surgery on a transformers ``DynamicCache``: drop rows, trim padding, add rows.
+"""Row surgery on a transformers cache: select rows, trim or add padding, append rows.
 
 Used by :mod:`searchr1.plugins.local_model.sampler` to keep one running batch compact
-(finished rows leave, columns that every remaining row masks are cut) and to admit requests
-that arrive while a batch is decoding (their prefilled cache is left-padded or the running
-one is, to a common width, then the rows are appended). Every row carries explicit position
-ids and an attention mask, so padding columns, wherever they are, change nothing.
+(finished rows leave, columns that every remaining row masks are cut), to admit requests
+that arrive while a batch is decoding (the narrower cache is left-padded, then the rows are
+appended) and to keep a finished row's cache for its trajectory's next turn
+(:mod:`.reuse`). Every row carries explicit position ids and an attention mask, so padding
+columns, wherever they are, change nothing for attention layers.
 
-Only plain full-attention layers (``DynamicLayer``) can be edited this way; for any other
-cache (sliding windows, offloading, other transformers versions) :func:`editable` is False
-and the sampler falls back to dropping rows with ``batch_select_indices`` only.
+A cache is a list of layers of three kinds this module understands:
+
+* ``full``: a plain full-attention layer (``DynamicLayer``): ``keys``/``values`` of shape
+  ``rows x heads x width x dim``, one column per position, padding included;
+* ``linear``: a linear-attention / recurrent layer (``LinearAttentionLayer``, Gated DeltaNet
+  in Qwen3.5 and Qwen3-Next): per-row ``conv_states`` and ``recurrent_states`` of a fixed
+  size, no position axis (so padding never touches them);
+* ``hybrid``: both at once (``LinearAttentionAndFullAttentionLayer``).
+
+Any other layer (sliding windows, static or quantized caches, a future class) is ``other``:
+:func:`editable` is then False and the sampler takes its general path (rows only leave the
+batch, through :func:`select_rows`, which falls back to the layer's own
+``batch_select_indices`` or ``reorder_cache``).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+_FULL = {"DynamicLayer"}
+_LINEAR = {"LinearAttentionLayer"}
+_HYBRID = {"LinearAttentionAndFullAttentionLayer"}
 
-def editable(cache: Any) -> bool:
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(
-        type(layer).__name__ == "DynamicLayer"
-        and getattr(layer, "is_initialized", False)
-        and isinstance(getattr(layer, "keys", None), torch.Tensor)
-        and layer.keys.dim() == 4
-        for layer in layers
+
+def layer_kind(layer: Any) -> str:
+    """``full``, ``linear``, ``hybrid`` or ``other`` (see the module docstring)."""
+    name = type(layer).__name__
+    if getattr(layer, "record_past", False):
+        return "other"
+    if name in _FULL:
+        return "full" if _has_keys(layer) else "other"
+    if name in _LINEAR:
+        return "linear"
+    if name in _HYBRID:
+        return "hybrid" if _has_keys(layer) else "other"
+    return "other"
+
+
+def _has_keys(layer: Any) -> bool:
+    keys = getattr(layer, "keys", None)
+    return (
+        bool(getattr(layer, "is_initialized", False))
+        and isinstance(keys, torch.Tensor)
+        and keys.dim() == 4
     )
 
 
+def editable(cache: Any) -> bool:
+    """True when every layer is ``full``, ``linear`` or ``hybrid`` (the sampler's fast path)."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(layer_kind(layer) != "other" for layer in layers)
+
+
+def has_state_layers(cache: Any) -> bool:
+    """True when some layer carries recurrent state (a prompt must then never be padded in
+    the middle: a padding token would still decay the state)."""
+    return any(layer_kind(layer) in ("linear", "hybrid") for layer in cache.layers)
+
+
+def _states(layer: Any) -> Iterator[tuple[dict[int, Any], int]]:
+    """The initialised per-row state tensors of a linear layer, as (dict, key) slots."""
+    for slots, flags in (
+        (layer.conv_states, layer.is_conv_states_initialized),
+        (layer.recurrent_states, layer.is_recurrent_states_initialized),
+    ):
+        for key, ready in flags.items():
+            if ready and isinstance(slots.get(key), torch.Tensor):
+                yield slots, key
+
+
 def width(cache: Any) -> int:
-    return int(cache.layers[0].keys.shape[-2])
+    """Columns of the attention layers (0 when the model has none)."""
+    for layer in cache.layers:
+        if layer_kind(layer) in ("full", "hybrid"):
+            return int(layer.keys.shape[-2])
+    return 0
+
+
+def select_rows(cache: Any, idx: torch.Tensor) -> None:
+    """Keep rows ``idx`` (in that order; an index may repeat, which copies a row)."""
+    for layer in cache.layers:
+        kind = layer_kind(layer)
+        if kind == "other":
+            if hasattr(layer, "batch_select_indices"):
+                layer.batch_select_indices(idx)
+            else:
+                layer.reorder_cache(idx)
+            continue
+        if kind in ("full", "hybrid"):
+            layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
+            layer.values = layer.values.index_select(0, idx.to(layer.values.device))
+        if kind in ("linear", "hybrid"):
+            for slots, key in _states(layer):
+                slots[key] = slots[key].index_select(0, idx.to(slots[key].device))
 
 
 def trim_left(cache: Any, columns: int) -> None:
@@ -38,8 +112,9 @@ def trim_left(cache: Any, columns: int) -> None:
     if columns <= 0:
         return
     for layer in cache.layers:
-        layer.keys = layer.keys[..., columns:, :]
-        layer.values = layer.values[..., columns:, :]
+        if layer_kind(layer) in ("full", "hybrid"):
+            layer.keys = layer.keys[..., columns:, :]
+            layer.values = layer.values[..., columns:, :]
 
 
 def pad_left(cache: Any, columns: int) -> None:
@@ -47,14 +122,71 @@ def pad_left(cache: Any, columns: int) -> None:
     if columns <= 0:
         return
     for layer in cache.layers:
-        b, h, _, d = layer.keys.shape
-        layer.keys = torch.cat([layer.keys.new_zeros((b, h, columns, d)), layer.keys], dim=-2)
-        b, h, _, d = layer.values.shape
-        layer.values = torch.cat([layer.values.new_zeros((b, h, columns, d)), layer.values], dim=-2)
+        if layer_kind(layer) in ("full", "hybrid"):
+            layer.keys = _pad(layer.keys, columns)
+            layer.values = _pad(layer.values, columns)
+
+
+def _pad(t: torch.Tensor, columns: int) -> torch.Tensor:
+    b, h, _, d = t.shape
+    return torch.cat([t.new_zeros((b, h, columns, d)), t], dim=-2)
 
 
 def append_rows(cache: Any, other: Any) -> None:
     """Append ``other``'s rows (same width) after ``cache``'s rows."""
     for layer, extra in zip(cache.layers, other.layers, strict=True):
-        layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
-        layer.values = torch.cat([layer.values, extra.values], dim=0)
+        kind = layer_kind(layer)
+        if kind in ("full", "hybrid"):
+            layer.keys = torch.cat([layer.keys, extra.keys], dim=0)
+            layer.values = torch.cat([layer.values, extra.values], dim=0)
+        if kind in ("linear", "hybrid"):
+            for (slots, key), (extra_slots, extra_key) in zip(
+                _states(layer), _states(extra), strict=True
+            ):
+                slots[key] = torch.cat([slots[key], extra_slots[extra_key]], dim=0)
+
+
+def rows(cache: Any) -> int:
+    """Rows of the cache (0 for an empty one)."""
+    for layer in cache.layers:
+        for t in _tensors(layer):
+            return int(t.shape[0])
+    return 0
+
+
+def nbytes(cache: Any) -> int:
+    """Bytes the cache's tensors hold now (what the memory-budget test measures)."""
+    seen: set[int] = set()
+    total = 0
+    for layer in cache.layers:
+        for t in _tensors(layer):
+            if id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
+
+
+def _tensors(layer: Any) -> Iterator[torch.Tensor]:
+    for value in vars(layer).values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            yield value
+        elif isinstance(value, dict):
+            yield from (v for v in value.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+
+
+def copy_rows(cache: Any, idx: torch.Tensor) -> Any:
+    """A new cache holding rows ``idx`` of ``cache`` (which is left as it is); only for an
+    :func:`editable` cache."""
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        twin = copy.copy(layer)
+        if layer_kind(layer) in ("linear", "hybrid"):
+            twin.conv_states = dict(layer.conv_states)
+            twin.recurrent_states = dict(layer.recurrent_states)
+            twin.is_conv_states_initialized = dict(layer.is_conv_states_initialized)
+            twin.is_recurrent_states_initialized = dict(layer.is_recurrent_states_initialized)
+            twin.has_previous_state = dict(layer.has_previous_state)
+        out.layers.append(twin)
+    select_rows(out, idx)
+    return out

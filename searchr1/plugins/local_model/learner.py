@@ -1,21 +1,49 @@
 """Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
 
 The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
-``loss_scale = n_k / N`` when a step is split) and :meth:`Learner.optim_step` once per step.
+``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
+the whole batch's) and :meth:`Learner.optim_step` once per step.
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
-ratios are exactly 1 up to float error; ``logprob_diff_max`` in the metrics reports the
-largest |learner - sampler| log-prob seen, the first thing to look at when ratios drift.
+ratios are exactly 1 up to float error.
+
+Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
+scored and differentiated is the same network the sampler ran (eval mode). With dropout on
+(the seed's ``lora.dropout = 0.05``) the learner scores a randomly thinned network, and on
+the tiny model with a non-zero adapter the on-policy ratio already reached 1.10 (max
+|learner - sampler| log-prob 0.139), using half of PPO's 0.2 clip on noise (with a larger
+adapter, ``bench/mismatch.py``: ratios from 0.05 to 13). Dropout applied identically on both
+sides would need the sampler to replay the learner's masks; turning it off is what TRL's
+``disable_dropout`` and the Megatron/FSDP RL trainers do for the actor. So ``lora.dropout``
+has no effect on a local run; the learner logs ``learner_dropout_off`` once at start.
+Gradient checkpointing still works: a decoder layer that checkpoints is switched back to
+training mode alone (transformers' layers read ``self.training`` there only to decide
+whether to checkpoint; an architecture whose layer also gates its own functional dropout on
+it would keep that dropout while checkpointing).
+
+Every call also reports the sampler/learner mismatch over trained tokens (advantage != 0),
+with ``d = learner - sampler`` log-prob (see :func:`mismatch_metrics`)::
+
+    mismatch/logprob_diff_max   max |d|
+    mismatch/kl_sample_train    mean(-d)            (sampler minus learner)
+    mismatch/k3                 mean(exp(d) - 1 - d) (k3 estimator of KL, >= 0)
+    mismatch/ratio_min/_max     min/max exp(d)
+    mismatch/tokens             how many tokens the means are over
+
+On-policy these read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer
+scores what the sampler sampled (dtype, kernels, temperature, an engine sampler).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
+from searchr1.core.step_metrics import merge_mismatch
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -76,6 +104,54 @@ def _target_logprobs(
     return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
 
 
+def mismatch_metrics(
+    logprobs_T: torch.Tensor, sampler_logprobs_T: torch.Tensor
+) -> dict[str, float]:
+    """``mismatch/*`` of one batch of trained tokens (both ``T``, already restricted to the
+    trained positions). Means are over this batch; ``mismatch/tokens`` lets a caller weight
+    them when it merges batches (:func:`searchr1.core.step_metrics.merge_mismatch`)."""
+    n = int(logprobs_T.numel())
+    if n == 0:
+        return {"mismatch/tokens": 0.0}
+    d_T = logprobs_T.detach().double() - sampler_logprobs_T.detach().double()
+    ratio_T = d_T.exp()
+    return {
+        "mismatch/tokens": float(n),
+        "mismatch/logprob_diff_max": float(d_T.abs().max()),
+        "mismatch/kl_sample_train": float((-d_T).mean()),
+        "mismatch/k3": float((ratio_T - 1.0 - d_T).mean()),
+        "mismatch/ratio_min": float(ratio_T.min()),
+        "mismatch/ratio_max": float(ratio_T.max()),
+    }
+
+
+@contextmanager
+def scoring_mode(model: Any) -> Iterator[None]:
+    """The model in eval mode (every dropout off, as when sampling), except that decoder
+    layers with gradient checkpointing on keep ``training = True`` (on that module only) so
+    that they still checkpoint. Restores each module's previous mode on exit."""
+    previous = {m: m.training for m in model.modules()}
+    model.eval()
+    for m in model.modules():
+        checkpoints = getattr(m, "gradient_checkpointing", False) is True
+        if checkpoints and hasattr(m, "_gradient_checkpointing_func"):
+            m.training = True
+    try:
+        yield
+    finally:
+        for m, mode in previous.items():
+            m.training = mode
+
+
+def dropout_probabilities(model: Any) -> list[float]:
+    """The non-zero ``p`` of every dropout module in ``model`` (LoRA's included)."""
+    return [
+        float(m.p)
+        for m in model.modules()
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0
+    ]
+
+
 class Learner:
     """Gradient accumulation and optimizer of one provider. Shares ``model_lock`` with the
     sampler so sampling never interleaves with a backward pass or a weight update."""
@@ -105,6 +181,16 @@ class Learner:
             raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-5)
         self.step = 0
+        dropout = dropout_probabilities(model)
+        if dropout:
+            from searchr1.core.logs import get_logger
+
+            get_logger().info(
+                "learner_dropout_off",
+                dropout=max(dropout),
+                message="dropout (lora.dropout included) is off when the learner scores the "
+                "policy, so on-policy importance ratios are 1; see learner.py",
+            )
 
     # ------------------------------------------------------------------ forward/backward
 
@@ -116,30 +202,35 @@ class Learner:
         The datums are processed in chunks of at most ``chunk_tokens`` padded tokens (the
         loss is a sum, so chunking changes nothing but peak memory). Returns the unscaled
         summed loss and metrics: the loss's own sums (``tokens``, ``ratio_sum``, ...), their
-        means (``ratio_mean``, ``clip_fraction``) and ``logprob_diff_max``."""
+        means (``ratio_mean``, ``clip_fraction``), ``logprob_diff_max`` and the
+        ``mismatch/*`` metrics of the module docstring. Dropout is off (module docstring)."""
         if not datums:
             raise ValueError("forward_backward(): no datums")
         for d in datums:
             self._check_datum(d)
         total_loss = 0.0
         sums: dict[str, float] = {}
-        diff_max = 0.0
-        with self.model_lock:
-            self.model.train()
+        mismatch: list[Mapping[str, float]] = []
+        with self.model_lock, scoring_mode(self.model):
             for chunk in self._chunks(datums):
-                loss, metrics, chunk_diff = self._forward_backward_chunk(chunk, loss_fn, loss_scale)
+                loss, metrics, chunk_mismatch = self._forward_backward_chunk(
+                    chunk, loss_fn, loss_scale
+                )
                 total_loss += loss
-                diff_max = max(diff_max, chunk_diff)
+                mismatch.append(chunk_mismatch)
                 for key, value in metrics.items():
                     if key.endswith("_max"):
                         sums[key] = max(sums.get(key, -math.inf), value)
+                    elif key.endswith("_min"):
+                        sums[key] = min(sums.get(key, math.inf), value)
                     else:
                         sums[key] = sums.get(key, 0.0) + value
         tokens = sums.get("tokens", 0.0)
         out = dict(sums)
         out["datums"] = float(len(datums))
         out["loss"] = total_loss
-        out["logprob_diff_max"] = diff_max
+        out.update(merge_mismatch(mismatch))
+        out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
         if "ratio_sum" in sums:
             out["ratio_mean"] = sums["ratio_sum"] / tokens if tokens else 1.0
         if "clipped_tokens" in sums:
@@ -178,7 +269,7 @@ class Learner:
 
     def _forward_backward_chunk(
         self, datums: list[Datum], loss_fn: LossFn, loss_scale: float
-    ) -> tuple[float, Mapping[str, float], float]:
+    ) -> tuple[float, Mapping[str, float], dict[str, float]]:
         dev = self.device
         width = max(len(d) for d in datums)
         b = len(datums)
@@ -211,11 +302,9 @@ class Learner:
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
-        with torch.no_grad():
-            trained_T = inputs.advantages_T != 0
-            diff = (logprobs_T.detach() - inputs.sampler_logprobs_T).abs()[trained_T]
-            diff_max = float(diff.max()) if diff.numel() else 0.0
-        return float(output.loss.detach()), dict(output.metrics), diff_max
+        # keep_BK already selects exactly the trained positions (advantage != 0).
+        mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
+        return float(output.loss.detach()), dict(output.metrics), mismatch
 
     # ------------------------------------------------------------------ optimizer
 

@@ -11,11 +11,16 @@ Optional settings live in ``[model.local]``::
 
     [model.local]
     max_batch_rows = 256        # most sequences generated in one batch
+    max_batch_tokens = 0        # cache positions (rows x width, padding included) the sampler
+                                #   may hold, retained caches included; 0 = derived from free
+                                #   device memory (see budget.py)
+    prefill_chunk_tokens = 2048 # padded prompt tokens per prefill forward
+    reuse_caches = true         # keep a trajectory's cache between its turns
     batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
     threads = 0                 # CPU threads for torch (0 = the cores this process may use;
                                 #   set 1 on an oversubscribed, shared machine)
     learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
-    gradient_checkpointing = false  # recompute activations in backward (big models, long datums)
+    gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
 """
 
 from __future__ import annotations
@@ -50,10 +55,13 @@ class LocalSettings:
     :func:`searchr1.core.config.plugin_settings`."""
 
     max_batch_rows: int = field(default=256, metadata={"min": 1})
+    max_batch_tokens: int = field(default=0, metadata={"min": 0})
+    prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
+    reuse_caches: bool = True
     batch_wait_ms: float = field(default=5.0, metadata={"min": 0})
     threads: int = 0
     learner_chunk_tokens: int = field(default=8192, metadata={"min": 1})
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | str = "auto"  # true, false or "auto" (on with CUDA)
 
 
 class LocalModelProvider:
@@ -68,10 +76,13 @@ class LocalModelProvider:
         temperature: float,
         settings: LocalSettings = LocalSettings(),
         seed: int = 0,
+        max_batch_tokens: int = 1 << 20,
     ) -> None:
         """``model`` is a peft model with the adapter attached and the base frozen (see
         :meth:`from_config`). ``temperature`` is the rollout's sampling temperature, at which
-        the learner computes log-probs."""
+        the learner computes log-probs. ``max_batch_tokens`` is the sampler's token budget
+        when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`)."""
+        from searchr1.plugins.local_model.budget import row_overhead_tokens
         from searchr1.plugins.local_model.learner import Learner
         from searchr1.plugins.local_model.sampler import BatchedSampler
 
@@ -95,6 +106,10 @@ class LocalModelProvider:
             pad_token_id=pad_id,
             vocab_size=self.vocab_size,
             max_batch_rows=settings.max_batch_rows,
+            max_batch_tokens=settings.max_batch_tokens or max_batch_tokens,
+            row_tokens=row_overhead_tokens(config, next(model.parameters()).dtype),
+            prefill_chunk_tokens=settings.prefill_chunk_tokens,
+            reuse=settings.reuse_caches,
             batch_wait_s=settings.batch_wait_ms / 1000.0,
             seed=seed,
         )
@@ -119,6 +134,7 @@ class LocalModelProvider:
         from searchr1.core.builtins import resolve
         from searchr1.core.config import plugin_settings
         from searchr1.core.tokenizers import load_tokenizer
+        from searchr1.plugins.local_model.budget import token_budget
         from searchr1.plugins.local_model.device import (
             choose_device,
             choose_dtype,
@@ -143,8 +159,9 @@ class LocalModelProvider:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.run.seed)
             model = attach_lora(base, config)
-        if settings.gradient_checkpointing:
+        if _checkpointing(settings.gradient_checkpointing, device):
             _enable_checkpointing(model.get_base_model())
+        budget = token_budget(settings.max_batch_tokens, base.config, dtype, device)
         log.info(
             "local_model_loaded",
             base_model=config.model.base_model,
@@ -152,6 +169,7 @@ class LocalModelProvider:
             dtype=str(dtype).removeprefix("torch."),
             threads=threads,
             trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            max_batch_tokens=budget,
         )
         return cls(
             model,
@@ -160,6 +178,7 @@ class LocalModelProvider:
             temperature=config.model.temperature,
             settings=settings,
             seed=config.run.seed,
+            max_batch_tokens=budget,
         )
 
     # ------------------------------------------------------------------ ModelProvider
@@ -179,9 +198,13 @@ class LocalModelProvider:
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
+        # Training follows the rollout: caches kept for further turns are stale from here on,
+        # and their memory is the learner's now.
+        self.sampler.forget()
         return self.learner.forward_backward(datums, loss_fn, loss_scale)
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        self.sampler.forget()
         return self.learner.optim_step(adam)
 
     def save_state(self, path: str) -> None:
@@ -199,6 +222,7 @@ class LocalModelProvider:
     def load_state(self, path: str) -> None:
         from searchr1.plugins.local_model import state
 
+        self.sampler.forget()
         with self.model_lock:
             self.learner.step = state.load_state(
                 path, self.model, self.learner.optimizer, self.sampler._generator
@@ -216,18 +240,24 @@ def attach_lora(base: Any, config: Config) -> Any:
         p.requires_grad_(False)
     lora = config.lora
     module_names = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
-    missing = [m for m in lora.target_modules if m not in module_names]
+    targets: str | list[str] = list(lora.target_modules)
+    if targets == ["all-linear"]:
+        # peft's shorthand: every linear layer but the output head, whatever the family
+        # calls its projections, so one config fits Qwen3, Qwen3.5, Llama, Mixtral...
+        targets = "all-linear"
+    missing = [m for m in lora.target_modules if m not in module_names and targets != "all-linear"]
     if missing:
         raise ConfigValueError(
             f"lora.target_modules: {missing} not found in {config.model.base_model!r}; "
             f"linear layers there include: "
-            f"{sorted(n for n in module_names if n.endswith('_proj'))}"
+            f"{sorted(n for n in module_names if n.endswith('_proj'))}; or set "
+            f'target_modules = "all-linear" (every linear layer but the output head)'
         )
     peft_config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
+        target_modules=targets,
         task_type="CAUSAL_LM",
         bias="none",
     )
@@ -256,6 +286,19 @@ def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _checkpointing(setting: bool | str, device: torch.device) -> bool:
+    """``[model.local] gradient_checkpointing``: "auto" turns it on with CUDA, where long
+    datums of a multi-billion-parameter model would otherwise keep every layer's
+    activations; on the CPU (tiny models) recomputation only costs time."""
+    if isinstance(setting, bool):
+        return setting
+    if setting != "auto":
+        raise ConfigValueError(
+            f'model.local.gradient_checkpointing = {setting!r}: use true, false or "auto"'
+        )
+    return device.type == "cuda"
 
 
 def _enable_checkpointing(base: Any) -> None:

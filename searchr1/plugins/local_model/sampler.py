@@ -3,17 +3,21 @@
 The rollout calls :meth:`BatchedSampler.sample` from dozens of asyncio tasks at once (the
 first turn of each question with ``num_samples = group_size``, later turns with
 ``num_samples = 1`` per trajectory). Each call only queues a request and awaits a future;
-a single worker thread takes **everything pending** and runs one batched generation over it,
-so the event loop keeps serving search I/O meanwhile.
+a single worker thread takes what is pending and runs one batched generation over it
+(:mod:`.generation` does the tensor work), so the event loop keeps serving search I/O.
 
-One batch: the distinct prompts are left-padded and prefilled once (a prompt with
-``num_samples = n`` is prefilled once and its KV cache copied to its n rows), then every row
-decodes one token per step with the shared KV cache. Position ids count real tokens only, so
-left padding changes nothing. A request is answered as soon as all its rows have stopped
-(its trajectory can search while the others decode); stopped rows leave the batch and the
-cache. Requests that arrive while a batch decodes join it between two steps (their prompts
-are prefilled and their cache rows appended, see :mod:`.kv_cache`), up to
-``max_batch_rows`` rows; the rest wait for the next batch.
+Which requests run together: oldest first, under ``max_batch_rows`` rows and a token budget
+on the cache (``max_batch_tokens``, rows x width with padding, see :mod:`.budget`), and never
+padded to one long row's width (a request whose width would make the batch more than about
+twice its unpadded size waits for another batch). A request is answered as soon as all its
+rows have stopped (its trajectory can search while the others decode); stopped rows leave
+the batch. Requests that arrive while a batch decodes join it between two steps, as far as
+they fit. When a row stops, its cache is kept (:mod:`.reuse`) so the trajectory's next turn
+prefills only its new tokens.
+
+Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
+quantized caches) take the general path: one batch at a time, rows only leave it, no cache
+is kept between turns. Correct for any model transformers runs with its own cache classes.
 """
 
 from __future__ import annotations
@@ -24,27 +28,33 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model import kv_cache
-from searchr1.plugins.local_model.next_token import row_generator, sample_next
+from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row
+from searchr1.plugins.local_model.next_token import sample_next
+from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
 
 
 @dataclass
 class SamplerStats:
-    """Counters a test or a log line can read: how requests were batched."""
+    """Counters a test or a log line can read: how requests were batched, what memory held."""
 
     batches: int = 0  # batched generations run
-    forward_calls: int = 0  # model forward passes (1 prefill + 1 per decoding step per batch)
+    forward_calls: int = 0  # model forward passes (prefill chunks + 1 per decoding step)
     requests: int = 0  # sample() calls served
     rows: int = 0  # sequences generated
     generated_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens fed to the model (new tokens of a continuation)
+    reused_tokens: int = 0  # prompt tokens a retained cache spared from prefill
     max_batch_rows: int = 0  # the largest batch seen
     admitted_requests: int = 0  # requests that joined a batch already decoding
+    peak_cache_tokens: int = 0  # most cache positions (rows x width) held, retained included
+    peak_cache_bytes: int = 0  # measured cache bytes at that time (when measure_bytes is on)
 
 
 @dataclass
@@ -56,96 +66,7 @@ class _Request:
     loop: asyncio.AbstractEventLoop
 
 
-@dataclass(eq=False)
-class _Job:
-    """A request being served: its samples fill ``results`` as its rows stop."""
-
-    prompt: list[int]
-    num_samples: int
-    params: SamplingParams
-    request: _Request | None = None  # None when called through generate()
-    results: list[SampledSequence | None] = field(default_factory=list)
-    remaining: int = 0
-    delivered: bool = False
-
-    def __post_init__(self) -> None:
-        self.results = [None] * self.num_samples
-        self.remaining = self.num_samples
-
-    @classmethod
-    def of(cls, request: _Request) -> _Job:
-        return cls(request.prompt, request.num_samples, request.params, request)
-
-
-@dataclass(eq=False)
-class _Row:
-    """One sequence being generated."""
-
-    job: _Job
-    index: int  # which of the job's samples
-    max_new: int
-    stop_ids: frozenset[int]
-    stop_strings: tuple[str, ...]
-    window: int  # tokens decoded to look for a stop string
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    reason: StopReason | None = None
-
-
-@dataclass(eq=False)
-class _Batch:
-    """The running batch: one entry per active row in every per-row tensor (R) and in the
-    KV cache; ``mask_RL`` is as wide as the cache."""
-
-    rows: list[_Row]
-    cache: Any
-    logits_RV: torch.Tensor
-    mask_RL: torch.Tensor
-    next_pos_R: torch.Tensor
-    temperature_R: torch.Tensor
-    top_p_R: torch.Tensor
-
-    def select(self, keep: list[int], tokens_R: torch.Tensor, trim: bool) -> torch.Tensor:
-        """Keep only rows ``keep`` (returns their tokens); with ``trim``, also cut leading
-        columns that every remaining row masks."""
-        self.rows = [self.rows[j] for j in keep]
-        if not keep:
-            return tokens_R[:0]
-        idx = torch.tensor(keep, dtype=torch.long, device=tokens_R.device)
-        self.cache.batch_select_indices(idx)
-        self.mask_RL, self.next_pos_R = self.mask_RL[idx], self.next_pos_R[idx]
-        self.temperature_R, self.top_p_R = self.temperature_R[idx], self.top_p_R[idx]
-        if trim:
-            lead = int(self.mask_RL.any(dim=0).long().argmax())
-            if lead > 0:
-                kv_cache.trim_left(self.cache, lead)
-                self.mask_RL = self.mask_RL[:, lead:]
-        return tokens_R[idx]
-
-    def merge(self, other: _Batch) -> _Batch:
-        """Append ``other``'s rows, left-padding the narrower of the two to a common width."""
-        if not self.rows:
-            return other
-        a, b = self.mask_RL.shape[1], other.mask_RL.shape[1]
-        if a < b:
-            kv_cache.pad_left(self.cache, b - a)
-            self.mask_RL = torch.cat(
-                [self.mask_RL.new_zeros((len(self.rows), b - a)), self.mask_RL], 1
-            )
-        elif b < a:
-            kv_cache.pad_left(other.cache, a - b)
-            other.mask_RL = torch.cat(
-                [other.mask_RL.new_zeros((len(other.rows), a - b)), other.mask_RL], 1
-            )
-        kv_cache.append_rows(self.cache, other.cache)
-        self.rows = self.rows + other.rows
-        self.logits_RV = torch.cat([self.logits_RV, other.logits_RV])
-        self.mask_RL = torch.cat([self.mask_RL, other.mask_RL])
-        self.next_pos_R = torch.cat([self.next_pos_R, other.next_pos_R])
-        self.temperature_R = torch.cat([self.temperature_R, other.temperature_R])
-        self.top_p_R = torch.cat([self.top_p_R, other.top_p_R])
-        return self
+_Job = Job  # older name, used by tests
 
 
 class BatchedSampler:
@@ -153,7 +74,8 @@ class BatchedSampler:
 
     ``model_lock`` is shared with the learner: a batch never runs while gradients are being
     computed or weights updated, and the first batch after ``optim_step`` sees the new
-    weights (the model object is shared and every batch builds a fresh KV cache).
+    weights (the model object is shared; the provider drops every retained cache before the
+    weights change, so each batch after builds its caches afresh).
     """
 
     def __init__(
@@ -168,6 +90,10 @@ class BatchedSampler:
         pad_token_id: int,
         vocab_size: int,
         max_batch_rows: int = 256,
+        max_batch_tokens: int = 1 << 20,
+        row_tokens: int = 0,
+        prefill_chunk_tokens: int = 2048,
+        reuse: bool = True,
         batch_wait_s: float = 0.005,
         seed: int = 0,
     ) -> None:
@@ -180,9 +106,23 @@ class BatchedSampler:
         self.pad_token_id = pad_token_id
         self.vocab_size = vocab_size
         self.max_batch_rows = max_batch_rows
+        self.max_batch_tokens = max_batch_tokens
+        self.row_tokens = row_tokens  # per-row recurrent state, in tokens (budget.py)
         self.batch_wait_s = batch_wait_s
         self.stats = SamplerStats()
-        self._cache_kw = _cache_kwarg(model)
+        self.measure_bytes = False  # measure the cache's bytes after each forward (tests)
+        self.retained = RetainedCaches(row_tokens)
+        self.reuse = reuse
+        self.forward = Forward(
+            model,
+            device=device,
+            pad_token_id=pad_token_id,
+            eos_token_ids=self.eos_token_ids,
+            context_length=context_length,
+            cache_kw=_cache_kwarg(model),
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            count=self._count_forward,
+        )
         self._generator = torch.Generator(device="cpu")
         self._generator.manual_seed(seed)
         self._queue: queue.Queue[list[_Request] | None] = queue.Queue()
@@ -191,7 +131,7 @@ class BatchedSampler:
         self._flush_scheduled = False
         # Worker-thread state: requests taken off the queue but not yet in a batch.
         self._backlog: list[_Request] = []
-        self._admitted: list[_Job] = []
+        self._admitted: list[Job] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -278,10 +218,13 @@ class BatchedSampler:
             if not self._backlog and not self._accept(self._queue.get()):
                 return
             self._gather_more()
-            jobs = [_Job.of(r) for r in self._take(self.max_batch_rows)]
+            with self.model_lock:  # the learner may be clearing the retained caches
+                taken = self._take(None)
+            jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in taken]
             try:
                 self._run(jobs, admit=self._admit)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                self.retained.clear()
                 for job in jobs + self._admitted:
                     if job.request is not None and not job.delivered:
                         job.delivered = True
@@ -315,24 +258,42 @@ class BatchedSampler:
     def _backlog_rows(self) -> int:
         return sum(r.num_samples for r in self._backlog)
 
-    def _take(self, capacity: int) -> list[_Request]:
-        """Whole requests from the backlog, in arrival order, up to ``capacity`` rows (the
-        first one always, so a request larger than the cap still runs, alone)."""
+    def _take(self, batch: Batch | None) -> list[_Request]:
+        """Requests from the backlog that fit next to ``batch`` (None: a new batch), oldest
+        first, skipping any that do not fit. A request fits when the rows stay within
+        ``max_batch_rows`` and, with every row run to its token budget, the batch's padded
+        cache (rows x widest row) stays within the token budget left beside the retained
+        caches and is at most about twice its unpadded size: a long row never makes a
+        batch of short ones as wide as itself, it waits for a batch of its own. A new batch
+        always takes the oldest request (alone if need be, after evicting retained caches)."""
+        rows, end, real = (0, 0, 0) if batch is None else (*batch.projected(), 0)
+        if batch is not None:
+            real = sum(len(r.job.prompt) + r.max_new for r in batch.rows)
         taken: list[_Request] = []
-        rows = 0
-        while self._backlog and (
-            not taken
-            and capacity == self.max_batch_rows
-            or rows + self._backlog[0].num_samples <= capacity
-        ):
-            r = self._backlog.pop(0)
+        for r in list(self._backlog):
+            n = r.num_samples
+            r_end = len(r.prompt) + min(r.params.max_tokens, self.context_length - len(r.prompt))
+            new_rows, new_end, new_real = rows + n, max(end, r_end), real + n * r_end
+            padded = new_rows * (new_end + self.row_tokens)
+            first = batch is None and not taken
+            if first:
+                while self.retained.tokens + padded > self.max_batch_tokens:
+                    if not self.retained.evict_oldest():
+                        break
+            elif (
+                new_rows > self.max_batch_rows
+                or padded + self.retained.tokens > self.max_batch_tokens
+                or new_rows * new_end > 2 * new_real + 256 * new_rows
+            ):
+                continue
+            self._backlog.remove(r)
             taken.append(r)
-            rows += r.num_samples
+            rows, end, real = new_rows, new_end, new_real
         return taken
 
-    def _admit(self, capacity: int) -> list[_Job]:
+    def _admit(self, batch: Batch) -> list[Job]:
         """Called by a running batch between decoding steps: requests queued since it began
-        join it now instead of waiting for its longest row to finish."""
+        join it now (as far as they fit) instead of waiting for its longest row."""
         while not self._stopping:
             try:
                 item = self._queue.get_nowait()
@@ -340,9 +301,16 @@ class BatchedSampler:
                 break
             if not self._accept(item):
                 break
-        jobs = [_Job.of(r) for r in self._take(capacity)] if capacity > 0 else []
+        if not self._backlog:
+            return []
+        jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in self._take(batch)]
         self._admitted.extend(jobs)
         return jobs
+
+    def forget(self) -> None:
+        """Drop every retained cache (the provider calls this before the weights change)."""
+        with self.model_lock:
+            self.retained.clear()
 
     # ------------------------------------------------------------------ generation
 
@@ -351,11 +319,11 @@ class BatchedSampler:
     ) -> list[list[SampledSequence]]:
         """Run one batched generation over ``(prompt, num_samples, params)`` requests and
         return each request's samples (tests and benchmarks call this directly)."""
-        jobs = [_Job(list(p), n, params) for p, n, params in requests]
+        jobs = [Job(list(p), n, params) for p, n, params in requests]
         self._run(jobs)
         return [list(job.results) for job in jobs]  # type: ignore[arg-type]
 
-    def _run(self, jobs: list[_Job], admit: Callable[[int], list[_Job]] | None = None) -> None:
+    def _run(self, jobs: list[Job], admit: Callable[[Batch], list[Job]] | None = None) -> None:
         """Decode ``jobs`` (and whatever ``admit`` adds between steps) to the end. Each job is
         delivered as soon as all its rows have stopped."""
         with self.model_lock, torch.inference_mode():
@@ -379,86 +347,62 @@ class BatchedSampler:
                     if row.reason is None:
                         keep.append(j)
                     else:
+                        if editable and self.reuse:
+                            self._retain(batch, j)
                         self._finish_row(row)
                 if len(keep) != len(batch.rows):
                     tokens_R = batch.select(keep, tokens_R, trim=editable)
                 if batch.rows:
-                    self._decode_step(batch, tokens_R)
+                    self.forward.decode_step(batch, tokens_R)
+                    self._note_memory(batch)
                 if admit is not None and editable:
-                    new_jobs = admit(self.max_batch_rows - len(batch.rows))
+                    new_jobs = admit(batch)
                     if new_jobs:
                         self.stats.admitted_requests += len(new_jobs)
                         batch = batch.merge(self._prefill(new_jobs))
-                        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(batch.rows))
+                        self._note_memory(batch)
 
-    def _prefill(self, jobs: list[_Job]) -> _Batch:
-        """Prefill each job's prompt once (left-padded; positions count real tokens only) and
-        copy its KV cache to the job's ``num_samples`` rows."""
-        dev = self.device
-        rows: list[_Row] = []
-        owner: list[int] = []
-        for i, job in enumerate(jobs):
-            params = job.params
-            stop_ids = frozenset(params.stop_token_ids) | self.eos_token_ids
-            window = max((len(s.encode("utf-8")) for s in params.stop_strings), default=0) + 2
-            max_new = min(params.max_tokens, self.context_length - len(job.prompt))
-            for k in range(job.num_samples):
-                gen = row_generator(params.seed, k) if params.seed is not None else None
-                rows.append(_Row(job, k, max_new, stop_ids, params.stop_strings, window, gen))
-                owner.append(i)
-        lens = [len(job.prompt) for job in jobs]
-        width = max(lens)
-        ids_PL = torch.full((len(jobs), width), self.pad_token_id, dtype=torch.long)
-        mask_PL = torch.zeros((len(jobs), width), dtype=torch.long)
-        for i, job in enumerate(jobs):
-            ids_PL[i, width - lens[i] :] = torch.tensor(job.prompt, dtype=torch.long)
-            mask_PL[i, width - lens[i] :] = 1
-        pos_PL = (mask_PL.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids_PL.to(dev),
-            attention_mask=mask_PL.to(dev),
-            position_ids=pos_PL.to(dev),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.stats.forward_calls += 1
+    def _prefill(self, jobs: list[Job]) -> Batch:
+        if self.reuse:
+            for job in jobs:
+                job.past = self.retained.take(job.prompt)
+        for job in jobs:
+            new = len(job.prompt) - (job.past.length if job.past is not None else 0)
+            self.stats.prefill_tokens += new
+            self.stats.reused_tokens += len(job.prompt) - new
+        batch = self.forward.prefill(jobs)
+        for job in jobs:
+            job.past = None
         self.stats.requests += len(jobs)
-        self.stats.rows += len(rows)
-        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(rows))
-        cache = _output_cache(out)
-        owner_R = torch.tensor(owner, dtype=torch.long, device=dev)
-        if len(rows) != len(jobs):
-            cache.batch_select_indices(owner_R)
-        return _Batch(
-            rows=rows,
-            cache=cache,
-            logits_RV=out.logits[:, -1, :][owner_R],
-            mask_RL=mask_PL.to(dev)[owner_R],
-            next_pos_R=torch.tensor(lens, dtype=torch.long, device=dev)[owner_R],
-            temperature_R=torch.tensor(
-                [r.job.params.temperature for r in rows], dtype=torch.float32, device=dev
-            ),
-            top_p_R=torch.tensor(
-                [r.job.params.top_p for r in rows], dtype=torch.float32, device=dev
-            ),
-        )
+        self.stats.rows += len(batch.rows)
+        self.stats.max_batch_rows = max(self.stats.max_batch_rows, len(batch.rows))
+        self._note_memory(batch)
+        return batch
 
-    def _decode_step(self, batch: _Batch, tokens_R: torch.Tensor) -> None:
-        """Feed each row's newest token; the logits of the next one replace ``logits_RV``."""
-        batch.mask_RL = torch.cat([batch.mask_RL, batch.mask_RL.new_ones((len(batch.rows), 1))], 1)
-        out = self.model(
-            input_ids=tokens_R[:, None],
-            attention_mask=batch.mask_RL,
-            position_ids=batch.next_pos_R[:, None],
-            use_cache=True,
-            **{self._cache_kw: batch.cache},
-        )
+    def _retain(self, batch: Batch, j: int) -> None:
+        """Keep row ``j``'s cache for its trajectory's next turn, if the budget allows."""
+        row = batch.rows[j]
+        width = int(batch.mask_RL.shape[1]) + self.row_tokens
+        held = batch.tokens() + self.row_tokens * len(batch.rows)
+        while self.retained.tokens + width + held > self.max_batch_tokens:
+            if not self.retained.evict_oldest():
+                return
+        key = tuple(row.job.prompt) + tuple(row.tokens[:-1])
+        entry = retain_row(batch.cache, j, batch.mask_RL, int(batch.next_pos_R[j]))
+        self.retained.put(key, entry)
+
+    def _count_forward(self) -> None:
         self.stats.forward_calls += 1
-        batch.cache = _output_cache(out)
-        batch.next_pos_R = batch.next_pos_R + 1
-        batch.logits_RV = out.logits[:, -1, :]
 
-    def _finish_row(self, row: _Row) -> None:
+    def _note_memory(self, batch: Batch) -> None:
+        held = batch.tokens() + self.retained.tokens
+        if held > self.stats.peak_cache_tokens:
+            self.stats.peak_cache_tokens = held
+        if self.measure_bytes:
+            nbytes = kv_cache.nbytes(batch.cache) + self.retained.nbytes()
+            self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, nbytes)
+
+    def _finish_row(self, row: Row) -> None:
         job = row.job
         assert row.reason is not None
         job.results[row.index] = SampledSequence(tuple(row.tokens), tuple(row.logprobs), row.reason)
@@ -468,16 +412,16 @@ class BatchedSampler:
             job.delivered = True
             _resolve(job.request, result=list(job.results))  # type: ignore[arg-type]
 
-    def _uniform(self, rows: list[_Row]) -> torch.Tensor:
+    def _uniform(self, rows: list[Row]) -> torch.Tensor:
         """One U[0, 1) draw per row: seeded rows from their own stream, the rest from the
         provider's stream (so a seeded request does not depend on its batch mates)."""
         shared = torch.rand(len(rows), generator=self._generator)
         for k, row in enumerate(rows):
             if row.generator is not None:
-                shared[k] = torch.rand(1, generator=row.generator)[0]
+                shared[k] = row.uniform()
         return shared
 
-    def _stop_reason(self, row: _Row) -> StopReason | None:
+    def _stop_reason(self, row: Row) -> StopReason | None:
         """``stop`` when the newest token is a stop id or completes a stop string (checked on
         the decoded text of the last few generated tokens, which covers any string that the
         newest token can complete), ``length`` at the row's token budget."""
@@ -517,8 +461,3 @@ def _cache_kwarg(model: Any) -> str:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = inspect.signature(base.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
-
-
-def _output_cache(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values

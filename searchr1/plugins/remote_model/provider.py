@@ -23,6 +23,8 @@ the ``local`` provider; what changes is where the work happens:
 LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read off
 ``target_modules`` (any of ``q/k/v/o_proj`` -> attention, any of ``gate/up/down_proj`` -> MLP,
 ``lm_head`` -> unembedding); ``alpha`` and ``dropout`` are the service's own (not sent).
+:func:`searchr1.core.config_advice.unhonoured_settings` names each of these in a warning at the
+start of ``config check``, ``smoke`` and ``train``.
 
 Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
 the SDK, and they are safe to retry: each training event carries an id that the service
@@ -55,7 +57,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config import ConfigError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.step_metrics import mismatch_from_logprobs
 from searchr1.core.tokenizers import provider_tokenizer
 from searchr1.core.types import (
     AdamParams,
@@ -140,12 +143,15 @@ class RemoteModelProvider:
         if config.model.temperature != 1.0:
             # Tinker-shaped services are not told the sampling temperature when they train, so
             # their learner log-probs are presumably untempered while the sampler's are tempered:
-            # on-policy ratios would start away from 1 (the local provider tempers both).
+            # on-policy ratios start away from 1 (the local provider tempers both). The seed runs
+            # at 0.8, so this is said, not refused; each step's ratio_mean (from the log-probs
+            # _forward_result reads back) logs the gap.
+            from searchr1.core.config_advice import temperature_note
+
             log.warning(
                 "remote_temperature_not_1",
                 temperature=config.model.temperature,
-                detail="Tinker-shaped services may train on untempered log-probs; ratios need not "
-                "be 1 on-policy. Use [model] temperature = 1.0 with remote providers.",
+                detail=temperature_note(config),
             )
         sdk = sdk_module.import_sdk(settings.sdk)
         tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
@@ -377,7 +383,7 @@ class RemoteModelProvider:
             "format": 1,
             "provider": self.provider_name,
             "sdk": self._sdk.__name__,
-            "api_base": self.api_base,
+            "api_base": redact_text(self.api_base),  # a key may sit in its query string
             "base_model": self.base_model,
             "lora_rank": self.lora_rank,
             "checkpoint_name": name,
@@ -393,7 +399,7 @@ class RemoteModelProvider:
         """Continue from a checkpoint written by :meth:`save_state` (weights + optimizer)."""
         record = read_checkpoint(Path(path))
         uri = record["checkpoint_uri"]
-        if record.get("api_base") and record["api_base"] != self.api_base:
+        if record.get("api_base") and record["api_base"] != redact_text(self.api_base):
             log.warning(
                 "remote_checkpoint_other_service",
                 saved_at=record["api_base"],
@@ -475,11 +481,14 @@ def _forward_result(
 ) -> ForwardBackwardResult:
     """The service's loss (unscaled back, as the local provider reports it) plus the metrics
     the local provider reports, recomputed from the per-token log-probs the service returns:
-    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean`` and ``logprob_diff_max``
-    (largest |learner - sampler| log-prob on trained positions)."""
+    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean``, ``logprob_diff_max``
+    (largest |learner - sampler| log-prob on trained positions) and the ``mismatch/*``
+    metrics (:func:`searchr1.core.step_metrics.mismatch_from_logprobs`)."""
     raw = {str(k): v for k, v in (getattr(output, "metrics", None) or {}).items()}
     loss = float(raw.get("loss_sum", raw.get("loss:sum", 0.0))) / loss_scale
     tokens = ratio_sum = ratio_max = diff_max = 0.0
+    learner_lps: list[float] = []
+    sampler_lps: list[float] = []
     outputs = list(getattr(output, "loss_fn_outputs", None) or [])
     for datum, out in zip(datums, outputs, strict=False):
         logprobs = out.get("logprobs") if isinstance(out, Mapping) else None
@@ -493,6 +502,8 @@ def _forward_result(
                 ratio_sum += ratio
                 ratio_max = max(ratio_max, ratio)
                 diff_max = max(diff_max, abs(float(lp) - old))
+                learner_lps.append(float(lp))
+                sampler_lps.append(old)
     metrics: dict[str, float] = {"datums": float(len(datums)), "loss": loss}
     if tokens:
         metrics.update(
@@ -502,6 +513,7 @@ def _forward_result(
             ratio_mean=ratio_sum / tokens,
             logprob_diff_max=diff_max,
         )
+        metrics.update(mismatch_from_logprobs(learner_lps, sampler_lps))
     else:  # the service returned no log-probs: count trained positions ourselves
         metrics["tokens"] = float(sum(1 for d in datums for a in d.advantages if a != 0.0))
     return ForwardBackwardResult(loss=loss, metrics=metrics)

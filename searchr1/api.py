@@ -1,0 +1,239 @@
+"""searchr1's Python API: the seed's smoke script, importable.
+
+The seed's minimal validation script (section 4) imports ``run_rollout_group`` and
+``ZhihuSearchClient`` from modules of its own; with searchr1 only its import lines change::
+
+    from searchr1.api import run_rollout_group
+    from searchr1.api import ZhihuSearchClient
+
+    search_client = ZhihuSearchClient(keys=keys, top_k=3)
+    result = await run_rollout_group(
+        question="Who is the author of The Little Prince and where was he born?",
+        group_size=4, max_search_calls=4, search_client=search_client,
+    )
+    for traj in result.trajectories:
+        print(traj.reward, traj.search_calls, traj.final_answer)
+    print(search_client.success_rate, search_client.error_rate)
+
+Where everything not passed as an argument comes from: **a config**, resolved like the CLI's
+(``config=`` argument, a path or a :class:`~searchr1.core.config.Config`; else the file named
+by ``$SEARCHR1_CONFIG`` when it exists; else ``./config.toml`` when it exists; else the
+embedded offline demo). So with the seed's layout -- ``config.toml`` and ``.env`` in the
+project folder -- the model is the config's ``[model]`` (TaoToken when it sets ``api_base``
+and ``api_key``), and ``ZhihuSearchClient`` takes ``api_base``, timeouts and retries from its
+``[search]`` table when that names ``zhihu``. Importing this module loads ``./.env`` into the
+environment (variables already set win, except exported-but-empty ones), which is what the
+seed's ``assert os.environ.get("TAOTOKEN_API_KEY")`` expects.
+
+Rewards need golden answers: ``golden_answers=`` (default: the seed's answers for the seed's
+question, :data:`searchr1.core.smoke.DEFAULT_ANSWERS`; none for any other question, so its
+rewards score the answer format only: 0.0 or -0.1). Nothing is trained: one group is sampled,
+searched and scored. Log events (key benching, config warnings) go to stderr unless the
+caller configured logging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchr1.core.config import Config, ConfigError, _load_dotenv, load_config
+from searchr1.core.types import Question, SearchProvider, SearchResponse, Trajectory
+
+__all__ = [
+    "RolloutGroup",
+    "TrajectoryResult",
+    "ZhihuSearchClient",
+    "load_api_config",
+    "run_rollout_group",
+]
+
+
+def load_api_config(config: Config | str | os.PathLike[str] | None = None) -> Config:
+    """The config the API runs: ``config`` itself, the file it names, or the CLI's default
+    (``$SEARCHR1_CONFIG``, ``./config.toml``, the embedded offline demo)."""
+    from searchr1.core.cli import default_config_path
+
+    if isinstance(config, Config):
+        return config
+    path = config if config is not None else default_config_path()[0]
+    loaded = load_config(path)
+    _quiet_logging(loaded)
+    return loaded
+
+
+def _quiet_logging(config: Config) -> None:
+    """Send log events to stderr (redacted) unless the caller configured structlog: the
+    seed's script prints its own lines on stdout."""
+    import structlog
+
+    from searchr1.core.logs import get_logger, register_secrets, setup_logging
+
+    register_secrets(config.secrets)
+    if not structlog.is_configured():
+        setup_logging("api", None, secrets=config.secrets, console=False, stream=sys.stderr)
+    for line in config.warnings:
+        get_logger().warning("config_warning", detail=line)
+
+
+class ZhihuSearchClient:
+    """The Zhihu search channel with the seed's constructor: ``ZhihuSearchClient(keys=...,
+    top_k=3)``. Keys rotate round-robin; a key answering 429 is benched and the others carry
+    on. ``success_rate`` / ``error_rate`` cover every search made so far.
+
+    ``api_base`` and any other ``[search]`` setting (``timeout_seconds=``, ``max_retries=``,
+    ...) may be passed; the rest come from the config's ``[search]`` table when it names
+    ``zhihu`` (see the module docstring), else from the defaults."""
+
+    def __init__(
+        self,
+        keys: Sequence[str] = (),
+        top_k: int = 3,
+        *,
+        api_base: str | None = None,
+        config: Config | str | os.PathLike[str] | None = None,
+        **search_settings: Any,
+    ):
+        from searchr1.core.config import SearchConfig
+        from searchr1.core.plugins import load_registry
+
+        cfg = load_api_config(config)
+        base = cfg.search if cfg.search.provider == "zhihu" else SearchConfig(provider="zhihu")
+        if top_k < 1:
+            raise ConfigError([f"ZhihuSearchClient: top_k must be >= 1, got {top_k}"])
+        changes: dict[str, Any] = {"api_keys": tuple(k.strip() for k in keys if k.strip())}
+        changes.update(top_k=top_k, **search_settings)
+        if api_base:
+            changes["api_base"] = api_base
+        try:
+            settings = dataclasses.replace(base, **changes)
+        except TypeError as exc:
+            raise ConfigError([f"ZhihuSearchClient: {exc}"]) from exc
+        self.config = cfg.replace(search=settings)
+        self.top_k = top_k
+        self.provider: SearchProvider = load_registry().create(
+            "search_provider", "zhihu", self.config
+        )
+
+    async def search(self, query: str, top_k: int | None = None) -> SearchResponse:
+        """One search (a failure comes back as ``SearchResponse.error``, never raised)."""
+        return await self.provider.search(query, top_k or self.top_k)
+
+    def metrics(self) -> dict[str, float]:
+        """``calls``, ``success_rate``, ``error_rate``, ``latency_*``, ``http_429``, ..."""
+        return dict(self.provider.metrics())
+
+    @property
+    def success_rate(self) -> float:
+        """Share of searches that returned results (1.0 before the first search)."""
+        return float(self.metrics().get("success_rate", 1.0))
+
+    @property
+    def error_rate(self) -> float:
+        """Share of searches that failed (0.0 before the first search)."""
+        return float(self.metrics().get("error_rate", 0.0))
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    """One trajectory of a group, as the seed's script prints it."""
+
+    reward: float
+    search_calls: int
+    final_answer: str | None
+    #: the reward's components (``format``, ``correct``, ...)
+    components: Mapping[str, float]
+    #: the full record: tokens, turns, observations, log-probs, end reason
+    trajectory: Trajectory
+
+
+@dataclass(frozen=True)
+class RolloutGroup:
+    """What :func:`run_rollout_group` returns."""
+
+    question: str
+    golden_answers: tuple[str, ...]
+    trajectories: tuple[TrajectoryResult, ...]
+
+
+async def run_rollout_group(
+    question: str,
+    group_size: int = 8,
+    max_search_calls: int | None = None,
+    search_client: ZhihuSearchClient | SearchProvider | None = None,
+    *,
+    golden_answers: Sequence[str] | None = None,
+    config: Config | str | os.PathLike[str] | None = None,
+) -> RolloutGroup:
+    """Roll out one question's group of ``group_size`` trajectories and score them.
+
+    The first turn samples the shared prompt once with ``num_samples = group_size``; after it
+    every trajectory advances on its own (the seed's rule). ``max_search_calls`` overrides
+    ``[rollout] max_search_calls``; ``search_client`` (a :class:`ZhihuSearchClient` or any
+    search provider) replaces the config's ``[search]`` and is left open for the caller to
+    read its rates. The model provider is created from the config for this call and closed
+    after it."""
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.rollout import rollout_questions
+    from searchr1.core.smoke import DEFAULT_ANSWERS, DEFAULT_QUESTION
+
+    if group_size < 1:
+        raise ConfigError([f"run_rollout_group: group_size must be >= 1, got {group_size}"])
+    cfg = load_api_config(config)
+    if max_search_calls is not None:
+        cfg = cfg.replace(rollout={"max_search_calls": int(max_search_calls)})
+    if golden_answers is None:
+        golden_answers = DEFAULT_ANSWERS if question.strip() == DEFAULT_QUESTION else ()
+    answers = tuple(golden_answers)
+    registry = load_registry()
+    if isinstance(search_client, ZhihuSearchClient):
+        search: SearchProvider = search_client.provider
+    elif search_client is not None:
+        search = search_client
+    else:
+        search = registry.create("search_provider", cfg.search.provider, cfg)
+    reward = registry.create("reward", cfg.reward.name, cfg)
+    # Providers may block (loading weights, logging in): keep the caller's loop free.
+    model = await asyncio.to_thread(registry.create, "model_provider", cfg.model.provider, cfg)
+    try:
+        protocol = make_protocol(cfg, model.tokenizer)
+        (trajectories,) = await rollout_questions(
+            model,
+            search,
+            protocol,
+            [Question(id="api", question=question, golden_answers=answers)],
+            cfg,
+            group_size=group_size,
+        )
+    finally:
+        await asyncio.to_thread(model.close)
+        if search_client is None:
+            await search.aclose()
+    results = []
+    for traj in trajectories:
+        scored = reward(traj, answers)
+        results.append(
+            TrajectoryResult(
+                reward=scored.reward,
+                search_calls=traj.search_calls,
+                final_answer=traj.final_answer,
+                components=dict(scored.components),
+                trajectory=traj,
+            )
+        )
+    return RolloutGroup(question=question, golden_answers=answers, trajectories=tuple(results))
+
+
+# The seed's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with
+# the same rule as config files (set variables win; exported-but-empty ones are filled).
+_DOTENV_WARNINGS = _load_dotenv(Path.cwd())

@@ -1,0 +1,205 @@
+"""Tool-call formats: how one model family writes a call inside ``<tool_call>...</tool_call>``.
+
+The ``tool_calls`` protocol (:mod:`searchr1.core.agent_protocols.tool_calls`) never assumes a
+format: at construction it asks the tokenizer's own chat template to render an assistant
+message carrying one structured call of the ``search`` tool (:func:`detect_call_format`) and
+picks the :class:`CallFormat` whose :meth:`CallFormat.render` writes exactly that text. The
+same object then renders scripted turns (offline world, tests) and parses sampled turns, so
+what the model is taught, what the scripts write and what the parser reads are one format.
+
+Formats known (each a small class; add a family by adding a class to :data:`CALL_FORMATS`):
+
+``json`` (:class:`JsonCallFormat`) -- Qwen3, Qwen2.5 and Hermes-style templates::
+
+    <tool_call>
+    {"name": "search", "arguments": {"query": "who wrote the little prince"}}
+    </tool_call>
+
+  One JSON object per block; ``arguments`` is an object (some models write it as a JSON
+  string holding the object, which is accepted; ``parameters`` is accepted as a synonym).
+  The template serialises the arguments with ``tojson`` (``", "`` and ``": "`` separators,
+  non-ASCII kept), which :meth:`JsonCallFormat.render` reproduces.
+
+``xml`` (:class:`XmlCallFormat`) -- Qwen3.5 (and Qwen3-Coder) templates::
+
+    <tool_call>
+    <function=search>
+    <parameter=query>
+    who wrote the little prince
+    </parameter>
+    </function>
+    </tool_call>
+
+  The function name follows ``<function=``; each argument is a ``<parameter=NAME>`` element
+  whose value sits on its own lines (the template writes ``"\\n" + value + "\\n"``; string
+  values are written raw, not JSON-quoted). The parser strips the surrounding whitespace of a
+  value and tolerates missing newlines, as the public Qwen3.5 tool parsers do.
+
+Both known formats wrap a call in ``<tool_call>`` / ``</tool_call>``; a family with other
+wrappers sets :attr:`CallFormat.open` / :attr:`CallFormat.close` (sampling stops at ``close``).
+
+Who calls what: :class:`~searchr1.core.agent_protocols.tool_calls.ToolCallsProtocol` calls
+:func:`detect_call_format` once, then :meth:`CallFormat.render` for scripted turns and
+:meth:`CallFormat.find` and :meth:`CallFormat.parse_body` for the first call block of a
+sampled turn.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from searchr1.core.errors import ConfigValueError
+
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+
+#: The query the format probe renders; plain ASCII words so every serialiser writes it as is.
+PROBE_QUERY = "searchr1 probe query"
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """One tool call read from a ``<tool_call>`` block: the function name and its arguments."""
+
+    name: str
+    arguments: Mapping[str, Any]
+
+
+class CallFormat(ABC):
+    """One family's way of writing a call inside ``<tool_call>`` and ``</tool_call>``.
+
+    Subclasses set :attr:`name` (shown by ``searchr1 smoke``), :attr:`families` (who writes
+    it) and implement :meth:`render_body` / :meth:`parse_body`. Instances hold no state."""
+
+    name: ClassVar[str]
+    families: ClassVar[str]
+    #: what opens and closes a call block (sampling stops at ``close``)
+    open: ClassVar[str] = CALL_OPEN
+    close: ClassVar[str] = CALL_CLOSE
+
+    @abstractmethod
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
+        """The text between ``<tool_call>`` and ``</tool_call>`` as the template writes it."""
+
+    @abstractmethod
+    def parse_body(self, body: str) -> ParsedCall | None:
+        """Read one block's inner text; None when it is not a well-formed call."""
+
+    def render(self, function: str, arguments: Mapping[str, Any]) -> str:
+        """A whole call block, :attr:`open` to :attr:`close` inclusive."""
+        return f"{self.open}{self.render_body(function, arguments)}{self.close}"
+
+    def find(self, text: str) -> re.Match[str] | None:
+        """The first complete call block in ``text``; ``group(1)`` is its inner text."""
+        return re.search(f"{re.escape(self.open)}(.*?){re.escape(self.close)}", text, re.DOTALL)
+
+    def example(self) -> str:
+        """A search call in this format (for ``searchr1 smoke`` and error messages)."""
+        return self.render("search", {"query": "<your query>"})
+
+
+class JsonCallFormat(CallFormat):
+    """``{"name": ..., "arguments": {...}}`` on its own line (Qwen3, Qwen2.5, Hermes)."""
+
+    name = "json"
+    families = "Qwen3, Qwen2.5, Hermes-style templates"
+
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
+        call = {"name": function, "arguments": dict(arguments)}
+        return "\n" + json.dumps(call, ensure_ascii=False) + "\n"
+
+    def parse_body(self, body: str) -> ParsedCall | None:
+        try:
+            call = json.loads(body.strip())
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        args = call.get("arguments", call.get("parameters", {}))
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return None
+        return ParsedCall(call["name"], args) if isinstance(args, dict) else None
+
+
+_FUNCTION_RE = re.compile(r"\s*<function=([^>\n]+)>(.*?)</function>\s*", re.DOTALL)
+_PARAMETER_RE = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+
+
+class XmlCallFormat(CallFormat):
+    """``<function=NAME>`` with ``<parameter=KEY>`` elements (Qwen3.5, Qwen3-Coder)."""
+
+    name = "xml"
+    families = "Qwen3.5, Qwen3-Coder templates"
+
+    def render_body(self, function: str, arguments: Mapping[str, Any]) -> str:
+        params = "".join(
+            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+            for k, v in arguments.items()
+        )
+        return f"\n<function={function}>\n{params}</function>\n"
+
+    def parse_body(self, body: str) -> ParsedCall | None:
+        match = _FUNCTION_RE.fullmatch(body)
+        if match is None:
+            return None
+        inner, args, pos = match.group(2), {}, 0
+        for param in _PARAMETER_RE.finditer(inner):
+            if inner[pos : param.start()].strip():
+                return None  # text between parameters: not a call the template could write
+            args[param.group(1).strip()] = param.group(2).strip()
+            pos = param.end()
+        if inner[pos:].strip():
+            return None
+        return ParsedCall(match.group(1).strip(), args)
+
+
+#: Every known format, tried in this order by :func:`detect_call_format`.
+CALL_FORMATS: tuple[CallFormat, ...] = (JsonCallFormat(), XmlCallFormat())
+
+
+def describe_known_formats() -> str:
+    """One line per known format: name, families and an example call (for error messages)."""
+    return "\n".join(f"  {f.name} ({f.families}): {f.example()!r}" for f in CALL_FORMATS)
+
+
+def detect_call_format(render: Callable[[list[dict[str, Any]]], str]) -> CallFormat:
+    """The format the chat template writes calls in.
+
+    ``render(messages)`` renders a conversation with the chat template (tools listed, no
+    generation prompt). It is given a user message and an assistant message carrying one
+    structured ``search`` call with :data:`PROBE_QUERY`; the first format whose
+    :meth:`CallFormat.render` appears verbatim in the result is the template's. Raises
+    :class:`~searchr1.core.errors.ConfigValueError` naming what the template wrote when no
+    known format matches (a template that cannot render tool calls at all included)."""
+    call = {"type": "function", "function": {"name": "search", "arguments": {"query": PROBE_QUERY}}}
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    try:
+        text = render(messages)
+    except Exception as exc:  # a template that rejects tool calls is a config problem
+        raise ConfigValueError(
+            'rollout.protocol = "tool_calls": the model\'s chat template failed to render an '
+            f'assistant tool call ({type(exc).__name__}: {exc}); use protocol = "tags"'
+        ) from exc
+    for fmt in CALL_FORMATS:
+        if fmt.render("search", {"query": PROBE_QUERY}) in text:
+            return fmt
+    at = text.find(PROBE_QUERY)
+    shown = text[max(at - 200, 0) : at + 200] if at >= 0 else "(nothing: the call was dropped)"
+    raise ConfigValueError(
+        'rollout.protocol = "tool_calls": the model\'s chat template writes tool calls in a '
+        f"format searchr1 does not know, so every search would be an invalid action. The "
+        f"template rendered a search call as:\n{shown}\nKnown formats:\n"
+        f'{describe_known_formats()}\nUse protocol = "tags", or add a CallFormat class to '
+        "searchr1/core/agent_protocols/call_formats.py"
+    )

@@ -1,0 +1,202 @@
+"""What a person at a terminal sees: one short line per training step and a progress bar.
+
+:func:`searchr1.core.logs.setup_logging` uses :class:`Console` as the last structlog
+processor (and as the logger that prints) when stdout is a TTY; without a TTY the events
+stay JSON lines. The full record of every event is in ``events.jsonl`` either way: the
+console picks what a person watches for and leaves the rest there.
+
+* ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
+  EM 11.9%  12.3 s/step  ETA 11:42``; the progress bar under it advances one step.
+* ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds).
+* warnings and errors: a marked, coloured line with every field, never shortened.
+* anything else: ``time  event  key=value ...`` cut to the terminal's width.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from typing import IO, Any
+
+import structlog
+
+_SKIP = frozenset({"event", "level", "timestamp", "run_id", "logger"})
+_RESET, _BOLD, _DIM = "\033[0m", "\033[1m", "\033[2m"
+_COLORS = {"warning": "\033[1;33m", "error": "\033[1;31m", "critical": "\033[1;31m"}
+_DONE_EVENTS = frozenset({"train_done", "train_stopped"})
+
+
+def _pct(value: Any) -> str:
+    """A rate as a whole percentage, rounded down: 99.7% of trajectories is not "100%"."""
+    return f"{math.floor(100 * float(value) + 1e-9)}%" if isinstance(value, int | float) else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class Console:
+    """Renders events for a terminal and owns the run's progress bar (``total_steps`` set by
+    ``searchr1 train``). Used both as structlog's final processor and as its logger."""
+
+    def __init__(
+        self,
+        stream: IO[str],
+        *,
+        total_steps: int | None = None,
+        colors: bool | None = None,
+        width: int | None = None,
+    ):
+        self.stream = stream
+        self.total_steps = total_steps
+        if colors is None:
+            colors = stream.isatty() and not os.environ.get("NO_COLOR")
+        self.colors = colors
+        self._width = width
+        self._bar: Any = None
+        self._task_bars: dict[str, Any] = {}
+        self._step_times: list[float] = []
+        self._heldout_em: float | None = None
+        self._start_step = 0
+
+    # ------------------------------------------------------------------ structlog API
+
+    def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> str:
+        name = str(event.get("event", ""))
+        if name == "progress":  # long work (held-out eval): a bar of its own, no line
+            self._progress(event)
+            raise structlog.DropEvent
+        level = str(event.get("level", method))
+        if level in _COLORS:
+            return self._warning(level, name, event)
+        if name == "metrics" and isinstance(event.get("step"), int):
+            return self._step_line(event)
+        if name == "eval/heldout_em":
+            return self._eval_line(event)
+        if name == "resumed" and isinstance(event.get("step"), int):
+            self._start_step = event["step"]
+        if name in _DONE_EVENTS:
+            self.close()
+        return self._fit(self._generic(name, event))
+
+    def msg(self, message: str) -> None:
+        """Print one rendered line above the progress bar."""
+        if self._bar is not None:
+            self._bar.write(message, file=self.stream)
+        else:
+            print(message, file=self.stream, flush=True)
+
+    log = debug = info = warn = warning = err = error = critical = exception = fatal = msg
+
+    def close(self) -> None:
+        for bar in self._task_bars.values():
+            bar.close()
+        self._task_bars.clear()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    # ------------------------------------------------------------------ lines
+
+    def _step_line(self, m: dict[str, Any]) -> str:
+        step = m["step"]
+        seconds = m.get("time/step")
+        if isinstance(seconds, int | float):
+            self._step_times.append(float(seconds))
+        total = self.total_steps
+        parts = [f"step {step:>{len(str(total or step))}}/{total}" if total else f"step {step}"]
+        reward = m.get("reward/mean")
+        parts.append(f"reward {reward:6.3f}" if isinstance(reward, int | float) else "reward -")
+        parts.append(f"format {_pct(m.get('reward/format'))}")
+        per = m.get("searches_per_trajectory")
+        per_text = f" {per:.2f}/traj" if isinstance(per, int | float) else ""
+        parts.append(f"search {_pct(m.get('search_rate'))}{per_text}")
+        parts.append(f"degenerate {_pct(m.get('degenerate_group_rate'))}")
+        if self._heldout_em is not None:
+            parts.append(f"EM {100 * self._heldout_em:.1f}%")
+        eta = ""
+        if self._step_times:
+            mean = sum(self._step_times) / len(self._step_times)
+            parts.append(f"{mean:.1f} s/step")
+            if total:
+                eta = f"ETA {_duration(mean * max(0, total - step))}"
+                parts.append(eta)
+        self._advance(step, eta)
+        return "  ".join(parts)
+
+    def _eval_line(self, e: dict[str, Any]) -> str:
+        value = e.get("value")
+        if isinstance(value, int | float):
+            self._heldout_em = float(value)
+        em = f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
+        bits = [f"held-out EM {e.get('when', '')}: {em}"]
+        if isinstance(e.get("f1"), int | float):
+            bits.append(f"F1 {e['f1']:.3f}")
+        if isinstance(e.get("format_rate"), int | float):
+            bits.append(f"format {100 * e['format_rate']:.1f}%")
+        for key in ("n", "seconds"):
+            if e.get(key) is not None:
+                bits.append(f"{key} {e[key]}")
+        return self._paint(_BOLD, "  ".join(bits))
+
+    def _warning(self, level: str, name: str, e: dict[str, Any]) -> str:
+        head = f"{'!!' if level == 'warning' else 'XX'} {level.upper()} {name}"
+        fields = "  ".join(f"{k}={v}" for k, v in e.items() if k not in _SKIP)
+        return self._paint(_COLORS[level], head) + (f"  {fields}" if fields else "")
+
+    def _generic(self, name: str, e: dict[str, Any]) -> str:
+        stamp = time.strftime("%H:%M:%S")
+        fields = " ".join(f"{k}={v}" for k, v in e.items() if k not in _SKIP)
+        return f"{self._paint(_DIM, stamp)} {name}" + (f"  {fields}" if fields else "")
+
+    # ------------------------------------------------------------------ helpers
+
+    def _advance(self, step: int, eta: str) -> None:
+        if not self.total_steps:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=self.total_steps,
+                initial=min(self._start_step, step - 1),
+                file=self.stream,
+                desc="train",
+                dynamic_ncols=True,
+                leave=True,
+                # tqdm's own clock would start at the first logged step; the ETA shown is
+                # the step line's (mean s/step of this run x steps left)
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps{postfix}",
+            )
+        if eta:
+            self._bar.set_postfix_str(eta, refresh=False)
+        self._bar.update(max(0, step - self._bar.n))
+
+    def _progress(self, e: dict[str, Any]) -> None:
+        task, done, total = str(e.get("task", "")), e.get("done"), e.get("total")
+        if not isinstance(done, int):
+            return
+        bar = self._task_bars.get(task)
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = self._task_bars[task] = tqdm(
+                total=total, desc=task, file=self.stream, dynamic_ncols=True, leave=False
+            )
+        bar.update(max(0, done - bar.n))
+        if isinstance(total, int) and done >= total:
+            self._task_bars.pop(task).close()
+
+    def _paint(self, code: str, text: str) -> str:
+        return f"{code}{text}{_RESET}" if self.colors else text
+
+    def _fit(self, line: str) -> str:
+        width = self._width or shutil.get_terminal_size((160, 24)).columns
+        if len(line) <= width:  # escape codes only make it look longer: never cut short
+            return line
+        return line[: max(10, width - 3)] + "..."

@@ -1,0 +1,259 @@
+"""Health signals of a training run: is the policy collapsing, rambling, repeating itself,
+or drifting away from what the learner scores?
+
+The train loop creates one :class:`HealthMonitor` per run (settings from ``[train.health]``),
+calls :meth:`HealthMonitor.observe` once per step with the step's first-draw trajectories,
+rewards and the merged training metrics, logs the returned ``health/*`` metrics with the rest,
+and logs each returned :class:`Alert` as a warning event. The report
+(:mod:`searchr1.report.health`) shows the same metrics and alerts at the top of the page.
+
+Metrics (all over the step's first draw, the unbiased sample of the policy):
+
+- ``health/response_tokens``: sampled (policy) tokens per trajectory;
+  ``health/response_growth``: that over its mean across the run's first ``baseline_steps``;
+- ``health/format_rate``: share of trajectories with a well-formed single final answer;
+  ``health/format_drop``: the running peak of its moving average minus the current moving
+  average (0 while it is not falling);
+- ``health/repeat_ngram_rate``: share of the sampled ``ngram``-grams of a trajectory that
+  already appeared earlier in that trajectory's sampled tokens (loops and stutter);
+- ``health/entropy``: mean ``-log p`` of the sampled tokens. The sampler's log-prob of the
+  token it drew is a Monte-Carlo estimate of the sampling distribution's entropy
+  (``E[-log p(x)] = H(p)`` for ``x ~ p``) at no cost, for every provider that reports
+  log-probs, over every sampled token (not only trained ones). With ``top_p < 1`` the draw is
+  from the truncated distribution and the value is a cross-entropy slightly above that
+  distribution's entropy; it still falls when the policy collapses;
+- ``health/searches/<data_source>``: searches per question of each data source (in the
+  offline world, ``world_1hop`` / ``world_2hop``: does the policy search more for two hops?);
+- ``health/alerts``: how many alerts this step raised.
+
+Alerts: the format rate or the entropy falls off a cliff (its moving average falls below
+``cliff_fraction`` of its running peak), response length grows past ``max_length_growth``,
+and the sampler/learner mismatch passes ``mismatch_warn_k3`` or the ratio leaves
+``[1 / mismatch_warn_ratio, mismatch_warn_ratio]``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from searchr1.core.types import RewardResult, Trajectory
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """``[train.health]``; every key optional."""
+
+    #: steps whose mean response length is the baseline of ``health/response_growth``
+    baseline_steps: int = field(default=3, metadata={"min": 1})
+    #: weight of the newest step in the moving averages of format rate and entropy
+    ema: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
+    #: alert when a moving average falls below this share of its running peak
+    cliff_fraction: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
+    #: alert when the response length exceeds this multiple of the baseline (0 = never)
+    max_length_growth: float = field(default=3.0, metadata={"min": 0.0})
+    #: n of the repeated n-gram rate
+    ngram: int = field(default=4, metadata={"min": 1})
+    #: alert when mismatch/k3 (mean KL estimate, sampler vs learner) exceeds this
+    mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
+    #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse
+    mismatch_warn_ratio: float = field(default=2.0, metadata={"min": 1.0})
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One health warning: a short ``kind`` (``format_cliff``, ``entropy_cliff``,
+    ``length_growth``, ``mismatch``) and a sentence for the console and the report."""
+
+    kind: str
+    message: str
+
+
+def repeated_ngram_rate(tokens: Sequence[int], n: int) -> tuple[int, int]:
+    """``(repeated, total)`` n-grams of ``tokens``: an n-gram is repeated when the same n
+    tokens already occurred at an earlier position."""
+    seen: set[tuple[int, ...]] = set()
+    repeated = 0
+    total = max(0, len(tokens) - n + 1)
+    for i in range(total):
+        gram = tuple(tokens[i : i + n])
+        if gram in seen:
+            repeated += 1
+        seen.add(gram)
+    return repeated, total
+
+
+def sampled_tokens(trajectory: Trajectory) -> list[int]:
+    """The tokens the policy sampled, in order (observations and prompt left out)."""
+    return [t for t, g in zip(trajectory.tokens, trajectory.generated_mask, strict=True) if g]
+
+
+def policy_metrics(
+    trajectories: Sequence[Trajectory], rewards: Sequence[RewardResult], ngram: int = 4
+) -> dict[str, float]:
+    """The stateless ``health/*`` metrics of one step (see the module docstring)."""
+    if not trajectories:
+        return {}
+    lengths = [sum(t.generated_mask) for t in trajectories]
+    repeated = total = 0
+    neg_logprob, sampled = 0.0, 0
+    by_source: dict[str, list[int]] = defaultdict(list)
+    for t in trajectories:
+        r, n = repeated_ngram_rate(sampled_tokens(t), ngram)
+        repeated, total = repeated + r, total + n
+        for lp, g in zip(t.logprobs, t.generated_mask, strict=True):
+            if g:
+                neg_logprob -= lp
+                sampled += 1
+        by_source[t.data_source or "unknown"].append(t.search_calls)
+    out = {
+        "health/response_tokens": statistics.fmean(lengths),
+        "health/repeat_ngram_rate": repeated / total if total else 0.0,
+    }
+    # Only rewards that report a "format" component (every built-in does) have a format rate.
+    if rewards and all("format" in r.components for r in rewards):
+        out["health/format_rate"] = statistics.fmean(r.components["format"] for r in rewards)
+    if sampled:
+        out["health/entropy"] = neg_logprob / sampled
+    for source, calls in sorted(by_source.items()):
+        out[f"health/searches/{source}"] = statistics.fmean(calls)
+    return out
+
+
+@dataclass
+class HealthMonitor:
+    """Run-long state of the health signals: the length baseline and the moving averages
+    with their peaks. Saved in checkpoints (:meth:`state` / :meth:`load_state`) so that a
+    resumed run reports what the uninterrupted one would have."""
+
+    settings: HealthSettings = field(default_factory=HealthSettings)
+    length_baseline: list[float] = field(default_factory=list)
+    ema: dict[str, float] = field(default_factory=dict)
+    peak: dict[str, float] = field(default_factory=dict)
+    alerted: dict[str, bool] = field(default_factory=dict)
+
+    def observe(
+        self,
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[RewardResult],
+        train_metrics: Mapping[str, float],
+    ) -> tuple[dict[str, float], list[Alert]]:
+        """This step's ``health/*`` metrics and alerts; updates the run-long state."""
+        s = self.settings
+        metrics = policy_metrics(trajectories, rewards, s.ngram)
+        alerts: list[Alert] = []
+        if "health/response_tokens" in metrics:
+            length = metrics["health/response_tokens"]
+            if len(self.length_baseline) < s.baseline_steps:
+                self.length_baseline.append(length)
+            base = statistics.fmean(self.length_baseline)
+            growth = length / base if base > 0 else 1.0
+            metrics["health/response_growth"] = growth
+            if s.max_length_growth and growth > s.max_length_growth:
+                alerts.append(
+                    Alert(
+                        "length_growth",
+                        f"responses average {length:.0f} sampled tokens, {growth:.1f}x the "
+                        f"first steps' {base:.0f} (train.health.max_length_growth = "
+                        f"{s.max_length_growth:g})",
+                    )
+                )
+        for key, kind, what in (
+            ("health/format_rate", "format_cliff", "format rate"),
+            ("health/entropy", "entropy_cliff", "sampled-token entropy"),
+        ):
+            if key in metrics:
+                alert = self._cliff(key, metrics[key], kind, what)
+                if key == "health/format_rate":
+                    metrics["health/format_drop"] = self.peak[key] - self.ema[key]
+                if alert is not None:
+                    alerts.append(alert)
+        alerts.extend(mismatch_alerts(train_metrics, s))
+        metrics["health/alerts"] = float(len(alerts))
+        return metrics, alerts
+
+    def _cliff(self, key: str, value: float, kind: str, what: str) -> Alert | None:
+        """Update the moving average of ``key``; an alert the first time it falls below
+        ``cliff_fraction`` of its running peak (again only after it recovered)."""
+        s = self.settings
+        ema = value if key not in self.ema else s.ema * value + (1 - s.ema) * self.ema[key]
+        self.ema[key] = ema
+        peak = max(self.peak.get(key, ema), ema)
+        self.peak[key] = peak
+        fell = peak > 0 and ema < s.cliff_fraction * peak
+        first = fell and not self.alerted.get(key, False)
+        self.alerted[key] = fell
+        if not first:
+            return None
+        return Alert(
+            kind,
+            f"{what} fell off a cliff: moving average {ema:.3g}, under "
+            f"{s.cliff_fraction:.0%} of its peak {peak:.3g} (this step {value:.3g})",
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "length_baseline": list(self.length_baseline),
+            "ema": dict(self.ema),
+            "peak": dict(self.peak),
+            "alerted": dict(self.alerted),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.length_baseline = [float(x) for x in state.get("length_baseline", [])]
+        self.ema = {str(k): float(v) for k, v in state.get("ema", {}).items()}
+        self.peak = {str(k): float(v) for k, v in state.get("peak", {}).items()}
+        self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
+
+
+def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Alert]:
+    """An alert when the step's sampler/learner mismatch passes the thresholds (none when
+    the provider reports no ``mismatch/*`` metrics)."""
+    k3 = metrics.get("mismatch/k3")
+    low, high = metrics.get("mismatch/ratio_min"), metrics.get("mismatch/ratio_max")
+    if k3 is None or low is None or high is None:
+        return []
+    if (
+        k3 <= s.mismatch_warn_k3
+        and 1 / s.mismatch_warn_ratio <= low
+        and high <= s.mismatch_warn_ratio
+    ):
+        return []
+    return [
+        Alert(
+            "mismatch",
+            f"the learner does not score what the sampler sampled: k3 {k3:.3g} "
+            f"(train.health.mismatch_warn_k3 = {s.mismatch_warn_k3:g}), ratio in "
+            f"[{low:.3g}, {high:.3g}] (warn outside x{s.mismatch_warn_ratio:g}), max |log-prob "
+            f"diff| {metrics.get('mismatch/logprob_diff_max', float('nan')):.3g}. Usual causes: "
+            f"bf16, a different sampling engine, temperature. Consider [train.loss] ratio_cap",
+        )
+    ]
+
+
+def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -> str:
+    """The start-of-run sentence saying what the importance ratio compares (logged once by
+    the train loop). ``learner_temperature`` is the temperature at which the provider's
+    learner scores tokens, None when the provider does not say (a remote service)."""
+    ts = f"{sampler_temperature:g}"
+    if learner_temperature is not None and learner_temperature == sampler_temperature:
+        return (
+            f"importance ratio = learner / sampler probability, both at temperature {ts}: "
+            "1 on-policy; mismatch/* reports any drift"
+        )
+    tl = f"{learner_temperature:g}" if learner_temperature is not None else "the service's own"
+    return (
+        f"importance ratio compares the learner's probabilities at temperature {tl} with the "
+        f"sampler's at {ts}: on-policy ratios need not be 1 (a remote service may score "
+        "untempered log-probs); mismatch/* in each step's metrics shows the size"
+    )
+
+
+def learner_temperature(model: Any) -> float | None:
+    """The temperature the provider's learner scores tokens at: the local learner's (the
+    vLLM provider reuses it), None when the provider does not say (a remote service)."""
+    value = getattr(getattr(model, "learner", None), "temperature", None)
+    return float(value) if isinstance(value, int | float) else None

@@ -1,0 +1,171 @@
+"""Metric sinks: the run's numbers, a few trajectories and its config, sent beyond events.jsonl.
+
+``open_run`` (``searchr1 train`` only) calls :func:`open_sinks` right after loading the
+plugins: it creates every sink named in ``[log] sinks`` (chosen by name through the registry,
+so a typo gets a "did you mean") and hands each the redacted config once. The logging layer
+(:mod:`searchr1.core.logs`) then feeds the returned :class:`SinkHub` from the event stream,
+after redaction: every ``metrics`` event becomes ``log_scalars(step, ...)``, held-out
+evaluations become ``eval/heldout_*`` scalars, and the train loop's trajectory dumps become
+``log_texts(step, "trajectories", ...)``. The JSONL event log stays on whatever the list says.
+
+A sink must never stop training: a method that raises is reported once per sink as a
+``sink_failed`` warning (the error message redacted), later failures only counted; a sink
+whose factory fails for an outside reason (network, disk) is dropped with the same warning.
+Only mistakes the user must fix stop the run at start: an unknown sink name, a bad
+``[log.<name>]`` table, a missing optional package (:func:`missing_package`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from searchr1.core.config import Config, ConfigError
+from searchr1.core.errors import UserError
+from searchr1.core.plugins import PluginError, Registry
+from searchr1.core.types import MetricSink
+
+#: events (besides ``metrics``) whose numbers go to the sinks, with the scalar prefix used
+_EVAL_EVENTS = {"eval/heldout_em": "eval/heldout_"}
+_META_KEYS = frozenset({"event", "level", "timestamp", "run_id", "step", "logger"})
+
+
+def missing_package(sink: str, package: str, install: str) -> UserError:
+    """The error a built-in sink raises when the package it writes with is not installed;
+    ``install`` is the pip argument that brings it, e.g. ``"searchr1[wandb]"``."""
+    return UserError(
+        f"log.sinks lists {sink!r}, which needs the {package!r} package, not installed here: "
+        f"pip install '{install}' (or remove {sink!r} from [log] sinks)"
+    )
+
+
+@dataclass
+class _Guarded:
+    """One sink plus its failure bookkeeping: warn on the first failure, count the rest."""
+
+    name: str
+    sink: MetricSink
+    failures: int = 0
+
+    def call(self, method: str, *args: Any) -> None:
+        try:
+            getattr(self.sink, method)(*args)
+        except Exception as exc:  # a sink never stops training
+            self.failures += 1
+            if self.failures == 1:
+                _warn_failed(self.name, method, exc)
+
+
+def _warn_failed(name: str, method: str, exc: BaseException) -> None:
+    from searchr1.core.logs import get_logger
+
+    get_logger().warning(
+        "sink_failed",
+        sink=name,
+        method=method,
+        error=f"{type(exc).__name__}: {exc}",
+        hint="training goes on; this sink's later failures are only counted",
+    )
+
+
+@dataclass
+class SinkHub:
+    """The run's open sinks; the logging layer calls it, it calls each sink (guarded)."""
+
+    sinks: list[_Guarded] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.sinks]
+
+    def hparams(self, config: Mapping[str, Any]) -> None:
+        for s in self.sinks:
+            s.call("log_hparams", config)
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """Route one (already redacted) log event to the sinks, when it carries numbers."""
+        name, step = event.get("event"), event.get("step")
+        if not self.sinks or not isinstance(step, int):
+            return
+        if name == "metrics":
+            scalars = _numbers(event, "")
+        elif name in _EVAL_EVENTS:
+            scalars = _numbers(event, _EVAL_EVENTS[name])
+            if "value" in event:
+                scalars[name] = scalars.pop(f"{_EVAL_EVENTS[name]}value")
+        else:
+            return
+        if scalars:
+            for s in self.sinks:
+                s.call("log_scalars", step, scalars)
+
+    def texts(self, step: int, name: str, texts: Sequence[str]) -> None:
+        for s in self.sinks:
+            s.call("log_texts", step, name, list(texts))
+
+    def close(self) -> None:
+        sinks, self.sinks = self.sinks, []
+        for s in sinks:
+            s.call("close")
+            if s.failures > 1:
+                from searchr1.core.logs import get_logger
+
+                get_logger().warning("sink_failures", sink=s.name, failures=s.failures)
+
+
+def _numbers(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    return {
+        f"{prefix}{k}": float(v)
+        for k, v in event.items()
+        if k not in _META_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
+    """Create the sinks named in ``[log] sinks`` and give each the redacted config.
+
+    Raises PluginError for an unknown name (with "did you mean") and ConfigError/UserError
+    for a problem the user must fix; any other factory failure drops that sink with a
+    warning."""
+    from searchr1.core.logs import redact_value
+
+    hub = SinkHub()
+    for name in config.log.sinks:
+        try:
+            sink = registry.create("metric_sink", name, config, run_dir)
+        except (PluginError, ConfigError, UserError):
+            hub.close()
+            raise
+        except Exception as exc:
+            _warn_failed(name, "open", exc)
+            continue
+        hub.sinks.append(_Guarded(name, sink))
+    if hub.sinks:
+        hub.hparams(redact_value(config.to_dict(redact=True)))
+    return hub
+
+
+def trajectory_text(record: Mapping[str, Any], max_chars: int = 4000) -> str:
+    """A dumped trajectory (``searchr1.core.eval.trajectory_to_dict``) as readable plain text:
+    question, answers, each turn with its query and (shortened) search result, reward."""
+    lines = [
+        f"question: {record.get('question', '')}",
+        f"golden: {' | '.join(record.get('golden_answers', []))}",
+    ]
+    for i, turn in enumerate(record.get("turns", []), start=1):
+        lines.append(f"[turn {i}] {turn.get('text', '').strip()}")
+        if turn.get("search_error"):
+            lines.append(f"  search error: {turn['search_error']}")
+        elif turn.get("observation_text"):
+            obs = " ".join(str(turn["observation_text"]).split())
+            lines.append(f"  result: {obs[:300]}{'...' if len(obs) > 300 else ''}")
+    components = record.get("components") or {}
+    parts = ", ".join(f"{k}={v:g}" for k, v in components.items())
+    lines.append(
+        f"answer: {record.get('final_answer')!r}  end: {record.get('end_reason')}  "
+        f"reward: {record.get('reward', float('nan')):g}" + (f" ({parts})" if parts else "")
+    )
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."

@@ -1,0 +1,125 @@
+"""The verdict of ``searchr1 smoke``: the seed's criteria, one line each.
+
+The seed (section 4) reads its smoke output like this: "rewards both positive and negative,
+search counts between 1 and 4, final answers in the right format: the rollout chain works;
+all rewards -0.1 means the model did not write ``Answer:``; search success below 90%: check
+the keys' quota". :func:`seed_criteria` turns that into four named checks over one rollout
+group; :class:`searchr1.core.smoke._Smoke` prints them after the trajectories and names the
+one that failed: the search success criterion is a channel (exit 1), the three others describe
+the model's behaviour (exit 3: the channels work, the group does not show what the seed
+expects). :func:`key_warnings` reads the search provider's key pool: some keys out
+of quota while others serve is a warning naming their indexes (the seed's rule: rotate), every
+key limited is a failure (the seed: stop and wait for the quota).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from searchr1.core.types import RewardResult, Trajectory
+
+#: the answer format of each protocol, as the verdict names it
+FORMATS = {
+    "tool_calls": "one final `Answer: <short answer>` line",
+    "tags": "one <answer>...</answer> element",
+}
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    ok: bool
+    detail: str
+    #: True when failing it means a broken channel (exit 1), not a model that has not yet
+    #: shown the seed's behaviour (exit 3)
+    channel: bool = False
+
+    def line(self) -> str:
+        return f"verdict: {self.name}: {'ok' if self.ok else 'FAILED'} ({self.detail})"
+
+
+def seed_criteria(
+    trajectories: Sequence[Trajectory],
+    results: Sequence[RewardResult],
+    *,
+    protocol: str,
+    max_search_calls: int,
+    search_success: float,
+    min_success_rate: float,
+    search_calls_made: int,
+) -> list[Criterion]:
+    """The seed's four criteria over one group (an empty group fails the first three)."""
+    rewards = [r.reward for r in results]
+    pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
+    detail = f"{pos} positive, {neg} negative of {len(rewards)}"
+    if not pos:
+        detail += "; no trajectory answered correctly"
+    if rewards and not neg:
+        detail += "; every trajectory wrote the answer format, so no -0.1 shows the penalty works"
+    out = [Criterion("rewards of both signs", pos > 0 and neg > 0, detail)]
+
+    outside = [i for i, t in enumerate(trajectories) if not 1 <= t.search_calls <= max_search_calls]
+    if not trajectories:
+        detail = "no trajectories"
+    elif outside:
+        calls = ", ".join(f"{i} ({trajectories[i].search_calls})" for i in outside)
+        detail = f"trajectories {calls} searched outside the range"
+    else:
+        detail = "every trajectory"
+    out.append(
+        Criterion(
+            f"searches within 1..{max_search_calls}", bool(trajectories) and not outside, detail
+        )
+    )
+    formatted = sum(1 for r in results if r.components.get("format", 0.0) > 0.0)
+    form = FORMATS.get(protocol, f"the {protocol} protocol's answer format")
+    ends = sorted({t.end_reason for t in trajectories})
+    out.append(
+        Criterion(
+            f"answers in the {protocol} format ({form})",
+            formatted > 0,
+            f"{formatted} of {len(results)} answered in the format"
+            + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),
+        )
+    )
+    if search_calls_made > 0:
+        out.append(
+            Criterion(
+                f"search success >= {min_success_rate:.0%}",
+                search_success >= min_success_rate,
+                channel=True,
+                detail=f"{search_success:.2%}"
+                + (
+                    ""
+                    if search_success >= min_success_rate
+                    else "; check key quota (429), [search] timeout_seconds and api_base"
+                ),
+            )
+        )
+    else:
+        out.append(
+            Criterion(f"search success >= {min_success_rate:.0%}", False, "no search ran", True)
+        )
+    return out
+
+
+def key_warnings(search: Any) -> tuple[list[str], list[str]]:
+    """``(warnings, problems)`` about the search keys of ``search`` (a provider with a
+    ``keys`` :class:`~searchr1.core.search.keys.KeyPool`; others have none)."""
+    pool = getattr(search, "keys", None)
+    reasons: dict[int, str] = dict(getattr(pool, "bench_reasons", {}) or {})
+    if pool is None or not reasons or getattr(pool, "anonymous", False):
+        return [], []
+    total, left = len(pool), pool.available_count()
+    listed = ", ".join(f"key {i} ({why})" for i, why in sorted(reasons.items()))
+    if left == 0:
+        return [], [
+            f"every search key is limited or rejected ({listed}): stop and wait for the quota to "
+            f"reset or add keys to [search] api_keys; training now would learn from search failures"
+        ]
+    return [
+        f"{len(reasons)} of {total} search keys benched ({listed}); the other {left} served the "
+        f"searches. Keys are counted from 0 in the order of [search] api_keys"
+    ], []

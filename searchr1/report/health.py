@@ -1,0 +1,110 @@
+"""The report's health section, shown at the top of the page: alerts, a table of the health
+and mismatch signals (first step, last step, range), the held-out EM against the offline
+world's ceiling, what the importance ratio compares, and small charts of the signals.
+
+Called by :func:`searchr1.report.page.render_page`. The numbers are those the train loop logs
+(:mod:`searchr1.core.health`, ``mismatch/*`` from the learner); a run logged before they
+existed gets a short "not logged" note instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from searchr1.report.charts import ChartSpec, svg_chart
+from searchr1.report.runlog import RunLog, is_number
+
+#: the signals of the table, in this order (``health/searches/*`` follow)
+ROWS = (
+    ("health/response_tokens", "sampled tokens per response"),
+    ("health/response_growth", "response length / first steps'"),
+    ("health/format_rate", "format rate"),
+    ("health/format_drop", "format-rate drop from its peak (moving average)"),
+    ("health/repeat_ngram_rate", "repeated n-gram rate"),
+    ("health/entropy", "entropy of sampled tokens (nats)"),
+    ("mismatch/k3", "sampler/learner KL (k3)"),
+    ("mismatch/kl_sample_train", "mean sampler - learner log-prob"),
+    ("mismatch/logprob_diff_max", "max |sampler - learner| log-prob"),
+    ("mismatch/ratio_min", "smallest importance ratio"),
+    ("mismatch/ratio_max", "largest importance ratio"),
+)
+
+CHARTS = (
+    ChartSpec("health-entropy", "Entropy of sampled tokens", ("health/entropy",)),
+    ChartSpec("health-format", "Format rate", ("health/format_rate",)),
+    ChartSpec("health-length", "Sampled tokens per response", ("health/response_tokens",)),
+    ChartSpec("health-repeat", "Repeated n-gram rate", ("health/repeat_ngram_rate",)),
+    ChartSpec(
+        "health-ratio", "Importance ratio range", ("mismatch/ratio_min", "mismatch/ratio_max")
+    ),
+)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return ""
+    if float(value).is_integer() and abs(value) < 1e9:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def _row(label: str, key: str, points: Sequence[tuple[float, float]]) -> str:
+    values = [v for _, v in points]
+    return (
+        f'<tr><td class="text">{escape(label)}</td><td class="text"><code>{escape(key)}</code>'
+        f"</td><td>{_fmt(values[0])}</td><td>{_fmt(values[-1])}</td>"
+        f"<td>{_fmt(min(values))}</td><td>{_fmt(max(values))}</td></tr>"
+    )
+
+
+def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
+    """``held-out EM: before X · after Y · ceiling Z`` from the train loop's eval events (the
+    ceiling is the offline world's scripted ideal agent, :mod:`searchr1.world.ideal_agent`)."""
+    by_when: dict[str, float] = {}
+    for e in evals:
+        if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("value")):
+            by_when[str(e.get("when", ""))] = float(e["value"])
+    if not by_when:
+        return ""
+    order = {"before": 0, "after": 1, "ceiling": 2}
+    whens = sorted(by_when, key=lambda w: order.get(w, 3))
+    parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
+    return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
+
+
+def health_html(log: RunLog) -> str:
+    """The whole health section (without its heading)."""
+    alerts = log.alerts
+    if alerts:
+        items = "".join(
+            f"<li>step {escape(str(a.get('step', '?')))} · <b>{escape(str(a.get('kind', '')))}"
+            f"</b>: {escape(str(a.get('message', '')))}</li>"
+            for a in alerts
+        )
+        alert_html = f'<ul class="warning" id="health-alerts">{items}</ul>'
+    else:
+        alert_html = '<p id="health-alerts">no health alerts</p>'
+    keys = [k for k, _ in ROWS] + sorted(k for k in log.series if k.startswith("health/searches/"))
+    labels = dict(ROWS)
+    rows = "".join(
+        _row(labels.get(k, "searches per question · " + k.rsplit("/", 1)[-1]), k, log.series[k])
+        for k in keys
+        if log.series.get(k)
+    )
+    if rows:
+        table = (
+            '<div class="scroll"><table id="health-table"><thead><tr><th class="text">signal'
+            '</th><th class="text">metric</th><th>first step</th><th>last step</th><th>min</th>'
+            f"<th>max</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        )
+    else:
+        table = '<p class="nodata">no health metrics in this run (logged by newer versions)</p>'
+    basis = ""
+    if log.ratio_basis:
+        basis = f'<p class="meta" id="health-ratio-basis">{escape(log.ratio_basis)}</p>'
+    charts = ""
+    if rows:
+        charts = '<div class="grid">' + "".join(svg_chart(c, log.series) for c in CHARTS) + "</div>"
+    return f"{alert_html}{_em_line(log.evals)}{table}{basis}{charts}"

@@ -1,0 +1,162 @@
+"""The offline world's ceiling: a scripted ideal agent evaluated through the same eval.
+
+:class:`IdealAgent` is a :class:`~searchr1.core.types.ModelProvider` that needs no model. For
+each question of the generated world it searches the right entity at each hop (the world
+records the chain, :attr:`searchr1.world.generate.WorldQuestion.hops`) and answers what it
+read. It only uses what the search returned, like a perfect reader would:
+
+- it searches hop ``i + 1`` only when that entity's name appeared in what it has read so far
+  (a two-hop question's bridge entity must be in the first hop's results);
+- after the last hop it answers the golden answer when it appears in the results (the
+  observations as the rollout truncated them, ``rollout.max_observation_tokens``), else
+  ``unknown``.
+
+So its EM is the share of held-out questions that the configured search (``top_k``, the
+BM25 index, the observation budget, the search budget) makes answerable: the distance from
+the trained policy to it is what learning can still gain; what it misses no policy can get.
+
+It runs through :func:`searchr1.core.eval.evaluate_async` with the run's search provider,
+agent protocol, reward and sampling settings, so its numbers are computed exactly like the
+policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
+offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
+``when = "ceiling"``);
+``python -m searchr1.world.ideal_agent [--config F] [--limit N]`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from searchr1.core.answers import normalize_answer
+from searchr1.core.types import SampledSequence, SamplingParams
+from searchr1.world.generate import WorldQuestion
+
+#: what the agent answers when the results do not hold the answer
+UNKNOWN = "unknown"
+
+
+class IdealAgent:
+    """A scripted model provider over the world's questions (sampling only)."""
+
+    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[WorldQuestion]):
+        self._tokenizer = tokenizer
+        self.protocol = protocol
+        self.by_text = {}
+        for q in questions:
+            self.by_text.setdefault(q.question.strip(), q)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def next_turn(self, prompt_text: str) -> str:
+        """The ideal next assistant turn after ``prompt_text`` (prompt, turns, results)."""
+        question, read = self._locate(prompt_text)
+        searched = 0
+        for hop in question.hops:
+            if self.protocol.assistant_turn_text(query=hop) not in read:
+                break
+            searched += 1
+        results = read
+        for hop in question.hops[:searched]:
+            # What the search returned after each query: the text after the query's turn.
+            results = results.split(self.protocol.assistant_turn_text(query=hop), 1)[-1]
+        if searched < len(question.hops):
+            hop = question.hops[searched]
+            if searched == 0 or normalize_answer(hop) in normalize_answer(read):
+                return self.protocol.assistant_turn_text(query=hop)
+            return self.protocol.assistant_turn_text(answer=UNKNOWN)
+        found = normalize_answer(question.answer) in normalize_answer(results)
+        return self.protocol.assistant_turn_text(answer=question.answer if found else UNKNOWN)
+
+    def _locate(self, prompt_text: str) -> tuple[WorldQuestion, str]:
+        for text, question in self.by_text.items():
+            at = prompt_text.find(text)
+            if at >= 0:
+                return question, prompt_text[at + len(text) :]
+        raise ValueError(
+            "the ideal agent was asked about a question that is not in the offline world "
+            f"(prompt starts {prompt_text[:120]!r}); it only plays builtin:world questions"
+        )
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
+        tokens = tuple(self._tokenizer.encode(self.next_turn(text), add_special_tokens=False))
+        stop = "stop"
+        if len(tokens) > params.max_tokens:
+            tokens, stop = tokens[: params.max_tokens], "length"
+        return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
+
+    # A provider the train loop may close like any other; it trains nothing.
+    def close(self) -> None:
+        pass
+
+
+def world_questions() -> list[WorldQuestion]:
+    """Every question of the shipped offline world (train and held-out)."""
+    from searchr1.world.assets import WORLD_SEED
+    from searchr1.world.generate import generate_world
+
+    world = generate_world(WORLD_SEED)
+    return [*world.train, *world.heldout]
+
+
+def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
+    """The ideal agent when ``data.eval`` is the offline world's held-out set and the agent
+    protocol is ``tags`` (the one the offline world's tokenizer and warm start speak), else
+    None."""
+    if not str(config.data.eval or "").startswith("builtin:world/"):
+        return None
+    if getattr(protocol, "name", None) != "tags":
+        return None
+    return IdealAgent(tokenizer, protocol, world_questions())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Evaluate the ideal agent on the configured held-out set and print the eval table."""
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.config import load_config
+    from searchr1.core.data import load_questions
+    from searchr1.core.eval import evaluate_async, format_table
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.tokenizers import load_tokenizer
+
+    parser = argparse.ArgumentParser(prog="python -m searchr1.world.ideal_agent")
+    parser.add_argument("--config", help="default: the embedded offline demo config")
+    parser.add_argument("--limit", type=int, default=0, help="first N questions only")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    registry = load_registry()
+    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    protocol = make_protocol(config, tokenizer)
+    agent = ideal_agent_for(config, tokenizer, protocol)
+    if agent is None:
+        parser.error(
+            f"data.eval = {config.data.eval!r} and rollout.protocol = "
+            f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
+        )
+    questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
+    if args.limit:
+        questions = questions[: args.limit]
+    search = registry.create("search_provider", config.search.provider, config)
+    reward = registry.create("reward", config.reward.name, config)
+
+    async def run() -> Any:
+        try:
+            return await evaluate_async(
+                agent, search, protocol, reward, questions, config, label="ideal-agent"
+            )
+        finally:
+            await search.aclose()
+
+    print(format_table(asyncio.run(run())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

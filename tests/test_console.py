@@ -1,0 +1,98 @@
+"""The console a person reads on a TTY: one short line per step, a progress bar, warnings
+that stand out, and the full record still in events.jsonl. Without a TTY: JSON lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+from searchr1.core.console import Console
+from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
+
+# a metrics event as the train loop logs it (abridged: the real one has ~50 keys)
+STEP = {
+    "reward/mean": 0.4125,
+    "reward/format": 0.921875,
+    "reward/correct": 0.4,
+    "search_rate": 0.625,
+    "searches_per_trajectory": 1.21875,
+    "degenerate_group_rate": 0.25,
+    "end_reason/answered": 0.97,
+    "tokens/sampled": 1234.0,
+    "optim/grad_norm": 0.31,
+    "mismatch/k3": 1e-7,
+    "time/rollout": 9.0,
+    "time/train": 3.0,
+}
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _plain(text: str) -> str:
+    """What a person sees: tqdm redraws (carriage returns) and colour codes removed."""
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    return "\n".join(line.split("\r")[-1] for line in text.split("\n"))
+
+
+def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> None:
+    stream = Tty()
+    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=60)
+    get_logger().info("eval/heldout_em", when="before", step=0, value=0.119, f1=0.2, n=200)
+    log_metrics(1, {**STEP, "time/step": 12.0})
+    log_metrics(2, {**STEP, "time/step": 14.0, "reward/mean": 0.5})
+    close_sinks()
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    steps = [line for line in lines if line.startswith("step ")]
+    assert steps[0] == (
+        "step  1/60  reward  0.412  format 92%  search 62% 1.22/traj  degenerate 25%  "
+        "EM 11.9%  12.0 s/step  ETA 11:48"
+    )
+    # ETA uses the mean s/step so far: 13 s x 58 steps left
+    assert steps[1].endswith("13.0 s/step  ETA 12:34") and "reward  0.500" in steps[1]
+    assert all(len(line) <= 120 for line in steps)
+    assert any(line.startswith("held-out EM before: 11.9%") for line in lines)
+    # the run's progress bar (tqdm) is drawn under the lines and ends at 2/60
+    assert re.search(r"train:\s+3%.*\| 2/60", _plain(stream.getvalue()))
+    # the full record stays in events.jsonl
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert events[1]["optim/grad_norm"] == 0.31 and events[1]["mismatch/k3"] == 1e-7
+
+
+def test_warnings_stand_out_and_are_never_cut() -> None:
+    screen = Console(Tty(), colors=True, width=60)
+    reason = "search success rate 40% over 20 calls is under search.min_success_rate = 90%"
+    line = screen(None, "warning", {"event": "guard/no_update", "level": "warning", "step": 3,
+                                     "reason": reason, "run_id": "r"})  # fmt: skip
+    assert line.startswith("\x1b[1;33m!! WARNING guard/no_update\x1b[0m")
+    assert reason in line and "run_id" not in line
+    plain = Console(Tty(), colors=False, width=60)
+    info = plain(None, "info", {"event": "checkpoint", "level": "info", "path": "x" * 200})
+    assert len(info) == 60 and info.endswith("...")
+    assert plain(None, "error", {"event": "boom", "level": "error"}).startswith("XX ERROR boom")
+
+
+def test_without_a_tty_events_stay_json_lines(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    setup_logging("r", tmp_path / "events.jsonl", stream=stream, total_steps=60)
+    log_metrics(1, {**STEP, "time/step": 12.0})
+    get_logger().warning("sink_failed", sink="x")
+    out = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [e["event"] for e in out] == ["metrics", "sink_failed"]
+    assert out[0]["optim/grad_norm"] == 0.31
+
+
+def test_long_work_gets_a_bar_of_its_own_not_lines(tmp_path: Path) -> None:
+    stream = Tty()
+    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=3)
+    for done in (32, 64, 80):
+        get_logger().info("progress", task="held-out eval before", done=done, total=80)
+    shown = _plain(stream.getvalue())
+    assert re.search(r"held-out eval before:\s+\d+%.*/80", stream.getvalue())
+    assert "done=" not in shown  # a bar, not three event lines
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["done"] for e in events] == [32, 64, 80]  # still recorded

@@ -1,0 +1,136 @@
+"""Health signals: the per-step numbers and the alerts when a run collapses."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from searchr1.core.health import (
+    HealthMonitor,
+    HealthSettings,
+    mismatch_alerts,
+    policy_metrics,
+    ratio_basis,
+    repeated_ngram_rate,
+)
+from searchr1.core.types import RewardResult, Trajectory
+
+
+def _traj(
+    sampled: list[int],
+    logprobs: list[float] | None = None,
+    *,
+    searches: int = 0,
+    source: str = "nq",
+    prompt: int = 3,
+) -> Trajectory:
+    lps = logprobs if logprobs is not None else [-1.0] * len(sampled)
+    return Trajectory(
+        trajectory_id="t",
+        question="q",
+        golden_answers=("a",),
+        tokens=tuple([1] * prompt + sampled),
+        generated_mask=tuple([False] * prompt + [True] * len(sampled)),
+        logprobs=tuple([0.0] * prompt + lps),
+        prompt_len=prompt,
+        turns=(),
+        end_reason="answered",
+        final_answer="a",
+        final_text="",
+        search_calls=searches,
+        search_errors=0,
+        data_source=source,
+    )
+
+
+def _reward(format_ok: bool) -> RewardResult:
+    return RewardResult(reward=1.0 if format_ok else -0.1, components={"format": float(format_ok)})
+
+
+def test_repeated_ngrams_count_only_repeats_within_the_sequence() -> None:
+    assert repeated_ngram_rate([1, 2, 3, 4, 5, 6], 2) == (0, 5)
+    assert repeated_ngram_rate([1, 2, 1, 2, 1, 2], 2) == (3, 5)  # 12 21 [12] [21] [12]
+    assert repeated_ngram_rate([7, 7, 7], 4) == (0, 0)
+
+
+def test_policy_metrics_of_a_step() -> None:
+    loop = [5, 6, 7, 8] * 4  # 16 tokens, 13 4-grams of which 9 repeat
+    fresh = list(range(10, 26))
+    metrics = policy_metrics(
+        [
+            _traj(loop, [-0.5] * 16, searches=2, source="world_2hop"),
+            _traj(fresh, [-1.5] * 16, searches=1, source="world_1hop"),
+            _traj(fresh[:8], [-1.0] * 8, searches=3, source="world_2hop"),
+        ],
+        [_reward(True), _reward(False), _reward(True)],
+    )
+    assert metrics["health/response_tokens"] == pytest.approx(40 / 3)  # prompts not counted
+    assert metrics["health/repeat_ngram_rate"] == pytest.approx(9 / (13 + 13 + 5))
+    assert metrics["health/entropy"] == pytest.approx((8 + 24 + 8) / 40)
+    assert metrics["health/format_rate"] == pytest.approx(2 / 3)
+    assert metrics["health/searches/world_2hop"] == 2.5
+    assert metrics["health/searches/world_1hop"] == 1.0
+    # A reward without a format component has no format rate (not a fake 0).
+    plain = [RewardResult(reward=1.0, components={})]
+    assert "health/format_rate" not in policy_metrics([_traj(fresh)], plain)
+
+
+def test_mean_negative_log_prob_of_samples_estimates_the_entropy() -> None:
+    probs = [0.5, 0.25, 0.125, 0.125]
+    entropy = -sum(p * math.log(p) for p in probs)
+    rng = random.Random(0)
+    tokens = rng.choices(range(4), weights=probs, k=4000)
+    metrics = policy_metrics([_traj(tokens, [math.log(probs[t]) for t in tokens])], [_reward(True)])
+    assert metrics["health/entropy"] == pytest.approx(entropy, abs=0.03)
+
+
+def _step(monitor: HealthMonitor, length: int, format_ok: float, lp: float):
+    n_ok = round(10 * format_ok)
+    trajs = [_traj(list(range(length)), [lp] * length) for _ in range(10)]
+    rewards = [_reward(i < n_ok) for i in range(10)]
+    return monitor.observe(trajs, rewards, {})
+
+
+def test_format_cliff_alerts_once_and_length_growth_is_against_the_first_steps() -> None:
+    monitor = HealthMonitor(HealthSettings(baseline_steps=2, ema=0.5, max_length_growth=3.0))
+    kinds = []
+    for length, fmt in [(10, 0.8), (20, 0.9), (20, 0.9), (30, 0.2), (30, 0.1), (30, 0.1)]:
+        metrics, alerts = _step(monitor, length, fmt, -1.0)
+        kinds.append([a.kind for a in alerts])
+    assert kinds == [[], [], [], [], ["format_cliff"], []]
+    assert metrics["health/response_growth"] == pytest.approx(30 / 15)
+    assert metrics["health/format_drop"] > 0.5 and metrics["health/alerts"] == 0
+    _, alerts = _step(monitor, 100, 0.1, -1.0)
+    assert [a.kind for a in alerts] == ["length_growth"] and "6.7x" in alerts[0].message
+
+
+def test_entropy_collapse_alerts_and_survives_a_resume() -> None:
+    settings = HealthSettings(ema=0.5)
+    monitor = HealthMonitor(settings)
+    for _ in range(3):
+        _step(monitor, 10, 1.0, -2.0)
+    resumed = HealthMonitor(settings)
+    resumed.load_state(monitor.state())
+    for m in (monitor, resumed):
+        _, alerts = _step(m, 10, 1.0, -0.1)
+        assert [a.kind for a in alerts] == []  # EMA 1.05 of peak 2.0: not yet
+        _, alerts = _step(m, 10, 1.0, -0.1)
+        assert [a.kind for a in alerts] == ["entropy_cliff"]
+    assert resumed.state() == monitor.state()
+
+
+def test_mismatch_alert_thresholds() -> None:
+    s = HealthSettings(mismatch_warn_k3=0.01, mismatch_warn_ratio=2.0)
+    ok = {"mismatch/k3": 1e-4, "mismatch/ratio_min": 0.9, "mismatch/ratio_max": 1.1}
+    assert mismatch_alerts(ok, s) == [] and mismatch_alerts({}, s) == []
+    for bad in ({"mismatch/k3": 0.02}, {"mismatch/ratio_max": 2.5}, {"mismatch/ratio_min": 0.4}):
+        (alert,) = mismatch_alerts({**ok, **bad}, s)
+        assert alert.kind == "mismatch" and "ratio_cap" in alert.message
+
+
+def test_ratio_basis_says_what_is_compared() -> None:
+    assert "both at temperature 0.8" in ratio_basis(0.8, 0.8)
+    remote = ratio_basis(0.8, None)
+    assert "the service's own" in remote and "at 0.8" in remote and "mismatch/" in remote

@@ -1,0 +1,164 @@
+"""On-policy importance ratios at the seed's LoRA dropout (0.05) and the sampler/learner
+mismatch metrics (tiny Qwen3, CPU, fp32).
+
+The learner scores the policy with dropout off, so a step trained on the sampler's own
+samples has every ratio 1 up to float error, and the ``mismatch/*`` metrics say so."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from searchr1.core.config import Config
+from searchr1.core.step_metrics import (
+    merge_mismatch,
+    merge_train_metrics,
+    mismatch_from_logprobs,
+)
+from searchr1.core.types import Datum, SamplingParams
+from searchr1.plugins.local_model.learner import mismatch_metrics, trained_token_logprobs
+from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
+from searchr1.plugins.losses import NamedLoss, importance_sampling
+
+IS = NamedLoss("importance_sampling", importance_sampling)
+TEMPERATURE = 0.8  # the seed's
+SEED_DROPOUT = 0.05
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny"),
+        BUILTIN_TEXT,
+        vocab_size=700,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=256,
+    )
+
+
+def _provider(model_dir: Path, *, checkpointing: bool = False) -> LocalModelProvider:
+    config = Config().replace(
+        model={"base_model": str(model_dir), "temperature": TEMPERATURE},
+        lora={"rank": 8, "alpha": 16.0, "dropout": SEED_DROPOUT},
+    )
+    config = dataclasses.replace(
+        config, plugins={"model.local": {"gradient_checkpointing": checkpointing}}
+    )
+    p = LocalModelProvider.from_config(config)
+    # A trained-looking adapter: with B = 0 the LoRA path (and its dropout) adds nothing.
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, param in p.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
+    return p
+
+
+def _on_policy_datums(p: LocalModelProvider) -> list[Datum]:
+    """The sampler's own samples as datums, advantages +-1 on the generated tokens."""
+    prompts = [[5, 17, 33, 8, 90, 41], [12, 7, 300, 52]]
+    params = SamplingParams(max_tokens=20, temperature=TEMPERATURE, seed=11)
+    results = p.sampler.generate([(prompt, 3, params) for prompt in prompts])
+    datums = []
+    for prompt, samples in zip(prompts, results, strict=True):
+        for i, s in enumerate(samples):
+            tokens = prompt + list(s.tokens)
+            lps = [0.0] * (len(prompt) - 1) + list(s.logprobs)
+            adv = [0.0] * (len(prompt) - 1) + [1.0 if i % 2 else -1.0] * len(s.tokens)
+            datums.append(
+                Datum(tuple(tokens[:-1]), tuple(tokens[1:]), tuple(lps), tuple(adv), f"t{i}")
+            )
+    return datums
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpointing: bool) -> None:
+    p = _provider(model_dir, checkpointing=checkpointing)
+    calls = 0
+    if checkpointing:
+        # Checkpointing must still happen although the learner scores in eval mode.
+        for layer in p.model.get_base_model().model.layers:
+            original = layer._gradient_checkpointing_func
+
+            def counted(*args, _f=original, **kwargs):  # type: ignore[no-untyped-def]
+                nonlocal calls
+                calls += 1
+                return _f(*args, **kwargs)
+
+            layer._gradient_checkpointing_func = counted
+    datums = _on_policy_datums(p)
+    p.model.train()  # whatever mode the model was in, the learner scores without dropout
+    result = p.forward_backward(datums, IS, loss_scale=1.0 / len(datums))
+    m = result.metrics
+    trained = sum(1 for d in datums for a in d.advantages if a != 0)
+    assert m["mismatch/tokens"] == trained > 20
+    assert m["mismatch/logprob_diff_max"] < 1e-4
+    assert abs(m["mismatch/ratio_min"] - 1) < 1e-4 and abs(m["mismatch/ratio_max"] - 1) < 1e-4
+    assert abs(m["mismatch/kl_sample_train"]) < 1e-5 and 0 <= m["mismatch/k3"] < 1e-8
+    assert abs(m["ratio_mean"] - 1) < 1e-4
+    assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in p.learner.params)
+    assert (calls > 0) == checkpointing
+    assert all(module.training for module in p.model.modules())  # modes restored
+
+    # The setting has teeth: the same samples scored with dropout on are far off-policy.
+    d = datums[0]
+    ids = torch.tensor([d.input_tokens])
+    columns = torch.arange(len(d))
+    p.model.train()
+    with torch.no_grad():
+        noisy = trained_token_logprobs(
+            p.model, ids, torch.ones_like(ids), torch.tensor([d.target_tokens]), 0.8, columns
+        )[0]
+    gap = (noisy - torch.tensor(d.sampler_logprobs)).abs()[torch.tensor(d.advantages) != 0]
+    assert float(gap.max()) > 1e-2
+    p.close()
+
+
+def test_mismatch_metrics_of_known_log_probs() -> None:
+    learner = torch.tensor([-1.0, -2.0, -0.5])
+    sampler = torch.tensor([-1.0, -1.5, -1.0])
+    m = mismatch_metrics(learner, sampler)
+    d = [0.0, -0.5, 0.5]
+    assert m["mismatch/tokens"] == 3
+    assert m["mismatch/logprob_diff_max"] == pytest.approx(0.5)
+    assert m["mismatch/kl_sample_train"] == pytest.approx(-sum(d) / 3)
+    assert m["mismatch/k3"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 3)
+    assert m["mismatch/ratio_min"] == pytest.approx(math.exp(-0.5))
+    assert m["mismatch/ratio_max"] == pytest.approx(math.exp(0.5))
+    assert mismatch_metrics(torch.tensor([]), torch.tensor([])) == {"mismatch/tokens": 0.0}
+    # The plain-Python twin (remote providers) agrees.
+    plain = mismatch_from_logprobs(learner.tolist(), sampler.tolist())
+    assert plain.keys() == m.keys()
+    assert all(plain[k] == pytest.approx(v) for k, v in m.items())
+
+
+def test_micro_batch_merge_is_max_min_and_token_weighted() -> None:
+    a = mismatch_metrics(torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-1.1, -2.0, -2.0]))
+    b = mismatch_metrics(torch.tensor([-0.2]), torch.tensor([-0.9]))
+    whole = mismatch_metrics(
+        torch.tensor([-1.0, -2.0, -3.0, -0.2]), torch.tensor([-1.1, -2.0, -2.0, -0.9])
+    )
+    merged = merge_mismatch([a, b])
+    assert merged.keys() == whole.keys()
+    for key, value in whole.items():
+        assert merged[key] == pytest.approx(value), key
+    # The loss's sums add, other maxima take the max, and a provider without the metrics
+    # (a remote service) leaves them out instead of reporting zeros.
+    step = merge_train_metrics(
+        [{"tokens": 3.0, "ratio_sum": 3.3, "ratio_max": 1.2, **a}, {"tokens": 1.0, **b}]
+    )
+    assert step["tokens"] == 4 and step["ratio_sum"] == pytest.approx(3.3)
+    assert step["ratio_max"] == 1.2 and step["mismatch/ratio_max"] == whole["mismatch/ratio_max"]
+    remote = merge_train_metrics([{"tokens": 5.0, "loss": 1.0}, {"tokens": 2.0, "loss": 0.5}])
+    assert remote == {"tokens": 7.0, "loss": 1.5}
+    half = merge_train_metrics([{"tokens": 5.0}, {"tokens": 3.0, **a}])
+    assert half["mismatch/tokens"] == 3 and half["mismatch/ratio_min"] == a["mismatch/ratio_min"]

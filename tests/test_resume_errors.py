@@ -1,0 +1,245 @@
+"""Resume and run-folder mistakes end in a plain message and exit code 2, never a traceback.
+
+Checkpoints here are written by the real :func:`searchr1.core.checkpoint.save_checkpoint`
+with a real data cursor; only the model's own state is a stand-in (a folder with one file),
+because every case below must be refused before a model is loaded. The one case that does
+resume (falling back past a damaged checkpoint) trains the real tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.checkpoint import save_checkpoint
+from searchr1.core.cli import main
+from searchr1.core.config import load_config
+from searchr1.core.data import QuestionStream, load_questions
+
+CONFIG = """
+[run]
+seed = 1
+dir = "runs"
+[model]
+provider = "local"
+base_model = "builtin:tiny"
+max_new_tokens = 16
+[lora]
+rank = 4
+alpha = 8
+dropout = 0.0
+[rollout]
+protocol = "tags"
+questions_per_batch = 1
+group_size = 2
+max_search_calls = 1
+max_assistant_turns = 2
+max_trajectory_tokens = 384
+max_observation_tokens = 64
+[search]
+provider = "local"
+top_k = 1
+[search.local]
+corpus = "builtin:world/corpus.jsonl"
+[train]
+max_steps = 2
+save_every = 1
+max_datum_tokens = 512
+max_micro_batch_datums = 4
+max_micro_batch_tokens = 1024
+dump_trajectories = 0
+[data]
+train = "DATA"
+"""
+
+
+class _StateWriter:
+    """Stands in for a model provider: save_checkpoint only asks it to fill ``model/``."""
+
+    def save_state(self, path: str) -> None:
+        Path(path).mkdir(parents=True)
+        (Path(path) / "state.json").write_text("{}")
+
+
+def _write_data(path: Path, n: int) -> Path:
+    rows = [{"id": f"q{i}", "question": f"question {i}?", "answers": [f"a{i}"]} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
+    _write_data(tmp_path / "a.jsonl", 5)
+    _write_data(tmp_path / "b.jsonl", 7)
+    (tmp_path / "config.toml").write_text(CONFIG.replace("DATA", "a.jsonl"))
+    return tmp_path
+
+
+def _checkpoint(project: Path, run_dir: Path, step: int, data: str = "a.jsonl") -> Path:
+    config = load_config(project / "config.toml").replace(data={"train": data})
+    stream = QuestionStream(load_questions(data).questions, seed=1)
+    stream.next_batch(step)
+    return save_checkpoint(run_dir, step, _StateWriter(), config, {"data": stream.state()})  # type: ignore[arg-type]
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return rc, err
+
+
+def test_resume_with_nothing_to_resume_is_an_error_not_a_fresh_run(project: Path, capsys):
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2
+    assert "--resume" in err and "nothing to resume" in err and "runs" in err
+    assert not (project / "runs").exists() or not any((project / "runs").iterdir())
+
+
+def test_resume_of_a_folder_without_checkpoints_is_an_error(project: Path, capsys):
+    (project / "runs" / "train-1").mkdir(parents=True)
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2
+    assert "train-1" in err and "no checkpoint" in err
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume", "--run-dir", "nope")
+    assert rc == 2 and "nope" in err and "nothing to resume" in err
+    assert not (project / "nope").exists()
+
+
+def test_resume_with_other_data_names_both_files(project: Path, capsys):
+    run_dir = project / "runs" / "train-1"
+    _checkpoint(project, run_dir, 2, data="a.jsonl")
+    (project / "config.toml").write_text(CONFIG.replace("DATA", "b.jsonl"))
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2
+    assert "'a.jsonl'" in err and "'b.jsonl'" in err and "data.train" in err
+    assert "step_000002" in err
+
+
+def test_a_damaged_only_checkpoint_names_the_file(project: Path, capsys):
+    run_dir = project / "runs" / "train-1"
+    folder = _checkpoint(project, run_dir, 2)
+    (folder / "trainer.json").write_text('{"step": 2, "data": {"epo')
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2
+    assert "runs/train-1/checkpoints/step_000002/trainer.json is damaged" in err
+    assert "no earlier" in err
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["", "[1, 2]", '{"step": "two"}', '{"step": 2, "python_rng": [], "data": {}}'],
+)
+def test_damaged_trainer_json_falls_back_to_the_previous_checkpoint(project: Path, damage: str):
+    from searchr1.core.checkpoint import resume_checkpoint
+
+    run_dir = project / "runs" / "train-1"
+    _checkpoint(project, run_dir, 1)
+    bad = _checkpoint(project, run_dir, 2)
+    (bad / "trainer.json").write_text(damage)
+    checkpoint, warnings = resume_checkpoint(run_dir)
+    assert checkpoint is not None and checkpoint.step == 1
+    assert len(warnings) == 1
+    assert str(bad / "trainer.json") in warnings[0] and "step_000001" in warnings[0]
+
+
+def test_run_dir_that_is_a_file(project: Path, capsys):
+    (project / "taken").write_text("x")
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--run-dir", "taken")
+    assert rc == 2
+    assert "--run-dir" in err and "taken" in err and "file" in err
+
+
+def test_run_dir_config_that_is_a_file(project: Path, capsys):
+    (project / "runs").write_text("x")
+    rc, err = _cli(capsys, "train", "--config", "config.toml")
+    assert rc == 2
+    assert "run.dir" in err and "runs" in err
+
+
+def test_eval_checkpoint_that_is_not_a_checkpoint(project: Path, capsys):
+    (project / "somewhere").mkdir()
+    (project / "somewhere" / "notes.txt").write_text("hi")
+    rc, err = _cli(
+        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", "somewhere"
+    )
+    assert rc == 2
+    assert "--checkpoint" in err and "somewhere" in err and "not a checkpoint" in err
+    # refused before the run started, so before any model was loaded
+    assert not (project / "runs").exists()
+
+
+def test_eval_checkpoint_with_damaged_trainer_json(project: Path, capsys):
+    folder = _checkpoint(project, project / "runs" / "train-1", 2)
+    (folder / "trainer.json").write_text("{")
+    rc, err = _cli(
+        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder)
+    )
+    assert rc == 2
+    assert str(folder / "trainer.json") in err and "damaged" in err
+
+
+@pytest.mark.slow
+def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
+    """End to end on the tiny model: two checkpoints, the newer one's trainer.json broken;
+    ``--resume`` says so, continues from step 1 and finishes with exit 0."""
+    (project / "config.toml").write_text(CONFIG.replace("DATA", "builtin:world/train.jsonl"))
+    run = [sys.executable, "-m", "searchr1.core.cli", "train", "--config", "config.toml"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.run(
+        [*run, "--run-dir", "runs/r"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    (project / "runs/r/checkpoints/step_000002/trainer.json").write_text("{not json")
+    again = subprocess.run(
+        [*run, "--run-dir", "runs/r", "--resume"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Traceback" not in again.stderr
+    assert "step_000002/trainer.json" in again.stderr and "step_000001" in again.stderr
+    events = [json.loads(x) for x in (project / "runs/r/events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "resumed" and e["step"] == 1 for e in events)
+    assert (
+        json.loads((project / "runs/r/checkpoints/step_000002/trainer.json").read_text())["step"]
+        == 2
+    )
+
+
+def test_run_dir_a_path_cannot_hold(project: Path, capsys):
+    (project / "config.toml").write_text(
+        CONFIG.replace("DATA", "a.jsonl").replace('dir = "runs"', 'dir = "a\\u0000b"')
+    )
+    rc, err = _cli(capsys, "train", "--config", "config.toml")
+    assert rc == 2
+    assert "run.dir" in err and "cannot create the run folder" in err
+
+
+def test_resume_of_a_named_run_uses_its_folder(project: Path, capsys):
+    named = CONFIG.replace('dir = "runs"', 'dir = "runs"\nname = "exp"')
+    (project / "config.toml").write_text(named.replace("DATA", "a.jsonl"))
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2 and "run.name = 'exp'" in err and "nothing to resume" in err
+    _checkpoint(project, project / "runs" / "exp", 1, data="a.jsonl")
+    (project / "config.toml").write_text(named.replace("DATA", "b.jsonl"))
+    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    assert rc == 2 and "runs/exp/checkpoints/step_000001" in err  # that run, not a new one
+
+
+def test_eval_of_a_checkpoint_whose_model_state_does_not_load(project: Path, capsys):
+    folder = _checkpoint(project, project / "runs" / "train-1", 2)  # model/ holds no adapter
+    rc, err = _cli(
+        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder)
+    )
+    assert rc == 2
+    assert str(folder / "model") in err and "cannot be loaded" in err
