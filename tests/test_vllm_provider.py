@@ -271,11 +271,12 @@ def test_smoke_train_and_resume_on_the_offline_world(
     assert trained  # (a step whose groups all tie trains nothing and makes no optim_step)
     for m in trained:
         assert m["optim/adapter_sync_s"] > 0
-        # The learner's sampler/learner mismatch metrics (logged every step).
-        if "mismatch/logprob_diff_max" in m:
-            assert m["mismatch/logprob_diff_max"] < MAX_DIFF
-            assert m["mismatch/k3"] < MAX_K3
-            assert 1 - MAX_DIFF < m["mismatch/ratio_min"] <= m["mismatch/ratio_max"] < 1 + MAX_DIFF
+        # The learner's sampler/learner mismatch metrics, logged every step that trains.
+        assert m["mismatch/tokens"] == m["tokens/trained"]
+        assert m["mismatch/logprob_diff_max"] < MAX_DIFF
+        assert abs(m["mismatch/kl_sample_train"]) < MAX_DIFF
+        assert 0 <= m["mismatch/k3"] < MAX_K3
+        assert 1 - MAX_DIFF < m["mismatch/ratio_min"] <= m["mismatch/ratio_max"] < 1 + MAX_DIFF
         assert abs(m["ratio_mean"] - 1.0) < MAX_DIFF
 
     assert (
