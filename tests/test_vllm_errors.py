@@ -269,3 +269,38 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
         assert not _alive(server_pid)
     finally:
         trainer.kill()
+
+
+def test_model_api_base_and_key_reach_the_server(tmp_path: Path) -> None:
+    """``[model] api_base`` is used when ``[model.vllm]`` has none; ``[model] api_key`` goes
+    as a bearer token (a server started with ``--api-key``). A loopback server records what
+    arrives and answers ``/health`` with 503, so the start times out naming the address."""
+    import http.server
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        from searchr1.plugins.vllm_model.provider import VllmModelProvider
+
+        cfg = _config(adapters_dir=str(tmp_path / "adapters"), startup_timeout_s=1)
+        cfg = cfg.replace(model={"api_base": address, "api_key": "sk-test-key"})
+        with pytest.raises(VllmServerError, match=f"server at {address} was not ready") as info:
+            VllmModelProvider.from_config(cfg)
+        assert "sk-test-key" not in str(info.value)
+        assert seen and set(seen) == {"Bearer sk-test-key"}
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -53,9 +53,17 @@ class VllmAdapterError(VllmError):
 class VllmClient:
     """One server's API. ``api_base`` is e.g. ``http://127.0.0.1:8000`` (no ``/v1``)."""
 
-    def __init__(self, api_base: str, *, request_timeout_s: float, max_connections: int) -> None:
+    def __init__(
+        self,
+        api_base: str,
+        *,
+        request_timeout_s: float,
+        max_connections: int,
+        api_key: str = "",
+    ) -> None:
         self.api_base = api_base.rstrip("/").removesuffix("/v1")
         self.request_timeout_s = request_timeout_s
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="searchr1-vllm-http", daemon=True
@@ -72,6 +80,7 @@ class VllmClient:
             ),
             # A system-wide proxy setting must not capture a loopback or in-cluster server.
             trust_env=False,
+            headers=self._headers,
         )
 
     # ------------------------------------------------------------------ loop plumbing

@@ -15,6 +15,7 @@ its folder removed. The LoRA B matrices start at zero, so version 0 samples exac
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import shutil
 import signal
@@ -62,9 +63,14 @@ class VllmModelProvider(LocalModelProvider):
     def from_config(cls, config: Config) -> VllmModelProvider:
         """Check ``[model.vllm]``, load the model for training (as ``local``), reach or launch
         the server, and publish the initial adapter."""
-        from searchr1.core.config import plugin_settings
+        from searchr1.core.config import ConfigError, plugin_settings
 
-        settings = plugin_settings(config, "model", "vllm", VllmSettings, settings_problems)
+        settings = plugin_settings(config, "model", "vllm", VllmSettings)
+        if not settings.api_base and config.model.api_base:  # [model] api_base works too
+            settings = dataclasses.replace(settings, api_base=config.model.api_base)
+        problems = settings_problems(settings)
+        if problems:
+            raise ConfigError([f"{config.source}: {problem}" for problem in problems])
         if config.model.top_p < 1.0:
             log.warning(
                 "vllm_top_p",
@@ -114,6 +120,8 @@ class VllmModelProvider(LocalModelProvider):
             api_base,
             request_timeout_s=settings.request_timeout_s,
             max_connections=settings.max_connections,
+            # A server started with --api-key wants it; [model] api_key holds it (a secret).
+            api_key=config.model.api_key if settings.api_base else "",
         )
         waited = wait_ready(
             self.client.healthy,

@@ -5,7 +5,9 @@ through :func:`searchr1.core.config.plugin_settings` (unknown keys, types and ra
 checked there)::
 
     [model.vllm]
-    api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch one
+    api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
+                             #   one ([model] api_base is used when this is empty; [model]
+                             #   api_key is sent as a bearer token to a server run with --api-key)
     python = ""              # the vLLM environment's Python that launches it, e.g.
                              #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
     server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
