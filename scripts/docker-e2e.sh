@@ -303,8 +303,9 @@ cp "$work/config.toml.example" "$work/config.toml"
 is_root && chown "$run_uid:$run_gid" "$work/config.toml"
 compose run --rm -T --entrypoint searchr1 smoke config check >"$work/config.out" 2>&1 </dev/null ||
     fail "config check with config.toml: $(tail -n 5 "$work/config.out")"
-head -n1 "$work/config.out" | grep -q -F "# /workspace/config.toml: OK" ||
-    fail "config.toml in the project folder was not used: $(head -n1 "$work/config.out")"
+# (warnings, e.g. the example's data files not being there, go to stderr before it)
+grep -q -F "# /workspace/config.toml: OK" "$work/config.out" ||
+    fail "config.toml in the project folder was not used: $(head -n 3 "$work/config.out")"
 rm "$work/config.toml"
 # ...and the SDKs of its model provider (the "remote" extra) are in the image.
 if [[ ",$extras," == *",remote,"* ]]; then
