@@ -121,6 +121,9 @@ def test_a_launched_server_that_dies_shows_its_last_log_lines() -> None:
     message = str(info.value)
     assert "exited with code 1 before it was ready" in message
     assert "No module named 'vllm'" in message  # the log's last lines
+    log_path = Path(message.split("(log: ", 1)[1].split(")", 1)[0])
+    assert log_path.is_file()  # kept: the error names it
+    log_path.unlink()
 
 
 def test_settings_need_a_server_or_a_python() -> None:
@@ -258,6 +261,7 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the kept server log lands here
     )
     try:
         deadline = time.monotonic() + 120

@@ -84,6 +84,7 @@ def provider() -> Any:
     yield p
     p.close()
     assert server.exited() is not None, "close() left the vLLM server running"
+    assert not server.log_path.exists()  # a clean close leaves no log behind
     with pytest.raises(ProcessLookupError):  # its whole process group is gone
         os.killpg(server.process.pid, 0)
 

@@ -58,6 +58,7 @@ class VllmModelProvider(LocalModelProvider):
     server: VllmServer | None = None
     adapter: _Adapter | None = None
     max_model_len: int = 0
+    keep_server_log: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> VllmModelProvider:
@@ -85,6 +86,7 @@ class VllmModelProvider(LocalModelProvider):
             try:
                 provider._connect(config, settings)
             except BaseException:
+                provider.keep_server_log = True  # the error names it
                 provider.close()
                 raise
         return provider
@@ -113,7 +115,8 @@ class VllmModelProvider(LocalModelProvider):
                 seed=config.run.seed,
                 extra=settings.server_args,
             )
-            # Outside the temporary folder: it outlives close(), for the error messages.
+            # Outside the temporary folder: a failed start keeps it (the error names it);
+            # a clean close removes it.
             log_path = Path(tempfile.gettempdir()) / f"searchr1-vllm-{self._token}.log"
             self.server = VllmServer.launch(command, log_path)
         self.client = VllmClient(
@@ -235,6 +238,8 @@ class VllmModelProvider(LocalModelProvider):
             try:
                 if self.server is not None:
                     self.server.stop()
+                    if not self.keep_server_log:
+                        self.server.log_path.unlink(missing_ok=True)
             finally:
                 workdir = getattr(self, "_workdir", None)
                 if workdir is not None:
