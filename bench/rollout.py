@@ -3,6 +3,7 @@
     python bench/rollout.py               # 64 sequences x 128 new tokens; generate() loop on all 64
     python bench/rollout.py --quick       # same, the generate() loop timed on 8 sequences
     python bench/rollout.py --multi-turn  # also: 3-turn trajectories with cache reuse off / on
+    python bench/rollout.py --quick --vllm .venv-vllm/bin/python  # also: the vllm provider
 
 Sections (each a function, so another provider's variant can sit beside them):
 
@@ -262,6 +263,7 @@ def main() -> None:
     parser.add_argument("--multi-turn", action="store_true", help="add the multi-turn section")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--turn-tokens", type=int, default=48, help="new tokens per turn")
+    parser.add_argument("--vllm", default="", help="also time vLLM, launched from this Python")
     args = parser.parse_args()
 
     import torch
@@ -319,6 +321,13 @@ def main() -> None:
         report["prefill_tokens_min"] = report["multi_turn_after"]["prefill_tokens_min"]
         report["prefill_ratio"] = report["multi_turn_after"]["prefill_ratio"]
     provider.close()
+    if args.vllm:  # the same workload on a vLLM server (bench/vllm_rollout.py)
+        from vllm_rollout import vllm_rollout
+
+        report.update(
+            vllm_rollout(args.vllm, args.model, args.temperature, prompts, group, args.new_tokens)
+        )
+        report["vllm_ratio"] = round(report["vllm_tokens_per_s"] / ours_tps, 2)
     report.update(
         torch_threads=torch.get_num_threads(),
         machine=f"{platform.machine()} {os.cpu_count()} cpus, load "

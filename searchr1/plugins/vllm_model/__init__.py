@@ -1,0 +1,36 @@
+"""The ``vllm`` model provider: LoRA training in this process, sampling on a vLLM server.
+
+Registered through the ``searchr1`` entry point (``vllm_model``) like any third-party plugin
+and chosen by ``[model] provider = "vllm"``. Training is the ``local`` provider's (same learner,
+LoRA, optimizer, checkpoints, resume); only sampling moves to vLLM's OpenAI-compatible server,
+which either already runs (``[model.vllm] api_base``, e.g. the compose ``vllm`` service) or is
+launched by the provider from ``[model.vllm] python`` (a separate environment: vLLM pins its
+own torch and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).
+
+Modules: ``settings`` (``[model.vllm]``), ``server`` (launch, readiness, shutdown of a local
+server), ``client`` (the HTTP calls: completions, adapter load/unload, on one pooled
+``httpx.AsyncClient`` in its own event-loop thread), ``provider`` (VllmModelProvider, which
+subclasses the local provider and swaps its sampler for the server). Importing this package
+stays cheap: torch, transformers and httpx are imported when the factory runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+
+def _create_vllm(config: Config) -> Any:
+    from searchr1.plugins.vllm_model.provider import VllmModelProvider
+
+    return VllmModelProvider.from_config(config)
+
+
+@hookimpl
+def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
+    register("vllm", _create_vllm)

@@ -1,0 +1,255 @@
+"""The HTTP calls to a vLLM OpenAI-compatible server, on one pooled ``httpx.AsyncClient``.
+
+Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. The client and its
+connection pool live in an event loop of their own (a daemon thread), whatever loop the caller
+runs: the rollout awaits :meth:`VllmClient.complete` from many asyncio tasks of its loop (each
+call hops to the client's loop), while the train loop calls the adapter methods synchronously
+between steps, and ``smoke``/``eval`` run their own loops. One pool serves them all and
+:meth:`VllmClient.close` can always close it in the loop it was created in.
+
+The server API used (vLLM 0.32; see also README "vLLM"):
+
+- ``POST /v1/completions`` with ``prompt`` a list of token ids, ``n``, ``seed``,
+  ``max_tokens``, ``temperature``, ``top_p``, ``stop`` (strings, kept in the output with
+  ``include_stop_str_in_output``), ``stop_token_ids``, ``logprobs: 0`` (the sampled token's
+  log-prob only), ``return_tokens_as_token_ids`` and ``return_token_ids``. Each choice has
+  ``token_ids`` (the sampled ids, a stop token included), ``logprobs.token_logprobs`` and
+  ``finish_reason`` (``stop`` | ``length``). The request's ``model`` names a loaded adapter.
+- ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}`` and
+  ``POST /v1/unload_lora_adapter {"lora_name"}``; ``GET /health``; ``GET /v1/models``
+  (``max_model_len`` of the base model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from searchr1.core.types import SampledSequence, SamplingParams
+
+T = TypeVar("T")
+
+
+class VllmError(RuntimeError):
+    """A call to the vLLM server failed; the message says which, where and what to check."""
+
+
+class VllmUnavailable(VllmError):
+    """The server cannot be reached (down, wrong address)."""
+
+
+class VllmTimeout(VllmError):
+    """The server did not answer in time."""
+
+
+class VllmAdapterError(VllmError):
+    """The server refused to load a LoRA adapter."""
+
+
+class VllmClient:
+    """One server's API. ``api_base`` is e.g. ``http://127.0.0.1:8000`` (no ``/v1``)."""
+
+    def __init__(
+        self,
+        api_base: str,
+        *,
+        request_timeout_s: float,
+        max_connections: int,
+        api_key: str = "",
+    ) -> None:
+        self.api_base = api_base.rstrip("/").removesuffix("/v1")
+        self.request_timeout_s = request_timeout_s
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="searchr1-vllm-http", daemon=True
+        )
+        self._thread.start()
+        self._http: httpx.AsyncClient = self.call(self._make_client(max_connections))
+
+    async def _make_client(self, max_connections: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.api_base,
+            timeout=httpx.Timeout(self.request_timeout_s, connect=10.0),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            # A system-wide proxy setting must not capture a loopback or in-cluster server.
+            trust_env=False,
+            headers=self._headers,
+        )
+
+    # ------------------------------------------------------------------ loop plumbing
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` in the client's loop and wait for it (from a thread without a loop,
+        or from inside another loop's synchronous code, such as ``optim_step``)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    async def _in_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    def close(self) -> None:
+        if not self._loop.is_running():
+            return
+        try:
+            self.call(self._http.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._loop.is_running():
+                self._loop.close()
+
+    # ------------------------------------------------------------------ requests
+
+    async def _request(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        url = f"{self.api_base}{path}"
+        try:
+            return await self._http.request(method, path, json=body)
+        except httpx.TimeoutException as exc:
+            raise VllmTimeout(
+                f"the vLLM server at {self.api_base} did not answer {method} {path} within "
+                f"{self.request_timeout_s:g} s (model.vllm.request_timeout_s): "
+                f"{type(exc).__name__}"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise VllmUnavailable(
+                f"the vLLM server at {self.api_base} is not reachable ({method} {url}: "
+                f"{type(exc).__name__}: {exc}); is it running? check model.vllm.api_base, or "
+                f"the server log when the provider launched it"
+            ) from exc
+
+    def healthy(self) -> bool:
+        """True when ``/health`` answers 200 (False while the server starts or is down)."""
+
+        async def probe() -> bool:
+            try:
+                return (await self._http.get("/health", timeout=5.0)).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        return self.call(probe())
+
+    def models(self) -> list[dict[str, Any]]:
+        response = self.call(self._request("GET", "/v1/models"))
+        _raise_for_status(response, "GET /v1/models", self.api_base)
+        return list(response.json().get("data", []))
+
+    def load_adapter(self, name: str, path: str) -> None:
+        response = self.call(
+            self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        )
+        if response.status_code != 200:
+            raise VllmAdapterError(
+                f"the vLLM server at {self.api_base} refused LoRA adapter {name!r} from "
+                f"{path!r} (HTTP {response.status_code}: {_error_text(response)}). Check that "
+                f"it runs with --enable-lora, --max-lora-rank >= [lora] rank and "
+                f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and that it can read that folder "
+                f"(model.vllm.server_adapters_dir when it mounts the adapters elsewhere)"
+            )
+
+    def unload_adapter(self, name: str) -> None:
+        response = self.call(self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name}))
+        _raise_for_status(response, f"unloading LoRA adapter {name!r}", self.api_base)
+
+    async def complete(
+        self,
+        model: str,
+        prompt: Sequence[int],
+        num_samples: int,
+        params: SamplingParams,
+        max_tokens: int,
+    ) -> list[SampledSequence]:
+        """``num_samples`` continuations of ``prompt`` from adapter (or model) ``model``."""
+        body = completion_body(model, prompt, num_samples, params, max_tokens)
+        response = await self._in_loop(self._request("POST", "/v1/completions", body))
+        _raise_for_status(response, "POST /v1/completions", self.api_base)
+        return parse_choices(response.json(), num_samples)
+
+
+def completion_body(
+    model: str,
+    prompt: Sequence[int],
+    num_samples: int,
+    params: SamplingParams,
+    max_tokens: int,
+) -> dict[str, Any]:
+    """Every sampling parameter explicit: no server or model default may change the
+    distribution the learner compares against."""
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(prompt),
+        "n": num_samples,
+        "max_tokens": max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "logprobs": 0,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "stop_token_ids": list(params.stop_token_ids),
+    }
+    if params.stop_strings:
+        body["stop"] = list(params.stop_strings)
+        body["include_stop_str_in_output"] = True
+    if params.seed is not None:
+        body["seed"] = params.seed
+    return body
+
+
+def parse_choices(payload: dict[str, Any], num_samples: int) -> list[SampledSequence]:
+    """The choices of a completions response, in index order, as ``SampledSequence`` s."""
+    choices = sorted(payload.get("choices", []), key=lambda c: c.get("index", 0))
+    if len(choices) != num_samples:
+        raise VllmError(f"vLLM returned {len(choices)} choices for n={num_samples}")
+    out: list[SampledSequence] = []
+    for choice in choices:
+        lp = choice.get("logprobs") or {}
+        logprobs = lp.get("token_logprobs") or []
+        ids = choice.get("token_ids")
+        if ids is None:  # older servers: only the "token_id:N" strings
+            ids = [int(str(t).rpartition(":")[2]) for t in lp.get("tokens") or []]
+        if len(ids) != len(logprobs) or any(x is None for x in logprobs):
+            raise VllmError(
+                f"vLLM returned {len(ids)} tokens but {len(logprobs)} log-probs; is the "
+                f"server older than the API this provider needs (return_token_ids, logprobs)?"
+            )
+        reason = choice.get("finish_reason")
+        if reason not in ("stop", "length"):
+            raise VllmError(f"vLLM ended a sample with finish_reason={reason!r}")
+        out.append(
+            SampledSequence(
+                tokens=tuple(int(t) for t in ids),
+                logprobs=tuple(float(x) for x in logprobs),
+                stop_reason=reason,
+            )
+        )
+    return out
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:500]
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if isinstance(error, dict):
+        return str(error.get("message", error))[:500]
+    return str(error)[:500]
+
+
+def _raise_for_status(response: httpx.Response, what: str, where: str) -> None:
+    if response.status_code >= 400:
+        raise VllmError(
+            f"vLLM server at {where}: {what} failed with HTTP {response.status_code}: "
+            f"{_error_text(response)}"
+        )

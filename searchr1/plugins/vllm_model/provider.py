@@ -1,0 +1,281 @@
+"""``VllmModelProvider``: the local provider's training, with sampling on a vLLM server.
+
+Created once per run by the ``vllm`` factory (``[model] provider = "vllm"``) through
+:meth:`VllmModelProvider.from_config`. It *is* a
+:class:`~searchr1.plugins.local_model.provider.LocalModelProvider` (same model load, LoRA,
+learner, optimizer, checkpoints and resume, so the learner's sampler/learner mismatch metrics
+come for free) whose :meth:`sample` goes to the server instead of the in-process sampler.
+
+The policy the server samples from is always the trainer's current adapter: at start, after
+each :meth:`optim_step` and after :meth:`load_state`, the adapter is saved into a new folder
+under ``adapters_dir``, loaded under a new name (``searchr1-<run token>-<version>``; a new name,
+so no cached prefix computed with older weights is reused), the previous one is unloaded and
+its folder removed. The LoRA B matrices start at zero, so version 0 samples exactly the base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.logs import get_logger
+from searchr1.core.types import AdamParams, SampledSequence, SamplingParams
+from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.plugins.vllm_model.client import VllmClient, VllmError
+from searchr1.plugins.vllm_model.server import (
+    VllmServer,
+    free_port,
+    server_command,
+    wait_ready,
+)
+from searchr1.plugins.vllm_model.settings import VllmSettings, settings_problems
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+log = get_logger()
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    name: str
+    local_dir: Path
+
+
+class VllmModelProvider(LocalModelProvider):
+    """A :class:`~searchr1.core.types.ModelProvider`: trains in-process, samples on vLLM."""
+
+    client: VllmClient | None = None
+    server: VllmServer | None = None
+    adapter: _Adapter | None = None
+    max_model_len: int = 0
+    keep_server_log: bool = False
+
+    @classmethod
+    def from_config(cls, config: Config) -> VllmModelProvider:
+        """Check ``[model.vllm]``, load the model for training (as ``local``), reach or launch
+        the server, and publish the initial adapter."""
+        from searchr1.core.config import ConfigError, plugin_settings
+
+        settings = plugin_settings(config, "model", "vllm", VllmSettings)
+        if not settings.api_base and config.model.api_base:  # [model] api_base works too
+            settings = dataclasses.replace(settings, api_base=config.model.api_base)
+        problems = settings_problems(settings)
+        if problems:
+            raise ConfigError([f"{config.source}: {problem}" for problem in problems])
+        if config.model.top_p < 1.0:
+            log.warning(
+                "vllm_top_p",
+                top_p=config.model.top_p,
+                note="vLLM reports log-probs of the top-p renormalised distribution; the "
+                "learner's are before truncation, so ratios sit below 1 by the kept mass "
+                "(see mismatch/* metrics); top_p = 1.0 matches exactly",
+            )
+        provider = super().from_config(config)
+        assert isinstance(provider, VllmModelProvider)
+        with _sigterm_raises():
+            try:
+                provider._connect(config, settings)
+            except BaseException:
+                provider.keep_server_log = True  # the error names it
+                provider.close()
+                raise
+        return provider
+
+    def _connect(self, config: Config, settings: VllmSettings) -> None:
+        self._settings = settings
+        self._token = secrets.token_hex(3)
+        self._version = 0
+        self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
+        self._adapters = Path(settings.adapters_dir) if settings.adapters_dir else self._workdir
+        self._server_adapters = settings.server_adapters_dir or str(self._adapters)
+        self._adapters.mkdir(parents=True, exist_ok=True)
+        if settings.api_base:
+            api_base = settings.api_base
+        else:
+            port = free_port()
+            api_base = f"http://127.0.0.1:{port}"
+            command = server_command(
+                str(Path(settings.python).expanduser()),
+                model=_served_path(config.model.base_model),
+                port=port,
+                dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                max_model_len=settings.max_model_len
+                or min(config.rollout.max_trajectory_tokens, self.context_length),
+                lora_rank=config.lora.rank,
+                seed=config.run.seed,
+                extra=settings.server_args,
+            )
+            # Outside the temporary folder: a failed start keeps it (the error names it);
+            # a clean close removes it.
+            log_path = Path(tempfile.gettempdir()) / f"searchr1-vllm-{self._token}.log"
+            self.server = VllmServer.launch(command, log_path)
+        self.client = VllmClient(
+            api_base,
+            request_timeout_s=settings.request_timeout_s,
+            max_connections=settings.max_connections,
+            # A server started with --api-key wants it; [model] api_key holds it (a secret).
+            api_key=config.model.api_key if settings.api_base else "",
+        )
+        waited = wait_ready(
+            self.client.healthy,
+            where=api_base,
+            timeout_s=settings.startup_timeout_s,
+            server=self.server,
+        )
+        self.max_model_len = _base_max_model_len(self.client.models(), api_base)
+        self.publish_adapter()
+        log.info(
+            "vllm_ready",
+            api_base=api_base,
+            launched=self.server is not None,
+            ready_after_s=round(waited, 1),
+            max_model_len=self.max_model_len,
+            adapter=self.adapter.name if self.adapter else None,
+        )
+
+    # ------------------------------------------------------------------ adapter sync
+
+    def publish_adapter(self) -> float:
+        """Save the current adapter, load it on the server under a new name, unload the old
+        one; returns the seconds it took. Sampling uses the new one from now on."""
+        assert self.client is not None
+        t0 = time.perf_counter()
+        name = f"searchr1-{self._token}-{self._version}"
+        local_dir = self._adapters / name
+        with self.model_lock:
+            self.model.save_pretrained(str(local_dir))
+        try:
+            self.client.load_adapter(name, f"{self._server_adapters.rstrip('/')}/{name}")
+        except BaseException:
+            shutil.rmtree(local_dir, ignore_errors=True)
+            raise
+        old, self.adapter = self.adapter, _Adapter(name, local_dir)
+        self._version += 1
+        if old is not None:
+            self._drop(old)
+        return time.perf_counter() - t0
+
+    def _drop(self, adapter: _Adapter) -> None:
+        assert self.client is not None
+        try:
+            self.client.unload_adapter(adapter.name)
+        except VllmError as exc:  # a leftover adapter costs server memory, not correctness
+            log.warning("vllm_unload_failed", adapter=adapter.name, error=str(exc))
+        shutil.rmtree(adapter.local_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ ModelProvider
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        """``num_samples`` continuations of ``prompt_tokens`` from the current adapter, in one
+        completions request (the server batches it with every other request in flight)."""
+        if self.client is None or self.adapter is None:
+            raise RuntimeError("the vllm model provider is closed")
+        prompt = self._check(prompt_tokens, num_samples, params)
+        max_tokens = min(params.max_tokens, self.max_model_len - len(prompt))
+        return await self.client.complete(
+            self.adapter.name, prompt, num_samples, params, max_tokens
+        )
+
+    def _check(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[int]:
+        """The local sampler's rules for a request, and the server's context."""
+        prompt = [int(t) for t in prompt_tokens]
+        problem = None
+        if not prompt:
+            problem = "prompt_tokens is empty"
+        elif num_samples < 1:
+            problem = f"num_samples must be >= 1, got {num_samples}"
+        elif params.max_tokens < 1:
+            problem = f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}"
+        elif params.temperature < 0 or not 0.0 < params.top_p <= 1.0:
+            problem = f"temperature {params.temperature} / top_p {params.top_p} out of range"
+        elif any(not 0 <= t < self.vocab_size for t in prompt):
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size][:5]
+            problem = f"prompt_tokens holds ids outside the vocabulary ({self.vocab_size}): {bad}"
+        elif len(prompt) >= self.max_model_len:
+            problem = (
+                f"the prompt has {len(prompt)} tokens, the vLLM server's context is "
+                f"{self.max_model_len} (model.vllm.max_model_len); nothing can be generated"
+            )
+        if problem is not None:
+            raise ValueError(f"sample(): {problem}")
+        return prompt
+
+    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        """The learner's AdamW step, then the new adapter goes to the server."""
+        metrics = dict(super().optim_step(adam))
+        metrics["adapter_sync_s"] = self.publish_adapter()
+        return metrics
+
+    def load_state(self, path: str) -> None:
+        super().load_state(path)
+        if self.client is not None:
+            self.publish_adapter()
+
+    def close(self) -> None:
+        """Unload this run's adapter (a server that outlives the run keeps no trace), stop
+        a launched server, close the HTTP pool and remove the temporary folder."""
+        try:
+            if self.client is not None:
+                if self.adapter is not None and self.server is None:
+                    self._drop(self.adapter)
+                self.client.close()
+        finally:
+            self.client, self.adapter = None, None
+            try:
+                if self.server is not None:
+                    self.server.stop()
+                    if not self.keep_server_log:
+                        self.server.log_path.unlink(missing_ok=True)
+            finally:
+                workdir = getattr(self, "_workdir", None)
+                if workdir is not None:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                super().close()
+
+
+def _served_path(base_model: str) -> str:
+    """The model folder a launched server loads (``builtin:`` assets resolved here)."""
+    from searchr1.core.builtins import resolve
+
+    return resolve(base_model)
+
+
+def _base_max_model_len(models: list[dict[str, Any]], where: str) -> int:
+    """The base model's context from ``GET /v1/models`` (adapters list a ``parent``)."""
+    for card in models:
+        if not card.get("parent") and card.get("max_model_len"):
+            return int(card["max_model_len"])
+    raise VllmError(f"the vLLM server at {where} lists no base model with a max_model_len")
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the server starts, SIGTERM raises SystemExit instead of killing the trainer at
+    once, so the launched server is stopped on the way out."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

