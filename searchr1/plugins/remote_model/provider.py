@@ -127,6 +127,8 @@ class RemoteModelProvider:
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: str | None = None
+        #: forward_backward results submitted but not yet awaited (settled by optim_step)
+        self._pending: list[PendingResult] = []
 
     # ------------------------------------------------------------------ construction
 
@@ -322,15 +324,36 @@ class RemoteModelProvider:
         config = _loss_config(loss_fn)
         training = self._training_client()
         try:
-            output = self._call(
+            # Both SDKs queue the event and return a future at once; the answer is awaited
+            # only when the result is read or when optim_step runs (see PendingResult).
+            future = self._call(
                 "forward_backward",
                 lambda: training.forward_backward(
                     data, loss_fn=loss_fn.name, loss_fn_config=config
-                ).result(),
+                ),
             )
         except RemoteModelError as exc:
             raise self._step_failed("forward_backward", exc) from exc
+        pending = PendingResult(lambda: self._await_forward(future, datums, loss_scale))
+        self._pending.append(pending)
+        return pending
+
+    def _await_forward(
+        self, future: Any, datums: Sequence[Datum], loss_scale: float
+    ) -> ForwardBackwardResult:
+        """Wait for one submitted ``forward_backward``; a failure breaks the run."""
+        try:
+            output = self._call("forward_backward", future.result)
+        except RemoteModelError as exc:
+            raise self._step_failed("forward_backward", exc) from exc
         return _forward_result(output, datums, loss_scale)
+
+    def _settle(self) -> None:
+        """Wait for every submitted ``forward_backward``, in submission order; the first failure
+        raises (and breaks the run). Called by optim_step, save_state and close."""
+        pending, self._pending = self._pending, []
+        for result in pending:
+            result.resolve()
 
     def _sdk_datum(self, datum: Datum, loss_scale: float) -> Any:
         import numpy as np
@@ -356,8 +379,15 @@ class RemoteModelProvider:
             weight_decay=adam.weight_decay,
             grad_clip_norm=adam.grad_clip_norm or 0.0,
         )
+        # Submitted behind the step's forward_backward events before any of them is awaited,
+        # so the step costs one wait for all of them instead of one wait each.
         try:
-            response = self._call("optim_step", lambda: training.optim_step(params).result())
+            future = self._call("optim_step", lambda: training.optim_step(params))
+        except RemoteModelError as exc:
+            raise self._step_failed("optim_step", exc) from exc
+        self._settle()
+        try:
+            response = self._call("optim_step", future.result)
         except RemoteModelError as exc:
             raise self._step_failed("optim_step", exc) from exc
         with self._sampler_lock:
@@ -370,6 +400,7 @@ class RemoteModelProvider:
 
     def save_state(self, path: str) -> None:
         """Save weights + optimizer state on the service; record the URI under ``path``."""
+        self._settle()
         self._check_trainable()
         folder = Path(path)
         name = _checkpoint_name(folder.name)
@@ -410,11 +441,20 @@ class RemoteModelProvider:
             lambda: self._service.create_training_client_from_state_with_optimizer(uri),
         )
         self._broken = None
+        self._pending = []  # anything submitted to the old training run is abandoned with it
         with self._sampler_lock:
             self._refresh_sampler()
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
 
     def close(self) -> None:
+        # Results already handed out stay readable after close: wait for them here (a failure
+        # stays in its result and is raised when read; closing must not raise it).
+        pending, self._pending = self._pending, []
+        for result in pending:
+            try:
+                result.resolve()
+            except Exception:
+                pass
         self._training = None
         self._sampler = None
         try:
@@ -424,6 +464,51 @@ class RemoteModelProvider:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+class PendingResult(ForwardBackwardResult):
+    """A :class:`ForwardBackwardResult` whose ``loss`` and ``metrics`` are the service's answer
+    to a ``forward_backward`` already submitted, awaited on first read.
+
+    Why: the train loop calls ``forward_backward`` once per micro-batch, then ``optim_step``.
+    Awaiting each call before the next is submitted costs one service round trip per call;
+    returning this instead lets the loop submit every micro-batch and the optimizer step back
+    to back, and :meth:`RemoteModelProvider.optim_step` awaits them all at once. A caller that
+    reads ``loss`` or ``metrics`` before ``optim_step`` still gets the value (it just waits for
+    it there), so the ModelProvider contract is unchanged; only a failure of the call surfaces
+    at that first read (or in ``optim_step``) instead of in ``forward_backward`` itself.
+    """
+
+    def __init__(self, wait: Callable[[], ForwardBackwardResult]):  # no dataclass __init__
+        object.__setattr__(self, "_wait", wait)
+        object.__setattr__(self, "_value", None)
+        object.__setattr__(self, "_lock", threading.Lock())
+
+    def resolve(self) -> ForwardBackwardResult:
+        """The awaited result (waits once; a failure is raised again on every read)."""
+        with self._lock:
+            if self._value is None:
+                try:
+                    value = self._wait()
+                except BaseException as exc:
+                    object.__setattr__(self, "_value", exc)
+                    raise
+                object.__setattr__(self, "_value", value)
+        if isinstance(self._value, BaseException):
+            raise self._value
+        return self._value
+
+    @property  # type: ignore[override]
+    def loss(self) -> float:
+        return self.resolve().loss
+
+    @property  # type: ignore[override]
+    def metrics(self) -> Mapping[str, float]:
+        return self.resolve().metrics
+
+    def __repr__(self) -> str:
+        state = "pending" if self._value is None else repr(self._value)
+        return f"PendingResult({state})"
 
 
 def read_checkpoint(folder: Path) -> dict[str, Any]:
