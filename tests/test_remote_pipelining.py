@@ -112,3 +112,15 @@ def test_failed_forward_backward_surfaces_in_optim_step_and_stops_the_run(provid
     fake.clear_faults()
     with pytest.raises(RemoteStepError, match="--resume"):
         provider.forward_backward(datums, IS_LOSS)
+
+
+def test_tinker_service_session_is_finished_on_close():
+    """tinker 0.38's ``ServiceClient.close`` takes the finish status and returns a future;
+    calling it bare raised TypeError (logged as remote_close_failed, session left open)."""
+    tinker = pytest.importorskip("tinker")
+    from searchr1.plugins.remote_model.sdk import close_service
+
+    service = tinker.ServiceClient(api_key="tml-unused", base_url="http://127.0.0.1:9")
+    close_service(service)  # no session was opened: nothing to send, must not raise
+    with pytest.raises(RuntimeError, match="closed"):
+        service.create_sampling_client(base_model="unused")
