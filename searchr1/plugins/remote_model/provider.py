@@ -12,8 +12,12 @@ the ``local`` provider; what changes is where the work happens:
   drops ``weights`` for them); the ``importance_sampling``, ``ppo`` and ``cispo`` losses are
   linear in the advantage (``ppo``: positively homogeneous), so this scales loss and gradient
   exactly. The returned ``loss`` is divided back by ``loss_scale`` so it means the same as
-  the local provider's.
-* ``optim_step(adam)`` -> ``TrainingClient.optim_step`` then
+  the local provider's. The call is submitted and its result returned still in flight
+  (:class:`PendingResult`): it is awaited when ``loss``/``metrics`` are first read, or by
+  ``optim_step``, whichever comes first.
+* ``optim_step(adam)`` -> ``TrainingClient.optim_step`` submitted right behind the step's
+  ``forward_backward`` events, then all of them are awaited together (one service round trip
+  per step instead of one per call; ``bench/remote_step.py``), then
   ``save_weights_and_get_sampling_client()``, so every later ``sample`` uses the new weights.
 * ``save_state(folder)`` -> ``TrainingClient.save_state(name)`` (weights + optimizer state stay
   on the service); the returned checkpoint URI is written to ``folder/remote_checkpoint.json``,
