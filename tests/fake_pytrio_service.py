@@ -25,7 +25,8 @@ sampling run is another one loaded from the saved checkpoint. Losses are the bui
 ``gradient_accumulation`` totals are accepted and ignored.
 
 Faults: :meth:`FakePyTrio.inject` makes matching requests fail with a status (429, 5xx, 401...)
-or answer late, a given number of times.
+or answer late, a given number of times. :attr:`FakePyTrio.requests` records when each request
+started and ended, so a test can tell which requests the SDK had in flight together.
 
 Not faithful (the real service's behaviour is unknown here): how the real trainer normalises
 a policy loss (the fake sums), checkpoint storage and TTLs, capacity queueing
@@ -125,6 +126,9 @@ class FakePyTrio:
         self.policy = policy
         self.faults: list[Fault] = []
         self.counts: dict[str, int] = {}
+        #: every request as (method, path, start, end) in time.monotonic() seconds, for tests
+        #: that check which requests were in flight together
+        self.requests: list[tuple[str, str, float, float]] = []
         self.sampler_cache = sampler_cache
         self._root = Path(tempfile.mkdtemp(prefix="fake-pytrio-"))
         self._lock = threading.RLock()
@@ -706,6 +710,16 @@ def _handler_for(fake: FakePyTrio) -> type[BaseHTTPRequestHandler]:
             self._handle("DELETE")
 
         def _handle(self, method: str) -> None:
+            start = time.monotonic()
+            try:
+                self._route(method)
+            finally:
+                with fake._lock:
+                    fake.requests.append(
+                        (method, urlsplit(self.path).path, start, time.monotonic())
+                    )
+
+        def _route(self, method: str) -> None:
             parts = urlsplit(self.path)
             path = parts.path
             query = {k: v[0] for k, v in parse_qs(parts.query).items()}

@@ -261,7 +261,8 @@ def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):
     )
     try:
         datums = make_datums(725)
-        provider.forward_backward(datums[:1], IS_LOSS)  # init the trainer before timing one call
+        # init the trainer before timing one call (reading the loss awaits the call)
+        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018
         done_before = fake.count("done:trainer.forward_backward")
         slow = fake.inject("POST", r"^/actor/v1/events$", 0, delay=2.5)
         result = provider.forward_backward(datums, IS_LOSS)
@@ -277,7 +278,7 @@ def test_persistent_5xx_gives_up_with_a_clear_error_and_stops_training(provider,
     datums = make_datums(725)
     fake.inject("POST", r"^/actor/v1/events$", 503, times=10_000)
     with pytest.raises(RemoteStepError, match="HTTP 503") as info:
-        provider.forward_backward(datums, IS_LOSS)
+        provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
     assert "--resume" in str(info.value)
     fake.clear_faults()
     submitted = fake.count("POST /actor/v1/events")

@@ -172,15 +172,17 @@ def _train_step(
         cfg.train.max_micro_batch_datums,
         cfg.train.max_micro_batch_tokens,
     )
-    loss_total = 0.0
     micro_batches = pack_micro_batches(datums, limits)
-    parts = []
-    for batch in micro_batches:
-        result = c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
-        loss_total += result.loss
-        parts.append(result.metrics)
-    train_metrics = merge_train_metrics(parts)
+    results = [
+        c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
+        for batch in micro_batches
+    ]
     optim = c.model.optim_step(_adam(cfg)) if micro_batches else {}
+    # Results are read only after optim_step: a remote provider returns them still in flight
+    # (remote_model.provider.PendingResult) so the micro-batches and the optimizer step reach
+    # the service back to back; reading one earlier would wait for it there.
+    loss_total = sum((r.loss for r in results), 0.0)
+    train_metrics = merge_train_metrics([r.metrics for r in results])
     t_train = time.perf_counter() - t1
 
     # Rollout metrics describe the policy: they come from the step's first draw of

@@ -12,8 +12,12 @@ the ``local`` provider; what changes is where the work happens:
   drops ``weights`` for them); the ``importance_sampling``, ``ppo`` and ``cispo`` losses are
   linear in the advantage (``ppo``: positively homogeneous), so this scales loss and gradient
   exactly. The returned ``loss`` is divided back by ``loss_scale`` so it means the same as
-  the local provider's.
-* ``optim_step(adam)`` -> ``TrainingClient.optim_step`` then
+  the local provider's. The call is submitted and its result returned still in flight
+  (:class:`PendingResult`): it is awaited when ``loss``/``metrics`` are first read, or by
+  ``optim_step``, whichever comes first.
+* ``optim_step(adam)`` -> ``TrainingClient.optim_step`` submitted right behind the step's
+  ``forward_backward`` events, then all of them are awaited together (one service round trip
+  per step instead of one per call; ``bench/remote_step.py``), then
   ``save_weights_and_get_sampling_client()``, so every later ``sample`` uses the new weights.
 * ``save_state(folder)`` -> ``TrainingClient.save_state(name)`` (weights + optimizer state stay
   on the service); the returned checkpoint URI is written to ``folder/remote_checkpoint.json``,
@@ -77,6 +81,7 @@ from searchr1.plugins.remote_model.errors import (
     RemoteStepError,
     translate,
 )
+from searchr1.plugins.remote_model.pending import PendingResult
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
 
 if TYPE_CHECKING:
@@ -127,6 +132,8 @@ class RemoteModelProvider:
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: str | None = None
+        #: forward_backward results submitted but not yet awaited (settled by optim_step)
+        self._pending: list[PendingResult] = []
 
     # ------------------------------------------------------------------ construction
 
@@ -322,15 +329,36 @@ class RemoteModelProvider:
         config = _loss_config(loss_fn)
         training = self._training_client()
         try:
-            output = self._call(
+            # Both SDKs queue the event and return a future at once; the answer is awaited
+            # only when the result is read or when optim_step runs (see PendingResult).
+            future = self._call(
                 "forward_backward",
                 lambda: training.forward_backward(
                     data, loss_fn=loss_fn.name, loss_fn_config=config
-                ).result(),
+                ),
             )
         except RemoteModelError as exc:
             raise self._step_failed("forward_backward", exc) from exc
+        pending = PendingResult(lambda: self._await_forward(future, datums, loss_scale))
+        self._pending.append(pending)
+        return pending
+
+    def _await_forward(
+        self, future: Any, datums: Sequence[Datum], loss_scale: float
+    ) -> ForwardBackwardResult:
+        """Wait for one submitted ``forward_backward``; a failure breaks the run."""
+        try:
+            output = self._call("forward_backward", future.result)
+        except RemoteModelError as exc:
+            raise self._step_failed("forward_backward", exc) from exc
         return _forward_result(output, datums, loss_scale)
+
+    def _settle(self) -> None:
+        """Wait for every submitted ``forward_backward``, in submission order; the first failure
+        raises (and breaks the run). Called by optim_step, save_state and close."""
+        pending, self._pending = self._pending, []
+        for result in pending:
+            result.resolve()
 
     def _sdk_datum(self, datum: Datum, loss_scale: float) -> Any:
         import numpy as np
@@ -356,8 +384,15 @@ class RemoteModelProvider:
             weight_decay=adam.weight_decay,
             grad_clip_norm=adam.grad_clip_norm or 0.0,
         )
+        # Submitted behind the step's forward_backward events before any of them is awaited,
+        # so the step costs one wait for all of them instead of one wait each.
         try:
-            response = self._call("optim_step", lambda: training.optim_step(params).result())
+            future = self._call("optim_step", lambda: training.optim_step(params))
+        except RemoteModelError as exc:
+            raise self._step_failed("optim_step", exc) from exc
+        self._settle()
+        try:
+            response = self._call("optim_step", future.result)
         except RemoteModelError as exc:
             raise self._step_failed("optim_step", exc) from exc
         with self._sampler_lock:
@@ -370,6 +405,7 @@ class RemoteModelProvider:
 
     def save_state(self, path: str) -> None:
         """Save weights + optimizer state on the service; record the URI under ``path``."""
+        self._settle()
         self._check_trainable()
         folder = Path(path)
         name = _checkpoint_name(folder.name)
@@ -410,11 +446,20 @@ class RemoteModelProvider:
             lambda: self._service.create_training_client_from_state_with_optimizer(uri),
         )
         self._broken = None
+        self._pending = []  # anything submitted to the old training run is abandoned with it
         with self._sampler_lock:
             self._refresh_sampler()
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
 
     def close(self) -> None:
+        # Results already handed out stay readable after close: wait for them here (a failure
+        # stays in its result and is raised when read; closing must not raise it).
+        pending, self._pending = self._pending, []
+        for result in pending:
+            try:
+                result.resolve()
+            except Exception:
+                pass
         self._training = None
         self._sampler = None
         try:

@@ -11,6 +11,7 @@ Called once per run by :meth:`RemoteModelProvider.from_config`.
 from __future__ import annotations
 
 import importlib
+import inspect
 from types import ModuleType
 from typing import Any
 
@@ -69,7 +70,16 @@ def close_service(service: Any) -> None:
     """End the remote service session now rather than when the client is garbage collected."""
     close = getattr(service, "close", None)
     if callable(close):
-        close()
+        try:
+            params = inspect.signature(close).parameters
+        except (TypeError, ValueError):
+            params = {}
+        # tinker >= 0.38: close(status) marks the session finished and returns a future; the
+        # session is over only once that future resolves.
+        done = close("success") if "status" in params else close()
+        result = getattr(done, "result", None)
+        if callable(result):
+            result(timeout=30)
         return
     # PyTRIO has no public close; its runtime's shutdown is what its finalizer calls.
     runtime = getattr(service, "_runtime", None)
