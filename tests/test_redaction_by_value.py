@@ -101,3 +101,25 @@ def test_log_events_mask_the_key_everywhere(project: Path) -> None:
     for text in (stream.getvalue(), (project / "events.jsonl").read_text()):
         assert KEY not in text and CRED not in text
         assert json.loads(text.splitlines()[-1])["url"] == "https://h.example/v1?key=***"
+
+
+def test_only_secret_looking_variable_names_are_masked_by_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A variable counts as secret by a KEY(S)/TOKEN/PASSWORD part of its name or SECRET in it
+    (HF_TOKEN, ZHIHU_SEARCH_KEYS); MAX_TOKENS is a number, not a secret: masking its "2048"
+    would blank every 2048 in the logs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MAX_TOKENS", "2048")
+    monkeypatch.setenv("HF_TOKEN", "hf-abcdef123456")
+    monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
+    (tmp_path / "c.toml").write_text(
+        '[model]\nprovider = "local"\nmax_new_tokens = 2048\n'
+        '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+        'note = "${HF_TOKEN} and ${MAX_TOKENS}"\n'
+    )
+    config = load_config(str(tmp_path / "c.toml"))
+    assert "hf-abcdef123456" in config.secrets and "2048" not in config.secrets
+    assert main(["config", "check", "--config", str(tmp_path / "c.toml")]) == 0
+    out = capsys.readouterr().out
+    assert 'note = "*** and 2048"' in out and "max_new_tokens = 2048" in out

@@ -164,6 +164,16 @@ def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys)
     assert "# warning: search.api_keys is ignored by search provider 'local'" in out
     assert "# warning: model.api_base is ignored by provider 'local'" in out
     assert "# warning: model.api_key is ignored by provider 'local'" in out
+    # the seed's dropout 0.05: the in-process learner scores with dropout off (on-policy ratio 1)
+    assert "# warning: lora.dropout = 0.05 has no effect on provider 'local'" in out
+    vllm = text.replace("[model]\n", '[model]\nprovider = "vllm"\n').replace(
+        "top_p = 0.95", "top_p = 0.9"
+    )
+    (project / "config.toml").write_text(vllm.replace('"zhihu"', '"local"'))
+    assert cli(["config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "# warning: model.top_p = 0.9 on provider 'vllm'" in out
+    assert "# warning: lora.dropout = 0.05 has no effect on provider 'vllm'" in out
     (project / "config.toml").write_text(text)
     assert cli(["config", "check"]) == 0
     out = capsys.readouterr().out

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 #: providers that sample and train on a remote Tinker-shaped service
 REMOTE_TRAINING = ("taotoken", "tinker")
+#: providers whose learner is the in-process one (``plugins/local_model/learner.py``)
+LOCAL_TRAINING = ("local", "vllm")
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
 #: the environment variable a literal secret should move to, per secret field
@@ -99,6 +101,18 @@ def unhonoured_settings(config: Config) -> list[str]:
                     f"model.{key} is ignored by provider 'local' (the model runs in this "
                     f'process); remove provider or set provider = "taotoken" to use the service'
                 )
+    if provider in LOCAL_TRAINING and config.lora.dropout > 0:
+        out.append(
+            f"lora.dropout = {config.lora.dropout:g} has no effect on provider {provider!r}: the "
+            f"learner scores the policy with dropout off, as the sampler runs it, so on-policy "
+            f"importance ratios are 1 (a dropout-thinned learner put them up to 1.10 at 0.05)"
+        )
+    if provider == "vllm" and config.model.top_p < 1.0:
+        out.append(
+            f"model.top_p = {config.model.top_p:g} on provider 'vllm': vLLM reports log-probs of "
+            f"the top-p renormalised distribution, the learner's are before truncation, so "
+            f"ratios sit below 1 by the kept mass (see mismatch/*); top_p = 1.0 matches exactly"
+        )
     if config.search.provider == "local":
         for key in ("api_keys", "api_base"):
             if getattr(config.search, key):
@@ -128,7 +142,8 @@ def temperature_note(config: Config) -> str:
         f"at temperature {t:g} but computes the learner's log-probs untempered (T = 1), so the "
         f"importance ratio exp(learner - sampler) compares the untempered policy with the "
         f"tempered sampling distribution and is not 1 even on-policy. The run uses {t:g} as "
-        f"set; each step's metrics log the gap as ratio_mean (1.0 when both agree)"
+        f"set; each step's metrics log the gap as mismatch/kl_sample_train and ratio_mean "
+        f"(0 and 1.0 when both agree)"
     )
 
 

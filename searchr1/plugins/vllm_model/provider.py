@@ -72,14 +72,7 @@ class VllmModelProvider(LocalModelProvider):
         problems = settings_problems(settings)
         if problems:
             raise ConfigError([f"{config.source}: {problem}" for problem in problems])
-        if config.model.top_p < 1.0:
-            log.warning(
-                "vllm_top_p",
-                top_p=config.model.top_p,
-                note="vLLM reports log-probs of the top-p renormalised distribution; the "
-                "learner's are before truncation, so ratios sit below 1 by the kept mass "
-                "(see mismatch/* metrics); top_p = 1.0 matches exactly",
-            )
+        # top_p < 1 is announced with the other unhonoured settings (core/config_advice.py)
         provider = super().from_config(config)
         assert isinstance(provider, VllmModelProvider)
         with _sigterm_raises():
