@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,6 +10,8 @@ from fakes import template_tokenizer, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from searchr1.cli.smoke_verdict import seed_criteria
+from searchr1.core import agent_protocols
 from searchr1.core.agent_protocols import (
     SEARCH_TOOL,
     Action,
@@ -17,7 +20,15 @@ from searchr1.core.agent_protocols import (
     make_protocol,
 )
 from searchr1.core.config import Config
-from searchr1.core.types import Question, SearchResponse, SearchResult
+from searchr1.core.types import (
+    Question,
+    RewardResult,
+    SearchResponse,
+    SearchResult,
+    Trajectory,
+    Turn,
+)
+from searchr1.plugins.rewards import components
 
 Q = Question(id="q", question="  Who is the author of The Little Prince? ", golden_answers=("x",))
 
@@ -152,6 +163,48 @@ def test_tool_calls_parse_the_earliest_action(tools, text, action) -> None:
 def test_extract_answers_counts_every_occurrence(tags, tools) -> None:
     assert tags.extract_answers("<answer> a </answer> x <answer>b</answer>") == ["a", "b"]
     assert tools.extract_answers("Answer: a\nthinking\n  Answer:   b  \nAnswer:") == ["a", "b", ""]
+
+
+def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> None:
+    """The format reward and smoke's verdict ask the protocol, so a protocol added to the
+    registry is honoured by both without either naming it."""
+
+    class Final(TagsProtocol):
+        name = "final"
+        answer_format = "one FINAL=<answer> line"
+
+        @classmethod
+        def extract_answers(cls, text: str) -> list[str]:
+            return [line[6:] for line in text.splitlines() if line.startswith("FINAL=")]
+
+    monkeypatch.setitem(agent_protocols.PROTOCOLS, "final", Final)
+    text = "<answer>not this</answer>\nFINAL=Lyon"
+    assert agent_protocols.extract_answers("final", text) == ["Lyon"]
+    assert agent_protocols.extract_answers("", text) == ["not this"]  # old records: tags
+    with pytest.raises(ValueError, match="unknown agent protocol 'xml'"):
+        agent_protocols.extract_answers("xml", text)
+
+    def trajectory(protocol: str) -> Trajectory:
+        turn = Turn((), (), text, "answer")
+        return Trajectory(
+            trajectory_id="t", question="q", golden_answers=("Lyon",), tokens=(),
+            generated_mask=(), logprobs=(), prompt_len=0, turns=(turn,), end_reason="answered",
+            final_answer="Lyon", final_text=text, search_calls=1, search_errors=0,
+            protocol=protocol,
+        )  # fmt: skip
+
+    assert components(trajectory("final"), ["Lyon"])["format"] == 1.0
+    assert components(trajectory("tags"), ["Lyon"])["format"] == 1.0  # one <answer> element
+    twice = dataclasses.replace(
+        trajectory("final"), turns=(Turn((), (), f"{text}\n{text}", "answer"),)
+    )
+    assert components(twice, ["Lyon"])["format"] == 0.0  # two FINAL= lines
+
+    criteria = seed_criteria(
+        [trajectory("final")], [RewardResult(1.0, {"format": 1.0})], protocol=Final,
+        max_search_calls=4, search_success=1.0, min_success_rate=0.9, search_calls_made=1,
+    )  # fmt: skip
+    assert "answers in the final format (one FINAL=<answer> line)" in [c.name for c in criteria]
 
 
 # ------------------------------------------------------------------ observations

@@ -11,8 +11,8 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.agent_protocols import TagsProtocol, ToolCallsProtocol
-from searchr1.core.answers import exact_match, extract_answers, f1_score, normalize_answer
+from searchr1.core.agent_protocols import TagsProtocol, ToolCallsProtocol, extract_answers
+from searchr1.core.answers import exact_match, f1_score, normalize_answer
 from searchr1.core.config import Config, ConfigError, parse_config
 from searchr1.core.plugins import load_registry
 from searchr1.core.rollout import rollout_questions

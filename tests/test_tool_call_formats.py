@@ -16,8 +16,13 @@ import json
 import pytest
 from fakes import FakeSearch, ScriptedModel, template_tokenizer
 
-from searchr1.core.agent_protocols import SEARCH_TOOL, Action, ToolCallsProtocol, make_protocol
-from searchr1.core.answers import extract_answers
+from searchr1.core.agent_protocols import (
+    SEARCH_TOOL,
+    Action,
+    ToolCallsProtocol,
+    extract_answers,
+    make_protocol,
+)
 from searchr1.core.config import Config
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.rollout import rollout_questions

@@ -44,6 +44,7 @@ from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, seed_criteria
+from searchr1.core.agent_protocols import protocol_class
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
@@ -168,7 +169,7 @@ class _Smoke:
         criteria = seed_criteria(
             trajectories,
             results,
-            protocol=self.config.rollout.protocol,
+            protocol=protocol_class(self.config.rollout.protocol),
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,

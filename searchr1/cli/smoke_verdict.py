@@ -18,13 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from searchr1.core.agent_protocols import AgentProtocol
 from searchr1.core.types import RewardResult, Trajectory
-
-#: the answer format of each protocol, as the verdict names it
-FORMATS = {
-    "tool_calls": "one final `Answer: <short answer>` line",
-    "tags": "one <answer>...</answer> element",
-}
 
 
 @dataclass(frozen=True)
@@ -44,13 +39,14 @@ def seed_criteria(
     trajectories: Sequence[Trajectory],
     results: Sequence[RewardResult],
     *,
-    protocol: str,
+    protocol: type[AgentProtocol] | AgentProtocol,
     max_search_calls: int,
     search_success: float,
     min_success_rate: float,
     search_calls_made: int,
 ) -> list[Criterion]:
-    """The seed's four criteria over one group (an empty group fails the first three)."""
+    """The seed's four criteria over one group (an empty group fails the first three).
+    ``protocol`` (the run's agent protocol, its class will do) names the answer format."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
     detail = f"{pos} positive, {neg} negative of {len(rewards)}"
@@ -74,11 +70,10 @@ def seed_criteria(
         )
     )
     formatted = sum(1 for r in results if r.components.get("format", 0.0) > 0.0)
-    form = FORMATS.get(protocol, f"the {protocol} protocol's answer format")
     ends = sorted({t.end_reason for t in trajectories})
     out.append(
         Criterion(
-            f"answers in the {protocol} format ({form})",
+            f"answers in the {protocol.name} format ({protocol.answer_format})",
             formatted > 0,
             f"{formatted} of {len(results)} answered in the format"
             + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),

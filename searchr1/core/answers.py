@@ -1,8 +1,11 @@
 """Answer extraction, normalisation, exact match and F1 (``docs/protocols.md`` §4).
 
 Called by the reward plugins (the built-in ``rewards`` ones) once per finished trajectory,
-by eval for its metrics, and by the agent protocols to find final answers in generated text.
-Pure functions over strings: no tokenizer, no torch.
+by eval for its metrics, and by the agent protocols, which own their answer format and read
+it with :func:`answer_elements` (``tags``) or :func:`answer_lines` (``tool_calls``); a reward
+finds a trajectory's answers through its protocol
+(:func:`searchr1.core.agent_protocols.extract_answers`). Pure functions over strings: no
+tokenizer, no torch, and no knowledge of which protocol is which.
 """
 
 from __future__ import annotations
@@ -27,20 +30,6 @@ def answer_elements(text: str) -> list[str]:
 def answer_lines(text: str) -> list[str]:
     """The stripped value of every line of the form ``Answer: <value>`` (value may be empty)."""
     return [m.group(1).strip() for m in ANSWER_LINE_RE.finditer(text)]
-
-
-def extract_answers(protocol: str, text: str) -> list[str]:
-    """Every final-answer occurrence in one turn's ``text`` under the named agent protocol
-    (``""`` means ``tags``): the protocol class owns its answer format (``<answer>`` elements
-    for ``tags``; ``Answer:`` lines outside ``<think>`` blocks for ``tool_calls``)."""
-    from searchr1.core.agent_protocols import PROTOCOLS  # the protocols import this module
-
-    try:
-        cls = PROTOCOLS[protocol or "tags"]
-    except KeyError:
-        known = ", ".join(repr(n) for n in PROTOCOLS)
-        raise ValueError(f"unknown agent protocol {protocol!r} (expected one of {known})") from None
-    return cls.extract_answers(text)
 
 
 def normalize_answer(text: str) -> str:

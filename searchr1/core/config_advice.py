@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: providers that sample and train on a remote Tinker-shaped service
 REMOTE_TRAINING = ("taotoken", "tinker")

@@ -26,13 +26,12 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 import structlog
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.console import Console
-    from searchr1.core.sinks import SinkHub
 
 T = TypeVar("T")
 _BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
@@ -89,8 +88,19 @@ class _JsonLinesFile:
         self._fh.close()
 
 
+class EventHub(Protocol):
+    """What the event stream feeds: :class:`searchr1.core.sinks.SinkHub` (the sinks layer
+    imports this module, not the other way round, so the logs know the hub only by shape)."""
+
+    def event(self, event: dict[str, Any]) -> None: ...
+
+    def trajectories(self, step: int, records: Iterable[dict[str, Any]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 _file_sink: _JsonLinesFile | None = None
-_hub: SinkHub | None = None
+_hub: EventHub | None = None
 _console: Console | None = None
 
 
@@ -101,7 +111,7 @@ def _sinks_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> 
     return event_dict
 
 
-def attach_sinks(hub: SinkHub) -> None:
+def attach_sinks(hub: EventHub) -> None:
     """Connect the run's metric sinks to the event stream (``open_run``, train only)."""
     global _hub
     close_sinks()
@@ -111,13 +121,8 @@ def attach_sinks(hub: SinkHub) -> None:
 def log_trajectories(step: int, records: Iterable[dict[str, Any]]) -> None:
     """Send a few dumped trajectories (``trajectory_to_dict`` records) to the metric sinks as
     redacted text. The train loop calls it where it writes ``trajectories/step_N.jsonl``."""
-    if _hub is None or not _hub.sinks:
-        return
-    from searchr1.core.sinks import trajectory_text
-
-    texts = [redact_text(trajectory_text(r)) for r in records]
-    if texts:
-        _hub.texts(step, "trajectories", texts)
+    if _hub is not None:
+        _hub.trajectories(step, records)
 
 
 def close_sinks() -> None:

@@ -17,13 +17,14 @@ Only mistakes the user must fix stop the run at start: an unknown sink name, a b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
+from searchr1.core.logs import get_logger, redact_text, redact_value
 from searchr1.core.plugins import PluginError, Registry
 from searchr1.core.types import MetricSink
 
@@ -59,8 +60,6 @@ class _Guarded:
 
 
 def _warn_failed(name: str, method: str, exc: BaseException) -> None:
-    from searchr1.core.logs import get_logger
-
     get_logger().warning(
         "sink_failed",
         sink=name,
@@ -105,13 +104,20 @@ class SinkHub:
         for s in self.sinks:
             s.call("log_texts", step, name, list(texts))
 
+    def trajectories(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
+        """A few dumped trajectories as redacted text (:func:`searchr1.core.logs.log_trajectories`
+        calls this where the train loop writes ``trajectories/step_N.jsonl``)."""
+        if not self.sinks:
+            return
+        texts = [redact_text(trajectory_text(r)) for r in records]
+        if texts:
+            self.texts(step, "trajectories", texts)
+
     def close(self) -> None:
         sinks, self.sinks = self.sinks, []
         for s in sinks:
             s.call("close")
             if s.failures > 1:
-                from searchr1.core.logs import get_logger
-
                 get_logger().warning("sink_failures", sink=s.name, failures=s.failures)
 
 
@@ -129,8 +135,6 @@ def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
     Raises PluginError for an unknown name (with "did you mean") and ConfigError/UserError
     for a problem the user must fix; any other factory failure drops that sink with a
     warning."""
-    from searchr1.core.logs import redact_value
-
     hub = SinkHub()
     for name in config.log.sinks:
         try:

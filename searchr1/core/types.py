@@ -314,7 +314,7 @@ class Trajectory:
     data_source: str = ""
     group_id: str = ""
     #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
-    #: answer format from it (``searchr1.core.answers.extract_answers``)
+    #: answer format from it (``searchr1.core.agent_protocols.extract_answers``)
     protocol: str = ""
 
 

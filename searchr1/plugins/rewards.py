@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from searchr1.core.answers import exact_match, extract_answers, f1_score
+from searchr1.core.agent_protocols import extract_answers
+from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import RewardResult, Trajectory
@@ -43,7 +44,7 @@ class RewardSettings:
 def components(trajectory: Trajectory, golden_answers: Sequence[str]) -> dict[str, float]:
     """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring)."""
     # Per turn: a turn's reasoning (e.g. a think block the prompt opened) is its own.
-    protocol = trajectory.protocol or "tags"
+    protocol = trajectory.protocol
     answers = [a for turn in trajectory.turns for a in extract_answers(protocol, turn.text)]
     format_ok = (
         trajectory.final_answer is not None

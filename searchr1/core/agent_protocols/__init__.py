@@ -10,7 +10,9 @@
 
 Both produce the same :class:`~searchr1.core.types.Trajectory` record through
 :mod:`searchr1.core.rollout`. Called once per run by train, smoke and eval (and by the offline
-world to render scripted cold-start trajectories).
+world to render scripted cold-start trajectories). Each protocol owns its answer format:
+reward plugins call :func:`extract_answers` with a trajectory's ``protocol`` name, and the
+class of that name reads the text.
 """
 
 from __future__ import annotations
@@ -45,6 +47,19 @@ def protocol_class(name: str) -> type[AgentProtocol]:
         raise ValueError(f"rollout.protocol = {name!r} is not one of {known}") from None
 
 
+def extract_answers(protocol: str, text: str) -> list[str]:
+    """Every final-answer occurrence in one turn's ``text`` under the protocol named
+    ``protocol`` (a trajectory's ``protocol`` field; ``""``, as in records older than that
+    field, means ``tags``), read by that protocol class's own
+    :meth:`~AgentProtocol.extract_answers`. Called by reward plugins once per turn."""
+    try:
+        cls = PROTOCOLS[protocol or "tags"]
+    except KeyError:
+        known = ", ".join(repr(n) for n in PROTOCOLS)
+        raise ValueError(f"unknown agent protocol {protocol!r} (expected one of {known})") from None
+    return cls.extract_answers(text)
+
+
 def make_protocol(config: Config, tokenizer: Tokenizer) -> AgentProtocol:
     """The protocol chosen by ``config.rollout.protocol``, bound to ``tokenizer``."""
     cls = protocol_class(config.rollout.protocol)
@@ -60,6 +75,7 @@ __all__ = [
     "CallFormat",
     "TagsProtocol",
     "ToolCallsProtocol",
+    "extract_answers",
     "format_search_results",
     "make_protocol",
     "protocol_class",

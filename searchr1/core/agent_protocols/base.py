@@ -11,8 +11,10 @@ Who calls what, and when:
 * The offline world / warm start renders scripted cold-start trajectories with
   :meth:`AgentProtocol.assistant_turn_tokens`, so scripted turns are token-for-token what the
   sampler would have produced for the same text.
-* Reward plugins call :func:`searchr1.core.answers.extract_answers` (via the trajectory's
-  ``protocol`` name); they never need a tokenizer.
+* Reward plugins call :func:`searchr1.core.agent_protocols.extract_answers` with the
+  trajectory's ``protocol`` name, which calls that class's :meth:`AgentProtocol.extract_answers`;
+  they never need a tokenizer. ``searchr1 smoke`` names the expected format in its verdict with
+  :attr:`AgentProtocol.answer_format`. Nothing outside a protocol class knows its answer format.
 
 Every protocol is token-in/token-out: the rollout never decodes sampled tokens to re-encode
 them. Decoding happens only to *read* a turn (parse its action); the token sequence the policy
@@ -83,11 +85,13 @@ class AgentProtocol(ABC):
     """How the policy talks to the environment. One instance per run, shared by every
     concurrent trajectory: implementations hold no per-trajectory state.
 
-    Subclasses set :attr:`name` (the ``[rollout] protocol`` value), :attr:`stop_strings` and
-    implement the abstract methods.
+    Subclasses set :attr:`name` (the ``[rollout] protocol`` value), :attr:`answer_format`,
+    :attr:`stop_strings` and implement the abstract methods.
     """
 
     name: ClassVar[str]
+    #: the final answer the format reward expects, as a person reads it (smoke's verdict)
+    answer_format: ClassVar[str]
     stop_strings: tuple[str, ...] = ()
     #: markup the parser reads; kept when decoding for reading even if the tokenizer marks
     #: it special (see :meth:`decode`)
@@ -172,7 +176,8 @@ class AgentProtocol(ABC):
     def extract_answers(cls, text: str) -> list[str]:
         """Every final-answer occurrence in one turn's generated text (for the format reward,
         which needs exactly one over the trajectory). A class method: rewards call it through
-        :func:`searchr1.core.answers.extract_answers` by protocol name, without a tokenizer."""
+        :func:`searchr1.core.agent_protocols.extract_answers` by protocol name, without a
+        tokenizer."""
 
     # ------------------------------------------------------------------ observations
 

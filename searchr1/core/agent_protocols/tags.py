@@ -48,6 +48,7 @@ class TagsProtocol(AgentProtocol):
     """Search-R1 tags: ``<search>``, ``<information>``, ``<answer>``."""
 
     name = "tags"
+    answer_format = "one <answer>...</answer> element"
     stop_strings = ("</search>", "</answer>")
     tags = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>")
 

@@ -81,6 +81,7 @@ class ToolCallsProtocol(AgentProtocol):
     ``<think>`` block; False: it holds a closed one, thinking is off; None: neither)."""
 
     name = "tool_calls"
+    answer_format = "one final `Answer: <short answer>` line"
     stop_strings = (CALL_CLOSE,)  # replaced by the detected format's closing tag
     tags = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+import searchr1.plugins.local_model.kv_cache as kv_cache
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
-from searchr1.plugins.local_model import kv_cache
 from searchr1.plugins.local_model.next_token import row_generator
 
 _DRAWS = 64  # uniforms drawn at once from a seeded row's own stream

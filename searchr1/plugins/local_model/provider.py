@@ -208,7 +208,7 @@ class LocalModelProvider:
         return self.learner.optim_step(adam)
 
     def save_state(self, path: str) -> None:
-        from searchr1.plugins.local_model import state
+        import searchr1.plugins.local_model.state as state
 
         with self.model_lock:
             state.save_state(
@@ -220,7 +220,7 @@ class LocalModelProvider:
             )
 
     def load_state(self, path: str) -> None:
-        from searchr1.plugins.local_model import state
+        import searchr1.plugins.local_model.state as state
 
         self.sampler.forget()
         with self.model_lock:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from searchr1.plugins.local_model import kv_cache
+import searchr1.plugins.local_model.kv_cache as kv_cache
 
 
 @dataclass(eq=False)

@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
+import searchr1.plugins.local_model.kv_cache as kv_cache
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
-from searchr1.plugins.local_model import kv_cache
 from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row

@@ -1,0 +1,229 @@
+"""The config schema: one frozen dataclass per ``config.toml`` section, and :class:`Config`.
+
+Each field's metadata carries its checks (``min``, ``max``, ``gt``, ``lt``, ``choices``,
+``nonempty``, ``unique``, ``length``...; applied by
+:func:`searchr1.core.config_validate.check_table`) and whether it is a ``secret`` (kept out
+of ``repr()``, masked by :meth:`Config.to_dict`, and collected for log redaction by
+:func:`searchr1.core.config.parse_config`). The dataclasses are the schema: parsing and
+checking read their fields, defaults and metadata, so adding a setting means adding one
+field here (and, where it needs one, a cross-field check in ``config_validate``).
+
+Everything here is importable from :mod:`searchr1.core.config`, which is the path code and
+plugins use (``from searchr1.core.config import Config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from searchr1.core.config_values import REDACTED, mask_secrets
+
+
+def _f(default: Any, **checks: Any) -> Any:
+    """A schema field: ``default`` plus checks kept in the field's metadata."""
+    # Secrets stay out of repr(), so a config printed in a traceback or log leaks nothing.
+    show = not checks.get("secret", False)
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=checks, repr=show)
+    return field(default=default, metadata=checks, repr=show)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = _f("", help="run name; empty = a timestamp")
+    dir: str = _f("runs", help="parent folder of run folders")
+    seed: int = _f(0, min=0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    provider: str = _f(
+        "local",
+        help="model provider plugin name; when absent from the file: taotoken if [model] sets "
+        "api_base or api_key, else local (config_advice.infer_choices)",
+    )
+    api_base: str = _f("")
+    api_key: str = _f("", secret=True)
+    base_model: str = _f("builtin:tiny")
+    temperature: float = _f(0.8, gt=0.0)
+    top_p: float = _f(0.95, gt=0.0, max=1.0)
+    max_new_tokens: int = _f(2048, min=1)
+    device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16"))
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    rank: int = _f(32, min=1, max=1024)
+    alpha: float = _f(64.0, gt=0.0)
+    dropout: float = _f(0.05, min=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = _f(
+        ("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True, split=True
+    )  # or "all-linear" (peft: every linear layer but the output head)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    questions_per_batch: int = _f(8, min=1)
+    group_size: int = _f(8, min=2)
+    max_search_calls: int = _f(4, min=0)
+    max_assistant_turns: int = _f(6, min=1)
+    max_trajectory_tokens: int = _f(8192, min=16)
+    protocol: str = _f("tool_calls", choices=("tags", "tool_calls"))
+    enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
+    max_observation_tokens: int = _f(512, min=8)
+    dynamic_sampling: bool = _f(False)
+    max_extra_draws: int = _f(16, min=0)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    provider: str = _f("local")
+    api_keys: tuple[str, ...] = _f((), secret=True, split=True)
+    api_base: str = _f("")
+    top_k: int = _f(3, min=1, max=100)
+    timeout_seconds: float = _f(10.0, gt=0.0)
+    max_retries: int = _f(2, min=0)
+    max_concurrency: int = _f(16, min=1)
+    key_cooldown_seconds: float = _f(
+        math.inf, gt=0.0, inf_ok=True, help="inf = benched for the whole run"
+    )
+    cache: bool = _f(True)
+    max_query_chars: int = _f(512, min=1)
+    min_success_rate: float = _f(0.9, min=0.0, max=1.0)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    name: str = _f("format_answer")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_steps: int = _f(20, min=0)
+    save_every: int = _f(5, min=1)
+    loss_fn: str = _f("importance_sampling")
+    max_datum_tokens: int = _f(8192, min=16)
+    max_micro_batch_datums: int = _f(32, min=1)
+    max_micro_batch_tokens: int = _f(64000, min=16)
+    scale_advantages_by_std: bool = _f(False)
+    guard_max_waits: int = _f(3, min=0)
+    guard_backoff_seconds: float = _f(30.0, min=0.0)
+    dump_trajectories: int = _f(4, min=0)
+    eval_before_after: bool = _f(False)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    lr: float = _f(1e-5, gt=0.0)
+    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
+    weight_decay: float = _f(0.01, min=0.0)
+    eps: float = _f(1e-8, gt=0.0)
+    grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    train: str = _f("", help="QA file for training (JSONL or parquet)")
+    eval: str = _f("", help="held-out QA file")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    sinks: tuple[str, ...] = _f(
+        (),
+        split=True,
+        unique=True,
+        help="metric sinks besides events.jsonl (always on): tensorboard, ...",
+    )
+
+
+SECTIONS: dict[str, type] = {
+    "run": RunConfig,
+    "model": ModelConfig,
+    "lora": LoraConfig,
+    "rollout": RolloutConfig,
+    "search": SearchConfig,
+    "reward": RewardConfig,
+    "train": TrainConfig,
+    "optimizer": OptimizerConfig,
+    "data": DataConfig,
+    "log": LogConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated config of one run."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str = "<defaults>"
+    #: every secret value (for log redaction); never printed
+    secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
+    #: dotted field -> the ``${VAR}`` it was filled from (so errors can name the variable)
+    variables: Mapping[str, str] = field(default_factory=dict)
+    #: dotted field -> why it has its value, for fields chosen by inference (config check)
+    choices: Mapping[str, str] = field(default_factory=dict)
+    #: problems that do not stop a run (literal secrets, empty exported variables), printed
+    #: by config check, smoke and train
+    warnings: tuple[str, ...] = ()
+    #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
+    explicit: frozenset[str] = field(default_factory=frozenset)
+
+    def plugin_table(self, section: str, name: str) -> dict[str, Any]:
+        """The raw sub-table ``[section.name]`` (empty when absent)."""
+        return dict(self.plugins.get(f"{section}.{name}", {}))
+
+    def replace(self, **sections: Any) -> Config:
+        """A copy with some fields changed: ``cfg.replace(train={"max_steps": 2})``."""
+        changes: dict[str, Any] = {}
+        for name, value in sections.items():
+            if isinstance(value, Mapping):
+                changes[name] = dataclasses.replace(getattr(self, name), **value)
+            else:
+                changes[name] = value
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, redact: bool = True) -> dict[str, Any]:
+        """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
+        out: dict[str, Any] = {}
+        for section in SECTIONS:
+            obj = getattr(self, section)
+            table: dict[str, Any] = {}
+            for f in dataclasses.fields(obj):
+                value = getattr(obj, f.name)
+                if redact and f.metadata.get("secret") and value:
+                    value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
+                elif redact:
+                    value = _redact_values(value, self.secrets)
+                table[f.name] = list(value) if isinstance(value, tuple) else value
+            out[section] = table
+        for key, table in self.plugins.items():
+            section, name = key.split(".", 1)
+            out[section][name] = _redact_values(dict(table), self.secrets) if redact else table
+        return out
+
+
+def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _redact_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_values(v, secrets) for v in value)
+    if isinstance(value, str):
+        return mask_secrets(value, secrets)
+    return value
