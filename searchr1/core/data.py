@@ -1,51 +1,46 @@
-"""QA sets: loading every layout we accept, and deterministic iteration for training.
+"""QA sets: loading a file of questions, and a fixed subset for evaluation.
 
 Who calls what:
 
-- the train loop calls :func:`load_questions` on ``config.data.train`` once at start-up, wraps
-  the questions in a :class:`QuestionStream` seeded with ``config.run.seed``, takes
-  ``next_batch(rollout.questions_per_batch)`` once per step, and stores ``stream.state()`` in
-  every checkpoint (``load_state`` on resume), so a resumed run sees exactly the questions the
-  uninterrupted run would have seen;
+- the train loop calls :func:`load_questions` on ``config.data.train`` once at start-up and
+  iterates it through a :class:`~searchr1.core.question_stream.QuestionStream` (seeded
+  order, checkpointed cursor; importable from here too);
 - ``searchr1 eval`` calls :func:`load_questions` on ``--data`` / ``config.data.eval`` and
   :func:`limit_per_source` for a fixed subset;
 - ``searchr1 data check FILE`` prints :meth:`LoadedQuestions.summary`.
 
-Accepted row layouts (JSONL, one object per line, a JSON array, or parquet):
-
-- Search-R1 flat: ``{"id", "question", "golden_answers": [...], "data_source"}``;
-- Search-R1 nested (the verl parquet files the original trains on):
-  ``{"data_source", "prompt": [{"role": "user", "content": "...Question: q\\n"}],
-  "reward_model": {"ground_truth": {"target": [...]}}, "extra_info": {"index": 3}}``
-  (the flat columns win when both are present, as in the published files);
-- plain: ``{"question", "answers": [...]}`` (or ``"answer": "..."``).
-
-A row that cannot be read is skipped and reported as a :class:`MalformedRow` (row number and
-reason); it never stops the load.
+Files are JSONL (one object per line), a JSON array, or parquet; each row is read by
+:func:`searchr1.core.data_rows.question_from_row`, whose docstring lists the row layouts we
+accept (Search-R1 flat and nested, plain). A row that cannot be read is skipped and reported
+as a :class:`MalformedRow` (row number and reason); it never stops the load.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import random
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from searchr1.core.builtins import is_builtin, resolve
+from searchr1.core.data_rows import COLUMNS, RowError, question_from_row
 from searchr1.core.errors import UserError
+from searchr1.core.question_stream import QuestionStream
 from searchr1.core.types import Question
 
-#: keys that may carry the golden answers, in order of preference
-_ANSWER_KEYS = ("golden_answers", "answers", "answer", "golden_answer", "target")
-#: every column :func:`_question_from_row` may read
-_COLUMNS = frozenset(
-    {"id", "question", "data_source", "prompt", "reward_model", "extra_info", *_ANSWER_KEYS}
-)
+__all__ = [
+    "DataError",
+    "LoadedQuestions",
+    "MalformedRow",
+    "QuestionStream",
+    "limit_per_source",
+    "load_questions",
+    "report_malformed",
+]
+
 #: how many malformed rows an error message quotes before "... and N more"
 _QUOTED_PROBLEMS = 5
 
@@ -138,8 +133,8 @@ def load_questions(
             malformed.append(row)
             continue
         try:
-            q = _question_from_row(row, number)
-        except _RowError as exc:
+            q = question_from_row(row, number)
+        except RowError as exc:
             malformed.append(MalformedRow(number, str(exc)))
             continue
         # Ids must be unique (trajectory dumps and eval records are keyed by them) and stable
@@ -196,7 +191,7 @@ def _read_rows(p: Path, where: str) -> Iterable[tuple[int, Any]]:
 
             # Only the columns a question is built from (published files carry more).
             names = pq.read_schema(p).names
-            wanted = [c for c in names if c in _COLUMNS]
+            wanted = [c for c in names if c in COLUMNS]
             records = pq.read_table(p, columns=wanted).to_pylist()
         except Exception as exc:  # pyarrow raises several types for a corrupt file
             raise DataError(f"{where}: not a readable parquet file: {exc}") from exc
@@ -222,115 +217,6 @@ def _read_rows(p: Path, where: str) -> Iterable[tuple[int, Any]]:
     return out
 
 
-class _RowError(ValueError):
-    pass
-
-
-def _question_from_row(row: Any, number: int) -> Question:
-    if not isinstance(row, Mapping):
-        raise _RowError(f"expected a JSON object, got {type(row).__name__}")
-    text = _question_text(row)
-    answers = _golden_answers(row)
-    source = row.get("data_source")
-    if source is not None and not isinstance(source, str):
-        raise _RowError(f"'data_source' must be a string, got {type(source).__name__}")
-    source = (source or "").strip()
-    row_id = row.get("id")
-    extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
-    if row_id is None and extra.get("index") is not None:
-        row_id = extra["index"]
-    if row_id is not None and not isinstance(row_id, str | int):
-        raise _RowError(f"'id' must be a string or integer, got {type(row_id).__name__}")
-    if row_id is None or str(row_id).strip() == "":
-        # No id in the file: derive one from the content, so it survives reordering.
-        digest = hashlib.sha1(json.dumps([text, answers]).encode()).hexdigest()[:12]
-        qid = f"q-{digest}"
-    else:
-        qid = str(row_id).strip()
-    # Published test files reuse ids across sources ("test_0" in nq and in hotpotqa).
-    if source and not qid.startswith(f"{source}/"):
-        qid = f"{source}/{qid}"
-    metadata: dict[str, Any] = {"row": number}
-    if extra:
-        metadata["extra_info"] = dict(extra)
-    return Question(
-        id=qid,
-        question=text,
-        golden_answers=tuple(answers),
-        data_source=source,
-        metadata=metadata,
-    )
-
-
-def _question_text(row: Mapping[str, Any]) -> str:
-    text = row.get("question")
-    if text is None:
-        text = _question_from_prompt(row.get("prompt"))
-        if text is None:
-            raise _RowError("missing 'question' (and no user message in 'prompt')")
-    if not isinstance(text, str):
-        raise _RowError(f"'question' must be a string, got {type(text).__name__}")
-    text = text.strip()
-    if not text:
-        raise _RowError("empty 'question'")
-    return text
-
-
-def _question_from_prompt(prompt: Any) -> str | None:
-    """The question inside the original's chat prompt: the last user message, after its
-    final ``Question:`` marker (the original prepends instructions to every question)."""
-    if isinstance(prompt, str):
-        content = prompt
-    elif isinstance(prompt, Sequence):
-        users = [
-            m.get("content")
-            for m in prompt
-            if isinstance(m, Mapping)
-            and m.get("role") == "user"
-            and isinstance(m.get("content"), str)
-        ]
-        if not users:
-            return None
-        content = users[-1]
-    else:
-        return None
-    head, marker, tail = content.rpartition("Question:")
-    return (tail if marker else content).strip()
-
-
-def _golden_answers(row: Mapping[str, Any]) -> list[str]:
-    raw: Any = None
-    for key in _ANSWER_KEYS:
-        if row.get(key) is not None:
-            raw = row[key]
-            break
-    if raw is None:
-        reward_model = row.get("reward_model")
-        if isinstance(reward_model, Mapping):
-            truth = reward_model.get("ground_truth")
-            raw = truth.get("target") if isinstance(truth, Mapping) else truth
-    if raw is None:
-        raise _RowError(
-            "no golden answers (expected 'golden_answers', 'answers' or "
-            "'reward_model.ground_truth.target')"
-        )
-    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
-        raw = [raw]
-    if not isinstance(raw, Sequence) or isinstance(raw, str):
-        raise _RowError(f"golden answers must be a list of strings, got {type(raw).__name__}")
-    answers: list[str] = []
-    for item in raw:
-        # Numbers appear in some sets (years, counts); an answer is compared as text anyway.
-        if isinstance(item, bool) or not isinstance(item, str | int | float):
-            raise _RowError(f"golden answer {item!r} is not a string")
-        value = str(item).strip()
-        if value and value not in answers:
-            answers.append(value)
-    if not answers:
-        raise _RowError("golden answers are empty")
-    return answers
-
-
 def _with_id(q: Question, new_id: str) -> Question:
     return Question(new_id, q.question, q.golden_answers, q.data_source, q.metadata)
 
@@ -349,97 +235,3 @@ def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Q
             taken[q.data_source] += 1
             out.append(q)
     return out
-
-
-# --------------------------------------------------------------------------- iteration
-
-
-@dataclass
-class QuestionStream:
-    """Questions in a shuffled order that depends only on ``seed``, epoch after epoch.
-
-    Epoch ``e`` is a permutation drawn from ``random.Random(f"{seed}/{e}")``, whose algorithm
-    is stable across Python versions. A batch that crosses the end of an epoch continues
-    with the next one. :meth:`state` is a small JSON-able dict for the checkpoint;
-    :meth:`load_state` puts the cursor back exactly.
-    """
-
-    questions: Sequence[Question] = field(repr=False)
-    seed: int = 0
-    epoch: int = 0
-    cursor: int = 0
-    _order: list[int] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self.questions = tuple(self.questions)
-        if not self.questions:
-            raise ValueError("QuestionStream needs at least one question")
-        self._order = self._permutation(self.epoch)
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def _permutation(self, epoch: int) -> list[int]:
-        order = list(range(len(self.questions)))
-        random.Random(f"{self.seed}/{epoch}").shuffle(order)
-        return order
-
-    def next_batch(self, n: int) -> list[Question]:
-        """The next ``n`` questions (called once per training step)."""
-        if n < 1:
-            raise ValueError(f"batch size must be >= 1, got {n}")
-        batch: list[Question] = []
-        while len(batch) < n:
-            if self.cursor >= len(self._order):
-                self.epoch += 1
-                self.cursor = 0
-                self._order = self._permutation(self.epoch)
-            take = min(n - len(batch), len(self._order) - self.cursor)
-            batch += [self.questions[i] for i in self._order[self.cursor : self.cursor + take]]
-            self.cursor += take
-        return batch
-
-    def fingerprint(self) -> str:
-        """A short hash of the question ids in file order: detects a changed data file."""
-        h = hashlib.sha1()
-        for q in self.questions:
-            h.update(q.id.encode())
-            h.update(b"\0")
-        return h.hexdigest()[:16]
-
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint records (JSON-able)."""
-        return {
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "cursor": self.cursor,
-            "num_questions": len(self.questions),
-            "fingerprint": self.fingerprint(),
-        }
-
-    def load_state(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Restore a cursor saved by :meth:`state`.
-
-        With ``strict`` (the default) a state recorded for a different data file or seed
-        raises ``ValueError``: continuing would silently repeat or skip questions."""
-        if strict:
-            mismatches = [
-                f"{key} was {state.get(key)!r}, now {now!r}"
-                for key, now in (
-                    ("seed", self.seed),
-                    ("num_questions", len(self.questions)),
-                    ("fingerprint", self.fingerprint()),
-                )
-                if key in state and state[key] != now
-            ]
-            if mismatches:
-                raise ValueError(
-                    "the checkpoint's data cursor does not match this data: "
-                    + "; ".join(mismatches)
-                    + " (same data file and run.seed needed to resume)"
-                )
-        epoch, cursor = int(state["epoch"]), int(state["cursor"])
-        if epoch < 0 or not 0 <= cursor <= len(self.questions):
-            raise ValueError(f"invalid data cursor: epoch={epoch}, cursor={cursor}")
-        self.epoch, self.cursor = epoch, cursor
-        self._order = self._permutation(epoch)
