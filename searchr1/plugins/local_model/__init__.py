@@ -5,7 +5,8 @@ and chosen by ``[model] provider = "local"``. Importing this package stays cheap
 transformers are imported only when the factory runs.
 
 Modules: ``provider`` (LocalModelProvider, the factory's product), ``sampler`` (batched
-KV-cached generation in a worker thread: which requests run together), ``generation`` (one
+KV-cached generation in a worker thread), ``admission`` (which requests run together),
+``sample_request`` (a call's way to that thread and back), ``generation`` (one
 running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
 logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
 between a trajectory's turns), ``budget`` (the sampler's token budget), ``learner``

@@ -1,7 +1,8 @@
 """One running batch of the sampler: its rows, its cache, chunked prefill and decode steps.
 
-:class:`~searchr1.plugins.local_model.sampler.BatchedSampler` owns the queue and decides
-which requests run together; this module does the tensor work for one batch.
+:class:`~searchr1.plugins.local_model.sampler.BatchedSampler` owns the queue and runs the
+decode loop, :mod:`.admission` decides which requests run together; this module does the
+tensor work for one batch.
 
 Prefill: a group of jobs is prefilled with their prompts left-padded to a common width
 (positions count real tokens only; linear-attention layers zero padded inputs, and a zero
@@ -19,6 +20,7 @@ row masks are cut and other batches can be merged in (:meth:`Batch.merge`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,6 +144,15 @@ class Batch:
 
 def _pad_mask(mask_RL: torch.Tensor, columns: int) -> torch.Tensor:
     return torch.cat([mask_RL.new_zeros((mask_RL.shape[0], columns)), mask_RL], 1)
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name of the KV-cache argument of ``model.forward`` (for :class:`Forward`):
+    transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name warns, then
+    goes); older releases only know the old one."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class Forward:

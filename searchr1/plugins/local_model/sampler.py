@@ -5,15 +5,14 @@ first turn of each question with ``num_samples = group_size``, later turns with
 ``num_samples = 1`` per trajectory). Each call only queues a request and awaits a future;
 a single worker thread takes what is pending and runs one batched generation over it
 (:mod:`.generation` does the tensor work), so the event loop keeps serving search I/O.
+:mod:`.sample_request` checks a call and carries it across the thread boundary.
 
-Which requests run together: oldest first, under ``max_batch_rows`` rows and a token budget
-on the cache (``max_batch_tokens``, rows x width with padding, see :mod:`.budget`), and never
-padded to one long row's width (a request whose width would make the batch more than about
-twice its unpadded size waits for another batch). A request is answered as soon as all its
-rows have stopped (its trajectory can search while the others decode); stopped rows leave
-the batch. Requests that arrive while a batch decodes join it between two steps, as far as
-they fit. When a row stops, its cache is kept (:mod:`.reuse`) so the trajectory's next turn
-prefills only its new tokens.
+Which requests run together is :mod:`.admission`'s rule: oldest first, under
+``max_batch_rows`` rows and a token budget on the cache, never padded to one long row's
+width. A request is answered as soon as all its rows have stopped (its trajectory can search
+while the others decode); stopped rows leave the batch. Requests that arrive while a batch
+decodes join it between two steps, as far as they fit. When a row stops, its cache is kept
+(:mod:`.reuse`) so the trajectory's next turn prefills only its new tokens.
 
 Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
 quantized caches) take the general path: one batch at a time, rows only leave it, no cache
@@ -23,7 +22,6 @@ is kept between turns. Correct for any model transformers runs with its own cach
 from __future__ import annotations
 
 import asyncio
-import inspect
 import queue
 import threading
 import time
@@ -35,9 +33,11 @@ import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
-from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row
+from searchr1.plugins.local_model.admission import take_requests
+from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row, cache_kwarg
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
+from searchr1.plugins.local_model.sample_request import SampleRequest, check_request, resolve
 
 
 @dataclass
@@ -55,15 +55,6 @@ class SamplerStats:
     admitted_requests: int = 0  # requests that joined a batch already decoding
     peak_cache_tokens: int = 0  # most cache positions (rows x width) held, retained included
     peak_cache_bytes: int = 0  # measured cache bytes at that time (when measure_bytes is on)
-
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    num_samples: int
-    params: SamplingParams
-    future: asyncio.Future[list[SampledSequence]]
-    loop: asyncio.AbstractEventLoop
 
 
 _Job = Job  # older name, used by tests
@@ -119,18 +110,18 @@ class BatchedSampler:
             pad_token_id=pad_token_id,
             eos_token_ids=self.eos_token_ids,
             context_length=context_length,
-            cache_kw=_cache_kwarg(model),
+            cache_kw=cache_kwarg(model),
             prefill_chunk_tokens=prefill_chunk_tokens,
             count=self._count_forward,
         )
         self._generator = torch.Generator(device="cpu")
         self._generator.manual_seed(seed)
-        self._queue: queue.Queue[list[_Request] | None] = queue.Queue()
-        self._pending: list[_Request] = []
+        self._queue: queue.Queue[list[SampleRequest] | None] = queue.Queue()
+        self._pending: list[SampleRequest] = []
         self._pending_lock = threading.Lock()
         self._flush_scheduled = False
         # Worker-thread state: requests taken off the queue but not yet in a batch.
-        self._backlog: list[_Request] = []
+        self._backlog: list[SampleRequest] = []
         self._admitted: list[Job] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -142,12 +133,18 @@ class BatchedSampler:
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         """Queue one request and wait for its batch; errors in the request raise here."""
-        prompt = self._check_request(prompt_tokens, num_samples, params)
+        prompt = check_request(
+            prompt_tokens,
+            num_samples,
+            params,
+            vocab_size=self.vocab_size,
+            context_length=self.context_length,
+        )
         if self._closed:
             raise RuntimeError("the local model provider is closed")
         self._ensure_worker()
         loop = asyncio.get_running_loop()
-        request = _Request(prompt, num_samples, params, loop.create_future(), loop)
+        request = SampleRequest(prompt, num_samples, params, loop.create_future(), loop)
         with self._pending_lock:
             self._pending.append(request)
             schedule = not self._flush_scheduled
@@ -164,37 +161,6 @@ class BatchedSampler:
             self._flush_scheduled = False
         if batch:
             self._queue.put(batch)
-
-    def _check_request(
-        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> list[int]:
-        prompt = [int(t) for t in prompt_tokens]
-        if not prompt:
-            raise ValueError("sample(): prompt_tokens is empty")
-        if num_samples < 1:
-            raise ValueError(f"sample(): num_samples must be >= 1, got {num_samples}")
-        if params.max_tokens < 1:
-            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}")
-        if params.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
-        if not 0.0 < params.top_p <= 1.0:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
-        if any(not isinstance(x, str) or not x for x in params.stop_strings):
-            raise ValueError(
-                f"SamplingParams.stop_strings must be non-empty strings, got {params.stop_strings!r}"
-            )
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(
-                f"sample(): prompt_tokens holds ids outside the vocabulary "
-                f"(size {self.vocab_size}): {bad[:5]}"
-            )
-        if len(prompt) >= self.context_length:
-            raise ValueError(
-                f"sample(): the prompt has {len(prompt)} tokens, the model's context is "
-                f"{self.context_length}; nothing can be generated"
-            )
-        return prompt
 
     # ------------------------------------------------------------------ worker side
 
@@ -228,7 +194,7 @@ class BatchedSampler:
                 for job in jobs + self._admitted:
                     if job.request is not None and not job.delivered:
                         job.delivered = True
-                        _resolve(job.request, exc=exc)
+                        resolve(job.request, exc=exc)
             self._admitted = []
             if self._stopping and not self._backlog:
                 return
@@ -246,7 +212,7 @@ class BatchedSampler:
             if not self._accept(item):
                 return
 
-    def _accept(self, item: list[_Request] | None) -> bool:
+    def _accept(self, item: list[SampleRequest] | None) -> bool:
         """Move one queue item into the backlog; the shutdown sentinel (None) instead sets
         ``_stopping`` and returns False."""
         if item is None:
@@ -258,38 +224,18 @@ class BatchedSampler:
     def _backlog_rows(self) -> int:
         return sum(r.num_samples for r in self._backlog)
 
-    def _take(self, batch: Batch | None) -> list[_Request]:
-        """Requests from the backlog that fit next to ``batch`` (None: a new batch), oldest
-        first, skipping any that do not fit. A request fits when the rows stay within
-        ``max_batch_rows`` and, with every row run to its token budget, the batch's padded
-        cache (rows x widest row) stays within the token budget left beside the retained
-        caches and is at most about twice its unpadded size: a long row never makes a
-        batch of short ones as wide as itself, it waits for a batch of its own. A new batch
-        always takes the oldest request (alone if need be, after evicting retained caches)."""
-        rows, end, real = (0, 0, 0) if batch is None else (*batch.projected(), 0)
-        if batch is not None:
-            real = sum(len(r.job.prompt) + r.max_new for r in batch.rows)
-        taken: list[_Request] = []
-        for r in list(self._backlog):
-            n = r.num_samples
-            r_end = len(r.prompt) + min(r.params.max_tokens, self.context_length - len(r.prompt))
-            new_rows, new_end, new_real = rows + n, max(end, r_end), real + n * r_end
-            padded = new_rows * (new_end + self.row_tokens)
-            first = batch is None and not taken
-            if first:
-                while self.retained.tokens + padded > self.max_batch_tokens:
-                    if not self.retained.evict_oldest():
-                        break
-            elif (
-                new_rows > self.max_batch_rows
-                or padded + self.retained.tokens > self.max_batch_tokens
-                or new_rows * new_end > 2 * new_real + 256 * new_rows
-            ):
-                continue
-            self._backlog.remove(r)
-            taken.append(r)
-            rows, end, real = new_rows, new_end, new_real
-        return taken
+    def _take(self, batch: Batch | None) -> list[SampleRequest]:
+        """Requests from the backlog that fit next to ``batch`` (None: a new batch), by the
+        rule of :mod:`.admission`."""
+        return take_requests(
+            self._backlog,
+            batch,
+            max_batch_rows=self.max_batch_rows,
+            max_batch_tokens=self.max_batch_tokens,
+            row_tokens=self.row_tokens,
+            context_length=self.context_length,
+            retained=self.retained,
+        )
 
     def _admit(self, batch: Batch) -> list[Job]:
         """Called by a running batch between decoding steps: requests queued since it began
@@ -410,7 +356,7 @@ class BatchedSampler:
         self.stats.generated_tokens += len(row.tokens)
         if job.remaining == 0 and job.request is not None and not job.delivered:
             job.delivered = True
-            _resolve(job.request, result=list(job.results))  # type: ignore[arg-type]
+            resolve(job.request, result=list(job.results))  # type: ignore[arg-type]
 
     def _uniform(self, rows: list[Row]) -> torch.Tensor:
         """One U[0, 1) draw per row: seeded rows from their own stream, the rest from the
@@ -434,30 +380,3 @@ class BatchedSampler:
         if len(row.tokens) >= row.max_new:
             return "length"
         return None
-
-
-def _resolve(
-    request: _Request,
-    result: list[SampledSequence] | None = None,
-    exc: BaseException | None = None,
-) -> None:
-    def deliver() -> None:
-        if request.future.done():  # the caller was cancelled
-            return
-        if exc is not None:
-            request.future.set_exception(exc)
-        else:
-            request.future.set_result(result)  # type: ignore[arg-type]
-
-    try:
-        request.loop.call_soon_threadsafe(deliver)
-    except RuntimeError:  # the caller's event loop is closed
-        pass
-
-
-def _cache_kwarg(model: Any) -> str:
-    """The name of the KV-cache argument: transformers 5.x renamed ``past_key_values`` to
-    ``cache`` (the old name warns, then goes); older releases only know the old one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(base.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
