@@ -17,8 +17,14 @@ from searchr1.core.agent_protocols import make_protocol
 from searchr1.core.config import default_config_text, load_config
 from searchr1.core.data import load_questions
 from searchr1.plugins.local_search import LocalBM25Search
-from searchr1.world import cold_start
-from searchr1.world.generate import ONE_HOP, TWO_HOP, World, generate_world, write_world
+from searchr1.plugins.offline_world import cold_start
+from searchr1.plugins.offline_world.generate import (
+    ONE_HOP,
+    TWO_HOP,
+    World,
+    generate_world,
+    write_world,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +122,7 @@ def test_every_golden_answer_is_found_by_following_the_hops(world: World, config
 @pytest.fixture(scope="module")
 def protocol(world: World, config, tmp_path_factory: pytest.TempPathFactory):
     from searchr1.core.agent_protocols import protocol_class
-    from searchr1.plugins.local_model.tiny_model import build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import build_tokenizer
 
     texts = cold_start.tokenizer_texts(world, protocol_class(config.rollout.protocol))
     tokenizer = build_tokenizer(texts, cold_start.MODEL_SIZES["vocab_size"])
@@ -250,9 +256,11 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from searchr1.core.builtins import resolve
-    from searchr1.world.assets import SHIPPED_WARM_START
+    from searchr1.plugins.offline_world.assets import SHIPPED_WARM_START
 
-    assert (SHIPPED_WARM_START / "config.json").is_file(), "run python -m searchr1.world.cold_start"
+    assert (SHIPPED_WARM_START / "config.json").is_file(), (
+        "run python -m searchr1.plugins.offline_world.cold_start"
+    )
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = resolve("builtin:tiny")
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -39,13 +39,13 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
 
 
 def _build_tiny_random(folder: Path) -> None:
-    from searchr1.plugins.local_model.tiny_model import build_random
+    from searchr1.plugins.offline_world.tiny_model import build_random
 
     build_random(folder)
 
 
 @hookimpl
 def register_assets(register: Callable[[str, Asset], None]) -> None:
-    from searchr1.plugins.local_model.tiny_model import TINY_RANDOM_VERSION  # torch-free
+    from searchr1.plugins.offline_world.tiny_model import TINY_RANDOM_VERSION  # torch-free
 
     register("tiny-random", Asset(TINY_RANDOM_VERSION, _build_tiny_random))

@@ -15,10 +15,10 @@ Every scripted trajectory is rendered with the rollout's own protocol code
 produce. The loss covers the assistant's tokens only (as RL does): the model never trains on a
 document, so it cannot memorise facts, held-out or not.
 
-Who calls what: :func:`searchr1.world.assets.build_tiny` calls :func:`build_warm_start` when
+Who calls what: :func:`searchr1.plugins.offline_world.assets.build_tiny` calls :func:`build_warm_start` when
 no shipped weights exist; a maintainer regenerates the shipped weights with::
 
-    python -m searchr1.world.cold_start --shipped --out searchr1/world/warm_start
+    python -m searchr1.plugins.offline_world.cold_start --shipped --out searchr1/plugins/offline_world/warm_start
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.types import Question, SearchProvider
-from searchr1.world.generate import Entity, World, WorldQuestion, generate_world
+from searchr1.plugins.offline_world.generate import Entity, World, WorldQuestion, generate_world
 
 if TYPE_CHECKING:
     from searchr1.core.agent_protocols import AgentProtocol
@@ -269,7 +269,7 @@ def tokenizer_texts(world: World, protocol_cls: type[AgentProtocol]) -> list[str
     instruction and the tags all cost few tokens."""
     from searchr1.core.agent_protocols import format_search_results
     from searchr1.core.types import SearchResponse, SearchResult
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     # Rendering a prompt needs a tokenizer with the chat template; any one will do.
     draft = protocol_cls(build_tokenizer(BUILTIN_TEXT, vocab_size=512))
@@ -288,7 +288,7 @@ def tokenizer_texts(world: World, protocol_cls: type[AgentProtocol]) -> list[str
 
 def build_base(out_dir: Path, world: World, protocol_cls: type[AgentProtocol], seed: int) -> Path:
     """The randomly initialised tiny model with a tokenizer trained on the world's texts."""
-    from searchr1.plugins.local_model.tiny_model import build_tiny_model
+    from searchr1.plugins.offline_world.tiny_model import build_tiny_model
 
     return build_tiny_model(out_dir, tokenizer_texts(world, protocol_cls), seed=seed, **MODEL_SIZES)
 
@@ -468,7 +468,7 @@ def build_warm_start(
     from searchr1.core.config import default_config_text, load_config
     from searchr1.core.logs import get_logger
     from searchr1.plugins.local_search import LocalBM25Search
-    from searchr1.world.generate import WORLD_SEED, write_world
+    from searchr1.plugins.offline_world.generate import WORLD_SEED, write_world
 
     log = get_logger()
     out_dir = Path(out_dir)
@@ -538,7 +538,7 @@ def build_warm_start(
 
 
 def build_shipped(out_dir: Path) -> Path:
-    """The recipe of the shipped ``searchr1/world/warm_start`` weights: 1,200 steps from a
+    """The recipe of the shipped ``searchr1/plugins/offline_world/warm_start`` weights: 1,200 steps from a
     random model (seed 0, lr 2e-3), then 1,500 more on freshly scripted episodes (seed 1,
     lr 1e-3). About 20 minutes on 2 idle CPU cores."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -547,7 +547,7 @@ def build_shipped(out_dir: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m searchr1.world.cold_start --out DIR``: rebuild the warm start."""
+    """``python -m searchr1.plugins.offline_world.cold_start --out DIR``: rebuild the warm start."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder to write the model to")
     parser.add_argument("--seed", type=int, default=0)
