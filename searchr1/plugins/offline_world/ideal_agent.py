@@ -2,8 +2,8 @@
 
 :class:`IdealAgent` is a :class:`~searchr1.core.types.ModelProvider` that needs no model. For
 each question of the generated world it searches the right entity at each hop (the world
-records the chain, :attr:`searchr1.plugins.offline_world.generate.WorldQuestion.hops`) and answers what it
-read. It only uses what the search returned, like a perfect reader would:
+records the chain, :attr:`searchr1.plugins.offline_world.generate.WorldQuestion.hops`) and
+answers what it read. It only uses what the search returned, like a perfect reader would:
 
 - it searches hop ``i + 1`` only when that entity's name appeared in what it has read so far
   (a two-hop question's bridge entity must be in the first hop's results);
