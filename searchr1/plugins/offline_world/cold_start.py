@@ -18,7 +18,7 @@ Who calls what: :func:`searchr1.plugins.offline_world.assets.build_tiny` calls
 :func:`build_shipped` when no shipped weights exist; a maintainer regenerates the shipped
 weights with::
 
-    python -m searchr1.plugins.offline_world.cold_start --shipped \
+    python -m searchr1.plugins.offline_world.cold_start --shipped \\
         --out searchr1/plugins/offline_world/warm_start
 """
 
