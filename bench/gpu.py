@@ -82,7 +82,7 @@ def build_provider(name: str, args: Any, device: Any, dtype: Any) -> Any:
         _enable_checkpointing,
         attach_lora,
     )
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tokenizer = build_tokenizer(BUILTIN_TEXT, vocab_size=600)
     config = model_config(name, args.tiny)

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, EOS_TOKEN, build_tokenizer
+from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, EOS_TOKEN, build_tokenizer
 
 FAMILIES = (
     "qwen3",

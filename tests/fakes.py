@@ -30,7 +30,7 @@ from searchr1.core.types import (
 def tiny_tokenizer() -> Any:
     """The tiny model's tokenizer (byte-level BPE, agent tags as single tokens, Qwen-style
     chat template with tools), built in about a second and shared by the tests."""
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     return build_tokenizer(BUILTIN_TEXT, 1024)
 
@@ -41,7 +41,7 @@ def template_tokenizer(name: str) -> Any:
     (``qwen3``: Qwen3's JSON tool calls; ``qwen3_5``: Qwen3.5's XML calls and think prefill)."""
     from pathlib import Path
 
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tok = build_tokenizer(BUILTIN_TEXT, 1024)
     path = Path(__file__).parent / "chat_templates" / f"{name}.jinja"

@@ -301,7 +301,11 @@ def test_scripted_turns_parse_back_to_their_action(tags, tools, qwen3_5, query, 
 def test_tool_observation_survives_templates_that_render_the_last_message_differently() -> None:
     """Qwen3-style templates add an empty think block to the *last* assistant message only;
     the splice must still equal the template's rendering of the conversation."""
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, CHAT_TEMPLATE, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import (
+        BUILTIN_TEXT,
+        CHAT_TEMPLATE,
+        build_tokenizer,
+    )
 
     plain = "'<|im_start|>assistant\\n' + (message.content or '')"
     assert plain in CHAT_TEMPLATE

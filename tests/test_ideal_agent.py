@@ -15,7 +15,7 @@ from searchr1.core.data import load_questions
 from searchr1.core.eval import evaluate_async
 from searchr1.core.plugins import load_registry
 from searchr1.core.tokenizers import load_tokenizer
-from searchr1.world.ideal_agent import UNKNOWN, ideal_agent_for
+from searchr1.plugins.offline_world.ideal_agent import UNKNOWN, ideal_agent_for
 
 N = 40
 

@@ -22,8 +22,8 @@ from searchr1.core.step_metrics import (
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import mismatch_metrics, trained_token_logprobs
 from searchr1.plugins.local_model.provider import LocalModelProvider
-from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
 from searchr1.plugins.losses import NamedLoss, importance_sampling
+from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 TEMPERATURE = 0.8  # the seed's

@@ -15,8 +15,8 @@ from searchr1.core.config import Config
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.budget import kv_bytes_per_token, token_budget
 from searchr1.plugins.local_model.provider import LocalModelProvider, _checkpointing
-from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
 from searchr1.plugins.losses import NamedLoss, importance_sampling
+from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 BUDGET = 3000  # cache positions (rows x width)
 LONG = 900  # tokens of the one long trajectory

@@ -14,8 +14,8 @@ from searchr1.core.config import Config, ConfigError
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins import local_model
 from searchr1.plugins.local_model.provider import LocalModelProvider
-from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
 from searchr1.plugins.losses import NamedLoss, cispo, importance_sampling
+from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 ADAM = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)

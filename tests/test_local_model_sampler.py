@@ -14,8 +14,8 @@ from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import token_logprobs
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.provider import LocalModelProvider
-from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tiny_model
 from searchr1.plugins.losses import NamedLoss, importance_sampling
+from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 TEMPERATURE = 0.7
 

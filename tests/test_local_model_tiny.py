@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.plugins.local_model.tiny_model import (
+from searchr1.plugins.offline_world.tiny_model import (
     AGENT_TAGS,
     BUILTIN_TEXT,
     build_tiny_model,

@@ -60,7 +60,7 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
     from searchr1.core.types import Asset
 
     registry = load_registry()
-    assert registry.asset_plugins["tiny-random"] == "local_model"
+    assert registry.asset_plugins["tiny-random"] == "offline_world"
     assert registry.asset_plugins["world"] == registry.asset_plugins["tiny"] == "offline_world"
 
     class Clash:

@@ -89,7 +89,7 @@ def test_smoke_description_names_the_format_and_shows_the_prompt(case) -> None:
 
 
 def test_an_unknown_call_format_is_refused_at_construction() -> None:
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tok = build_tokenizer(BUILTIN_TEXT, 1024)
     # A Mistral-like template: calls as [TOOL_CALLS] JSON lists, a format searchr1 lacks.
@@ -270,7 +270,7 @@ def test_tags_a_tokenizer_marks_special_are_still_read() -> None:
     invalid), while end-of-message tokens are still skipped."""
     from tokenizers import AddedToken
 
-    from searchr1.plugins.local_model.tiny_model import BUILTIN_TEXT, build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tok = build_tokenizer(BUILTIN_TEXT, 1024)
     tok.chat_template = template_tokenizer("qwen3_5").chat_template

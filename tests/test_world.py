@@ -17,8 +17,15 @@ from searchr1.core.agent_protocols import make_protocol
 from searchr1.core.config import default_config_text, load_config
 from searchr1.core.data import load_questions
 from searchr1.plugins.local_search import LocalBM25Search
-from searchr1.world import cold_start
-from searchr1.world.generate import ONE_HOP, TWO_HOP, World, generate_world, write_world
+from searchr1.plugins.offline_world.generate import (
+    ONE_HOP,
+    TWO_HOP,
+    World,
+    generate_world,
+    write_world,
+)
+from searchr1.plugins.offline_world.scripted_agent import Episode, script_episodes
+from searchr1.plugins.offline_world.tiny_base import MODEL_SIZES, tokenizer_texts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,21 +123,21 @@ def test_every_golden_answer_is_found_by_following_the_hops(world: World, config
 @pytest.fixture(scope="module")
 def protocol(world: World, config, tmp_path_factory: pytest.TempPathFactory):
     from searchr1.core.agent_protocols import protocol_class
-    from searchr1.plugins.local_model.tiny_model import build_tokenizer
+    from searchr1.plugins.offline_world.tiny_model import build_tokenizer
 
-    texts = cold_start.tokenizer_texts(world, protocol_class(config.rollout.protocol))
-    tokenizer = build_tokenizer(texts, cold_start.MODEL_SIZES["vocab_size"])
+    texts = tokenizer_texts(world, protocol_class(config.rollout.protocol))
+    tokenizer = build_tokenizer(texts, MODEL_SIZES["vocab_size"])
     return make_protocol(config, tokenizer)
 
 
 @pytest.fixture(scope="module")
-def episodes(world: World, config, protocol) -> list[cold_start.Episode]:
+def episodes(world: World, config, protocol) -> list[Episode]:
     search = LocalBM25Search.from_config(config)
     questions = random.Random(0).sample(world.train, 600)
 
-    async def run() -> list[cold_start.Episode]:
+    async def run() -> list[Episode]:
         try:
-            return await cold_start.script_episodes(world, questions, protocol, search, config)
+            return await script_episodes(world, questions, protocol, search, config)
         finally:
             await search.aclose()
 
@@ -190,9 +197,9 @@ def test_cold_start_turns_use_the_call_format_the_protocol_parses(
     search = LocalBM25Search.from_config(config)
     questions = random.Random(1).sample(world.train, 30)
 
-    async def run() -> list[cold_start.Episode]:
+    async def run() -> list[Episode]:
         try:
-            return await cold_start.script_episodes(world, questions, tools, search, config)
+            return await script_episodes(world, questions, tools, search, config)
         finally:
             await search.aclose()
 
@@ -250,9 +257,10 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from searchr1.core.builtins import resolve
-    from searchr1.world.assets import SHIPPED_WARM_START
+    from searchr1.plugins.offline_world.assets import SHIPPED_WARM_START
 
-    assert (SHIPPED_WARM_START / "config.json").is_file(), "run python -m searchr1.world.cold_start"
+    rebuild = "run python -m searchr1.plugins.offline_world.cold_start --shipped"
+    assert (SHIPPED_WARM_START / "config.json").is_file(), rebuild
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = resolve("builtin:tiny")
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -61,7 +61,8 @@ def _row(label: str, key: str, points: Sequence[tuple[float, float]]) -> str:
 
 def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
     """``held-out EM: before X · after Y · ceiling Z`` from the train loop's eval events (the
-    ceiling is the offline world's scripted ideal agent, :mod:`searchr1.world.ideal_agent`)."""
+    ceiling is the offline world's scripted ideal agent,
+    :mod:`searchr1.plugins.offline_world.ideal_agent`)."""
     by_when: dict[str, float] = {}
     for e in evals:
         if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("value")):

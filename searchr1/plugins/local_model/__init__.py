@@ -11,18 +11,16 @@ running batch: chunked prefill, decode steps), ``next_token`` (next-token choice
 logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
 between a trajectory's turns), ``budget`` (the sampler's token budget), ``learner``
 (log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
-CPU threads), ``tiny_model`` (the locally built Qwen3-architecture test model,
-``builtin:tiny-random``).
+CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
+:mod:`searchr1.core.builtins` (the ``offline_world`` plugin registers the tiny models).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Asset
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -37,16 +35,3 @@ def _create_local(config: Config) -> Any:
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
     register("local", _create_local)
-
-
-def _build_tiny_random(folder: Path) -> None:
-    from searchr1.plugins.local_model.tiny_model import build_random
-
-    build_random(folder)
-
-
-@hookimpl
-def register_assets(register: Callable[[str, Asset], None]) -> None:
-    from searchr1.plugins.local_model.tiny_model import TINY_RANDOM_VERSION  # torch-free
-
-    register("tiny-random", Asset(TINY_RANDOM_VERSION, _build_tiny_random))

@@ -4,13 +4,13 @@ Usage:
     tok = build_tokenizer(texts, vocab_size=4096)          # PreTrainedTokenizerFast, chat template
     path = build_tiny_model(Path("out"), texts, seed=0)     # save_pretrained(tokenizer + model)
     AutoTokenizer.from_pretrained(path); AutoModelForCausalLM.from_pretrained(path)
-    base_model = "builtin:tiny-random"  # build_random(folder): built-in text, random weights
 Tags (AGENT_TAGS) are single, NON-special tokens: ``decode(ids, skip_special_tokens=True)``
 keeps them. Only ``SPECIAL_TOKENS`` are special; ``<|endoftext|>`` is both eos and pad.
 
-Who calls what: :func:`searchr1.core.builtins.resolve` calls :func:`build_random` once to
-build ``builtin:tiny-random`` (registered by this package's ``register_assets`` hook); the offline world calls :func:`build_tiny_model` with its own
-corpus to build ``builtin:tiny``; tests build into a temporary folder.
+Who calls what: the ``offline_world`` plugin's asset builders
+(:mod:`searchr1.plugins.offline_world.assets`) build ``builtin:tiny-random`` from
+``BUILTIN_TEXT`` and, through :mod:`searchr1.plugins.offline_world.tiny_base`, the untrained
+``builtin:tiny`` from the world's texts; tests and benchmarks build into a temporary folder.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ CHAT_TEMPLATE = (
 )
 
 #: Built-in text for ``builtin:tiny-random``: plain English plus the agent protocol, so the
-#: tokenizer has merges for both and tests can run without the offline world.
+#: tokenizer has merges for both and tests need no generated world.
 BUILTIN_TEXT: tuple[str, ...] = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first "
     "every time you get new information. After reasoning, if you find you lack some knowledge, "
@@ -111,9 +111,6 @@ BUILTIN_TEXT: tuple[str, ...] = (
     "0 1 2 3 4 5 6 7 8 9 10 11 12 100 1000 2024 1999. Names: Alice, Bob, Carol, David, Eve. "
     "Places: Paris, London, Tokyo, Berlin, Rome, Cairo, Lima, Oslo.",
 )
-
-#: Bump when build_random's output changes (the cache folder name includes it).
-TINY_RANDOM_VERSION = "1"
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -201,8 +198,3 @@ def build_tiny_model(
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
-
-
-def build_random(folder: Path) -> None:
-    """Builder of the ``builtin:tiny-random`` asset (called by ``builtins.resolve``)."""
-    build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)

@@ -2,8 +2,8 @@
 
 :class:`IdealAgent` is a :class:`~searchr1.core.types.ModelProvider` that needs no model. For
 each question of the generated world it searches the right entity at each hop (the world
-records the chain, :attr:`searchr1.world.generate.WorldQuestion.hops`) and answers what it
-read. It only uses what the search returned, like a perfect reader would:
+records the chain, :attr:`searchr1.plugins.offline_world.generate.WorldQuestion.hops`) and
+answers what it read. It only uses what the search returned, like a perfect reader would:
 
 - it searches hop ``i + 1`` only when that entity's name appeared in what it has read so far
   (a two-hop question's bridge entity must be in the first hop's results);
@@ -20,7 +20,7 @@ agent protocol, reward and sampling settings, so its numbers are computed exactl
 policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
 offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
 ``when = "ceiling"``);
-``python -m searchr1.world.ideal_agent [--config F] [--limit N]`` runs it alone.
+``python -m searchr1.plugins.offline_world.ideal_agent [--config F] [--limit N]`` runs it alone.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from searchr1.core.answers import normalize_answer
 from searchr1.core.types import SampledSequence, SamplingParams
-from searchr1.world.generate import WorldQuestion
+from searchr1.plugins.offline_world.generate import WorldQuestion
 
 #: what the agent answers when the results do not hold the answer
 UNKNOWN = "unknown"
@@ -99,7 +99,7 @@ class IdealAgent:
 
 def world_questions() -> list[WorldQuestion]:
     """Every question of the shipped offline world (train and held-out)."""
-    from searchr1.world.generate import WORLD_SEED, generate_world
+    from searchr1.plugins.offline_world.generate import WORLD_SEED, generate_world
 
     world = generate_world(WORLD_SEED)
     return [*world.train, *world.heldout]
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from searchr1.core.plugins import load_registry
     from searchr1.core.tokenizers import load_tokenizer
 
-    parser = argparse.ArgumentParser(prog="python -m searchr1.world.ideal_agent")
+    parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")
     parser.add_argument("--config", help="default: the embedded offline demo config")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only")
     args = parser.parse_args(argv)

@@ -1,0 +1,52 @@
+"""The ``offline_world`` plugin: the offline demo's generated world and its tiny model.
+
+Registered through the ``searchr1`` entry point (``offline_world``) like any third-party
+plugin. Its only hook is ``register_assets``; the assets it registers are what the embedded
+default config (``searchr1 train`` with no ``--config``) names:
+
+- ``builtin:world/{corpus,train,heldout}.jsonl``: the generated world, with its ceiling (the
+  scripted ideal agent the train loop evaluates once before the first step);
+- ``builtin:tiny``: the warm-started tiny model the demo trains;
+- ``builtin:tiny-random``: the same architecture with random weights and a tokenizer trained
+  on built-in text, which tests and benchmarks load through any model provider.
+
+Importing this package stays cheap (the hook runs at every start-up): torch, transformers and
+tokenizers are imported only when an asset is built. The ``local`` model provider does not
+import this package; it opens ``builtin:`` paths through :mod:`searchr1.core.builtins`.
+
+Modules, in the order a build uses them:
+
+- ``assets``: each asset's version and builder (what ends up in the cache folder);
+- ``generate``: the world of fictional entities, its corpus and question sets;
+- ``tiny_model``: tokenizer and Qwen3 model builders (also used by tests and benchmarks);
+- ``tiny_base``: the untrained ``builtin:tiny`` (a tokenizer trained on the world's texts);
+- ``scripted_agent``: scripted trajectories of an untrained search agent;
+- ``finetune``: the supervised fine-tune on those trajectories;
+- ``cold_start``: the whole warm-start recipe (``python -m
+  searchr1.plugins.offline_world.cold_start``), whose output ships in ``warm_start/``;
+- ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import Asset
+
+
+@hookimpl
+def register_assets(register: Callable[[str, Asset], None]) -> None:
+    from searchr1.plugins.offline_world.assets import (
+        TINY_RANDOM_VERSION,
+        TINY_VERSION,
+        WORLD_VERSION,
+        build_tiny,
+        build_tiny_random,
+        build_world,
+        world_ceiling,
+    )
+
+    register("world", Asset(WORLD_VERSION, build_world, ceiling=world_ceiling))
+    register("tiny", Asset(TINY_VERSION, build_tiny))
+    register("tiny-random", Asset(TINY_RANDOM_VERSION, build_tiny_random))

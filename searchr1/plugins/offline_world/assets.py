@@ -1,0 +1,92 @@
+"""The offline world's built-in assets: each one's version and builder.
+
+:func:`searchr1.plugins.offline_world.register_assets` registers them;
+:func:`searchr1.core.builtins.resolve` calls a builder once, into an empty folder of the
+cache, the first time a path of its asset is opened:
+
+- ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
+  (:func:`searchr1.plugins.offline_world.generate.generate_world` with seed 0; well under a
+  second);
+- ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder). The weights ship
+  inside the package (``searchr1/plugins/offline_world/warm_start/``) because fine-tuning them
+  takes far longer than a first run may; they are reproduced by ``python -m
+  searchr1.plugins.offline_world.cold_start --shipped --out
+  searchr1/plugins/offline_world/warm_start`` (about 20 minutes on 2 idle cores). Without
+  shipped weights the builder runs that recipe itself;
+- ``tiny-random``: :func:`~searchr1.plugins.offline_world.tiny_model.build_tiny_model` on the
+  built-in text, random weights (seconds).
+
+``world`` also offers its ceiling: the scripted ideal agent
+(:mod:`searchr1.plugins.offline_world.ideal_agent`), which ``searchr1 train`` evaluates at step
+0 when ``data.eval`` is ``builtin:world/...``.
+
+Bump a version whenever its builder's output changes, so stale caches are rebuilt (the cache
+folder is named ``NAME-VERSION``; module paths play no part).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from searchr1.core.types import ModelProvider
+from searchr1.plugins.offline_world.generate import WORLD_SEED
+
+__all__ = [
+    "SHIPPED_WARM_START",
+    "TINY_RANDOM_VERSION",
+    "TINY_VERSION",
+    "WORLD_SEED",
+    "WORLD_VERSION",
+    "build_tiny",
+    "build_tiny_random",
+    "build_world",
+    "world_ceiling",
+]
+
+WORLD_VERSION = "1"
+TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
+TINY_RANDOM_VERSION = "1"
+#: The shipped warm start: tokenizer, config and weights written by ``save_pretrained``.
+SHIPPED_WARM_START = Path(__file__).with_name("warm_start")
+
+
+def build_world(folder: Path) -> None:
+    """Builder of ``builtin:world``: the generated world's three JSONL files."""
+    from searchr1.plugins.offline_world.generate import generate_world, write_world
+
+    write_world(Path(folder), generate_world(WORLD_SEED))
+
+
+def build_tiny(folder: Path) -> None:
+    """Builder of ``builtin:tiny``: copy the shipped warm start, or fine-tune one."""
+    folder = Path(folder)
+    if (SHIPPED_WARM_START / "config.json").is_file():
+        for item in SHIPPED_WARM_START.iterdir():
+            if item.is_file() and not item.name.startswith("."):
+                shutil.copy2(item, folder / item.name)
+        return
+    from searchr1.core.logs import get_logger
+    from searchr1.plugins.offline_world.cold_start import build_shipped
+
+    get_logger().warning(
+        "tiny.building", reason=f"no shipped warm start in {SHIPPED_WARM_START}", folder=str(folder)
+    )
+    build_shipped(folder)
+
+
+def build_tiny_random(folder: Path) -> None:
+    """Builder of ``builtin:tiny-random``: built-in text, vocabulary 1024, random weights."""
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
+
+    build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)
+
+
+def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> ModelProvider | None:
+    """The ``ceiling`` of ``builtin:world``: the scripted ideal agent for this run, or None
+    where it does not apply (see
+    :func:`~searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`)."""
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
+
+    return ideal_agent_for(config, tokenizer, protocol)
