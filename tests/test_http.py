@@ -6,7 +6,9 @@ the give-up and reject paths, and errors that name the URL but no secret."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import re
 import socket
 import threading
 import time
@@ -14,6 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -297,3 +300,26 @@ def test_the_deadline_bounds_the_whole_call(server) -> None:
 def test_safe_url_drops_user_info_query_and_fragment() -> None:
     assert safe_url("https://u:p@example.com:8443/a/b?key=x#f") == "https://example.com:8443/a/b"
     assert safe_url("http://[::1]:8000/retrieve") == "http://[::1]:8000/retrieve"
+
+
+def test_the_documented_example_searches_through_a_503(server) -> None:
+    """docs/plugins.md "Talking HTTP": its example plugin retries and parses."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    section = re.search(r"^## Talking HTTP\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
+    assert section, "docs/plugins.md has no '## Talking HTTP' section"
+    namespace: dict[str, Any] = {}
+    code = re.findall(r"```python\n(.*?)```", section.group(1), flags=re.S)[-1]
+    exec(compile(code, "docs/plugins.md#talking-http", "exec"), namespace)
+    server.queue(503)
+    server.queue(200, body=json.dumps({"hits": [{"title": "France", "text": "Paris."}] * 3}))
+    provider = namespace["JsonSearch"](server.url)
+
+    async def go() -> list[Any]:
+        try:
+            return [await provider.search("capital of France", 2)]
+        finally:
+            await provider.aclose()
+
+    (response,) = asyncio.run(go())
+    assert response.ok and [r.title for r in response.results] == ["France", "France"]
+    assert len(server.arrivals) == 2
