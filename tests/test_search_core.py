@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from searchr1.core.config import SearchConfig
-from searchr1.core.http import backoff_delay, parse_retry_after
+from searchr1.core.retry import backoff_delay, parse_retry_after
 from searchr1.core.search.base import BaseSearchProvider
 from searchr1.core.search.cache import QueryCache, normalise_query
 from searchr1.core.search.keys import KeyPool

@@ -22,11 +22,12 @@ What one call does (:meth:`HttpClient.send`):
   ``asyncio.run`` per step, gets a new pool: connections belong to the loop that opened them);
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
-* retries timeouts, connection errors and the statuses of :func:`is_retryable_status`
-  (408, 409, 429, 5xx) up to :attr:`RetryPolicy.max_retries` times, waiting
-  :func:`backoff_delay` (exponential, "full jitter": uniform between 0 and the exponential
-  ceiling, so callers that failed together do not come back together) or, when the server
-  sent one, ``Retry-After`` (seconds or an HTTP date, :func:`parse_retry_after`); a server that
+* retries timeouts, connection errors and the statuses of
+  :func:`~searchr1.core.retry.is_retryable_status` (408, 409, 429, 5xx) up to
+  :attr:`RetryPolicy.max_retries` times, waiting :func:`~searchr1.core.retry.backoff_delay`
+  (exponential, "full jitter": uniform between 0 and the exponential ceiling, so callers that
+  failed together do not come back together) or, when the server sent one, ``Retry-After``
+  (seconds or an HTTP date, :func:`~searchr1.core.retry.parse_retry_after`); a server that
   asks for more than :attr:`RetryPolicy.max_retry_after_s`, or a wait that would pass the
   deadline, ends the call at once instead of stalling it;
 * fails at once on any other status (:class:`HttpRejected`), and with :class:`HttpGaveUp`
@@ -42,11 +43,9 @@ import asyncio
 import enum
 import random
 import re
-import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -54,6 +53,7 @@ import httpx
 
 from searchr1.core.errors import SearchR1Error
 from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.retry import backoff_delay, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -83,11 +83,6 @@ class Verdict(enum.Enum):
     REJECT = "reject"
 
 
-def is_retryable_status(status: int) -> bool:
-    """408 (request timeout), 409 (conflict, e.g. a busy resource), 429 and every 5xx."""
-    return status in (408, 409, 429) or 500 <= status <= 599
-
-
 def default_decide(response: httpx.Response) -> Verdict:
     """2xx accepted, :func:`is_retryable_status` retried, anything else rejected."""
     status = response.status_code
@@ -100,35 +95,6 @@ def accept_any(response: httpx.Response) -> Verdict:
     """Every answer goes to the caller (who reads the status itself); only timeouts and
     connection errors are retried."""
     return Verdict.ACCEPT
-
-
-def backoff_delay(
-    retry: int, base_s: float = 0.5, cap_s: float = 8.0, rng: random.Random | None = None
-) -> float:
-    """Seconds to wait before retry number ``retry`` (0 for the first): uniform in
-    ``[0, min(cap_s, base_s * 2**retry)]`` ("full jitter", the spread that de-synchronises a
-    crowd of clients best)."""
-    ceiling = min(cap_s, base_s * (2.0**retry))
-    return (rng or random).uniform(0.0, ceiling)
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None when absent
-    or unparsable. Negative waits (a date in the past) become 0."""
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def safe_url(url: str | httpx.URL) -> str:

@@ -31,7 +31,8 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config import SearchConfig
-from searchr1.core.http import HttpClient, HttpError, RetryPolicy, Verdict, parse_retry_after
+from searchr1.core.http import HttpClient, HttpError, RetryPolicy, Verdict
+from searchr1.core.retry import parse_retry_after
 from searchr1.core.search.base import BaseSearchProvider
 from searchr1.core.search.keys import KeyPool
 
