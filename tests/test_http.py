@@ -323,3 +323,27 @@ def test_the_documented_example_searches_through_a_503(server) -> None:
     (response,) = asyncio.run(go())
     assert response.ok and [r.title for r in response.results] == ["France", "France"]
     assert len(server.arrivals) == 2
+
+
+def test_the_limiter_is_held_per_attempt_not_while_waiting(server) -> None:
+    """With one slot, a call waiting 0.5 s to retry lets another call through meanwhile."""
+    server.queue(503, retry_after="0.5")
+    finished: list[str] = []
+
+    async def go() -> None:
+        client = HttpClient(server.url, policy=FAST)
+        slot = asyncio.Semaphore(1)
+
+        async def one(name: str) -> None:
+            await client.request("GET", f"/{name}", limiter=slot)
+            finished.append(name)
+
+        try:
+            first = asyncio.create_task(one("first"))
+            await asyncio.sleep(0.1)  # the first got its 503 and sleeps
+            await asyncio.gather(first, one("second"))
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    assert finished == ["second", "first"] and len(server.arrivals) == 3

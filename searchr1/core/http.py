@@ -238,6 +238,7 @@ class HttpClient:
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
         decide: Callable[[httpx.Response], Verdict] = default_decide,
+        limiter: AbstractAsyncContextManager[Any] | None = None,
         policy: RetryPolicy | None = None,
     ) -> httpx.Response:
         """One call (``url`` absolute or relative to ``base_url``); see :meth:`send`.
@@ -249,7 +250,7 @@ class HttpClient:
                 method, url, json=json, params=params, headers=headers, **extra
             )
 
-        return await self.send(build, decide=decide, policy=policy)
+        return await self.send(build, decide=decide, limiter=limiter, policy=policy)
 
     async def send(
         self,

@@ -67,6 +67,7 @@ from searchr1.core.http import (
     Verdict,
     api_key_variable,
     default_decide,
+    safe_url,
 )
 from searchr1.core.types import (
     AdamParams,
@@ -255,7 +256,7 @@ class OpenAIChatProvider:
         data = await self._post(body)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise ChatServiceError(f"{self.url}: the response has no choices")
+            raise ChatServiceError(f"{safe_url(self.url)}: the response has no choices")
         end = self._end_of_message(params)
         out = []
         for choice in sorted(choices, key=lambda c: c.get("index", 0))[:num_samples]:
@@ -279,25 +280,26 @@ class OpenAIChatProvider:
         semaphore = self._semaphores.setdefault(
             loop, asyncio.Semaphore(self._settings.max_concurrency)
         )
-        async with semaphore:
-            try:
-                response = await self._http.request("POST", self.url, json=body, decide=_decide)
-            except HttpGaveUp as exc:
-                raise ChatServiceError(
-                    f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait "
-                    f"longer)"
-                ) from None
-            except HttpError as exc:
-                raise ChatServiceError(str(exc)) from None
+        try:
+            response = await self._http.request(
+                "POST", self.url, json=body, decide=_decide, limiter=semaphore
+            )
+        except HttpGaveUp as exc:
+            raise ChatServiceError(
+                f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait longer)"
+            ) from exc
+        except HttpError as exc:
+            raise ChatServiceError(str(exc)) from exc
         if response.status_code in (401, 403):
             raise ChatAuthError(
-                f"{self._key_name} was rejected by {self.url} (HTTP {response.status_code}): "
+                f"{self._key_name} was rejected by {safe_url(self.url)} (HTTP "
+                f"{response.status_code}): "
                 f"check the key and that it may use model {self.model!r}"
             )
         try:
             return response.json()
         except ValueError as exc:
-            raise ChatServiceError(f"{self.url}: response is not JSON") from exc
+            raise ChatServiceError(f"{safe_url(self.url)}: response is not JSON") from exc
 
     async def aclose(self) -> None:
         """Close the connection pool (of the running loop)."""
