@@ -4,7 +4,8 @@ Checks ``Authorization: Bearer``, records every request body, and answers with a
 reply: :meth:`FakeChatServer.reply` queues one assistant message (content and/or tool calls,
 with a ``finish_reason``) per call; without a queued reply it echoes a short content. Faults:
 :meth:`FakeChatServer.fail` answers the next ``times`` requests with an HTTP status (and a
-``Retry-After`` header) instead.
+``Retry-After`` header) instead. ``connections`` counts the TCP connections it accepted (a
+client that reuses its pool opens one).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ class FakeChatServer:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self._replies: deque[dict[str, Any]] = deque()
-        self._failures: deque[tuple[int, str]] = deque()
+        self._failures: deque[tuple[int, str, str]] = deque()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.connections = 0
+        self._server = _CountingServer(("127.0.0.1", 0), _handler(self), self)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -65,9 +67,11 @@ class FakeChatServer:
         with self._lock:
             self._replies.append({"message": message, "finish_reason": finish_reason})
 
-    def fail(self, status: int, times: int = 1, retry_after: str = "0") -> None:
+    def fail(self, status: int, times: int = 1, retry_after: str = "0", message: str = "") -> None:
+        """The next ``times`` requests get ``status`` (``message``: the error text; default
+        "injected <status>")."""
         with self._lock:
-            self._failures.extend([(status, retry_after)] * times)
+            self._failures.extend([(status, retry_after, message)] * times)
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -93,6 +97,17 @@ class FakeChatServer:
         }
 
 
+class _CountingServer(ThreadingHTTPServer):
+    def __init__(self, address: tuple[str, int], handler: Any, fake: FakeChatServer):
+        super().__init__(address, handler)
+        self.fake = fake
+
+    def get_request(self) -> Any:
+        with self.fake._lock:
+            self.fake.connections += 1
+        return super().get_request()
+
+
 def _handler(fake: FakeChatServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -109,8 +124,9 @@ def _handler(fake: FakeChatServer) -> type[BaseHTTPRequestHandler]:
             with fake._lock:
                 failure = fake._failures.popleft() if fake._failures else None
             if failure is not None:
-                status, retry_after = failure
-                return self._send(status, {"error": {"message": f"injected {status}"}}, retry_after)
+                status, retry_after, message = failure
+                error = {"error": {"message": message or f"injected {status}"}}
+                return self._send(status, error, retry_after)
             self._send(200, fake._answer(json.loads(raw)))
 
         def _send(self, status: int, body: Any, retry_after: str = "") -> None:

@@ -9,8 +9,9 @@ speaks both protocols of ``docs/protocols.md``:
   ``{"queries": [...], "topk": k, "return_scores": true}``.
 
 Faults come from a :class:`Behaviour` that a test may change while the server runs. The server
-records every request (:class:`Record`: which key, which queries, what status it answered)
-and the most requests it held at once (``max_in_flight``).
+records every request (:class:`Record`: which key, which queries, what status it answered),
+the most requests it held at once (``max_in_flight``) and the TCP connections it accepted
+(``connections``: a client that reuses its pool opens few).
 
 Typical use (the rollout smoke test uses the same thing for a service that is out of quota)::
 
@@ -95,8 +96,14 @@ class FakeSearchServer(ThreadingHTTPServer):
         self.records: list[Record] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections = 0
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        with self.lock:
+            self.connections += 1
+        return super().get_request()
 
     @property
     def base_url(self) -> str:

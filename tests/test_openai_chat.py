@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 from fake_chat_server import API_KEY, FakeChatServer
@@ -136,9 +137,47 @@ def test_429_and_5xx_are_retried(provider, server):
 
 def test_persistent_failure_gives_up_with_a_clear_error(server):
     provider = OpenAIChatProvider.from_config(make_config(server, max_retries=1))
-    server.fail(503, times=2)
-    with pytest.raises(ChatServiceError, match=r"failed after 2 tries: HTTP 503"):
+    server.fail(503, times=2, message=f"overloaded (key {API_KEY})")
+    with pytest.raises(ChatServiceError) as info:
         asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    message = str(info.value)
+    assert message.startswith(
+        f"POST {server.base_url}/v1/chat/completions failed after 2 attempts: HTTP 503"
+    )
+    assert "max_retries" in message and "overloaded (key ***)" in message
+    assert API_KEY not in message
+
+
+def test_a_bad_request_is_not_retried(provider, server):
+    server.fail(400, times=2, message="unknown field")
+    params = SamplingParams(max_tokens=8)
+    with pytest.raises(ChatServiceError, match=r"failed after 1 attempt: HTTP 400.*unknown field"):
+        asyncio.run(provider.sample([1, 2, 3], 1, params))
+    # the second 400 is still queued: the first call did not retry
+    with pytest.raises(ChatServiceError, match="HTTP 400"):
+        asyncio.run(provider.sample([1, 2, 3], 1, params))
+    assert len(asyncio.run(provider.sample([1, 2, 3], 1, params))) == 1
+
+
+def test_retry_after_is_waited_for(server):
+    provider = OpenAIChatProvider.from_config(make_config(server))
+    server.fail(429, retry_after="1")
+    start = time.monotonic()
+    asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    assert time.monotonic() - start >= 1.0  # the backoff alone waits <= 0.01 s
+
+
+def test_samples_of_one_loop_share_one_connection(server):
+    provider = OpenAIChatProvider.from_config(make_config(server))
+    before = server.connections
+
+    async def three() -> None:
+        for _ in range(3):
+            await provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8))
+        await provider.aclose()
+
+    asyncio.run(three())
+    assert server.connections - before == 1
 
 
 def test_rejected_key_is_a_clear_error(server):

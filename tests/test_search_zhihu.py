@@ -62,6 +62,7 @@ def test_keys_are_used_round_robin_and_items_are_mapped(fake) -> None:
     assert server.records[0].params["Count"] == "2"
     m = provider.metrics()
     assert (m["calls"], m["attempts"], m["success_rate"], m["results_per_call"]) == (4, 4, 1, 2)
+    assert server.connections == 1  # four searches, one keep-alive connection
 
 
 def test_count_is_capped_at_20_and_search_db_is_sent(fake) -> None:
@@ -277,6 +278,7 @@ def test_the_concurrency_limit_holds_at_the_server(fake) -> None:
     responses = asyncio.run(go())
     assert all(r.ok for r in responses) and len(server.records) == 24
     assert 1 < server.max_in_flight <= 4
+    assert server.connections <= 4  # the pool reuses its connections
 
 
 def test_no_key_ever_appears_in_logs_errors_or_metrics(fake, capsys) -> None:

@@ -34,8 +34,12 @@ How a text-level API meets the token-level contract (the honest version):
   local tokenizer's): every returned log-prob is 0.0 and :attr:`OpenAIChatProvider.
   logprobs_available` is False. Nothing in evaluation reads them; training is refused anyway.
 
-Transient failures (429, 5xx, timeouts, connection errors) are retried ``max_retries`` times
-with exponential backoff (``Retry-After`` honoured); 401/403 raise "<KEY VARIABLE> was rejected".
+HTTP goes through :class:`searchr1.core.http.HttpClient`, one per provider: its connections
+are reused across samples of one event loop, and transient failures (408, 409, 429, 5xx,
+timeouts, connection errors) are retried ``max_retries`` times with exponential backoff and
+full jitter (``retry_backoff_seconds`` the first ceiling), or after ``Retry-After`` (a wait of
+over ``max_retry_after_seconds`` ends the call); 401/403 raise "<KEY VARIABLE> was rejected",
+any other failure a :class:`ChatServiceError` naming the URL and the attempts.
 """
 
 from __future__ import annotations
@@ -55,8 +59,16 @@ from searchr1.core.agent_protocols.call_formats import (
 from searchr1.core.config import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.logs import redact_text
-from searchr1.core.search.retry import parse_retry_after
+from searchr1.core.http import (
+    HttpClient,
+    HttpError,
+    HttpGaveUp,
+    RetryPolicy,
+    Verdict,
+    api_key_variable,
+    default_decide,
+    safe_url,
+)
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -74,8 +86,6 @@ from searchr1.plugins.chatml import (
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
-
-RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 class ChatAuthError(UserError):
@@ -101,6 +111,8 @@ class ChatSettings:
     timeout_seconds: float = field(default=120.0, metadata={"gt": 0.0})
     max_retries: int = field(default=3, metadata={"min": 0})
     retry_backoff_seconds: float = field(default=1.0, metadata={"min": 0.0})
+    #: a server asking (Retry-After) to wait longer than this fails the call at once
+    max_retry_after_seconds: float = field(default=60.0, metadata={"min": 0.0})
     max_concurrency: int = field(default=16, metadata={"min": 1})
     #: vLLM extension: continue a partial assistant message (needed by the tags protocol)
     continue_final_message: bool = False
@@ -138,11 +150,22 @@ class OpenAIChatProvider:
         self._semaphores: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
+        self._http = HttpClient(
+            policy=RetryPolicy(
+                max_retries=settings.max_retries,
+                backoff_base_s=settings.retry_backoff_seconds,
+                backoff_cap_s=max(settings.retry_backoff_seconds, 30.0),
+                max_retry_after_s=settings.max_retry_after_seconds,
+                attempt_timeout_s=settings.timeout_seconds,
+            ),
+            max_connections=settings.max_concurrency,
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+            timeout=settings.timeout_seconds,
+        )
 
     @classmethod
     def from_config(cls, config: Config) -> OpenAIChatProvider:
         from searchr1.core.tokenizers import provider_tokenizer
-        from searchr1.plugins.remote_model.settings import api_key_variable
 
         def needs_a_server(_: ChatSettings) -> list[str]:
             if config.model.api_base.strip():
@@ -233,7 +256,7 @@ class OpenAIChatProvider:
         data = await self._post(body)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise ChatServiceError(f"{self.url}: the response has no choices")
+            raise ChatServiceError(f"{safe_url(self.url)}: the response has no choices")
         end = self._end_of_message(params)
         out = []
         for choice in sorted(choices, key=lambda c: c.get("index", 0))[:num_samples]:
@@ -253,46 +276,34 @@ class OpenAIChatProvider:
         return out
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        import httpx
-
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.setdefault(
             loop, asyncio.Semaphore(self._settings.max_concurrency)
         )
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        s = self._settings
-        last = ""
-        async with semaphore, httpx.AsyncClient(timeout=s.timeout_seconds) as client:
-            for attempt in range(s.max_retries + 1):
-                delay = s.retry_backoff_seconds * 2**attempt
-                try:
-                    response = await client.post(self.url, json=body, headers=headers)
-                except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.status_code in (401, 403):
-                        raise ChatAuthError(
-                            f"{self._key_name} was rejected by {self.url} (HTTP "
-                            f"{response.status_code}): check the key and that it may use model "
-                            f"{self.model!r}"
-                        )
-                    if response.status_code < 400:
-                        try:
-                            return response.json()
-                        except ValueError as exc:
-                            raise ChatServiceError(f"{self.url}: response is not JSON") from exc
-                    last = f"HTTP {response.status_code}: {redact_text(response.text[:200])}"
-                    if response.status_code not in RETRY_STATUS:
-                        raise ChatServiceError(f"{self.url} failed: {last}")
-                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                    if retry_after is not None:
-                        delay = min(retry_after, 60.0)
-                if attempt < s.max_retries:
-                    await asyncio.sleep(delay)
-        raise ChatServiceError(
-            f"{self.url} failed after {s.max_retries + 1} tries: {last} (raise "
-            f"[model.openai_chat] max_retries / timeout_seconds to wait longer)"
-        )
+        try:
+            response = await self._http.request(
+                "POST", self.url, json=body, decide=_decide, limiter=semaphore
+            )
+        except HttpGaveUp as exc:
+            raise ChatServiceError(
+                f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait longer)"
+            ) from exc
+        except HttpError as exc:
+            raise ChatServiceError(str(exc)) from exc
+        if response.status_code in (401, 403):
+            raise ChatAuthError(
+                f"{self._key_name} was rejected by {safe_url(self.url)} (HTTP "
+                f"{response.status_code}): "
+                f"check the key and that it may use model {self.model!r}"
+            )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ChatServiceError(f"{safe_url(self.url)}: response is not JSON") from exc
+
+    async def aclose(self) -> None:
+        """Close the connection pool (of the running loop)."""
+        await self._http.aclose()
 
     # ------------------------------------------------------------------ no training
 
@@ -322,6 +333,14 @@ class OpenAIChatProvider:
 
 def _create(config: Config) -> OpenAIChatProvider:
     return OpenAIChatProvider.from_config(config)
+
+
+def _decide(response: Any) -> Verdict:
+    """401/403 go back to :meth:`OpenAIChatProvider._post` (which names the key variable);
+    the rest as :func:`searchr1.core.http.default_decide`."""
+    if response.status_code in (401, 403):
+        return Verdict.ACCEPT
+    return default_decide(response)
 
 
 @hookimpl

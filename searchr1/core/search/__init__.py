@@ -2,10 +2,11 @@
 
 * :mod:`.base` - :class:`BaseSearchProvider`: input checks, truncation, the run cache,
   per-call metrics; a provider implements ``_fetch``.
-* :mod:`.http_provider` - :class:`HttpSearchProvider`: key rotation and benching, retries
-  with backoff, a concurrency limit, pooled httpx connections; HTTP providers implement
-  ``_fetch`` with :meth:`HttpSearchProvider.request`.
-* :mod:`.keys`, :mod:`.retry`, :mod:`.cache`, :mod:`.metrics`, :mod:`.documents` - the parts.
+* :mod:`.http_provider` - :class:`HttpSearchProvider`: key rotation and benching, a
+  concurrency limit and per-attempt metrics on top of :mod:`searchr1.core.http` (the HTTP
+  helper every plugin shares: retries with jitter, ``Retry-After``, pooled connections); HTTP
+  providers implement ``_fetch`` with :meth:`HttpSearchProvider.request`.
+* :mod:`.keys`, :mod:`.cache`, :mod:`.metrics`, :mod:`.documents` - the parts.
 """
 
 from searchr1.core.search.base import BaseSearchProvider

@@ -3,13 +3,16 @@
 A provider plugin subclasses :class:`HttpSearchProvider`, implements ``_fetch`` and, inside it,
 calls :meth:`HttpSearchProvider.request` with two small functions: one that builds the
 ``httpx.Request`` for a given key, one that parses a 2xx response (raising
-:class:`ResponseError` for an unusable body). ``request`` then
+:class:`ResponseError` for an unusable body). ``request`` sends through the provider's
+:class:`~searchr1.core.http.HttpClient` (the HTTP helper every plugin shares: pooled
+connections, retries with jitter, ``Retry-After``) and adds what a search service needs:
 
 * takes keys round-robin from a :class:`~searchr1.core.search.keys.KeyPool`; a 429 benches the
   key (for ``Retry-After`` seconds when given, else ``[search] key_cooldown_seconds``) and the
-  request moves to the next key; 401/403 benches the key for the run;
+  request moves to the next key at once; 401/403 benches the key for the run;
 * retries timeouts, connection errors, 408 and 5xx up to ``[search] max_retries`` times with
-  exponential backoff and jitter, or after ``Retry-After`` when the server sends one;
+  exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
+  wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
 * holds one slot of a per-provider semaphore (``[search] max_concurrency``) per HTTP attempt
   (never while sleeping), so a group of 64 trajectories cannot flood the service;
 * bounds each attempt by ``[search] timeout_seconds`` end to end;
@@ -28,9 +31,10 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config import SearchConfig
+from searchr1.core.http import HttpClient, HttpError, RetryPolicy, Verdict
+from searchr1.core.retry import parse_retry_after
 from searchr1.core.search.base import BaseSearchProvider
 from searchr1.core.search.keys import KeyPool
-from searchr1.core.search.retry import MAX_RETRY_AFTER_S, backoff_delay, parse_retry_after
 
 T = TypeVar("T")
 
@@ -39,6 +43,10 @@ ERR_QUOTA = "quota exhausted (429)"
 ERR_DOWN = "search unavailable (every API key is benched)"
 ERR_TIMEOUT = "timeout"
 ERR_CONNECTION = "connection error"
+
+#: a server asking us to wait longer than this is treated as down for this call (no retry):
+#: a rollout cannot stall for minutes on one search
+MAX_RETRY_AFTER_S = 30.0
 
 
 class ResponseError(Exception):
@@ -65,9 +73,22 @@ RequestBuilder = Callable[[httpx.AsyncClient, "str | None"], httpx.Request]
 ResponseParser = Callable[[httpx.Response], T]
 
 
+class _NoKeyLeft(Exception):
+    """Raised by the request builder when every key is benched: the call ends."""
+
+
+@dataclass
+class _Tries:
+    """What one :meth:`HttpSearchProvider.request` call has seen so far."""
+
+    index: int = 0
+    last_error: str | None = None
+    key_switches: int = 0
+
+
 class HttpSearchProvider(BaseSearchProvider):
-    """Key pool, retries, concurrency limit and a pooled ``httpx.AsyncClient`` for one
-    provider; see the module docstring."""
+    """Key pool, retries, concurrency limit and a pooled HTTP client for one provider; see
+    the module docstring."""
 
     #: used when ``[search] api_base`` is empty
     default_api_base: str = ""
@@ -83,10 +104,20 @@ class HttpSearchProvider(BaseSearchProvider):
         super().__init__(settings)
         self.api_base = (settings.api_base or self.default_api_base).rstrip("/")
         self.keys = KeyPool(settings.api_keys, settings.key_cooldown_seconds, provider=self.name)
-        self._backoff_base_s = backoff_base_s
-        self._backoff_cap_s = backoff_cap_s
-        self._rng = rng or random.Random()
-        self._client: httpx.AsyncClient | None = None
+        self.http = HttpClient(
+            self.api_base,
+            policy=RetryPolicy(
+                max_retries=settings.max_retries,
+                backoff_base_s=backoff_base_s,
+                backoff_cap_s=backoff_cap_s,
+                max_retry_after_s=MAX_RETRY_AFTER_S,
+                attempt_timeout_s=settings.timeout_seconds,
+            ),
+            max_connections=settings.max_concurrency,
+            timeout=settings.timeout_seconds,
+            follow_redirects=True,
+            rng=rng,
+        )
         self._semaphore: asyncio.Semaphore | None = None
 
     # ------------------------------------------------------------------ protocol
@@ -96,34 +127,15 @@ class HttpSearchProvider(BaseSearchProvider):
         return self.keys.available_count() > 0
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                await client.aclose()
-            except RuntimeError:  # bound to a loop that is gone; nothing left to release
-                pass
+        await self.http.aclose()
 
     def _extra_metrics(self) -> dict[str, float]:
         return {"keys_available": float(self.keys.available_count())}
 
     def _on_new_loop(self) -> None:
-        # httpx connections and asyncio primitives belong to the loop that created them
-        self._client = None
+        # asyncio primitives belong to the loop that created them (the HTTP client makes a
+        # new pool for a new loop by itself)
         self._semaphore = None
-
-    # ------------------------------------------------------------------ loop-bound state
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            limit = self.settings.max_concurrency
-            self._client = httpx.AsyncClient(
-                base_url=self.api_base,
-                timeout=httpx.Timeout(self.settings.timeout_seconds),
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                follow_redirects=True,
-            )
-        return self._client
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -131,7 +143,7 @@ class HttpSearchProvider(BaseSearchProvider):
             self._semaphore = asyncio.Semaphore(self.settings.max_concurrency)
         return self._semaphore
 
-    # ------------------------------------------------------------------ the request loop
+    # ------------------------------------------------------------------ the request
 
     async def request(self, build: RequestBuilder, parse: ResponseParser[T]) -> Fetched[T]:
         """Send one logical request with key rotation and retries; see the module docstring.
@@ -139,71 +151,75 @@ class HttpSearchProvider(BaseSearchProvider):
         ``build(client, key)`` is called once per attempt (so per-attempt headers such as a
         timestamp are fresh); ``key`` is None for a service without keys."""
         m = self._metrics
-        retries = 0
-        key_switches = 0
-        last_error: str | None = None
-        while True:
+        tries = _Tries()
+
+        def attempt(client: httpx.AsyncClient) -> httpx.Request:
             slot = self.keys.acquire()
             if slot is None:
-                m.unavailable += 1
-                return Fetched(error=last_error or ERR_DOWN)
-            index, key = slot
-            retry_after: float | None = None
-            async with self.semaphore:
-                m.attempts += 1
-                try:
-                    async with asyncio.timeout(self.settings.timeout_seconds):
-                        response = await self.client.send(build(self.client, key))
-                except (TimeoutError, httpx.TimeoutException):
-                    m.timeouts += 1
-                    error = ERR_TIMEOUT
-                    response = None
-                except httpx.RequestError:  # connect, read, protocol, decoding errors
-                    m.connection_errors += 1
-                    error = ERR_CONNECTION
-                    response = None
+                raise _NoKeyLeft
+            tries.index, key = slot
+            return build(client, key)
 
-            if response is not None:
-                status = response.status_code
-                if 200 <= status < 300:
-                    try:
-                        return Fetched(value=parse(response))
-                    except ResponseError as exc:
-                        if exc.kind == "api":
-                            m.api_errors += 1
-                        else:
-                            m.malformed_responses += 1
-                        return Fetched(error=str(exc))
-                if status == 429:
-                    m.http_429 += 1
-                    wait = parse_retry_after(response.headers.get("Retry-After"))
-                    self.keys.bench(index, "quota exhausted (429)", wait)
-                    last_error = ERR_QUOTA
-                    key_switches += 1
-                    if key_switches >= len(self.keys):
-                        return Fetched(error=last_error)
-                    continue
-                if status in (401, 403):
-                    m.auth_errors += 1
-                    self.keys.bench(index, f"key rejected ({status})", float("inf"))
-                    last_error = f"search API key rejected ({status})"
-                    continue
-                if status == 408 or status >= 500:
-                    m.server_errors += 1
-                    error = f"server error (HTTP {status})"
-                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                else:
-                    m.http_errors += 1
-                    return Fetched(error=f"request rejected (HTTP {status})")
+        def decide(response: httpx.Response) -> Verdict:
+            status = response.status_code
+            if 200 <= status < 300:
+                return Verdict.ACCEPT
+            if status == 429:
+                m.http_429 += 1
+                wait = parse_retry_after(response.headers.get("Retry-After"))
+                self.keys.bench(tries.index, "quota exhausted (429)", wait)
+                tries.last_error = ERR_QUOTA
+                tries.key_switches += 1
+                return Verdict.REJECT if tries.key_switches >= len(self.keys) else Verdict.AGAIN
+            if status in (401, 403):
+                m.auth_errors += 1
+                self.keys.bench(tries.index, f"key rejected ({status})", float("inf"))
+                tries.last_error = f"search API key rejected ({status})"
+                return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
+            if status == 408 or status >= 500:
+                m.server_errors += 1
+                return Verdict.RETRY
+            m.http_errors += 1
+            return Verdict.REJECT
 
-            # a transient failure: timeout, connection error, 408 or 5xx
-            if retries >= self.settings.max_retries:
-                return Fetched(error=error)
-            if retry_after is not None and retry_after > MAX_RETRY_AFTER_S:
-                return Fetched(error=error)
-            delay = retry_after
-            if delay is None:
-                delay = backoff_delay(retries, self._backoff_base_s, self._backoff_cap_s, self._rng)
-            retries += 1
+        try:
+            response = await self.http.send(
+                attempt, decide=decide, limiter=self.semaphore, on_event=self._count
+            )
+        except _NoKeyLeft:
+            m.unavailable += 1
+            return Fetched(error=tries.last_error or ERR_DOWN)
+        except HttpError as exc:
+            return Fetched(error=_model_error(exc))
+        try:
+            return Fetched(value=parse(response))
+        except ResponseError as exc:
+            if exc.kind == "api":
+                m.api_errors += 1
+            else:
+                m.malformed_responses += 1
+            return Fetched(error=str(exc))
+
+    def _count(self, event: str, _seconds: float) -> None:
+        m = self._metrics
+        if event == "attempt":
+            m.attempts += 1
+        elif event == "timeout":
+            m.timeouts += 1
+        elif event == "connection_error":
+            m.connection_errors += 1
+        elif event == "retry":
             m.retries += 1
-            await asyncio.sleep(delay)
+
+
+def _model_error(exc: HttpError) -> str:
+    """The short error a trajectory reads (no URL, no key)."""
+    if exc.kind == "timeout":
+        return ERR_TIMEOUT
+    if exc.kind == "connection":
+        return ERR_CONNECTION
+    if exc.status == 429:
+        return ERR_QUOTA
+    if exc.status == 408 or (exc.status or 0) >= 500:
+        return f"server error (HTTP {exc.status})"
+    return f"request rejected (HTTP {exc.status})"

@@ -1,11 +1,14 @@
-"""The HTTP calls to a vLLM OpenAI-compatible server, on one pooled ``httpx.AsyncClient``.
+"""The HTTP calls to a vLLM OpenAI-compatible server, on one pooled
+:class:`~searchr1.core.http.HttpClient` (the HTTP helper every plugin shares).
 
 Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. The client and its
 connection pool live in an event loop of their own (a daemon thread), whatever loop the caller
 runs: the rollout awaits :meth:`VllmClient.complete` from many asyncio tasks of its loop (each
 call hops to the client's loop), while the train loop calls the adapter methods synchronously
 between steps, and ``smoke``/``eval`` run their own loops. One pool serves them all and
-:meth:`VllmClient.close` can always close it in the loop it was created in.
+:meth:`VllmClient.close` can always close it in the loop it was created in. Retries are off
+(a local server that is down or stalled is reported at once, naming the setting to check) and
+every status comes back to the caller, which reads vLLM's own error text.
 
 The server API used (vLLM 0.32; see also README "vLLM"):
 
@@ -29,6 +32,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from searchr1.core.http import HttpClient, HttpError, RetryPolicy, accept_any
 from searchr1.core.types import SampledSequence, SamplingParams
 
 T = TypeVar("T")
@@ -63,24 +67,19 @@ class VllmClient:
     ) -> None:
         self.api_base = api_base.rstrip("/").removesuffix("/v1")
         self.request_timeout_s = request_timeout_s
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="searchr1-vllm-http", daemon=True
         )
         self._thread.start()
-        self._http: httpx.AsyncClient = self.call(self._make_client(max_connections))
-
-    async def _make_client(self, max_connections: int) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.api_base,
+        self._http = HttpClient(
+            self.api_base,
+            policy=RetryPolicy(max_retries=0, attempt_timeout_s=None),
+            max_connections=max_connections,
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=httpx.Timeout(self.request_timeout_s, connect=10.0),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
             # A system-wide proxy setting must not capture a loopback or in-cluster server.
             trust_env=False,
-            headers=self._headers,
         )
 
     # ------------------------------------------------------------------ loop plumbing
@@ -106,21 +105,24 @@ class VllmClient:
 
     # ------------------------------------------------------------------ requests
 
-    async def _request(self, method: str, path: str, body: Any = None) -> httpx.Response:
-        url = f"{self.api_base}{path}"
+    async def _request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> httpx.Response:
         try:
-            return await self._http.request(method, path, json=body)
-        except httpx.TimeoutException as exc:
-            raise VllmTimeout(
-                f"the vLLM server at {self.api_base} did not answer {method} {path} within "
-                f"{self.request_timeout_s:g} s (model.vllm.request_timeout_s): "
-                f"{type(exc).__name__}"
-            ) from exc
-        except httpx.TransportError as exc:
+            return await self._http.request(
+                method, path, json=body, timeout=timeout, decide=accept_any
+            )
+        except HttpError as exc:
+            if exc.kind == "timeout":
+                raise VllmTimeout(
+                    f"the vLLM server at {self.api_base} did not answer {method} {path} within "
+                    f"{timeout or self.request_timeout_s:g} s (model.vllm.request_timeout_s): "
+                    f"{exc.cause}"
+                ) from exc
             raise VllmUnavailable(
-                f"the vLLM server at {self.api_base} is not reachable ({method} {url}: "
-                f"{type(exc).__name__}: {exc}); is it running? check model.vllm.api_base, or "
-                f"the server log when the provider launched it"
+                f"the vLLM server at {self.api_base} is not reachable ({exc.method} {exc.url}: "
+                f"{exc.reason}); is it running? check model.vllm.api_base, or the server log "
+                f"when the provider launched it"
             ) from exc
 
     def healthy(self) -> bool:
@@ -128,8 +130,8 @@ class VllmClient:
 
         async def probe() -> bool:
             try:
-                return (await self._http.get("/health", timeout=5.0)).status_code == 200
-            except httpx.HTTPError:
+                return (await self._request("GET", "/health", timeout=5.0)).status_code == 200
+            except VllmError:
                 return False
 
         return self.call(probe())
