@@ -199,10 +199,30 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_p
     assert again == pytest.approx(continued, abs=1e-5)
 
 
-def test_loss_unknown_to_the_service_is_a_config_error(provider):
+def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
     custom = NamedLoss("my_loss", importance_sampling)
+    with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'") as info:
+        provider.check_loss(custom)
+    assert "importance_sampling, ppo, cispo" in str(info.value) and "dro" not in str(info.value)
+    submitted = fake.count("POST /actor/v1/events")
     with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'"):
         provider.forward_backward(make_datums(725, n=1), custom)
+    assert fake.count("POST /actor/v1/events") == submitted  # refused before anything is sent
+
+
+def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
+    from searchr1.plugins.remote_model.loss_contract import loss_config
+
+    with pytest.raises(ConfigError, match=r"\[train.loss\] ratio_cap = 2"):
+        provider.check_loss(
+            NamedLoss("ppo", ppo, {"clip_low": 0.2, "clip_high": 0.3, "ratio_cap": 2.0})
+        )
+    clipped = NamedLoss("ppo", ppo, {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0})
+    provider.check_loss(clipped)  # accepted
+    assert loss_config(clipped) == pytest.approx(
+        {"clip_low_threshold": 0.9, "clip_high_threshold": 1.3}
+    )
+    assert loss_config(IS_LOSS) is None
 
 
 # --------------------------------------------------------------------------- failures
@@ -340,39 +360,6 @@ def test_config_problems_are_reported_together(fake, tmp_path):
 def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
     with pytest.raises(RemoteServiceError, match="remote_checkpoint.json"):
         provider.load_state(str(tmp_path / "nowhere"))
-
-
-def test_same_adapter_builds_valid_tinker_requests():
-    """``provider = "tinker"`` maps datums and sampling parameters onto the tinker SDK's own
-    types (no tinker service can be faked here; see the module docstring of the fake)."""
-    tinker = pytest.importorskip("tinker")
-    from searchr1.core.tokenizers import load_tokenizer
-    from searchr1.plugins.remote_model.settings import RemoteSettings
-
-    provider = RemoteModelProvider(
-        sdk=tinker,
-        service=None,
-        tokenizer=load_tokenizer("builtin:tiny-random"),
-        provider_name="tinker",
-        api_base="http://unused",
-        base_model="builtin:tiny-random",
-        lora_rank=8,
-        lora_targets=TARGETS,
-        seed=0,
-        settings=RemoteSettings(sdk="tinker"),
-        key_name="model.api_key",
-    )
-    datum = make_datums(725, n=1)[0]
-    sdk_datum = provider._sdk_datum(datum, 0.5)
-    assert sdk_datum.model_input.to_ints() == list(datum.input_tokens)
-    adv = sdk_datum.loss_fn_inputs["advantages"].to_numpy().tolist()
-    assert adv == pytest.approx([0.5 * a for a in datum.advantages])
-    params = tinker.SamplingParams(
-        **provider._sampling_kwargs(
-            SamplingParams(max_tokens=5, stop_strings=("</search>",), stop_token_ids=(0,))
-        )
-    )
-    assert params.max_tokens == 5 and "</search>" in params.stop and len(params.stop) == 2
 
 
 # --------------------------------------------------------------------------- CLI end to end
