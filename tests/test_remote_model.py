@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import random
 import re
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 pytest.importorskip("pytrio")
 
 from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
+from remote_helpers import ADAM, IS_LOSS, TARGETS, make_datums, one_step  # noqa: E402
 
 from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
 from searchr1.core.hookspecs import hookimpl  # noqa: E402
@@ -30,10 +30,6 @@ from searchr1.plugins.remote_model.errors import (  # noqa: E402
 )
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 from searchr1.plugins.remote_model.sdk import MissingSDKError  # noqa: E402
-
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-IS_LOSS = NamedLoss("importance_sampling", importance_sampling)
-ADAM = AdamParams(learning_rate=2e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -73,39 +69,6 @@ def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
         **taotoken,
     }
     return dataclasses.replace(config, plugins={"model.taotoken": table})
-
-
-def make_datums(vocab: int, seed: int = 1, n: int = 4) -> list[Datum]:
-    """Random sequences; the last half of each is 'generated' (advantage +-1, sampler lp)."""
-    rng = random.Random(seed)
-    datums = []
-    for i in range(n):
-        length = rng.randint(10, 24)
-        tokens = [rng.randrange(vocab) for _ in range(length + 1)]
-        gen_from = length // 2
-        adv = 1.0 if i % 2 == 0 else -1.0
-        datums.append(
-            Datum(
-                input_tokens=tuple(tokens[:-1]),
-                target_tokens=tuple(tokens[1:]),
-                sampler_logprobs=tuple(
-                    0.0 if j < gen_from else -6.5 + 0.1 * rng.random() for j in range(length)
-                ),
-                advantages=tuple(0.0 if j < gen_from else adv for j in range(length)),
-                trajectory_id=f"t{i}",
-            )
-        )
-    return datums
-
-
-def one_step(provider, datums, loss_fn=IS_LOSS) -> tuple[float, float, float]:
-    """Two micro-batches (loss_scale n_k/N), one optimizer step, then the loss after it."""
-    half = len(datums) // 2
-    first = provider.forward_backward(datums[:half], loss_fn, half / len(datums))
-    second = provider.forward_backward(datums[half:], loss_fn, (len(datums) - half) / len(datums))
-    metrics = provider.optim_step(ADAM)
-    after = provider.forward_backward(datums, loss_fn, 1.0)
-    return first.loss + second.loss, metrics["grad_norm"], after.loss
 
 
 @pytest.fixture

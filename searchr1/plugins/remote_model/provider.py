@@ -48,6 +48,7 @@ from scratch; nothing of the failed step survives.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -236,7 +237,8 @@ class RemoteModelProvider:
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         """Sample ``num_samples`` continuations of ``prompt_tokens`` with the current weights."""
-        sampler = self._sampling_client()
+        # Creating the sampler waits on the service: off the event loop, so other rollouts run.
+        sampler = self._sampler or await asyncio.to_thread(self._sampling_client)
         sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self._tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
         try:
