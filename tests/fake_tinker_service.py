@@ -141,6 +141,8 @@ class FakeTinker:
         self.requests: list[tuple[str, str, float, float]] = []
         #: session id -> finish status ("success", "errored", ...) once the SDK closed it
         self.finished: dict[str, str] = {}
+        #: (kind, start, end) of every computation, in time.monotonic() seconds
+        self.timings: list[tuple[str, float, float]] = []
         self._root = Path(tempfile.mkdtemp(prefix="fake-tinker-"))
         self._lock = threading.RLock()
         self._done = threading.Condition(self._lock)
@@ -293,7 +295,9 @@ class FakeTinker:
     def _run(self, future: Future, work: Callable[[], Any]) -> None:
         try:
             with self._compute_lock:
+                started = time.monotonic()
                 result, error = work(), ""
+                self.timings.append((future.kind, started, time.monotonic()))
             self._bump(f"done:{future.kind}")
         except Exception as exc:  # the request fails; the service keeps serving
             result, error = None, f"{type(exc).__name__}: {exc}"
@@ -686,13 +690,9 @@ def _handler_for(fake: FakeTinker) -> type[BaseHTTPRequestHandler]:
             self._handle("POST")
 
         def _handle(self, method: str) -> None:
-            start = time.monotonic()
-            path = urlsplit(self.path).path
-            try:
-                self._route(method, path)
-            finally:
-                with fake._lock:
-                    fake.requests.append((method, path, start, time.monotonic()))
+            self._start = time.monotonic()
+            self._method, self._path = method, urlsplit(self.path).path
+            self._route(method, self._path)
 
         def _route(self, method: str, path: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
@@ -726,6 +726,9 @@ def _handler_for(fake: FakeTinker) -> type[BaseHTTPRequestHandler]:
                 self._send(400, "application/json", json.dumps(error).encode())
 
         def _send(self, status: int, content_type: str, data: bytes) -> None:
+            # Logged before the answer leaves, so a client that got it finds it in the log.
+            with fake._lock:
+                fake.requests.append((self._method, self._path, self._start, time.monotonic()))
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

@@ -44,3 +44,29 @@ def one_step(provider, datums, loss_fn=IS_LOSS) -> tuple[float, float, float]:
     metrics = provider.optim_step(ADAM)
     after = provider.forward_backward(datums, loss_fn, 1.0)
     return first.loss + second.loss, metrics["grad_norm"], after.loss
+
+
+def waits(requests: list[tuple[str, str, float, float]], path: str, since: float) -> list:
+    """The (start, end) of every request to ``path`` (a result wait) started after ``since``,
+    from a fake service's request log."""
+    return sorted((s, e) for _, p, s, e in requests if p.startswith(path) and s >= since)
+
+
+def max_in_flight(intervals: list) -> int:
+    """The most intervals open at the same moment."""
+    edges = [(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals]
+    open_now = peak = 0
+    for _, delta in sorted(edges):  # an end (-1) sorts before a start at a tie
+        open_now += delta
+        peak = max(peak, open_now)
+    return peak
+
+
+def round_trips(intervals: list) -> int:
+    """How many waits happened one after another: overlapping waits count as one round trip."""
+    rounds, end = 0, float("-inf")
+    for s, e in sorted(intervals):
+        if s >= end:
+            rounds += 1
+        end = max(end, e) if s < end else e
+    return rounds

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,16 @@ import pytest
 pytest.importorskip("tinker")
 
 from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
-from remote_helpers import ADAM, IS_LOSS, TARGETS, make_datums, one_step  # noqa: E402
+from remote_helpers import (  # noqa: E402
+    ADAM,
+    IS_LOSS,
+    TARGETS,
+    make_datums,
+    max_in_flight,
+    one_step,
+    round_trips,
+    waits,
+)
 
 from searchr1.core.config import Config, load_config  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
@@ -191,3 +201,31 @@ def test_session_is_finished_on_close_and_telemetry_stays_off(fake):
     p.close()
     assert list(set(fake.finished) - sessions) and "success" in fake.finished.values()
     assert fake.count("telemetry") == telemetry  # [model.tinker] telemetry = false (default)
+
+
+def test_a_step_waits_once_for_its_micro_batches_optim_step_and_new_sampler(provider, fake):
+    """Issue 19: every forward_backward, the optim_step and the sampler save are submitted
+    back to back and awaited together. Measured on the fake's request log with 500 ms added to
+    every result wait (``retrieve_future``), not on a wall-clock threshold."""
+    n_micro = 3
+    datums = make_datums(len(provider.tokenizer), n=6)
+
+    def step(read_each: bool) -> list:
+        since = time.monotonic()
+        size = len(datums) // n_micro
+        for k in range(n_micro):
+            result = provider.forward_backward(datums[k * size : (k + 1) * size], IS_LOSS)
+            if read_each:
+                result.loss  # noqa: B018 -- reading awaits the call
+        provider.optim_step(ADAM)
+        return waits(fake.requests, "/api/v1/retrieve_future", since)
+
+    step(read_each=False)  # the training run exists before the measurement
+    fake.inject("POST", r"^/api/v1/retrieve_future$", 0, delay=0.5, times=10**6)
+    one_by_one = step(read_each=True)
+    together = step(read_each=False)
+    # Reading each loss at once: one round trip per micro-batch, then optim_step and the new
+    # sampler together. Deferred: everything in one round trip.
+    assert round_trips(one_by_one) == n_micro + 1
+    assert round_trips(together) == 1
+    assert max_in_flight(together) == n_micro + 2
