@@ -30,7 +30,8 @@ class RemoteSettings:
     sampling_timeout_seconds: int = field(default=900, metadata={"min": 1})
     #: lifetime of checkpoints written by save_state; 0 = the service's default
     checkpoint_ttl_seconds: int = field(default=0, metadata={"min": 0})
-    #: PyTRIO sends SDK telemetry to the service unless this is false
+    #: send the SDK's telemetry to the service (both SDKs send it unless told not to; tinker
+    #: is told through TINKER_TELEMETRY=0 while its session opens, unless that is set already)
     telemetry: bool = False
     #: the PyTRIO SDK's home folder (its local config and telemetry spool); empty = ~/.pytrio
     sdk_home: str = ""
