@@ -18,11 +18,9 @@ hand and validated by the SDK on its side. Events run in order on one worker thr
 resubmitted event id answers ``409 event_exists`` like the real actor, so SDK retries are
 idempotent here too.
 
-Computation: a training run is a :class:`LocalModelProvider` (fp32, CPU, LoRA dropout 0,
-``alpha = 2 * rank``, learner temperature 1 -- a service computes untempered log-probs); a
-sampling run is another one loaded from the saved checkpoint. Losses are the built-in
-``searchr1.plugins.losses`` (Tinker semantics: a sum over positions); the SDK's
-``gradient_accumulation`` totals are accepted and ignored.
+Computation: :mod:`fake_service_compute` (a ``LocalModelProvider`` per training run, another
+per sampling run loaded from the saved checkpoint); the SDK's ``gradient_accumulation``
+totals are accepted and ignored.
 
 Faults: :meth:`FakePyTrio.inject` makes matching requests fail with a status (429, 5xx, 401...)
 or answer late, a given number of times. :attr:`FakePyTrio.requests` records when each request
@@ -36,7 +34,6 @@ a policy loss (the fake sums), checkpoint storage and TTLs, capacity queueing
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import queue
@@ -54,6 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import fake_service_compute as compute
 import msgpack
 import numpy as np
 
@@ -287,14 +285,12 @@ class FakePyTrio:
         return {"max_batch_size": None, "max_tokens_per_request": None, "max_seq_len": None}
 
     def _resolve_model(self, name: str) -> str:
-        from searchr1.core.builtins import resolve
-
-        if not name:
-            raise _Reply(400, "invalid_request", "base_model is required")
         try:
-            return resolve(name)
-        except FileNotFoundError as exc:
-            raise _Reply(404, "model_not_found", str(exc)) from None
+            return compute.resolve_model(name)
+        except compute.ModelNotFound as exc:
+            status = 400 if not name else 404
+            code = "invalid_request" if not name else "model_not_found"
+            raise _Reply(status, code, str(exc)) from None
 
     def _create_training_run(self, session: str, body: dict[str, Any]) -> dict[str, Any]:
         from pytrio.protocol.control.training_run.create import TrainingRunCreateRequest
@@ -423,33 +419,14 @@ class FakePyTrio:
 
     def _new_provider(self, run: TrainingRun) -> Any:
         """A local provider for ``run``: the run's LoRA, fp32 on the CPU, temperature 1."""
-        from searchr1.core.config import Config
-        from searchr1.plugins.local_model.provider import LocalModelProvider
-
-        targets: list[str] = []
-        if run.train_attn:
-            targets += ["q_proj", "k_proj", "v_proj", "o_proj"]
-        if run.train_mlp:
-            targets += ["gate_proj", "up_proj", "down_proj"]
-        if run.train_unembed:
-            targets += ["lm_head"]
-        config = Config().replace(
-            model={
-                "base_model": run.model_path,
-                "device": "cpu",
-                "dtype": "float32",
-                "temperature": 1.0,
-            },
-            lora={
-                "rank": run.rank,
-                "alpha": 2.0 * run.rank,
-                "dropout": 0.0,
-                "target_modules": tuple(targets),
-            },
-            run={"seed": run.seed or 0},
+        return compute.new_provider(
+            run.model_path,
+            rank=run.rank,
+            seed=run.seed,
+            train_attn=run.train_attn,
+            train_mlp=run.train_mlp,
+            train_unembed=run.train_unembed,
         )
-        config = dataclasses.replace(config, plugins={"model.local": {"batch_wait_ms": 0.0}})
-        return LocalModelProvider.from_config(config)
 
     def actor_event(self, raw: bytes, token: str) -> tuple[int, dict[str, Any]]:
         from pytrio.protocol.actor.events.event import EventEnvelope
@@ -526,19 +503,7 @@ class FakePyTrio:
         if kind in ("trainer.forward", "trainer.forward_backward"):
             return self._forward(run.provider, parsed, backward=kind.endswith("backward"))
         if kind == "trainer.optimize_step":
-            from searchr1.core.types import AdamParams
-
-            a = parsed.adam_params
-            metrics = run.provider.optim_step(
-                AdamParams(
-                    a.learning_rate,
-                    a.beta1,
-                    a.beta2,
-                    a.eps,
-                    a.weight_decay,
-                    a.grad_clip_norm or None,
-                )
-            )
+            metrics = run.provider.optim_step(compute.adam(parsed.adam_params))
             return {"metrics": dict(metrics)}
         if kind in ("trainer.save_state", "trainer.save_weights"):
             uri = f"trio://fake/{run.cuid}/{parsed.name}"
@@ -554,42 +519,22 @@ class FakePyTrio:
         raise ValueError(f"unsupported event {kind}")
 
     def _forward(self, provider: Any, payload: Any, *, backward: bool) -> dict[str, Any]:
-        import torch
+        from searchr1.core.types import Datum
 
-        from searchr1.core.types import Datum, LossInputs
-        from searchr1.plugins.local_model.learner import token_logprobs
-
-        loss_fn = _loss(payload.loss.type, payload.loss.config)
-        datums, outputs = [], []
-        for item in payload.data:
-            tokens = [t for chunk in item.model_input.chunks for t in chunk.tokens]
-            datums.append(
-                Datum(
-                    tuple(tokens),
-                    tuple(item.target_ids),
-                    tuple(item.logprobs or ()),
-                    tuple(item.advantages or ()),
-                )
+        loss_fn = compute.loss_by_name(payload.loss.type, payload.loss.config)
+        datums = [
+            Datum(
+                tuple(t for chunk in item.model_input.chunks for t in chunk.tokens),
+                tuple(item.target_ids),
+                tuple(item.logprobs or ()),
+                tuple(item.advantages or ()),
             )
+            for item in payload.data
+        ]
         # Per-token log-probs of the current weights, returned like Tinker's loss_fn_outputs.
-        for d in datums:
-            with torch.no_grad():
-                ids = torch.tensor([d.input_tokens])
-                lp = token_logprobs(
-                    provider.model, ids, torch.ones_like(ids), torch.tensor([d.target_tokens]), 1.0
-                )[0]
-            outputs.append({"logprobs": _wire(lp.numpy())})
-        if backward:
-            loss = provider.forward_backward(datums, loss_fn, 1.0).loss
-        else:
-            loss = 0.0
-            for d, out in zip(datums, outputs, strict=True):
-                lp_T = torch.from_numpy(np.frombuffer(out["logprobs"]["data"], dtype="<f4").copy())
-                inputs = LossInputs(torch.tensor(d.sampler_logprobs), torch.tensor(d.advantages))
-                loss += float(loss_fn(lp_T, inputs).loss)
-        tokens = sum(1 for d in datums for a in d.advantages if a != 0.0)
+        logprobs, loss, tokens = compute.forward(provider, datums, loss_fn, backward=backward)
         return {
-            "loss_fn_outputs": outputs,
+            "loss_fn_outputs": [{"logprobs": _wire(lp)} for lp in logprobs],
             "metrics": {
                 "loss_sum": loss,
                 "loss_mean": loss / tokens if tokens else 0.0,
@@ -666,28 +611,6 @@ class _LazySampler:
 def _wire(array: np.ndarray) -> dict[str, Any]:
     data = np.ascontiguousarray(array, dtype="<f4")
     return {"dtype": "<f4", "shape": list(data.shape), "encoding": "raw_le", "data": data.tobytes()}
-
-
-def _loss(name: str, config: dict[str, Any]) -> Any:
-    from functools import partial
-
-    from searchr1.plugins import losses
-
-    fns: dict[str, Callable[..., Any]] = {
-        "importance_sampling": losses.importance_sampling,
-        "ppo": losses.ppo,
-        "cispo": losses.cispo,
-    }
-    if name not in fns:
-        raise ValueError(f"loss {name!r} is not supported by the fake trainer")
-    fn = fns[name]
-    if name != "importance_sampling" and config:
-        fn = partial(
-            fn,
-            clip_low=1.0 - float(config.get("clip_low_threshold", 0.8)),
-            clip_high=float(config.get("clip_high_threshold", 1.2)) - 1.0,
-        )
-    return losses.NamedLoss(name, fn)
 
 
 def _handler_for(fake: FakePyTrio) -> type[BaseHTTPRequestHandler]:

@@ -21,6 +21,9 @@ the SDK on its side. Training requests of one model run in submission order on o
 thread; a request resubmitted with a ``seq_id`` already seen (an SDK retry after a lost
 answer) gets the first request's id, so it is computed once.
 
+Modules: :mod:`fake_tinker_futures` (request ids, the worker, long polls),
+:mod:`fake_tinker_sampling` (sampling sessions and ``asample``),
+:mod:`fake_tinker_wire` (protobuf, HTTP), :mod:`fake_service_base` (faults, request log).
 Computation: :mod:`fake_service_compute` (a ``LocalModelProvider`` per training run, another
 per sampler snapshot).
 
@@ -35,23 +38,22 @@ custom losses, JWT auth, ``compute_logprobs``, prompt log-probs, image inputs.
 
 from __future__ import annotations
 
-import itertools
-import json
 import re
 import shutil
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import fake_service_compute as compute
-import numpy as np
+from fake_service_base import FaultsAndLog, LazySampler
+from fake_tinker_futures import Future, Futures, UnknownRequest
+from fake_tinker_sampling import SamplingRoutes
+from fake_tinker_wire import Reply, datum, forward_output, handler_for
 
 API_KEY = "tml-fake-tinker-0123456789"
 #: the JSON routes under /api/v1 (``forward_backward`` is protobuf, handled on its own)
@@ -72,34 +74,6 @@ _ROUTES = (
     "create_sampling_session",
     "asample",
 )
-#: result kinds the SDK asks for as protobuf (``Accept: application/x-protobuf``)
-_PROTO_KINDS = ("ForwardBackward", "Sample")
-
-
-@dataclass
-class Fault:
-    """Answer the next ``times`` requests matching ``method`` and the ``path`` regex with
-    ``status`` (after ``delay`` seconds), or -- with ``status=0`` -- handle them normally but
-    only after ``delay`` seconds."""
-
-    method: str
-    path: str
-    status: int = 0
-    times: int = 1
-    delay: float = 0.0
-    hits: int = 0
-
-
-@dataclass
-class Future:
-    """One request id: what it computes and, once done, its answer."""
-
-    request_id: str
-    kind: str  # CreateModel, ForwardBackward, OptimStep, SaveWeights, Sample, ...
-    done: bool = False
-    result: Any = None  # a JSON-able dict, or protobuf bytes for _PROTO_KINDS
-    error: str = ""
-    session: str = ""  # the sampling session of a Sample, for retrieve_futures
 
 
 @dataclass
@@ -114,15 +88,7 @@ class Model:
     seq_ids: dict[int, str] = field(default_factory=dict)  # seq_id -> request id
 
 
-class _Reply(Exception):
-    """Raised inside a handler to answer with ``status`` and a JSON error body."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-class FakeTinker:
+class FakeTinker(SamplingRoutes, FaultsAndLog):
     """The fake service. Use as a context manager; ``base_url`` is what ``api_base`` gets.
 
     ``retrieve_futures``: tell the SDK to wait for samples through the sampling session's
@@ -132,44 +98,31 @@ class FakeTinker:
     def __init__(
         self, api_key: str = API_KEY, *, retrieve_futures: bool = True, long_poll: float = 5.0
     ) -> None:
+        super().__init__()
         self.api_key = api_key
         self.retrieve_futures = retrieve_futures
-        self.long_poll = long_poll
-        self.faults: list[Fault] = []
-        self.counts: dict[str, int] = {}
-        #: every request as (method, path, start, end) in time.monotonic() seconds
-        self.requests: list[tuple[str, str, float, float]] = []
         #: session id -> finish status ("success", "errored", ...) once the SDK closed it
         self.finished: dict[str, str] = {}
-        #: (kind, start, end) of every computation, in time.monotonic() seconds
-        self.timings: list[tuple[str, float, float]] = []
+        self.futures = Futures(self._bump, long_poll)
         self._root = Path(tempfile.mkdtemp(prefix="fake-tinker-"))
-        self._lock = threading.RLock()
-        self._done = threading.Condition(self._lock)
-        self._compute_lock = threading.Lock()  # one model computation at a time
-        self._ids = itertools.count(1)
         self._sessions: set[str] = set()
         self._models: dict[str, Model] = {}
         self._checkpoints: dict[str, tuple[Path, Model]] = {}  # tinker:// path -> folder
-        self._samplers: dict[str, _LazySampler] = {}  # sampling session id -> its model
-        self._futures: dict[str, Future] = {}
-        self._completions: dict[str, list[tuple[int, str, bool]]] = {}  # session -> log
-        self._train_queue: list[tuple[Future, Callable[[], Any]]] = []
-        self._train_ready = threading.Condition(self._lock)
-        self._closed = False
-        self._worker = threading.Thread(target=self._work, name="fake-tinker-train", daemon=True)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._samplers: dict[str, LazySampler] = {}  # sampling session id -> its model
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    # ------------------------------------------------------------------ lifecycle
+    @property
+    def timings(self) -> list[tuple[str, float, float]]:
+        """(kind, start, end) of every computation, in time.monotonic() seconds."""
+        return self.futures.timings
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def __enter__(self) -> FakeTinker:
-        self._worker.start()
         self._thread.start()
         return self
 
@@ -179,41 +132,13 @@ class FakeTinker:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-        with self._lock:
-            self._closed = True
-            self._train_ready.notify_all()
+        self.futures.close()
         for sampler in self._samplers.values():
             sampler.close()
         for model in self._models.values():
             if model.provider is not None:
                 model.provider.close()
         shutil.rmtree(self._root, ignore_errors=True)
-
-    def inject(self, method: str, path: str, status: int = 0, **kwargs: Any) -> Fault:
-        fault = Fault(method=method, path=path, status=status, **kwargs)
-        with self._lock:
-            self.faults.append(fault)
-        return fault
-
-    def clear_faults(self) -> None:
-        with self._lock:
-            self.faults.clear()
-
-    def count(self, what: str) -> int:
-        return self.counts.get(what, 0)
-
-    def _bump(self, what: str) -> None:
-        with self._lock:
-            self.counts[what] = self.counts.get(what, 0) + 1
-
-    def _take_fault(self, method: str, path: str) -> Fault | None:
-        with self._lock:
-            for fault in self.faults:
-                if fault.hits < fault.times and fault.method == method:
-                    if re.search(fault.path, path):
-                        fault.hits += 1
-                        return fault
-        return None
 
     # ------------------------------------------------------------------ routing
 
@@ -224,14 +149,14 @@ class FakeTinker:
             self._bump("telemetry")
             return {"status": "accepted"}
         if headers.get("X-API-Key") != self.api_key:
-            raise _Reply(401, "Invalid API key")
+            raise Reply(401, "Invalid API key")
         if route in _ROUTES:
             return getattr(self, "_" + route.replace("/", "__"))(body)
         m = re.fullmatch(r"sessions/([^/]+)/finish", route)
         if m:
             self.finished[m.group(1)] = str(body.get("reason", {}).get("type", ""))
             return None
-        raise _Reply(404, f"no route {path}")
+        raise Reply(404, f"no route {path}")
 
     # ------------------------------------------------------------------ session
 
@@ -256,24 +181,11 @@ class FakeTinker:
 
     def _session_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("session_id") in self.finished:
-            raise _Reply(410, "session finished")
+            raise Reply(410, "session finished")
         self._bump("heartbeat")
         return {"type": "session_heartbeat"}
 
     # ------------------------------------------------------------------ futures
-
-    def _submit(self, kind: str, work: Callable[[], Any], *, session: str = "") -> Future:
-        future = Future(f"req-{next(self._ids)}", kind, session=session)
-        with self._lock:
-            self._futures[future.request_id] = future
-        self._bump(f"submit:{kind}")
-        if kind == "Sample":
-            threading.Thread(target=self._run, args=(future, work), daemon=True).start()
-        else:
-            with self._lock:
-                self._train_queue.append((future, work))
-                self._train_ready.notify()
-        return future
 
     def _answer(self, future: Future, model_id: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"request_id": future.request_id}
@@ -281,73 +193,21 @@ class FakeTinker:
             out["model_id"] = model_id
         return out
 
-    def _work(self) -> None:
-        """Training requests, one at a time in submission order (like one trainer)."""
-        while True:
-            with self._lock:
-                while not self._train_queue and not self._closed:
-                    self._train_ready.wait()
-                if self._closed:
-                    return
-                future, work = self._train_queue.pop(0)
-            self._run(future, work)
-
-    def _run(self, future: Future, work: Callable[[], Any]) -> None:
-        try:
-            with self._compute_lock:
-                started = time.monotonic()
-                result, error = work(), ""
-                self.timings.append((future.kind, started, time.monotonic()))
-            self._bump(f"done:{future.kind}")
-        except Exception as exc:  # the request fails; the service keeps serving
-            result, error = None, f"{type(exc).__name__}: {exc}"
-        with self._done:
-            future.result, future.error, future.done = result, error, True
-            if future.session:
-                log = self._completions.setdefault(future.session, [])
-                log.append((len(log) + 1, future.request_id, not error))
-            self._done.notify_all()
-
     def _retrieve_future(self, body: dict[str, Any]) -> Any:
         from tinker.types.future_retrieve_request import FutureRetrieveRequest
 
         req = FutureRetrieveRequest.model_validate(body)
-        deadline = time.monotonic() + self.long_poll
-        with self._done:
-            future = self._futures.get(req.request_id)
-            if future is None:
-                raise _Reply(404, f"request {req.request_id} not found")
-            while not future.done and (left := deadline - time.monotonic()) > 0:
-                self._done.wait(left)
-        if not future.done:
-            return {"type": "try_again", "request_id": future.request_id}
-        if future.error:
-            return {"error": future.error, "category": "user"}
-        return future.result
+        try:
+            return self.futures.retrieve(req.request_id)
+        except UnknownRequest:
+            raise Reply(404, f"request {req.request_id} not found") from None
 
     def _retrieve_futures(self, body: dict[str, Any]) -> dict[str, Any]:
         from tinker.types.futures_retrieve_request import FuturesRetrieveRequest
 
         req = FuturesRetrieveRequest.model_validate(body)
-        session = req.target.sampling_session_id
-        wait = self.long_poll if req.timeout is None else min(req.timeout, self.long_poll)
-        deadline = time.monotonic() + wait
-        with self._done:
-            while True:
-                log = self._completions.get(session, [])
-                new = [c for c in log if c[0] > req.prev_cursor]
-                left = deadline - time.monotonic()
-                if new or left <= 0:
-                    break
-                self._done.wait(left)
-        completions = [
-            {"state": "finished", "request_id": rid}
-            if ok
-            else {"state": "failed", "request_id": rid}
-            for _, rid, ok in new
-        ]
-        cursor = new[-1][0] if new else req.prev_cursor
-        return {"completions": completions, "cursor": cursor}
+        target = req.target.sampling_session_id
+        return self.futures.completions(target, req.prev_cursor, req.timeout)
 
     def _cancel_future(self, body: dict[str, Any]) -> None:
         return None
@@ -361,7 +221,7 @@ class FakeTinker:
         try:
             path = compute.resolve_model(req.base_model)
         except compute.ModelNotFound as exc:
-            raise _Reply(404, str(exc)) from None
+            raise Reply(404, str(exc)) from None
         lora = req.lora_config
         assert lora is not None, "the fake trains LoRA adapters only"
         model = Model(
@@ -383,7 +243,7 @@ class FakeTinker:
             model.provider = self._new_provider(model)
             return {"model_id": model.model_id, "type": "create_model"}
 
-        return self._answer(self._submit("CreateModel", create), model.model_id)
+        return self._answer(self.futures.submit("CreateModel", create), model.model_id)
 
     def _new_provider(self, model: Model) -> Any:
         return compute.new_provider(
@@ -393,7 +253,7 @@ class FakeTinker:
     def _model(self, model_id: str) -> Model:
         model = self._models.get(model_id)
         if model is None:
-            raise _Reply(404, f"model {model_id} not found")
+            raise Reply(404, f"model {model_id} not found")
         return model
 
     def _get_info(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -413,8 +273,8 @@ class FakeTinker:
         with self._lock:
             if seq_id is not None and seq_id in model.seq_ids:
                 self._bump(f"duplicate:{kind}")
-                return self._answer(self._futures[model.seq_ids[seq_id]], model.model_id)
-            future = self._submit(kind, work)
+                return self._answer(self.futures.get(model.seq_ids[seq_id]), model.model_id)
+            future = self.futures.submit(kind, work)
             if seq_id is not None:
                 model.seq_ids[seq_id] = future.request_id
         return self._answer(future, model.model_id)
@@ -432,12 +292,12 @@ class FakeTinker:
         model = self._model(msg.model_id)
         config = {k: v.number for k, v in msg.loss_fn_config_v2.items()} or dict(msg.loss_fn_config)
         loss_fn = compute.loss_by_name(msg.loss_fn, config)
-        datums = [_datum(d) for d in msg.data]
+        datums = [datum(d) for d in msg.data]
         backward = not msg.forward_only
 
         def run() -> bytes:
             lps, loss, tokens = compute.forward(model.provider, datums, loss_fn, backward=backward)
-            return _forward_output(lps, {"loss:sum": loss, "token_count:sum": float(tokens)})
+            return forward_output(lps, {"loss:sum": loss, "token_count:sum": float(tokens)})
 
         kind = "ForwardBackward"  # the SDK reads both kinds as a ForwardBackwardOutput
         return self._ordered(model, msg.seq_id, kind, run)
@@ -461,7 +321,7 @@ class FakeTinker:
         model = self._model(req.model_id)
         path = f"tinker://{model.model_id}/weights/{req.path or uuid.uuid4().hex[:8]}"
         if path in self._checkpoints and not req.overwrite:
-            raise _Reply(409, f"checkpoint {path} exists")
+            raise Reply(409, f"checkpoint {path} exists")
 
         def run() -> dict[str, Any]:
             self._save(model, path)
@@ -498,7 +358,7 @@ class FakeTinker:
 
         req = LoadWeightsRequest.model_validate(body)
         if req.path not in self._checkpoints:
-            raise _Reply(404, f"checkpoint {req.path} not found")
+            raise Reply(404, f"checkpoint {req.path} not found")
         folder, source = self._checkpoints[req.path]
         if req.model_id is not None:  # into an existing model
             model = self._model(req.model_id)
@@ -526,216 +386,3 @@ class FakeTinker:
             return {"path": req.path, "model_id": model.model_id, "type": "load_weights"}
 
         return self._ordered(model, req.seq_id, "LoadWeights", run)
-
-    # ------------------------------------------------------------------ sampling
-
-    def _new_sampler(self, model: Model | None, folder: Path | None, base: str = "") -> str:
-        def build() -> Any:
-            if model is None:
-                path = compute.resolve_model(base)
-                return compute.new_provider(path, rank=4, seed=0, train_mlp=False)
-            provider = self._new_provider(model)
-            if folder is not None:
-                provider.load_state(str(folder))
-            return provider
-
-        session = f"sampler-{uuid.uuid4().hex[:12]}"
-        with self._lock:
-            self._samplers[session] = _LazySampler(build)
-        self._bump("sampling_sessions")
-        return session
-
-    def _create_sampling_session(self, body: dict[str, Any]) -> dict[str, Any]:
-        from tinker.types import CreateSamplingSessionRequest
-
-        req = CreateSamplingSessionRequest.model_validate(body)
-        if req.model_path:
-            if req.model_path not in self._checkpoints:
-                raise _Reply(404, f"weights {req.model_path} not found")
-            folder, model = self._checkpoints[req.model_path]
-            session = self._new_sampler(model, folder)
-        else:
-            try:
-                compute.resolve_model(req.base_model or "")
-            except compute.ModelNotFound as exc:
-                raise _Reply(404, str(exc)) from None
-            session = self._new_sampler(None, None, req.base_model or "")
-        return {"type": "create_sampling_session", "sampling_session_id": session}
-
-    def _asample(self, body: dict[str, Any]) -> dict[str, Any]:
-        from tinker.types import SampleRequest
-
-        req = SampleRequest.model_validate(body)
-        sampler = self._samplers.get(req.sampling_session_id or "")
-        if sampler is None:
-            raise _Reply(404, f"sampling session {req.sampling_session_id} not found")
-        p = req.sampling_params
-        if p.top_k not in (-1, 0):
-            raise _Reply(400, "the fake sampler has no top_k")
-        prompt = [t for chunk in req.prompt.chunks for t in chunk.tokens]
-
-        def run() -> bytes:
-            import asyncio
-
-            from searchr1.core.types import SamplingParams
-
-            stop = p.stop if isinstance(p.stop, list | tuple) else ([p.stop] if p.stop else [])
-            params = SamplingParams(
-                max_tokens=int(p.max_tokens or 16),
-                temperature=float(p.temperature),
-                top_p=float(p.top_p),
-                stop_strings=tuple(s for s in stop if isinstance(s, str)),
-                stop_token_ids=tuple(s for s in stop if isinstance(s, int)),
-                seed=p.seed,
-            )
-            provider = sampler.get()
-            seqs = asyncio.run(provider.sample(prompt, req.num_samples, params))
-            return _sample_response(seqs)
-
-        future = self._submit("Sample", run, session=req.sampling_session_id or "")
-        ids = [f"{future.request_id}-{i}" for i in range(req.num_samples)]
-        return {**self._answer(future), "sample_sequence_ids": ids}
-
-
-class _LazySampler:
-    """A sampling session's provider, built on first use (as a sampler warms up)."""
-
-    def __init__(self, build: Callable[[], Any]):
-        self._build = build
-        self._provider: Any = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Any:
-        with self._lock:
-            if self._provider is None:
-                self._provider = self._build()
-            return self._provider
-
-    def close(self) -> None:
-        if self._provider is not None:
-            self._provider.close()
-
-
-# ---------------------------------------------------------------------- protobuf
-
-
-def _datum(msg: Any) -> Any:
-    """A ``tinker.proto`` Datum as searchr1's (dense tensors, encoded-text chunks only)."""
-    from searchr1.core.types import Datum
-
-    tokens: list[int] = []
-    for chunk in msg.model_input:
-        tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
-    inputs = {name: _tensor(t) for name, t in msg.loss_fn_inputs.items()}
-    return Datum(
-        tuple(tokens),
-        tuple(int(t) for t in inputs["target_tokens"]),
-        tuple(float(x) for x in inputs["logprobs"]),
-        tuple(float(x) for x in inputs["advantages"]),
-    )
-
-
-def _tensor(msg: Any) -> np.ndarray:
-    from tinker.proto import tinker_public_pb2 as pb
-
-    dtype = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64}[msg.dtype]
-    if msg.HasField("sparse_csr"):
-        raise ValueError("the fake takes dense tensors only")
-    return np.frombuffer(msg.dense, dtype=dtype)
-
-
-def _forward_output(logprobs: list[np.ndarray], metrics: dict[str, float]) -> bytes:
-    """A ``ForwardBackwardOutput`` proto: one ArrayRecord with per-datum ``logprobs``."""
-    from tinker.proto import tinker_public_pb2 as pb
-
-    out = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord", metrics=metrics)
-    record = out.loss_fn_outputs.add()
-    record.num_datums = len(logprobs)
-    field_ = record.fields["logprobs"]
-    field_.dtype = pb.DTYPE_FLOAT32
-    sizes = [0] + [lp.nbytes for lp in logprobs]
-    field_.offsets = np.cumsum(sizes, dtype=np.int64).tobytes()
-    field_.data = b"".join(np.ascontiguousarray(lp, dtype="<f4").tobytes() for lp in logprobs)
-    return out.SerializeToString()
-
-
-def _sample_response(seqs: list[Any]) -> bytes:
-    from tinker.proto import tinker_public_pb2 as pb
-
-    out = pb.SampleResponse()
-    for s in seqs:
-        seq = out.sequences.add()
-        seq.tokens = np.asarray(s.tokens, dtype=np.int32).tobytes()
-        seq.logprobs = np.asarray(s.logprobs, dtype=np.float32).tobytes()
-        seq.stop_reason = (
-            pb.STOP_REASON_LENGTH if s.stop_reason == "length" else pb.STOP_REASON_STOP
-        )
-    return out.SerializeToString()
-
-
-# ---------------------------------------------------------------------- HTTP
-
-
-def _handler_for(fake: FakeTinker) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            pass
-
-        def do_GET(self) -> None:
-            self._handle("GET")
-
-        def do_POST(self) -> None:
-            self._handle("POST")
-
-        def _handle(self, method: str) -> None:
-            self._start = time.monotonic()
-            self._method, self._path = method, urlsplit(self.path).path
-            self._route(method, self._path)
-
-        def _route(self, method: str, path: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            fake._bump(f"{method} {path}")
-            fault = fake._take_fault(method, path)
-            if fault is not None and fault.delay:
-                time.sleep(fault.delay)
-            try:
-                if fault is not None and fault.status:
-                    raise _Reply(fault.status, f"injected HTTP {fault.status}")
-                if not path.startswith("/api/v1/"):
-                    raise _Reply(404, path)
-                if path == "/api/v1/forward_backward":
-                    if self.headers.get("X-API-Key") != fake.api_key:
-                        raise _Reply(401, "Invalid API key")
-                    encoding = self.headers.get("Content-Encoding", "")
-                    answer = fake.forward_backward(raw, encoding)
-                else:
-                    body = json.loads(raw) if raw else {}
-                    answer = fake.handle(path, body, self.headers)
-                if isinstance(answer, bytes):
-                    self._send(200, "application/x-protobuf", answer)
-                else:
-                    self._send(200, "application/json", json.dumps(answer).encode())
-            except _Reply as reply:
-                error = {"error": reply.message, "message": reply.message}
-                self._send(reply.status, "application/json", json.dumps(error).encode())
-            except Exception as exc:  # a bug in the fake, or a request the SDK models reject
-                error = {"error": f"{type(exc).__name__}: {exc}"}
-                self._send(400, "application/json", json.dumps(error).encode())
-
-        def _send(self, status: int, content_type: str, data: bytes) -> None:
-            # Logged before the answer leaves, so a client that got it finds it in the log.
-            with fake._lock:
-                fake.requests.append((self._method, self._path, self._start, time.monotonic()))
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-                pass
-
-    return Handler

@@ -32,7 +32,7 @@ from remote_helpers import (  # noqa: E402
 from searchr1.core.config import Config, load_config  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, ppo  # noqa: E402
-from searchr1.plugins.remote_model.errors import RemoteAuthError  # noqa: E402
+from searchr1.plugins.remote_model.errors import RemoteAuthError, RemoteStepError  # noqa: E402
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 
 
@@ -229,3 +229,20 @@ def test_a_step_waits_once_for_its_micro_batches_optim_step_and_new_sampler(prov
     assert round_trips(one_by_one) == n_micro + 1
     assert round_trips(together) == 1
     assert max_in_flight(together) == n_micro + 2
+
+
+def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds(fake):
+    """tinker retries a 5xx on its result poll without end; the provider's bounded wait turns
+    that into a clear error (and the run stops: the step's state is unknown)."""
+    provider = open_provider(fake, result_timeout_seconds=2)
+    try:
+        datums = make_datums(725)
+        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists
+        fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=10**6)
+        started = time.monotonic()
+        with pytest.raises(RemoteStepError, match="result_timeout_seconds = 2") as info:
+            provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
+        assert time.monotonic() - started < 30 and "--resume" in str(info.value)
+    finally:
+        fake.clear_faults()
+        provider.close()

@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -66,14 +66,18 @@ from searchr1.core.types import (
     SamplingParams,
     Tokenizer,
 )
+from searchr1.plugins.remote_model.calls import ServiceCalls
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
 from searchr1.plugins.remote_model.conversions import sampling_kwargs, sdk_datum, to_sequence
-from searchr1.plugins.remote_model.errors import RemoteModelError, RemoteStepError, translate
+from searchr1.plugins.remote_model.errors import (
+    RemoteModelError,
+    RemoteStepError,
+)
 from searchr1.plugins.remote_model.forward_result import forward_result
 from searchr1.plugins.remote_model.login import log_in, lora_groups
 from searchr1.plugins.remote_model.loss_contract import check_loss, loss_config
 from searchr1.plugins.remote_model.pending import PendingResult
-from searchr1.plugins.remote_model.sdk import close_service, queues_sampler_save, resolve
+from searchr1.plugins.remote_model.sdk import close_service, queues_sampler_save
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
 from searchr1.plugins.remote_model.settings import RemoteSettings
 
@@ -84,7 +88,7 @@ T = TypeVar("T")
 log = get_logger()
 
 
-class RemoteModelProvider:
+class RemoteModelProvider(ServiceCalls):
     """A ModelProvider whose sampling and LoRA training run on a remote service."""
 
     def __init__(
@@ -153,33 +157,13 @@ class RemoteModelProvider:
         )
         return provider
 
-    # ------------------------------------------------------------------ plumbing
-
-    def _call(self, operation: str, fn: Callable[[], T]) -> T:
-        """Run one SDK call; translate its failure into a RemoteModelError."""
-        try:
-            return fn()
-        except RemoteModelError:
-            raise
-        except Exception as exc:
-            raise self._translate(exc, operation) from exc
-
-    def _translate(self, exc: Exception, operation: str) -> RemoteModelError:
-        """:func:`~searchr1.plugins.remote_model.errors.translate` with this provider's
-        service URL, key name and retry budget."""
-        return translate(
-            exc,
-            operation=operation,
-            api_base=self.api_base,
-            key_name=self._key_name,
-            retry_seconds=self._settings.retry_timeout_seconds,
-        )
+    # ------------------------------------------------------------------ clients
 
     def _training_client(self) -> Any:
         if self._training is None:
             self._training = self._call(
                 "create_lora_training_client",
-                lambda: resolve(
+                lambda: self._wait(
                     self._service.create_lora_training_client(
                         base_model=self.base_model,
                         rank=self.lora_rank,
@@ -200,7 +184,7 @@ class RemoteModelProvider:
                     # starts as a no-op), so sample the base model without starting a trainer.
                     self._sampler = self._call(
                         "create_sampling_client",
-                        lambda: resolve(
+                        lambda: self._wait(
                             self._service.create_sampling_client(base_model=self.base_model)
                         ),
                     )
@@ -212,7 +196,7 @@ class RemoteModelProvider:
         training = self._training_client()
         self._sampler = self._call(
             "save_weights_and_get_sampling_client",
-            lambda: resolve(submitted or training.save_weights_and_get_sampling_client()),
+            lambda: self._wait(submitted or training.save_weights_and_get_sampling_client()),
         )
 
     def _check_trainable(self) -> None:
@@ -288,7 +272,7 @@ class RemoteModelProvider:
     ) -> ForwardBackwardResult:
         """Wait for one submitted ``forward_backward``; a failure breaks the run."""
         try:
-            output = self._call("forward_backward", future.result)
+            output = self._call("forward_backward", lambda: self._wait(future))
         except RemoteModelError as exc:
             raise self._step_failed("forward_backward", exc) from exc
         return forward_result(output, datums, loss_scale)
@@ -327,7 +311,7 @@ class RemoteModelProvider:
             )
         self._settle()
         try:
-            response = self._call("optim_step", future.result)
+            response = self._call("optim_step", lambda: self._wait(future))
         except RemoteModelError as exc:
             raise self._step_failed("optim_step", exc) from exc
         with self._sampler_lock:
@@ -348,7 +332,7 @@ class RemoteModelProvider:
         kwargs: dict[str, Any] = {}
         if self._settings.checkpoint_ttl_seconds:
             kwargs["ttl_seconds"] = self._settings.checkpoint_ttl_seconds
-        saved = self._call("save_state", lambda: training.save_state(name, **kwargs).result())
+        saved = self._call("save_state", lambda: self._wait(training.save_state(name, **kwargs)))
         write_record(
             folder,
             provider=self.provider_name,
@@ -373,7 +357,7 @@ class RemoteModelProvider:
             )
         self._training = self._call(
             "create_training_client_from_state_with_optimizer",
-            lambda: resolve(self._service.create_training_client_from_state_with_optimizer(uri)),
+            lambda: self._wait(self._service.create_training_client_from_state_with_optimizer(uri)),
         )
         self._broken = None
         self._pending = []  # anything submitted to the old training run is abandoned with it

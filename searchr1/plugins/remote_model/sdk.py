@@ -100,11 +100,12 @@ def _environment(name: str, value: str | None) -> Iterator[None]:
         os.environ.pop(name, None)
 
 
-def resolve(client_or_future: Any) -> Any:
-    """The client itself: tinker >= 0.38 returns a future of a training or sampling client
-    (still usable as the client, with a FutureWarning); PyTRIO returns the client."""
+def resolve(client_or_future: Any, timeout: float | None = None) -> Any:
+    """The answer of a future (TimeoutError after ``timeout`` seconds), or the client itself:
+    tinker >= 0.38 returns a future of a training or sampling client (still usable as the
+    client, with a FutureWarning); PyTRIO returns the client."""
     result = getattr(client_or_future, "result", None)
-    return result() if callable(result) else client_or_future
+    return result(timeout=timeout) if callable(result) else client_or_future
 
 
 async def sample(sampler: Any, **kwargs: Any) -> Any:

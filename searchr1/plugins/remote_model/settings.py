@@ -28,6 +28,9 @@ class RemoteSettings:
     retry_timeout_seconds: float = field(default=300.0, metadata={"min": 0.0})
     retry_initial_delay_seconds: float = field(default=1.0, metadata={"min": 0.0})
     sampling_timeout_seconds: int = field(default=900, metadata={"min": 1})
+    #: longest wait for the answer of one submitted call (service queueing included); 0 = no
+    #: limit. tinker retries a failing result poll without end, so this is what stops it.
+    result_timeout_seconds: int = field(default=900, metadata={"min": 0})
     #: lifetime of checkpoints written by save_state; 0 = the service's default
     checkpoint_ttl_seconds: int = field(default=0, metadata={"min": 0})
     #: send the SDK's telemetry to the service (both SDKs send it unless told not to; tinker
