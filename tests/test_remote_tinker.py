@@ -32,7 +32,11 @@ from remote_helpers import (  # noqa: E402
 from searchr1.core.config import Config, load_config  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, ppo  # noqa: E402
-from searchr1.plugins.remote_model.errors import RemoteAuthError, RemoteStepError  # noqa: E402
+from searchr1.plugins.remote_model.errors import (  # noqa: E402
+    RemoteAuthError,
+    RemoteServiceError,
+    RemoteStepError,
+)
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 
 
@@ -243,6 +247,18 @@ def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds
         with pytest.raises(RemoteStepError, match="result_timeout_seconds = 2") as info:
             provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
         assert time.monotonic() - started < 30 and "--resume" in str(info.value)
+    finally:
+        fake.clear_faults()
+        provider.close()
+
+
+def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
+    provider = open_provider(fake, sampling_timeout_seconds=1)
+    try:
+        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))  # warm
+        fake.inject("POST", r"^/api/v1/asample$", 0, delay=4.0)
+        with pytest.raises(RemoteServiceError, match="sampling_timeout_seconds = 1"):
+            asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
     finally:
         fake.clear_faults()
         provider.close()

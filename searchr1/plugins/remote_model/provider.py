@@ -71,6 +71,7 @@ from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_chec
 from searchr1.plugins.remote_model.conversions import sampling_kwargs, sdk_datum, to_sequence
 from searchr1.plugins.remote_model.errors import (
     RemoteModelError,
+    RemoteServiceError,
     RemoteStepError,
 )
 from searchr1.plugins.remote_model.forward_result import forward_result
@@ -225,10 +226,19 @@ class RemoteModelProvider(ServiceCalls):
         sampler = self._sampler or await asyncio.to_thread(self._sampling_client)
         sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self._tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
+        seconds = self._settings.sampling_timeout_seconds
         try:
-            response = await sdk_sample(
-                sampler, prompt=prompt, num_samples=num_samples, sampling_params=sdk_params
+            response = await asyncio.wait_for(
+                sdk_sample(
+                    sampler, prompt=prompt, num_samples=num_samples, sampling_params=sdk_params
+                ),
+                seconds,
             )
+        except TimeoutError as exc:  # tinker waits for a sample without a bound of its own
+            raise RemoteServiceError(
+                f"remote sample at {self.api_base}: no answer within [model."
+                f"{self.provider_name}] sampling_timeout_seconds = {seconds} s"
+            ) from exc
         except Exception as exc:
             raise self._translate(exc, "sample") from exc
         return [to_sequence(seq) for seq in response.sequences]
