@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("pytrio")
 
 from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
+from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
 from remote_helpers import ADAM, IS_LOSS, TARGETS, make_datums, one_step  # noqa: E402
 
 from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
-from searchr1.core.hookspecs import hookimpl  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
@@ -327,97 +327,6 @@ def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
 
 # --------------------------------------------------------------------------- CLI end to end
 
-CORPUS = [
-    {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupery."},
-    {"id": "2", "title": "Antoine de Saint-Exupery", "text": "A French writer born in Lyon."},
-    {"id": "3", "title": "Paris", "text": "Paris is the capital of France."},
-]
-QUESTIONS = [
-    {"id": "q1", "question": "Who wrote The Little Prince?", "golden_answers": ["Saint-Exupery"]},
-    {"id": "q2", "question": "Where was Saint-Exupery born?", "golden_answers": ["Lyon"]},
-    {"id": "q3", "question": "What is the capital of France?", "golden_answers": ["Paris"]},
-]
-CLI_CONFIG = """
-[run]
-seed = 3
-[model]
-{model}
-base_model = "builtin:tiny-random"
-temperature = 1.0
-top_p = 1.0
-max_new_tokens = 12
-device = "cpu"
-dtype = "float32"
-{model_table}
-[lora]
-rank = 4
-alpha = 8
-dropout = 0.0
-[rollout]
-protocol = "tags"
-questions_per_batch = 2
-group_size = 2
-max_search_calls = 1
-max_assistant_turns = 2
-max_trajectory_tokens = 256
-max_observation_tokens = 32
-[reward]
-name = "token_checksum"
-[search]
-provider = "local"
-top_k = 1
-[search.local]
-corpus = "{corpus}"
-[train]
-max_steps = 3
-save_every = 2
-max_datum_tokens = 512
-max_micro_batch_datums = 2
-max_micro_batch_tokens = 1024
-[optimizer]
-lr = 5e-3
-[data]
-train = "{train}"
-"""
-
-
-def _write_cli_config(tmp_path: Path, model: str, model_table: str = "") -> Path:
-    import json
-
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    corpus, train = tmp_path / "corpus.jsonl", tmp_path / "train.jsonl"
-    corpus.write_text("".join(json.dumps(d) + "\n" for d in CORPUS), encoding="utf-8")
-    train.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
-    path = tmp_path / "config.toml"
-    path.write_text(
-        CLI_CONFIG.format(model=model, model_table=model_table, corpus=corpus, train=train),
-        encoding="utf-8",
-    )
-    return path
-
-
-def _metric_events(run_dir: Path) -> dict[int, dict]:
-    import json
-
-    lines = (run_dir / "events.jsonl").read_text("utf-8").splitlines()
-    events = [json.loads(line) for line in lines if line.strip()]
-    return {e["step"]: e for e in events if e.get("event") == "metrics"}
-
-
-class ChecksumRewardPlugin:
-    """A reward that varies between trajectories, so every group trains (the untrained tiny
-    model never answers, and a constant reward would leave nothing to send to the service)."""
-
-    @staticmethod
-    def score(trajectory, golden_answers):
-        from searchr1.core.types import RewardResult
-
-        return RewardResult(reward=(sum(trajectory.tokens) % 7) / 6.0)
-
-    @hookimpl
-    def register_rewards(self, register):
-        register("token_checksum", lambda config: self.score)
-
 
 @pytest.mark.slow
 def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeypatch, capsys):
@@ -429,12 +338,12 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
 
     monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
-    remote_config = _write_cli_config(
+    remote_config = write_cli_config(
         tmp_path / "remote",
         f'provider = "taotoken"\napi_base = "{fake.base_url}"\napi_key = "${{TAOTOKEN_API_KEY}}"',
         f'[model.taotoken]\nsdk_home = "{tmp_path / "home"}"\nretry_timeout_seconds = 5.0',
     )
-    local_config = _write_cli_config(tmp_path / "local", 'provider = "local"')
+    local_config = write_cli_config(tmp_path / "local", 'provider = "local"')
 
     # the untrained model rarely meets the seed's smoke criteria (exit 3); no channel may fail
     rc = cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")])
@@ -445,7 +354,7 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     remote_run, local_run = tmp_path / "remote-run", tmp_path / "local-run"
     assert cli(["train", "--config", str(remote_config), "--run-dir", str(remote_run)]) == 0
     assert cli(["train", "--config", str(local_config), "--run-dir", str(local_run)]) == 0
-    remote, local = _metric_events(remote_run), _metric_events(local_run)
+    remote, local = metric_events(remote_run), metric_events(local_run)
     assert sorted(remote) == sorted(local) == [1, 2, 3]
     for step in (1, 2, 3):
         assert remote[step].keys() == local[step].keys()
@@ -458,4 +367,4 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
 
     args = ["train", "--config", str(remote_config), "--run-dir", str(remote_run)]
     assert cli([*args, "--resume", "--max-steps", "4"]) == 0
-    assert sorted(_metric_events(remote_run)) == [1, 2, 3, 4]
+    assert sorted(metric_events(remote_run)) == [1, 2, 3, 4]

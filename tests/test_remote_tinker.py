@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("tinker")
 
 from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
+from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
 from remote_helpers import (  # noqa: E402
     ADAM,
     IS_LOSS,
@@ -262,3 +263,33 @@ def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
     finally:
         fake.clear_faults()
         provider.close()
+
+
+@pytest.mark.slow
+def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, monkeypatch):
+    """``searchr1 train`` with ``provider = "tinker"``: the train loop's deferred reads, the
+    pipelined step and the checkpoint record work end to end, and ``--resume`` continues."""
+    from searchr1.cli.main import main as cli
+    from searchr1.core import plugins, runs
+
+    real = plugins.load_registry
+    plugin = ChecksumRewardPlugin()
+    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setenv("TINKER_API_KEY", API_KEY)
+    config = write_cli_config(
+        tmp_path / "cfg",
+        f'provider = "tinker"\napi_base = "{fake.base_url}"\napi_key = "${{TINKER_API_KEY}}"',
+        "[model.tinker]\nretry_timeout_seconds = 5.0",
+    )
+    run_dir = tmp_path / "run"
+    args = ["train", "--config", str(config), "--run-dir", str(run_dir)]
+    assert cli(args) == 0
+    steps = metric_events(run_dir)
+    assert sorted(steps) == [1, 2, 3]
+    for step in steps.values():
+        assert step["tokens/trained"] > 0 and math.isfinite(step["loss"])
+        assert step["mismatch/tokens"] == step["tokens/trained"]
+    record = next((run_dir / "checkpoints" / "step_000002").rglob("remote_checkpoint.json"))
+    assert "tinker://" in record.read_text("utf-8")
+    assert cli([*args, "--resume", "--max-steps", "4"]) == 0
+    assert sorted(metric_events(run_dir)) == [1, 2, 3, 4]
