@@ -19,6 +19,10 @@ class RemoteSettings:
 
     ``retry_timeout_seconds`` bounds how long the SDK keeps retrying 408/429/5xx responses and
     connection errors/timeouts of one request before the adapter reports a clear error.
+    ``request_timeout_seconds``, ``retry_*`` and ``sdk_home`` configure PyTRIO; tinker has
+    fixed ones of its own (60 s per request, retries for up to 300 s), which is why every
+    wait for an answer is also bounded here (``result_timeout_seconds``,
+    ``sampling_timeout_seconds``), for both SDKs.
     """
 
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
