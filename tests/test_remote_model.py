@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import random
 import re
 import sys
 from pathlib import Path
@@ -18,9 +17,10 @@ import pytest
 pytest.importorskip("pytrio")
 
 from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
+from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
+from remote_helpers import ADAM, IS_LOSS, TARGETS, make_datums, one_step  # noqa: E402
 
 from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
-from searchr1.core.hookspecs import hookimpl  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
@@ -30,10 +30,6 @@ from searchr1.plugins.remote_model.errors import (  # noqa: E402
 )
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 from searchr1.plugins.remote_model.sdk import MissingSDKError  # noqa: E402
-
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-IS_LOSS = NamedLoss("importance_sampling", importance_sampling)
-ADAM = AdamParams(learning_rate=2e-2, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.01)
 
 
 @pytest.fixture(scope="module")
@@ -73,39 +69,6 @@ def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
         **taotoken,
     }
     return dataclasses.replace(config, plugins={"model.taotoken": table})
-
-
-def make_datums(vocab: int, seed: int = 1, n: int = 4) -> list[Datum]:
-    """Random sequences; the last half of each is 'generated' (advantage +-1, sampler lp)."""
-    rng = random.Random(seed)
-    datums = []
-    for i in range(n):
-        length = rng.randint(10, 24)
-        tokens = [rng.randrange(vocab) for _ in range(length + 1)]
-        gen_from = length // 2
-        adv = 1.0 if i % 2 == 0 else -1.0
-        datums.append(
-            Datum(
-                input_tokens=tuple(tokens[:-1]),
-                target_tokens=tuple(tokens[1:]),
-                sampler_logprobs=tuple(
-                    0.0 if j < gen_from else -6.5 + 0.1 * rng.random() for j in range(length)
-                ),
-                advantages=tuple(0.0 if j < gen_from else adv for j in range(length)),
-                trajectory_id=f"t{i}",
-            )
-        )
-    return datums
-
-
-def one_step(provider, datums, loss_fn=IS_LOSS) -> tuple[float, float, float]:
-    """Two micro-batches (loss_scale n_k/N), one optimizer step, then the loss after it."""
-    half = len(datums) // 2
-    first = provider.forward_backward(datums[:half], loss_fn, half / len(datums))
-    second = provider.forward_backward(datums[half:], loss_fn, (len(datums) - half) / len(datums))
-    metrics = provider.optim_step(ADAM)
-    after = provider.forward_backward(datums, loss_fn, 1.0)
-    return first.loss + second.loss, metrics["grad_norm"], after.loss
 
 
 @pytest.fixture
@@ -199,10 +162,30 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_p
     assert again == pytest.approx(continued, abs=1e-5)
 
 
-def test_loss_unknown_to_the_service_is_a_config_error(provider):
+def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
     custom = NamedLoss("my_loss", importance_sampling)
+    with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'") as info:
+        provider.check_loss(custom)
+    assert "importance_sampling, ppo, cispo" in str(info.value) and "dro" not in str(info.value)
+    submitted = fake.count("POST /actor/v1/events")
     with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'"):
         provider.forward_backward(make_datums(725, n=1), custom)
+    assert fake.count("POST /actor/v1/events") == submitted  # refused before anything is sent
+
+
+def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
+    from searchr1.plugins.remote_model.loss_contract import loss_config
+
+    with pytest.raises(ConfigError, match=r"\[train.loss\] ratio_cap = 2"):
+        provider.check_loss(
+            NamedLoss("ppo", ppo, {"clip_low": 0.2, "clip_high": 0.3, "ratio_cap": 2.0})
+        )
+    clipped = NamedLoss("ppo", ppo, {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0})
+    provider.check_loss(clipped)  # accepted
+    assert loss_config(clipped) == pytest.approx(
+        {"clip_low_threshold": 0.9, "clip_high_threshold": 1.3}
+    )
+    assert loss_config(IS_LOSS) is None
 
 
 # --------------------------------------------------------------------------- failures
@@ -342,131 +325,7 @@ def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
         provider.load_state(str(tmp_path / "nowhere"))
 
 
-def test_same_adapter_builds_valid_tinker_requests():
-    """``provider = "tinker"`` maps datums and sampling parameters onto the tinker SDK's own
-    types (no tinker service can be faked here; see the module docstring of the fake)."""
-    tinker = pytest.importorskip("tinker")
-    from searchr1.core.tokenizers import load_tokenizer
-    from searchr1.plugins.remote_model.settings import RemoteSettings
-
-    provider = RemoteModelProvider(
-        sdk=tinker,
-        service=None,
-        tokenizer=load_tokenizer("builtin:tiny-random"),
-        provider_name="tinker",
-        api_base="http://unused",
-        base_model="builtin:tiny-random",
-        lora_rank=8,
-        lora_targets=TARGETS,
-        seed=0,
-        settings=RemoteSettings(sdk="tinker"),
-        key_name="model.api_key",
-    )
-    datum = make_datums(725, n=1)[0]
-    sdk_datum = provider._sdk_datum(datum, 0.5)
-    assert sdk_datum.model_input.to_ints() == list(datum.input_tokens)
-    adv = sdk_datum.loss_fn_inputs["advantages"].to_numpy().tolist()
-    assert adv == pytest.approx([0.5 * a for a in datum.advantages])
-    params = tinker.SamplingParams(
-        **provider._sampling_kwargs(
-            SamplingParams(max_tokens=5, stop_strings=("</search>",), stop_token_ids=(0,))
-        )
-    )
-    assert params.max_tokens == 5 and "</search>" in params.stop and len(params.stop) == 2
-
-
 # --------------------------------------------------------------------------- CLI end to end
-
-CORPUS = [
-    {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupery."},
-    {"id": "2", "title": "Antoine de Saint-Exupery", "text": "A French writer born in Lyon."},
-    {"id": "3", "title": "Paris", "text": "Paris is the capital of France."},
-]
-QUESTIONS = [
-    {"id": "q1", "question": "Who wrote The Little Prince?", "golden_answers": ["Saint-Exupery"]},
-    {"id": "q2", "question": "Where was Saint-Exupery born?", "golden_answers": ["Lyon"]},
-    {"id": "q3", "question": "What is the capital of France?", "golden_answers": ["Paris"]},
-]
-CLI_CONFIG = """
-[run]
-seed = 3
-[model]
-{model}
-base_model = "builtin:tiny-random"
-temperature = 1.0
-top_p = 1.0
-max_new_tokens = 12
-device = "cpu"
-dtype = "float32"
-{model_table}
-[lora]
-rank = 4
-alpha = 8
-dropout = 0.0
-[rollout]
-protocol = "tags"
-questions_per_batch = 2
-group_size = 2
-max_search_calls = 1
-max_assistant_turns = 2
-max_trajectory_tokens = 256
-max_observation_tokens = 32
-[reward]
-name = "token_checksum"
-[search]
-provider = "local"
-top_k = 1
-[search.local]
-corpus = "{corpus}"
-[train]
-max_steps = 3
-save_every = 2
-max_datum_tokens = 512
-max_micro_batch_datums = 2
-max_micro_batch_tokens = 1024
-[optimizer]
-lr = 5e-3
-[data]
-train = "{train}"
-"""
-
-
-def _write_cli_config(tmp_path: Path, model: str, model_table: str = "") -> Path:
-    import json
-
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    corpus, train = tmp_path / "corpus.jsonl", tmp_path / "train.jsonl"
-    corpus.write_text("".join(json.dumps(d) + "\n" for d in CORPUS), encoding="utf-8")
-    train.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS), encoding="utf-8")
-    path = tmp_path / "config.toml"
-    path.write_text(
-        CLI_CONFIG.format(model=model, model_table=model_table, corpus=corpus, train=train),
-        encoding="utf-8",
-    )
-    return path
-
-
-def _metric_events(run_dir: Path) -> dict[int, dict]:
-    import json
-
-    lines = (run_dir / "events.jsonl").read_text("utf-8").splitlines()
-    events = [json.loads(line) for line in lines if line.strip()]
-    return {e["step"]: e for e in events if e.get("event") == "metrics"}
-
-
-class ChecksumRewardPlugin:
-    """A reward that varies between trajectories, so every group trains (the untrained tiny
-    model never answers, and a constant reward would leave nothing to send to the service)."""
-
-    @staticmethod
-    def score(trajectory, golden_answers):
-        from searchr1.core.types import RewardResult
-
-        return RewardResult(reward=(sum(trajectory.tokens) % 7) / 6.0)
-
-    @hookimpl
-    def register_rewards(self, register):
-        register("token_checksum", lambda config: self.score)
 
 
 @pytest.mark.slow
@@ -479,12 +338,12 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
 
     monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
-    remote_config = _write_cli_config(
+    remote_config = write_cli_config(
         tmp_path / "remote",
         f'provider = "taotoken"\napi_base = "{fake.base_url}"\napi_key = "${{TAOTOKEN_API_KEY}}"',
         f'[model.taotoken]\nsdk_home = "{tmp_path / "home"}"\nretry_timeout_seconds = 5.0',
     )
-    local_config = _write_cli_config(tmp_path / "local", 'provider = "local"')
+    local_config = write_cli_config(tmp_path / "local", 'provider = "local"')
 
     # the untrained model rarely meets the seed's smoke criteria (exit 3); no channel may fail
     rc = cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")])
@@ -495,7 +354,7 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     remote_run, local_run = tmp_path / "remote-run", tmp_path / "local-run"
     assert cli(["train", "--config", str(remote_config), "--run-dir", str(remote_run)]) == 0
     assert cli(["train", "--config", str(local_config), "--run-dir", str(local_run)]) == 0
-    remote, local = _metric_events(remote_run), _metric_events(local_run)
+    remote, local = metric_events(remote_run), metric_events(local_run)
     assert sorted(remote) == sorted(local) == [1, 2, 3]
     for step in (1, 2, 3):
         assert remote[step].keys() == local[step].keys()
@@ -508,4 +367,4 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
 
     args = ["train", "--config", str(remote_config), "--run-dir", str(remote_run)]
     assert cli([*args, "--resume", "--max-steps", "4"]) == 0
-    assert sorted(_metric_events(remote_run)) == [1, 2, 3, 4]
+    assert sorted(metric_events(remote_run)) == [1, 2, 3, 4]

@@ -144,13 +144,22 @@ def _choose_run_dir(args: argparse.Namespace, config: Config, command: str) -> P
 
 
 def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:
-    """Create the four plugins named in the config (model last: it is the slowest)."""
+    """Create the four plugins named in the config (model last: it is the slowest), then let
+    the model provider refuse a loss it cannot train with (its optional ``check_loss``,
+    see :class:`~searchr1.core.types.ModelProvider`) before any rollout runs."""
     cfg, reg = ctx.config, ctx.registry
     search = reg.create("search_provider", cfg.search.provider, cfg)
     try:
         reward = reg.create("reward", cfg.reward.name, cfg)
         loss = reg.create("loss_fn", cfg.train.loss_fn, cfg) if need_loss else None
         model = reg.create("model_provider", cfg.model.provider, cfg)
+        check_loss = getattr(model, "check_loss", None)
+        if loss is not None and callable(check_loss):
+            try:
+                check_loss(loss)
+            except BaseException:
+                model.close()
+                raise
     except BaseException:
         # The search provider may hold connections; a failed start must not leak them.
         asyncio.run(search.aclose())

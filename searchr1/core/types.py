@@ -145,14 +145,20 @@ class LossOutput:
 
 @runtime_checkable
 class LossFn(Protocol):
-    """A policy loss: ``(logprobs_new_T, inputs) -> LossOutput``.
+    """A policy loss: ``(logprobs_new_T, inputs) -> LossOutput``, with its name and settings.
 
-    Called by a local model provider inside ``forward_backward``; remote providers send
-    ``name`` to their service instead, so a loss that a service does not know by name only
-    works locally.
+    Called by a local model provider inside ``forward_backward``. A remote provider cannot
+    run the function: it sends ``name`` and the ``settings`` its service understands (e.g.
+    ``clip_low``/``clip_high`` of ``ppo``) and computes the loss there, so a loss that a
+    service does not know by name only works locally. ``settings`` are the numbers the
+    function was built with (``[train.loss]`` for the built-in losses; empty when it takes
+    none), so a provider reads them here instead of looking inside the callable. A provider
+    with an optional ``check_loss(loss_fn)`` method is asked, when the run is built, whether
+    it can train with this loss (see :class:`ModelProvider`).
     """
 
     name: str
+    settings: Mapping[str, float]
 
     def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput: ...
 
@@ -181,6 +187,13 @@ class ModelProvider(Protocol):
     calls :meth:`sample` concurrently from many asyncio tasks; the train loop calls
     :meth:`forward_backward` once per micro-batch, then :meth:`optim_step` once per step.
     After ``optim_step`` returns, every later ``sample`` uses the updated weights.
+
+    Optional: ``check_loss(loss_fn: LossFn) -> None``. When a provider has it,
+    :func:`searchr1.core.runs.build_components` calls it once, right after the provider and
+    the loss are created and before any rollout, and lets it raise ``ConfigError`` naming
+    ``train.loss_fn`` (or ``[train.loss]``) for a loss it cannot train with -- a remote
+    service that computes losses by name knows only some names. Without the method every
+    loss is accepted.
     """
 
     @property

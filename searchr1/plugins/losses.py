@@ -14,7 +14,8 @@ token (``min(r_t, C) * A_t * grad lp_t``) instead of dropping it as a clip does.
 variance that a learner/sampler mismatch (bf16, an engine sampler such as vLLM, an untempered
 remote learner) adds when a few tokens get a large ratio; ``mismatch/ratio_max`` in the step's
 metrics shows whether it is needed (a cap of 2 to 5 is usual). ``truncated_tokens`` counts the
-capped tokens. Local learners only: a remote service is sent the loss name and clip bounds.
+capped tokens. Local learners only: a remote service is sent the loss name and clip bounds
+(a remote provider refuses ``ratio_cap > 0`` when the run is built).
 
 Metrics are sums over trained positions (advantage != 0), so a provider can add them across
 micro-batches and divide by ``tokens`` once.
@@ -22,9 +23,8 @@ micro-batches and divide by ``tokens`` once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING
 
 from searchr1.core.config import plugin_settings
@@ -133,13 +133,16 @@ class ClipSettings:
 
 @dataclass(frozen=True)
 class NamedLoss:
-    """A loss function with the name it is registered under (remote services get the name)."""
+    """A :class:`~searchr1.core.types.LossFn`: a loss function with the name it is registered
+    under and the settings it is called with (``fn(logprobs_T, inputs, **settings)``), so a
+    remote provider can send both to its service."""
 
     name: str
     fn: Callable[..., LossOutput]
+    settings: Mapping[str, float] = field(default_factory=dict)
 
     def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
-        return self.fn(logprobs_T, inputs)
+        return self.fn(logprobs_T, inputs, **self.settings)
 
 
 def _clip_settings(config: Config) -> dict[str, float]:
@@ -157,9 +160,7 @@ def _is_settings(config: Config) -> dict[str, float]:
 def register_loss_fns(register: Callable[[str, Callable[[Config], NamedLoss]], None]) -> None:
     register(
         "importance_sampling",
-        lambda config: NamedLoss(
-            "importance_sampling", partial(importance_sampling, **_is_settings(config))
-        ),
+        lambda config: NamedLoss("importance_sampling", importance_sampling, _is_settings(config)),
     )
-    register("ppo", lambda config: NamedLoss("ppo", partial(ppo, **_clip_settings(config))))
-    register("cispo", lambda config: NamedLoss("cispo", partial(cispo, **_clip_settings(config))))
+    register("ppo", lambda config: NamedLoss("ppo", ppo, _clip_settings(config)))
+    register("cispo", lambda config: NamedLoss("cispo", cispo, _clip_settings(config)))

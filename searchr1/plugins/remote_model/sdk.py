@@ -1,17 +1,30 @@
-"""Import a Tinker-shaped SDK and open its root ``ServiceClient``.
+"""Import a Tinker-shaped SDK, open its root ``ServiceClient``, and smooth over how the two
+SDKs differ.
 
 ``pytrio`` and ``tinker`` share the user API the adapter needs (``ServiceClient``,
 ``create_lora_training_client``, ``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``,
-``AdamParams``, futures with ``.result()`` and ``*_async`` twins); they differ only in how the
-base URL and the retry budget are set, which is all this module knows about.
+``AdamParams``, training calls that return a future with ``.result()``). They differ in:
 
-Called once per run by :meth:`RemoteModelProvider.from_config`.
+* how the base URL, the retry budget and telemetry are set (:func:`open_service`);
+* client creation: PyTRIO returns the training/sampling client, tinker >= 0.38 a future of
+  it (:func:`resolve`);
+* sampling: PyTRIO's ``sample_async`` is a coroutine, tinker's ``sample`` returns an awaitable
+  future and its ``sample_async`` is deprecated (:func:`sample`);
+* whether ``save_weights_and_get_sampling_client`` can be submitted without waiting
+  (tinker: a future, queued behind the optimizer step; PyTRIO: blocks), see
+  :func:`queues_sampler_save`;
+* how a session ends (:func:`close_service`).
+
+Called by :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -63,7 +76,54 @@ def open_service(sdk: ModuleType, api_base: str, api_key: str, settings: RemoteS
             sampling_chunk_idle_timeout_seconds=float(settings.sampling_timeout_seconds),
         )
         return sdk.ServiceClient(api_key=api_key)
-    return sdk.ServiceClient(api_key=api_key, base_url=api_base)
+    service = sdk.ServiceClient(api_key=api_key, base_url=api_base)
+    # tinker opens its session (client config, create_session, heartbeat, telemetry) on first
+    # use; open it now, so a rejected key fails at login like PyTRIO's, and with telemetry off
+    # unless [model.<provider>] telemetry = true (tinker reads TINKER_TELEMETRY only then).
+    with _environment("TINKER_TELEMETRY", None if settings.telemetry else "0"):
+        holder = getattr(type(service), "holder", None)
+        if isinstance(holder, property):
+            service.holder  # noqa: B018 -- the property creates the session
+    return service
+
+
+@contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """Set ``name`` to ``value`` for the block unless the user already set it."""
+    if value is None or name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def resolve(client_or_future: Any, timeout: float | None = None) -> Any:
+    """The answer of a future (TimeoutError after ``timeout`` seconds), or the client itself:
+    tinker >= 0.38 returns a future of a training or sampling client (still usable as the
+    client, with a FutureWarning); PyTRIO returns the client."""
+    result = getattr(client_or_future, "result", None)
+    return result(timeout=timeout) if callable(result) else client_or_future
+
+
+async def sample(sampler: Any, **kwargs: Any) -> Any:
+    """One ``sample`` call, awaited without blocking the caller's event loop."""
+    if hasattr(sampler, "sample_async") and _module(sampler) == "pytrio":
+        return await sampler.sample_async(**kwargs)
+    return await sampler.sample(**kwargs)
+
+
+def queues_sampler_save(sdk: ModuleType) -> bool:
+    """Whether ``save_weights_and_get_sampling_client`` returns at once with a future that the
+    SDK runs after the calls submitted before it (tinker orders a training client's calls by
+    request id), so it can be submitted behind ``optim_step`` before anything is awaited."""
+    return sdk.__name__ == "tinker"
+
+
+def _module(obj: Any) -> str:
+    return type(obj).__module__.split(".", 1)[0]
 
 
 def close_service(service: Any) -> None:

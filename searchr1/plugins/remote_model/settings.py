@@ -19,6 +19,10 @@ class RemoteSettings:
 
     ``retry_timeout_seconds`` bounds how long the SDK keeps retrying 408/429/5xx responses and
     connection errors/timeouts of one request before the adapter reports a clear error.
+    ``request_timeout_seconds``, ``retry_*`` and ``sdk_home`` configure PyTRIO; tinker has
+    fixed ones of its own (60 s per request, retries for up to 300 s), which is why every
+    wait for an answer is also bounded here (``result_timeout_seconds``,
+    ``sampling_timeout_seconds``), for both SDKs.
     """
 
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
@@ -28,9 +32,13 @@ class RemoteSettings:
     retry_timeout_seconds: float = field(default=300.0, metadata={"min": 0.0})
     retry_initial_delay_seconds: float = field(default=1.0, metadata={"min": 0.0})
     sampling_timeout_seconds: int = field(default=900, metadata={"min": 1})
+    #: longest wait for the answer of one submitted call (service queueing included); 0 = no
+    #: limit. tinker retries a failing result poll without end, so this is what stops it.
+    result_timeout_seconds: int = field(default=900, metadata={"min": 0})
     #: lifetime of checkpoints written by save_state; 0 = the service's default
     checkpoint_ttl_seconds: int = field(default=0, metadata={"min": 0})
-    #: PyTRIO sends SDK telemetry to the service unless this is false
+    #: send the SDK's telemetry to the service (both SDKs send it unless told not to; tinker
+    #: is told through TINKER_TELEMETRY=0 while its session opens, unless that is set already)
     telemetry: bool = False
     #: the PyTRIO SDK's home folder (its local config and telemetry spool); empty = ~/.pytrio
     sdk_home: str = ""

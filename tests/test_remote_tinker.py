@@ -1,0 +1,295 @@
+"""The ``tinker`` provider: the real ``tinker`` SDK (0.38, every call returns a future) over real
+HTTP to a loopback fake of the Tinker service (``tests/fake_tinker_service.py``) whose
+computation is the ``local`` provider on the tiny model. Covers what the ``taotoken`` tests
+cover for PyTRIO: sampling, a training step against ``local``, the new sampler after
+``optim_step``, save/resume, a rejected key, transient 429/5xx retried without applying a step
+twice, and the session finished on close."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tinker")
+
+from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
+from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
+from remote_helpers import (  # noqa: E402
+    ADAM,
+    IS_LOSS,
+    TARGETS,
+    make_datums,
+    max_in_flight,
+    one_step,
+    round_trips,
+    waits,
+)
+
+from searchr1.core.config import Config, load_config  # noqa: E402
+from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
+from searchr1.plugins.losses import NamedLoss, ppo  # noqa: E402
+from searchr1.plugins.remote_model.errors import (  # noqa: E402
+    RemoteAuthError,
+    RemoteServiceError,
+    RemoteStepError,
+)
+from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeTinker() as service:
+        yield service
+
+
+@pytest.fixture(autouse=True)
+def _no_faults(fake):
+    fake.clear_faults()
+    fake.api_key = API_KEY
+    yield
+    fake.clear_faults()
+    fake.api_key = API_KEY
+
+
+def make_config(fake: FakeTinker, **table: object) -> Config:
+    config = Config().replace(
+        model={
+            "provider": "tinker",
+            "api_base": fake.base_url,
+            "api_key": API_KEY,
+            "base_model": "builtin:tiny-random",
+            "temperature": 1.0,
+            "device": "cpu",
+            "dtype": "float32",
+        },
+        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
+        run={"seed": 0},
+    )
+    return dataclasses.replace(config, plugins={"model.tinker": dict(table)})
+
+
+def open_provider(fake: FakeTinker, **table: object) -> RemoteModelProvider:
+    return RemoteModelProvider.from_config(
+        make_config(fake, **table), provider_name="tinker", default_sdk="tinker"
+    )
+
+
+@pytest.fixture
+def provider(fake):
+    p = open_provider(fake)
+    yield p
+    p.close()
+
+
+def test_sampling_returns_tokens_and_logprobs_of_the_current_weights(provider, fake):
+    prompt = provider.tokenizer.encode("The quick brown fox")
+    seqs = asyncio.run(provider.sample(prompt, 3, SamplingParams(max_tokens=6, seed=7)))
+    assert len(seqs) == 3 and fake.count("POST /api/v1/asample") >= 1
+    for seq in seqs:
+        assert 1 <= len(seq.tokens) <= 6 and len(seq.logprobs) == len(seq.tokens)
+        assert all(lp < 0.0 for lp in seq.logprobs) and seq.stop_reason in ("stop", "length")
+    # The sampler's log-probs are the learner's for the same weights: on-policy ratio 1.
+    seq = seqs[0]
+    full = prompt + list(seq.tokens)
+    gen = len(prompt) - 1
+    datum = Datum(
+        tuple(full[:-1]),
+        tuple(full[1:]),
+        tuple([0.0] * gen + list(seq.logprobs)),
+        tuple([0.0] * gen + [1.0] * len(seq.tokens)),
+    )
+    result = provider.forward_backward([datum], IS_LOSS)
+    assert result.metrics["tokens"] == len(seq.tokens)
+    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("loss_name", ["importance_sampling", "ppo"])
+def test_one_training_step_matches_the_local_provider(fake, loss_name):
+    from searchr1.plugins.local_model.provider import LocalModelProvider
+
+    loss_fn = IS_LOSS
+    if loss_name == "ppo":  # clip bounds travel from loss_fn.settings as Tinker thresholds
+        loss_fn = NamedLoss("ppo", ppo, {"clip_low": 0.1, "clip_high": 0.15})
+    remote = open_provider(fake)
+    local = LocalModelProvider.from_config(make_config(fake))
+    try:
+        datums = make_datums(len(local.tokenizer))
+        r_loss, r_norm, r_after = one_step(remote, datums, loss_fn)
+        l_loss, l_norm, l_after = one_step(local, datums, loss_fn)
+    finally:
+        remote.close()
+        local.close()
+    assert r_loss == pytest.approx(l_loss, abs=1e-4)
+    assert r_norm == pytest.approx(l_norm, rel=1e-4)
+    assert r_after == pytest.approx(l_after, abs=1e-4)
+    assert r_after != pytest.approx(r_loss, abs=1e-3)  # the step changed the weights
+
+
+def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
+    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
+    params = SamplingParams(max_tokens=4, seed=3)
+    before = asyncio.run(provider.sample(prompt, 1, params))[0]
+    sessions = fake.count("sampling_sessions")
+    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
+    provider.optim_step(AdamParams(learning_rate=0.5))
+    assert fake.count("sampling_sessions") == sessions + 1  # one snapshot of the new weights
+    after = asyncio.run(provider.sample(prompt, 1, params))[0]
+    assert after.logprobs != before.logprobs
+
+
+@pytest.mark.slow
+def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_path: Path):
+    datums = make_datums(725, seed=5)
+    first = open_provider(fake)
+    first.forward_backward(datums, IS_LOSS)
+    first.optim_step(ADAM)
+    first.save_state(str(tmp_path / "step-000001"))
+    record = (tmp_path / "step-000001" / "remote_checkpoint.json").read_text("utf-8")
+    assert '"sdk": "tinker"' in record and "tinker://" in record
+    continued = one_step(first, datums)
+    first.close()
+
+    resumed = open_provider(fake)
+    resumed.load_state(str(tmp_path / "step-000001"))
+    again = one_step(resumed, datums)
+    resumed.close()
+    assert again == pytest.approx(continued, abs=1e-5)
+
+
+def test_429_and_5xx_are_retried_and_the_step_is_applied_once(provider, fake):
+    datums = make_datums(725)
+    provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists now
+    provider.optim_step(ADAM)
+    done_before = fake.count("done:ForwardBackward")
+    f429 = fake.inject("POST", r"^/api/v1/forward_backward$", 429, times=2)
+    f503 = fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=2)
+    f502 = fake.inject("POST", r"^/api/v1/save_weights_for_sampler$", 502, times=1)
+    result = provider.forward_backward(datums, IS_LOSS)
+    provider.optim_step(ADAM)
+    assert (f429.hits, f503.hits, f502.hits) == (2, 2, 1)
+    assert math.isfinite(result.loss) and result.metrics["tokens"] > 0
+    assert fake.count("done:ForwardBackward") == done_before + 1
+
+
+def test_rejected_key_names_the_environment_variable_at_login(fake, tmp_path):
+    toml = tmp_path / "config.toml"
+    toml.write_text(
+        f"""
+[model]
+provider = "tinker"
+api_base = "{fake.base_url}"
+api_key = "${{TINKER_API_KEY}}"
+base_model = "builtin:tiny-random"
+temperature = 1.0
+
+[lora]
+rank = 8
+""",
+        encoding="utf-8",
+    )
+    config = load_config(toml, env={"TINKER_API_KEY": "tml-wrong-key-123456"})
+    with pytest.raises(RemoteAuthError, match="TINKER_API_KEY was rejected") as info:
+        RemoteModelProvider.from_config(config, provider_name="tinker", default_sdk="tinker")
+    assert "401" in str(info.value) and "tml-wrong-key-123456" not in str(info.value)
+
+
+def test_session_is_finished_on_close_and_telemetry_stays_off(fake):
+    sessions = set(fake.finished)
+    telemetry = fake.count("telemetry")
+    p = open_provider(fake)
+    asyncio.run(p.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
+    p.close()
+    assert list(set(fake.finished) - sessions) and "success" in fake.finished.values()
+    assert fake.count("telemetry") == telemetry  # [model.tinker] telemetry = false (default)
+
+
+def test_a_step_waits_once_for_its_micro_batches_optim_step_and_new_sampler(provider, fake):
+    """Issue 19: every forward_backward, the optim_step and the sampler save are submitted
+    back to back and awaited together. Measured on the fake's request log with 500 ms added to
+    every result wait (``retrieve_future``), not on a wall-clock threshold."""
+    n_micro = 3
+    datums = make_datums(len(provider.tokenizer), n=6)
+
+    def step(read_each: bool) -> list:
+        since = time.monotonic()
+        size = len(datums) // n_micro
+        for k in range(n_micro):
+            result = provider.forward_backward(datums[k * size : (k + 1) * size], IS_LOSS)
+            if read_each:
+                result.loss  # noqa: B018 -- reading awaits the call
+        provider.optim_step(ADAM)
+        return waits(fake.requests, "/api/v1/retrieve_future", since)
+
+    step(read_each=False)  # the training run exists before the measurement
+    fake.inject("POST", r"^/api/v1/retrieve_future$", 0, delay=0.5, times=10**6)
+    one_by_one = step(read_each=True)
+    together = step(read_each=False)
+    # Reading each loss at once: one round trip per micro-batch, then optim_step and the new
+    # sampler together. Deferred: everything in one round trip.
+    assert round_trips(one_by_one) == n_micro + 1
+    assert round_trips(together) == 1
+    assert max_in_flight(together) == n_micro + 2
+
+
+def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds(fake):
+    """tinker retries a 5xx on its result poll without end; the provider's bounded wait turns
+    that into a clear error (and the run stops: the step's state is unknown)."""
+    provider = open_provider(fake, result_timeout_seconds=2)
+    try:
+        datums = make_datums(725)
+        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists
+        fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=10**6)
+        started = time.monotonic()
+        with pytest.raises(RemoteStepError, match="result_timeout_seconds = 2") as info:
+            provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
+        assert time.monotonic() - started < 30 and "--resume" in str(info.value)
+    finally:
+        fake.clear_faults()
+        provider.close()
+
+
+def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
+    provider = open_provider(fake, sampling_timeout_seconds=1)
+    try:
+        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))  # warm
+        fake.inject("POST", r"^/api/v1/asample$", 0, delay=4.0)
+        with pytest.raises(RemoteServiceError, match="sampling_timeout_seconds = 1"):
+            asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
+    finally:
+        fake.clear_faults()
+        provider.close()
+
+
+@pytest.mark.slow
+def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, monkeypatch):
+    """``searchr1 train`` with ``provider = "tinker"``: the train loop's deferred reads, the
+    pipelined step and the checkpoint record work end to end, and ``--resume`` continues."""
+    from searchr1.cli.main import main as cli
+    from searchr1.core import plugins, runs
+
+    real = plugins.load_registry
+    plugin = ChecksumRewardPlugin()
+    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setenv("TINKER_API_KEY", API_KEY)
+    config = write_cli_config(
+        tmp_path / "cfg",
+        f'provider = "tinker"\napi_base = "{fake.base_url}"\napi_key = "${{TINKER_API_KEY}}"',
+        "[model.tinker]\nretry_timeout_seconds = 5.0",
+    )
+    run_dir = tmp_path / "run"
+    args = ["train", "--config", str(config), "--run-dir", str(run_dir)]
+    assert cli(args) == 0
+    steps = metric_events(run_dir)
+    assert sorted(steps) == [1, 2, 3]
+    for step in steps.values():
+        assert step["tokens/trained"] > 0 and math.isfinite(step["loss"])
+        assert step["mismatch/tokens"] == step["tokens/trained"]
+    record = next((run_dir / "checkpoints" / "step_000002").rglob("remote_checkpoint.json"))
+    assert "tinker://" in record.read_text("utf-8")
+    assert cli([*args, "--resume", "--max-steps", "4"]) == 0
+    assert sorted(metric_events(run_dir)) == [1, 2, 3, 4]
