@@ -100,7 +100,7 @@ def test_staleness_one_overlaps_the_next_rollout_with_training() -> None:
             assert r.at("collect_start", step) >= r.at("learn_end", step - 2)
     assert r.versions == {1: 0, 2: 0, 3: 1, 4: 2, 5: 3}
     assert [r.metrics[s]["staleness/max"] for s in range(1, 6)] == [0, 1, 1, 1, 1]
-    assert r.snapshots == 5  # every rollout pins the newest weights
+    assert r.snapshots == 6  # every rollout pins the newest weights, and so does the end
     assert wall < 5 * 0.2 * 0.8, "no overlap: as slow as the synchronous loop"
     overlaps = [r.metrics[s]["pipeline/overlap_s"] for s in (1, 2, 3, 4)]
     assert all(o > 0.05 for o in overlaps)

@@ -172,6 +172,8 @@ async def run_steps(
         async with changed:
             changed.notify_all()
         await asyncio.gather(task, return_exceptions=True)
+    if snapshot is not None and max_staleness > 0:
+        snapshot()  # what samples next (the held-out eval "after") sees the trained weights
     return learned_last
 
 
