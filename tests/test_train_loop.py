@@ -231,6 +231,9 @@ def test_pipelined_steps_record_versions_and_bound_staleness(uninterrupted_runs)
         assert steps[2]["mismatch/logprob_diff_max"] > 1e-3
     if steps[3]["tokens/trained"]:
         assert steps[3]["mismatch/logprob_diff_max"] < 1e-3
+    # ... which is not a sampler/learner drift: no mismatch alert on the stale steps
+    alerts = [e for e in _events(run) if e["event"] == "health_alert" and e["kind"] == "mismatch"]
+    assert not [a for a in alerts if steps[a["step"]]["staleness/max"] > 0]
     assert (
         json.loads((run / "checkpoints" / "step_000004" / "trainer.json").read_text())["step"] == 4
     )
