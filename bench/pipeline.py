@@ -1,6 +1,6 @@
 """Seconds per training step with ``[train] max_staleness = 0`` and ``1``, in one run.
 
-    python bench/pipeline.py          # 6 steps each; 200 ms/search, 300 ms/sample, 1 s/train call
+    python bench/pipeline.py          # 8 steps each; 200 ms/search, 300 ms/sample, 1 s/train call
     python bench/pipeline.py --questions 8 --sample-latency 0 --train-latency 0   # CPU-bound
 
 The offline world (``searchr1/defaults/offline.toml``: its tiny model, questions and corpus),
@@ -221,13 +221,15 @@ def run_mode(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--search-latency", type=float, default=0.2)
     ap.add_argument("--sample-latency", type=float, default=0.3)
     ap.add_argument("--train-latency", type=float, default=1.0)
     ap.add_argument("--questions", type=int, default=4, help="rollout.questions_per_batch")
     ap.add_argument("--group", type=int, default=8, help="rollout.group_size")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads ([model.local])")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="[model.local] threads (0 = every core, as the demo)"
+    )
     args = ap.parse_args()
 
     ctx = mp.get_context("spawn")
