@@ -275,3 +275,41 @@ def test_local_sampling_and_training_from_two_threads(model_dir: Path) -> None:
     p.snapshot_sampler()
     assert list(asyncio.run(p.sample(prompt, 1, params))[0].logprobs) != ref
     p.close()
+
+
+def test_a_request_after_a_new_pin_never_joins_a_batch_of_the_old_weights(
+    model_dir: Path,
+) -> None:
+    """The sampler admits queued requests into a running batch; one made after
+    ``snapshot_sampler()`` must wait for a batch on the newly pinned weights."""
+    from searchr1.core.config import Config
+    from searchr1.core.types import SamplingParams
+    from searchr1.plugins.local_model.provider import LocalModelProvider
+
+    config = Config().replace(
+        model={"base_model": str(model_dir), "temperature": 1.0},
+        lora={"rank": 4, "alpha": 8.0, "dropout": 0.0},
+    )
+    p = LocalModelProvider.from_config(config)
+    short = SamplingParams(max_tokens=4, temperature=0.0)
+    long = SamplingParams(max_tokens=100, temperature=0.0)
+
+    async def main() -> tuple[list[float], list[float], list[float]]:
+        (old,) = await p.sample([5, 6, 7], 1, short)
+        p.snapshot_sampler()  # version 0
+        _train_once(p)  # version 1 published, not pinned yet
+        running = asyncio.create_task(p.sample([9, 8, 7, 6], 1, long))
+        while p.sampler.stats.batches == 1:  # until the long batch has started
+            await asyncio.sleep(0.001)
+        p.snapshot_sampler()  # version 1
+        pending = asyncio.create_task(p.sample([5, 6, 7], 1, short))
+        await asyncio.sleep(0.02)  # queued while the version-0 batch still runs
+        assert not running.done(), "the long batch ended first: nothing was tested"
+        (new,) = await pending
+        await running
+        (again,) = await p.sample([5, 6, 7], 1, short)
+        return list(old.logprobs), list(new.logprobs), list(again.logprobs)
+
+    old, new, again = asyncio.run(main())
+    assert new == again != old
+    p.close()
