@@ -14,10 +14,12 @@ taken (a resumed run starts at its checkpoint's step). Step ``s`` is learned on 
 weights available then, and the trajectories record that version. So ``max_staleness = 0`` is
 the synchronous loop (collect, learn, collect, ...), and ``max_staleness = 1`` starts step
 ``s + 1``'s rollouts as soon as step ``s``'s are done, on version ``s - 1``, while step ``s``
-trains: its data is exactly one version old. Off-policy data is corrected by the loss: the
-importance ratio divides by the log-probs the sampler recorded, whichever weights that was.
-So on a stale step ``mismatch/*`` also measure the policy's change over the lag; the train
-loop leaves the health monitor's mismatch alert to steps with staleness 0.
+trains: its data is exactly one version old. (With ``k >= 2`` which version is the newest
+when a rollout starts depends on timing, so such runs are not reproducible bit for bit.)
+Off-policy data is corrected by the loss: the importance ratio divides by the log-probs the
+sampler recorded, whichever weights that was. So on a stale step ``mismatch/*`` also measure
+the policy's change over the lag; the train loop leaves the health monitor's mismatch alert
+to steps with staleness 0.
 
 Pacing, never dropping. A slow group is never discarded (that biases training toward fast
 questions); instead the collector waits when it is ``max_staleness`` steps ahead.
