@@ -105,24 +105,45 @@ def _step_metrics(run_dir: Path) -> dict[int, dict]:
 def _comparable(m: dict) -> dict:
     """The numbers of a metrics event that must not depend on timing. The run's query cache
     lives in memory, so a resumed run starts it empty: its hit counters (and the attempts they
-    save) legitimately differ; calls and success rate do not."""
+    save) legitimately differ; calls and success rate do not. ``pipeline/*`` are idle times."""
     keep_search = ("search/calls", "search/success_rate", "search/error_rate")
     return {
         k: v
         for k, v in m.items()
         if isinstance(v, int | float)
-        and not k.startswith("time/")
+        and not k.startswith(("time/", "pipeline/"))
         and (not k.startswith("search/") or k in keep_search)
     }
 
 
+def _pipelined(tmp_path: Path, staleness: int) -> Path:
+    """The test config with ``[train] max_staleness`` set (0: left at its default)."""
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG.replace("[train]\n", f"[train]\nmax_staleness = {staleness}\n"))
+    return path
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("plain")
-    proc = _train("--config", str(_config(tmp)), "--run-dir", str(tmp / "run"), cwd=tmp)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
-    return tmp / "run"
+def uninterrupted_runs(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """``runs(max_staleness)``: the run folder of an uninterrupted run (made once each)."""
+    made: dict[int, Path] = {}
+
+    def run(staleness: int) -> Path:
+        if staleness not in made:
+            tmp = tmp_path_factory.mktemp(f"plain{staleness}")
+            config = _pipelined(tmp, staleness)
+            proc = _train("--config", str(config), "--run-dir", str(tmp / "run"), cwd=tmp)
+            out, _ = proc.communicate(timeout=600)
+            assert proc.returncode == 0, out
+            made[staleness] = tmp / "run"
+        return made[staleness]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_runs) -> Path:  # noqa: ANN001
+    return uninterrupted_runs(0)
 
 
 def _table_reward(row: dict) -> float:
@@ -187,11 +208,49 @@ def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path
     assert "question" in json.loads(dumped[0])
 
 
+def test_pipelined_steps_record_versions_and_bound_staleness(uninterrupted_runs) -> None:  # noqa: ANN001
+    """max_staleness = 1: step s + 1 rolls out on version s - 1 while step s trains, except
+    after a checkpoint step (save_every = 2), which nothing outlives in flight."""
+    run = uninterrupted_runs(1)
+    steps = _step_metrics(run)
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert [steps[s]["staleness/max"] for s in (1, 2, 3, 4)] == [0, 1, 0, 1]
+    for step, m in steps.items():
+        rows = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        versions = {json.loads(r)["policy_version"] for r in rows}
+        assert versions == {step - 1 - int(m["staleness/max"])}
+        assert m["staleness/mean"] == m["staleness/max"]
+        assert 0 <= m["pipeline/trainer_idle_frac"] <= 1
+        assert 0 <= m["pipeline/sampler_idle_frac"] <= 1
+    # step 2's rollout ran while step 1 trained; nothing ran past the checkpoint at step 2
+    assert steps[1]["pipeline/overlap_s"] > 0 and steps[3]["pipeline/overlap_s"] > 0
+    assert steps[2]["pipeline/overlap_s"] == 0
+    # The ratio is taken against the sampler's own log-probs: a step sampled on the weights
+    # before the previous update is off-policy (mismatch), a step after the barrier is not.
+    if steps[1]["tokens/trained"] and steps[2]["tokens/trained"]:
+        assert steps[2]["mismatch/logprob_diff_max"] > 1e-3
+    if steps[3]["tokens/trained"]:
+        assert steps[3]["mismatch/logprob_diff_max"] < 1e-3
+    # ... which is not a sampler/learner drift: no mismatch alert on the stale steps
+    alerts = [e for e in _events(run) if e["event"] == "health_alert" and e["kind"] == "mismatch"]
+    assert not [a for a in alerts if steps[a["step"]]["staleness/max"] > 0]
+    assert (
+        json.loads((run / "checkpoints" / "step_000004" / "trainer.json").read_text())["step"] == 4
+    )
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
 def test_resume_after_sigkill_matches_uninterrupted_run(
-    uninterrupted: Path, tmp_path: Path
+    uninterrupted_runs,
+    tmp_path: Path,
+    staleness: int,  # noqa: ANN001
 ) -> None:
+    """Also with pipelined steps: a checkpoint step is a pipeline barrier, so the resumed run
+    samples every step on the same weights version as the uninterrupted one."""
+    uninterrupted = uninterrupted_runs(staleness)
+    config = _pipelined(tmp_path, staleness)
     run_dir = tmp_path / "run"
-    proc = _train("--config", str(_config(tmp_path)), "--run-dir", str(run_dir), cwd=tmp_path)
+    proc = _train("--config", str(config), "--run-dir", str(run_dir), cwd=tmp_path)
     deadline = time.monotonic() + 600
     while 3 not in _step_metrics(run_dir):
         assert proc.poll() is None, proc.stdout.read()
@@ -202,9 +261,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
     killed_at = max(_step_metrics(run_dir))
     assert killed_at < 4, "the run finished before it could be killed"
 
-    resumed = _train(
-        "--config", str(_config(tmp_path)), "--run-dir", str(run_dir), "--resume", cwd=tmp_path
-    )
+    resumed = _train("--config", str(config), "--run-dir", str(run_dir), "--resume", cwd=tmp_path)
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert any(e["event"] == "resumed" and e["step"] == 2 for e in _events(run_dir))

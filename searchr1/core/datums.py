@@ -37,4 +37,5 @@ def trajectory_to_datum(trajectory: Trajectory, advantage: float, max_datum_toke
         ),
         advantages=tuple(advantage if g else 0.0 for g in generated),
         trajectory_id=trajectory.trajectory_id,
+        policy_version=trajectory.policy_version,
     )

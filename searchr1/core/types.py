@@ -88,6 +88,8 @@ class Datum:
     sampler_logprobs: tuple[float, ...]
     advantages: tuple[float, ...]
     trajectory_id: str = ""
+    #: how many optimizer steps the weights that sampled it had taken (``train.max_staleness``)
+    policy_version: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.input_tokens)
@@ -329,6 +331,8 @@ class Trajectory:
     #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
     #: answer format from it (``searchr1.core.agent_protocols.extract_answers``)
     protocol: str = ""
+    #: optimizer steps taken by the weights it was sampled with (set by the train loop)
+    policy_version: int = 0
 
 
 @dataclass(frozen=True)

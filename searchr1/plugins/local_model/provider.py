@@ -5,7 +5,10 @@ Created once per run by the ``local`` factory (``[model] provider = "local"``) t
 tasks (batched by :class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train
 loop calls :meth:`forward_backward` per micro-batch and :meth:`optim_step` per step
 (:class:`~searchr1.plugins.local_model.learner.Learner`). Both work on the same peft model, so
-sampling after ``optim_step`` uses the new adapter weights.
+sampling after ``optim_step`` uses the new adapter weights -- unless the train loop pipelines
+steps (``train.max_staleness > 0``): it then calls :meth:`snapshot_sampler` at the start of
+every rollout, and the sampler keeps the adapter version of that moment while the learner
+trains (:mod:`searchr1.plugins.local_model.snapshot`, which also gives the memory cost).
 
 Optional settings live in ``[model.local]``::
 
@@ -85,11 +88,15 @@ class LocalModelProvider:
         from searchr1.plugins.local_model.budget import row_overhead_tokens
         from searchr1.plugins.local_model.learner import Learner
         from searchr1.plugins.local_model.sampler import BatchedSampler
+        from searchr1.plugins.local_model.snapshot import SamplerWeights
 
         self.model = model
         self._tokenizer = tokenizer
         self.device = device
         self.model_lock = threading.Lock()
+        # The sampler enters the model through this (a drop-in for the lock): it swaps in
+        # the pinned adapter version once snapshot_sampler() was called.
+        self.sampler_weights = SamplerWeights(model, self.model_lock)
         config = model.config
         self.context_length = int(getattr(config, "max_position_embeddings", 1 << 30))
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
@@ -100,7 +107,7 @@ class LocalModelProvider:
             model,
             tokenizer,
             device=device,
-            model_lock=self.model_lock,
+            model_lock=self.sampler_weights,  # type: ignore[arg-type]
             context_length=self.context_length,
             eos_token_ids=eos_ids,
             pad_token_id=pad_id,
@@ -112,7 +119,11 @@ class LocalModelProvider:
             reuse=settings.reuse_caches,
             batch_wait_s=settings.batch_wait_ms / 1000.0,
             seed=seed,
+            # A running batch admits newly queued requests between decoding steps; one
+            # queued after snapshot_sampler() waits for a batch of its own, on the new weights.
+            may_join=self.sampler_weights.running_pinned,
         )
+        self.sampler_weights.on_new_version = self.sampler.retained.clear
         self.learner = Learner(
             model,
             device=device,
@@ -199,13 +210,24 @@ class LocalModelProvider:
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
         # Training follows the rollout: caches kept for further turns are stale from here on,
-        # and their memory is the learner's now.
-        self.sampler.forget()
+        # and their memory is the learner's now. (Pinned, they stay valid: the sampler keeps
+        # its weights, and the next rollout may be using them right now.)
+        if not self.sampler_weights.pinned:
+            self.sampler.forget()
         return self.learner.forward_backward(datums, loss_fn, loss_scale)
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        self.sampler.forget()
-        return self.learner.optim_step(adam)
+        if not self.sampler_weights.pinned:
+            self.sampler.forget()
+        result = self.learner.optim_step(adam)
+        self.sampler_weights.publish()
+        return result
+
+    def snapshot_sampler(self) -> None:
+        """Sample on the newest trained adapter from now on, and on it alone until the next
+        call (:class:`searchr1.core.pipeline.SnapshotSampling`; the train loop calls it at the
+        start of each rollout when ``train.max_staleness > 0``)."""
+        self.sampler_weights.pin()
 
     def save_state(self, path: str) -> None:
         import searchr1.plugins.local_model.state as state
@@ -223,6 +245,7 @@ class LocalModelProvider:
         import searchr1.plugins.local_model.state as state
 
         self.sampler.forget()
+        self.sampler_weights.reset()
         with self.model_lock:
             self.learner.step = state.load_state(
                 path, self.model, self.learner.optimizer, self.sampler._generator

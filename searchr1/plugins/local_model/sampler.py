@@ -87,6 +87,7 @@ class BatchedSampler:
         reuse: bool = True,
         batch_wait_s: float = 0.005,
         seed: int = 0,
+        may_join: Callable[[], bool] | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -100,6 +101,9 @@ class BatchedSampler:
         self.max_batch_tokens = max_batch_tokens
         self.row_tokens = row_tokens  # per-row recurrent state, in tokens (budget.py)
         self.batch_wait_s = batch_wait_s
+        # asked by a running batch before it admits queued requests; the provider says no
+        # once the sampler's weights moved on (pipelined steps), so no batch mixes versions
+        self.may_join = may_join
         self.stats = SamplerStats()
         self.measure_bytes = False  # measure the cache's bytes after each forward (tests)
         self.retained = RetainedCaches(row_tokens)
@@ -240,6 +244,8 @@ class BatchedSampler:
     def _admit(self, batch: Batch) -> list[Job]:
         """Called by a running batch between decoding steps: requests queued since it began
         join it now (as far as they fit) instead of waiting for its longest row."""
+        if self.may_join is not None and not self.may_join():
+            return []
         while not self._stopping:
             try:
                 item = self._queue.get_nowait()

@@ -20,6 +20,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,6 +58,8 @@ class VllmModelProvider(LocalModelProvider):
     client: VllmClient | None = None
     server: VllmServer | None = None
     adapter: _Adapter | None = None
+    #: the adapter pipelined steps sample on (None: always the newest, ``adapter``)
+    pinned: _Adapter | None = None
     max_model_len: int = 0
     keep_server_log: bool = False
 
@@ -88,6 +91,8 @@ class VllmModelProvider(LocalModelProvider):
         self._settings = settings
         self._token = secrets.token_hex(3)
         self._version = 0
+        self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
+        self._retired_lock = threading.Lock()
         self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
         self._adapters = Path(settings.adapters_dir) if settings.adapters_dir else self._workdir
         self._server_adapters = settings.server_adapters_dir or str(self._adapters)
@@ -154,9 +159,23 @@ class VllmModelProvider(LocalModelProvider):
             raise
         old, self.adapter = self.adapter, _Adapter(name, local_dir)
         self._version += 1
-        if old is not None:
+        if old is not None and old is self.pinned:
+            # Pipelined steps: a rollout may still sample it; unloaded at the next pin.
+            with self._retired_lock:
+                self._retired.append(old)
+        elif old is not None:
             self._drop(old)
         return time.perf_counter() - t0
+
+    def snapshot_sampler(self) -> None:
+        """Pipelined steps (``train.max_staleness > 0``): sample on the newest published
+        adapter until the next call, and unload the adapters no rollout samples any more."""
+        self.pinned = self.adapter
+        with self._retired_lock:
+            retired, self._retired = self._retired, []
+        for old in retired:
+            if old is not self.pinned:
+                self._drop(old)
 
     def _drop(self, adapter: _Adapter) -> None:
         assert self.client is not None
@@ -177,9 +196,8 @@ class VllmModelProvider(LocalModelProvider):
             raise RuntimeError("the vllm model provider is closed")
         prompt = self._check(prompt_tokens, num_samples, params)
         max_tokens = min(params.max_tokens, self.max_model_len - len(prompt))
-        return await self.client.complete(
-            self.adapter.name, prompt, num_samples, params, max_tokens
-        )
+        adapter = self.pinned or self.adapter
+        return await self.client.complete(adapter.name, prompt, num_samples, params, max_tokens)
 
     def _check(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
@@ -215,6 +233,7 @@ class VllmModelProvider(LocalModelProvider):
 
     def load_state(self, path: str) -> None:
         super().load_state(path)
+        self.pinned = None  # the loaded weights are the newest: sample them
         if self.client is not None:
             self.publish_adapter()
 
@@ -225,6 +244,8 @@ class VllmModelProvider(LocalModelProvider):
             if self.client is not None:
                 if self.adapter is not None and self.server is None:
                     self._drop(self.adapter)
+                    for old in getattr(self, "_retired", []):
+                        self._drop(old)
                 self.client.close()
         finally:
             self.client, self.adapter = None, None
