@@ -302,5 +302,72 @@ def test_smoke_train_and_resume_on_the_offline_world(
     assert not list((tmp_path / "adapters").iterdir())  # every run unloaded and removed its own
 
 
+def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> None:
+    """Pipelined steps: after ``snapshot_sampler()`` a rollout samples the pinned weights even
+    when the learner publishes new ones meanwhile; the next pin unloads the replaced adapter."""
+    from searchr1.core.types import AdamParams, Datum, SamplingParams
+    from searchr1.plugins.losses import NamedLoss, importance_sampling
+
+    prompts = _prompts(provider, 2)
+    params = SamplingParams(max_tokens=16, temperature=TEMPERATURE, seed=5)
+
+    async def sample_all() -> list[Any]:
+        return await asyncio.gather(*(provider.sample(p, 4, params) for p in prompts))
+
+    provider.snapshot_sampler()
+    pinned = provider.adapter.name
+    before = asyncio.run(sample_all())
+    datums = [
+        Datum(
+            tuple((prompt + list(s.tokens))[:-1]),
+            tuple((prompt + list(s.tokens))[1:]),
+            tuple([0.0] * (len(prompt) - 1) + list(s.logprobs)),
+            tuple([0.0] * (len(prompt) - 1) + [1.0 if k % 2 else -1.0] * len(s.tokens)),
+        )
+        for prompt, group in zip(prompts, before, strict=True)
+        for k, s in enumerate(group)
+    ]
+    provider.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
+    provider.optim_step(AdamParams(learning_rate=2e-3))
+    assert provider.adapter.name != pinned
+    served = {m["id"] for m in provider.client.models()}
+    assert {pinned, provider.adapter.name} <= served  # the pinned one is still loaded
+    assert asyncio.run(sample_all()) == before  # same seed, same (pinned) weights
+
+    provider.snapshot_sampler()  # the next rollout: newest weights, the old adapter goes
+    assert pinned not in {m["id"] for m in provider.client.models()}
+    after = asyncio.run(sample_all())
+    assert after != before
+    d = _learner_diffs(provider, prompts, after)
+    assert float(d.abs().max()) < MAX_DIFF
+    provider.pinned = None  # the module's other tests sample the newest adapter
+
+
+def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
+    provider: Any, api_base: str, tmp_path: Path
+) -> None:
+    """``max_staleness = 1`` on vLLM: a rollout samples one pinned adapter while the learner
+    publishes the next; every adapter the run loaded is unloaded by its end."""
+    config = _offline_config(tmp_path, api_base)
+    text = _set(config.read_text(encoding="utf-8"), "save_every", 3)
+    config.write_text(text + "\n", encoding="utf-8")
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("[train]\n", "[train]\nmax_staleness = 1\n", 1)
+    )
+    before = {m["id"] for m in provider.client.models()}
+    run_dir = tmp_path / "runs" / "pipelined"
+    args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "4"]
+    assert cli(args) == 0
+    steps = _metrics(run_dir)
+    assert [m["step"] for m in steps] == [1, 2, 3, 4]
+    assert max(m["staleness/max"] for m in steps) == 1  # some step learned on stale samples
+    for m in steps:
+        assert 0 <= m["staleness/mean"] <= m["staleness/max"] <= 1
+        if m["tokens/trained"] > 0 and m["staleness/max"] == 0:
+            assert m["mismatch/logprob_diff_max"] < MAX_DIFF  # fresh samples: on-policy
+    assert {m["id"] for m in provider.client.models()} == before  # nothing left loaded
+    assert not list((tmp_path / "adapters").iterdir())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
