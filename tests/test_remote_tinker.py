@@ -142,6 +142,20 @@ def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
     assert after.logprobs != before.logprobs
 
 
+def test_a_pinned_sampler_keeps_its_weights_until_the_next_pin(provider, fake):
+    """Pipelined steps: after ``snapshot_sampler()`` a rollout samples the pinned weights even
+    when ``optim_step`` meanwhile points sampling at new ones; the next pin follows them."""
+    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
+    params = SamplingParams(max_tokens=4, seed=3)
+    before = asyncio.run(provider.sample(prompt, 1, params))[0]
+    provider.snapshot_sampler()
+    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
+    provider.optim_step(AdamParams(learning_rate=0.5))
+    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
+    provider.snapshot_sampler()
+    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs
+
+
 @pytest.mark.slow
 def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_path: Path):
     datums = make_datums(725, seed=5)

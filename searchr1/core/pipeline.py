@@ -24,12 +24,13 @@ to steps with staleness 0.
 Pacing, never dropping. A slow group is never discarded (that biases training toward fast
 questions); instead the collector waits when it is ``max_staleness`` steps ahead.
 
-Snapshots. A provider that samples and trains the same weights in one process (``local``)
-offers ``snapshot_sampler()`` (:class:`SnapshotSampling`): the collector calls it at the start
-of every rollout when ``max_staleness > 0``, so the whole rollout samples one version however
-the learner moves meanwhile. A provider without it (``remote``: the service switches to the
-new weights when ``optim_step`` returns) may sample a trajectory's later turns on one newer
-version than it records; its log-probs are still the sampler's own.
+Snapshots. A provider whose sampler would otherwise follow the learner mid-rollout offers
+``snapshot_sampler()`` (:class:`SnapshotSampling`; ``local`` keeps a copy of its LoRA tensors,
+``vllm`` pins one served adapter, ``taotoken``/``tinker`` keep one sampling client): the
+collector calls it at the start of every rollout when ``max_staleness > 0``, so the whole
+rollout samples one version however the learner moves meanwhile. A provider without it may
+sample a trajectory's later turns on a newer version than it records; its log-probs are still
+the sampler's own, so the ratio stays correct, only ``staleness/*`` under-reports.
 
 Checkpoints are exact. ``is_barrier(s)`` (the loop passes "step ``s`` writes a checkpoint")
 holds the collector until step ``s`` is learned and finished, so nothing is in flight when a

@@ -120,6 +120,7 @@ class RemoteModelProvider(ServiceCalls):
         self._key_name = key_name
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
+        self._pinned: Any = None  # what a pipelined rollout samples (snapshot_sampler)
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: str | None = None
@@ -223,7 +224,7 @@ class RemoteModelProvider(ServiceCalls):
     ) -> list[SampledSequence]:
         """Sample ``num_samples`` continuations of ``prompt_tokens`` with the current weights."""
         # Creating the sampler waits on the service: off the event loop, so other rollouts run.
-        sampler = self._sampler or await asyncio.to_thread(self._sampling_client)
+        sampler = self._pinned or self._sampler or await asyncio.to_thread(self._sampling_client)
         sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self._tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
         seconds = self._settings.sampling_timeout_seconds
@@ -293,6 +294,11 @@ class RemoteModelProvider(ServiceCalls):
         pending, self._pending = self._pending, []
         for result in pending:
             result.resolve()
+
+    def snapshot_sampler(self) -> None:
+        """Pipelined steps: sample the newest sampling client until the next call, whatever
+        ``optim_step`` does meanwhile (a client names saved weights, so it stays valid)."""
+        self._pinned = self._sampler
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the accumulated gradients, then point sampling at the result."""
@@ -371,6 +377,7 @@ class RemoteModelProvider(ServiceCalls):
         )
         self._broken = None
         self._pending = []  # anything submitted to the old training run is abandoned with it
+        self._pinned = None  # the loaded weights are the newest: sample them
         with self._sampler_lock:
             self._refresh_sampler()
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
@@ -385,7 +392,7 @@ class RemoteModelProvider(ServiceCalls):
             except Exception:
                 pass
         self._training = None
-        self._sampler = None
+        self._sampler = self._pinned = None
         try:
             close_service(self._service)
         except Exception as exc:  # closing must not hide the error that ended the run
