@@ -182,3 +182,25 @@ def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
     ]
     ok = parse_config("[search.engine]\ndepth = 3\n", source="my.toml", env={})
     assert plugin_settings(ok, "search", "engine", EngineSettings) == EngineSettings(depth=3)
+
+
+def test_max_staleness_defaults_by_provider_and_a_written_value_wins() -> None:
+    """Absent from the file: 1 for a remote training service (steps wait on it), 0 for a local
+    provider (overlap only shares the cores); a value in the file is kept either way."""
+    from searchr1.core.config import parse_config
+
+    def staleness(text: str) -> tuple[int, str]:
+        config = parse_config(text, source="t.toml", env={"K": "k"})
+        return config.train.max_staleness, config.choices["train.max_staleness"]
+
+    remote = '[model]\napi_base = "http://127.0.0.1:1"\napi_key = "${K}"\n'
+    assert (
+        staleness(remote)[0] == 1 and "not set; 1 for provider 'taotoken'" in staleness(remote)[1]
+    )
+    assert staleness('[model]\nprovider = "tinker"\n')[0] == 1
+    assert staleness('[model]\nbase_model = "builtin:tiny"\n') == (
+        0,
+        "not set; 0: synchronous steps (the provider is local)",
+    )
+    assert staleness(remote + "[train]\nmax_staleness = 0\n") == (0, "set in t.toml:5")
+    assert staleness('[model]\nprovider = "local"\n[train]\nmax_staleness = 2\n')[0] == 2

@@ -370,11 +370,15 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     assert cli(["train", "--config", str(local_config), "--run-dir", str(local_run)]) == 0
     remote, local = metric_events(remote_run), metric_events(local_run)
     assert sorted(remote) == sorted(local) == [1, 2, 3]
-    for step in (1, 2, 3):
+    # The remote run pipelines its steps (max_staleness defaults to 1 for taotoken), so its
+    # samples differ from the local run's: compare the steps where both trained.
+    both = [s for s in (1, 2, 3) if remote[s]["tokens/trained"] > 0 < local[s]["tokens/trained"]]
+    assert both and max(remote[s]["staleness/max"] for s in (1, 2, 3)) == 1
+    for step in both:
         assert remote[step].keys() == local[step].keys()
         # The mismatch is computed from the log-probs the service returns.
         assert remote[step]["mismatch/tokens"] == remote[step]["tokens/trained"]
-        assert remote[step]["tokens/trained"] > 0 and remote[step]["micro_batches"] >= 1
+        assert remote[step]["micro_batches"] >= 1
         assert math.isfinite(remote[step]["loss"]) and "optim/grad_norm" in remote[step]
     ckpt = remote_run / "checkpoints" / "step_000002"
     assert any(ckpt.rglob("remote_checkpoint.json")), "the remote checkpoint URI was not recorded"

@@ -300,9 +300,12 @@ def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, m
     assert cli(args) == 0
     steps = metric_events(run_dir)
     assert sorted(steps) == [1, 2, 3]
-    for step in steps.values():
-        assert step["tokens/trained"] > 0 and math.isfinite(step["loss"])
-        assert step["mismatch/tokens"] == step["tokens/trained"]
+    trained = [step for step in steps.values() if step["tokens/trained"] > 0]
+    assert trained  # (a step whose groups all tie trains nothing)
+    for step in trained:
+        assert math.isfinite(step["loss"]) and step["mismatch/tokens"] == step["tokens/trained"]
+    # tinker is a remote service: pipelined steps by default (max_staleness = 1)
+    assert max(step["staleness/max"] for step in steps.values()) == 1
     record = next((run_dir / "checkpoints" / "step_000002").rglob("remote_checkpoint.json"))
     assert "tinker://" in record.read_text("utf-8")
     assert cli([*args, "--resume", "--max-steps", "4"]) == 0

@@ -123,6 +123,12 @@ def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, c
         for line in lines
     )
     assert 'provider = "taotoken"' in out and 'protocol = "tool_calls"' in out
+    # a remote service: pipelined steps unless the file says otherwise (issue 19)
+    assert any(
+        line.startswith("# train.max_staleness = 1: not set; 1 for provider 'taotoken'")
+        for line in lines
+    ), out
+    assert "max_staleness = 1" in out
     # item 2: what TaoToken cannot honour, named with what happens instead
     warnings = [line for line in lines if line.startswith("# warning: ")]
     assert any("lora.alpha = 64 is not sent to provider 'taotoken'" in w for w in warnings)

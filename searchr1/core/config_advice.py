@@ -8,6 +8,11 @@ and no ``provider``; no ``[rollout] protocol`` -- runs what the seed describes:
   (the seed: "sampling and training both go through TaoToken"), else ``local``.
 * ``[rollout] protocol`` absent: ``tool_calls`` (the model calls a ``search`` tool through its
   chat template and ends with an ``Answer: ...`` line, as the seed's troubleshooting reads).
+* ``[train] max_staleness`` absent: ``1`` with a remote training provider (``taotoken``,
+  ``tinker``), where every step waits on the service and on search in turn, so overlapping the
+  next step's rollouts with this step's training pays (``bench/pipeline.py``: 1.6x s/step with
+  service and search latency, learning intact); ``0`` (synchronous) otherwise, where sampling
+  and training share this machine's cores and overlap gains nothing (0.98x on the demo).
 
 It also calls :func:`literal_secret_warnings`. :func:`unhonoured_settings` is called by
 ``config check``, ``smoke`` and ``train`` (through :func:`searchr1.core.runs.open_run`) to name
@@ -33,8 +38,9 @@ _SECRET_VARS = {"model.api_key": "TAOTOKEN_API_KEY", "search.api_keys": "ZHIHU_S
 
 
 def infer_choices(raw: dict[str, Any], where: Callable[[str], str]) -> dict[str, str]:
-    """Fill ``model.provider`` and ``rollout.protocol`` in ``raw`` when the file leaves them
-    out; return ``dotted field -> why it has its value`` for both (printed by config check)."""
+    """Fill ``model.provider``, ``rollout.protocol`` and ``train.max_staleness`` in ``raw`` when
+    the file leaves them out; return ``dotted field -> why it has its value`` for each (printed
+    by config check)."""
     reasons: dict[str, str] = {}
     model = raw.get("model")
     model = model if isinstance(model, dict) else {}
@@ -64,7 +70,30 @@ def infer_choices(raw: dict[str, Any], where: Callable[[str], str]) -> dict[str,
             "not set; the default: the model calls the search tool through its chat template "
             "and ends with one `Answer: ...` line (the seed's format)"
         )
+    _infer_staleness(raw, where, reasons)
     return reasons
+
+
+def _infer_staleness(
+    raw: dict[str, Any], where: Callable[[str], str], reasons: dict[str, str]
+) -> None:
+    train = raw.get("train")
+    if isinstance(train, dict) and "max_staleness" in train:
+        reasons["train.max_staleness"] = f"set in {where('train.max_staleness')}"
+        return
+    model = raw.get("model")
+    provider = model.get("provider") if isinstance(model, dict) else None
+    if provider not in REMOTE_TRAINING:
+        reasons["train.max_staleness"] = "not set; 0: synchronous steps (the provider is local)"
+        return
+    if isinstance(train, dict):
+        train["max_staleness"] = 1
+    elif "train" not in raw:
+        raw["train"] = {"max_staleness": 1}
+    reasons["train.max_staleness"] = (
+        f"not set; 1 for provider {provider!r}: the next step's rollouts run while the service "
+        f"trains this one (docs/benchmarks.md, pipelined steps)"
+    )
 
 
 def literal_secret_warnings(

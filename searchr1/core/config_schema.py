@@ -106,7 +106,12 @@ class RewardConfig:
 class TrainConfig:
     max_steps: int = _f(20, min=0)
     save_every: int = _f(5, min=1)
-    max_staleness: int = _f(0, min=0, help="0 = synchronous steps; k = rollouts k steps ahead")
+    max_staleness: int = _f(
+        0,
+        min=0,
+        help="0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: "
+        "1 for taotoken/tinker, else 0 (config_advice.infer_choices)",
+    )
     loss_fn: str = _f("importance_sampling")
     max_datum_tokens: int = _f(8192, min=16)
     max_micro_batch_datums: int = _f(32, min=1)
