@@ -262,6 +262,23 @@ def test_model_failure_propagates() -> None:
         )
 
 
+def test_every_failure_of_a_batch_is_retrieved(caplog: pytest.LogCaptureFixture) -> None:
+    """When several trajectories fail together, the first error is raised and asyncio has no
+    "exception was never retrieved" line to print about the others."""
+    import gc
+
+    tok = tiny_tokenizer()
+    model = ScriptedModel(tok, [["<answer> a </answer>"]], fail=RuntimeError("401 unauthorized"))
+    with caplog.at_level("ERROR", logger="asyncio"), pytest.raises(RuntimeError, match="401"):
+        asyncio.run(
+            rollout_questions(
+                model, FakeSearch(), TagsProtocol(tok), [Q, Q2, Q, Q2], config(), group_size=1
+            )
+        )
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+
+
 def test_prompt_longer_than_budget_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="max_trajectory_tokens"):
         run([["<answer> a </answer>"]], cfg=config(max_trajectory_tokens=16))

@@ -262,9 +262,11 @@ async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    for t in tasks:
-        if not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+    # Read every failure, not only the first: a task whose exception is never read makes
+    # asyncio print "exception was never retrieved" when it is collected.
+    errors = [t.exception() for t in tasks if not t.cancelled() and t.exception() is not None]
+    if errors:
+        raise errors[0]  # type: ignore[misc]
     return [t.result() for t in tasks]
 
 

@@ -29,6 +29,7 @@ Optional settings live in ``[model.local]``::
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -284,7 +285,11 @@ def attach_lora(base: Any, config: Config) -> Any:
         task_type="CAUSAL_LM",
         bias="none",
     )
-    return get_peft_model(base, peft_config)
+    with warnings.catch_warnings():
+        # peft 0.21 probes transformers' deprecated `is_gradient_checkpointing`; the warning is
+        # about peft's code, not the user's, and would print on every run
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        return get_peft_model(base, peft_config)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
