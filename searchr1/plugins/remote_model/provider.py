@@ -120,7 +120,8 @@ class RemoteModelProvider(ServiceCalls):
         self._key_name = key_name
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
-        self._pinned: Any = None  # what a pipelined rollout samples (snapshot_sampler)
+        self._published: Any = None  # the newest sampler made (outlives optim_step's refresh)
+        self._pinned: Any = None  # the one a pipelined rollout samples (snapshot_sampler)
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: str | None = None
@@ -190,6 +191,7 @@ class RemoteModelProvider(ServiceCalls):
                             self._service.create_sampling_client(base_model=self.base_model)
                         ),
                     )
+                    self._published = self._sampler
             return self._sampler
 
     def _refresh_sampler(self, submitted: Any = None) -> None:
@@ -200,6 +202,7 @@ class RemoteModelProvider(ServiceCalls):
             "save_weights_and_get_sampling_client",
             lambda: self._wait(submitted or training.save_weights_and_get_sampling_client()),
         )
+        self._published = self._sampler
 
     def _check_trainable(self) -> None:
         if self._broken:
@@ -296,9 +299,9 @@ class RemoteModelProvider(ServiceCalls):
             result.resolve()
 
     def snapshot_sampler(self) -> None:
-        """Pipelined steps: sample the newest sampling client until the next call, whatever
-        ``optim_step`` does meanwhile (a client names saved weights, so it stays valid)."""
-        self._pinned = self._sampler
+        """Pipelined steps: sample the newest sampler until the next call, whatever optim_step
+        does meanwhile (a client names saved weights, so it stays valid)."""
+        self._pinned = self._published
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the accumulated gradients, then point sampling at the result."""
@@ -392,7 +395,7 @@ class RemoteModelProvider(ServiceCalls):
             except Exception:
                 pass
         self._training = None
-        self._sampler = self._pinned = None
+        self._sampler = self._published = self._pinned = None
         try:
             close_service(self._service)
         except Exception as exc:  # closing must not hide the error that ended the run
