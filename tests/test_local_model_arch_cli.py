@@ -118,3 +118,38 @@ def test_smoke_names_a_model_side_failure_and_the_base_model(tmp_path: Path, cap
     assert str(model) in diagnosis
     assert "qwen_nonexistent" in diagnosis and "Error" in diagnosis
     assert "pip install -U transformers" in diagnosis
+
+
+def test_pipelined_steps_train_on_tiny_qwen3_5(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """``max_staleness = 1`` on the hybrid architecture: the sampler's pinned LoRA copy covers
+    every all-linear target (Gated DeltaNet projections included) and steps 2 and 3 learn
+    from samples one version old (a reward that varies per trajectory, so groups train)."""
+    from remote_cli import ChecksumRewardPlugin
+
+    from searchr1.core import plugins, runs
+
+    real = plugins.load_registry
+    plugin = ChecksumRewardPlugin()
+    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    model = build_family("qwen3_5", tmp_path / "qwen3_5")
+    config = _config(tmp_path, model)
+    text = config.read_text(encoding="utf-8")
+    text = text.replace("max_steps = 1\nsave_every = 1\n", "max_steps = 3\nsave_every = 3\n")
+    text = text.replace("[train]\n", "[train]\nmax_staleness = 1\n")
+    text = text.replace("group_size = 2\n", "group_size = 4\n")
+    text = text.replace("[search]\n", '[reward]\nname = "token_checksum"\n[search]\n')
+    config.write_text(text, encoding="utf-8")
+    run = tmp_path / "train"
+    assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    metrics = [e for e in events if e["event"] == "metrics"]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["staleness/max"] for m in metrics] == [0.0, 1.0, 1.0]
+    trained = [m for m in metrics if m["tokens/trained"] > 0]  # (a tied group trains nothing)
+    fresh = [m for m in trained if m["staleness/max"] == 0]
+    stale = [m for m in trained if m["staleness/max"] == 1]
+    assert fresh and stale, [(m["step"], m["tokens/trained"]) for m in metrics]
+    # samples learned on the weights they came from are on-policy; stale ones differ by the
+    # update since (corrected by the ratio): so the pinned copy really lagged the learner
+    assert all(m["mismatch/logprob_diff_max"] < 1e-3 for m in fresh)
+    assert all(m["mismatch/logprob_diff_max"] > 1e-3 for m in stale)
