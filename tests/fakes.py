@@ -35,6 +35,26 @@ def tiny_tokenizer() -> Any:
     return build_tokenizer(BUILTIN_TEXT, 1024)
 
 
+def build_small_tiny_model(
+    folder: Any, *, vocab_size: int = 700, max_position_embeddings: int = 128
+) -> Any:
+    """The offline world's tiny architecture at test size (2 layers, hidden 64, GQA 4/2),
+    random-init, saved under ``folder``: load it by path like a real model."""
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
+
+    return build_tiny_model(
+        folder,
+        BUILTIN_TEXT,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=max_position_embeddings,
+    )
+
+
 @lru_cache(maxsize=4)
 def template_tokenizer(name: str) -> Any:
     """The tiny tokenizer with a test chat template from ``tests/chat_templates/<name>.jinja``

@@ -70,3 +70,21 @@ def round_trips(intervals: list) -> int:
             rounds += 1
         end = max(end, e) if s < end else e
     return rounds
+
+
+def check_pin_holds_until_the_next_pin(provider) -> None:
+    """Pipelined steps: after ``snapshot_sampler()`` a rollout samples the pinned weights even
+    when ``optim_step`` meanwhile points sampling at new ones; the next pin follows them."""
+    import asyncio
+
+    from searchr1.core.types import SamplingParams
+
+    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
+    params = SamplingParams(max_tokens=4, seed=3)
+    before = asyncio.run(provider.sample(prompt, 1, params))[0]
+    provider.snapshot_sampler()
+    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
+    provider.optim_step(AdamParams(learning_rate=0.5))
+    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
+    provider.snapshot_sampler()
+    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from fakes import build_small_tiny_model
 
 from searchr1.core.config import Config
 from searchr1.core.step_metrics import (
@@ -23,7 +24,6 @@ from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import mismatch_metrics, trained_token_logprobs
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
-from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 TEMPERATURE = 0.8  # the seed's
@@ -32,17 +32,7 @@ SEED_DROPOUT = 0.05
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny"),
-        BUILTIN_TEXT,
-        vocab_size=700,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=256,
-    )
+    return build_small_tiny_model(tmp_path_factory.mktemp("tiny"), max_position_embeddings=256)
 
 
 def _provider(model_dir: Path, *, checkpointing: bool = False) -> LocalModelProvider:

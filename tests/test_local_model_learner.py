@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from fakes import build_small_tiny_model
 
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins import local_model
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, cispo, importance_sampling
-from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 ADAM = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
@@ -23,17 +23,7 @@ ADAM = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny"),
-        BUILTIN_TEXT,
-        vocab_size=700,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
+    return build_small_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def _config(model_dir: Path, **lora: object) -> Config:

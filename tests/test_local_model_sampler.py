@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from fakes import build_small_tiny_model
 
 from searchr1.core.config import Config
 from searchr1.core.types import Datum, SamplingParams
@@ -15,23 +16,14 @@ from searchr1.plugins.local_model.learner import token_logprobs
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
-from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
 TEMPERATURE = 0.7
 
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelProvider]:
-    path = build_tiny_model(
-        tmp_path_factory.mktemp("tiny"),
-        BUILTIN_TEXT,
-        vocab_size=800,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=256,
+    path = build_small_tiny_model(
+        tmp_path_factory.mktemp("tiny"), vocab_size=800, max_position_embeddings=256
     )
     config = Config().replace(
         model={"base_model": str(path), "temperature": TEMPERATURE},

@@ -173,19 +173,9 @@ def test_a_learn_error_stops_the_collector() -> None:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
+    from fakes import build_small_tiny_model
 
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny"),
-        BUILTIN_TEXT,
-        vocab_size=700,
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    )
+    return build_small_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def _train_once(p, lr: float = 0.5) -> None:  # noqa: ANN001

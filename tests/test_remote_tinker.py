@@ -23,6 +23,7 @@ from remote_helpers import (  # noqa: E402
     ADAM,
     IS_LOSS,
     TARGETS,
+    check_pin_holds_until_the_next_pin,
     make_datums,
     max_in_flight,
     one_step,
@@ -143,17 +144,7 @@ def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
 
 
 def test_a_pinned_sampler_keeps_its_weights_until_the_next_pin(provider, fake):
-    """Pipelined steps: after ``snapshot_sampler()`` a rollout samples the pinned weights even
-    when ``optim_step`` meanwhile points sampling at new ones; the next pin follows them."""
-    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
-    params = SamplingParams(max_tokens=4, seed=3)
-    before = asyncio.run(provider.sample(prompt, 1, params))[0]
-    provider.snapshot_sampler()
-    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
-    provider.optim_step(AdamParams(learning_rate=0.5))
-    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
-    provider.snapshot_sampler()
-    assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs
+    check_pin_holds_until_the_next_pin(provider)
 
 
 @pytest.mark.slow

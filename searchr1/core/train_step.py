@@ -4,16 +4,9 @@ The step pipeline (:mod:`searchr1.core.pipeline`) calls :func:`collect_step` in 
 for step ``s`` -- possibly while step ``s - 1`` is still being learned, up to
 ``train.max_staleness`` steps ahead -- and :func:`learn_step` in a worker thread on the
 collected groups, strictly in step order. :func:`step_metrics` then turns both halves into
-the step's ``metrics`` event::
-
-    groups     = rollout(questions, group_size)          all trajectories concurrently
-    rewards    = reward(trajectory, golden answers)      per trajectory
-    (dynamic sampling: replace degenerate groups by fresh questions, up to max_extra_draws)
-    guard      : search broken this step? -> no update, back off, retry the step, or stop
-    A_i        = r_i - mean(r_group)                     degenerate groups dropped
-    datums     = full multi-turn sequences, advantage 0 on prompt/observation tokens
-    for micro-batch in pack(datums):  forward_backward(micro-batch, loss, 1 / N)
-    optim_step(adam)                                     exactly one per step
+the step's ``metrics`` event. The step itself, line by line, is in :mod:`searchr1.core.train`'s
+docstring: collect = rollout, rewards, dynamic sampling and the search guard; learn =
+advantages, datums, micro-batched ``forward_backward`` (scale ``1 / N``) and one ``optim_step``.
 
 N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
 never inflates the others' weight.
