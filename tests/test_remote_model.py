@@ -268,6 +268,23 @@ def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):
     assert fake.count("done:trainer.forward_backward") == done_before + 1
 
 
+def test_a_failed_sampler_refresh_is_retried_by_the_next_sample(provider, fake):
+    """optim_step applied the update but could not make its sampler: the next sample makes
+    one on the new weights instead of silently sampling the weights from before the step."""
+    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
+    params = SamplingParams(max_tokens=4, seed=3)
+    before = asyncio.run(provider.sample(prompt, 1, params))[0]
+    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
+    down = fake.inject("POST", r"/sampling-runs$", 503, times=10_000)
+    with pytest.raises(RemoteServiceError):
+        provider.optim_step(AdamParams(learning_rate=0.5))
+    fake.clear_faults()
+    runs = fake.count("sampling_runs")
+    after = asyncio.run(provider.sample(prompt, 1, params))[0]
+    assert down.hits >= 1 and fake.count("sampling_runs") == runs + 1
+    assert after.logprobs != before.logprobs
+
+
 def test_persistent_5xx_gives_up_with_a_clear_error_and_stops_training(provider, fake):
     datums = make_datums(725)
     fake.inject("POST", r"^/actor/v1/events$", 503, times=10_000)

@@ -120,7 +120,6 @@ class RemoteModelProvider(ServiceCalls):
         self._key_name = key_name
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
-        self._published: Any = None  # the newest sampler made (outlives optim_step's refresh)
         self._pinned: Any = None  # the one a pipelined rollout samples (snapshot_sampler)
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
@@ -191,7 +190,6 @@ class RemoteModelProvider(ServiceCalls):
                             self._service.create_sampling_client(base_model=self.base_model)
                         ),
                     )
-                    self._published = self._sampler
             return self._sampler
 
     def _refresh_sampler(self, submitted: Any = None) -> None:
@@ -202,7 +200,6 @@ class RemoteModelProvider(ServiceCalls):
             "save_weights_and_get_sampling_client",
             lambda: self._wait(submitted or training.save_weights_and_get_sampling_client()),
         )
-        self._published = self._sampler
 
     def _check_trainable(self) -> None:
         if self._broken:
@@ -301,7 +298,7 @@ class RemoteModelProvider(ServiceCalls):
     def snapshot_sampler(self) -> None:
         """Pipelined steps: sample the newest sampler until the next call, whatever optim_step
         does meanwhile (a client names saved weights, so it stays valid)."""
-        self._pinned = self._published
+        self._pinned = self._sampler
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the accumulated gradients, then point sampling at the result."""
@@ -334,10 +331,14 @@ class RemoteModelProvider(ServiceCalls):
         except RemoteModelError as exc:
             raise self._step_failed("optim_step", exc) from exc
         with self._sampler_lock:
-            # Forget the old sampler first: if the refresh fails, the next sample retries it
-            # instead of silently sampling the weights from before this step.
-            self._sampler = None
-            self._refresh_sampler(sampler_save)
+            # The old sampler stays until the new one exists (a pin taken meanwhile gets the
+            # weights the loop records); if the refresh fails it is dropped, so the next sample
+            # retries it instead of silently sampling the weights from before this step.
+            try:
+                self._refresh_sampler(sampler_save)
+            except BaseException:
+                self._sampler = None
+                raise
         metrics = getattr(response, "metrics", None) or {}
         return {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)}
 
@@ -395,7 +396,7 @@ class RemoteModelProvider(ServiceCalls):
             except Exception:
                 pass
         self._training = None
-        self._sampler = self._published = self._pinned = None
+        self._sampler = self._pinned = None
         try:
             close_service(self._service)
         except Exception as exc:  # closing must not hide the error that ended the run
