@@ -128,6 +128,12 @@ def test_mismatch_alert_thresholds() -> None:
     for bad in ({"mismatch/k3": 0.02}, {"mismatch/ratio_max": 2.5}, {"mismatch/ratio_min": 0.4}):
         (alert,) = mismatch_alerts({**ok, **bad}, s)
         assert alert.kind == "mismatch" and "ratio_cap" in alert.message
+    # a pipelined step learns from samples of older weights: off-policy by design, no alert
+    trajs, rewards = [_traj([1, 2, 3], [-1.0] * 3)], [_reward(True)]
+    drift = {**ok, "mismatch/k3": 0.5}
+    _, fresh = HealthMonitor(s).observe(trajs, rewards, drift)
+    _, stale = HealthMonitor(s).observe(trajs, rewards, drift, staleness=1)
+    assert [a.kind for a in fresh] == ["mismatch"] and stale == []
 
 
 def test_ratio_basis_says_what_is_compared() -> None:

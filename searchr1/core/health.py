@@ -140,8 +140,14 @@ class HealthMonitor:
         trajectories: Sequence[Trajectory],
         rewards: Sequence[RewardResult],
         train_metrics: Mapping[str, float],
+        staleness: float = 0.0,
     ) -> tuple[dict[str, float], list[Alert]]:
-        """This step's ``health/*`` metrics and alerts; updates the run-long state."""
+        """This step's ``health/*`` metrics and alerts; updates the run-long state.
+
+        ``staleness`` (the step's ``staleness/max``): data sampled on older weights differs
+        from the learner's by the updates since -- off-policy by design, corrected by the
+        ratio, not a sampler/learner drift -- so the mismatch alert is only raised on steps
+        sampled on the weights they train (staleness 0)."""
         s = self.settings
         metrics = policy_metrics(trajectories, rewards, s.ngram)
         alerts: list[Alert] = []
@@ -171,7 +177,8 @@ class HealthMonitor:
                     metrics["health/format_drop"] = self.peak[key] - self.ema[key]
                 if alert is not None:
                     alerts.append(alert)
-        alerts.extend(mismatch_alerts(train_metrics, s))
+        if staleness == 0:
+            alerts.extend(mismatch_alerts(train_metrics, s))
         metrics["health/alerts"] = float(len(alerts))
         return metrics, alerts
 

@@ -150,13 +150,9 @@ async def _run_steps(
 
     def finish(collected: CollectedStep, learned: Learned, timing: dict[str, float]) -> None:
         trajectories, rewards = first_draw(collected)
-        checked = learned.train_metrics
-        if timing["staleness/max"] > 0:
-            # Data sampled on older weights differs from the learner's by the updates since:
-            # that is off-policy (corrected by the ratio), not a sampler/learner drift, so the
-            # mismatch alert is left to the steps sampled on the weights they train.
-            checked = {k: v for k, v in checked.items() if not k.startswith("mismatch/")}
-        health_metrics, alerts = health.observe(trajectories, rewards, checked)
+        health_metrics, alerts = health.observe(
+            trajectories, rewards, learned.train_metrics, staleness=timing["staleness/max"]
+        )
         metrics = {**step_metrics(collected, learned, health_metrics), **timing}
         log_metrics(collected.step, metrics)
         last_metrics.clear()
