@@ -51,6 +51,11 @@ from searchr1.core.types import (
     LossFn,
     LossInputs,
 )
+from searchr1.plugins.local_model.chunked_logprobs import (
+    causal_lm,
+    chunked_token_logprobs,
+    matches_model_logits,
+)
 
 
 def token_logprobs(
@@ -167,6 +172,7 @@ class Learner:
         temperature: float,
         pad_token_id: int,
         chunk_tokens: int = 8192,
+        logit_chunk: int = 256,
     ) -> None:
         self.model = model
         self.device = device
@@ -176,6 +182,12 @@ class Learner:
         self.temperature = temperature
         self.pad_token_id = pad_token_id
         self.chunk_tokens = chunk_tokens
+        # Trained positions per vocabulary-projection chunk (chunked_logprobs.py); 0 = the
+        # old path: logits for the union of trained columns over the micro-batch, B x K x V.
+        self.logit_chunk = logit_chunk
+        # Whether the chunked path reproduces this model's own logits: checked once, on the
+        # first micro-batch (None until then).
+        self._chunked_ok: bool | None = None if logit_chunk > 0 else False
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
@@ -286,25 +298,73 @@ class Learner:
             sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=torch.float32)
             adv_BT[i, :n] = torch.tensor(d.advantages, dtype=torch.float32)
         # Only positions with a non-zero advantage enter any policy loss (docs/protocols.md §5);
-        # the model still reads every position, but logits are computed for the columns
-        # where some datum trains. The trained positions are packed into one sequence.
-        trained_BT = (adv_BT != 0) & mask_BT.bool()
-        columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1).to(dev)
+        # the model still reads every position, but logits are computed only where a datum
+        # trains. logprobs_T and the loss inputs are in row-major order of trained_BT.
+        trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
-        logprobs_BK = trained_token_logprobs(
-            self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
-        )
-        keep_BK = trained_BT.to(dev)[:, columns_K]
-        logprobs_T = logprobs_BK[keep_BK]
+        if self._use_chunked(ids_BT, targets_BT, trained_BT):
+            logprobs_T = chunked_token_logprobs(
+                self.model,
+                ids_BT,
+                mask_BT,
+                targets_BT,
+                self.temperature,
+                trained_BT,
+                self.logit_chunk,
+            )
+        else:
+            columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
+            logprobs_BK = trained_token_logprobs(
+                self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
+            )
+            logprobs_T = logprobs_BK[trained_BT[:, columns_K]]
         inputs = LossInputs(
-            sampler_logprobs_T=sampler_BT.to(dev)[:, columns_K][keep_BK],
-            advantages_T=adv_BT.to(dev)[:, columns_K][keep_BK],
+            sampler_logprobs_T=sampler_BT.to(dev)[trained_BT],
+            advantages_T=adv_BT.to(dev)[trained_BT],
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
-        # keep_BK already selects exactly the trained positions (advantage != 0).
+        # trained_BT selects exactly the trained positions (advantage != 0).
         mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
         return float(output.loss.detach()), dict(output.metrics), mismatch
+
+    def _use_chunked(
+        self, ids_BT: torch.Tensor, targets_BT: torch.Tensor, trained_BT: torch.Tensor
+    ) -> bool:
+        """Whether this micro-batch takes the chunked path; decides it once, on the first
+        row with trained positions, by comparing with the model's own logits
+        (:func:`~searchr1.plugins.local_model.chunked_logprobs.matches_model_logits`)."""
+        if self._chunked_ok is not None:
+            return self._chunked_ok
+        rows = trained_BT.any(dim=1).nonzero().squeeze(-1)
+        if len(rows) == 0:
+            return True  # nothing trained: either path computes nothing; decide later
+        row = int(rows[0])
+        positions_K = trained_BT[row].nonzero().squeeze(-1)[:16]
+        from searchr1.core.logs import get_logger
+
+        name = type(causal_lm(self.model)).__name__
+        try:
+            ok, diff = matches_model_logits(
+                self.model, ids_BT[row], targets_BT[row], positions_K, self.temperature
+            )
+        except (TypeError, AttributeError, ValueError, NotImplementedError) as e:
+            ok, diff = False, math.nan
+            reason = f"{type(e).__name__}: {e}"
+        else:
+            reason = f"max |log-prob difference| {diff:.3g} against the model's own logits"
+        if not ok:
+            get_logger().warning(
+                "learner_logits_fallback",
+                model=name,
+                reason=reason,
+                message=f"{name}: the chunked vocabulary projection does not reproduce "
+                "this model's logits (an unknown logit scaling?); the learner computes "
+                "B x K x V logits over the union of trained columns instead, which needs "
+                "more memory (see chunked_logprobs.py)",
+            )
+        self._chunked_ok = ok
+        return ok
 
     # ------------------------------------------------------------------ optimizer
 

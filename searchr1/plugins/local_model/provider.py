@@ -23,6 +23,9 @@ Optional settings live in ``[model.local]``::
     threads = 0                 # CPU threads for torch (0 = the cores this process may use;
                                 #   set 1 on an oversubscribed, shared machine)
     learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
+    learner_logit_chunk = 256     # trained positions per vocabulary projection (chunk x V
+                                  #   logits at a time, chunked_logprobs.py); 0 = the old
+                                  #   B x K x V logits over the union of trained columns
     gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
 """
 
@@ -65,6 +68,7 @@ class LocalSettings:
     batch_wait_ms: float = field(default=5.0, metadata={"min": 0})
     threads: int = 0
     learner_chunk_tokens: int = field(default=8192, metadata={"min": 1})
+    learner_logit_chunk: int = field(default=256, metadata={"min": 0})
     gradient_checkpointing: bool | str = "auto"  # true, false or "auto" (on with CUDA)
 
 
@@ -134,6 +138,7 @@ class LocalModelProvider:
             temperature=temperature,
             pad_token_id=pad_id,
             chunk_tokens=settings.learner_chunk_tokens,
+            logit_chunk=settings.learner_logit_chunk,
         )
 
     @classmethod
