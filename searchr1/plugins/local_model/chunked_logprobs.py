@@ -27,13 +27,29 @@ and logs ``learner_logits_fallback``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
-Scaling = Callable[[torch.Tensor], torch.Tensor]
+
+@dataclass(frozen=True)
+class LogitScaling:
+    """What a CausalLM forward does to ``lm_head``'s output ``x``: ``multiplier * x``, then,
+    with ``softcap``, ``softcap * tanh(. / softcap)`` (Gemma). The identity by default."""
+
+    multiplier: float = 1.0
+    softcap: float | None = None
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """Out of place (autograd records it)."""
+        if self.multiplier != 1.0:
+            x = x * self.multiplier
+        if self.softcap is not None:
+            x = torch.tanh(x / self.softcap) * self.softcap
+        return x
+
 
 # model_type -> how its CausalLM forward rescales ``lm_head``'s output.
 _SOFTCAP = {
@@ -60,14 +76,20 @@ _MULTIPLY_LOGITS_SCALING = {"hyperclovax"}
 _FALCON_H1 = {"falcon_h1"}
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in fp32 if it is in a lower precision (log-softmax over 248k logits in bf16
+    loses digits), as it is otherwise (float64 stays float64, for exactness tests)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def causal_lm(model: Any) -> Any:
     """The transformers ``...ForCausalLM`` under a peft wrapper (``model`` itself if bare)."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
 
-def logit_scaling(model: Any) -> Scaling | None:
-    """What ``model``'s forward applies to ``lm_head``'s output, or ``None`` for nothing.
+def logit_scaling(model: Any) -> LogitScaling:
+    """What ``model``'s forward applies to ``lm_head``'s output.
 
     Known architectures only (module docstring); any other is taken as unscaled, which
     :func:`matches_model_logits` then verifies."""
@@ -77,22 +99,16 @@ def logit_scaling(model: Any) -> Scaling | None:
     text = getattr(config, "get_text_config", lambda: config)()
     if kind in _SOFTCAP:
         cap = getattr(text, "final_logit_softcapping", None)
-        if cap is None:
-            return None
-        return lambda x: torch.tanh(x / cap) * cap
+        return LogitScaling(softcap=None if cap is None else float(cap))
     if kind in _COHERE:
-        scale = float(getattr(lm, "logit_scale", text.logit_scale))
-        return lambda x: x * scale
+        return LogitScaling(multiplier=float(getattr(lm, "logit_scale", text.logit_scale)))
     if kind in _DIVIDE_LOGITS_SCALING:
-        divisor = float(text.logits_scaling)
-        return lambda x: x / divisor
+        return LogitScaling(multiplier=1.0 / float(text.logits_scaling))
     if kind in _MULTIPLY_LOGITS_SCALING:
-        factor = float(text.logits_scaling)
-        return lambda x: x * factor
+        return LogitScaling(multiplier=float(text.logits_scaling))
     if kind in _FALCON_H1:
-        factor = float(lm.model.lm_head_multiplier)
-        return lambda x: x * factor
-    return None
+        return LogitScaling(multiplier=float(lm.model.lm_head_multiplier))
+    return LogitScaling()
 
 
 def final_hidden_states(
@@ -118,37 +134,125 @@ def chunked_token_logprobs(
     ``trained_BT`` is true, as one vector ``N`` in row-major order (``x_BT[trained_BT]``).
 
     Only those positions' hidden states are projected onto the vocabulary, ``chunk`` at a
-    time, each chunk recomputed in backward (module docstring)."""
+    time, each chunk recomputed in backward (module docstring). A plain bias-free
+    ``nn.Linear`` head (every architecture in transformers' text models, tied or not) takes
+    :class:`_LinearLogprobs`, which writes its gradient in place (about one ``chunk x V``
+    fp32 buffer at a time); any other head (a LoRA-wrapped ``lm_head``, a bias) takes
+    autograd under activation checkpointing per chunk (a few such buffers)."""
     if chunk < 1:
-        raise ValueError(f"learner_logit_chunk must be >= 1 here, got {chunk}")
+        raise ValueError(f"[model.local] learner_logit_chunk must be >= 1 here, got {chunk}")
     hidden_BTH = final_hidden_states(model, input_ids_BT, mask_BT)
     hidden_NH = hidden_BTH[trained_BT]
     targets_N = targets_BT[trained_BT]
-    head = causal_lm(model).get_output_embeddings()
+    lm = causal_lm(model)
+    head = lm.get_output_embeddings()
     if head is None:
-        raise ValueError(f"{type(causal_lm(model)).__name__} has no output embeddings (lm_head)")
+        raise ValueError(f"{type(lm).__name__} has no output embeddings (lm_head)")
     scaling = logit_scaling(model)
+    if type(head) is torch.nn.Linear and head.bias is None:
+        return _LinearLogprobs.apply(hidden_NH, head.weight, targets_N, scaling, temperature, chunk)
+    return _checkpointed_logprobs(head, hidden_NH, targets_N, scaling, temperature, chunk)
+
+
+def _checkpointed_logprobs(
+    head: Any,
+    hidden_NH: torch.Tensor,
+    targets_N: torch.Tensor,
+    scaling: LogitScaling,
+    temperature: float,
+    chunk: int,
+) -> torch.Tensor:
+    """Any ``head`` module: autograd per chunk, its logits recomputed in backward."""
 
     def piece(hidden_CH: torch.Tensor, targets_C: torch.Tensor) -> torch.Tensor:
-        logits_CV = head(hidden_CH)
-        if scaling is not None:
-            logits_CV = scaling(logits_CV)
-        scaled_CV = logits_CV.float() / temperature
+        scaled_CV = at_least_fp32(scaling.apply(head(hidden_CH))) / temperature
         target_C = scaled_CV.gather(-1, targets_C[:, None]).squeeze(-1)
         return target_C - torch.logsumexp(scaled_CV, dim=-1)
 
     # Without autograd (a no-grad scoring pass) there is nothing to recompute.
-    recompute = torch.is_grad_enabled() and hidden_NH.requires_grad
-    pieces: list[torch.Tensor] = []
+    recompute = torch.is_grad_enabled()
+    pieces = [hidden_NH.new_zeros((0,), dtype=torch.promote_types(hidden_NH.dtype, torch.float32))]
     for start in range(0, hidden_NH.shape[0], chunk):
         h_CH, t_C = hidden_NH[start : start + chunk], targets_N[start : start + chunk]
         if recompute:
             pieces.append(checkpoint(piece, h_CH, t_C, use_reentrant=False))
         else:
             pieces.append(piece(h_CH, t_C))
-    if not pieces:
-        return hidden_NH.new_zeros((0,), dtype=torch.float32)
     return torch.cat(pieces)
+
+
+def _scaled_logits(
+    hidden_CH: torch.Tensor, weight_VH: torch.Tensor, scaling: LogitScaling, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``scaling(hidden @ weight.T) / temperature`` in fp32, ``C x V``, computed in place;
+    with a soft-cap also ``tanh(.)`` (``C x V``), which its derivative needs."""
+    logits_CV = at_least_fp32(hidden_CH @ weight_VH.T)  # a copy only in bf16/fp16
+    if scaling.softcap is None:
+        return logits_CV.mul_(scaling.multiplier / temperature), None
+    tanh_CV = logits_CV.mul_(scaling.multiplier / scaling.softcap).tanh_()
+    return tanh_CV * (scaling.softcap / temperature), tanh_CV
+
+
+class _LinearLogprobs(torch.autograd.Function):
+    """Log-probs of ``targets_N`` under ``scaling(hidden_NH @ weight_VH.T) / temperature``.
+
+    Forward keeps only ``logsumexp`` per position; backward recomputes each chunk's logits
+    and turns them into the gradient in the same buffer: d logprob / d x = onehot(target) -
+    softmax(x), times ``multiplier / temperature`` (and ``1 - tanh^2`` under a soft-cap)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        hidden_NH: torch.Tensor,
+        weight_VH: torch.Tensor,
+        targets_N: torch.Tensor,
+        scaling: LogitScaling,
+        temperature: float,
+        chunk: int,
+    ) -> torch.Tensor:
+        n = hidden_NH.shape[0]
+        dtype = torch.promote_types(hidden_NH.dtype, torch.float32)
+        logprobs_N = torch.empty(n, dtype=dtype, device=hidden_NH.device)
+        lse_N = torch.empty_like(logprobs_N)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            x_CV, _ = _scaled_logits(hidden_NH[start:stop], weight_VH, scaling, temperature)
+            lse_N[start:stop] = torch.logsumexp(x_CV, dim=-1)
+            target_C = x_CV.gather(-1, targets_N[start:stop, None]).squeeze(-1)
+            logprobs_N[start:stop] = target_C - lse_N[start:stop]
+            del x_CV
+        ctx.save_for_backward(hidden_NH, weight_VH, targets_N, lse_N)
+        ctx.scaling, ctx.temperature, ctx.chunk = scaling, temperature, chunk
+        return logprobs_N
+
+    @staticmethod
+    def backward(ctx: Any, grad_N: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        hidden_NH, weight_VH, targets_N, lse_N = ctx.saved_tensors
+        scaling: LogitScaling = ctx.scaling
+        want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h_NH = torch.zeros_like(hidden_NH) if want_h else None
+        # In the weight's own dtype: an fp32 copy of a bf16 248k x 2560 head would be 2.5 GB.
+        grad_w_VH = torch.zeros_like(weight_VH) if want_w else None
+        factor = scaling.multiplier / ctx.temperature
+        n = hidden_NH.shape[0]
+        for start in range(0, n, ctx.chunk):
+            stop = min(n, start + ctx.chunk)
+            h_CH = hidden_NH[start:stop]
+            x_CV, tanh_CV = _scaled_logits(h_CH, weight_VH, scaling, ctx.temperature)
+            g_C = grad_N[start:stop].to(x_CV.dtype)
+            # d(target - lse)/dx = onehot - softmax; times the upstream gradient.
+            d_CV = x_CV.sub_(lse_N[start:stop, None]).exp_().mul_(-g_C[:, None])
+            d_CV.scatter_add_(-1, targets_N[start:stop, None], g_C[:, None])
+            if tanh_CV is not None:  # d(cap * tanh(m x / cap))/dx = m (1 - tanh^2)
+                d_CV.mul_(tanh_CV.square_().neg_().add_(1.0))
+                del tanh_CV
+            d_CV = d_CV.mul_(factor).to(weight_VH.dtype)
+            if grad_h_NH is not None:
+                grad_h_NH[start:stop] = d_CV @ weight_VH
+            if grad_w_VH is not None:
+                grad_w_VH.addmm_(d_CV.T, h_CH)
+            del x_CV, d_CV
+        return grad_h_NH, grad_w_VH, None, None, None, None
 
 
 def matches_model_logits(
@@ -182,7 +286,7 @@ def matches_model_logits(
         logits_1KV = model(
             input_ids=ids_1T, attention_mask=mask_1T, use_cache=False, logits_to_keep=positions_K
         ).logits
-        scaled_KV = logits_1KV[0].float() / temperature
+        scaled_KV = at_least_fp32(logits_1KV[0]) / temperature
         theirs_K = scaled_KV.gather(-1, targets_T[positions_K][:, None]).squeeze(-1)
         theirs_K = theirs_K - torch.logsumexp(scaled_KV, dim=-1)
     diff = float((ours_K - theirs_K).abs().max()) if len(positions_K) else 0.0

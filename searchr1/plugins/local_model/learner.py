@@ -52,6 +52,7 @@ from searchr1.core.types import (
     LossInputs,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
+    at_least_fp32,
     causal_lm,
     chunked_token_logprobs,
     matches_model_logits,
@@ -104,7 +105,7 @@ def trained_token_logprobs(
 def _target_logprobs(
     logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float
 ) -> torch.Tensor:
-    scaled_BTV = logits_BTV.float() / temperature
+    scaled_BTV = at_least_fp32(logits_BTV) / temperature
     target_BT = scaled_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
     return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
 
