@@ -217,9 +217,12 @@ class _LinearLogprobs(torch.autograd.Function):
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             x_CV, _ = _scaled_logits(hidden_NH[start:stop], weight_VH, scaling, temperature)
-            lse_N[start:stop] = torch.logsumexp(x_CV, dim=-1)
             target_C = x_CV.gather(-1, targets_N[start:stop, None]).squeeze(-1)
-            logprobs_N[start:stop] = target_C - lse_N[start:stop]
+            # logsumexp in place (torch.logsumexp would allocate another C x V for exp).
+            max_C1 = x_CV.amax(dim=-1, keepdim=True)
+            lse_C = x_CV.sub_(max_C1).exp_().sum(dim=-1).log_().add_(max_C1.squeeze(-1))
+            lse_N[start:stop] = lse_C
+            logprobs_N[start:stop] = target_C - lse_C
             del x_CV
         ctx.save_for_backward(hidden_NH, weight_VH, targets_N, lse_N)
         ctx.scaling, ctx.temperature, ctx.chunk = scaling, temperature, chunk
