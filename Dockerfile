@@ -4,6 +4,7 @@
 # Python >= 3.11 works (torch is then installed like every other dependency):
 #   docker build -t searchr1 .                                            # GPU host, online
 #   docker build --build-arg BASE_IMAGE=python:3.11-slim-bookworm -t searchr1:cpu .
+# On the CUDA base the Gated DeltaNet kernels of Qwen3.5 are added (GPU_KERNELS, below).
 # Offline (a cluster without internet, or this project's CI): put wheels in ./wheelhouse
 # (scripts/make-wheelhouse.sh) and build with `--network none`; pip then installs with
 # --no-index from those wheels only.
@@ -41,6 +42,36 @@ RUN set -eu; \
         /opt/venv/bin/pip install -r /build/requirements.txt; \
     fi; \
     /opt/venv/bin/python -c 'import torch, transformers, peft; print("torch", torch.__version__)'
+# Gated DeltaNet kernels (Qwen3.5, Qwen3-Next): flash-linear-attention and causal-conv1d, the
+# `gpu` extra. GPU_KERNELS=auto installs them when the venv's torch is a CUDA build (the
+# default base image) and goes on without them if that fails (the trainer then warns at
+# start, naming the packages); 1 requires them; 0 skips them. Online, causal-conv1d's sdist
+# fetches its prebuilt wheel for this torch/CUDA (the runtime base has no nvcc to compile
+# it). Offline, the wheelhouse must hold both: scripts/make-wheelhouse.sh DEST remote,gpu
+# downloads flash-linear-attention; causal-conv1d's wheel is built on a CUDA host with
+# `pip wheel --no-build-isolation causal-conv1d -w DEST`.
+ARG GPU_KERNELS=auto
+RUN set -eu; \
+    cuda="$(/opt/venv/bin/python -c 'import torch; print(torch.version.cuda or "")')"; \
+    if [ "$GPU_KERNELS" = 0 ] || { [ "$GPU_KERNELS" = auto ] && [ -z "$cuda" ]; }; then \
+        echo "Gated DeltaNet kernels skipped (GPU_KERNELS=$GPU_KERNELS, torch CUDA ${cuda:-none})"; \
+        exit 0; \
+    fi; \
+    python3 /build/pyproject-requirements.py /build/pyproject.toml gpu --extras-only \
+        >/build/gpu.txt; \
+    if ls /build/*.whl >/dev/null 2>&1; then \
+        set -- --no-index --find-links /build; \
+    else \
+        set --; \
+    fi; \
+    if /opt/venv/bin/pip install --no-build-isolation "$@" -r /build/gpu.txt \
+        && /opt/venv/bin/python -c 'import fla, causal_conv1d'; then \
+        echo "Gated DeltaNet kernels installed"; \
+    elif [ "$GPU_KERNELS" = 1 ]; then \
+        echo "GPU_KERNELS=1: installing $(tr '\n' ' ' </build/gpu.txt)failed" >&2; exit 1; \
+    else \
+        echo "WARNING: Gated DeltaNet kernels not installed ($(tr '\n' ' ' </build/gpu.txt)); Qwen3.5 runs transformers' reference code" >&2; \
+    fi
 
 # ---------------------------------------------------------------- the runtime image
 FROM ${BASE_IMAGE}

@@ -25,6 +25,13 @@ trap 'rm -f "$reqs" "$reqs.c"' EXIT
 
 without=()
 [[ -n "$torch_spec" ]] || without=(--without torch)   # left to the base image
+if [[ ",$extras," == *",gpu,"* ]]; then
+    # causal-conv1d is an sdist only, which builds only where CUDA and a CUDA torch are: build
+    # its wheel on a GPU host (`pip wheel --no-build-isolation causal-conv1d -w DEST`) and put
+    # it in DEST; flash-linear-attention (pure Python + Triton) is downloaded here.
+    echo "make-wheelhouse: causal-conv1d left out (sdist only; build its wheel on a CUDA host)" >&2
+    without+=(--without causal-conv1d)
+fi
 "$python" "$here/scripts/pyproject-requirements.py" "$here/pyproject.toml" "$extras" \
     "${without[@]}" >"$reqs"
 constraints=()

@@ -157,6 +157,7 @@ class LocalModelProvider:
             choose_dtype,
             configure_cpu_threads,
         )
+        from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
 
         settings = plugin_settings(config, "model", "local", LocalSettings)
         device = choose_device(config.model.device)
@@ -172,6 +173,7 @@ class LocalModelProvider:
                 f"{path!r}: {exc}"
             ) from exc
         base.to(device)
+        warn_if_slow_kernels(base.config, device)
         # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.run.seed)
