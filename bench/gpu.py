@@ -8,13 +8,23 @@ configs kept in ``bench/configs/`` (``qwen3-4b.json``, ``qwen3.5-4b.json``: the 
 Qwen3-4B and Qwen3.5-4B, no weights) with random weights, bf16 on CUDA. The tokenizer is the
 project's built-in one (its ids are a subset of either model's vocabulary).
 
+Qwen3.5-4B is published as a composite ``Qwen3_5ForConditionalGeneration`` checkpoint
+(``model.language_model.*`` and a vision tower ``model.visual.*``): that model is built with
+random weights, saved with ``save_pretrained`` into a temporary folder and loaded back the
+way the provider loads ``[model] base_model`` (``AutoModelForCausalLM``: the text stack
+alone). The figures count the vision tower's bytes in the checkpoint and on the device
+(``vision_checkpoint_mib``, ``vision_on_device_mib``: must be 0).
+
 Per model: a seed-shaped rollout (8 questions x group 8, ``--turns`` sampled turns per
 trajectory with a synthetic observation between them, issued concurrently as the rollout
 does, cache reuse on), then one training step (``forward_backward`` over every trajectory as
 one datum, importance-sampling loss, ``optim_step``; gradient checkpointing on with CUDA).
-Prints ONE JSON line: per model tokens/s, peak memory, prefill_ratio, ``logprob_diff_max``
-and the min/mean/max of the sampler-to-learner ratio exp(learner - sampler) over trained
-tokens, and the training step's time.
+Prints ONE JSON line: per model tokens/s, peak memory of the rollout (``sampler_peak_*``)
+and of the training step (``learner_peak_*``) separately, each against the memory in use
+before it (``*_start_*``; GiB of CUDA allocations on a GPU, MiB of RSS on the CPU),
+prefill_ratio, ``logprob_diff_max``, the min/mean/max of the sampler-to-learner ratio
+exp(learner - sampler) over trained tokens, the training step's time, and the Gated
+DeltaNet kernel packages missing (``missing_kernels``; on CUDA these run the reference code).
 """
 
 from __future__ import annotations
@@ -22,12 +32,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+from learner_memory import Peak  # bench/ is on sys.path when this file runs
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -48,6 +62,8 @@ TINY = dict(
     linear_num_key_heads=2,
     linear_num_value_heads=4,
 )
+# --tiny: the vision tower of a composite checkpoint, shrunk the same way.
+TINY_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2)
 OBSERVATION = (
     "\n<information> Doc 1 (The old town) A writer lived in the old town for many years and "
     "wrote a book about its bridge. Doc 2 (Bridges) The bridge was built of stone. "
@@ -56,25 +72,91 @@ OBSERVATION = (
 
 
 def model_config(name: str, tiny: bool) -> Any:
+    """The transformers config of ``bench/configs/NAME.json`` (a composite one, with
+    ``text_config`` and ``vision_config``, for Qwen3.5), shrunk with ``tiny``."""
     from transformers import AutoConfig
 
     data = json.loads((CONFIGS / f"{name}.json").read_text())
     data = {k: v for k, v in data.items() if not k.startswith("_")}
     model_type = data.pop("model_type")
     data.pop("architectures", None)
+    text = data.get("text_config", data)
     if tiny:
-        data.update({k: v for k, v in TINY.items() if k in data})
-        if "layer_types" in data:
-            data["layer_types"] = data["layer_types"][: TINY["num_hidden_layers"]]
+        text.update({k: v for k, v in TINY.items() if k in text})
+        if "layer_types" in text:
+            text["layer_types"] = text["layer_types"][: TINY["num_hidden_layers"]]
+        if "vision_config" in data:
+            data["vision_config"].update(TINY_VISION, out_hidden_size=text["hidden_size"])
     return AutoConfig.for_model(model_type, **data)
 
 
-def build_provider(name: str, args: Any, device: Any, dtype: Any) -> Any:
+def architecture(name: str) -> str:
+    return json.loads((CONFIGS / f"{name}.json").read_text())["architectures"][0]
+
+
+def load_base(name: str, args: Any, device: Any, dtype: Any, folder: Path) -> tuple[Any, dict]:
+    """The base model on ``device`` and its layout figures. A composite config is saved as
+    a composite checkpoint and loaded back through ``AutoModelForCausalLM`` (module doc)."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
+    config = model_config(name, args.tiny)
+    if not hasattr(config, "vision_config"):
+        with torch.random.fork_rng(devices=[]), torch.device(device):
+            torch.manual_seed(0)
+            base = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return base.to(device), {}
+    composite_class = getattr(transformers, architecture(name))
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(0)
+        composite = composite_class._from_config(config, dtype=dtype)
+    composite.save_pretrained(folder)
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    # The text stack loaded is the composite's, weight for weight (model.language_model.X
+    # there is model.X here; the head is tied or lm_head in both).
+    saved = dict(composite.named_parameters())
+    equal = all(
+        torch.equal(p, saved.get(n.replace("model.", "model.language_model.", 1), saved.get(n)))
+        for n, p in base.named_parameters()
+    )
+    del composite, saved
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    on_device = [(n, p) for n, p in base.named_parameters() if "visual" in n]
+    return base, {
+        "loaded_class": type(base).__name__,
+        "text_weights_equal": equal,
+        "vision_checkpoint_mib": round(_checkpoint_bytes(folder, "model.visual.") / 2**20, 1),
+        "vision_on_device_mib": round(
+            sum(p.numel() * p.element_size() for _, p in on_device) / 2**20, 1
+        ),
+        "weights_on_device_mib": round(
+            sum(p.numel() * p.element_size() for p in base.parameters()) / 2**20, 1
+        ),
+    }
+
+
+def _checkpoint_bytes(folder: Path, prefix: str) -> int:
+    """Bytes of the tensors named ``prefix...`` in ``folder``'s safetensors files (headers
+    only, nothing loaded)."""
+    from safetensors import safe_open
+
+    sizes = {"BF16": 2, "F16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "BOOL": 1, "U8": 1}
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                if key.startswith(prefix):
+                    piece = f.get_slice(key)
+                    total += math.prod(piece.get_shape()) * sizes[piece.get_dtype()]
+    return total
+
+
+def build_provider(name: str, args: Any, device: Any, dtype: Any, folder: Path) -> tuple[Any, dict]:
     from searchr1.core.config import Config
     from searchr1.plugins.local_model.budget import token_budget
+    from searchr1.plugins.local_model.kernels import missing_kernels
     from searchr1.plugins.local_model.provider import (
         LocalModelProvider,
         LocalSettings,
@@ -85,11 +167,8 @@ def build_provider(name: str, args: Any, device: Any, dtype: Any) -> Any:
     from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tokenizer = build_tokenizer(BUILTIN_TEXT, vocab_size=600)
-    config = model_config(name, args.tiny)
-    with torch.random.fork_rng(devices=[]), torch.device(device):
-        torch.manual_seed(0)
-        base = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    base.to(device)
+    base, layout = load_base(name, args, device, dtype, folder)
+    layout["missing_kernels"] = missing_kernels(base.config)
     run_config = Config().replace(
         model={"base_model": name, "temperature": 1.0},
         lora={"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": ("all-linear",)},
@@ -97,8 +176,8 @@ def build_provider(name: str, args: Any, device: Any, dtype: Any) -> Any:
     model = attach_lora(base, run_config)
     if _checkpointing("auto", device):
         _enable_checkpointing(model.get_base_model())
-    budget = token_budget(0, config, dtype, device)
-    return LocalModelProvider(
+    budget = token_budget(0, base.config, dtype, device)
+    provider = LocalModelProvider(
         model,
         tokenizer,
         device=device,
@@ -106,6 +185,7 @@ def build_provider(name: str, args: Any, device: Any, dtype: Any) -> Any:
         settings=LocalSettings(batch_wait_ms=2.0),
         max_batch_tokens=budget,
     )
+    return provider, layout
 
 
 def rollout(
@@ -242,15 +322,25 @@ def main() -> None:
     if cuda:
         report["gpu"] = torch.cuda.get_device_name(0)
     t_all = time.perf_counter()
+    meter = Peak(device)
+    unit, scale = ("gib", 1024) if cuda else ("mib", 1)
     for name in args.models.split(","):
         if cuda:
             torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        provider = build_provider(name, args, device, dtype)
-        trajectories, figures = rollout(provider, args)
+        with tempfile.TemporaryDirectory(prefix=f"gpu-bench-{name}-") as folder:
+            provider, figures = build_provider(name, args, device, dtype, Path(folder))
+        # The sampler's peak (rollout, caches included) and the learner's (the training
+        # step) apart, each against what was in use before it (weights, optimizer state).
+        figures[f"sampler_start_{unit}"] = round(meter.current_mb() / scale, 2)
+        meter.reset()
+        trajectories, rollout_figures = rollout(provider, args)
+        figures.update(rollout_figures)
+        figures[f"sampler_peak_{unit}"] = round(meter.peak_mb() / scale, 2)
+        provider.sampler.forget()
+        figures[f"learner_start_{unit}"] = round(meter.current_mb() / scale, 2)
+        meter.reset()
         figures.update(train_step(provider, trajectories))
-        if cuda:
-            figures["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        figures[f"learner_peak_{unit}"] = round(meter.peak_mb() / scale, 2)
         provider.close()
         del provider
         report[name] = figures
