@@ -2,6 +2,7 @@
 
     python bench/vs_trl.py            # 6 timed steps each (after 1 warm-up step)
     python bench/vs_trl.py --quick    # 2 timed steps each
+    python bench/vs_trl.py --threads 1  # both sides on 1 torch thread (a busy, shared CPU)
 
 Both sides: the warm-started tiny model (``builtin:tiny``), LoRA (same rank, alpha, target
 modules) through peft, 8 questions x 8 samples per step, the same max new tokens, temperature
@@ -37,8 +38,9 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_searchr1(steps: int) -> dict[str, float]:
+def run_searchr1(steps: int, threads: int = 0) -> dict[str, float]:
     import argparse as ap
+    import dataclasses
 
     from searchr1.core.config import load_config
     from searchr1.core.runs import open_run
@@ -72,6 +74,9 @@ def run_searchr1(steps: int) -> dict[str, float]:
         },
         optimizer={"lr": LR},
     )
+    if threads:
+        plugins = {**config.plugins, "model.local": {"threads": threads}}
+        config = dataclasses.replace(config, plugins=plugins)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
     args = ap.Namespace(config=None, run_dir=str(run_dir), resume=False, max_steps=None)
     ctx = open_run(args, "train", config=config, stream=open(os.devnull, "w"))
@@ -83,8 +88,11 @@ def run_searchr1(steps: int) -> dict[str, float]:
     return {"step_s": step_s, "tokens_per_s": tokens / step_s, "peak_mb": _peak_mb()}
 
 
-def run_trl(steps: int) -> dict[str, float]:
+def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -171,15 +179,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--side", choices=["searchr1", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads, both sides")
     args = parser.parse_args()
     steps = 2 if args.quick else 6
     if args.side:
-        result = (run_searchr1 if args.side == "searchr1" else run_trl)(steps)
+        result = (run_searchr1 if args.side == "searchr1" else run_trl)(steps, args.threads)
         print("RESULT " + json.dumps(result))
         return
     results = {}
     for side in ("searchr1", "trl"):
-        cmd = [sys.executable, __file__, "--side", side] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, __file__, "--side", side, "--threads", str(args.threads)]
+        cmd += ["--quick"] if args.quick else []
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
@@ -205,6 +215,7 @@ def main() -> None:
                 "group_size": GROUP,
                 "max_new_tokens": MAX_NEW,
                 "steps": steps,
+                "threads": args.threads,
             }
         )
     )

@@ -139,11 +139,24 @@ def chunked_token_logprobs(
     :class:`_LinearLogprobs`, which writes its gradient in place (about one ``chunk x V``
     fp32 buffer at a time); any other head (a LoRA-wrapped ``lm_head``, a bias) takes
     autograd under activation checkpointing per chunk (a few such buffers)."""
+    hidden_BTH = final_hidden_states(model, input_ids_BT, mask_BT)
+    return project_logprobs(
+        model, hidden_BTH[trained_BT], targets_BT[trained_BT], temperature, chunk
+    )
+
+
+def project_logprobs(
+    model: Any,
+    hidden_NH: torch.Tensor,
+    targets_N: torch.Tensor,
+    temperature: float,
+    chunk: int,
+) -> torch.Tensor:
+    """Log-probs of ``targets_N`` from final hidden states ``hidden_NH``: ``model``'s head
+    and logit scaling, ``chunk`` positions at a time (:func:`chunked_token_logprobs`; also
+    called by :mod:`~searchr1.plugins.local_model.shared_prefix`)."""
     if chunk < 1:
         raise ValueError(f"[model.local] learner_logit_chunk must be >= 1 here, got {chunk}")
-    hidden_BTH = final_hidden_states(model, input_ids_BT, mask_BT)
-    hidden_NH = hidden_BTH[trained_BT]
-    targets_N = targets_BT[trained_BT]
     lm = causal_lm(model)
     head = lm.get_output_embeddings()
     if head is None:

@@ -57,6 +57,11 @@ from searchr1.plugins.local_model.chunked_logprobs import (
     chunked_token_logprobs,
     matches_model_logits,
 )
+from searchr1.plugins.local_model.shared_prefix import (
+    can_share_prefixes,
+    prefix_groups,
+    shared_prefix_logprobs,
+)
 
 
 def token_logprobs(
@@ -174,6 +179,7 @@ class Learner:
         pad_token_id: int,
         chunk_tokens: int = 8192,
         logit_chunk: int = 256,
+        share_prefixes: bool = True,
     ) -> None:
         self.model = model
         self.device = device
@@ -189,6 +195,11 @@ class Learner:
         # Whether the chunked path reproduces this model's own logits: checked once, on the
         # first micro-batch (None until then).
         self._chunked_ok: bool | None = None if logit_chunk > 0 else False
+        # Rows sharing an untrained prefix (a group's prompt) run it once (shared_prefix.py):
+        # None until checked against the unshared path on a first micro-batch that shares.
+        self._shared_ok: bool | None = (
+            None if share_prefixes and logit_chunk > 0 and can_share_prefixes(model) else False
+        )
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
@@ -304,15 +315,17 @@ class Learner:
         trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         if self._use_chunked(ids_BT, targets_BT, trained_BT):
-            logprobs_T = chunked_token_logprobs(
-                self.model,
-                ids_BT,
-                mask_BT,
-                targets_BT,
-                self.temperature,
-                trained_BT,
-                self.logit_chunk,
-            )
+            logprobs_T = self._shared_prefix_logprobs(datums, ids_BT, targets_BT, trained_BT)
+            if logprobs_T is None:
+                logprobs_T = chunked_token_logprobs(
+                    self.model,
+                    ids_BT,
+                    mask_BT,
+                    targets_BT,
+                    self.temperature,
+                    trained_BT,
+                    self.logit_chunk,
+                )
         else:
             columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
             logprobs_BK = trained_token_logprobs(
@@ -328,6 +341,70 @@ class Learner:
         # trained_BT selects exactly the trained positions (advantage != 0).
         mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
         return float(output.loss.detach()), dict(output.metrics), mismatch
+
+    def _shared_prefix_logprobs(
+        self,
+        datums: Sequence[Datum],
+        ids_BT: torch.Tensor,
+        targets_BT: torch.Tensor,
+        trained_BT: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """Log-probs with shared prefixes run once, or ``None`` where that does not apply
+        (no shared prefix, a model it does not fit, a mismatch on the first check)."""
+        if self._shared_ok is False:
+            return None
+        first = [next((i for i, a in enumerate(d.advantages) if a != 0), len(d)) for d in datums]
+        groups = prefix_groups([d.input_tokens for d in datums], first)
+        if groups is None:
+            return None
+        lengths = [len(d) for d in datums]
+        prefix_lengths = [first[g[0]] for g in groups]
+
+        def shared() -> torch.Tensor | None:
+            return shared_prefix_logprobs(
+                self.model,
+                ids_BT,
+                lengths,
+                targets_BT,
+                trained_BT,
+                groups,
+                prefix_lengths,
+                self.temperature,
+                self.logit_chunk,
+            )
+
+        if self._shared_ok is None:
+            # Once: the shared forward must give the unshared path's log-probs.
+            mask_BT = torch.zeros_like(ids_BT)
+            for b, n in enumerate(lengths):
+                mask_BT[b, :n] = 1
+            with torch.no_grad():
+                ours = shared()
+                theirs = chunked_token_logprobs(
+                    self.model,
+                    ids_BT,
+                    mask_BT,
+                    targets_BT,
+                    self.temperature,
+                    trained_BT,
+                    self.logit_chunk,
+                )
+            diff = float((ours - theirs).abs().max()) if ours is not None and len(ours) else 0.0
+            tolerance = 1e-3 if theirs.dtype in (torch.float32, torch.float64) else 0.25
+            self._shared_ok = ours is not None and math.isfinite(diff) and diff <= tolerance
+            if not self._shared_ok:
+                from searchr1.core.logs import get_logger
+
+                get_logger().warning(
+                    "learner_shared_prefix_off",
+                    model=type(causal_lm(self.model)).__name__,
+                    max_logprob_difference=diff,
+                    message="running each group's shared prompt once did not reproduce the "
+                    "model's log-probs (or the model returned no cache: gradient "
+                    "checkpointing); every row runs its whole sequence instead",
+                )
+                return None
+        return shared()
 
     def _use_chunked(
         self, ids_BT: torch.Tensor, targets_BT: torch.Tensor, trained_BT: torch.Tensor

@@ -26,6 +26,8 @@ Optional settings live in ``[model.local]``::
     learner_logit_chunk = 256     # trained positions per vocabulary projection (chunk x V
                                   #   logits at a time, chunked_logprobs.py); 0 = the old
                                   #   B x K x V logits over the union of trained columns
+    learner_share_prefixes = true # rows sharing an untrained prefix (a group's prompt) run
+                                  #   it once in the learner (shared_prefix.py)
     gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
 """
 
@@ -69,6 +71,7 @@ class LocalSettings:
     threads: int = 0
     learner_chunk_tokens: int = field(default=8192, metadata={"min": 1})
     learner_logit_chunk: int = field(default=256, metadata={"min": 0})
+    learner_share_prefixes: bool = True
     gradient_checkpointing: bool | str = "auto"  # true, false or "auto" (on with CUDA)
 
 
@@ -139,6 +142,7 @@ class LocalModelProvider:
             pad_token_id=pad_id,
             chunk_tokens=settings.learner_chunk_tokens,
             logit_chunk=settings.learner_logit_chunk,
+            share_prefixes=settings.learner_share_prefixes,
         )
 
     @classmethod

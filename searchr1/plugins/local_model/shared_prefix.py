@@ -1,0 +1,117 @@
+"""Score a micro-batch whose rows share prefixes (a group's prompt) with each prefix run once.
+
+GRPO samples ``group_size`` trajectories per question, and every one of them starts with the
+same prompt, which carries no trained token: in ``bench/vs_trl.py`` 8 rows share a ~125-token
+prompt before ~6 sampled tokens, so 95% of the learner's decoder work repeats the same
+prefix. :meth:`Learner._forward_backward_chunk` calls :func:`prefix_groups` and, when rows
+share prefixes, :func:`shared_prefix_logprobs`: the decoder runs once over the distinct
+prefixes (with a KV cache), the cache is indexed out to every row (``batch_select_indices``,
+differentiable, so the gradient of every row reaches the shared prefix's activations), and
+the decoder continues over each row's own suffix from its own prefix length (explicit
+``position_ids``; a 2D mask hides the right-padding of shorter prefixes). The vocabulary
+projection is :func:`~searchr1.plugins.local_model.chunked_logprobs.project_logprobs`.
+
+Only for models whose every layer is plain full attention with a ``DynamicCache`` (no
+sliding window, no recurrent Gated DeltaNet state: :func:`can_share_prefixes`), without
+gradient checkpointing (transformers turns the cache off there, and this returns ``None``);
+and the learner compares it once with the unshared path on its first micro-batch
+and stops using it on a mismatch (``learner_shared_prefix_off``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from searchr1.plugins.local_model.chunked_logprobs import causal_lm, project_logprobs
+from searchr1.plugins.local_model.generation import _output_cache, cache_kwarg
+
+
+def can_share_prefixes(model: Any) -> bool:
+    """Whether ``model``'s layers are all full attention (a prefix's KV cache is all its
+    state) with no sliding window."""
+    config = causal_lm(model).config
+    text = getattr(config, "get_text_config", lambda: config)()
+    types = getattr(text, "layer_types", None) or ["full_attention"]
+    sliding = getattr(text, "sliding_window", None)
+    if getattr(text, "use_sliding_window", True) is False:
+        sliding = None
+    return all(t == "full_attention" for t in types) and sliding is None
+
+
+def prefix_groups(
+    inputs: Sequence[Sequence[int]], first_trained: Sequence[int], min_prefix: int = 8
+) -> list[list[int]] | None:
+    """Rows grouped by their untrained prefix ``inputs[b][:first_trained[b]]`` (identical
+    tokens, identical length); ``None`` when no two rows share one of ``min_prefix`` or
+    more tokens (nothing to save)."""
+    by_key: dict[tuple[int, ...], list[int]] = {}
+    for b, (tokens, first) in enumerate(zip(inputs, first_trained, strict=True)):
+        by_key.setdefault(tuple(tokens[:first]), []).append(b)
+    groups = list(by_key.values())
+    if not any(len(g) > 1 and first_trained[g[0]] >= min_prefix for g in groups):
+        return None
+    return groups
+
+
+def shared_prefix_logprobs(
+    model: Any,
+    input_ids_BT: torch.Tensor,
+    lengths_B: Sequence[int],
+    targets_BT: torch.Tensor,
+    trained_BT: torch.Tensor,
+    groups: list[list[int]],
+    prefix_lengths: Sequence[int],
+    temperature: float,
+    chunk: int,
+) -> torch.Tensor | None:
+    """Log-probs at ``trained_BT`` (row-major, as ``x_BT[trained_BT]``) with each group's
+    prefix (length ``prefix_lengths[g]``, the same tokens in every row of ``groups[g]``) run
+    once. ``None`` if the model returned no cache (gradient checkpointing)."""
+    dev = input_ids_BT.device
+    b = input_ids_BT.shape[0]
+    longest_prefix = max(max(prefix_lengths), 1)
+    prefix_GL = torch.zeros((len(groups), longest_prefix), dtype=torch.long, device=dev)
+    prefix_mask_GL = torch.zeros_like(prefix_GL)
+    group_B = torch.empty(b, dtype=torch.long)
+    start_B = [0] * b
+    for g, rows in enumerate(groups):
+        n = prefix_lengths[g]
+        prefix_GL[g, :n] = input_ids_BT[rows[0], :n]
+        prefix_mask_GL[g, :n] = 1
+        for r in rows:
+            group_B[r], start_B[r] = g, n
+    longest_suffix = max(lengths_B[r] - start_B[r] for r in range(b))
+    suffix_BS = torch.zeros((b, longest_suffix), dtype=torch.long, device=dev)
+    suffix_mask_BS = torch.zeros_like(suffix_BS)
+    targets_BS = torch.zeros_like(suffix_BS)
+    trained_BS = torch.zeros((b, longest_suffix), dtype=torch.bool, device=dev)
+    for r in range(b):
+        lo, hi = start_B[r], lengths_B[r]
+        suffix_BS[r, : hi - lo] = input_ids_BT[r, lo:hi]
+        suffix_mask_BS[r, : hi - lo] = 1
+        targets_BS[r, : hi - lo] = targets_BT[r, lo:hi]
+        trained_BS[r, : hi - lo] = trained_BT[r, lo:hi]
+    decoder = causal_lm(model).get_decoder()
+    cache_kw = cache_kwarg(decoder)
+    out = decoder(input_ids=prefix_GL, attention_mask=prefix_mask_GL, use_cache=True)
+    cache = _output_cache(out)
+    if cache is None:
+        return None
+    group_B = group_B.to(dev)
+    cache.batch_select_indices(group_B)
+    mask_BL = torch.cat([prefix_mask_GL[group_B], suffix_mask_BS], dim=1)
+    start_B1 = torch.tensor(start_B, device=dev)[:, None]
+    positions_BS = start_B1 + torch.arange(longest_suffix, device=dev)[None, :]
+    hidden_BSH = decoder(
+        input_ids=suffix_BS,
+        attention_mask=mask_BL,
+        position_ids=positions_BS,
+        use_cache=True,
+        **{cache_kw: cache},
+    ).last_hidden_state
+    return project_logprobs(
+        model, hidden_BSH[trained_BS], targets_BS[trained_BS], temperature, chunk
+    )
