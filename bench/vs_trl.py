@@ -38,7 +38,7 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_searchr1(steps: int, threads: int = 0) -> dict[str, float]:
+def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dict[str, float]:
     import argparse as ap
     import dataclasses
 
@@ -74,9 +74,11 @@ def run_searchr1(steps: int, threads: int = 0) -> dict[str, float]:
         },
         optimizer={"lr": LR},
     )
-    if threads:
-        plugins = {**config.plugins, "model.local": {"threads": threads}}
-        config = dataclasses.replace(config, plugins=plugins)
+    local: dict[str, object] = {"threads": threads} if threads else {}
+    if old_learner:  # before issue 25: B x K x V logits over union columns, no shared prompts
+        local.update(learner_logit_chunk=0, learner_share_prefixes=False)
+    if local:
+        config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
     args = ap.Namespace(config=None, run_dir=str(run_dir), resume=False, max_steps=None)
     ctx = open_run(args, "train", config=config, stream=open(os.devnull, "w"))
@@ -180,16 +182,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--side", choices=["searchr1", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads, both sides")
+    parser.add_argument(
+        "--old-learner", action="store_true", help="searchr1's learner as before issue 25"
+    )
     args = parser.parse_args()
     steps = 2 if args.quick else 6
     if args.side:
-        result = (run_searchr1 if args.side == "searchr1" else run_trl)(steps, args.threads)
+        if args.side == "searchr1":
+            result = run_searchr1(steps, args.threads, args.old_learner)
+        else:
+            result = run_trl(steps, args.threads)
         print("RESULT " + json.dumps(result))
         return
     results = {}
     for side in ("searchr1", "trl"):
         cmd = [sys.executable, __file__, "--side", side, "--threads", str(args.threads)]
         cmd += ["--quick"] if args.quick else []
+        cmd += ["--old-learner"] if args.old_learner else []
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
@@ -216,6 +225,7 @@ def main() -> None:
                 "max_new_tokens": MAX_NEW,
                 "steps": steps,
                 "threads": args.threads,
+                "old_learner": args.old_learner,
             }
         )
     )
