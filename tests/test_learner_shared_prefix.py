@@ -131,3 +131,28 @@ def test_learner_shares_prefixes_where_the_model_allows(
     assert learner._shared_ok is shares
     plain_loss = _learner(model, share=False).forward_backward(datums, _loss).loss
     assert shared_loss == pytest.approx(plain_loss, rel=1e-5)
+
+
+def test_no_sharing_under_gradient_checkpointing(tmp_path: Path) -> None:
+    """transformers drops the KV cache when layers checkpoint: the shared path declines
+    (``None``, the learner then runs every row whole) instead of wasting a prefix forward."""
+    model = AutoModelForCausalLM.from_pretrained(
+        build_family("qwen3", tmp_path / "qwen3"), dtype=torch.float32
+    )
+    model.gradient_checkpointing_enable()
+    rows, first = _rows(3)
+    ids_BT, targets_BT, _, trained_BT = _tensors(rows, first)
+    groups = prefix_groups([r[:-1] for r in rows], first)
+    assert groups is not None
+    out = shared_prefix_logprobs(
+        model,
+        ids_BT,
+        [len(r) - 1 for r in rows],
+        targets_BT,
+        trained_BT,
+        groups,
+        [first[g[0]] for g in groups],
+        0.7,
+        4,
+    )
+    assert out is None

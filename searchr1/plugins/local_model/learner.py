@@ -4,7 +4,13 @@ The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
 ``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
 the whole batch's) and :meth:`Learner.optim_step` once per step.
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
-ratios are exactly 1 up to float error.
+ratios are exactly 1 up to float error. Only trained positions (advantage != 0) are projected
+onto the vocabulary, each row's own, in chunks recomputed in backward
+(:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that share an untrained
+prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`);
+``logit_chunk = 0`` keeps the older path (:func:`trained_token_logprobs`: B x K x V logits
+over the union K of trained columns), which is also the fallback for a model whose logits the
+chunked path does not reproduce.
 
 Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
 scored and differentiated is the same network the sampler ran (eval mode). With dropout on

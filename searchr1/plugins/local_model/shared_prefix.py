@@ -41,12 +41,19 @@ def can_share_prefixes(model: Any) -> bool:
     return all(t == "full_attention" for t in types) and sliding is None
 
 
+def _checkpointing(model: Any) -> bool:
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
 def prefix_groups(
     inputs: Sequence[Sequence[int]], first_trained: Sequence[int], min_prefix: int = 8
 ) -> list[list[int]] | None:
     """Rows grouped by their untrained prefix ``inputs[b][:first_trained[b]]`` (identical
     tokens, identical length); ``None`` when no two rows share one of ``min_prefix`` or
-    more tokens (nothing to save)."""
+    more tokens (nothing to save) or a row trains from its first position."""
+    if min(first_trained, default=0) < 1:
+        # An empty prefix would be a fully masked row in the prefix forward (NaN states).
+        return None
     by_key: dict[tuple[int, ...], list[int]] = {}
     for b, (tokens, first) in enumerate(zip(inputs, first_trained, strict=True)):
         by_key.setdefault(tuple(tokens[:first]), []).append(b)
@@ -70,6 +77,8 @@ def shared_prefix_logprobs(
     """Log-probs at ``trained_BT`` (row-major, as ``x_BT[trained_BT]``) with each group's
     prefix (length ``prefix_lengths[g]``, the same tokens in every row of ``groups[g]``) run
     once. ``None`` if the model returned no cache (gradient checkpointing)."""
+    if torch.is_grad_enabled() and _checkpointing(model):
+        return None  # transformers would drop the cache: the prefix forward would be wasted
     dev = input_ids_BT.device
     b = input_ids_BT.shape[0]
     longest_prefix = max(max(prefix_lengths), 1)
@@ -84,6 +93,8 @@ def shared_prefix_logprobs(
         for r in rows:
             group_B[r], start_B[r] = g, n
     longest_suffix = max(lengths_B[r] - start_B[r] for r in range(b))
+    if longest_suffix == 0:
+        return None  # nothing trained in any row
     suffix_BS = torch.zeros((b, longest_suffix), dtype=torch.long, device=dev)
     suffix_mask_BS = torch.zeros_like(suffix_BS)
     targets_BS = torch.zeros_like(suffix_BS)
