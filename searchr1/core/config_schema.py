@@ -124,6 +124,20 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ColdStartConfig:
+    steps: int = _f(
+        0,
+        min=0,
+        help="supervised steps on scripted search trajectories before RL (searchr1.core."
+        "cold_start); 0 = off",
+    )
+    questions_per_step: int = _f(16, min=1)
+    lr: float = _f(1e-4, gt=0.0)
+    loss_fn: str = _f("cross_entropy", help="a registered loss; -sum(A * logprob) by default")
+    data: str = _f("", help="QA file the teacher plays; empty = data.train")
+
+
+@dataclass(frozen=True)
 class OptimizerConfig:
     lr: float = _f(1e-5, gt=0.0)
     betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
@@ -156,6 +170,7 @@ SECTIONS: dict[str, type] = {
     "search": SearchConfig,
     "reward": RewardConfig,
     "train": TrainConfig,
+    "cold_start": ColdStartConfig,
     "optimizer": OptimizerConfig,
     "data": DataConfig,
     "log": LogConfig,
@@ -173,6 +188,7 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
