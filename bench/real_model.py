@@ -130,7 +130,7 @@ def main() -> int:
     if args.rl_steps is not None:
         text = set_value(text, "train", "max_steps", str(args.rl_steps))
         text = set_value(text, "train", "save_every", str(max(1, args.rl_steps)))
-    text += f"\n[model.local]\nthreads = {args.threads}\n"
+    text = set_value(text, "model.local", "threads", str(args.threads))
     config = work / "config.toml"
     config.write_text(text)
 

@@ -111,7 +111,7 @@ def _small_real_model_config(tmp_path: Path) -> Path:
         assert old in text, old
         text = text.replace(old, new, 1)
     path = tmp_path / "real-model.toml"
-    path.write_text(text + "\n[model.local]\nthreads = 0\n")
+    path.write_text(text)
     return path
 
 

@@ -60,8 +60,8 @@ def _row(label: str, key: str, points: Sequence[tuple[float, float]]) -> str:
 
 
 def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
-    """``held-out EM: before X · after Y · ceiling Z`` from the train loop's eval events (the
-    ceiling is the offline world's scripted ideal agent,
+    """``held-out EM: before X · cold_start Y · after Z · ceiling C`` from the train loop's
+    eval events (the ceiling is the offline world's scripted ideal agent,
     :mod:`searchr1.plugins.offline_world.ideal_agent`)."""
     by_when: dict[str, float] = {}
     for e in evals:
@@ -69,8 +69,8 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
             by_when[str(e.get("when", ""))] = float(e["value"])
     if not by_when:
         return ""
-    order = {"before": 0, "after": 1, "ceiling": 2}
-    whens = sorted(by_when, key=lambda w: order.get(w, 3))
+    order = {"before": 0, "cold_start": 1, "after": 2, "ceiling": 3}
+    whens = sorted(by_when, key=lambda w: order.get(w, 4))
     parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
     return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
 
