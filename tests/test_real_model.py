@@ -104,7 +104,7 @@ def _small_real_model_config(tmp_path: Path) -> Path:
         ("group_size = 4", "group_size = 2"),
         ("max_steps = 20", "max_steps = 2"),
         ("save_every = 10", "save_every = 2"),
-        ("steps = 24", "steps = 6"),
+        ("steps = 16", "steps = 6"),
         ("questions_per_step = 8", "questions_per_step = 4"),
         ("lr = 5e-4", "lr = 1e-3"),
     ]:
