@@ -96,3 +96,28 @@ def test_long_work_gets_a_bar_of_its_own_not_lines(tmp_path: Path) -> None:
     assert "done=" not in shown  # a bar, not three event lines
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["done"] for e in events] == [32, 64, 80]  # still recorded
+
+
+def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> None:
+    """The train loop logs the model's EM ("before"), then the eval set's ceiling (the
+    offline world's scripted ideal agent), then steps, then "after": the step line shows the
+    model's latest EM, and the ceiling has a line of its own."""
+    stream = Tty()
+    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=2)
+    log = get_logger()
+    log.info("eval/heldout_em", when="before", step=0, value=0.119, n=320)
+    log.info("eval/heldout_em", when="ceiling", step=0, value=1.0, n=320)
+    log_metrics(1, {**STEP, "time/step": 12.0})
+    log.info("eval/heldout_em", when="cold_start", step=1, value=0.25, n=320)
+    log_metrics(2, {**STEP, "time/step": 12.0})
+    log.info("eval/heldout_em", when="after", step=2, value=0.334, n=320)
+    close_sinks()
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    steps = [line for line in lines if line.startswith("step ")]
+    assert "EM 11.9%" in steps[0] and "100.0%" not in steps[0]
+    assert "EM 25.0%" in steps[1]  # any eval of the model but the ceiling is its latest EM
+    assert any(
+        line.startswith("held-out EM ceiling (the eval set's ideal agent, not the model): 100.0%")
+        for line in lines
+    )
+    assert any(line.startswith("held-out EM after: 33.4%") for line in lines)
