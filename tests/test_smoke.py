@@ -271,3 +271,24 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
         searched = sum(t["action"] == "search" for t in record["turns"])
         assert int(calls) == searched == record["search_calls"]
         assert answer == str(final)
+
+
+def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, scripted_plugin):
+    """A search call longer than max_new_tokens is cut before </search> and reads as an
+    invalid action; a trajectory whose observation fills max_trajectory_tokens ends at the
+    token limit. The verdict names both settings with the counts instead of only "the model
+    never wrote it"."""
+    long_call = "<search> " + "where was the author of the little prince born " * 3 + "</search>"
+    turns = [[long_call], [long_call], ["<search> Lyon </search>", "<answer> France </answer>"]]
+    model = scripted(turns).replace("max_new_tokens = 64", "max_new_tokens = 40")
+    config = write_config(tmp_path, model, local_search(tmp_path))
+    text = config.read_text().replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 200")
+    config.write_text(text)
+    code, out = smoke(capsys, config, "--group-size", "3")
+    assert code == 3, out
+    assert (
+        "token limit: 2 of 3 turns ended at model.max_new_tokens = 40 before the protocol's "
+        "closing tag (stop reason 'length'): the action was cut off and read as invalid; "
+        "raise model.max_new_tokens"
+    ) in out
+    assert "token limit: 1 of 3 trajectories ran out of rollout.max_trajectory_tokens = 200" in out
