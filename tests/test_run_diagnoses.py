@@ -19,7 +19,7 @@ def _events(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
-def test_steps_that_train_no_token_are_warned_once_and_counted_in_the_report(
+def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], scripted_plugin
 ) -> None:
     data = tmp_path / "train.jsonl"
@@ -31,8 +31,8 @@ def test_steps_that_train_no_token_are_warned_once_and_counted_in_the_report(
     config = tmp_path / "config.toml"
     config.write_text(
         f'[run]\ndir = "{tmp_path / "runs"}"\n'
-        '[model]\nprovider = "scripted"\nmax_new_tokens = 32\n'
-        '[model.scripted]\nturns = [["<answer> no </answer>"], ["<answer> nope </answer>"]]\n'
+        '[model]\nprovider = "scripted"\nmax_new_tokens = 4\n'
+        '[model.scripted]\nturns = [["<answer> no no no no </answer>"], ["<answer> nope nope </answer>"]]\n'
         '[rollout]\nprotocol = "tags"\nquestions_per_batch = 1\ngroup_size = 2\n'
         "max_trajectory_tokens = 512\n"
         "[train]\nmax_steps = 3\nsave_every = 10\nmax_datum_tokens = 512\n"
@@ -44,15 +44,21 @@ def test_steps_that_train_no_token_are_warned_once_and_counted_in_the_report(
     assert cli(["train", "--config", str(config), "--run-dir", str(run_dir)]) == 0
     events = _events(run_dir)
     alerts = [e for e in events if e["event"] == "health_alert"]
-    assert [a["kind"] for a in alerts] == ["no_tokens_trained"]  # once, not once per step
+    # once each, not once per step: every turn is cut at max_new_tokens = 4, so every
+    # trajectory gets -0.1 and every group is degenerate
+    assert [a["kind"] for a in alerts] == ["no_tokens_trained", "max_new_tokens"]
     assert alerts[0]["step"] == 1 and alerts[0]["level"] == "warning"
+    assert alerts[1]["message"].startswith(
+        "step 1: 2 of 2 turns ended at model.max_new_tokens = 4 before the protocol's closing "
+        "tag (stop reason 'length')"
+    )
     assert alerts[0]["message"].startswith(
         "step 1 trained no token: all 1 of its groups were degenerate (every trajectory of a "
         "group got the same reward, so every advantage is 0) and the update changed nothing. "
         "Set rollout.dynamic_sampling = true"
     )
     (done,) = [e for e in events if e["event"] == "train_done"]
-    assert done["steps_without_training"] == 3
+    assert done["steps_without_training"] == 3 and done["turns_cut_at_max_new_tokens"] == 6
     capsys.readouterr()
     assert cli(["report", str(run_dir)]) == 0
     page = (run_dir / "report" / "index.html").read_text()

@@ -292,3 +292,29 @@ def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, script
         "raise model.max_new_tokens"
     ) in out
     assert "token limit: 1 of 3 trajectories ran out of rollout.max_trajectory_tokens = 200" in out
+
+
+def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, capsys, monkeypatch):
+    """No config: the embedded offline demo. Its [smoke] question is one of the generated
+    world's, so the demo model can find the answer (the seed's Little Prince question has none
+    in a fictional corpus); --question/--answer still win."""
+    monkeypatch.chdir(tmp_path)  # no ./config.toml here: the embedded default
+    monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
+    code = cli(["smoke", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert "Question: Who founded Nungen Guild?" in out and "Little Prince" not in out
+    assert code in (0, 3), out
+    rewards = [float(r) for _, r, _, _ in TRAJECTORY_LINE.findall(out)]
+    assert len(rewards) == 4 and max(rewards) == 1.0, out  # the answer is in its world
+    code = cli(["smoke", "--run-dir", str(tmp_path / "run2"), "--question", "Who founded Redel Guild?",
+                "--answer", "Telin Minpin", "--group-size", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "Question: Who founded Redel Guild?" in out and "Nungen" not in out
+
+
+def test_a_smoke_question_needs_its_answers(tmp_path, capsys):
+    config = tmp_path / "config.toml"
+    config.write_text('[smoke]\nquestion = "Who founded Nungen Guild?"\n')
+    assert cli(["config", "check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "smoke.question is set but smoke.answers is empty" in err

@@ -25,15 +25,18 @@ naming what failed. Every trajectory, with its decoded text per turn and its tok
 goes to ``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading
 the config already fails naming the variable (exit 2).
 
-The default question is the seed's; its golden answers (:data:`DEFAULT_ANSWERS`) are the
-birthplace, so the seed's example scores ``France`` 1.0 and ``Paris`` 0.0.
+Without ``--question`` and ``[smoke] question`` the question is the seed's; its golden answers
+(:data:`DEFAULT_ANSWERS`) are the birthplace, so the seed's example scores ``France`` 1.0 and
+``Paris`` 0.0. The offline demo's config asks one of its own world's instead (its corpus is
+fictional); its warm-started model answers it, but in one group of four it never fails the
+answer format (no -0.1) and not every trajectory searches, so it ends with exit 3.
 
 Exit codes: 0 when every criterion holds and no channel failed; 1 when a channel is broken
 (model error, every search key benched, the probe failed, search success below the minimum);
 3 when the channels work but the group does not show the seed's behaviour (no rewards of both
 signs, searches outside the range, no answer in the format: e.g. an untrained model, or the
-seed's question asked of a fictional world); 2 for config and plugin
-errors, and for rollout limits that cannot hold the question (from the CLI).
+offline demo's warm start); 2 for config and plugin errors, and for rollout limits that cannot
+hold the question (from the CLI).
 """
 
 from __future__ import annotations
