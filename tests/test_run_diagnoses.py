@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from arch_models import build_family
-from fakes import template_tokenizer
 
 from searchr1.cli.main import main as cli
 
@@ -70,8 +69,11 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
 def qwen3_5_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Qwen3.5 (3 linear-attention layers, 1 full-attention layer) with the
     official Qwen3.5 chat template on its tokenizer."""
+    from transformers import AutoTokenizer
+
     folder = build_family("qwen3_5", tmp_path_factory.mktemp("qwen3_5"))
-    tok = template_tokenizer("qwen3_5")
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.chat_template = (Path(__file__).parent / "chat_templates" / "qwen3_5.jinja").read_text()
     tok.save_pretrained(folder)
     return folder
 
@@ -112,6 +114,13 @@ def test_config_check_warns_when_lora_targets_leave_layer_types_out(
         "target_modules = \"all-linear\" to adapt every linear layer, or add 'out_proj', "
         "'in_proj_qkv', 'in_proj_z', 'in_proj_b', 'in_proj_a' to the list"
     ) in out
+    # smoke (and train, through the same announce_config) print it before the run
+    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
+    out = capsys.readouterr().out
+    assert code in (0, 3), out
+    assert (
+        "warning: lora.target_modules = ['q_proj', 'k_proj', 'v_proj', 'o_proj'] adapts no " in out
+    )
     config.write_text(config.read_text().replace(seed_targets, '"all-linear"'))
     assert cli(["config", "check", "--config", str(config)]) == 0
     assert "adapts no module" not in capsys.readouterr().out
