@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from searchr1.core.console import Console
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
 
@@ -121,3 +123,43 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
         for line in lines
     )
     assert any(line.startswith("held-out EM after: 33.4%") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_train_run_with_a_ceiling_shows_the_models_em_on_its_step_lines(
+    tmp_path: Path, monkeypatch, scripted_plugin
+) -> None:
+    """``searchr1 train`` on a TTY, with the offline world's held-out set: the loop evaluates
+    the model ("before"), then the world's ceiling (its scripted ideal agent, 100%), then
+    steps. The step line carries the model's EM (0%: the scripted model answers "x"), never
+    the ceiling's, which has its own line."""
+    import sys
+
+    from searchr1.cli.main import main as cli
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"question": "q?", "golden_answers": ["x"]}) + "\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[model]\nprovider = "scripted"\nmax_new_tokens = 32\n'
+        '[model.scripted]\nturns = [["<answer> x </answer>"], ["<answer> y </answer>"]]\n'
+        '[rollout]\nprotocol = "tags"\nquestions_per_batch = 1\ngroup_size = 2\n'
+        "max_trajectory_tokens = 448\n"
+        "[train]\nmax_steps = 1\nmax_datum_tokens = 448\nmax_micro_batch_tokens = 4096\n"
+        "eval_before_after = true\n"
+        f'[data]\ntrain = "{data}"\neval = "builtin:world/heldout.jsonl"\n'
+        '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    )
+    stream = Tty()
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    (step,) = [line for line in lines if line.startswith("step ")]
+    ceilings = [
+        re.match(r"held-out EM ceiling \(the eval set's ideal agent, not the model\): ([\d.]+)%", x)
+        for x in lines
+    ]
+    (ceiling,) = [float(m.group(1)) for m in ceilings if m]
+    assert ceiling > 50.0  # the ideal agent finds most answers with this tokenizer
+    assert "EM 0.0%" in step and f"EM {ceiling:.1f}%" not in step, step
+    assert any(line.startswith("held-out EM before: 0.0%") for line in lines)

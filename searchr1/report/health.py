@@ -70,8 +70,8 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
             by_when[str(e.get("when", ""))] = float(e["value"])
     if not by_when:
         return ""
-    order = {"before": 0, "after": 1, "ceiling": 2}
-    whens = sorted(by_when, key=lambda w: order.get(w, 3))
+    order = {"before": 0, "cold_start": 1, "after": 2, "ceiling": 3}
+    whens = sorted(by_when, key=lambda w: order.get(w, 4))
     parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
     return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
 
