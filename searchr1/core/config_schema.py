@@ -162,6 +162,16 @@ class LogConfig:
     )
 
 
+@dataclass(frozen=True)
+class SmokeConfig:
+    """``[smoke]``: the question ``searchr1 smoke`` asks (``--question``/``--answer`` win).
+    Empty: the seed's question about The Little Prince, which needs real search; a config
+    whose search holds a world of its own (the offline demo's) names one of that world."""
+
+    question: str = _f("", help="empty = the seed's question (needs real search)")
+    answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
+
+
 SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "model": ModelConfig,
@@ -174,6 +184,7 @@ SECTIONS: dict[str, type] = {
     "optimizer": OptimizerConfig,
     "data": DataConfig,
     "log": LogConfig,
+    "smoke": SmokeConfig,
 }
 
 
@@ -192,6 +203,7 @@ class Config:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    smoke: SmokeConfig = field(default_factory=SmokeConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"

@@ -50,6 +50,7 @@ from searchr1.core.health import (
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.pipeline import SnapshotSampling, run_steps
 from searchr1.core.resume import load_model_state, resume_point
+from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext, build_components
 from searchr1.core.train_step import (
     CollectedStep,
@@ -95,6 +96,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
 
     stop = _StopFlag()
+    notices = RunNotices(cfg)  # once-per-run warnings: steps that train nothing, token limits
     last: dict[str, Any] = {}
     step = start_step
     try:
@@ -119,7 +121,9 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                         )
                     _save(ctx, components, stream.state(), 0, health)  # --resume skips it
                 step = runner.run(
-                    _run_steps(components, protocol, stream, ctx, start_step, health, stop, last)
+                    _run_steps(
+                        components, protocol, stream, ctx, start_step, health, stop, last, notices
+                    )
                 )
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
@@ -129,7 +133,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     finally:
         components.model.close()
         stop.restore()
-    log.info("train_done", steps=step, stopped_early=stop.requested)
+    log.info("train_done", steps=step, stopped_early=stop.requested, **notices.totals())
     close_sinks()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start_step)
@@ -145,6 +149,7 @@ async def _run_steps(
     health: HealthMonitor,
     stop: _StopFlag,
     last_metrics: dict[str, Any],
+    notices: RunNotices,
 ) -> int:
     """Collect, learn, log and checkpoint steps ``start_step + 1 .. max_steps`` (stopping
     early on a signal); returns the last step learned, its metrics in ``last_metrics``."""
@@ -171,6 +176,7 @@ async def _run_steps(
         log_metrics(collected.step, metrics)
         last_metrics.clear()
         last_metrics.update(metrics)
+        alerts = [*alerts, *notices.observe(collected.step, collected.groups, trajectories)]
         for alert in alerts:
             log.warning("health_alert", step=collected.step, kind=alert.kind, message=alert.message)
         _dump_trajectories(
