@@ -320,3 +320,33 @@ def test_tool_observation_survives_templates_that_render_the_last_message_differ
     obs, text = protocol.render_observation_tokens("RESULT", turn, 50)
     assert text.startswith("<|im_end|>\n<|im_start|>user\n<tool_response>\nRESULT")
     assert protocol.assistant_turn_tokens(answer="a")[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_observation_follows_the_templates_trim_wherever_the_body_is_cut(qwen3_5) -> None:
+    """The official Qwen3.5 template renders tool content ``| trim``: an observation body cut
+    on a space must splice in as the template renders it (``Doc\\n</tool_response>``, not
+    ``Doc \\n</tool_response>``), for every cut point."""
+    assert qwen3_5.trims_observations
+    mark = "\x00M\x00"
+    body = "Doc 1(Title: Lyon) Lyon is a city in France. "
+    turn = qwen3_5.assistant_turn_tokens(query="q")
+    n = len(qwen3_5.encode(body))
+    for k in range(1, n + 1):
+        _, text = qwen3_5.render_observation_tokens(body, turn, k)
+        seen = qwen3_5.decode(qwen3_5.encode(body)[:k], skip_special_tokens=False)
+        rendered = qwen3_5._template(
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": mark},
+                {"role": "tool", "content": seen},
+            ],
+            True,
+        )
+        assert text == rendered.split(mark, 1)[1], (k, seen)
+    _, text = qwen3_5.render_observation_tokens("Doc ", turn, 50)
+    assert "Doc\n</tool_response>" in text
+    # a template that keeps whitespace keeps it
+    plain = ToolCallsProtocol(tiny_tokenizer())
+    assert not plain.trims_observations
+    own_turn = plain.assistant_turn_tokens(query="q")
+    assert "Doc \n</tool_response>" in plain.render_observation_tokens("Doc ", own_turn, 50)[1]

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from searchr1.core.console import Console
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
 
@@ -96,3 +98,68 @@ def test_long_work_gets_a_bar_of_its_own_not_lines(tmp_path: Path) -> None:
     assert "done=" not in shown  # a bar, not three event lines
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["done"] for e in events] == [32, 64, 80]  # still recorded
+
+
+def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> None:
+    """The train loop logs the model's EM ("before"), then the eval set's ceiling (the
+    offline world's scripted ideal agent), then steps, then "after": the step line shows the
+    model's latest EM, and the ceiling has a line of its own."""
+    stream = Tty()
+    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=2)
+    log = get_logger()
+    log.info("eval/heldout_em", when="before", step=0, value=0.119, n=320)
+    log.info("eval/heldout_em", when="ceiling", step=0, value=1.0, n=320)
+    log_metrics(1, {**STEP, "time/step": 12.0})
+    log.info("eval/heldout_em", when="cold_start", step=1, value=0.25, n=320)
+    log_metrics(2, {**STEP, "time/step": 12.0})
+    log.info("eval/heldout_em", when="after", step=2, value=0.334, n=320)
+    close_sinks()
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    steps = [line for line in lines if line.startswith("step ")]
+    assert "EM 11.9%" in steps[0] and "100.0%" not in steps[0]
+    assert "EM 25.0%" in steps[1]  # any eval of the model but the ceiling is its latest EM
+    assert any(
+        line.startswith("held-out EM ceiling (the eval set's ideal agent, not the model): 100.0%")
+        for line in lines
+    )
+    assert any(line.startswith("held-out EM after: 33.4%") for line in lines)
+
+
+@pytest.mark.slow
+def test_a_train_run_with_a_ceiling_shows_the_models_em_on_its_step_lines(
+    tmp_path: Path, monkeypatch, scripted_plugin
+) -> None:
+    """``searchr1 train`` on a TTY, with the offline world's held-out set: the loop evaluates
+    the model ("before"), then the world's ceiling (its scripted ideal agent, 100%), then
+    steps. The step line carries the model's EM (0%: the scripted model answers "x"), never
+    the ceiling's, which has its own line."""
+    import sys
+
+    from searchr1.cli.main import main as cli
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"question": "q?", "golden_answers": ["x"]}) + "\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[model]\nprovider = "scripted"\nmax_new_tokens = 32\n'
+        '[model.scripted]\nturns = [["<answer> x </answer>"], ["<answer> y </answer>"]]\n'
+        '[rollout]\nprotocol = "tags"\nquestions_per_batch = 1\ngroup_size = 2\n'
+        "max_trajectory_tokens = 448\n"
+        "[train]\nmax_steps = 1\nmax_datum_tokens = 448\nmax_micro_batch_tokens = 4096\n"
+        "eval_before_after = true\n"
+        f'[data]\ntrain = "{data}"\neval = "builtin:world/heldout.jsonl"\n'
+        '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    )
+    stream = Tty()
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    (step,) = [line for line in lines if line.startswith("step ")]
+    ceilings = [
+        re.match(r"held-out EM ceiling \(the eval set's ideal agent, not the model\): ([\d.]+)%", x)
+        for x in lines
+    ]
+    (ceiling,) = [float(m.group(1)) for m in ceilings if m]
+    assert ceiling > 50.0  # the ideal agent finds most answers with this tokenizer
+    assert "EM 0.0%" in step and f"EM {ceiling:.1f}%" not in step, step
+    assert any(line.startswith("held-out EM before: 0.0%") for line in lines)

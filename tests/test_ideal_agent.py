@@ -73,9 +73,9 @@ def test_ideal_agent_only_knows_what_it_read(tmp_path: Path) -> None:
 
 
 def test_ideal_agent_is_only_for_the_offline_world_with_tags(tmp_path: Path) -> None:
+    # Which files it plays is the asset cache's choice (builtin:world/... only, see
+    # test_plugins.py::test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set).
     tags, tool_calls = SimpleNamespace(name="tags"), SimpleNamespace(name="tool_calls")
-    config = load_config(None).replace(data={"eval": str(tmp_path / "other.jsonl")})
-    assert ideal_agent_for(config, None, tags) is None
     assert ideal_agent_for(load_config(None), None, tool_calls) is None
     agent = ideal_agent_for(load_config(None), None, tags)
     assert agent is not None

@@ -86,7 +86,7 @@ def _registered() -> dict:
 
 def test_registered_losses_use_train_loss_table() -> None:
     factories = _registered()
-    assert set(factories) == {"importance_sampling", "ppo", "cispo"}
+    assert set(factories) == {"importance_sampling", "ppo", "cispo", "cross_entropy"}
     config = Config(plugins={"train.loss": {"clip_low": 0.2, "clip_high": 0.6}})
     ppo = factories["ppo"](config)
     assert ppo.name == "ppo"

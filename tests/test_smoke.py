@@ -271,3 +271,50 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
         searched = sum(t["action"] == "search" for t in record["turns"])
         assert int(calls) == searched == record["search_calls"]
         assert answer == str(final)
+
+
+def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, scripted_plugin):
+    """A search call longer than max_new_tokens is cut before </search> and reads as an
+    invalid action; a trajectory whose observation fills max_trajectory_tokens ends at the
+    token limit. The verdict names both settings with the counts instead of only "the model
+    never wrote it"."""
+    long_call = "<search> " + "where was the author of the little prince born " * 3 + "</search>"
+    turns = [[long_call], [long_call], ["<search> Lyon </search>", "<answer> France </answer>"]]
+    model = scripted(turns).replace("max_new_tokens = 64", "max_new_tokens = 40")
+    config = write_config(tmp_path, model, local_search(tmp_path))
+    text = config.read_text().replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 200")
+    config.write_text(text)
+    code, out = smoke(capsys, config, "--group-size", "3")
+    assert code == 3, out
+    assert (
+        "token limit: 2 of 3 turns ended at model.max_new_tokens = 40 before the protocol's "
+        "closing tag (stop reason 'length'): the action was cut off and read as invalid; "
+        "raise model.max_new_tokens"
+    ) in out
+    assert "token limit: 1 of 3 trajectories ran out of rollout.max_trajectory_tokens = 200" in out
+
+
+def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, capsys, monkeypatch):
+    """No config: the embedded offline demo. Its [smoke] question is one of the generated
+    world's, so the demo model can find the answer (the seed's Little Prince question has none
+    in a fictional corpus); --question/--answer still win."""
+    monkeypatch.chdir(tmp_path)  # no ./config.toml here: the embedded default
+    monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
+    code = cli(["smoke", "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert "Question: Who founded Nungen Guild?" in out and "Little Prince" not in out
+    assert code in (0, 3), out
+    rewards = [float(r) for _, r, _, _ in TRAJECTORY_LINE.findall(out)]
+    assert len(rewards) == 4 and max(rewards) == 1.0, out  # the answer is in its world
+    code = cli(["smoke", "--run-dir", str(tmp_path / "run2"), "--question", "Who founded Redel Guild?",
+                "--answer", "Telin Minpin", "--group-size", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "Question: Who founded Redel Guild?" in out and "Nungen" not in out
+
+
+def test_a_smoke_question_needs_its_answers(tmp_path, capsys):
+    config = tmp_path / "config.toml"
+    config.write_text('[smoke]\nquestion = "Who founded Nungen Guild?"\n')
+    assert cli(["config", "check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "smoke.question is set but smoke.answers is empty" in err

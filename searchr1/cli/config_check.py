@@ -2,37 +2,70 @@
 
 Plugin names and tables are checked against the installed plugins (one error listing them
 all, exit 2); a data file that does not exist is a warning, since a config is often checked
-before its data is downloaded.
+before its data is downloaded. When the tokenizer is on this machine, the smoke question's
+first prompt and one well-formed search turn are rendered and checked against
+``max_trajectory_tokens`` and ``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from searchr1.cli.args import CONFIG_HELP
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_advice import unhonoured_settings
+    from searchr1.core.config_advice import provider_warnings, unhonoured_settings
     from searchr1.core.config_resolve import resolve_config
     from searchr1.core.plugins import load_registry
 
     config = load_config(args.config)
-    for warning in resolve_config(config, load_registry()):
+    registry = load_registry()
+    for warning in resolve_config(config, registry):
         print(f"searchr1: warning: {warning} (train and eval would stop here)", file=sys.stderr)
     why = getattr(args, "config_reason", "")
     print(f"# {config.source}: OK (secrets redacted)" + (f"; chosen: {why}" if why else ""))
     for dotted, reason in config.choices.items():
         section, key = dotted.split(".", 1)
         print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
-    for line in (*config.warnings, *unhonoured_settings(config)):
+    advice = [
+        *config.warnings,
+        *unhonoured_settings(config),
+        *provider_warnings(config, registry),
+        *_token_fit(config),
+    ]
+    for line in advice:
         print(f"# warning: {line}")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
     return 0
+
+
+def _token_fit(config: Config) -> list[str]:
+    """:func:`~searchr1.core.token_limits.turn_fit_warnings` for the smoke question, when the
+    tokenizer is local (no download: a check must not need the network); a note otherwise."""
+    from searchr1.cli.smoke import smoke_question
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.errors import ConfigValueError
+    from searchr1.core.token_limits import turn_fit_warnings
+    from searchr1.core.tokenizers import local_tokenizer
+
+    tokenizer, why = local_tokenizer(config)
+    if tokenizer is None:
+        print(f"# token fit not checked: the tokenizer {why}")
+        return []
+    try:
+        protocol = make_protocol(config, tokenizer)
+    except ConfigValueError as exc:  # e.g. tool_calls on a tokenizer without a chat template
+        return [str(exc)]
+    return turn_fit_warnings(config, protocol, smoke_question(argparse.Namespace(), config))
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -1,7 +1,8 @@
 """``searchr1 smoke``: the seed's validation script as a command.
 
-One question (default: the seed's "Who is the author of The Little Prince and where was he
-born?"), ``--group-size`` trajectories (4), at most ``--max-search-calls`` searches (4),
+One question (``--question``/``--answer``, else the config's ``[smoke] question`` and
+``answers``, else the seed's "Who is the author of The Little Prince and where was he born?"),
+``--group-size`` trajectories (4), at most ``--max-search-calls`` searches (4),
 through the configured model and search providers, no parameter update. The CLI calls
 :func:`main` with the parsed arguments. It prints, in the seed's shape::
 
@@ -14,7 +15,9 @@ through the configured model and search providers, no parameter update. The CLI 
 
 then warnings (search keys benched while others serve, named by index; settings the provider
 cannot honour, from :func:`searchr1.core.runs.announce_config`), a diagnosis of channel
-failures in words (401, every key out of quota, the model channel), and the verdict: the
+failures in words (401, every key out of quota, the model channel), the token limits that cut
+turns or trajectories (``token limit: 4 of 4 turns ended at model.max_new_tokens = 24 ...``,
+:mod:`searchr1.core.token_limits`), and the verdict: the
 seed's criteria (:mod:`searchr1.cli.smoke_verdict`: rewards of both signs, searches within
 1..``max_search_calls``, answers in the protocol's format, search success >=
 ``[search] min_success_rate``), one line each, then ``smoke: PASS`` or ``smoke: FAILED``
@@ -22,15 +25,18 @@ naming what failed. Every trajectory, with its decoded text per turn and its tok
 goes to ``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading
 the config already fails naming the variable (exit 2).
 
-The default question is the seed's; its golden answers (:data:`DEFAULT_ANSWERS`) are the
-birthplace, so the seed's example scores ``France`` 1.0 and ``Paris`` 0.0.
+Without ``--question`` and ``[smoke] question`` the question is the seed's; its golden answers
+(:data:`DEFAULT_ANSWERS`) are the birthplace, so the seed's example scores ``France`` 1.0 and
+``Paris`` 0.0. The offline demo's config asks one of its own world's instead (its corpus is
+fictional); its warm-started model answers it, but in one group of four it never fails the
+answer format (no -0.1) and not every trajectory searches, so it ends with exit 3.
 
 Exit codes: 0 when every criterion holds and no channel failed; 1 when a channel is broken
 (model error, every search key benched, the probe failed, search success below the minimum);
 3 when the channels work but the group does not show the seed's behaviour (no rewards of both
 signs, searches outside the range, no answer in the format: e.g. an untrained model, or the
-seed's question asked of the offline demo's fictional world); 2 for config and plugin
-errors, and for rollout limits that cannot hold the question (from the CLI).
+offline demo's warm start); 2 for config and plugin errors, and for rollout limits that cannot
+hold the question (from the CLI).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
+from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
@@ -78,7 +85,8 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     if getattr(args, "question", None) and not getattr(args, "answer", None):
         raise UserError(
             "smoke --question needs at least one --answer (the golden answer its rewards are "
-            "scored against); without --question the seed's question and answers are used"
+            "scored against); without --question smoke asks [smoke] question of the config, or the "
+            "seed's question"
         )
     ctx = open_run(args, "smoke", config=config)
     group_size = int(getattr(args, "group_size", None) or 4)
@@ -86,11 +94,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     config = ctx.config
     if max_search is not None:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
-    question = Question(
-        id="smoke",
-        question=getattr(args, "question", None) or DEFAULT_QUESTION,
-        golden_answers=tuple(getattr(args, "answer", None) or DEFAULT_ANSWERS),
-    )
+    question = smoke_question(args, config)
     print(f"search keys: {len(config.search.api_keys)}")
     try:
         components = build_components(ctx, need_loss=False)
@@ -105,6 +109,20 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         return smoke.run()
     finally:
         components.model.close()
+
+
+def smoke_question(args: argparse.Namespace, config: Config) -> Question:
+    """The question smoke asks: ``--question``/``--answer``, else ``[smoke] question`` and
+    ``answers`` (a config whose search holds a world of its own, like the offline demo),
+    else the seed's (which needs real search)."""
+    asked = getattr(args, "question", None)
+    if asked:
+        return Question(id="smoke", question=asked, golden_answers=tuple(args.answer))
+    if config.smoke.question.strip():
+        return Question(
+            id="smoke", question=config.smoke.question, golden_answers=config.smoke.answers
+        )
+    return Question(id="smoke", question=DEFAULT_QUESTION, golden_answers=DEFAULT_ANSWERS)
 
 
 class _Smoke:
@@ -175,10 +193,17 @@ class _Smoke:
             min_success_rate=self.config.search.min_success_rate,
             search_calls_made=searched,
         )
+        hits = limit_hits(
+            trajectories,
+            max_new_tokens=self.config.model.max_new_tokens,
+            max_trajectory_tokens=self.config.rollout.max_trajectory_tokens,
+        )
         for line in self.warnings:
             print(f"warning: {line}")
         for line in self.problems:
             print(f"diagnosis: {line}")
+        for line in hits.sentences():  # a cut turn reads as invalid: name the setting instead
+            print(f"token limit: {line}")
         for criterion in criteria:
             print(criterion.line())
         failed = [c.name for c in criteria if not c.ok]

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.gguf import convert_gguf, gguf_cache_name, is_gguf
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Asset
 
@@ -51,8 +52,11 @@ def asset_name(spec: str) -> str:
 
 
 def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
-    """A real path for ``spec``: unchanged unless it starts with ``builtin:``. ``assets``
+    """A real path for ``spec``: unchanged unless it starts with ``builtin:`` or names a
+    ``.gguf`` file (converted once into the cache, :mod:`searchr1.core.gguf`). ``assets``
     (default: :func:`known_assets`) says which names exist."""
+    if is_gguf(spec) and not is_builtin(spec):
+        return _converted_gguf(Path(spec).expanduser())
     if not is_builtin(spec):
         return spec
     name, _, rest = spec[len(PREFIX) :].partition("/")
@@ -70,11 +74,26 @@ def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
     return str(path)
 
 
-def ceiling_agent(config: Any, tokenizer: Any, protocol: Any) -> Any | None:
-    """The scripted stand-in model that plays ``data.eval``'s questions perfectly, when that
-    file is a ``builtin:`` asset whose plugin offers one (:attr:`Asset.ceiling`), else None.
-    Called by ``searchr1 train`` once, before the first step."""
-    spec = str(config.data.eval or "")
+def _converted_gguf(path: Path) -> str:
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")
+    folder = cache_dir() / gguf_cache_name(path)
+    if not (folder / ".complete").exists():
+        from searchr1.core.logs import get_logger
+
+        get_logger().info("gguf.converting", file=str(path), folder=str(folder))
+        _build(folder, Asset("1", lambda tmp: convert_gguf(path, tmp)))
+    return str(folder)
+
+
+def ceiling_agent(
+    config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
+) -> Any | None:
+    """The scripted stand-in model that plays the questions of ``spec`` (default
+    ``data.eval``) perfectly, when that file is a ``builtin:`` asset whose plugin offers one
+    (:attr:`Asset.ceiling`), else None. Called by ``searchr1 train`` once, before the first
+    step, and by the cold start (:mod:`searchr1.core.cold_start`) as its teacher."""
+    spec = str(config.data.eval if spec is None else spec or "")
     if not is_builtin(spec):
         return None
     asset = known_assets().get(asset_name(spec))

@@ -16,7 +16,8 @@ and no ``provider``; no ``[rollout] protocol`` -- runs what the seed describes:
 
 It also calls :func:`literal_secret_warnings`. :func:`unhonoured_settings` is called by
 ``config check``, ``smoke`` and ``train`` (through :func:`searchr1.core.runs.open_run`) to name
-every setting the chosen model provider ignores or maps differently, and what happens instead.
+every setting the chosen model provider ignores or maps differently, and what happens instead;
+:func:`provider_warnings` adds what the provider's factory itself checks.
 """
 
 from __future__ import annotations
@@ -160,6 +161,26 @@ def unhonoured_settings(config: Config) -> list[str]:
         if config.model.temperature != 1.0:
             out.append(temperature_note(config))
     return out
+
+
+def provider_warnings(config: Config, registry: Any) -> list[str]:
+    """What the chosen model provider's factory says about this config before it runs: a
+    factory may carry a ``config_warnings(config) -> list[str]`` attribute (see
+    :func:`searchr1.core.hookspecs.register_model_providers`; e.g. LoRA targets that leave
+    whole layer types of the model out). Called by ``config check`` and, through
+    :func:`searchr1.core.runs.announce_config`, by ``smoke`` and ``train``. A check that
+    fails is no warning: the run's own load reports what is wrong."""
+    try:
+        factory = registry.get("model_provider", config.model.provider).factory
+    except Exception:  # an unknown provider is named by check_plugin_choices
+        return []
+    check = getattr(factory, "config_warnings", None)
+    if not callable(check):
+        return []
+    try:
+        return [str(line) for line in check(config)]
+    except Exception:
+        return []
 
 
 def temperature_note(config: Config) -> str:

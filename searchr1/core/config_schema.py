@@ -124,6 +124,20 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ColdStartConfig:
+    steps: int = _f(
+        0,
+        min=0,
+        help="supervised steps on scripted search trajectories before RL (searchr1.core."
+        "cold_start); 0 = off",
+    )
+    questions_per_step: int = _f(16, min=1)
+    lr: float = _f(1e-4, gt=0.0)
+    loss_fn: str = _f("cross_entropy", help="a registered loss; -sum(A * logprob) by default")
+    data: str = _f("", help="QA file the teacher plays; empty = data.train")
+
+
+@dataclass(frozen=True)
 class OptimizerConfig:
     lr: float = _f(1e-5, gt=0.0)
     betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
@@ -148,6 +162,16 @@ class LogConfig:
     )
 
 
+@dataclass(frozen=True)
+class SmokeConfig:
+    """``[smoke]``: the question ``searchr1 smoke`` asks (``--question``/``--answer`` win).
+    Empty: the seed's question about The Little Prince, which needs real search; a config
+    whose search holds a world of its own (the offline demo's) names one of that world."""
+
+    question: str = _f("", help="empty = the seed's question (needs real search)")
+    answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
+
+
 SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "model": ModelConfig,
@@ -156,9 +180,11 @@ SECTIONS: dict[str, type] = {
     "search": SearchConfig,
     "reward": RewardConfig,
     "train": TrainConfig,
+    "cold_start": ColdStartConfig,
     "optimizer": OptimizerConfig,
     "data": DataConfig,
     "log": LogConfig,
+    "smoke": SmokeConfig,
 }
 
 
@@ -173,9 +199,11 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    smoke: SmokeConfig = field(default_factory=SmokeConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = "<defaults>"

@@ -163,6 +163,17 @@ def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
 
 def cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
     rollout, train = s["rollout"], s["train"]
+    smoke = s["smoke"]
+    if smoke.question.strip() and not smoke.answers:
+        problems.append(
+            f"{where('smoke.question')}: smoke.question is set but smoke.answers is empty: "
+            f'list the golden answers its rewards are scored against, e.g. answers = ["..."]'
+        )
+    if smoke.answers and not smoke.question.strip():
+        problems.append(
+            f"{where('smoke.answers')}: smoke.answers is set but smoke.question is empty: "
+            f"name the question they answer (without both, smoke asks the seed's question)"
+        )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(
             f"{where('rollout.max_trajectory_tokens')}: rollout.max_trajectory_tokens "

@@ -7,7 +7,9 @@ console picks what a person watches for and leaves the rest there.
 
 * ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
   EM 11.9%  12.3 s/step  ETA 11:42``; the progress bar under it advances one step.
-* ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds).
+* ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds). The step line's EM is
+  the model's latest one (``before``, then any later eval); the ``ceiling`` (the eval set's
+  ideal agent) gets a line of its own and never becomes the step line's EM.
 * warnings and errors: a marked, coloured line with every field, never shortened.
 * anything else: ``time  event  key=value ...`` cut to the terminal's width.
 """
@@ -26,6 +28,8 @@ _SKIP = frozenset({"event", "level", "timestamp", "run_id", "logger"})
 _RESET, _BOLD, _DIM = "\033[0m", "\033[1m", "\033[2m"
 _COLORS = {"warning": "\033[1;33m", "error": "\033[1;31m", "critical": "\033[1;31m"}
 _DONE_EVENTS = frozenset({"train_done", "train_stopped"})
+#: the ``when`` of the ``eval/heldout_em`` event that scores the eval set's ideal agent
+CEILING = "ceiling"
 
 
 def _pct(value: Any) -> str:
@@ -130,11 +134,17 @@ class Console:
         return "  ".join(parts)
 
     def _eval_line(self, e: dict[str, Any]) -> str:
-        value = e.get("value")
-        if isinstance(value, int | float):
+        value, when = e.get("value"), str(e.get("when", ""))
+        # The ceiling is what the best possible agent scores on the eval set (the train loop
+        # evaluates one when the eval set's asset offers it), not the model: the step line
+        # keeps the model's latest held-out EM (before, then any later eval).
+        if isinstance(value, int | float) and when != CEILING:
             self._heldout_em = float(value)
         em = f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
-        bits = [f"held-out EM {e.get('when', '')}: {em}"]
+        if when == CEILING:
+            bits = [f"held-out EM ceiling (the eval set's ideal agent, not the model): {em}"]
+        else:
+            bits = [f"held-out EM {when}: {em}"]
         if isinstance(e.get("f1"), int | float):
             bits.append(f"F1 {e['f1']:.3f}")
         if isinstance(e.get("format_rate"), int | float):

@@ -36,6 +36,10 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
 
     ``factory(config)`` must return a :class:`~searchr1.core.types.ModelProvider` loaded and
     ready to sample (LoRA adapter attached, optimizer ready). Called once per run.
+
+    Optional: ``factory.config_warnings(config) -> list[str]``, a cheap check before anything
+    loads (no weights, no network); ``config check``, ``smoke`` and ``train`` print each line
+    as a warning (e.g. LoRA targets that leave whole layer types of the model out).
     """
 
 

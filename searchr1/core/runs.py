@@ -74,16 +74,17 @@ def open_run(
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir), config_source=config.source
     )
-    announce_config(config)
+    announce_config(config, registry)
     return RunContext(config=config, run_dir=run_dir, run_id=run_id, registry=registry)
 
 
-def announce_config(config: Config) -> list[str]:
+def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
     """Print (``warning: ...``) and log (``config_warning``) what the run should know before
     it starts: the provider and protocol when the file left them out, literal secrets, empty
-    exported variables, and every setting the model provider cannot honour. Returns the
-    warnings (smoke repeats them in its verdict)."""
-    from searchr1.core.config_advice import unhonoured_settings
+    exported variables, every setting the model provider cannot honour, and what the
+    provider's factory checks (``registry`` given). Returns the warnings (smoke repeats them
+    in its verdict)."""
+    from searchr1.core.config_advice import provider_warnings, unhonoured_settings
 
     log = get_logger()
     for dotted, reason in config.choices.items():
@@ -93,6 +94,8 @@ def announce_config(config: Config) -> list[str]:
             print(f"{dotted} = {value!r}: {reason}")
             log.info("config_choice", field=dotted, value=value, reason=reason)
     warnings = [*config.warnings, *unhonoured_settings(config)]
+    if registry is not None:
+        warnings += provider_warnings(config, registry)
     for line in warnings:
         print(f"warning: {line}")
         log.warning("config_warning", detail=line)

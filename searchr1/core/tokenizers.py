@@ -43,3 +43,18 @@ def provider_tokenizer(config: Config, provider: str, tokenizer: str) -> Any:
     if tokenizer:
         return load_tokenizer(tokenizer, f"model.{provider}.tokenizer", hint)
     return load_tokenizer(config.model.base_model, "model.base_model", hint)
+
+
+def local_tokenizer(config: Config) -> tuple[Any | None, str]:
+    """The run's tokenizer if it is on this machine -- ``[model.<provider>] tokenizer`` when
+    set, else ``[model] base_model``: a ``builtin:`` asset, a folder, or a hub id already in
+    the local cache -- without any download; ``(None, why)`` otherwise. For checks that
+    render text before a run (``config check``'s token fit)."""
+    from transformers import AutoTokenizer
+
+    name = str(config.plugin_table("model", config.model.provider).get("tokenizer") or "")
+    name = name or config.model.base_model
+    try:
+        return AutoTokenizer.from_pretrained(resolve(name), local_files_only=True), name
+    except Exception as exc:  # not local (a hub id never downloaded), or not a tokenizer
+        return None, f"{name!r} is not on this machine ({type(exc).__name__})"

@@ -12,6 +12,10 @@ Each step (:mod:`searchr1.core.train_step`)::
     optim_step(adam)                                     exactly one per step
     log metrics; dump a few trajectories; checkpoint every save_every steps
 
+Before the first step (not when resuming): the held-out eval "before", the eval set's ceiling
+where its asset offers one, and with ``[cold_start] steps > 0`` the supervised cold start
+(:mod:`searchr1.core.cold_start`), its held-out eval "cold_start" and checkpoint 0.
+
 Steps run through :func:`searchr1.core.pipeline.run_steps`: with ``train.max_staleness = 0``
 one after the other; with ``k > 0`` the next steps' rollouts run (on weights at most ``k``
 versions old) while this step trains. SIGINT/SIGTERM finish the current step, save a
@@ -32,6 +36,7 @@ from typing import Any
 
 from searchr1.core.builtins import ceiling_agent
 from searchr1.core.checkpoint import restore_rng, save_checkpoint
+from searchr1.core.cold_start import cold_start_loss, run_cold_start
 from searchr1.core.config import Config, plugin_settings
 
 # EnvironmentDown is re-exported: callers that caught it from here keep working.
@@ -45,6 +50,7 @@ from searchr1.core.health import (
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
 from searchr1.core.pipeline import SnapshotSampling, run_steps
 from searchr1.core.resume import load_model_state, resume_point
+from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext, build_components
 from searchr1.core.train_step import (
     CollectedStep,
@@ -69,6 +75,8 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
+    if cfg.cold_start.steps:
+        cold_start_loss(cfg)  # an unknown [cold_start] loss_fn fails before the model load
     health = HealthMonitor(plugin_settings(cfg, "train", "health", HealthSettings))
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
@@ -88,12 +96,13 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
 
     stop = _StopFlag()
+    notices = RunNotices(cfg)  # once-per-run warnings: steps that train nothing, token limits
     last: dict[str, Any] = {}
     step = start_step
     try:
         with asyncio.Runner() as runner:
             try:
-                if heldout and start_step == 0:
+                if heldout and checkpoint is None:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
                     # The eval set's ceiling (the offline world's scripted ideal agent), when
                     # the asset it comes from offers one: same eval.
@@ -104,8 +113,17 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                             _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
                         except ValueError as exc:  # e.g. a protocol it cannot play
                             log.warning("ceiling_skipped", reason=str(exc))
+                if cfg.cold_start.steps and checkpoint is None:
+                    run_cold_start(runner, components, protocol, cfg)
+                    if heldout:
+                        _evaluate(
+                            runner, components, protocol, heldout, cfg, ctx, "cold_start", step=0
+                        )
+                    _save(ctx, components, stream.state(), 0, health)  # --resume skips it
                 step = runner.run(
-                    _run_steps(components, protocol, stream, ctx, start_step, health, stop, last)
+                    _run_steps(
+                        components, protocol, stream, ctx, start_step, health, stop, last, notices
+                    )
                 )
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
@@ -115,7 +133,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     finally:
         components.model.close()
         stop.restore()
-    log.info("train_done", steps=step, stopped_early=stop.requested)
+    log.info("train_done", steps=step, stopped_early=stop.requested, **notices.totals())
     close_sinks()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start_step)
@@ -131,6 +149,7 @@ async def _run_steps(
     health: HealthMonitor,
     stop: _StopFlag,
     last_metrics: dict[str, Any],
+    notices: RunNotices,
 ) -> int:
     """Collect, learn, log and checkpoint steps ``start_step + 1 .. max_steps`` (stopping
     early on a signal); returns the last step learned, its metrics in ``last_metrics``."""
@@ -157,6 +176,7 @@ async def _run_steps(
         log_metrics(collected.step, metrics)
         last_metrics.clear()
         last_metrics.update(metrics)
+        alerts = [*alerts, *notices.observe(collected.step, collected.groups, trajectories)]
         for alert in alerts:
             log.warning("health_alert", step=collected.step, kind=alert.kind, message=alert.message)
         _dump_trajectories(

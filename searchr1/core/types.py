@@ -403,7 +403,9 @@ class Asset:
     optional, is for a data asset whose questions a scripted agent can answer perfectly:
     ``ceiling(config, tokenizer, protocol)`` returns a :class:`ModelProvider` stand-in (or
     None when it cannot play this config), which ``searchr1 train`` evaluates once at step 0
-    on the held-out set as the reachable ceiling (its "ceiling" evaluation).
+    on the held-out set as the reachable ceiling (its "ceiling" evaluation), and which the
+    ``[cold_start]`` stage imitates when the training file is the asset's
+    (:mod:`searchr1.core.cold_start`).
     """
 
     version: str

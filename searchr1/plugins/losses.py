@@ -1,4 +1,5 @@
-"""Built-in policy losses: ``importance_sampling``, ``ppo`` and ``cispo``.
+"""Built-in losses: the policy losses ``importance_sampling``, ``ppo`` and ``cispo``, and
+``cross_entropy``, the supervised loss of the cold-start stage (``[cold_start] loss_fn``).
 
 Registered through the ``searchr1`` entry point like any third-party plugin and chosen by
 ``[train] loss_fn``. Each is a small pure function over per-position tensors (Tinker
@@ -121,6 +122,17 @@ def cispo(
     return LossOutput(loss, _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap))
 
 
+def cross_entropy(logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
+    """``loss = -sum_t A_t * lp_t``: supervised fine-tuning, with each trained token's
+    advantage as its weight (the cold start sets 1 on every token the scripted agent wrote, 0
+    on prompt and observation tokens, exactly as the RL datums mask them). The sampler
+    log-probs play no part (a scripted agent has none)."""
+    trained_T = inputs.advantages_T != 0
+    loss = -(inputs.advantages_T * logprobs_T).sum()
+    nll_sum = float(-(logprobs_T.detach() * trained_T).sum())
+    return LossOutput(loss, {"tokens": float(trained_T.float().sum()), "nll_sum": nll_sum})
+
+
 @dataclass(frozen=True)
 class ClipSettings:
     """``[train.loss]``: clip bounds of ppo and cispo, and the truncated-IS cap of every
@@ -164,3 +176,4 @@ def register_loss_fns(register: Callable[[str, Callable[[Config], NamedLoss]], N
     )
     register("ppo", lambda config: NamedLoss("ppo", ppo, _clip_settings(config)))
     register("cispo", lambda config: NamedLoss("cispo", cispo, _clip_settings(config)))
+    register("cross_entropy", lambda config: NamedLoss("cross_entropy", cross_entropy))

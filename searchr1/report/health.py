@@ -1,4 +1,5 @@
-"""The report's health section, shown at the top of the page: alerts, a table of the health
+"""The report's health section, shown at the top of the page: alerts, how many steps trained
+no token, a table of the health
 and mismatch signals (first step, last step, range), the held-out EM against the offline
 world's ceiling, what the importance ratio compares, and small charts of the signals.
 
@@ -60,8 +61,8 @@ def _row(label: str, key: str, points: Sequence[tuple[float, float]]) -> str:
 
 
 def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
-    """``held-out EM: before X · after Y · ceiling Z`` from the train loop's eval events (the
-    ceiling is the offline world's scripted ideal agent,
+    """``held-out EM: before X · cold_start Y · after Z · ceiling C`` from the train loop's
+    eval events (the ceiling is the offline world's scripted ideal agent,
     :mod:`searchr1.plugins.offline_world.ideal_agent`)."""
     by_when: dict[str, float] = {}
     for e in evals:
@@ -69,10 +70,27 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
             by_when[str(e.get("when", ""))] = float(e["value"])
     if not by_when:
         return ""
-    order = {"before": 0, "after": 1, "ceiling": 2}
-    whens = sorted(by_when, key=lambda w: order.get(w, 3))
+    order = {"before": 0, "cold_start": 1, "after": 2, "ceiling": 3}
+    whens = sorted(by_when, key=lambda w: order.get(w, 4))
     parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
     return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
+
+
+def _untrained_line(log: RunLog) -> str:
+    """``K of N steps trained no token`` when some step's ``tokens/trained`` is 0: every group
+    it kept was degenerate (all rewards equal), so its update changed nothing. Counted from
+    the metric series, so a resumed run's steps count too."""
+    points = log.series.get("tokens/trained", [])
+    idle = [int(step) for step, value in points if value == 0]
+    if not idle:
+        return ""
+    shown = ", ".join(map(str, idle[:10])) + (", ..." if len(idle) > 10 else "")
+    return (
+        f'<p class="warning" id="health-untrained">{len(idle)} of {len(points)} steps trained '
+        f"no token (steps {shown}): every group they kept was degenerate (all its rewards "
+        f"equal, every advantage 0). See rollout.dynamic_sampling, rollout.group_size and "
+        f"model.temperature</p>"
+    )
 
 
 def health_html(log: RunLog) -> str:
@@ -108,4 +126,5 @@ def health_html(log: RunLog) -> str:
     charts = ""
     if rows:
         charts = '<div class="grid">' + "".join(svg_chart(c, log.series) for c in CHARTS) + "</div>"
-    return f"{alert_html}{_em_line(log.evals)}{table}{basis}{charts}"
+    untrained = _untrained_line(log)
+    return f"{alert_html}{untrained}{_em_line(log.evals)}{table}{basis}{charts}"

@@ -173,6 +173,32 @@ class ToolCallsProtocol(AgentProtocol):
         return before, after
 
     @cached_property
+    def trims_observations(self) -> bool:
+        """Whether the chat template strips whitespace around a tool message's content (the
+        official Qwen3.5 template renders ``content | trim``): read off one rendering of a
+        tool message padded with spaces and newlines."""
+        messages = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _ASSISTANT_MARK},
+            {"role": "tool", "content": f" \n{_TOOL_MARK} \n"},
+        ]
+        return f" \n{_TOOL_MARK} \n" not in self._template(messages, True)
+
+    def render_observation_tokens(
+        self, body: str, turn_tokens: Sequence[int], max_body_tokens: int
+    ) -> tuple[list[int], str]:
+        """As the base class, but where the template trims tool content the body is trimmed
+        too, after the cut: a body cut on a space then renders ``Doc\n</tool_response>``,
+        as the template renders that observation, not ``Doc \n</tool_response>``."""
+        if not self.trims_observations:
+            return super().render_observation_tokens(body, turn_tokens, max_body_tokens)
+        before, after = self.observation_wrapper(turn_tokens)
+        cut = self.decode(self.encode(body.strip())[:max_body_tokens], skip_special_tokens=False)
+        body_tokens = self.encode(cut.strip())[:max_body_tokens]
+        tokens = before + body_tokens + after
+        return tokens, self.decode(tokens, skip_special_tokens=False)
+
+    @cached_property
     def _encoded_parts(self) -> tuple[list[int], list[int]]:
         before, after = self._template_parts
         return self.encode(before), self.encode(after)

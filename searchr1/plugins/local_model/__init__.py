@@ -9,7 +9,8 @@ KV-cached generation in a worker thread), ``admission`` (which requests run toge
 ``sample_request`` (a call's way to that thread and back), ``generation`` (one
 running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
 logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
-between a trajectory's turns), ``budget`` (the sampler's token budget), ``learner``
+between a trajectory's turns), ``budget`` (the sampler's token budget), ``lora_coverage``
+(which layer types the adapter reaches), ``learner``
 (log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
 CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
 :mod:`searchr1.core.builtins` (the ``offline_world`` plugin registers the tiny models).
@@ -30,6 +31,18 @@ def _create_local(config: Config) -> Any:
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
     return LocalModelProvider.from_config(config)
+
+
+def lora_config_warnings(config: Config) -> list[str]:
+    """The factory's pre-run check (``config check``, ``smoke`` and ``train`` call it through
+    :func:`searchr1.core.config_advice.provider_warnings`): layer types of the model that
+    ``[lora] target_modules`` leaves without any adapted module."""
+    from searchr1.plugins.local_model.lora_coverage import coverage_warnings
+
+    return coverage_warnings(config)
+
+
+_create_local.config_warnings = lora_config_warnings  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -162,6 +162,11 @@ class LocalModelProvider:
             configure_cpu_threads,
         )
         from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
+        from searchr1.plugins.local_model.lora_coverage import (
+            coverage_line,
+            decoder_layers,
+            peft_adapted,
+        )
 
         settings = plugin_settings(config, "model", "local", LocalSettings)
         device = choose_device(config.model.device)
@@ -178,10 +183,18 @@ class LocalModelProvider:
             ) from exc
         base.to(device)
         warn_if_slow_kernels(base.config, device)
+        layers = decoder_layers(base)  # before peft wraps them: the model's own modules
         # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.run.seed)
             model = attach_lora(base, config)
+        # Which layer types the adapter reaches: a hybrid model (Qwen3.5) with attention-only
+        # targets trains a quarter of its layers, which nothing else would show.
+        log.info(
+            "lora_coverage",
+            message=coverage_line(layers, peft_adapted(model, layers)),
+            target_modules=list(config.lora.target_modules),
+        )
         if _checkpointing(settings.gradient_checkpointing, device):
             _enable_checkpointing(model.get_base_model())
         budget = token_budget(settings.max_batch_tokens, base.config, dtype, device)

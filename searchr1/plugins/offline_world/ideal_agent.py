@@ -106,11 +106,11 @@ def world_questions() -> list[WorldQuestion]:
 
 
 def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
-    """The ideal agent when ``data.eval`` is the offline world's held-out set and the agent
-    protocol is ``tags`` (the one the offline world's tokenizer and warm start speak), else
-    None."""
-    if not str(config.data.eval or "").startswith("builtin:world/"):
-        return None
+    """The ideal agent when the agent protocol is ``tags`` (the one the offline world's
+    tokenizer and warm start speak), else None. It plays every question of the world: the
+    asset cache (:func:`searchr1.core.builtins.ceiling_agent`) asks for it only for a
+    ``builtin:world/...`` file (the held-out set for the ceiling, the training set as the cold
+    start's teacher)."""
     if getattr(protocol, "name", None) != "tags":
         return None
     return IdealAgent(tokenizer, protocol, world_questions())
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     protocol = make_protocol(config, tokenizer)
     agent = ideal_agent_for(config, tokenizer, protocol)
-    if agent is None:
+    if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
         parser.error(
             f"data.eval = {config.data.eval!r} and rollout.protocol = "
             f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"

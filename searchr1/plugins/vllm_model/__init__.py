@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
+from searchr1.plugins.local_model import lora_config_warnings
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -34,3 +35,7 @@ def _create_vllm(config: Config) -> Any:
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
     register("vllm", _create_vllm)
+
+
+# the same LoRA adapter as the local provider's, so the same pre-run check
+_create_vllm.config_warnings = lora_config_warnings  # type: ignore[attr-defined]

@@ -1,0 +1,197 @@
+"""A real pretrained model learns to search: base -> cold start -> RL on the offline world.
+
+Runs ``searchr1 train`` once, as a user would, with ``examples/real-model.toml``
+(SmolLM2-135M-Instruct, ``builtin:smollm2-135m-instruct``) and a held-out subset of the world
+(``--eval-questions``, half one-hop, half two-hop), then reads the run's events and eval
+records. One JSON line::
+
+    stages.{base,cold_start,rl}: held-out em, format_rate, search_rate (share of questions
+                                 with >= 1 search), searches per question, eval seconds
+    ceiling_em                   the scripted ideal agent on the same questions
+    seconds.{cold_start,rl,total} wall time of each stage and of the whole command
+    tokens_per_s.{sampling,training}  RL rollout tokens / rollout seconds; trained tokens
+                                 (advantage != 0) / train seconds
+    peak_rss_gb                  of the train process
+    rl_gain_points               (em after RL - em after cold start) * 100
+
+    python bench/real_model.py                       # the documented run (docs/benchmarks.md)
+    python bench/real_model.py --cold-start-steps 4 --rl-steps 2 --eval-questions 8  # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "examples" / "real-model.toml"
+
+
+def heldout_subset(n: int, out: Path) -> Path:
+    """The first ``n // 2`` one-hop and ``n - n // 2`` two-hop questions of the world's
+    held-out set, as a JSONL file."""
+    from searchr1.core.builtins import resolve
+
+    want = {"world_1hop": n // 2, "world_2hop": n - n // 2}
+    rows = []
+    for line in Path(resolve("builtin:world/heldout.jsonl")).read_text().splitlines():
+        row = json.loads(line)
+        if want.get(row["data_source"], 0) > 0:
+            want[row["data_source"]] -= 1
+            rows.append(line)
+    out.write_text("\n".join(rows) + "\n")
+    return out
+
+
+def set_value(text: str, section: str, key: str, value: str) -> str:
+    """``key = value`` inside ``[section]`` of a TOML text (the key must be there)."""
+    pattern = re.compile(rf"(\[{re.escape(section)}\][^\[]*?^){key} = [^\n]*", re.M | re.S)
+    new, count = pattern.subn(lambda m: f"{m.group(1)}{key} = {value}", text, count=1)
+    if count != 1:
+        raise SystemExit(f"{CONFIG}: no {key} in [{section}]")
+    return new
+
+
+def stage(records_file: Path, event: dict) -> dict:
+    records = [json.loads(line) for line in records_file.read_text().splitlines() if line]
+    searched = [r for r in records if r.get("search_calls", 0) > 0]
+    return {
+        "em": round(event["value"], 4),
+        "format_rate": round(event.get("format_rate") or 0.0, 4),
+        "search_rate": round(len(searched) / len(records), 4) if records else 0.0,
+        "searches_per_question": round(event.get("search_calls_mean") or 0.0, 3),
+        "eval_seconds": event.get("seconds"),
+        "n": event.get("n"),
+    }
+
+
+def ceiling_em(config: Path) -> float:
+    """EM of the world's scripted ideal agent on the same held-out questions (no model: what
+    the configured search and limits make answerable)."""
+    import asyncio
+
+    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.core.config import load_config
+    from searchr1.core.data import load_questions
+    from searchr1.core.eval import evaluate_async
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.tokenizers import load_tokenizer
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
+
+    cfg = load_config(config)
+    registry = load_registry()
+    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model))
+    agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)
+    questions = list(load_questions(cfg.data.eval).questions)
+    search = registry.create("search_provider", cfg.search.provider, cfg)
+    reward = registry.create("reward", cfg.reward.name, cfg)
+
+    async def run() -> float:
+        try:
+            result = await evaluate_async(agent, search, protocol, reward, questions, cfg)
+            return float(result.metrics["em"])
+        finally:
+            await search.aclose()
+
+    return round(asyncio.run(run()), 4)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--eval-questions", type=int, default=48)
+    parser.add_argument("--cold-start-steps", type=int, default=None, help="default: config's")
+    parser.add_argument("--rl-steps", type=int, default=None, help="default: config's")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
+    args = parser.parse_args()
+
+    work = Path(args.out or tempfile.mkdtemp(prefix="bench-real-model-"))
+    work.mkdir(parents=True, exist_ok=True)
+    text = CONFIG.read_text()
+    text = set_value(text, "run", "dir", json.dumps(str(work / "runs")))
+    text = set_value(text, "run", "seed", str(args.seed))
+    text = set_value(
+        text,
+        "data",
+        "eval",
+        json.dumps(str(heldout_subset(args.eval_questions, work / "heldout.jsonl"))),
+    )
+    if args.cold_start_steps is not None:
+        text = set_value(text, "cold_start", "steps", str(args.cold_start_steps))
+    if args.rl_steps is not None:
+        text = set_value(text, "train", "max_steps", str(args.rl_steps))
+        text = set_value(text, "train", "save_every", str(max(1, args.rl_steps)))
+    text = set_value(text, "model.local", "threads", str(args.threads))
+    config = work / "config.toml"
+    config.write_text(text)
+
+    env = {**os.environ, "SEARCHR1_LOAD_PLUGINS": ""}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("searchr1")), "train", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    total = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:])
+        raise SystemExit(f"searchr1 train exited {proc.returncode}")
+    run_dir = max((work / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    evals = {e["when"]: e for e in events if e.get("event") == "eval/heldout_em"}
+    done = next(e for e in events if e.get("event") == "cold_start_done")
+    steps = [e for e in events if e.get("event") == "metrics"]
+    stages = {
+        name: stage(run_dir / f"eval_heldout_{when}.jsonl", evals[when])
+        for name, when in (("base", "before"), ("cold_start", "cold_start"), ("rl", "after"))
+        if when in evals
+    }
+    rollout_s = sum(s.get("time/rollout", 0.0) for s in steps)
+    train_s = sum(s.get("time/train", 0.0) for s in steps)
+    out = {
+        "bench": "real_model",
+        "model": "builtin:smollm2-135m-instruct",
+        "eval_questions": args.eval_questions,
+        "cold_start_steps": done["steps"],
+        "cold_start_kept": done["kept"],
+        "rl_steps": len(steps),
+        "stages": stages,
+        "ceiling_em": ceiling_em(config),
+        "rl_gain_points": round(100 * (stages["rl"]["em"] - stages["cold_start"]["em"]), 1)
+        if {"rl", "cold_start"} <= stages.keys()
+        else None,
+        "seconds": {
+            "cold_start": round(done["seconds"], 1),
+            "rl": round(sum(s.get("time/step", 0.0) for s in steps), 1),
+            "total": round(total, 1),
+        },
+        "tokens_per_s": {
+            "sampling": round(sum(s.get("tokens/sampled", 0.0) for s in steps) / rollout_s, 1)
+            if rollout_s
+            else None,
+            "training": round(sum(s.get("tokens/trained", 0.0) for s in steps) / train_s, 1)
+            if train_s
+            else None,
+        },
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2),
+        "threads": args.threads,
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+        "run_dir": str(run_dir),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

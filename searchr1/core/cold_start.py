@@ -1,0 +1,195 @@
+"""The cold-start stage: supervised fine-tuning of the LoRA on scripted search trajectories.
+
+A pretrained instruct model asked to use a search tool usually never does (it answers from
+memory, or writes prose), so every RL group is degenerate and GRPO gets no signal. The cold
+start first shows it the behaviour: ``[cold_start] steps > 0`` makes ``searchr1 train`` run,
+before the first RL step (and only when not resuming)::
+
+    teacher    = the data's own scripted agent (its asset's ceiling, e.g. the offline world's
+                 hop-by-hop ideal agent), else ScriptedTeacher: search the question, answer
+                 what the results hold
+    for step in 1..steps:
+        trajectories = rollout(teacher, questions_per_step fresh questions, group_size 1)
+                       through the run's search provider, protocol, chat template and limits
+        kept         = those the reward scores above 0 (found the answer, well formed)
+        datums       = trajectory_to_datum(t, advantage 1): weight 1 on the teacher's tokens,
+                       0 on prompt and observation tokens, exactly the masks RL trains with
+        forward_backward(micro-batch, cold_start.loss_fn, 1 / trained tokens); optim_step
+
+The loss (``cross_entropy`` by default: ``-sum_t A_t lp_t``) is a registered loss plugin run by
+the model provider like the RL loss, so the stage works with any provider that trains. The
+train loop then evaluates the held-out set (``when = "cold_start"``) and saves checkpoint 0,
+so a later ``--resume`` never repeats the stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+from searchr1.core.batching import BatchLimits, pack_micro_batches
+from searchr1.core.builtins import ceiling_agent
+from searchr1.core.config import Config
+from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.logs import get_logger
+from searchr1.core.runs import Components
+from searchr1.core.step_metrics import merge_train_metrics
+from searchr1.core.types import AdamParams, Datum, Question
+
+
+@dataclasses.dataclass(frozen=True)
+class ColdStartResult:
+    """What the stage did, for the ``cold_start_done`` event and the benchmark."""
+
+    steps: int
+    trajectories: int
+    kept: int
+    tokens: float
+    loss_first: float
+    loss_last: float
+    seconds: float
+
+
+def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Question]) -> Any:
+    """The scripted agent for ``questions``: the data asset's own (``Asset.ceiling``) when it
+    offers one for this protocol, else :class:`~searchr1.core.scripted_teacher.ScriptedTeacher`."""
+    from searchr1.core.scripted_teacher import ScriptedTeacher
+
+    own = ceiling_agent(cfg, tokenizer, protocol, spec=_data_spec(cfg))
+    return own if own is not None else ScriptedTeacher(tokenizer, protocol, questions)
+
+
+def run_cold_start(
+    runner: asyncio.Runner, c: Components, protocol: Any, cfg: Config
+) -> ColdStartResult:
+    """Run ``[cold_start]`` on the run's model; called by :func:`searchr1.core.train.train`
+    inside its event loop runner, before the held-out "cold_start" evaluation."""
+    from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.core.rollout import rollout_questions, sampling_params
+
+    log = get_logger()
+    cs = cfg.cold_start
+    spec = _data_spec(cfg)
+    questions = list(load_questions(spec, field_name=_data_field(cfg)).questions)
+    stream = QuestionStream(questions, cfg.run.seed + 1)
+    teacher = teacher_for(cfg, c.model.tokenizer, protocol, questions)
+    loss_fn = cold_start_loss(cfg, c.model)
+    limits = BatchLimits(
+        cfg.train.max_datum_tokens,
+        cfg.train.max_micro_batch_datums,
+        cfg.train.max_micro_batch_tokens,
+    )
+    sampling = dataclasses.replace(sampling_params(cfg, protocol, greedy=True), seed=cfg.run.seed)
+    t0 = time.perf_counter()
+    total = kept_total = 0
+    tokens_total = 0.0
+    losses: list[float] = []
+    for step in range(1, cs.steps + 1):
+        batch = stream.next_batch(cs.questions_per_step)
+        groups = runner.run(
+            rollout_questions(
+                teacher,
+                c.search,
+                protocol,
+                batch,
+                cfg,
+                group_size=1,
+                sampling=sampling,
+                id_prefix=f"cs{step}/",
+            )
+        )
+        c.search.metrics(reset=True)  # the teacher's searches are not an RL step's
+        datums: list[Datum] = []
+        for question, (trajectory,) in zip(batch, groups, strict=True):
+            if c.reward(trajectory, question.golden_answers).reward > 0:
+                datums.append(trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens))
+        total += len(batch)
+        kept_total += len(datums)
+        if not datums:
+            log.warning(
+                "cold_start.nothing_kept",
+                step=step,
+                reason="no scripted trajectory of this step found its answer (the reward "
+                "scored every one <= 0); check that [search] returns the answers of "
+                f"{spec!r}",
+            )
+            continue
+        tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
+        results = [
+            c.model.forward_backward(mb, loss_fn, loss_scale=1.0 / tokens)
+            for mb in pack_micro_batches(datums, limits)
+        ]
+        c.model.optim_step(_adam(cfg))
+        metrics = merge_train_metrics([r.metrics for r in results])
+        # Mean over the trained tokens: nll_sum is cross_entropy's; another loss's own value.
+        if "nll_sum" in metrics:
+            loss = metrics["nll_sum"] / tokens
+        else:
+            loss = sum(r.loss for r in results)
+        losses.append(loss)
+        tokens_total += tokens
+        log.info(
+            "cold_start.step",
+            step=step,
+            steps=cs.steps,
+            loss=round(loss, 4),
+            kept=len(datums),
+            trajectories=len(batch),
+            tokens=tokens,
+            seconds=round(time.perf_counter() - t0, 1),
+        )
+        log.info("progress", task="cold start", done=step, total=cs.steps)
+    result = ColdStartResult(
+        steps=cs.steps,
+        trajectories=total,
+        kept=kept_total,
+        tokens=tokens_total,
+        loss_first=losses[0] if losses else float("nan"),
+        loss_last=losses[-1] if losses else float("nan"),
+        seconds=time.perf_counter() - t0,
+    )
+    log.info("cold_start_done", **dataclasses.asdict(result))
+    return result
+
+
+def _data_spec(cfg: Config) -> str:
+    return cfg.cold_start.data or cfg.data.train
+
+
+def _data_field(cfg: Config) -> str:
+    return "cold_start.data" if cfg.cold_start.data else "data.train"
+
+
+def cold_start_loss(cfg: Config, model: Any = None) -> Any:
+    """The ``[cold_start] loss_fn`` plugin; an unknown name is a :class:`PluginError` naming
+    that setting, and a ``model`` with ``check_loss`` (a remote service) may refuse it.
+    :func:`searchr1.core.train.train` calls it once before the model loads (names only) and
+    :func:`run_cold_start` again with the model."""
+    from searchr1.core.errors import PluginError
+    from searchr1.core.plugins import load_registry
+
+    registry, name = load_registry(), cfg.cold_start.loss_fn
+    if name not in registry.names("loss_fn"):
+        raise PluginError(
+            f"cold_start.loss_fn = {name!r}: no loss of that name is installed. Available: "
+            f"{', '.join(registry.names('loss_fn'))}."
+        )
+    loss = registry.create("loss_fn", name, cfg)
+    check = getattr(model, "check_loss", None)
+    if callable(check):
+        check(loss)
+    return loss
+
+
+def _adam(cfg: Config) -> AdamParams:
+    o = cfg.optimizer
+    return AdamParams(
+        learning_rate=cfg.cold_start.lr,
+        beta1=o.betas[0],
+        beta2=o.betas[1],
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        grad_clip_norm=o.grad_clip or None,
+    )

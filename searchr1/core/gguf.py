@@ -1,0 +1,77 @@
+"""GGUF model files (llama.cpp's format) as ``from_pretrained``-loadable folders.
+
+``[model] base_model`` may name a ``.gguf`` file; :func:`searchr1.core.builtins.resolve`
+converts it once into the cache (:func:`convert_gguf`) and every provider then loads the
+folder like any Hugging Face checkpoint. Built-in assets that ship a GGUF file (e.g.
+``builtin:smollm2-135m-instruct``) call the same function from their builder.
+
+transformers reads GGUF itself (``from_pretrained(folder, gguf_file=name)``, needs the
+``gguf`` package) and dequantizes every tensor to the requested dtype. The loaded model cannot
+be saved as it is (it keeps a GGUF quantizer that ``save_pretrained`` refuses), so the
+weights are copied into a fresh model built from the same config, which is then saved as
+ordinary safetensors next to the tokenizer (its chat template included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from searchr1.core.errors import ConfigValueError
+
+#: What to install when the ``gguf`` reader is missing.
+GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
+
+
+def is_gguf(spec: str) -> bool:
+    return spec.lower().endswith(".gguf")
+
+
+def gguf_cache_name(path: Path) -> str:
+    """The cache folder name of a converted file: its stem and a hash of its absolute path,
+    size and modification time, so an edited or replaced file is converted again."""
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return f"gguf-{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def convert_gguf(gguf_file: Path, folder: Path, *, field: str = "model.base_model") -> None:
+    """Write tokenizer, config and fp32 safetensors of ``gguf_file`` into ``folder``.
+
+    Called by the asset cache (:func:`searchr1.core.builtins.resolve`) into a temporary
+    folder that is renamed into place only when this returns. ``field`` names the config
+    setting in errors."""
+    gguf_file = Path(gguf_file)
+    if not gguf_file.is_file():
+        raise ConfigValueError(f"{field}: GGUF file {str(gguf_file)!r} does not exist")
+    try:
+        import gguf  # noqa: F401  (transformers imports it lazily; fail here with the fix)
+    except ImportError as exc:
+        raise ConfigValueError(
+            f"{field} = {str(gguf_file)!r} is a GGUF file, and reading it needs the gguf "
+            f"package: {GGUF_EXTRA}"
+        ) from exc
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    parent, name = gguf_file.parent, gguf_file.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(parent, gguf_file=name)
+        config = AutoConfig.from_pretrained(parent, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(parent, gguf_file=name, dtype=torch.float32)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigValueError(
+            f"{field} = {str(gguf_file)!r}: transformers cannot read this GGUF file "
+            f"({type(exc).__name__}: {exc}); its architecture or quantization may be "
+            f"unsupported (pip install -U transformers gguf)"
+        ) from exc
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    del loaded
+    if getattr(model, "generation_config", None) is not None:
+        # The GGUF's sampling hints are llama.cpp's, not ours: the provider passes every
+        # sampling parameter explicitly.
+        model.generation_config.do_sample = False
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

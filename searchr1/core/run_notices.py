@@ -1,0 +1,94 @@
+"""Conditions of a training run that deserve one warning, not one per step.
+
+The train loop creates one :class:`RunNotices` per run and calls :meth:`RunNotices.observe`
+once per step (after logging its metrics); each returned
+:class:`~searchr1.core.health.Alert` is logged as a ``health_alert`` warning like the health
+monitor's, so the console shows it and the report lists it. Each kind is raised once per run,
+the first step it happens; :meth:`RunNotices.totals` holds the run's counts, which the train
+loop adds to its ``train_done`` event.
+
+Kinds:
+
+- ``no_tokens_trained``: every group the step kept was degenerate (all its rewards equal,
+  so every advantage is 0): the step trained no token and its update changed nothing;
+- ``max_new_tokens``: turns stopped at ``[model] max_new_tokens`` before the protocol's
+  closing tag (:mod:`searchr1.core.token_limits`);
+- ``max_trajectory_tokens``: trajectories ran out of ``[rollout] max_trajectory_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from searchr1.core.health import Alert
+from searchr1.core.token_limits import limit_hits
+from searchr1.core.types import Trajectory
+
+if TYPE_CHECKING:
+    from searchr1.core.config import Config
+
+
+@dataclass
+class RunNotices:
+    """Run-long counts of the notices' conditions and which kinds were already raised."""
+
+    config: Config
+    counts: dict[str, int] = field(default_factory=dict)
+    raised: set[str] = field(default_factory=set)
+
+    def observe(
+        self, step: int, groups: Sequence[Any], trajectories: Sequence[Trajectory]
+    ) -> list[Alert]:
+        """This step's notices: ``groups`` are the groups it trained on (each with a
+        ``degenerate`` flag), ``trajectories`` its first draw (the unbiased sample)."""
+        cfg = self.config
+        out: list[Alert] = []
+        if groups and all(g.degenerate for g in groups):
+            hint = (
+                "raise rollout.max_extra_draws (dynamic sampling draws fresh questions for "
+                "degenerate groups)"
+                if cfg.rollout.dynamic_sampling
+                else "set rollout.dynamic_sampling = true (fresh questions replace degenerate "
+                "groups)"
+            )
+            out += self._count(
+                "no_tokens_trained",
+                1,
+                f"step {step} trained no token: all {len(groups)} of its groups were "
+                f"degenerate (every trajectory of a group got the same reward, so every "
+                f"advantage is 0) and the update changed nothing. {hint[0].upper()}{hint[1:]}, "
+                f"or raise rollout.group_size or model.temperature",
+            )
+        hits = limit_hits(
+            trajectories,
+            max_new_tokens=cfg.model.max_new_tokens,
+            max_trajectory_tokens=cfg.rollout.max_trajectory_tokens,
+        )
+        sentences = iter(hits.sentences())
+        if hits.turns_cut:
+            out += self._count("max_new_tokens", hits.turns_cut, f"step {step}: {next(sentences)}")
+        if hits.trajectories_cut:
+            out += self._count(
+                "max_trajectory_tokens", hits.trajectories_cut, f"step {step}: {next(sentences)}"
+            )
+        return out
+
+    def _count(self, kind: str, n: int, message: str) -> list[Alert]:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+        if kind in self.raised:
+            return []
+        self.raised.add(kind)
+        return [Alert(kind, f"{message} (warned once per run; the total is in train_done)")]
+
+    def totals(self) -> dict[str, int]:
+        """The run's counts, for the ``train_done`` event: ``steps_without_training``,
+        ``turns_cut_at_max_new_tokens``, ``trajectories_cut_at_max_trajectory_tokens``
+        (only those that happened)."""
+        names = {
+            "no_tokens_trained": "steps_without_training",
+            "max_new_tokens": "turns_cut_at_max_new_tokens",
+            "max_trajectory_tokens": "trajectories_cut_at_max_trajectory_tokens",
+        }
+        return {names[k]: v for k, v in self.counts.items()}

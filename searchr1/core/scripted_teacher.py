@@ -1,0 +1,79 @@
+"""The scripted agent the cold start imitates on any QA data: search the question, then answer
+what the search returned.
+
+:class:`ScriptedTeacher` is a sampling-only stand-in for a model provider. The rollout asks it
+for each turn exactly as it asks a model (:func:`searchr1.core.rollout.rollout_questions`), so
+its trajectories go through the configured search provider, agent protocol, chat template and
+token limits, and become datums with the same masks as RL's. Per question::
+
+    turn 1: search the question's own text
+    turn 2: answer the first golden answer that the results contain (normalised exact match,
+            searchr1.core.answers.normalize_answer), else "unknown"
+
+An "unknown" trajectory is scored wrong by the reward and dropped by the cold start
+(:mod:`searchr1.core.cold_start`), so the model only imitates searches that found the answer.
+Data that knows better queries (the offline world knows each hop's entity) offers its own
+teacher through its asset's ``ceiling`` (:class:`searchr1.core.types.Asset`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from searchr1.core.answers import normalize_answer
+from searchr1.core.types import Question, SampledSequence, SamplingParams
+
+#: what the teacher answers when the results do not hold a golden answer
+UNKNOWN = "unknown"
+
+
+class ScriptedTeacher:
+    """Search the question, answer from the results; plays the ``questions`` it is given."""
+
+    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[Question]):
+        self._tokenizer = tokenizer
+        self.protocol = protocol
+        # Longest first, so a question that contains another is located as itself.
+        self._questions = sorted(
+            {q.question.strip(): q for q in questions}.items(), key=lambda kv: -len(kv[0])
+        )
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def next_turn(self, prompt_text: str) -> str:
+        """The next assistant turn's text after ``prompt_text`` (prompt, turns, results)."""
+        question, read = self._locate(prompt_text)
+        search_turn = self.protocol.assistant_turn_text(query=question.question.strip())
+        if search_turn not in read:
+            return search_turn
+        results = normalize_answer(read.split(search_turn, 1)[1])
+        for answer in question.golden_answers:
+            if normalize_answer(answer) and normalize_answer(answer) in results:
+                return self.protocol.assistant_turn_text(answer=answer)
+        return self.protocol.assistant_turn_text(answer=UNKNOWN)
+
+    def _locate(self, prompt_text: str) -> tuple[Question, str]:
+        for text, question in self._questions:
+            at = prompt_text.find(text)
+            if at >= 0:
+                return question, prompt_text[at + len(text) :]
+        raise ValueError(
+            f"the scripted teacher was asked about a question it was not given (prompt starts "
+            f"{prompt_text[:120]!r})"
+        )
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
+        tokens = tuple(self._tokenizer.encode(self.next_turn(text), add_special_tokens=False))
+        stop = "stop"
+        if len(tokens) > params.max_tokens:
+            tokens, stop = tokens[: params.max_tokens], "length"
+        return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        pass
