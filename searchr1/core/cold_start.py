@@ -36,7 +36,8 @@ from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.runs import Components
 from searchr1.core.step_metrics import merge_train_metrics
-from searchr1.core.types import AdamParams, Datum, Question
+from searchr1.core.train_step import adam_params
+from searchr1.core.types import Datum, Question
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def run_cold_start(
             c.model.forward_backward(mb, loss_fn, loss_scale=1.0 / tokens)
             for mb in pack_micro_batches(datums, limits)
         ]
-        c.model.optim_step(_adam(cfg))
+        c.model.optim_step(dataclasses.replace(adam_params(cfg), learning_rate=cs.lr))
         metrics = merge_train_metrics([r.metrics for r in results])
         # Mean over the trained tokens: nll_sum is cross_entropy's; another loss's own value.
         if "nll_sum" in metrics:
@@ -181,15 +182,3 @@ def cold_start_loss(cfg: Config, model: Any = None) -> Any:
     if callable(check):
         check(loss)
     return loss
-
-
-def _adam(cfg: Config) -> AdamParams:
-    o = cfg.optimizer
-    return AdamParams(
-        learning_rate=cfg.cold_start.lr,
-        beta1=o.betas[0],
-        beta2=o.betas[1],
-        eps=o.eps,
-        weight_decay=o.weight_decay,
-        grad_clip_norm=o.grad_clip or None,
-    )

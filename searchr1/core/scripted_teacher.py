@@ -28,16 +28,14 @@ from searchr1.core.types import Question, SampledSequence, SamplingParams
 UNKNOWN = "unknown"
 
 
-class ScriptedTeacher:
-    """Search the question, answer from the results; plays the ``questions`` it is given."""
+class ScriptedSampler:
+    """A sampling-only stand-in for a model provider that writes :meth:`next_turn` as its
+    turn; subclasses decide the turn from the conversation so far (the offline world's ideal
+    agent is one too)."""
 
-    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[Question]):
+    def __init__(self, tokenizer: Any, protocol: Any):
         self._tokenizer = tokenizer
         self.protocol = protocol
-        # Longest first, so a question that contains another is located as itself.
-        self._questions = sorted(
-            {q.question.strip(): q for q in questions}.items(), key=lambda kv: -len(kv[0])
-        )
 
     @property
     def tokenizer(self) -> Any:
@@ -45,6 +43,34 @@ class ScriptedTeacher:
 
     def next_turn(self, prompt_text: str) -> str:
         """The next assistant turn's text after ``prompt_text`` (prompt, turns, results)."""
+        raise NotImplementedError
+
+    async def sample(
+        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
+    ) -> list[SampledSequence]:
+        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
+        tokens = tuple(self._tokenizer.encode(self.next_turn(text), add_special_tokens=False))
+        stop = "stop"
+        if len(tokens) > params.max_tokens:
+            tokens, stop = tokens[: params.max_tokens], "length"
+        return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
+
+    # A provider the train loop may close like any other; it trains nothing.
+    def close(self) -> None:
+        pass
+
+
+class ScriptedTeacher(ScriptedSampler):
+    """Search the question, answer from the results; plays the ``questions`` it is given."""
+
+    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[Question]):
+        super().__init__(tokenizer, protocol)
+        # Longest first, so a question that contains another is located as itself.
+        self._questions = sorted(
+            {q.question.strip(): q for q in questions}.items(), key=lambda kv: -len(kv[0])
+        )
+
+    def next_turn(self, prompt_text: str) -> str:
         question, read = self._locate(prompt_text)
         search_turn = self.protocol.assistant_turn_text(query=question.question.strip())
         if search_turn not in read:
@@ -64,16 +90,3 @@ class ScriptedTeacher:
             f"the scripted teacher was asked about a question it was not given (prompt starts "
             f"{prompt_text[:120]!r})"
         )
-
-    async def sample(
-        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> list[SampledSequence]:
-        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
-        tokens = tuple(self._tokenizer.encode(self.next_turn(text), add_special_tokens=False))
-        stop = "stop"
-        if len(tokens) > params.max_tokens:
-            tokens, stop = tokens[: params.max_tokens], "length"
-        return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
-
-    def close(self) -> None:
-        pass

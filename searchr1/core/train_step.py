@@ -123,7 +123,7 @@ def learn_step(c: Components, collected: CollectedStep, cfg: Config) -> Learned:
         c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
         for batch in micro_batches
     ]
-    optim = c.model.optim_step(_adam(cfg)) if micro_batches else {}
+    optim = c.model.optim_step(adam_params(cfg)) if micro_batches else {}
     # Results are read only after optim_step: a remote provider returns them still in flight
     # (remote_model PendingResult) so the micro-batches and the optimizer step reach the
     # service back to back; reading one earlier would wait for it there.
@@ -269,7 +269,8 @@ def _environment_problem(
     return None
 
 
-def _adam(cfg: Config) -> AdamParams:
+def adam_params(cfg: Config) -> AdamParams:
+    """``[optimizer]`` as the provider's AdamParams (the cold start changes only the lr)."""
     o = cfg.optimizer
     return AdamParams(
         learning_rate=o.lr,

@@ -31,26 +31,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
-from searchr1.core.types import SampledSequence, SamplingParams
+from searchr1.core.scripted_teacher import ScriptedSampler
 from searchr1.plugins.offline_world.generate import WorldQuestion
 
 #: what the agent answers when the results do not hold the answer
 UNKNOWN = "unknown"
 
 
-class IdealAgent:
+class IdealAgent(ScriptedSampler):
     """A scripted model provider over the world's questions (sampling only)."""
 
     def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[WorldQuestion]):
-        self._tokenizer = tokenizer
-        self.protocol = protocol
+        super().__init__(tokenizer, protocol)
         self.by_text = {}
         for q in questions:
             self.by_text.setdefault(q.question.strip(), q)
-
-    @property
-    def tokenizer(self) -> Any:
-        return self._tokenizer
 
     def next_turn(self, prompt_text: str) -> str:
         """The ideal next assistant turn after ``prompt_text`` (prompt, turns, results)."""
@@ -81,20 +76,6 @@ class IdealAgent:
             "the ideal agent was asked about a question that is not in the offline world "
             f"(prompt starts {prompt_text[:120]!r}); it only plays builtin:world questions"
         )
-
-    async def sample(
-        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> list[SampledSequence]:
-        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
-        tokens = tuple(self._tokenizer.encode(self.next_turn(text), add_special_tokens=False))
-        stop = "stop"
-        if len(tokens) > params.max_tokens:
-            tokens, stop = tokens[: params.max_tokens], "length"
-        return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
-
-    # A provider the train loop may close like any other; it trains nothing.
-    def close(self) -> None:
-        pass
 
 
 def world_questions() -> list[WorldQuestion]:
