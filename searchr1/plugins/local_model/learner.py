@@ -321,7 +321,9 @@ class Learner:
         trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         if self._use_chunked(ids_BT, targets_BT, trained_BT):
-            logprobs_T = self._shared_prefix_logprobs(datums, ids_BT, targets_BT, trained_BT)
+            logprobs_T = self._shared_prefix_logprobs(
+                datums, ids_BT, mask_BT, targets_BT, trained_BT
+            )
             if logprobs_T is None:
                 logprobs_T = chunked_token_logprobs(
                     self.model,
@@ -352,6 +354,7 @@ class Learner:
         self,
         datums: Sequence[Datum],
         ids_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
         targets_BT: torch.Tensor,
         trained_BT: torch.Tensor,
     ) -> torch.Tensor | None:
@@ -381,9 +384,6 @@ class Learner:
 
         if self._shared_ok is None:
             # Once: the shared forward must give the unshared path's log-probs.
-            mask_BT = torch.zeros_like(ids_BT)
-            for b, n in enumerate(lengths):
-                mask_BT[b, :n] = 1
             with torch.no_grad():
                 ours = shared()
                 theirs = chunked_token_logprobs(
