@@ -274,14 +274,12 @@ if [[ "${E2E_SEED_ASSETS:-1}" == 1 && -d "$host_assets" ]]; then
         done' sh "$run_uid:$run_gid"
 fi
 
-# The offline demo asks a question of its own world ([smoke] in its config) and answers it, but
-# its warm-started model never shows all four of the seed's criteria in one group: it never
-# fails the answer format (no -0.1 reward) and one trajectory of four does not search at
-# run.seed = 0. So exit 3 (criteria) stays accepted beside 0; 1 and 2 (channel, config) fail.
-ok_codes="0 3" run_service smoke
+# The offline demo asks a question of its own world ([smoke] in its config); its config marks
+# the two behaviour criteria an untrained model cannot show as reported only, so smoke exits 0.
+run_service smoke
 # smoke speaks to people: the seed's lines, then the verdict on the seed's criteria.
 for want in "Question: Who founded Nungen Guild?" "trajectory 0: reward=" "search success rate: " \
-    "verdict: search success >= 90%: ok"; do
+    "verdict: search success >= 90%: ok" "smoke: PASS"; do
     grep -q -F -- "$want" "$work/smoke.out" || fail "smoke printed no line with '$want'"
 done
 find "$work/runs" -path '*smoke*' -name 'smoke_trajectories.jsonl' | grep -q . ||

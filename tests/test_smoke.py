@@ -131,6 +131,39 @@ def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys,
     ]
 
 
+def test_report_only_criteria_are_printed_but_do_not_fail_the_smoke(
+    tmp_path, capsys, scripted_plugin
+):
+    """An untrained model's config lists the behaviour it cannot show yet in [smoke]
+    report_only: the verdict still prints it, the exit code ignores it; the answer format
+    (not listed) still fails the smoke."""
+    turns = [["<answer> France </answer>"], ["<search> a </search>", "<answer> France </answer>"]]
+    config = write_config(tmp_path, scripted(turns), local_search(tmp_path))
+    base = config.read_text()
+    config.write_text(base + '[smoke]\nreport_only = ["both_signs", "searches_in_range"]\n')
+    code, out = smoke(capsys, config, "--group-size", "2")
+    assert code == 0, out
+    assert "verdict: rewards of both signs: not met, reported only (2 positive, 0 negative" in out
+    assert "verdict: searches within 1..4: not met, reported only (trajectories 0 (0)" in out
+    assert "smoke: PASS (the rollout chain works; not required by [smoke] report_only: " in out
+
+    config.write_text(
+        base.replace('"<answer> France </answer>"', '"France"')
+        + '[smoke]\nreport_only = ["both_signs", "searches_in_range"]\n'
+    )
+    code, out = smoke(capsys, config, "--group-size", "2")
+    assert code == 3, out
+    assert "smoke: FAILED: answers in the tags format" in out
+
+
+def test_an_unknown_report_only_criterion_names_the_field(tmp_path, capsys):
+    config = tmp_path / "config.toml"
+    config.write_text('[smoke]\nreport_only = ["search_success"]\n')
+    assert cli(["config", "check", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "smoke.report_only" in err and "'search_success'" in err and "'both_signs'" in err
+
+
 def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
     tmp_path, capsys, scripted_plugin
 ):
@@ -303,7 +336,8 @@ def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, capsy
     code = cli(["smoke", "--run-dir", str(tmp_path / "run")])
     out = capsys.readouterr().out
     assert "Question: Who founded Nungen Guild?" in out and "Little Prince" not in out
-    assert code in (0, 3), out
+    assert code == 0, out  # a newcomer's first command passes
+    assert "smoke: PASS" in out and "verdict: search success >= 90%: ok" in out
     rewards = [float(r) for _, r, _, _ in TRAJECTORY_LINE.findall(out)]
     assert len(rewards) == 4 and max(rewards) == 1.0, out  # the answer is in its world
     code = cli(["smoke", "--run-dir", str(tmp_path / "run2"), "--question", "Who founded Redel Guild?",

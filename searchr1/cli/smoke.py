@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
-from searchr1.cli.smoke_verdict import Criterion, key_warnings, seed_criteria
+from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
 from searchr1.core.agent_protocols import protocol_class
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
@@ -170,10 +170,11 @@ class _Smoke:
             problems=self.problems,
             warnings=self.warnings,
             criteria={c.name: c.ok for c in criteria},
+            report_only=[c.key for c in criteria if not c.required],
         )
         if self.problems or any(c.channel and not c.ok for c in criteria):
             return EXIT_CHANNEL_BROKEN
-        return EXIT_CRITERIA_NOT_MET if not all(c.ok for c in criteria) else 0
+        return EXIT_CRITERIA_NOT_MET if not all(c.passed for c in criteria) else 0
 
     def _verdict(
         self,
@@ -193,6 +194,7 @@ class _Smoke:
             min_success_rate=self.config.search.min_success_rate,
             search_calls_made=searched,
         )
+        criteria = report_only(criteria, self.config.smoke.report_only)
         hits = limit_hits(
             trajectories,
             max_new_tokens=self.config.model.max_new_tokens,
@@ -206,11 +208,18 @@ class _Smoke:
             print(f"token limit: {line}")
         for criterion in criteria:
             print(criterion.line())
-        failed = [c.name for c in criteria if not c.ok]
+        failed = [c.name for c in criteria if not c.passed]
         if self.problems:
             failed.append("a channel failed (see diagnosis)")
+        unmet = [c.key for c in criteria if not c.ok and not c.required]
         if failed:
             print("smoke: FAILED: " + "; ".join(failed))
+        elif unmet:
+            print(
+                "smoke: PASS (the rollout chain works; not required by [smoke] report_only: "
+                + ", ".join(unmet)
+                + ")"
+            )
         else:
             print("smoke: PASS (the rollout chain works as the seed describes)")
         return criteria

@@ -15,7 +15,7 @@ key limited is a failure (the seed: stop and wait for the quota).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from searchr1.core.agent_protocols import AgentProtocol
@@ -30,9 +30,25 @@ class Criterion:
     #: True when failing it means a broken channel (exit 1), not a model that has not yet
     #: shown the seed's behaviour (exit 3)
     channel: bool = False
+    #: the id ``[smoke] report_only`` names (``both_signs``, ``searches_in_range``,
+    #: ``answer_format``); empty for the channel criterion, which is always required
+    key: str = ""
+    #: False when ``[smoke] report_only`` lists ``key``: printed, never a failure
+    required: bool = True
+
+    @property
+    def passed(self) -> bool:
+        """What the exit code reads: met, or not required."""
+        return self.ok or not self.required
 
     def line(self) -> str:
-        return f"verdict: {self.name}: {'ok' if self.ok else 'FAILED'} ({self.detail})"
+        state = "ok" if self.ok else "FAILED" if self.required else "not met, reported only"
+        return f"verdict: {self.name}: {state} ({self.detail})"
+
+
+def report_only(criteria: Sequence[Criterion], keys: Sequence[str]) -> list[Criterion]:
+    """``criteria`` with those ``[smoke] report_only`` names marked not required."""
+    return [replace(c, required=False) if c.key in keys else c for c in criteria]
 
 
 def seed_criteria(
@@ -54,7 +70,7 @@ def seed_criteria(
         detail += "; no trajectory answered correctly"
     if rewards and not neg:
         detail += "; every trajectory wrote the answer format, so no -0.1 shows the penalty works"
-    out = [Criterion("rewards of both signs", pos > 0 and neg > 0, detail)]
+    out = [Criterion("rewards of both signs", pos > 0 and neg > 0, detail, key="both_signs")]
 
     outside = [i for i, t in enumerate(trajectories) if not 1 <= t.search_calls <= max_search_calls]
     if not trajectories:
@@ -66,7 +82,10 @@ def seed_criteria(
         detail = "every trajectory"
     out.append(
         Criterion(
-            f"searches within 1..{max_search_calls}", bool(trajectories) and not outside, detail
+            f"searches within 1..{max_search_calls}",
+            bool(trajectories) and not outside,
+            detail,
+            key="searches_in_range",
         )
     )
     formatted = sum(1 for r in results if r.components.get("format", 0.0) > 0.0)
@@ -77,6 +96,7 @@ def seed_criteria(
             formatted > 0,
             f"{formatted} of {len(results)} answered in the format"
             + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),
+            key="answer_format",
         )
     )
     if search_calls_made > 0:

@@ -170,6 +170,14 @@ class SmokeConfig:
 
     question: str = _f("", help="empty = the seed's question (needs real search)")
     answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
+    report_only: tuple[str, ...] = _f(
+        (),
+        split=True,
+        unique=True,
+        each_choice=("both_signs", "searches_in_range", "answer_format"),
+        help="behaviour criteria smoke prints but does not require (an untrained model's "
+        "config): both_signs, searches_in_range, answer_format",
+    )
 
 
 SECTIONS: dict[str, type] = {

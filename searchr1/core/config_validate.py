@@ -138,6 +138,11 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
 def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
     if "choices" in meta and value not in meta["choices"]:
         return f"is not one of {', '.join(map(repr, meta['choices']))}"
+    if "each_choice" in meta:
+        bad = [v for v in value if v not in meta["each_choice"]]
+        if bad:
+            names = ", ".join(map(repr, meta["each_choice"]))
+            return f"has {', '.join(map(repr, bad))}, not one of {names}"
     if "min" in meta and value < meta["min"]:
         return f"must be >= {meta['min']}"
     if "max" in meta and value > meta["max"]:
