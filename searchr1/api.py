@@ -183,8 +183,8 @@ async def run_rollout_group(
     read its rates. The model provider is created from the config for this call and closed
     after it."""
     from searchr1.cli.smoke import DEFAULT_ANSWERS, DEFAULT_QUESTION
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.plugins import load_registry
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.rollout import rollout_questions
 
     if group_size < 1:

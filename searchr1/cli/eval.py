@@ -142,9 +142,9 @@ async def _evaluate_all(
 
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import limit_per_source, load_questions
     from searchr1.core.eval import format_comparison, format_table, trust_warning
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.runs import build_components, open_run
 
     if args.limit_per_source is not None and args.limit_per_source < 1:

@@ -50,11 +50,11 @@ from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
-from searchr1.core.agent_protocols import protocol_class
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
+from searchr1.core.protocols import protocol_class
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
@@ -227,7 +227,7 @@ class _Smoke:
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
         """Probe the search channel once, then roll out one group (same event loop, so the
         provider's HTTP client is closed on the loop that opened it)."""
-        from searchr1.core.agent_protocols import make_protocol
+        from searchr1.core.protocols import make_protocol
         from searchr1.core.rollout import RolloutConfigError, rollout_questions
 
         search: SearchProvider = self.c.search

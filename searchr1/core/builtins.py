@@ -20,22 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.gguf import convert_gguf, gguf_cache_name, is_gguf
-from searchr1.core.plugins import load_registry
+from searchr1.core.plugins import installed_registry
 from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
 
-#: The assets the installed plugins register, collected on first use (see :func:`known_assets`).
-_known: dict[str, Asset] | None = None
-
 
 def known_assets() -> Mapping[str, Asset]:
-    """Every asset the loaded plugins register, by name; collected once per process through
-    :func:`searchr1.core.plugins.load_registry`, on the first ``builtin:`` path resolved."""
-    global _known
-    if _known is None:
-        _known = dict(load_registry().assets)
-    return _known
+    """Every asset the installed plugins register, by name
+    (:func:`searchr1.core.plugins.installed_registry`)."""
+    return installed_registry().assets
 
 
 def cache_dir() -> Path:

@@ -41,7 +41,7 @@ from searchr1.core.types import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from searchr1.core.agent_protocols.base import AgentProtocol
+    from searchr1.core.agent_protocol import AgentProtocol
     from searchr1.core.config import Config
 
 #: Questions handed to one ``rollout_questions`` call: bounds memory and gives progress,

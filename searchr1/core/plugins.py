@@ -36,6 +36,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
     # the one kind chosen by a list: every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
+    "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
+    # never chosen by name: a tool-calling protocol uses the one its chat template writes
+    "call_format": ("register_call_formats", ""),
 }
 
 
@@ -118,6 +121,19 @@ class Registry:
         except Exception as exc:
             exc.add_note(f"(while creating {kind} {name!r} from plugin {reg.plugin!r})")
             raise
+
+
+_installed: Registry | None = None
+
+
+def installed_registry() -> Registry:
+    """The registry of the installed plugins, loaded once per process: for lookups by name
+    that run far from the CLI's own registry (a reward reading a trajectory's answer under
+    its protocol, a ``builtin:`` path resolved while a model loads)."""
+    global _installed
+    if _installed is None:
+        _installed = load_registry()
+    return _installed
 
 
 def _plugin_manager() -> pluggy.PluginManager:

@@ -329,7 +329,7 @@ class Trajectory:
     data_source: str = ""
     group_id: str = ""
     #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
-    #: answer format from it (``searchr1.core.agent_protocols.extract_answers``)
+    #: answer format from it (``searchr1.core.agent_protocol.extract_answers``)
     protocol: str = ""
     #: optimizer steps taken by the weights it was sampled with (set by the train loop)
     policy_version: int = 0
