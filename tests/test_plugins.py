@@ -118,7 +118,10 @@ def test_plugin_raising_in_hook_is_named() -> None:
 
 def test_every_hook_is_documented_with_signature_and_example() -> None:
     doc = (ROOT / "docs" / "plugins.md").read_text()
-    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {"register_assets"}
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {
+        "register_assets",
+        "register_file_formats",
+    }
     assert {"register_agent_protocols", "register_call_formats"} <= set(HOOKS)
     for hook in HOOKS:
         section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
@@ -140,6 +143,10 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
         if hook == "register_assets":  # build it and read its questions, as [data] eval does
             monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
             _read_documented_asset(registry)
+            continue
+        if hook == "register_file_formats":
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _convert_documented_format(registry, tmp_path, monkeypatch)
             continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
@@ -204,6 +211,28 @@ def _read_documented_asset(registry) -> None:
     questions = load_questions(path, field_name="data.eval").questions
     assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
     assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
+
+
+def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
+    """A path with the documented suffix resolves to the folder its converter wrote, once."""
+    import shutil
+
+    from searchr1.core import plugins
+    from searchr1.core.builtins import resolve
+
+    assert registry.format_plugins[".ckptzip"] == "SimpleNamespace"
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    archive = shutil.make_archive(str(tmp_path / "policy"), "zip", checkpoint)
+    packed = tmp_path / "policy.ckptzip"
+    Path(archive).rename(packed)
+    monkeypatch.setattr(plugins, "_installed", registry)  # resolve() reads the installed ones
+    folder = Path(resolve(str(packed)))
+    assert (folder / "config.json").read_text() == "{}"
+    assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    assert resolve(str(packed)) == str(folder)  # converted once, reused
+    assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
 
 
 def _drive_sink(sink: object) -> None:

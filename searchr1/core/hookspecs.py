@@ -21,6 +21,7 @@ from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.call_format import CallFormat
 from searchr1.core.types import (
     Asset,
+    FileFormat,
     LossFactory,
     MetricSinkFactory,
     ModelFactory,
@@ -105,6 +106,16 @@ def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> 
     registered name) renders and parses one model family's tool-call block. Never chosen in
     config: a protocol that calls tools through the chat template gets every registered
     format and uses the one the template itself writes (``detect_call_format``).
+    """
+
+
+@hookspec
+def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
+    """Register model file formats: ``register(".gguf", FileFormat(version, convert))``.
+
+    A config path that ends in the suffix resolves to a folder ``convert(file, folder)``
+    wrote once into the cache (:func:`searchr1.core.builtins.resolve`), so every provider
+    loads it like any Hugging Face checkpoint. Keep the hook cheap: import inside ``convert``.
     """
 
 

@@ -20,7 +20,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
-from searchr1.core.types import Asset
+from searchr1.core.types import Asset, FileFormat
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -63,6 +63,27 @@ class Registry:
     #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
     assets: dict[str, Asset] = field(default_factory=dict)
     asset_plugins: dict[str, str] = field(default_factory=dict)
+    #: model file formats by suffix (hook ``register_file_formats``) and the plugin of each
+    file_formats: dict[str, FileFormat] = field(default_factory=dict)
+    format_plugins: dict[str, str] = field(default_factory=dict)
+
+    def add_file_format(self, suffix: str, fmt: FileFormat, plugin: str) -> None:
+        if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
+            raise PluginError(f"plugin {plugin!r} registered a file format for {suffix!r}")
+        if not isinstance(fmt, FileFormat):
+            raise PluginError(
+                f"plugin {plugin!r} registered file format {suffix!r} as {type(fmt).__name__}; "
+                "register a searchr1.core.types.FileFormat(version, convert)"
+            )
+        suffix = suffix.lower()
+        existing = self.format_plugins.get(suffix)
+        if existing is not None and existing != plugin:
+            raise PluginError(
+                f"file format {suffix!r} is registered twice: by plugin {existing!r} and by "
+                f"{plugin!r}; uninstall one of them"
+            )
+        self.file_formats[suffix] = fmt
+        self.format_plugins[suffix] = plugin
 
     def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -225,6 +246,12 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
             registry.add_asset(name, asset, _p)
 
         _call_hook(impl, "register_assets", register_asset)
+    for impl in pm.hook.register_file_formats.get_hookimpls():
+
+        def register_format(suffix: str, fmt: FileFormat, _p: str = impl.plugin_name) -> None:
+            registry.add_file_format(suffix, fmt, _p)
+
+        _call_hook(impl, "register_file_formats", register_format)
     return registry
 
 
