@@ -77,7 +77,7 @@ def _quiet_logging(config: Config) -> None:
 
     register_secrets(config.secrets)
     if not structlog.is_configured():
-        setup_logging("api", None, secrets=config.secrets, console=False, stream=sys.stderr)
+        setup_logging("api", None, secrets=config.secrets, stream=sys.stderr)
     for line in config.warnings:
         get_logger().warning("config_warning", detail=line)
 

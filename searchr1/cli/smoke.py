@@ -80,6 +80,7 @@ EXIT_CRITERIA_NOT_MET = 3
 def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
+    from searchr1.cli.console import tty_screen
     from searchr1.core.runs import build_components, open_run
 
     if getattr(args, "question", None) and not getattr(args, "answer", None):
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "scored against); without --question smoke asks [smoke] question of the config, or the "
             "seed's question"
         )
-    ctx = open_run(args, "smoke", config=config)
+    ctx = open_run(args, "smoke", config=config, screen=tty_screen())
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
     config = ctx.config
