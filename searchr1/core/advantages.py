@@ -1,7 +1,4 @@
-"""Group-relative advantages (GRPO style), computed over complete groups.
-
-Called by the train loop once per step, after every trajectory of a group is scored and
-before anything is split into micro-batches:
+"""Group-relative advantages (GRPO style), over complete groups, before micro-batching:
 
     A_i = r_i - mean(r_1..r_G)                      (default)
     A_i = (r_i - mean(r)) / (std(r) + eps)          (train.scale_advantages_by_std)

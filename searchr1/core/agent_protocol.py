@@ -1,25 +1,13 @@
 """The agent protocol interface: how a question becomes a prompt, how an assistant turn is
 parsed into an action, and how a search result is written back into the token stream.
 
-Who calls what, and when:
+Used by the rollout (prompt, actions, observations, stop strings), by scripted cold-start
+turns (:meth:`AgentProtocol.assistant_turn_tokens`: token-for-token what the sampler would
+produce for the same text) and by rewards (:meth:`AgentProtocol.extract_answers` by protocol
+name, no tokenizer). Nothing outside a protocol class knows its answer format.
 
-* :func:`searchr1.core.rollout.rollout_questions` calls :meth:`AgentProtocol.initial_prompt_tokens`
-  once per question, :meth:`AgentProtocol.parse_action` once per sampled turn,
-  :meth:`AgentProtocol.observation_text` and :meth:`AgentProtocol.render_observation_tokens`
-  once per search call, and reads :attr:`AgentProtocol.stop_strings` /
-  :attr:`AgentProtocol.stop_token_ids` (through ``sampling_params``).
-* The offline world / warm start renders scripted cold-start trajectories with
-  :meth:`AgentProtocol.assistant_turn_tokens`, so scripted turns are token-for-token what the
-  sampler would have produced for the same text.
-* Reward plugins call :func:`extract_answers` with the
-  trajectory's ``protocol`` name, which calls that class's :meth:`AgentProtocol.extract_answers`;
-  they never need a tokenizer. ``searchr1 smoke`` names the expected format in its verdict with
-  :attr:`AgentProtocol.answer_format`. Nothing outside a protocol class knows its answer format.
-
-Every protocol is token-in/token-out: the rollout never decodes sampled tokens to re-encode
-them. Decoding happens only to *read* a turn (parse its action); the token sequence the policy
-is trained on is the prompt tokens, the sampled tokens as sampled, and the observation tokens
-returned here, concatenated.
+Token-in/token-out: the trained sequence is prompt tokens + sampled tokens as sampled +
+observation tokens; decoding only *reads* a turn, it is never re-encoded.
 """
 
 from __future__ import annotations
@@ -52,9 +40,8 @@ INVALID = Action("invalid")
 
 
 def format_search_results(response: SearchResponse) -> str:
-    """The observation body both protocols show the model, in Search-R1's layout:
-    ``Doc 1(Title: ...) text`` lines; a failed search reads ``search failed: <reason>`` so the
-    model (and a person reading a dump) sees why there is no information."""
+    """The observation body in Search-R1's layout, ``Doc 1(Title: ...) text`` lines; a failed
+    search reads ``search failed: <reason>`` so the model sees why there is no information."""
     if response.error is not None:
         return f"search failed: {response.error}"
     if not response.results:
@@ -67,10 +54,8 @@ def format_search_results(response: SearchResponse) -> str:
 
 def special_stop_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
     """Token ids that end an assistant message: eos and, for chat models, ``<|im_end|>``.
-
-    Passed explicitly as ``SamplingParams.stop_token_ids`` because a chat model's end-of-turn
-    token is often not its ``eos_token_id`` (e.g. the tiny model ends text with
-    ``<|endoftext|>`` but ends messages with ``<|im_end|>``)."""
+    Explicit because a chat model's end-of-turn token is often not its ``eos_token_id`` (the
+    tiny model ends text with ``<|endoftext|>``, messages with ``<|im_end|>``)."""
     ids: list[int] = []
     if tokenizer.eos_token_id is not None:
         ids.append(int(tokenizer.eos_token_id))
@@ -86,11 +71,8 @@ def special_stop_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
 
 class AgentProtocol(ABC):
     """How the policy talks to the environment. One instance per run, shared by every
-    concurrent trajectory: implementations hold no per-trajectory state.
-
-    Subclasses set :attr:`name` (the ``[rollout] protocol`` value), :attr:`answer_format`,
-    :attr:`stop_strings` and implement the abstract methods.
-    """
+    concurrent trajectory, so it holds no per-trajectory state. Subclasses set :attr:`name`
+    (the ``[rollout] protocol`` value), :attr:`answer_format`, :attr:`stop_strings`."""
 
     name: ClassVar[str]
     #: the final answer the format reward expects, as a person reads it (smoke's verdict)
@@ -108,27 +90,22 @@ class AgentProtocol(ABC):
         call_formats: Sequence[CallFormat] = (),
     ):
         self.tokenizer = tokenizer
-        #: ``[rollout] enable_thinking``: passed to the chat template by protocols that
-        #: render through it with tools
+        #: ``[rollout] enable_thinking``, for protocols that render through the chat template
         self.enable_thinking = enable_thinking
-        #: every registered call format (hook ``register_call_formats``), for protocols that
-        #: call tools in the chat template's own format; empty: those of the installed plugins
+        #: registered call formats (hook ``register_call_formats``); empty: the installed ones
         self.call_formats: tuple[CallFormat, ...] = tuple(call_formats)
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
     # ------------------------------------------------------------------ text <-> tokens
 
     def encode(self, text: str) -> list[int]:
-        """Encode text without adding BOS/EOS (special tokens written in ``text``, such as
-        ``<|im_end|>``, still map to their ids)."""
+        """Encode without adding BOS/EOS (special tokens in ``text`` still map to their ids)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, tokens: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        """Decode tokens for reading (parsing, logs); never re-encoded into a trajectory.
-
-        Skipping special tokens keeps the protocol's :attr:`tags` even where a tokenizer
-        marks them special (then ``decode(..., skip_special_tokens=True)`` alone would drop
-        ``<tool_call>`` or ``</think>`` and every action would read as invalid)."""
+        """Decode for reading (parsing, logs), never re-encoded. Skipping special tokens keeps
+        the protocol's :attr:`tags` even where the tokenizer marks them special (otherwise
+        ``<tool_call>`` or ``</think>`` would vanish and every action read as invalid)."""
         kept = self._special_tags if skip_special_tokens else {}
         if not kept:
             return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
@@ -145,8 +122,7 @@ class AgentProtocol(ABC):
 
     @cached_property
     def _special_tags(self) -> dict[int, str]:
-        """The protocol tags that are one token which decoding with special tokens skipped
-        would drop, by id."""
+        """Single-token tags that skipping special tokens would drop, by id."""
         out: dict[int, str] = {}
         for tag in self.tags:
             ids = self.encode(tag)
@@ -158,8 +134,7 @@ class AgentProtocol(ABC):
 
     @abstractmethod
     def render_prompt(self, question: Question) -> str:
-        """The full prompt text for ``question`` (chat template applied, generation prompt
-        included). :meth:`initial_prompt_tokens` encodes exactly this string."""
+        """The full prompt text (chat template and generation prompt included)."""
 
     def initial_prompt_tokens(self, question: Question) -> list[int]:
         """The first prompt of every trajectory of ``question``: ``encode(render_prompt(q))``."""
@@ -170,8 +145,8 @@ class AgentProtocol(ABC):
         return [f"protocol: {self.name}"]
 
     def describe(self, question: Question) -> str:
-        """:meth:`summary` and the rendered first prompt of ``question``, for a person to check
-        before training that the prompt lists the tool and the format is the model's own."""
+        """:meth:`summary` and the rendered first prompt, for a person to check before training
+        that the prompt lists the tool and the format is the model's own."""
         prompt = self.render_prompt(question)
         # Verbatim, trailing newlines included: where the prompt stops matters (an open
         # <think> block, a closed one), so its end is marked rather than stripped.
@@ -186,10 +161,8 @@ class AgentProtocol(ABC):
     @classmethod
     @abstractmethod
     def extract_answers(cls, text: str) -> list[str]:
-        """Every final-answer occurrence in one turn's generated text (for the format reward,
-        which needs exactly one over the trajectory). A class method: rewards call it through
-        :func:`extract_answers` by protocol name, without a
-        tokenizer."""
+        """Every final-answer occurrence in one turn's text (the format reward needs exactly
+        one per trajectory). A class method so rewards need no tokenizer."""
 
     # ------------------------------------------------------------------ observations
 
@@ -199,19 +172,15 @@ class AgentProtocol(ABC):
 
     @abstractmethod
     def observation_wrapper(self, turn_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Tokens that go before and after the observation body, given the tokens the policy
-        just sampled in this turn (a chat protocol must close the assistant message unless
-        the model already did)."""
+        """Tokens before and after the observation body, given this turn's sampled tokens (a
+        chat protocol closes the assistant message unless the model already did)."""
 
     def render_observation_tokens(
         self, body: str, turn_tokens: Sequence[int], max_body_tokens: int
     ) -> tuple[list[int], str]:
-        """The tokens the environment appends after a search turn, and their text.
-
-        ``body`` (e.g. from :meth:`observation_text`) is encoded on its own and cut to
-        ``max_body_tokens`` (``[rollout] max_observation_tokens``); the wrapper tokens are
-        never cut, so the model always sees the closing tag. Returns ``(tokens, text)`` where
-        ``text`` is the decoded tokens (what the policy actually saw)."""
+        """``(tokens, text)`` appended after a search turn. ``body`` is encoded on its own and
+        cut to ``max_body_tokens``; the wrapper is never cut, so the model always sees the
+        closing tag. ``text`` decodes the tokens (what the policy actually saw)."""
         before, after = self.observation_wrapper(turn_tokens)
         body_tokens = self.encode(body)[:max_body_tokens]
         tokens = before + body_tokens + after
@@ -223,16 +192,14 @@ class AgentProtocol(ABC):
     def assistant_turn_text(
         self, *, think: str | None = None, query: str | None = None, answer: str | None = None
     ) -> str:
-        """The text of one well-formed assistant turn: optional reasoning, then either a
-        search ``query`` or a final ``answer`` (exactly one of them). It ends where the
-        sampler would stop (at the stop string or end-of-message token)."""
+        """One well-formed assistant turn: optional reasoning, then exactly one of ``query``
+        or ``answer``, ending where the sampler would stop."""
 
     def assistant_turn_tokens(
         self, *, think: str | None = None, query: str | None = None, answer: str | None = None
     ) -> list[int]:
-        """Tokens of a scripted assistant turn (cold-start data, tests):
-        ``encode(assistant_turn_text(...))``. Append them after the prompt (or after the
-        previous observation) exactly as the rollout appends sampled tokens."""
+        """``encode(assistant_turn_text(...))``: a scripted turn, appended exactly as the
+        rollout appends sampled tokens."""
         return self.encode(self.assistant_turn_text(think=think, query=query, answer=answer))
 
     @staticmethod

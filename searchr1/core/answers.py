@@ -1,11 +1,8 @@
 """Answer extraction, normalisation, exact match and F1 (``docs/protocols.md`` §4).
 
-Called by the reward plugins (the built-in ``rewards`` ones) once per finished trajectory,
-by eval for its metrics, and by the agent protocols, which own their answer format and read
-it with :func:`answer_elements` (``tags``) or :func:`answer_lines` (``tool_calls``); a reward
-finds a trajectory's answers through its protocol
-(:func:`searchr1.core.agent_protocol.extract_answers`). Pure functions over strings: no
-tokenizer, no torch, and no knowledge of which protocol is which.
+Pure functions over strings (no tokenizer, no torch, no knowledge of protocols), used by
+rewards, eval and the protocols, which read their own answer format with
+:func:`answer_elements` (``tags``) or :func:`answer_lines` (``tool_calls``).
 """
 
 from __future__ import annotations
@@ -35,20 +32,13 @@ def answer_lines(text: str) -> list[str]:
 def normalize_answer(text: str) -> str:
     """Search-R1's (SQuAD's) normalisation, extended to Unicode.
 
-    On ASCII text the result is exactly Search-R1's ``normalize_answer``: lower-case, remove
-    every character of ``string.punctuation`` (symbols such as ``$ + < = > ^ ` | ~`` too, so
-    ``"$100"`` matches ``"100"`` and ``"C++"`` matches ``"C"``), replace the words a/an/the by a
-    space, collapse whitespace. ``tests/test_rewards.py`` checks this against a reimplementation
-    of the original over generated strings.
-
-    The Unicode extension (no effect on ASCII): NFKC first, so full-width letters, digits and
-    symbols compare equal to their ASCII forms (``"１００"`` is ``"100"``, ``"＄"`` is ``"$"``);
-    and every Unicode punctuation character (category P: ``，。「」—``...) is removed like
-    ASCII punctuation. Non-ASCII symbols (category S: ``€ ° ×``) are kept, as in
-    Search-R1."""
+    On ASCII, exactly Search-R1's ``normalize_answer`` (``tests/test_rewards.py`` checks it
+    against a reimplementation): lower-case, remove all of ``string.punctuation`` (so
+    ``"$100"`` matches ``"100"``, ``"C++"`` matches ``"C"``), a/an/the become a space,
+    collapse whitespace. Beyond ASCII: NFKC first (``"１００"`` is ``"100"``), and Unicode
+    punctuation (category P: ``，。「」—``) is removed too; symbols (``€ ° ×``) are kept."""
     text = unicodedata.normalize("NFKC", text).lower()
-    # Removed, not replaced by a space: "Saint-Exupéry" -> "saintexupéry", as in SQuAD and
-    # Search-R1, so EM numbers stay comparable with theirs.
+    # Removed, not spaced: "Saint-Exupéry" -> "saintexupéry", so EM stays comparable.
     text = "".join(
         ch
         for ch in text
@@ -59,8 +49,7 @@ def normalize_answer(text: str) -> str:
 
 
 def exact_match(prediction: str | None, golden_answers: Iterable[str]) -> bool:
-    """True when the normalised prediction equals any normalised golden answer. An empty
-    prediction never matches (not even an empty golden answer)."""
+    """The normalised prediction equals a normalised golden answer; empty never matches."""
     if prediction is None:
         return False
     pred = normalize_answer(prediction)

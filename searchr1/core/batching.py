@@ -1,16 +1,13 @@
-"""Micro-batching under the seed's three limits (``docs/protocols.md`` §6).
-
-Called by the train loop once per step, after advantages are computed over complete groups:
+"""Micro-batching under three limits (``docs/protocols.md`` §6), after advantages:
 
 * a datum holds at most ``max_datum_tokens`` tokens (checked when it is built);
 * a micro-batch holds at most ``max_micro_batch_datums`` datums;
 * ``len(micro_batch) * longest_datum <= max_micro_batch_tokens`` (the padded size).
 
-Datums are packed largest first, so the first datum of each micro-batch is its longest and
-the padded size is known as it fills. Each micro-batch is sent with
-``loss_scale = 1 / N`` (N = every trajectory of the step); a service that *averages* over a
-call's n_k datums instead multiplies by n_k, giving the ``n_k / N`` scaling of the seed, so
-the accumulated gradient equals the full batch's.
+Packed largest first, so a micro-batch's first datum is its longest and the padded size is
+known as it fills. Each is sent with ``loss_scale = 1 / N`` (N = the step's trajectories); a
+service that *averages* over a call's n_k datums multiplies by n_k instead (the ``n_k / N``
+scaling of the reference setup), so the accumulated gradient equals the full batch's.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ class BatchLimits:
 
 
 class MicroBatchError(ConfigValueError):
-    """A datum can never fit in a micro-batch (the ``[train]`` limits are too small); a
-    user error the CLI prints without a traceback, and a ``ValueError``."""
+    """A datum can never fit in a micro-batch (the ``[train]`` limits are too small)."""
 
 
 def padded_tokens(batch: Sequence[Datum]) -> int:

@@ -1,13 +1,9 @@
 """``builtin:NAME[/FILE]`` assets: the tiny models, the offline world and its files.
 
-Config values such as ``base_model = "builtin:tiny"`` or ``train = "builtin:world/train.jsonl"``
-are resolved here, by whoever opens them (the local model provider, the local search
-provider, the data loader). Which names exist is up to the plugins: each registers its assets
-through the ``register_assets`` hook (:class:`searchr1.core.types.Asset`: a version and a
-builder), so the core never names a plugin. An asset is built once, deterministically, into
-the cache folder (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``) and reused; a build
-writes to a temporary folder and renames it into place, so a crash mid-build never leaves a
-half-built asset.
+Plugins register assets (hook ``register_assets``: a version and a builder), so the core
+never names a plugin. An asset is built once, deterministically, into ``$SEARCHR1_CACHE``
+(default ``~/.cache/searchr1``) via a temporary folder renamed into place, so a crash
+mid-build never leaves a half-built asset.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ PREFIX = "builtin:"
 
 
 def known_assets() -> Mapping[str, Asset]:
-    """Every asset the installed plugins register, by name
-    (:func:`searchr1.core.plugins.installed_registry`)."""
+    """Every asset the installed plugins register, by name."""
     return installed_registry().assets
 
 
@@ -46,9 +41,8 @@ def asset_name(spec: str) -> str:
 
 
 def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
-    """A real path for ``spec``: unchanged unless it starts with ``builtin:`` or ends in the
-    suffix of a registered file format (converted once into the cache). ``assets`` (default:
-    :func:`known_assets`) says which names exist."""
+    """A real path for ``spec``: unchanged unless it is ``builtin:`` or has a registered
+    file format's suffix (converted once into the cache)."""
     if not is_builtin(spec):
         fmt = installed_registry().file_formats.get(Path(spec).suffix.lower())
         return _converted(Path(spec).expanduser(), fmt) if fmt is not None else spec
@@ -85,10 +79,9 @@ def _converted(path: Path, fmt: FileFormat) -> str:
 def ceiling_agent(
     config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
 ) -> Any | None:
-    """The scripted stand-in model that plays the questions of ``spec`` (default
-    ``data.eval``) perfectly, when that file is a ``builtin:`` asset whose plugin offers one
-    (:attr:`Asset.ceiling`), else None. Called by ``searchr1 train`` once, before the first
-    step, and by the cold start (:mod:`searchr1.core.cold_start`) as its teacher."""
+    """The scripted stand-in that plays ``spec``'s questions (default ``data.eval``)
+    perfectly, when it is a ``builtin:`` asset with an :attr:`Asset.ceiling`, else None
+    (train's ceiling line, the cold start's teacher)."""
     spec = str(config.data.eval if spec is None else spec or "")
     if not is_builtin(spec):
         return None

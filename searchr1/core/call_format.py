@@ -1,13 +1,10 @@
 """The call-format contract: how one model family writes a tool call, and how the format a
 chat template uses is found.
 
-A call format is a plugin kind (hook ``register_call_formats``): each is a small
-:class:`CallFormat` class that renders a structured ``search`` call as the family's template
-writes it and parses such a block back. A protocol that speaks through the chat template's
-native tool calls asks :func:`detect_call_format` once, at construction, which registered
-format the tokenizer's own template writes, so what the model is taught, what scripted turns
-write and what the parser reads are one format. Formats are tried in name order; at most one
-can match, because a match is the template's own rendering, verbatim.
+A plugin kind (hook ``register_call_formats``). A tool-call protocol asks
+:func:`detect_call_format` once which format the tokenizer's template writes, so the prompt,
+scripted turns and the parser agree. Formats are tried in name order; at most one can match,
+since a match is the template's own rendering, verbatim.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ class ParsedCall:
 
 
 class CallFormat(ABC):
-    """One family's way of writing a call between :attr:`open` and :attr:`close`.
-
-    Subclasses set :attr:`name` (the registered name, shown by ``searchr1 smoke``),
-    :attr:`families` (who writes it) and implement :meth:`render_body` / :meth:`parse_body`.
-    Instances hold no state."""
+    """One family's way of writing a call between :attr:`open` and :attr:`close`; stateless.
+    Subclasses set :attr:`name`, :attr:`families` (who writes it) and the two body methods."""
 
     name: ClassVar[str]
     families: ClassVar[str]
@@ -77,14 +71,10 @@ def describe_formats(formats: Sequence[CallFormat]) -> str:
 def detect_call_format(
     render: Callable[[list[dict[str, Any]]], str], formats: Sequence[CallFormat]
 ) -> CallFormat:
-    """The format of ``formats`` the chat template writes calls in.
-
-    ``render(messages)`` renders a conversation with the chat template (tools listed, no
-    generation prompt). It is given a user message and an assistant message carrying one
-    structured ``search`` call with :data:`PROBE_QUERY`; the first format whose
-    :meth:`CallFormat.render` appears verbatim in the result is the template's. Raises
-    :class:`~searchr1.core.errors.ConfigValueError` naming what the template wrote when no
-    format matches (a template that cannot render tool calls at all included)."""
+    """The format the chat template writes calls in: ``render(messages)`` (tools listed, no
+    generation prompt) renders one structured ``search`` call with :data:`PROBE_QUERY`; the
+    first format whose :meth:`CallFormat.render` appears verbatim wins. Raises
+    ConfigValueError showing what the template wrote when none matches."""
     call = {"type": "function", "function": {"name": "search", "arguments": {"query": PROBE_QUERY}}}
     messages = [
         {"role": "user", "content": "q"},

@@ -1,14 +1,9 @@
 """Atomic training checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``.
 
-The train loop calls :func:`save_checkpoint` every ``train.save_every`` steps, at the end and
-on SIGINT/SIGTERM, and :func:`latest_checkpoint` on ``--resume``. A checkpoint holds the
-model provider's state (adapter, optimizer, step: ``model/``), the loop's state
-(``trainer.json``: step, data cursor, Python RNG), torch's RNG state (``rng.pt``) and the
-resolved config with secrets redacted (``config.toml``).
-
-Atomicity: everything is written into a hidden temporary folder which is renamed into place
-only once complete, so a crash (SIGKILL included) mid-write never leaves a broken
-checkpoint; only complete ``step_*`` folders are ever considered.
+Contents: ``model/`` (the provider's adapter, optimizer, step), ``trainer.json`` (step, data
+cursor, Python RNG), ``rng.pt`` (torch RNG) and ``config.toml`` (secrets redacted). Written to
+a hidden temporary folder renamed into place when complete, so a crash mid-write (SIGKILL
+included) never leaves a broken ``step_*`` folder.
 """
 
 from __future__ import annotations
@@ -78,11 +73,10 @@ class CheckpointError(UserError):
 
 
 def read_checkpoint(path: Path, *, resumable: bool = True) -> Checkpoint:
-    """The checkpoint in ``path`` after checking that its files are whole: ``trainer.json``
-    readable with a step and ``model/`` present, and for ``resumable`` (``--resume``; eval
-    needs only the model) also an RNG state, a data cursor and ``rng.pt``.
-    Atomic saves make a half-written checkpoint impossible, but a disk error, a copy that was
-    cut short or a hand edit can still damage one; raises CheckpointError naming the file."""
+    """The checkpoint in ``path``, checked whole: ``trainer.json`` with a step and ``model/``,
+    and for ``resumable`` (eval needs only the model) an RNG state, a data cursor and
+    ``rng.pt``. A disk error, a cut-short copy or a hand edit can still damage an atomically
+    saved one; raises CheckpointError naming the file."""
     meta = path / "trainer.json"
     if not meta.is_file():
         raise CheckpointError(f"{meta} is missing")
@@ -146,12 +140,9 @@ def latest_checkpoint(run_dir: Path, *, resumable: bool = True) -> Checkpoint | 
 
 
 def resume_checkpoint(run_dir: Path) -> tuple[Checkpoint | None, list[str]]:
-    """The checkpoint ``--resume`` continues from, and warnings to show the user.
-
-    The newest usable one; when newer ones are damaged, the warning names each damaged file
-    and says which earlier checkpoint is used instead (the steps after it are trained again,
-    with the same questions and seeds). Raises CheckpointError when checkpoints exist but none
-    is usable; returns ``(None, [])`` when there is none at all."""
+    """The newest usable checkpoint for ``--resume``, and a warning per newer damaged one
+    (its steps are trained again, same questions and seeds). Raises CheckpointError when
+    checkpoints exist but none is usable; ``(None, [])`` when there are none."""
     good, damaged = scan_checkpoints(run_dir)
     if not good:
         if damaged:

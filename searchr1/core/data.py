@@ -1,18 +1,9 @@
 """QA sets: loading a file of questions, and a fixed subset for evaluation.
 
-Who calls what:
-
-- the train loop calls :func:`load_questions` on ``config.data.train`` once at start-up and
-  iterates it through a :class:`~searchr1.core.question_stream.QuestionStream` (seeded
-  order, checkpointed cursor; importable from here too);
-- ``searchr1 eval`` calls :func:`load_questions` on ``--data`` / ``config.data.eval`` and
-  :func:`limit_per_source` for a fixed subset;
-- ``searchr1 data check FILE`` prints :meth:`LoadedQuestions.summary`.
-
-Files are JSONL (one object per line), a JSON array, or parquet; each row is read by
-:func:`searchr1.core.data_rows.question_from_row`, whose docstring lists the row layouts we
-accept (Search-R1 flat and nested, plain). A row that cannot be read is skipped and reported
-as a :class:`MalformedRow` (row number and reason); it never stops the load.
+Files are JSONL, a JSON array, or parquet; rows are read by
+:func:`searchr1.core.data_rows.question_from_row` (which lists the accepted layouts). A row
+that cannot be read is skipped as a :class:`MalformedRow` (number and reason), never
+stopping the load.
 """
 
 from __future__ import annotations
@@ -51,8 +42,7 @@ class DataError(UserError):
 
 @dataclass(frozen=True)
 class MalformedRow:
-    """A skipped row: its 1-based number (the line number in a JSONL file, the row index in
-    a parquet file or JSON array) and a reason a person can act on."""
+    """A skipped row: 1-based number (JSONL line, or parquet/array index) and reason."""
 
     row: int
     reason: str
@@ -105,11 +95,9 @@ def load_questions(
 ) -> LoadedQuestions:
     """Read a QA file (``builtin:...`` allowed) into questions with stable ids.
 
-    ``field_name`` (e.g. ``"data.train"``) is named in the error when the file is missing, so
-    the user knows which config value to fix. With ``allow_empty=False`` a file without a
-    single valid row raises :class:`DataError` quoting the first reasons; ``data check``
-    passes True to report instead. With ``report`` (train and eval) skipped rows are shown on
-    stderr and logged (:func:`report_malformed`), so they never go unnoticed.
+    ``field_name`` (e.g. ``"data.train"``) is named in errors. Unless ``allow_empty``, a file
+    without a valid row raises DataError quoting the first reasons. ``report`` shows and logs
+    skipped rows (:func:`report_malformed`) so they never go unnoticed.
     """
     where = f"{field_name} = {path!r}" if field_name else repr(path)
     if not path:
@@ -137,8 +125,7 @@ def load_questions(
         except RowError as exc:
             malformed.append(MalformedRow(number, str(exc)))
             continue
-        # Ids must be unique (trajectory dumps and eval records are keyed by them) and stable
-        # (a resumed run or a rerun eval names the same question the same way).
+        # Unique (dumps and eval records are keyed by id) and stable across reruns.
         seen_ids[q.id] += 1
         if seen_ids[q.id] > 1:
             q = _with_id(q, f"{q.id}#{seen_ids[q.id]}")
@@ -160,9 +147,8 @@ def load_questions(
 
 
 def report_malformed(loaded: LoadedQuestions, where: str) -> None:
-    """One console line (stderr) and one ``data_malformed_rows`` log event for the rows a
-    load skipped: how many, the first few row numbers with their reasons, and the command
-    that lists them all."""
+    """One stderr line and one ``data_malformed_rows`` event: how many rows were skipped,
+    the first few with reasons, and the command that lists them all."""
     from searchr1.core.logs import get_logger
 
     bad = loaded.malformed
@@ -222,8 +208,8 @@ def _with_id(q: Question, new_id: str) -> Question:
 
 
 def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
-    """The first ``limit`` questions of each ``data_source``, in file order (a fixed subset:
-    the public replication evaluated 10 per benchmark). ``None`` keeps everything."""
+    """The first ``limit`` questions of each ``data_source``, in file order (the public
+    replication evaluated 10 per benchmark); ``None`` keeps all."""
     if limit is None:
         return list(questions)
     if limit < 1:

@@ -1,9 +1,6 @@
 """One QA row, in any layout we accept, read into a :class:`~searchr1.core.types.Question`.
 
-:func:`searchr1.core.data.load_questions` calls :func:`question_from_row` once per row of a
-QA file (JSONL line, JSON array item or parquet row); a row that cannot be read raises
-:class:`RowError` with a reason a person can act on, which the loader records as a skipped
-row and never lets stop the load.
+A row that cannot be read raises :class:`RowError` with a reason a person can act on.
 
 Accepted row layouts:
 
@@ -14,9 +11,8 @@ Accepted row layouts:
   (the flat columns win when both are present, as in the published files);
 - plain: ``{"question", "answers": [...]}`` (or ``"answer": "..."``).
 
-Ids are stable: a row without one gets a hash of its question and answers (so it survives
-reordering), and an id is prefixed by its ``data_source`` (published test files reuse
-``test_0`` across sources).
+Ids are stable: a row without one gets a hash of its question and answers, and ids are
+prefixed by ``data_source`` (published test files reuse ``test_0`` across sources).
 """
 
 from __future__ import annotations
@@ -57,12 +53,10 @@ def question_from_row(row: Any, number: int) -> Question:
     if row_id is not None and not isinstance(row_id, str | int):
         raise RowError(f"'id' must be a string or integer, got {type(row_id).__name__}")
     if row_id is None or str(row_id).strip() == "":
-        # No id in the file: derive one from the content, so it survives reordering.
         digest = hashlib.sha1(json.dumps([text, answers]).encode()).hexdigest()[:12]
         qid = f"q-{digest}"
     else:
         qid = str(row_id).strip()
-    # Published test files reuse ids across sources ("test_0" in nq and in hotpotqa).
     if source and not qid.startswith(f"{source}/"):
         qid = f"{source}/{qid}"
     metadata: dict[str, Any] = {"row": number}

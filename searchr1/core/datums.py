@@ -1,7 +1,6 @@
 """Trajectory -> Datum: the full multi-turn sequence, shifted by one.
 
-Called by the train loop for every trajectory of a non-degenerate group. Position ``i`` of
-the datum predicts ``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum
+Position ``i`` predicts ``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum
 carries its sampler log-prob and the trajectory's advantage; on prompt and observation
 positions both are 0, so search results never enter the loss (``docs/protocols.md`` §5).
 """
@@ -13,8 +12,7 @@ from searchr1.core.types import Datum, Trajectory
 
 
 class DatumTooLongError(ConfigValueError):
-    """A trajectory does not fit in ``train.max_datum_tokens``; never silently truncated.
-    A user error (the CLI prints it without a traceback) and a ``ValueError``."""
+    """A trajectory does not fit in ``train.max_datum_tokens`` (never silently truncated)."""
 
 
 def trajectory_to_datum(trajectory: Trajectory, advantage: float, max_datum_tokens: int) -> Datum:

@@ -1,19 +1,11 @@
 """Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout.
 
-The CLI calls :func:`setup_logging` once per command, after the config is loaded (so the
-secrets it holds are known). Every event carries ``timestamp``, ``level``, ``event`` and
-``run_id``. Metric events use ``/``-separated names (``reward/mean``,
-``search/success_rate``) as keys of a ``metrics`` event. A redaction processor replaces every
-configured secret, and anything shaped like a bearer token, wherever it appears in an event.
-
-Long work reports progress through :func:`progress`: a tqdm bar on a TTY, a JSON
-``progress`` event every few seconds otherwise. A command may draw events for a person
-instead of printing JSON lines: it passes a ``screen`` factory (the CLI's console on a TTY).
-
-Metric sinks (:mod:`searchr1.core.sinks`, chosen by ``[log] sinks``) hang off the same
-stream: :func:`attach_sinks` connects them, a processor after redaction hands them every
-event with numbers, :func:`log_trajectories` the step's dumped trajectories, and
-:func:`close_sinks` (end of ``train``, else at exit) flushes them.
+:func:`setup_logging` runs once per command, after the config is loaded (so its secrets are
+known). Every event carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use
+``/``-separated keys (``reward/mean``) in a ``metrics`` event. Redaction replaces every
+configured secret and anything shaped like a bearer token. A command may pass a ``screen``
+factory to draw events for a person instead of printing JSON lines. Metric sinks
+(:mod:`searchr1.core.sinks`) are fed from the same stream, after redaction.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ _secrets: set[str] = set()
 
 
 def register_secrets(values: Iterable[str]) -> None:
-    """Add values that must never appear in any log line (called by setup_logging and by
-    providers that read keys from elsewhere)."""
+    """Add values that must never appear in any log line (e.g. keys a provider reads)."""
     _secrets.update(v for v in values if v and len(v) >= 4)
 
 
@@ -86,8 +77,8 @@ class _JsonLinesFile:
 
 
 class EventHub(Protocol):
-    """What the event stream feeds: :class:`searchr1.core.sinks.SinkHub` (the sinks layer
-    imports this module, not the other way round, so the logs know the hub only by shape)."""
+    """The shape of :class:`searchr1.core.sinks.SinkHub` (sinks imports this module, so
+    the logs know the hub only by shape)."""
 
     def event(self, event: dict[str, Any]) -> None: ...
 
@@ -130,8 +121,7 @@ def attach_sinks(hub: EventHub) -> None:
 
 
 def log_trajectories(step: int, records: Iterable[dict[str, Any]]) -> None:
-    """Send a few dumped trajectories (``trajectory_to_dict`` records) to the metric sinks as
-    redacted text. The train loop calls it where it writes ``trajectories/step_N.jsonl``."""
+    """Send a few dumped trajectory records to the metric sinks as redacted text."""
     if _hub is not None:
         _hub.trajectories(step, records)
 

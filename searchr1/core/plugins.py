@@ -1,9 +1,8 @@
 """Plugin loading and lookup by name.
 
-The CLI calls :func:`load_registry` once at start-up. It loads every entry point of the
-``searchr1`` group (the built-ins are registered there exactly like third-party packages;
-``$SEARCHR1_LOAD_PLUGINS`` narrows which third-party ones load), checks that every hook
-implementation matches a spec, and collects what each plugin registers. The core then asks the registry for one factory by the name given in config.
+:func:`load_registry` loads every entry point of the ``searchr1`` group (built-ins are
+registered there exactly like third-party packages), checks every hook implementation against
+a spec and collects what each plugin registers; the core asks it for factories by config name.
 """
 
 from __future__ import annotations
@@ -148,9 +147,8 @@ _installed: Registry | None = None
 
 
 def installed_registry() -> Registry:
-    """The registry of the installed plugins, loaded once per process: for lookups by name
-    that run far from the CLI's own registry (a reward reading a trajectory's answer under
-    its protocol, a ``builtin:`` path resolved while a model loads)."""
+    """The installed plugins' registry, loaded once per process, for lookups far from the
+    CLI's own registry (a reward's protocol, a ``builtin:`` path)."""
     global _installed
     if _installed is None:
         _installed = load_registry()
@@ -164,8 +162,7 @@ def _plugin_manager() -> pluggy.PluginManager:
 
 
 def _wanted_plugins() -> set[str] | None:
-    """The third-party entry-point names ``$SEARCHR1_LOAD_PLUGINS`` asks for, or None when the
-    variable is unset (load everything installed). Set but empty: built-ins only."""
+    """The names ``$SEARCHR1_LOAD_PLUGINS`` asks for; None when unset (load all)."""
     value = os.environ.get(LOAD_PLUGINS_VAR)
     if value is None:
         return None
@@ -173,15 +170,13 @@ def _wanted_plugins() -> set[str] | None:
 
 
 def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
-    """A built-in plugin lives inside this package (its entry points are in searchr1's own
-    pyproject.toml); anything else is third-party, whatever its entry-point name."""
+    """Built-in: lives inside this package, whatever its entry-point name."""
     return ep.module.split(".")[0] == __name__.split(".")[0]
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
-    """Register the entry points to load; returns the names ``$SEARCHR1_LOAD_PLUGINS`` left
-    out. A name it lists that no installed package provides is a PluginError, so a typo
-    does not silently drop a plugin."""
+    """Register the entry points to load; returns the ones left out. A listed name nothing
+    provides is a PluginError, so a typo does not silently drop a plugin."""
     wanted = _wanted_plugins()
     eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     if wanted is not None:
@@ -256,8 +251,7 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
 
 
 def _call_hook(impl: pluggy.HookImpl, hook_name: str, register: Callable[..., None]) -> None:
-    """Call one plugin's hook with ``register``; any failure but a PluginError is reported
-    as a PluginError naming the plugin and the hook."""
+    """Call one plugin's hook; any failure becomes a PluginError naming plugin and hook."""
     try:
         impl.function(register)
     except PluginError:

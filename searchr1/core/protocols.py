@@ -30,8 +30,7 @@ def call_formats(registry: Registry | None = None) -> list[CallFormat]:
 def make_protocol(
     config: Config, tokenizer: Tokenizer, registry: Registry | None = None
 ) -> AgentProtocol:
-    """The protocol chosen by ``[rollout] protocol``, bound to ``tokenizer``. Called once per
-    run by train, smoke and eval, and by plugins that render scripted trajectories."""
+    """The protocol chosen by ``[rollout] protocol``, bound to ``tokenizer``."""
     cls = protocol_class(config.rollout.protocol, registry)
     return cls(
         tokenizer,
@@ -42,7 +41,5 @@ def make_protocol(
 
 def extract_answers(protocol: str, text: str) -> list[str]:
     """Every final-answer occurrence in one turn's ``text`` under the protocol named
-    ``protocol`` (a trajectory's ``protocol`` field; ``""``, as in records without that
-    field, means ``tags``), read by that class's own :meth:`AgentProtocol.extract_answers`.
-    Called by reward plugins once per turn."""
+    ``protocol`` (a trajectory's ``protocol`` field; ``""`` means ``tags``)."""
     return protocol_class(protocol or "tags").extract_answers(text)

@@ -1,11 +1,8 @@
 """Deterministic question order for training, and the cursor a checkpoint keeps.
 
-The train loop wraps the loaded questions in a :class:`QuestionStream` seeded with
-``config.run.seed``, takes ``next_batch(rollout.questions_per_batch)`` once per step, and
-stores ``stream.state()`` in every checkpoint; on resume, ``load_state`` puts the cursor back,
-so a resumed run sees exactly the questions the uninterrupted run would have seen (and a
-changed data file or seed is refused rather than silently repeating or skipping questions).
-Also importable from :mod:`searchr1.core.data`.
+Seeded with ``run.seed``; ``state()`` goes into every checkpoint and ``load_state`` puts the
+cursor back, so a resumed run sees exactly the questions an uninterrupted one would (a
+changed data file or seed is refused, not silently repeated or skipped).
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ from searchr1.core.types import Question
 
 @dataclass
 class QuestionStream:
-    """Questions in a shuffled order that depends only on ``seed``, epoch after epoch.
-
-    Epoch ``e`` is a permutation drawn from ``random.Random(f"{seed}/{e}")``, whose algorithm
-    is stable across Python versions. A batch that crosses the end of an epoch continues
-    with the next one. :meth:`state` is a small JSON-able dict for the checkpoint;
-    :meth:`load_state` puts the cursor back exactly.
-    """
+    """Questions shuffled by ``seed`` alone, epoch after epoch: epoch ``e`` is the permutation
+    from ``random.Random(f"{seed}/{e}")`` (stable across Python versions); a batch crossing
+    an epoch's end continues into the next."""
 
     questions: Sequence[Question] = field(repr=False)
     seed: int = 0
@@ -83,10 +76,8 @@ class QuestionStream:
         }
 
     def load_state(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Restore a cursor saved by :meth:`state`.
-
-        With ``strict`` (the default) a state recorded for a different data file or seed
-        raises ``ValueError``: continuing would silently repeat or skip questions."""
+        """Restore a cursor saved by :meth:`state`; with ``strict``, one recorded for another
+        data file or seed raises ``ValueError``."""
         if strict:
             mismatches = [
                 f"{key} was {state.get(key)!r}, now {now!r}"

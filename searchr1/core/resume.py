@@ -1,15 +1,9 @@
 """``searchr1 train --resume``: pick the checkpoint to continue from and check it fits the run.
 
-The train loop calls :func:`resume_point` after loading the questions and before creating
-the model (a refusal costs no model load), then :func:`load_model_state` once the model
-exists. Every refusal is a :class:`~searchr1.core.errors.UserError` (exit code 2) naming
-the file or field to fix:
-
-- no checkpoint in the run folder: nothing to resume (never a silent fresh start);
-- the newest checkpoint damaged: a warning naming its file, and the previous good one is
-  used (see :func:`searchr1.core.checkpoint.resume_checkpoint`); none usable: an error;
-- the checkpoint's data cursor recorded for another ``data.train`` or ``run.seed``: an error
-  naming the data file the checkpoint was trained on and the one this run reads.
+:func:`resume_point` runs before the model is created (a refusal costs no model load),
+:func:`load_model_state` after. Every refusal is a UserError naming what to fix: no
+checkpoint (never a silent fresh start), none usable (a damaged newest one only warns and
+the previous good one is used), or a data cursor for another ``data.train`` / ``run.seed``.
 """
 
 from __future__ import annotations
@@ -69,8 +63,7 @@ def _checkpoint_data_train(folder: Path) -> str | None:
 
 
 def load_model_state(components: Any, checkpoint: Checkpoint) -> None:
-    """Load the model provider's state saved in ``checkpoint``; a missing or unreadable file
-    there becomes a UserError naming the folder and the way out."""
+    """Load the provider's saved state; a missing or unreadable file is a UserError."""
     try:
         components.model.load_state(str(checkpoint.model_dir))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

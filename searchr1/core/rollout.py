@@ -1,15 +1,12 @@
 """The rollout state machine: generate, search, read, continue, answer.
 
-The train loop, ``searchr1 smoke`` and eval call :func:`rollout_questions` once per batch of
-questions. For each question the shared prompt is sampled **once** with
-``num_samples = group_size``; from then on every trajectory advances on its own with
-``num_samples = 1``. All trajectories of all questions run as concurrent asyncio tasks, so a
-slow search holds up only the trajectory that issued it.
+Each question's prompt is sampled **once** with ``num_samples = group_size``; then every
+trajectory advances on its own with ``num_samples = 1``. All trajectories run as concurrent
+asyncio tasks, so a slow search holds up only the trajectory that issued it.
 
-Token-in/token-out: a trajectory's token list only ever grows by the prompt, by the tokens the
-sampler returned (exactly as returned) and by the observation tokens the protocol encoded from
-the observation text alone. The next prompt is that list. Nothing sampled is ever decoded and
-re-encoded; decoding is only used to *read* a turn's action.
+Token-in/token-out: a trajectory grows only by the prompt, the sampled tokens exactly as
+returned and the observation tokens; that list is the next prompt. Nothing sampled is
+decoded and re-encoded.
 
 Per trajectory::
 
@@ -55,19 +52,14 @@ T = TypeVar("T")
 
 
 class RolloutConfigError(ConfigValueError):
-    """The ``[rollout]`` limits cannot hold a question at all (its prompt alone fills
-    ``max_trajectory_tokens``). A :class:`~searchr1.core.errors.UserError`, so the CLI prints
-    the message with exit code 2 instead of a traceback; a ``ValueError`` for callers that
-    caught it as one."""
+    """A question's prompt alone fills ``[rollout] max_trajectory_tokens`` (exit code 2)."""
 
 
 def sampling_params(
     config: Config, protocol: AgentProtocol, *, greedy: bool = False
 ) -> SamplingParams:
-    """The per-turn sampling parameters of a run: ``[model] temperature/top_p/max_new_tokens``
-    and the protocol's stop strings and end-of-message token ids. ``greedy`` (eval) sets
-    temperature 0 and top_p 1. The rollout shrinks ``max_tokens`` per turn to the tokens left
-    in ``[rollout] max_trajectory_tokens``."""
+    """Per-turn sampling: ``[model] temperature/top_p/max_new_tokens`` and the protocol's stop
+    strings and token ids; ``greedy`` (eval) sets temperature 0, top_p 1."""
     return SamplingParams(
         max_tokens=config.model.max_new_tokens,
         temperature=0.0 if greedy else config.model.temperature,
@@ -110,11 +102,9 @@ class _Rollout:
         self.sampling = sampling
 
     def _params(self, used: int, request_key: str) -> SamplingParams:
-        """This request's parameters: ``max_tokens`` shrunk to the budget left and, when the
-        caller fixed a seed, a seed of the request's own (``request_key`` names the group's
-        first turn or a trajectory's turn). A shared seed would give every ``num_samples=1``
-        request the same random stream; a derived one keeps trajectories independent and
-        reproducible whatever batch they land in."""
+        """``max_tokens`` shrunk to the budget left and, when a seed is fixed, a seed derived
+        from ``request_key``: a shared seed would give every ``num_samples=1`` request the same
+        random stream; a derived one keeps trajectories independent and reproducible."""
         left = self.limits.max_trajectory_tokens - used
         seed = self.sampling.seed
         if seed is not None:
@@ -251,8 +241,8 @@ class _Rollout:
 
 
 async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
-    """Run coroutines as tasks and return their results in order; on the first exception
-    cancel the rest and re-raise it (a broken model channel stops the batch at once)."""
+    """Results in order; on the first exception cancel the rest and re-raise it (a broken
+    model channel stops the batch at once)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -262,8 +252,7 @@ async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-    # Read every failure, not only the first: a task whose exception is never read makes
-    # asyncio print "exception was never retrieved" when it is collected.
+    # Read every failure: an unread one makes asyncio print "exception was never retrieved".
     errors = [t.exception() for t in tasks if not t.cancelled() and t.exception() is not None]
     if errors:
         raise errors[0]  # type: ignore[misc]
@@ -281,14 +270,12 @@ async def rollout_questions(
     sampling: SamplingParams | None = None,
     id_prefix: str = "",
 ) -> list[list[Trajectory]]:
-    """Roll out ``group_size`` trajectories per question; one list per question, in order.
+    """``group_size`` trajectories per question; one list per question, in order.
 
-    ``sampling`` defaults to :func:`sampling_params` (config's temperature and stop strings);
-    its ``max_tokens`` is the per-turn cap, shrunk to what is left of
-    ``[rollout] max_trajectory_tokens``. Trajectory ids are ``{id_prefix}{question.id}/{i}``
-    and ``group_id`` is ``{id_prefix}{question.id}``. A search failure never raises (it
-    becomes an observation and counts in ``search_errors``); a model provider error
-    cancels the whole batch and propagates.
+    ``sampling`` defaults to :func:`sampling_params`; its ``max_tokens`` is the per-turn cap.
+    Ids are ``{id_prefix}{question.id}/{i}``, ``group_id`` ``{id_prefix}{question.id}``. A
+    search failure becomes an observation (counted in ``search_errors``); a model provider
+    error cancels the batch and propagates.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")

@@ -1,19 +1,9 @@
 """Conditions of a training run that deserve one warning, not one per step.
 
-The train loop creates one :class:`RunNotices` per run and calls :meth:`RunNotices.observe`
-once per step (after logging its metrics); each returned
-:class:`~searchr1.core.health.Alert` is logged as a ``health_alert`` warning like the health
-monitor's, so the console shows it and the report lists it. Each kind is raised once per run,
-the first step it happens; :meth:`RunNotices.totals` holds the run's counts, which the train
-loop adds to its ``train_done`` event.
-
-Kinds:
-
-- ``no_tokens_trained``: every group the step kept was degenerate (all its rewards equal,
-  so every advantage is 0): the step trained no token and its update changed nothing;
-- ``max_new_tokens``: turns stopped at ``[model] max_new_tokens`` before the protocol's
-  closing tag (:mod:`searchr1.core.token_limits`);
-- ``max_trajectory_tokens``: trajectories ran out of ``[rollout] max_trajectory_tokens``.
+Alerts are logged as ``health_alert`` warnings, each kind the first step it happens;
+:meth:`RunNotices.totals` goes into ``train_done``. Kinds: ``no_tokens_trained`` (every kept
+group degenerate, so the update changed nothing), ``max_new_tokens`` and
+``max_trajectory_tokens`` (:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations
@@ -83,9 +73,7 @@ class RunNotices:
         return [Alert(kind, f"{message} (warned once per run; the total is in train_done)")]
 
     def totals(self) -> dict[str, int]:
-        """The run's counts, for the ``train_done`` event: ``steps_without_training``,
-        ``turns_cut_at_max_new_tokens``, ``trajectories_cut_at_max_trajectory_tokens``
-        (only those that happened)."""
+        """The run's counts (only those that happened), for ``train_done``."""
         names = {
             "no_tokens_trained": "steps_without_training",
             "max_new_tokens": "turns_cut_at_max_new_tokens",

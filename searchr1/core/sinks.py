@@ -1,18 +1,14 @@
 """Metric sinks: the run's numbers, a few trajectories and its config, sent beyond events.jsonl.
 
-``open_run`` (``searchr1 train`` only) calls :func:`open_sinks` right after loading the
-plugins: it creates every sink named in ``[log] sinks`` (chosen by name through the registry,
-so a typo gets a "did you mean") and hands each the redacted config once. The logging layer
-(:mod:`searchr1.core.logs`) then feeds the returned :class:`SinkHub` from the event stream,
-after redaction: every ``metrics`` event becomes ``log_scalars(step, ...)``, held-out
-evaluations become ``eval/heldout_*`` scalars, and the train loop's trajectory dumps become
-``log_texts(step, "trajectories", ...)``. The JSONL event log stays on whatever the list says.
+Opened for ``searchr1 train`` from ``[log] sinks``; fed by :mod:`searchr1.core.logs` after
+redaction: ``metrics`` events become ``log_scalars``, held-out evals ``eval/heldout_*``
+scalars, trajectory dumps ``log_texts(step, "trajectories", ...)``. events.jsonl is always
+written.
 
-A sink must never stop training: a method that raises is reported once per sink as a
-``sink_failed`` warning (the error message redacted), later failures only counted; a sink
-whose factory fails for an outside reason (network, disk) is dropped with the same warning.
-Only mistakes the user must fix stop the run at start: an unknown sink name, a bad
-``[log.<name>]`` table, a missing optional package (:func:`missing_package`).
+A sink never stops training: its first failure is a ``sink_failed`` warning, later ones are
+counted; a factory failing for an outside reason (network, disk) drops that sink. Only user
+mistakes stop the run at start: an unknown name, a bad ``[log.<name>]`` table, a missing
+package (:func:`missing_package`).
 """
 
 from __future__ import annotations
@@ -34,8 +30,8 @@ _META_KEYS = frozenset({"event", "level", "timestamp", "run_id", "step", "logger
 
 
 def missing_package(sink: str, package: str, install: str) -> UserError:
-    """The error a built-in sink raises when the package it writes with is not installed;
-    ``install`` is the pip argument that brings it, e.g. ``"searchr1[wandb]"``."""
+    """A sink's package is not installed; ``install`` is the pip argument, e.g.
+    ``"searchr1[wandb]"``."""
     return UserError(
         f"log.sinks lists {sink!r}, which needs the {package!r} package, not installed here: "
         f"pip install '{install}' (or remove {sink!r} from [log] sinks)"
@@ -105,8 +101,7 @@ class SinkHub:
             s.call("log_texts", step, name, list(texts))
 
     def trajectories(self, step: int, records: Iterable[Mapping[str, Any]]) -> None:
-        """A few dumped trajectories as redacted text (:func:`searchr1.core.logs.log_trajectories`
-        calls this where the train loop writes ``trajectories/step_N.jsonl``)."""
+        """A few dumped trajectories as redacted text."""
         if not self.sinks:
             return
         texts = [redact_text(trajectory_text(r)) for r in records]
@@ -130,11 +125,9 @@ def _numbers(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
 
 
 def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
-    """Create the sinks named in ``[log] sinks`` and give each the redacted config.
-
-    Raises PluginError for an unknown name (with "did you mean") and ConfigError/UserError
-    for a problem the user must fix; any other factory failure drops that sink with a
-    warning."""
+    """Create the ``[log] sinks`` and give each the redacted config. PluginError (unknown
+    name, with "did you mean"), ConfigError and UserError propagate; any other factory
+    failure drops that sink with a warning."""
     hub = SinkHub()
     for name in config.log.sinks:
         try:
@@ -152,8 +145,8 @@ def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
 
 
 def trajectory_text(record: Mapping[str, Any], max_chars: int = 4000) -> str:
-    """A dumped trajectory (``searchr1.core.eval.trajectory_to_dict``) as readable plain text:
-    question, answers, each turn with its query and (shortened) search result, reward."""
+    """A dumped trajectory record as plain text: question, answers, each turn with its
+    (shortened) search result, reward."""
     lines = [
         f"question: {record.get('question', '')}",
         f"golden: {' | '.join(record.get('golden_answers', []))}",

@@ -1,9 +1,4 @@
-"""Per-step metrics of the train loop, as flat ``name -> float`` dicts.
-
-The train loop calls :func:`rollout_metrics` after scoring a step's trajectories and merges
-in search counters (prefixed ``search/``), training results and timings before logging one
-``metrics`` event per step.
-"""
+"""Per-step metrics of the train loop, as flat ``name -> float`` dicts."""
 
 from __future__ import annotations
 
@@ -44,9 +39,8 @@ MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
 
 
 def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -> dict[str, float]:
-    """``mismatch/*`` (the metrics a model provider's learner reports, e.g. the ``local``
-    one's) of paired per-token log-probs of trained tokens, in plain Python: for providers
-    that get the learner's log-probs back from a service. ``d = learner - sampler``."""
+    """``mismatch/*`` from paired per-token log-probs of trained tokens, ``d = learner -
+    sampler``, in plain Python (for providers whose learner is a service)."""
     d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
     if not d:
         return {"mismatch/tokens": 0.0}
@@ -62,10 +56,9 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
 
 
 def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Merge the ``mismatch/*`` metrics of several learner batches (chunks or micro-batches):
-    max of maxima, min of minima, means weighted by ``mismatch/tokens``. Parts without them
-    (a remote service that does not report them) are skipped; the result is empty when no
-    part has them, so the step's event simply lacks the keys."""
+    """Merge ``mismatch/*`` over learner batches: max of maxima, min of minima, means weighted
+    by ``mismatch/tokens``. Parts without them are skipped; none: empty (the event lacks
+    the keys)."""
     have = [m for m in parts if m.get("mismatch/tokens", 0.0) > 0 and MISMATCH_MEANS[0] in m]
     if not have:
         return {"mismatch/tokens": 0.0} if any("mismatch/tokens" in m for m in parts) else {}
@@ -80,11 +73,10 @@ def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The metrics of one step's ``forward_backward`` calls (one per micro-batch) as one
-    dict: ``mismatch/*`` through :func:`merge_mismatch`, other ``*_max`` keys by max,
-    ``*_min`` by min, everything else (the losses' sums: ``tokens``, ``ratio_sum``, ...) by
-    sum. Means a provider already divided (``ratio_mean``, ``clip_fraction``) are dropped:
-    the train loop recomputes them from the sums."""
+    """One step's ``forward_backward`` metrics as one dict: ``mismatch/*`` by
+    :func:`merge_mismatch`, ``*_max`` by max, ``*_min`` by min, the rest (``tokens``,
+    ``ratio_sum``, ...) by sum. ``ratio_mean`` and ``clip_fraction`` are dropped: the loop
+    recomputes them from the sums."""
     out: dict[str, float] = {}
     for metrics in parts:
         for key, value in metrics.items():

@@ -1,19 +1,11 @@
 """Token limits, named: did a turn or a trajectory end because a token setting ran out, and
 does one well-formed turn fit the settings at all?
 
-Two settings cut what the model writes: ``[model] max_new_tokens`` (one turn) and
-``[rollout] max_trajectory_tokens`` (prompt, turns and observations together). A cut turn
-reads as an invalid action and a cut trajectory as ``token_limit``: both look like a model that
-cannot follow the protocol, while the cause is a number in the config. So:
-
-- :func:`limit_hits` counts, over finished trajectories, the turns that stopped at
-  ``max_new_tokens`` before the protocol's closing tag and the trajectories that ran out of
-  ``max_trajectory_tokens``; :meth:`LimitHits.sentences` says it with the numbers and the
-  setting. ``searchr1 smoke`` prints them in its verdict; the train loop
-  (:mod:`searchr1.core.run_notices`) warns once per run.
-- :func:`turn_fit_warnings` renders the first prompt and one well-formed search turn with the
-  run's tokenizer and protocol and says when they cannot fit. ``searchr1 config check`` calls
-  it (and anyone who has a config, a protocol and a question: a real model's config too).
+``[model] max_new_tokens`` cuts a turn, ``[rollout] max_trajectory_tokens`` the whole
+trajectory. A cut turn reads as an invalid action and a cut trajectory as ``token_limit``:
+both look like a model that cannot follow the protocol while the cause is a config number.
+:func:`limit_hits` counts such cuts after the fact (smoke's verdict, run notices);
+:func:`turn_fit_warnings` predicts them before a run (``searchr1 config check``).
 """
 
 from __future__ import annotations
@@ -67,11 +59,10 @@ class LimitHits:
 def limit_hits(
     trajectories: Sequence[Trajectory], *, max_new_tokens: int, max_trajectory_tokens: int
 ) -> LimitHits:
-    """Count the cuts in ``trajectories``. A turn is cut at ``max_new_tokens`` when its
-    sampling stopped on length after ``max_new_tokens`` tokens and the protocol read no action
-    in it; one that stopped on length earlier hit the trajectory's budget (the rollout caps a
-    turn at the tokens left), so its trajectory counts as cut by ``max_trajectory_tokens``,
-    as does every trajectory that ended ``token_limit``."""
+    """Count the cuts. A turn without an action that stopped on length after
+    ``max_new_tokens`` tokens is cut by that; one that stopped on length earlier hit the
+    trajectory budget (the rollout caps a turn at the tokens left), so its trajectory counts
+    as cut by ``max_trajectory_tokens``, as does every ``token_limit`` trajectory."""
     turns = turns_cut = cut = 0
     for traj in trajectories:
         budget = traj.end_reason == "token_limit"
@@ -95,11 +86,9 @@ def limit_hits(
 
 
 def turn_fit_warnings(config: Config, protocol: Any, question: Question) -> list[str]:
-    """Warnings when one well-formed turn cannot fit the token settings: the rendered first
-    prompt of ``question`` plus one search turn (``protocol.assistant_turn_tokens(query=...)``,
-    the question as its query) longer than ``rollout.max_trajectory_tokens``, or that search
-    turn longer than ``model.max_new_tokens``. ``protocol`` is an
-    :class:`~searchr1.core.agent_protocol.AgentProtocol` built on the run's tokenizer."""
+    """Warnings when the first prompt plus one well-formed search turn (the question as
+    query) exceeds ``rollout.max_trajectory_tokens``, or that turn alone exceeds
+    ``model.max_new_tokens``; ``protocol`` is built on the run's tokenizer."""
     prompt = len(protocol.initial_prompt_tokens(question))
     turn = len(protocol.assistant_turn_tokens(query=question.question))
     answer = len(protocol.assistant_turn_tokens(answer=question.golden_answers[0]))

@@ -1,9 +1,5 @@
-"""Loading a model's Hugging Face tokenizer by the name a config gives it.
-
-Model provider factories call these once per run: the remote providers (``taotoken``,
-``tinker``) and ``openai_chat`` tokenize on this machine, so they need the served model's
-tokenizer (:func:`provider_tokenizer`); the local provider loads the one next to its weights.
-"""
+"""Loading a model's Hugging Face tokenizer by the name a config gives it (remote providers
+tokenize on this machine, so they need the served model's tokenizer)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,8 @@ if TYPE_CHECKING:
 
 
 def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -> Any:
-    """The tokenizer of ``name`` (a ``builtin:`` asset, a folder or a hub id).
-
-    ``field`` is the config field that named it; a tokenizer that cannot be loaded is a
-    :class:`~searchr1.core.errors.ConfigValueError` naming that field, then ``hint``."""
+    """The tokenizer of ``name`` (a ``builtin:`` asset, a folder or a hub id); failure is a
+    ConfigValueError naming ``field``, then ``hint``."""
     from transformers import AutoTokenizer  # heavy: only when a provider is built
 
     try:
@@ -33,9 +27,7 @@ def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -
 
 
 def provider_tokenizer(config: Config, provider: str, tokenizer: str) -> Any:
-    """The tokenizer of a provider that tokenizes locally for a model served elsewhere:
-    ``tokenizer`` (its ``[model.<provider>] tokenizer`` setting) when set, else
-    ``[model] base_model``."""
+    """``[model.<provider>] tokenizer`` when set, else ``[model] base_model``."""
     hint = (
         f"provider {provider!r} tokenizes on this machine: set [model.{provider}] tokenizer "
         f"to a local folder or a hub id of the same model"
@@ -46,10 +38,8 @@ def provider_tokenizer(config: Config, provider: str, tokenizer: str) -> Any:
 
 
 def local_tokenizer(config: Config) -> tuple[Any | None, str]:
-    """The run's tokenizer if it is on this machine -- ``[model.<provider>] tokenizer`` when
-    set, else ``[model] base_model``: a ``builtin:`` asset, a folder, or a hub id already in
-    the local cache -- without any download; ``(None, why)`` otherwise. For checks that
-    render text before a run (``config check``'s token fit)."""
+    """The run's tokenizer (as :func:`provider_tokenizer` picks it) if it is on this machine,
+    without any download; ``(None, why)`` otherwise. For checks before a run."""
     from transformers import AutoTokenizer
 
     name = str(config.plugin_table("model", config.model.provider).get("tokenizer") or "")
