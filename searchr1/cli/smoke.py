@@ -237,11 +237,11 @@ class _Smoke:
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            protocol = make_protocol(self.config, self.c.model.tokenizer)
+            protocol = make_protocol(self.config, self.c.model.sampler.tokenizer)
             print(protocol.describe(self.question))
             try:
                 (trajectories,) = await rollout_questions(
-                    self.c.model,
+                    self.c.model.sampler,
                     search,
                     protocol,
                     [self.question],
@@ -297,7 +297,7 @@ class _Smoke:
         from searchr1.core.eval import trajectory_to_dict
 
         path = self.run_dir / TRAJECTORIES_FILE
-        tok = self.c.model.tokenizer
+        tok = self.c.model.sampler.tokenizer
         with path.open("w", encoding="utf-8") as fh:
             for traj, result in zip(trajectories, results, strict=True):
                 record = trajectory_to_dict(traj, result)

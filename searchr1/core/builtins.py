@@ -21,7 +21,7 @@ from typing import Any
 
 from searchr1.core.gguf import convert_gguf, gguf_cache_name, is_gguf
 from searchr1.core.plugins import load_registry
-from searchr1.core.types import Asset
+from searchr1.core.types import Asset, Sampler
 
 PREFIX = "builtin:"
 
@@ -88,8 +88,8 @@ def _converted_gguf(path: Path) -> str:
 
 def ceiling_agent(
     config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
-) -> Any | None:
-    """The scripted stand-in model that plays the questions of ``spec`` (default
+) -> Sampler | None:
+    """The scripted stand-in sampler that plays the questions of ``spec`` (default
     ``data.eval``) perfectly, when that file is a ``builtin:`` asset whose plugin offers one
     (:attr:`Asset.ceiling`), else None. Called by ``searchr1 train`` once, before the first
     step, and by the cold start (:mod:`searchr1.core.cold_start`) as its teacher."""

@@ -69,10 +69,10 @@ def _checkpoint_data_train(folder: Path) -> str | None:
 
 
 def load_model_state(components: Any, checkpoint: Checkpoint) -> None:
-    """Load the model provider's state saved in ``checkpoint``; a missing or unreadable file
-    there becomes a UserError naming the folder and the way out."""
+    """Load the trainer's state saved in ``checkpoint``; a missing or unreadable file there
+    becomes a UserError naming the folder and the way out."""
     try:
-        components.model.load_state(str(checkpoint.model_dir))
+        components.trainer.load_state(str(checkpoint.model_dir))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise UserError(
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "

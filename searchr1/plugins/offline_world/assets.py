@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.types import ModelProvider
+from searchr1.core.types import Sampler
 from searchr1.plugins.offline_world.generate import WORLD_SEED
 
 __all__ = [
@@ -83,7 +83,7 @@ def build_tiny_random(folder: Path) -> None:
     build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)
 
 
-def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> ModelProvider | None:
+def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> Sampler | None:
     """The ``ceiling`` of ``builtin:world``: the scripted ideal agent for this run, or None
     where it does not apply (see
     :func:`~searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`)."""
