@@ -140,3 +140,19 @@ def test_require_trainer_names_the_provider() -> None:
 
     with pytest.raises(ConfigError, match="model.provider = 'hosted' only samples"):
         require_trainer(Model(sampler=Only()), "hosted")
+
+
+def test_eval_of_a_checkpoint_needs_a_trainer(tmp_path, capsys, scripted_plugin):
+    config = train_config(tmp_path, "trains = false\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "remote_checkpoint.json").write_text("{}")  # marks a model state folder
+    args = ["eval", "--config", str(config), "--data", str(tmp_path / "train.jsonl")]
+    code = cli([*args, "--run-dir", str(tmp_path / "run"), "--checkpoint", str(state)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "model provider 'scripted' only samples" in err, err
+    assert not scripted_plugin.created[0].calls
+    # The base model needs no trainer.
+    assert cli([*args, "--run-dir", str(tmp_path / "base")]) == 0, capsys.readouterr()
+    assert scripted_plugin.created[1].calls

@@ -28,7 +28,7 @@ BASE = "base"
 
 
 def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
-    """``(label, folder to pass to model.load_state)`` for one ``--checkpoint`` value.
+    """``(label, folder to pass to trainer.load_state)`` for one ``--checkpoint`` value.
 
     Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
     ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
