@@ -77,7 +77,7 @@ def _quiet_logging(config: Config) -> None:
 
     register_secrets(config.secrets)
     if not structlog.is_configured():
-        setup_logging("api", None, secrets=config.secrets, console=False, stream=sys.stderr)
+        setup_logging("api", None, secrets=config.secrets, stream=sys.stderr)
     for line in config.warnings:
         get_logger().warning("config_warning", detail=line)
 
@@ -183,8 +183,8 @@ async def run_rollout_group(
     read its rates. The model provider is created from the config for this call and closed
     after it."""
     from searchr1.cli.smoke import DEFAULT_ANSWERS, DEFAULT_QUESTION
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.plugins import load_registry
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.rollout import rollout_questions
     from searchr1.core.runs import create_model
 

@@ -11,15 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchr1.cli.smoke_verdict import seed_criteria
-from searchr1.core import agent_protocols
-from searchr1.core.agent_protocols import (
-    SEARCH_TOOL,
-    Action,
-    TagsProtocol,
-    ToolCallsProtocol,
-    make_protocol,
-)
+from searchr1.core.agent_protocol import Action
 from searchr1.core.config import Config
+from searchr1.core.errors import PluginError
+from searchr1.core.plugins import Registration, installed_registry
+from searchr1.core.protocols import extract_answers, make_protocol
 from searchr1.core.types import (
     Question,
     RewardResult,
@@ -28,6 +24,8 @@ from searchr1.core.types import (
     Trajectory,
     Turn,
 )
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.rewards import components
 
 Q = Question(id="q", question="  Who is the author of The Little Prince? ", golden_answers=("x",))
@@ -96,7 +94,7 @@ def test_make_protocol_follows_config() -> None:
     assert make_protocol(Config(), tok).name == "tool_calls"  # the default
     cfg = Config().replace(rollout={"protocol": "tool_calls"})
     assert isinstance(make_protocol(cfg, tok), ToolCallsProtocol)
-    with pytest.raises(ValueError, match="rollout.protocol = 'xml'"):
+    with pytest.raises(PluginError, match="rollout.protocol = 'xml': no agent protocol"):
         make_protocol(Config().replace(rollout={"protocol": "xml"}), tok)
 
 
@@ -177,12 +175,13 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> No
         def extract_answers(cls, text: str) -> list[str]:
             return [line[6:] for line in text.splitlines() if line.startswith("FINAL=")]
 
-    monkeypatch.setitem(agent_protocols.PROTOCOLS, "final", Final)
+    entries = installed_registry().entries["agent_protocol"]
+    monkeypatch.setitem(entries, "final", Registration("agent_protocol", "final", Final, "test"))
     text = "<answer>not this</answer>\nFINAL=Lyon"
-    assert agent_protocols.extract_answers("final", text) == ["Lyon"]
-    assert agent_protocols.extract_answers("", text) == ["not this"]  # old records: tags
-    with pytest.raises(ValueError, match="unknown agent protocol 'xml'"):
-        agent_protocols.extract_answers("xml", text)
+    assert extract_answers("final", text) == ["Lyon"]
+    assert extract_answers("", text) == ["not this"]  # old records: tags
+    with pytest.raises(PluginError, match="no agent protocol of that name is installed"):
+        extract_answers("xml", text)
 
     def trajectory(protocol: str) -> Trajectory:
         turn = Turn((), (), text, "answer")

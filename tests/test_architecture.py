@@ -24,6 +24,18 @@ def test_core_never_names_a_plugin_or_the_world() -> None:
     assert not hits, "the core reaches into a plugin:\n" + "\n".join(hits)
 
 
+def test_core_never_imports_the_plugin_kit() -> None:
+    """searchr1.kit holds helpers for plugins; the core's loop must run without it."""
+    hits = [
+        f"{name} -> {dep}"
+        for name, deps in _import_graph().items()
+        if name.startswith("searchr1.core")
+        for dep in deps
+        if dep.startswith("searchr1.kit")
+    ]
+    assert not hits, "the core imports the plugin kit: " + ", ".join(hits)
+
+
 def test_references_point_into_the_repository() -> None:
     pattern = re.compile(r"shared/reference|seed's error|(?<![\w/])protocols\.md")
     hits = [

@@ -15,9 +15,9 @@ from arch_models import build_family
 from fakes import template_tokenizer, tiny_tokenizer
 
 from searchr1.cli.main import main as cli
-from searchr1.core.agent_protocols import make_protocol
 from searchr1.core.config import load_config
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.scripted_teacher import UNKNOWN, ScriptedTeacher
 from searchr1.core.types import LossInputs, Question

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.console import Console
+from searchr1.cli.console import Console, tty_screen
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
 
 # a metrics event as the train loop logs it (abridged: the real one has ~50 keys)
@@ -43,7 +43,9 @@ def _plain(text: str) -> str:
 
 def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> None:
     stream = Tty()
-    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=60)
+    setup_logging(
+        "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=60
+    )
     get_logger().info("eval/heldout_em", when="before", step=0, value=0.119, f1=0.2, n=200)
     log_metrics(1, {**STEP, "time/step": 12.0})
     log_metrics(2, {**STEP, "time/step": 14.0, "reward/mean": 0.5})
@@ -80,7 +82,8 @@ def test_warnings_stand_out_and_are_never_cut() -> None:
 
 def test_without_a_tty_events_stay_json_lines(tmp_path: Path) -> None:
     stream = io.StringIO()
-    setup_logging("r", tmp_path / "events.jsonl", stream=stream, total_steps=60)
+    assert tty_screen(stream) is None
+    setup_logging("r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream)
     log_metrics(1, {**STEP, "time/step": 12.0})
     get_logger().warning("sink_failed", sink="x")
     out = [json.loads(line) for line in stream.getvalue().splitlines()]
@@ -90,7 +93,9 @@ def test_without_a_tty_events_stay_json_lines(tmp_path: Path) -> None:
 
 def test_long_work_gets_a_bar_of_its_own_not_lines(tmp_path: Path) -> None:
     stream = Tty()
-    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=3)
+    setup_logging(
+        "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=3
+    )
     for done in (32, 64, 80):
         get_logger().info("progress", task="held-out eval before", done=done, total=80)
     shown = _plain(stream.getvalue())
@@ -105,7 +110,9 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
     offline world's scripted ideal agent), then steps, then "after": the step line shows the
     model's latest EM, and the ceiling has a line of its own."""
     stream = Tty()
-    setup_logging("r", tmp_path / "events.jsonl", console=True, stream=stream, total_steps=2)
+    setup_logging(
+        "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=2
+    )
     log = get_logger()
     log.info("eval/heldout_em", when="before", step=0, value=0.119, n=320)
     log.info("eval/heldout_em", when="ceiling", step=0, value=1.0, n=320)

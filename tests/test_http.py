@@ -1,4 +1,4 @@
-"""``searchr1.core.http``, the HTTP helper every HTTP plugin uses, against a real loopback
+"""``searchr1.kit.http``, the HTTP helper every HTTP plugin uses, against a real loopback
 server that answers from a script and counts the TCP connections it accepted: retries with
 jitter, ``Retry-After`` (seconds and HTTP dates, measured), connection reuse, the deadline,
 the give-up and reject paths, and errors that name the URL but no secret."""
@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from searchr1.core.errors import SearchR1Error
-from searchr1.core.http import (
+from searchr1.kit.http import (
     HttpClient,
     HttpError,
     HttpGaveUp,

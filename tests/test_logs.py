@@ -12,7 +12,7 @@ from searchr1.core.logs import get_logger, log_metrics, setup_logging
 def test_json_events_to_file_and_stream_with_redaction(tmp_path: Path) -> None:
     stream = io.StringIO()
     events = tmp_path / "run" / "events.jsonl"
-    setup_logging("run-1", events, secrets=["sk-live-secret-42"], console=False, stream=stream)
+    setup_logging("run-1", events, secrets=["sk-live-secret-42"], stream=stream)
     log = get_logger()
     log.info(
         "request",

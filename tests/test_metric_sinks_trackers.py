@@ -49,7 +49,6 @@ def _run(sink: str, tmp_path: Path, table: str) -> Path:
         run_dir.name,
         run_dir / "events.jsonl",
         secrets=cfg.secrets,
-        console=False,
         stream=io.StringIO(),
     )
     attach_sinks(open_sinks(cfg, load_registry(), run_dir))

@@ -12,10 +12,12 @@ import time
 import pytest
 from fake_chat_server import API_KEY, FakeChatServer
 
-from searchr1.core.agent_protocols import SEARCH_TOOL, Action, TagsProtocol, ToolCallsProtocol
+from searchr1.core.agent_protocol import Action
 from searchr1.core.config import Config
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Question, SamplingParams, SearchResponse, SearchResult
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.openai_chat import (
     ChatAuthError,
     ChatServiceError,

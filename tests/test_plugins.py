@@ -17,6 +17,7 @@ import pytest
 
 from searchr1.core import hookspecs
 from searchr1.core.config import parse_config
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import KINDS, PluginError, load_registry
 from searchr1.core.types import Trajectory, Turn
@@ -81,9 +82,9 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
 
 
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.builtins import ceiling_agent
     from searchr1.core.config import load_config
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.tokenizers import load_tokenizer
 
     config = load_config(None)  # the embedded offline demo
@@ -117,7 +118,11 @@ def test_plugin_raising_in_hook_is_named() -> None:
 
 def test_every_hook_is_documented_with_signature_and_example() -> None:
     doc = (ROOT / "docs" / "plugins.md").read_text()
-    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {"register_assets"}
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {
+        "register_assets",
+        "register_file_formats",
+    }
+    assert {"register_agent_protocols", "register_call_formats"} <= set(HOOKS)
     for hook in HOOKS:
         section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
         assert section, f"docs/plugins.md has no '## {hook}' section"
@@ -139,11 +144,60 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
             monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
             _read_documented_asset(registry)
             continue
+        if hook == "register_file_formats":
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _convert_documented_format(registry, tmp_path, monkeypatch)
+            continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
         assert mine
         if kind == "metric_sink":  # cheap to run for real: feed it the way training does
             _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+        if kind == "agent_protocol":
+            _drive_protocol(registry, mine[0].name)
+        if kind == "call_format":
+            _drive_call_format(registry)
+
+
+#: A Mistral-like chat template: tool calls as `[TOOL_CALLS][...]`, which no built-in knows.
+MARKER_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{%- for c in (m.tool_calls or []) %}[TOOL_CALLS][{{ c.function | tojson }}]"
+    "{%- endfor %}{%- endif %}{{ m.content or '' }}{%- endfor %}"
+)
+
+
+def _drive_protocol(registry, name: str) -> None:
+    """[rollout] protocol names the documented protocol: it is built and reads its answers."""
+    from searchr1.core.protocols import make_protocol
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    config = parse_config(f'[rollout]\nprotocol = "{name}"\n', source="t.toml", env={})
+    protocol = make_protocol(config, build_tokenizer(BUILTIN_TEXT, 1024), registry)
+    assert protocol.name == name
+    assert protocol.extract_answers("thinking\nFINAL: Paris") == ["Paris"]
+
+
+def _drive_call_format(registry) -> None:
+    """The documented format is found in a template no built-in format matches, without any
+    change to the core; scripted turns are written and sampled turns parsed in it."""
+    from searchr1.core.agent_protocol import Action
+    from searchr1.core.protocols import make_protocol
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    tokenizer = build_tokenizer(BUILTIN_TEXT, 1024)
+    tokenizer.chat_template = MARKER_TEMPLATE
+    config = parse_config('[rollout]\nprotocol = "tool_calls"\n', source="t.toml", env={})
+    protocol = make_protocol(config, tokenizer, registry)
+    assert protocol.call_format.name == "marker_list"
+    assert protocol.stop_strings == ("]",)
+    sampled = '[TOOL_CALLS][{"name": "search", "arguments": {"query": "capital of France"}}]'
+    assert protocol.parse_action(sampled) == Action("search", query="capital of France")
+    assert protocol.call_format.render("search", {"query": "x"}) == (
+        '[TOOL_CALLS][{"name": "search", "arguments": {"query": "x"}}]'
+    )
+    with pytest.raises(ConfigValueError, match="no installed plugin knows"):
+        make_protocol(config, tokenizer)  # the installed plugins alone do not know it
 
 
 def _read_documented_asset(registry) -> None:
@@ -157,6 +211,28 @@ def _read_documented_asset(registry) -> None:
     questions = load_questions(path, field_name="data.eval").questions
     assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
     assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
+
+
+def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
+    """A path with the documented suffix resolves to the folder its converter wrote, once."""
+    import shutil
+
+    from searchr1.core import plugins
+    from searchr1.core.builtins import resolve
+
+    assert registry.format_plugins[".ckptzip"] == "SimpleNamespace"
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    archive = shutil.make_archive(str(tmp_path / "policy"), "zip", checkpoint)
+    packed = tmp_path / "policy.ckptzip"
+    Path(archive).rename(packed)
+    monkeypatch.setattr(plugins, "_installed", registry)  # resolve() reads the installed ones
+    folder = Path(resolve(str(packed)))
+    assert (folder / "config.json").read_text() == "{}"
+    assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    assert resolve(str(packed)) == str(folder)  # converted once, reused
+    assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
 
 
 def _drive_sink(sink: object) -> None:
@@ -245,8 +321,10 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    for kind in KINDS:
-        assert f"{kind} (chosen by" in out.stdout
+    for kind, (_, field_name) in KINDS.items():
+        chosen = f"chosen by {field_name}" if field_name else "the one the chat template writes"
+        assert f"{kind} ({chosen}):" in out.stdout
+    assert re.search(r"xml\s+from plugin agent_protocols", out.stdout)
     assert re.search(r"echo\s+from plugin example", out.stdout)
     assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
     assert re.search(r"world\s+from plugin offline_world", out.stdout)

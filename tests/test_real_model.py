@@ -68,7 +68,7 @@ def test_the_missing_gguf_reader_names_the_extra(
     import sys
 
     from searchr1.core.errors import ConfigValueError
-    from searchr1.core.gguf import convert_gguf
+    from searchr1.plugins.real_models.gguf import convert_gguf
 
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"GGUF")

@@ -11,12 +11,15 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.agent_protocols import TagsProtocol, ToolCallsProtocol, extract_answers
 from searchr1.core.answers import exact_match, f1_score, normalize_answer
 from searchr1.core.config import Config, ConfigError, parse_config
+from searchr1.core.errors import PluginError
 from searchr1.core.plugins import load_registry
+from searchr1.core.protocols import extract_answers
 from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import Question, Trajectory, Turn
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
 GOLDEN = ("Antoine de Saint-Exupéry",)
 
@@ -176,7 +179,7 @@ def test_normalize_answer_and_extract() -> None:
     assert normalize_answer("  The  Little   Prince! ") == "little prince"
     assert extract_answers("tags", "<answer>a</answer><answer> b </answer>") == ["a", "b"]
     assert extract_answers("tool_calls", "x\nAnswer: y\n") == ["y"]
-    with pytest.raises(ValueError, match="unknown agent protocol"):
+    with pytest.raises(PluginError, match="no agent protocol of that name"):
         extract_answers("xml", "")
     assert f1_score("paris france", ["Paris"]) == pytest.approx(2 / 3)
     assert f1_score("lyon", ["Paris", "Lyon"]) == 1.0 and f1_score(None, ["x"]) == 0.0

@@ -7,10 +7,10 @@ import dataclasses
 
 from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
-from searchr1.core.agent_protocols import TagsProtocol
 from searchr1.core.config import Config
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.types import Question
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
 
 Q = Question(id="q1", question="Who wrote the old book?", golden_answers=("Alice",))
 # scripts of one group must start differently (the fake matches later calls by first turn)

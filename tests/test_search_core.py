@@ -12,12 +12,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from searchr1.core.config import SearchConfig
-from searchr1.core.retry import backoff_delay, parse_retry_after
-from searchr1.core.search.base import BaseSearchProvider
-from searchr1.core.search.cache import QueryCache, normalise_query
-from searchr1.core.search.keys import KeyPool
-from searchr1.core.search.metrics import SearchMetrics, percentile
 from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.kit.retry import backoff_delay, parse_retry_after
+from searchr1.kit.search.base import BaseSearchProvider
+from searchr1.kit.search.cache import QueryCache, normalise_query
+from searchr1.kit.search.keys import KeyPool
+from searchr1.kit.search.metrics import SearchMetrics, percentile
 
 
 class FakeClock:

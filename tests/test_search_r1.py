@@ -11,7 +11,7 @@ import pytest
 from search_fakes import RETRIEVE_PATH, FakeSearchServer, start_fake_retriever
 
 from searchr1.core.config import ConfigError, parse_config
-from searchr1.core.search.http_provider import ResponseError
+from searchr1.kit.search.http_provider import ResponseError
 from searchr1.plugins.search_r1_retriever import SearchR1Retriever, parse_retrieve
 
 

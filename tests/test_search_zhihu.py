@@ -12,7 +12,7 @@ from search_fakes import ZHIHU_PATH, FakeSearchServer, start_fake_zhihu
 from structlog.testing import capture_logs
 
 from searchr1.core.config import ConfigError, parse_config
-from searchr1.core.search.http_provider import ERR_DOWN, ERR_QUOTA
+from searchr1.kit.search.http_provider import ERR_DOWN, ERR_QUOTA
 from searchr1.plugins.zhihu_search import ZhihuSearch
 
 KEYS = ["zk-alpha-0000-secret", "zk-bravo-1111-secret", "zk-charlie-2222-secret"]

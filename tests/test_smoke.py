@@ -15,8 +15,8 @@ import pytest
 from search_fakes import Behaviour, start_fake_zhihu
 
 from searchr1.cli.main import main as cli
-from searchr1.core.agent_protocols import extract_answers
 from searchr1.core.answers import exact_match
+from searchr1.core.protocols import extract_answers
 
 CORPUS = [
     {"id": "1", "title": "The Little Prince", "text": "A novella by Antoine de Saint-Exupéry."},

@@ -16,17 +16,13 @@ import json
 import pytest
 from fakes import FakeSearch, ScriptedModel, template_tokenizer
 
-from searchr1.core.agent_protocols import (
-    SEARCH_TOOL,
-    Action,
-    ToolCallsProtocol,
-    extract_answers,
-    make_protocol,
-)
+from searchr1.core.agent_protocol import Action
 from searchr1.core.config import Config
 from searchr1.core.errors import ConfigValueError
+from searchr1.core.protocols import extract_answers, make_protocol
 from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import Question, SearchResponse, SearchResult
+from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.rewards import components
 
 Q = Question(id="q", question="Who wrote The Little Prince?", golden_answers=("Saint-Exupéry",))
@@ -98,7 +94,9 @@ def test_an_unknown_call_format_is_refused_at_construction() -> None:
         "{%- for c in (m.tool_calls or []) %}[TOOL_CALLS][{{ c.function | tojson }}]"
         "{%- endfor %}{%- endif %}{{ m.content or '' }}{%- endfor %}"
     )
-    with pytest.raises(ConfigValueError, match=r"(?s)does not know.*\[TOOL_CALLS\].*xml"):
+    with pytest.raises(
+        ConfigValueError, match=r"(?s)no installed plugin knows.*\[TOOL_CALLS\].*xml"
+    ):
         ToolCallsProtocol(tok)
     tok.chat_template = "{%- for m in messages %}{{ m.content or '' }}{%- endfor %}"
     with pytest.raises(ConfigValueError, match="the call was dropped"):
@@ -301,6 +299,6 @@ def test_smoke_refuses_a_template_whose_call_format_is_unknown(
     code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
     out, err = capsys.readouterr()
     assert code == 2, out
-    assert "writes tool calls in a format searchr1 does not know" in err
+    assert "writes tool calls in a format no installed plugin knows" in err
     assert "[TOOL_CALLS]" in err and "Qwen3.5" in err and "Traceback" not in err
     assert not scripted_plugin.created[0].calls  # nothing was sampled

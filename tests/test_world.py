@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.agent_protocols import make_protocol
 from searchr1.core.config import default_config_text, load_config
 from searchr1.core.data import load_questions
+from searchr1.core.protocols import make_protocol
 from searchr1.plugins.local_search import LocalBM25Search
 from searchr1.plugins.offline_world.generate import (
     ONE_HOP,
@@ -122,7 +122,7 @@ def test_every_golden_answer_is_found_by_following_the_hops(world: World, config
 
 @pytest.fixture(scope="module")
 def protocol(world: World, config, tmp_path_factory: pytest.TempPathFactory):
-    from searchr1.core.agent_protocols import protocol_class
+    from searchr1.core.protocols import protocol_class
     from searchr1.plugins.offline_world.tiny_model import build_tokenizer
 
     texts = tokenizer_texts(world, protocol_class(config.rollout.protocol))
@@ -191,7 +191,7 @@ def test_cold_start_turns_use_the_call_format_the_protocol_parses(
     does (Qwen3 JSON, Qwen3.5 XML with its think prefill), and they parse back."""
     from fakes import template_tokenizer
 
-    from searchr1.core.agent_protocols import ToolCallsProtocol
+    from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
     tools = ToolCallsProtocol(template_tokenizer(template), enable_thinking=True)
     search = LocalBM25Search.from_config(config)

@@ -52,8 +52,8 @@ def _token_fit(config: Config) -> list[str]:
     """:func:`~searchr1.core.token_limits.turn_fit_warnings` for the smoke question, when the
     tokenizer is local (no download: a check must not need the network); a note otherwise."""
     from searchr1.cli.smoke import smoke_question
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.errors import ConfigValueError
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.token_limits import turn_fit_warnings
     from searchr1.core.tokenizers import local_tokenizer
 

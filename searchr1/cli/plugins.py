@@ -10,7 +10,8 @@ from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, load_registry
 def cmd_plugins(args: argparse.Namespace) -> int:
     registry = load_registry()
     for kind, (_, field_name) in KINDS.items():
-        print(f"{kind} (chosen by {field_name}):")
+        chosen = f"chosen by {field_name}" if field_name else "the one the chat template writes"
+        print(f"{kind} ({chosen}):")
         for name in registry.names(kind):
             reg = registry.entries[kind][name]
             print(f"  {name:<22} from plugin {reg.plugin}")

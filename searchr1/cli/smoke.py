@@ -50,11 +50,11 @@ from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
-from searchr1.core.agent_protocols import protocol_class
 from searchr1.core.config import Config, ConfigError
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
+from searchr1.core.protocols import protocol_class
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
@@ -80,6 +80,7 @@ EXIT_CRITERIA_NOT_MET = 3
 def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
+    from searchr1.cli.console import tty_screen
     from searchr1.core.runs import build_components, open_run
 
     if getattr(args, "question", None) and not getattr(args, "answer", None):
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "scored against); without --question smoke asks [smoke] question of the config, or the "
             "seed's question"
         )
-    ctx = open_run(args, "smoke", config=config)
+    ctx = open_run(args, "smoke", config=config, screen=tty_screen())
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
     config = ctx.config
@@ -227,7 +228,7 @@ class _Smoke:
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
         """Probe the search channel once, then roll out one group (same event loop, so the
         provider's HTTP client is closed on the loop that opened it)."""
-        from searchr1.core.agent_protocols import make_protocol
+        from searchr1.core.protocols import make_protocol
         from searchr1.core.rollout import RolloutConfigError, rollout_questions
 
         search: SearchProvider = self.c.search

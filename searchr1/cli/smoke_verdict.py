@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from searchr1.core.agent_protocols import AgentProtocol
+from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.types import RewardResult, Trajectory
 
 
@@ -122,7 +122,7 @@ def seed_criteria(
 
 def key_warnings(search: Any) -> tuple[list[str], list[str]]:
     """``(warnings, problems)`` about the search keys of ``search`` (a provider with a
-    ``keys`` :class:`~searchr1.core.search.keys.KeyPool`; others have none)."""
+    ``keys`` :class:`~searchr1.kit.search.keys.KeyPool`; others have none)."""
     pool = getattr(search, "keys", None)
     reasons: dict[int, str] = dict(getattr(pool, "bench_reasons", {}) or {})
     if pool is None or not reasons or getattr(pool, "anonymous", False):

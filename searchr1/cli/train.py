@@ -18,11 +18,12 @@ from searchr1.core.errors import EnvironmentDown, Interrupted
 
 
 def main(args: argparse.Namespace) -> int:
+    from searchr1.cli.console import tty_screen
     from searchr1.core.logs import get_logger
     from searchr1.core.runs import open_run
     from searchr1.core.train import train
 
-    ctx = open_run(args, "train")
+    ctx = open_run(args, "train", screen=tty_screen())
     try:
         train(ctx, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:

@@ -4,7 +4,7 @@ Called by the reward plugins (the built-in ``rewards`` ones) once per finished t
 by eval for its metrics, and by the agent protocols, which own their answer format and read
 it with :func:`answer_elements` (``tags``) or :func:`answer_lines` (``tool_calls``); a reward
 finds a trajectory's answers through its protocol
-(:func:`searchr1.core.agent_protocols.extract_answers`). Pure functions over strings: no
+(:func:`searchr1.core.agent_protocol.extract_answers`). Pure functions over strings: no
 tokenizer, no torch, and no knowledge of which protocol is which.
 """
 

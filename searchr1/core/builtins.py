@@ -16,26 +16,20 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.gguf import convert_gguf, gguf_cache_name, is_gguf
-from searchr1.core.plugins import load_registry
-from searchr1.core.types import Asset, Sampler
+from searchr1.core.plugins import installed_registry
+from searchr1.core.types import Asset, FileFormat, Sampler
 
 PREFIX = "builtin:"
 
-#: The assets the installed plugins register, collected on first use (see :func:`known_assets`).
-_known: dict[str, Asset] | None = None
-
 
 def known_assets() -> Mapping[str, Asset]:
-    """Every asset the loaded plugins register, by name; collected once per process through
-    :func:`searchr1.core.plugins.load_registry`, on the first ``builtin:`` path resolved."""
-    global _known
-    if _known is None:
-        _known = dict(load_registry().assets)
-    return _known
+    """Every asset the installed plugins register, by name
+    (:func:`searchr1.core.plugins.installed_registry`)."""
+    return installed_registry().assets
 
 
 def cache_dir() -> Path:
@@ -52,13 +46,12 @@ def asset_name(spec: str) -> str:
 
 
 def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
-    """A real path for ``spec``: unchanged unless it starts with ``builtin:`` or names a
-    ``.gguf`` file (converted once into the cache, :mod:`searchr1.core.gguf`). ``assets``
-    (default: :func:`known_assets`) says which names exist."""
-    if is_gguf(spec) and not is_builtin(spec):
-        return _converted_gguf(Path(spec).expanduser())
+    """A real path for ``spec``: unchanged unless it starts with ``builtin:`` or ends in the
+    suffix of a registered file format (converted once into the cache). ``assets`` (default:
+    :func:`known_assets`) says which names exist."""
     if not is_builtin(spec):
-        return spec
+        fmt = installed_registry().file_formats.get(Path(spec).suffix.lower())
+        return _converted(Path(spec).expanduser(), fmt) if fmt is not None else spec
     name, _, rest = spec[len(PREFIX) :].partition("/")
     assets = known_assets() if assets is None else assets
     if name not in assets:
@@ -74,15 +67,18 @@ def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
     return str(path)
 
 
-def _converted_gguf(path: Path) -> str:
+def _converted(path: Path, fmt: FileFormat) -> str:
     if not path.is_file():
-        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")
-    folder = cache_dir() / gguf_cache_name(path)
+        raise FileNotFoundError(f"{path.suffix} file {str(path)!r} does not exist")
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fmt.version}"
+    # stem and a hash of path, size and mtime: an edited or replaced file is converted again
+    folder = cache_dir() / f"{path.suffix[1:]}-{path.stem}-{sha256(key.encode()).hexdigest()[:12]}"
     if not (folder / ".complete").exists():
         from searchr1.core.logs import get_logger
 
-        get_logger().info("gguf.converting", file=str(path), folder=str(folder))
-        _build(folder, Asset("1", lambda tmp: convert_gguf(path, tmp)))
+        get_logger().info("file_format.converting", file=str(path), folder=str(folder))
+        _build(folder, Asset(fmt.version, lambda tmp: fmt.convert(path, tmp)))
     return str(folder)
 
 

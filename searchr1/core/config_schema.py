@@ -73,7 +73,7 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f("tool_calls", choices=("tags", "tool_calls"))
+    protocol: str = _f("tool_calls", help="agent protocol name (the plugins command lists them)")
     enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)

@@ -3,9 +3,10 @@
 Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at start-up, with a
 ``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
 The core later picks **one** factory by the name given in config (``[model] provider``,
-``[search] provider``, ``[reward] name``, ``[train] loss_fn``, each of ``[log] sinks``) and
-calls it with the run's :class:`~searchr1.core.config.Config`; an asset is picked by the
-``builtin:NAME/...`` path a config value names. Call order between plugins never matters.
+``[search] provider``, ``[reward] name``, ``[train] loss_fn``, ``[rollout] protocol``, each of
+``[log] sinks``) and calls it with the run's :class:`~searchr1.core.config.Config`; an asset
+is picked by the ``builtin:NAME/...`` path a config value names. Call order between plugins
+never matters.
 
 Documented with examples in ``docs/plugins.md``.
 """
@@ -16,8 +17,11 @@ from collections.abc import Callable
 
 import pluggy
 
+from searchr1.core.agent_protocol import AgentProtocol
+from searchr1.core.call_format import CallFormat
 from searchr1.core.types import (
     Asset,
+    FileFormat,
     LossFactory,
     MetricSinkFactory,
     ModelFactory,
@@ -84,6 +88,38 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
     ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
     name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
     model loads; its settings live in ``config.plugin_table("log", name)``.
+    """
+
+
+@hookspec
+def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None]) -> None:
+    """Register agent protocols: ``register("tags", TagsProtocol)``.
+
+    The class (a :class:`~searchr1.core.agent_protocol.AgentProtocol` whose ``name`` is the
+    registered name) says how a question becomes a prompt, how a turn becomes an action and
+    how search results re-enter the token stream. ``[rollout] protocol`` picks one; the core
+    builds it once per run as ``cls(tokenizer, enable_thinking=..., call_formats=...)``.
+    """
+
+
+@hookspec
+def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> None:
+    """Register tool-call formats: ``register("xml", XmlCallFormat)``.
+
+    The class (a :class:`~searchr1.core.call_format.CallFormat` whose ``name`` is the
+    registered name) renders and parses one model family's tool-call block. Never chosen in
+    config: a protocol that calls tools through the chat template gets every registered
+    format and uses the one the template itself writes (``detect_call_format``).
+    """
+
+
+@hookspec
+def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
+    """Register model file formats: ``register(".gguf", FileFormat(version, convert))``.
+
+    A config path that ends in the suffix resolves to a folder ``convert(file, folder)``
+    wrote once into the cache (:func:`searchr1.core.builtins.resolve`), so every provider
+    loads it like any Hugging Face checkpoint. Keep the hook cheap: import inside ``convert``.
     """
 
 

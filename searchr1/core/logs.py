@@ -7,8 +7,8 @@ secrets it holds are known). Every event carries ``timestamp``, ``level``, ``eve
 configured secret, and anything shaped like a bearer token, wherever it appears in an event.
 
 Long work reports progress through :func:`progress`: a tqdm bar on a TTY, a JSON
-``progress`` event every few seconds otherwise. On a TTY, events are drawn for a person by
-:class:`searchr1.core.console.Console` (one short line per training step).
+``progress`` event every few seconds otherwise. A command may draw events for a person
+instead of printing JSON lines: it passes a ``screen`` factory (the CLI's console on a TTY).
 
 Metric sinks (:mod:`searchr1.core.sinks`, chosen by ``[log] sinks``) hang off the same
 stream: :func:`attach_sinks` connects them, a processor after redaction hands them every
@@ -24,14 +24,11 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import structlog
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from searchr1.core.console import Console
 
 T = TypeVar("T")
 _BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
@@ -99,9 +96,23 @@ class EventHub(Protocol):
     def close(self) -> None: ...
 
 
+class Screen(Protocol):
+    """Draws events for a person: the last structlog processor and the logger that prints
+    what it returns (:meth:`msg`); :meth:`close` ends its progress display."""
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> str: ...
+
+    def msg(self, message: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: ``factory(stream, total_steps)``: the screen of one command
+ScreenFactory = Callable[[IO[str], "int | None"], Screen]
+
 _file_sink: _JsonLinesFile | None = None
 _hub: EventHub | None = None
-_console: Console | None = None
+_console: Screen | None = None
 
 
 def _sinks_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
@@ -143,19 +154,16 @@ def setup_logging(
     events_path: Path | None = None,
     *,
     secrets: Iterable[str] = (),
-    console: bool | None = None,
+    screen: ScreenFactory | None = None,
     stream: IO[str] | None = None,
     total_steps: int | None = None,
 ) -> None:
-    """Configure structlog for one command. ``console=None`` picks the readable
-    :class:`~searchr1.core.console.Console` when stdout is a TTY and JSON lines otherwise;
-    ``total_steps`` (train) sizes its progress bar."""
+    """Configure structlog for one command: events go to ``events_path`` and, on
+    ``stream`` (stdout), to ``screen(stream, total_steps)`` when given, else as JSON lines."""
     global _file_sink, _console
     close_sinks()
     register_secrets(secrets)
     stream = stream or sys.stdout
-    if console is None:
-        console = stream.isatty()
     if _file_sink is not None:
         _file_sink.close()
         _file_sink = None
@@ -170,12 +178,10 @@ def setup_logging(
         _file_sink = _JsonLinesFile(events_path)
         processors.append(_file_sink)
     processors.append(_sinks_processor)
-    if console:
-        from searchr1.core.console import Console
-
-        _console = screen = Console(stream, total_steps=total_steps)
-        processors.append(screen)
-        logger_factory: Any = lambda *_args: screen  # noqa: E731 - prints above the bar
+    if screen is not None:
+        _console = drawn = screen(stream, total_steps)
+        processors.append(drawn)
+        logger_factory: Any = lambda *_args: drawn  # noqa: E731 - prints above the bar
     else:
         _console = None
         processors.append(structlog.processors.JSONRenderer(default=str, ensure_ascii=False))

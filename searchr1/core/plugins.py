@@ -20,7 +20,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
-from searchr1.core.types import Asset
+from searchr1.core.types import Asset, FileFormat
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -36,6 +36,9 @@ KINDS: dict[str, tuple[str, str]] = {
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
     # the one kind chosen by a list: every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
+    "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
+    # never chosen by name: a tool-calling protocol uses the one its chat template writes
+    "call_format": ("register_call_formats", ""),
 }
 
 
@@ -60,6 +63,27 @@ class Registry:
     #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
     assets: dict[str, Asset] = field(default_factory=dict)
     asset_plugins: dict[str, str] = field(default_factory=dict)
+    #: model file formats by suffix (hook ``register_file_formats``) and the plugin of each
+    file_formats: dict[str, FileFormat] = field(default_factory=dict)
+    format_plugins: dict[str, str] = field(default_factory=dict)
+
+    def add_file_format(self, suffix: str, fmt: FileFormat, plugin: str) -> None:
+        if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
+            raise PluginError(f"plugin {plugin!r} registered a file format for {suffix!r}")
+        if not isinstance(fmt, FileFormat):
+            raise PluginError(
+                f"plugin {plugin!r} registered file format {suffix!r} as {type(fmt).__name__}; "
+                "register a searchr1.core.types.FileFormat(version, convert)"
+            )
+        suffix = suffix.lower()
+        existing = self.format_plugins.get(suffix)
+        if existing is not None and existing != plugin:
+            raise PluginError(
+                f"file format {suffix!r} is registered twice: by plugin {existing!r} and by "
+                f"{plugin!r}; uninstall one of them"
+            )
+        self.file_formats[suffix] = fmt
+        self.format_plugins[suffix] = plugin
 
     def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -118,6 +142,19 @@ class Registry:
         except Exception as exc:
             exc.add_note(f"(while creating {kind} {name!r} from plugin {reg.plugin!r})")
             raise
+
+
+_installed: Registry | None = None
+
+
+def installed_registry() -> Registry:
+    """The registry of the installed plugins, loaded once per process: for lookups by name
+    that run far from the CLI's own registry (a reward reading a trajectory's answer under
+    its protocol, a ``builtin:`` path resolved while a model loads)."""
+    global _installed
+    if _installed is None:
+        _installed = load_registry()
+    return _installed
 
 
 def _plugin_manager() -> pluggy.PluginManager:
@@ -209,6 +246,12 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
             registry.add_asset(name, asset, _p)
 
         _call_hook(impl, "register_assets", register_asset)
+    for impl in pm.hook.register_file_formats.get_hookimpls():
+
+        def register_format(suffix: str, fmt: FileFormat, _p: str = impl.plugin_name) -> None:
+            registry.add_file_format(suffix, fmt, _p)
+
+        _call_hook(impl, "register_file_formats", register_format)
     return registry
 
 

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from searchr1.core.agent_protocols import Action, AgentProtocol
+from searchr1.core.agent_protocol import Action, AgentProtocol
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (

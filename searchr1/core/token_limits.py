@@ -99,7 +99,7 @@ def turn_fit_warnings(config: Config, protocol: Any, question: Question) -> list
     prompt of ``question`` plus one search turn (``protocol.assistant_turn_tokens(query=...)``,
     the question as its query) longer than ``rollout.max_trajectory_tokens``, or that search
     turn longer than ``model.max_new_tokens``. ``protocol`` is an
-    :class:`~searchr1.core.agent_protocols.AgentProtocol` built on the run's tokenizer."""
+    :class:`~searchr1.core.agent_protocol.AgentProtocol` built on the run's tokenizer."""
     prompt = len(protocol.initial_prompt_tokens(question))
     turn = len(protocol.assistant_turn_tokens(query=question.question))
     answer = len(protocol.assistant_turn_tokens(answer=question.golden_answers[0]))

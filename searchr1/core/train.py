@@ -61,8 +61,8 @@ from searchr1.core.types import Model, Question
 
 def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
-    from searchr1.core.agent_protocols import make_protocol
     from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.core.protocols import make_protocol
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.

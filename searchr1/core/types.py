@@ -385,7 +385,7 @@ class Trajectory:
     data_source: str = ""
     group_id: str = ""
     #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
-    #: answer format from it (``searchr1.core.agent_protocols.extract_answers``)
+    #: answer format from it (``searchr1.core.agent_protocol.extract_answers``)
     protocol: str = ""
     #: optimizer steps taken by the weights it was sampled with (set by the train loop)
     policy_version: int = 0
@@ -467,3 +467,19 @@ class Asset:
     version: str
     build: Callable[[Path], None]
     ceiling: Callable[[Config, Any, Any], Sampler | None] | None = None
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """A model file format a plugin converts, registered by ``register_file_formats`` under
+    its suffix (e.g. ``".gguf"``).
+
+    A config path that ends in the suffix (``[model] base_model = "/models/x.gguf"``) is
+    converted once by ``convert(file, folder)`` into an empty cache folder that
+    ``from_pretrained`` loads, and resolves to that folder
+    (:func:`searchr1.core.builtins.resolve`). The cache key covers the file's absolute path,
+    size and modification time, and ``version``: bump it when the conversion changes.
+    """
+
+    version: str
+    convert: Callable[[Path, Path], None]

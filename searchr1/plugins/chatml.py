@@ -4,7 +4,7 @@
 ``<|im_start|>role\\n...<|im_end|>``) back into ``messages`` and ``tools``; :func:`render_choice`
 writes a chat completion choice back as the text the local sampler would have produced.
 Tool calls go both ways in the call format of the local template
-(:mod:`searchr1.core.agent_protocols.call_formats`: Qwen3's JSON, Qwen3.5's XML), so a
+(:mod:`searchr1.plugins.agent_protocols.call_formats`: Qwen3's JSON, Qwen3.5's XML), so a
 conversation reads the same on both sides. A generation prompt that ends in a think prefill
 (Qwen3.5's ``<think>\\n``, or the closed empty block of thinking-off templates) is not an open
 message to continue: :func:`thinking_prefill` recognises it, the server is told the thinking
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from searchr1.core.agent_protocols.call_formats import CallFormat, JsonCallFormat
+from searchr1.core.call_format import CallFormat
 from searchr1.core.types import SamplingParams, StopReason
+from searchr1.plugins.agent_protocols.call_formats import JsonCallFormat
 
 _SEGMENT_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(<\|im_end\|>\n?|\Z)", re.DOTALL)
 _TOOLS_RE = re.compile(r"\A(.*?)(?:\n\n)?# Tools\n.*?<tools>\n(.*?)\n</tools>", re.DOTALL)

@@ -37,9 +37,9 @@ from searchr1.core.builtins import cache_dir, resolve
 from searchr1.core.config import ConfigError, SearchConfig, plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
-from searchr1.core.search.base import BaseSearchProvider
-from searchr1.core.search.documents import DocumentError, row_title_text
 from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.kit.search.base import BaseSearchProvider
+from searchr1.kit.search.documents import DocumentError, row_title_text
 
 if TYPE_CHECKING:
     import numpy as np

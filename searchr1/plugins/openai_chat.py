@@ -35,7 +35,7 @@ How a text-level API meets the token-level contract (the honest version):
   local tokenizer's): every returned log-prob is 0.0 and :attr:`OpenAIChatProvider.
   logprobs_available` is False. Nothing in evaluation reads them, and nothing trains on them.
 
-HTTP goes through :class:`searchr1.core.http.HttpClient`, one per provider: its connections
+HTTP goes through :class:`searchr1.kit.http.HttpClient`, one per provider: its connections
 are reused across samples of one event loop, and transient failures (408, 409, 429, 5xx,
 timeouts, connection errors) are retried ``max_retries`` times with exponential backoff and
 full jitter (``retry_backoff_seconds`` the first ceiling), or after ``Retry-After`` (a wait of
@@ -52,15 +52,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.agent_protocols.call_formats import (
-    CallFormat,
-    JsonCallFormat,
-    detect_call_format,
-)
+from searchr1.core.call_format import CallFormat, detect_call_format
 from searchr1.core.config import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.http import (
+from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
+from searchr1.kit.http import (
     HttpClient,
     HttpError,
     HttpGaveUp,
@@ -70,7 +67,7 @@ from searchr1.core.http import (
     default_decide,
     safe_url,
 )
-from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
+from searchr1.plugins.agent_protocols.call_formats import JsonCallFormat
 from searchr1.plugins.chatml import (
     parse_chatml,
     render_choice,
@@ -188,7 +185,8 @@ class OpenAIChatProvider:
     def call_format(self) -> CallFormat:
         """The tool-call format of the local tokenizer's chat template (JSON when it has none
         searchr1 knows: then only the tags protocol can be used, which writes no calls)."""
-        from searchr1.core.agent_protocols import SEARCH_TOOL
+        from searchr1.core.protocols import call_formats
+        from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL
 
         def render(messages: list[dict[str, Any]]) -> str:
             return self._tokenizer.apply_chat_template(
@@ -196,7 +194,7 @@ class OpenAIChatProvider:
             )
 
         try:
-            return detect_call_format(render)
+            return detect_call_format(render, call_formats())
         except ConfigValueError:
             return JsonCallFormat()
 
@@ -304,7 +302,7 @@ def _create(config: Config) -> Model:
 
 def _decide(response: Any) -> Verdict:
     """401/403 go back to :meth:`OpenAIChatProvider._post` (which names the key variable);
-    the rest as :func:`searchr1.core.http.default_decide`."""
+    the rest as :func:`searchr1.kit.http.default_decide`."""
     if response.status_code in (401, 403):
         return Verdict.ACCEPT
     return default_decide(response)

@@ -10,7 +10,7 @@ The server answers many queries in one request, so queries that arrive within
 ``batch_window_ms`` of each other (the trajectories of a rollout searching at the same time)
 are sent together, up to ``max_batch`` per request. Retries, the concurrency limit, the cache
 and optional keys (sent as ``Authorization: Bearer``, e.g. behind a gateway) come from
-:class:`~searchr1.core.search.http_provider.HttpSearchProvider`; a failed request fails every
+:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`; a failed request fails every
 query of its batch with the same error. ``[search] api_base`` defaults to
 ``http://127.0.0.1:8000`` (the original ``retrieval_launch.sh``). Its own table::
 
@@ -32,9 +32,9 @@ import httpx
 from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
-from searchr1.core.search.documents import DocumentError, row_to_result
-from searchr1.core.search.http_provider import HttpSearchProvider, ResponseError
 from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.kit.search.documents import DocumentError, row_to_result
+from searchr1.kit.search.http_provider import HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config

@@ -5,7 +5,7 @@ Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
 ``"${ZHIHU_SEARCH_KEYS}"``, comma or newline separated); ``[search] api_base`` defaults to
 ``https://developer.zhihu.com`` and the endpoint path is appended. Key rotation, benching,
 retries, the concurrency limit and the cache come from
-:class:`~searchr1.core.search.http_provider.HttpSearchProvider`. Its own table::
+:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`. Its own table::
 
     [search.zhihu]
     search_db = "all"     # SearchDB: "all" | "realtime" | "static"; "" = the service default
@@ -31,8 +31,8 @@ import httpx
 from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
-from searchr1.core.search.http_provider import HttpSearchProvider, ResponseError
 from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.kit.search.http_provider import HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config

@@ -81,10 +81,10 @@ def build_warm_start(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from searchr1.core.agent_protocols import make_protocol, protocol_class
     from searchr1.core.builtins import resolve
     from searchr1.core.config import default_config_text, load_config
     from searchr1.core.logs import get_logger
+    from searchr1.core.protocols import make_protocol, protocol_class
     from searchr1.plugins.local_search import LocalBM25Search
     from searchr1.plugins.offline_world.generate import WORLD_SEED, write_world
 

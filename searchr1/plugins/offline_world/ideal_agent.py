@@ -99,11 +99,12 @@ def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Evaluate the ideal agent on the configured held-out set and print the eval table."""
-    from searchr1.core.agent_protocols import make_protocol
+    from searchr1.cli.eval_tables import format_table
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
-    from searchr1.core.eval import evaluate_async, format_table
+    from searchr1.core.eval import evaluate_async
     from searchr1.core.plugins import load_registry
+    from searchr1.core.protocols import make_protocol
     from searchr1.core.tokenizers import load_tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")

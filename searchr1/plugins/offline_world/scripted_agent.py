@@ -29,7 +29,7 @@ from searchr1.core.types import Question, SearchProvider
 from searchr1.plugins.offline_world.generate import Entity, World, WorldQuestion
 
 if TYPE_CHECKING:
-    from searchr1.core.agent_protocols import AgentProtocol
+    from searchr1.core.agent_protocol import AgentProtocol
     from searchr1.core.config import Config
 
 #: What each fact relation reads from an entity: relation -> (entity kind, fact key).

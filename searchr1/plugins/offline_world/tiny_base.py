@@ -17,7 +17,7 @@ from searchr1.core.types import Question
 from searchr1.plugins.offline_world.generate import World
 
 if TYPE_CHECKING:
-    from searchr1.core.agent_protocols import AgentProtocol
+    from searchr1.core.agent_protocol import AgentProtocol
 
 #: Model shape of ``builtin:tiny`` (about 1.3 M parameters; a CPU RL step takes seconds).
 MODEL_SIZES: dict[str, int] = {
@@ -34,7 +34,7 @@ def tokenizer_texts(world: World, protocol_cls: type[AgentProtocol]) -> list[str
     """Texts the tiny model's tokenizer is trained on: the corpus as the model reads it,
     every question inside the protocol's real prompt, and scripted turns, so names, the
     instruction and the tags all cost few tokens."""
-    from searchr1.core.agent_protocols import format_search_results
+    from searchr1.core.agent_protocol import format_search_results
     from searchr1.core.types import SearchResponse, SearchResult
     from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 

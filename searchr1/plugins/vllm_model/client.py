@@ -1,5 +1,5 @@
 """The HTTP calls to a vLLM OpenAI-compatible server, on one pooled
-:class:`~searchr1.core.http.HttpClient` (the HTTP helper every plugin shares).
+:class:`~searchr1.kit.http.HttpClient` (the HTTP helper every plugin shares).
 
 Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. The client and its
 connection pool live in an event loop of their own (a daemon thread), whatever loop the caller
@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from searchr1.core.http import HttpClient, HttpError, RetryPolicy, accept_any
 from searchr1.core.types import SampledSequence, SamplingParams
+from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, accept_any
 
 T = TypeVar("T")
 

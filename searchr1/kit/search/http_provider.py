@@ -4,10 +4,10 @@ A provider plugin subclasses :class:`HttpSearchProvider`, implements ``_fetch`` 
 calls :meth:`HttpSearchProvider.request` with two small functions: one that builds the
 ``httpx.Request`` for a given key, one that parses a 2xx response (raising
 :class:`ResponseError` for an unusable body). ``request`` sends through the provider's
-:class:`~searchr1.core.http.HttpClient` (the HTTP helper every plugin shares: pooled
+:class:`~searchr1.kit.http.HttpClient` (the HTTP helper every plugin shares: pooled
 connections, retries with jitter, ``Retry-After``) and adds what a search service needs:
 
-* takes keys round-robin from a :class:`~searchr1.core.search.keys.KeyPool`; a 429 benches the
+* takes keys round-robin from a :class:`~searchr1.kit.search.keys.KeyPool`; a 429 benches the
   key (for ``Retry-After`` seconds when given, else ``[search] key_cooldown_seconds``) and the
   request moves to the next key at once; 401/403 benches the key for the run;
 * retries timeouts, connection errors, 408 and 5xx up to ``[search] max_retries`` times with
@@ -31,10 +31,10 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config import SearchConfig
-from searchr1.core.http import HttpClient, HttpError, RetryPolicy, Verdict
-from searchr1.core.retry import parse_retry_after
-from searchr1.core.search.base import BaseSearchProvider
-from searchr1.core.search.keys import KeyPool
+from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict
+from searchr1.kit.retry import parse_retry_after
+from searchr1.kit.search.base import BaseSearchProvider
+from searchr1.kit.search.keys import KeyPool
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ to its backend, returning a :class:`SearchResponse` and never raising). The roll
 * truncates queries longer than ``[search] max_query_chars`` (counted),
 * serves repeated queries from the run cache and lets concurrent identical queries share one
   backend call (``[search] cache``),
-* records one outcome per call in :class:`~searchr1.core.search.metrics.SearchMetrics`,
+* records one outcome per call in :class:`~searchr1.kit.search.metrics.SearchMetrics`,
 * turns any unexpected exception into an error response: a search bug must not kill a rollout.
 
 State that belongs to an event loop (futures here, HTTP clients and semaphores in
@@ -25,9 +25,9 @@ from abc import ABC, abstractmethod
 
 from searchr1.core.config import SearchConfig
 from searchr1.core.logs import get_logger
-from searchr1.core.search.cache import CacheKey, QueryCache
-from searchr1.core.search.metrics import SearchMetrics
 from searchr1.core.types import SearchResponse
+from searchr1.kit.search.cache import CacheKey, QueryCache
+from searchr1.kit.search.metrics import SearchMetrics
 
 EMPTY_QUERY = "empty query"
 

@@ -1,6 +1,6 @@
 """Per-step counters of one search provider.
 
-A provider owns one :class:`SearchMetrics`. :class:`~searchr1.core.search.base.BaseSearchProvider`
+A provider owns one :class:`SearchMetrics`. :class:`~searchr1.kit.search.base.BaseSearchProvider`
 records one outcome per ``search`` call; the HTTP layer records one entry per HTTP attempt.
 The train loop calls the provider's ``metrics(reset=True)`` once per step and logs the values
 under ``search/``.

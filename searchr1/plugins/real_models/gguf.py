@@ -1,8 +1,9 @@
 """GGUF model files (llama.cpp's format) as ``from_pretrained``-loadable folders.
 
-``[model] base_model`` may name a ``.gguf`` file; :func:`searchr1.core.builtins.resolve`
-converts it once into the cache (:func:`convert_gguf`) and every provider then loads the
-folder like any Hugging Face checkpoint. Built-in assets that ship a GGUF file (e.g.
+``[model] base_model`` may name a ``.gguf`` file: this plugin registers the format (hook
+``register_file_formats``), so :func:`searchr1.core.builtins.resolve` converts it once into
+the cache (:func:`convert_gguf`) and every provider then loads the folder like any Hugging
+Face checkpoint. Built-in assets that ship a GGUF file (e.g.
 ``builtin:smollm2-135m-instruct``) call the same function from their builder.
 
 transformers reads GGUF itself (``from_pretrained(folder, gguf_file=name)``, needs the
@@ -14,25 +15,12 @@ ordinary safetensors next to the tokenizer (its chat template included).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from searchr1.core.errors import ConfigValueError
 
 #: What to install when the ``gguf`` reader is missing.
 GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
-
-
-def is_gguf(spec: str) -> bool:
-    return spec.lower().endswith(".gguf")
-
-
-def gguf_cache_name(path: Path) -> str:
-    """The cache folder name of a converted file: its stem and a hash of its absolute path,
-    size and modification time, so an edited or replaced file is converted again."""
-    st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    return f"gguf-{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
 def convert_gguf(gguf_file: Path, folder: Path, *, field: str = "model.base_model") -> None:

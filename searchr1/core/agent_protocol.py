@@ -11,7 +11,7 @@ Who calls what, and when:
 * The offline world / warm start renders scripted cold-start trajectories with
   :meth:`AgentProtocol.assistant_turn_tokens`, so scripted turns are token-for-token what the
   sampler would have produced for the same text.
-* Reward plugins call :func:`searchr1.core.agent_protocols.extract_answers` with the
+* Reward plugins call :func:`extract_answers` with the
   trajectory's ``protocol`` name, which calls that class's :meth:`AgentProtocol.extract_answers`;
   they never need a tokenizer. ``searchr1 smoke`` names the expected format in its verdict with
   :attr:`AgentProtocol.answer_format`. Nothing outside a protocol class knows its answer format.
@@ -28,9 +28,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from searchr1.core.types import Question, SearchResponse, Tokenizer
+
+if TYPE_CHECKING:
+    from searchr1.core.call_format import CallFormat
 
 ActionKind = Literal["search", "answer", "invalid"]
 
@@ -97,11 +100,20 @@ class AgentProtocol(ABC):
     #: it special (see :meth:`decode`)
     tags: tuple[str, ...] = ()
 
-    def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        enable_thinking: bool = False,
+        call_formats: Sequence[CallFormat] = (),
+    ):
         self.tokenizer = tokenizer
         #: ``[rollout] enable_thinking``: passed to the chat template by protocols that
-        #: render through it with tools (``tool_calls``)
+        #: render through it with tools
         self.enable_thinking = enable_thinking
+        #: every registered call format (hook ``register_call_formats``), for protocols that
+        #: call tools in the chat template's own format; empty: those of the installed plugins
+        self.call_formats: tuple[CallFormat, ...] = tuple(call_formats)
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
     # ------------------------------------------------------------------ text <-> tokens
@@ -176,7 +188,7 @@ class AgentProtocol(ABC):
     def extract_answers(cls, text: str) -> list[str]:
         """Every final-answer occurrence in one turn's generated text (for the format reward,
         which needs exactly one over the trajectory). A class method: rewards call it through
-        :func:`searchr1.core.agent_protocols.extract_answers` by protocol name, without a
+        :func:`extract_answers` by protocol name, without a
         tokenizer."""
 
     # ------------------------------------------------------------------ observations

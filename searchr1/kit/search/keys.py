@@ -1,6 +1,6 @@
 """The API key pool: round-robin over keys, benching keys that a service refused.
 
-Owned by :class:`~searchr1.core.search.http_provider.HttpSearchProvider`. Each HTTP attempt
+Owned by :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`. Each HTTP attempt
 takes the next key that is not benched (:meth:`KeyPool.acquire`); a key answering 429 is
 benched for a cool-down (default: the whole run, since quotas are daily), a key answering
 401/403 for the whole run. When every key is benched the pool is *exhausted*: the provider

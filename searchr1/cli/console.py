@@ -1,8 +1,8 @@
 """What a person at a terminal sees: one short line per training step and a progress bar.
 
-:func:`searchr1.core.logs.setup_logging` uses :class:`Console` as the last structlog
-processor (and as the logger that prints) when stdout is a TTY; without a TTY the events
-stay JSON lines. The full record of every event is in ``events.jsonl`` either way: the
+The commands pass :func:`tty_screen` to :func:`searchr1.core.logs.setup_logging`, which uses
+:class:`Console` as the last structlog processor (and as the logger that prints) when stdout
+is a TTY; without a TTY the events stay JSON lines. The full record of every event is in ``events.jsonl`` either way: the
 console picks what a person watches for and leaves the rest there.
 
 * ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
@@ -210,3 +210,12 @@ class Console:
         if len(line) <= width:  # escape codes only make it look longer: never cut short
             return line
         return line[: max(10, width - 3)] + "..."
+
+
+def tty_screen(stream: IO[str] | None = None) -> Any:
+    """The screen factory for :func:`searchr1.core.logs.setup_logging`: :class:`Console` when
+    ``stream`` (default stdout) is a terminal, else None (JSON lines)."""
+    import sys
+
+    stream = stream or sys.stdout
+    return (lambda out, total: Console(out, total_steps=total)) if stream.isatty() else None

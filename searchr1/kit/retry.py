@@ -1,5 +1,5 @@
 """When to retry an HTTP request and how long to wait: the arithmetic of
-:class:`searchr1.core.http.HttpClient` (which every HTTP plugin sends through), kept apart
+:class:`searchr1.kit.http.HttpClient` (which every HTTP plugin sends through), kept apart
 from the client so it can be read and tested on its own.
 """
 

@@ -1,7 +1,7 @@
 """The run-level query cache: (normalised query, top_k) -> results.
 
 The trajectories of one group often send the same query, and a keyed search service bills
-every call against a daily quota, so :class:`~searchr1.core.search.base.BaseSearchProvider`
+every call against a daily quota, so :class:`~searchr1.kit.search.base.BaseSearchProvider`
 answers a repeated query from here. Only successful answers are stored (an error is never
 replayed). The cache lives as long as the provider, i.e. one run; it is bounded and evicts the
 least recently used entry.

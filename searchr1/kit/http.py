@@ -3,7 +3,7 @@
 
 Who calls what:
 
-* :class:`~searchr1.core.search.http_provider.HttpSearchProvider` (and through it the
+* :class:`~searchr1.kit.search.http_provider.HttpSearchProvider` (and through it the
   ``zhihu`` and ``search_r1`` search plugins) calls :meth:`HttpClient.send` once per search
   request, with its own ``decide`` (a 429 or a rejected key moves to the next key of its pool),
   its semaphore as ``limiter`` and its metrics as ``on_event``; it turns an :class:`HttpError`
@@ -23,11 +23,11 @@ What one call does (:meth:`HttpClient.send`):
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
 * retries timeouts, connection errors and the statuses of
-  :func:`~searchr1.core.retry.is_retryable_status` (408, 409, 429, 5xx) up to
-  :attr:`RetryPolicy.max_retries` times, waiting :func:`~searchr1.core.retry.backoff_delay`
+  :func:`~searchr1.kit.retry.is_retryable_status` (408, 409, 429, 5xx) up to
+  :attr:`RetryPolicy.max_retries` times, waiting :func:`~searchr1.kit.retry.backoff_delay`
   (exponential, "full jitter": uniform between 0 and the exponential ceiling, so callers that
   failed together do not come back together) or, when the server sent one, ``Retry-After``
-  (seconds or an HTTP date, :func:`~searchr1.core.retry.parse_retry_after`); a server that
+  (seconds or an HTTP date, :func:`~searchr1.kit.retry.parse_retry_after`); a server that
   asks for more than :attr:`RetryPolicy.max_retry_after_s`, or a wait that would pass the
   deadline, ends the call at once instead of stalling it;
 * fails at once on any other status (:class:`HttpRejected`), and with :class:`HttpGaveUp`
@@ -53,7 +53,7 @@ import httpx
 
 from searchr1.core.errors import SearchR1Error
 from searchr1.core.logs import get_logger, redact_text
-from searchr1.core.retry import backoff_delay, is_retryable_status, parse_retry_after
+from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config

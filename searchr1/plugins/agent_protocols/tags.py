@@ -1,4 +1,4 @@
-"""The Search-R1 tag protocol (``[rollout] protocol = "tags"``, the default).
+"""The Search-R1 tag protocol (``[rollout] protocol = "tags"``).
 
 Prompt rendering, for a :class:`~searchr1.core.types.Question` ``q``::
 
@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from functools import cached_property
 
-from searchr1.core.agent_protocols.base import INVALID, Action, AgentProtocol
+from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
 from searchr1.core.answers import answer_elements
 from searchr1.core.types import Question
 

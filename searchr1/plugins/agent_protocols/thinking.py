@@ -20,7 +20,7 @@ in the turn (the prompt opened the block), every ``<think>...</think>`` block, a
 after a ``<think>`` that is never closed. :func:`visible_text` removes exactly that; when the
 protocol knows the prompt opened a block, a turn without any ``</think>`` is all reasoning.
 
-Who calls what: :class:`~searchr1.core.agent_protocols.tool_calls.ToolCallsProtocol` calls
+Who calls what: :class:`~searchr1.plugins.agent_protocols.tool_calls.ToolCallsProtocol` calls
 :func:`prompt_opens_thinking` once and :func:`visible_text` for every turn it parses; answer
 extraction for rewards (:meth:`ToolCallsProtocol.extract_answers`) calls :func:`visible_text`
 per turn without a tokenizer.

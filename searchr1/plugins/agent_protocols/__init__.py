@@ -1,0 +1,35 @@
+"""The ``agent_protocols`` plugin: the built-in agent protocols and tool-call formats.
+
+Protocols (``[rollout] protocol``):
+
+* ``tags`` (:class:`.tags.TagsProtocol`): Search-R1's ``<search>`` / ``<information>`` /
+  ``<answer>`` tags inside one assistant message;
+* ``tool_calls`` (:class:`.tool_calls.ToolCallsProtocol`): the chat template's native tool
+  calls, in the call format the template itself writes, with a final ``Answer:`` line;
+  reasoning inside ``<think>`` blocks is never an action (:mod:`.thinking`).
+
+Call formats (:mod:`.call_formats`): ``json`` (Qwen3, Qwen2.5, Hermes) and ``xml`` (Qwen3.5,
+Qwen3-Coder). Both protocols produce the same :class:`~searchr1.core.types.Trajectory` record
+through :mod:`searchr1.core.rollout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from searchr1.core.hookspecs import hookimpl
+from searchr1.plugins.agent_protocols.call_formats import JsonCallFormat, XmlCallFormat
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+
+
+@hookimpl
+def register_agent_protocols(register: Callable[..., None]) -> None:
+    register(TagsProtocol.name, TagsProtocol)
+    register(ToolCallsProtocol.name, ToolCallsProtocol)
+
+
+@hookimpl
+def register_call_formats(register: Callable[..., None]) -> None:
+    register(JsonCallFormat.name, JsonCallFormat)
+    register(XmlCallFormat.name, XmlCallFormat)
