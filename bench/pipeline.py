@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import multiprocessing as mp
 import platform
@@ -49,8 +50,10 @@ from searchr1.core.types import (
     Datum,
     ForwardBackwardResult,
     LossFn,
+    Model,
     SampledSequence,
     SamplingParams,
+    TrainerCapabilities,
 )
 
 CORPUS = "builtin:world/corpus.jsonl"
@@ -109,7 +112,11 @@ class ServiceLatency:
 
     def __init__(self, inner: Any, sample_s: float, train_s: float) -> None:
         self.inner, self.sample_s, self.train_s = inner, sample_s, train_s
-        self.learner = inner.learner  # health.learner_temperature reads it
+
+    @property
+    def capabilities(self) -> TrainerCapabilities:
+        """The local provider's, with this wrapper's snapshot sampler."""
+        return dataclasses.replace(self.inner.capabilities, snapshot_sampler=self.snapshot_sampler)
 
     @property
     def tokenizer(self) -> Any:
@@ -152,10 +159,13 @@ class BenchPlugin:
     def register_model_providers(self, register: Callable[..., None]) -> None:
         register("local_service", self.create)
 
-    def create(self, config: Any) -> ServiceLatency:
+    def create(self, config: Any) -> Model:
         from searchr1.plugins.local_model.provider import LocalModelProvider
 
-        return ServiceLatency(LocalModelProvider.from_config(config), self.sample_s, self.train_s)
+        wrapped = ServiceLatency(
+            LocalModelProvider.from_config(config), self.sample_s, self.train_s
+        )
+        return Model(sampler=wrapped, trainer=wrapped)
 
 
 # --------------------------------------------------------------------------- runs

@@ -186,6 +186,7 @@ async def run_rollout_group(
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
     from searchr1.core.rollout import rollout_questions
+    from searchr1.core.runs import create_model
 
     if group_size < 1:
         raise ConfigError([f"run_rollout_group: group_size must be >= 1, got {group_size}"])
@@ -204,11 +205,11 @@ async def run_rollout_group(
         search = registry.create("search_provider", cfg.search.provider, cfg)
     reward = registry.create("reward", cfg.reward.name, cfg)
     # Providers may block (loading weights, logging in): keep the caller's loop free.
-    model = await asyncio.to_thread(registry.create, "model_provider", cfg.model.provider, cfg)
+    model = await asyncio.to_thread(create_model, registry, cfg)
     try:
-        protocol = make_protocol(cfg, model.tokenizer)
+        protocol = make_protocol(cfg, model.sampler.tokenizer)
         (trajectories,) = await rollout_questions(
-            model,
+            model.sampler,
             search,
             protocol,
             [Question(id="api", question=question, golden_answers=answers)],

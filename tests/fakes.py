@@ -1,8 +1,8 @@
 """Fakes for rollout, reward and smoke tests: a scripted model provider and an in-memory
 search provider.
 
-``ScriptedModel`` is a real :class:`~searchr1.core.types.ModelProvider` whose "policy" is a
-script: trajectory ``i`` of every group emits ``scripts[i][k]`` at its ``k``-th turn (text is
+``ScriptedModel`` is a real :class:`~searchr1.core.types.Sampler` and
+:class:`~searchr1.core.types.Trainer` (training does nothing) whose "policy" is a script: trajectory ``i`` of every group emits ``scripts[i][k]`` at its ``k``-th turn (text is
 encoded with the tokenizer; a list of ints is emitted as is). Like simonw/llm's mock model it
 records every call, so tests can assert what the rollout sent. Log-probs are ``-(k + 1)`` for
 every token of turn ``k``, so a test can tell turns apart in ``Trajectory.logprobs``.
@@ -19,10 +19,12 @@ from typing import Any
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import (
     ForwardBackwardResult,
+    Model,
     SampledSequence,
     SamplingParams,
     SearchResponse,
     SearchResult,
+    TrainerCapabilities,
 )
 
 
@@ -87,6 +89,8 @@ class ScriptedModel:
     first turn that follows the initial prompt, so scripts of one group must start with
     different turns. A turn longer than ``params.max_tokens`` is cut and reported as
     ``"length"``, as a real sampler would. ``fail`` makes every call raise (a broken channel).
+    ``capabilities`` is what it declares as a trainer (default: any loss, no snapshot
+    sampler, learner temperature unknown).
     """
 
     def __init__(
@@ -96,12 +100,15 @@ class ScriptedModel:
         *,
         fail: Exception | None = None,
         on_call: Callable[[Call], None] | None = None,
+        capabilities: TrainerCapabilities | None = None,
     ):
         self._tokenizer = tokenizer
+        self.capabilities = capabilities or TrainerCapabilities()
         self.on_call = on_call
         self.scripts = [[self._tokens(t) for t in s] for s in scripts]
         self.fail = fail
         self.calls: list[Call] = []
+        self.snapshots = 0
         self._groups: list[tuple[tuple[int, ...], list[int]]] = []  # (prompt, turns emitted)
 
     def _tokens(self, turn: ScriptTurn) -> tuple[int, ...]:
@@ -151,6 +158,11 @@ class ScriptedModel:
 
     def optim_step(self, adam: Any) -> Mapping[str, float]:
         return {}
+
+    def snapshot_sampler(self) -> None:
+        """Counts the calls; the train loop makes them only when ``capabilities`` declares
+        this method (a trainer is never probed for it)."""
+        self.snapshots += 1
 
     def save_state(self, path: str) -> None:
         pass
@@ -210,8 +222,12 @@ class ScriptedPlugin:
     """A plugin registering the ``scripted`` model provider (see ``tests/conftest.py``).
 
     Config: ``[model] provider = "scripted"`` and ``[model.scripted] turns = [[...], ...]``
-    (one list of turn texts per trajectory) and optionally ``fail = "message"`` and
-    ``chat_template = "qwen3_5"`` (the tokenizer gets that test template).
+    (one list of turn texts per trajectory) and optionally ``fail = "message"``,
+    ``chat_template = "qwen3_5"`` (the tokenizer gets that test template),
+    ``trains = false`` (the factory's Model has no trainer: a provider that only samples),
+    and what the trainer declares: ``losses = ["ppo", ...]`` (only those, no settings),
+    ``snapshot = true`` (its :meth:`ScriptedModel.snapshot_sampler`) and
+    ``learner_temperature = 0.8``.
     """
 
     __name__ = "scripted_test_plugin"
@@ -223,7 +239,7 @@ class ScriptedPlugin:
     def register_model_providers(self, register: Callable[..., None]) -> None:
         register("scripted", self.create)
 
-    def create(self, config: Any) -> ScriptedModel:
+    def create(self, config: Any) -> Model:
         table = config.plugin_table("model", "scripted")
         fail = table.get("fail")
         template = table.get("chat_template")  # a tests/chat_templates name, e.g. "qwen3_5"
@@ -232,5 +248,12 @@ class ScriptedPlugin:
             table.get("turns", [["<answer> nothing </answer>"]]),
             fail=RuntimeError(fail) if fail else None,
         )
+        losses = table.get("losses")
+        model.capabilities = TrainerCapabilities(
+            losses=None if losses is None else {name: frozenset() for name in losses},
+            losses_reason="a scripted test trainer" if losses is not None else "",
+            snapshot_sampler=model.snapshot_sampler if table.get("snapshot") else None,
+            learner_temperature=table.get("learner_temperature"),
+        )
         self.created.append(model)
-        return model
+        return Model(sampler=model, trainer=model if table.get("trains", True) else None)

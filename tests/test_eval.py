@@ -210,7 +210,7 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
 
     config = load_config(world)
     for run, step, seed in (("run-a", 3, 1), ("run-b", 5, 2)):
-        model = load_registry().create("model_provider", "local", config)
+        model = load_registry().create("model_provider", "local", config).trainer
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, param in model.model.named_parameters():

@@ -216,7 +216,12 @@ def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
     found: dict = {}
     local_model.register_model_providers(lambda name, f: found.__setitem__(name, f))
     assert set(found) == {"local"}
-    provider = found["local"](_config(model_dir))
+    model = found["local"](_config(model_dir))
+    provider = model.sampler
+    assert model.trainer is provider  # one object samples and trains the same weights
+    assert provider.capabilities.losses is None  # any loss: the learner calls it
+    assert provider.capabilities.snapshot_sampler is not None
+    assert provider.capabilities.learner_temperature == 0.9
     assert provider.tokenizer.eos_token == "<|endoftext|>"
     assert sum(t.numel() for t in provider.model.parameters() if t.requires_grad) > 0
     provider.close()

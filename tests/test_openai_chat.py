@@ -1,7 +1,7 @@
 """The ``openai_chat`` provider against a loopback fake of the chat-completions API: a tool-call
 conversation round-trips through the same agent protocols the rollout uses, the tags protocol's
 continuation is refused or sent as vLLM's continue_final_message, failures are retried or
-reported clearly, and training is refused."""
+reported clearly, and ``searchr1 train`` refuses the provider (its model has no trainer)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from fake_chat_server import API_KEY, FakeChatServer
 from searchr1.core.agent_protocol import Action
 from searchr1.core.config import Config
 from searchr1.core.plugins import load_registry
-from searchr1.core.types import AdamParams, Question, SamplingParams, SearchResponse, SearchResult
+from searchr1.core.types import Question, SamplingParams, SearchResponse, SearchResult
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.openai_chat import (
     ChatAuthError,
     ChatServiceError,
     OpenAIChatProvider,
-    TrainingNotSupported,
     parse_chatml,
 )
 
@@ -51,7 +50,9 @@ def make_config(server: FakeChatServer, **table: object) -> Config:
 
 @pytest.fixture(scope="module")
 def provider(server):
-    return load_registry().create("model_provider", "openai_chat", make_config(server))
+    model = load_registry().create("model_provider", "openai_chat", make_config(server))
+    assert model.trainer is None  # it only samples
+    return model.sampler
 
 
 def sampling(protocol, n_tokens: int = 64) -> SamplingParams:
@@ -190,9 +191,28 @@ def test_rejected_key_is_a_clear_error(server):
     assert "sk-wrong-1234567" not in str(info.value)
 
 
-def test_training_is_refused(provider):
-    with pytest.raises(TrainingNotSupported, match="'local', 'taotoken' or 'tinker'"):
-        provider.optim_step(AdamParams(learning_rate=1e-5))
+def test_train_refuses_the_provider_before_any_request(server, tmp_path, capsys):
+    from searchr1.cli.main import main as cli
+
+    (tmp_path / "corpus.jsonl").write_text('{"id": "1", "title": "France", "text": "Paris."}\n')
+    (tmp_path / "train.jsonl").write_text(
+        '{"question": "Capital of France?", "answers": ["Paris"]}\n'
+    )
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[model]\nprovider = "openai_chat"\napi_base = "{server.base_url}"\n'
+        f'api_key = "{API_KEY}"\nbase_model = "builtin:tiny-random"\n'
+        '[model.openai_chat]\nmodel = "qwen-test"\n'
+        '[rollout]\nprotocol = "tool_calls"\n'
+        f'[search]\nprovider = "local"\n[search.local]\ncorpus = "{tmp_path / "corpus.jsonl"}"\n'
+        f'[data]\ntrain = "{tmp_path / "train.jsonl"}"\n'
+    )
+    sent = len(server.requests)
+    code = cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "model.provider = 'openai_chat' only samples" in err and "searchr1 eval" in err, err
+    assert len(server.requests) == sent  # refused before any rollout
 
 
 def test_plain_text_prompt_becomes_one_user_message():

@@ -56,7 +56,7 @@ def test_the_checkpoint_config_dump_is_masked(project: Path, tmp_path: Path) -> 
     from searchr1.core.checkpoint import save_checkpoint
 
     class _StateWriter:
-        """The one ModelProvider method save_checkpoint calls; what the model saves does not
+        """The one Trainer method save_checkpoint calls; what the model saves does not
         matter here, the config dump next to it does."""
 
         def save_state(self, path: str) -> None:

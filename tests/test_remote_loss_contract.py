@@ -1,7 +1,7 @@
-"""Issue 18: a loss carries its name and settings, and a remote provider refuses a loss it
-cannot train with when the run is built (``build_components``), before any rollout -- not at
-the first ``forward_backward`` after a whole rollout. Real ``tinker`` SDK against the loopback
-fake (``tests/fake_tinker_service.py``)."""
+"""Issue 18: a loss carries its name and settings, and a remote provider's declared losses
+refuse one it cannot train with when the run is built (``build_components``), before any
+rollout -- not at the first ``forward_backward`` after a whole rollout. Real ``tinker`` SDK
+against the loopback fake (``tests/fake_tinker_service.py``)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def context(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) ->
     ("loss_fn", "table", "message"),
     [
         ("my_loss", {}, r"train.loss_fn = 'my_loss'.*importance_sampling, ppo, cispo"),
-        ("ppo", {"ratio_cap": 2.0}, r"\[train.loss\] ratio_cap = 2"),
+        ("ppo", {"ratio_cap": 2.0}, r"train.loss_fn = 'ppo' is built with ratio_cap = 2"),
     ],
 )
 def test_unsupported_remote_loss_fails_when_the_run_is_built(

@@ -28,6 +28,7 @@ from remote_helpers import (  # noqa: E402
 )
 
 from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
+from searchr1.core.trainer_checks import check_loss  # noqa: E402
 from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
@@ -176,10 +177,10 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_p
 def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
     custom = NamedLoss("my_loss", importance_sampling)
     with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'") as info:
-        provider.check_loss(custom)
+        check_loss(provider.capabilities, custom, field="train.loss_fn", provider="taotoken")
     assert "importance_sampling, ppo, cispo" in str(info.value) and "dro" not in str(info.value)
     submitted = fake.count("POST /actor/v1/events")
-    with pytest.raises(ConfigError, match="train.loss_fn = 'my_loss'"):
+    with pytest.raises(ConfigError, match="loss_fn = 'my_loss'"):
         provider.forward_backward(make_datums(725, n=1), custom)
     assert fake.count("POST /actor/v1/events") == submitted  # refused before anything is sent
 
@@ -187,12 +188,11 @@ def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
 def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
     from searchr1.plugins.remote_model.loss_contract import loss_config
 
-    with pytest.raises(ConfigError, match=r"\[train.loss\] ratio_cap = 2"):
-        provider.check_loss(
-            NamedLoss("ppo", ppo, {"clip_low": 0.2, "clip_high": 0.3, "ratio_cap": 2.0})
-        )
+    capped = NamedLoss("ppo", ppo, {"clip_low": 0.2, "clip_high": 0.3, "ratio_cap": 2.0})
+    with pytest.raises(ConfigError, match=r"'ppo' is built with ratio_cap = 2.*\[train.loss\]"):
+        check_loss(provider.capabilities, capped, field="train.loss_fn", provider="taotoken")
     clipped = NamedLoss("ppo", ppo, {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0})
-    provider.check_loss(clipped)  # accepted
+    check_loss(provider.capabilities, clipped, field="train.loss_fn", provider="taotoken")
     assert loss_config(clipped) == pytest.approx(
         {"clip_low_threshold": 0.9, "clip_high_threshold": 1.3}
     )

@@ -1,4 +1,5 @@
-"""Building a run's plugins: a failed model start closes the search provider it opened."""
+"""Building a run's plugins: a failed model start closes the search provider it opened, and a
+model factory that returns anything but a ``Model`` is named."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from searchr1.core.config import Config
+from searchr1.core.errors import PluginError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
 from searchr1.core.runs import RunContext, build_components
@@ -40,6 +42,7 @@ class _Plugin:
             raise OSError("model.base_model = 'nowhere': not found")
 
         register("broken", broken)
+        register("bare", lambda config: object())  # not a Model(sampler, trainer)
 
 
 def test_failed_model_start_closes_the_search_provider(tmp_path: Path) -> None:
@@ -47,4 +50,15 @@ def test_failed_model_start_closes_the_search_provider(tmp_path: Path) -> None:
     ctx = RunContext(config, tmp_path, "t", load_registry(extra_plugins=[_Plugin()]))
     with pytest.raises(OSError, match="nowhere"):
         build_components(ctx)
+    assert _Search.closed
+
+
+def test_a_factory_that_returns_no_model_is_named(tmp_path: Path) -> None:
+    _Search.closed = False
+    config = Config().replace(model={"provider": "bare"}, search={"provider": "recording"})
+    ctx = RunContext(config, tmp_path, "t", load_registry(extra_plugins=[_Plugin()]))
+    with pytest.raises(
+        PluginError, match="model.provider = 'bare'.*not a searchr1.core.types.Model"
+    ):
+        build_components(ctx, need_loss=False)
     assert _Search.closed

@@ -19,8 +19,8 @@ CONFIG_HELP = (
 
 def whole_number(minimum: int) -> Callable[[str], int]:
     """An argparse ``type`` for a count flag: a whole number >= ``minimum``, else a usage
-    error naming the flag (exit code 2) instead of a value that runs something unintended
-    (``--max-steps -1`` used to run a whole evaluation)."""
+    error naming the flag (exit code 2) rather than a value that runs something unintended
+    (a negative ``--max-steps``)."""
 
     def parse(text: str) -> int:
         try:
@@ -59,8 +59,7 @@ def _config_from_env() -> str | None:
 def default_config_path() -> tuple[str | None, str]:
     """The config a command runs when ``--config`` is not given, and why: ``$SEARCHR1_CONFIG``
     when that file exists (the container image), else ``./config.toml`` when it exists (the
-    seed's layout: config.toml and .env in the project folder), else the embedded demo.
-    Also used by :mod:`searchr1.api`."""
+    reference setup's layout: config.toml and .env in the project folder), else the demo."""
     from_env = _config_from_env()
     if from_env is not None:
         return from_env, "$SEARCHR1_CONFIG names it and --config was not given"

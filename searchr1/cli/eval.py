@@ -28,7 +28,7 @@ BASE = "base"
 
 
 def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
-    """``(label, folder to pass to model.load_state)`` for one ``--checkpoint`` value.
+    """``(label, folder to pass to trainer.load_state)`` for one ``--checkpoint`` value.
 
     Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
     ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
@@ -97,8 +97,14 @@ async def _evaluate_all(
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
+                if comps.model.trainer is None:
+                    raise UserError(
+                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
+                        f"only samples: it has no trainer to load a checkpoint into; evaluate "
+                        f"'base' with it, or choose the provider that saved the checkpoint"
+                    )
                 try:
-                    comps.model.load_state(folder)
+                    comps.model.trainer.load_state(folder)
                 except NotImplementedError as exc:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
@@ -112,7 +118,7 @@ async def _evaluate_all(
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
-                comps.model,
+                comps.model.sampler,
                 comps.search,
                 protocol,
                 comps.reward,
@@ -165,7 +171,7 @@ def main(args: argparse.Namespace) -> int:
     # Built outside any event loop: a provider factory may run its own (asset builders do).
     comps = build_components(ctx, need_loss=False)
     try:
-        protocol = make_protocol(config, comps.model.tokenizer)
+        protocol = make_protocol(config, comps.model.sampler.tokenizer)
         results = asyncio.run(
             _evaluate_all(args, ctx, comps, protocol, questions, targets, data_path)
         )

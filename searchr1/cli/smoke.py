@@ -1,10 +1,9 @@
-"""``searchr1 smoke``: the seed's validation script as a command.
+"""``searchr1 smoke``: the reference setup's smoke script as a command
+(``docs/reference-setup.md`` §2).
 
-One question (``--question``/``--answer``, else the config's ``[smoke] question`` and
-``answers``, else the seed's "Who is the author of The Little Prince and where was he born?"),
-``--group-size`` trajectories (4), at most ``--max-search-calls`` searches (4),
-through the configured model and search providers, no parameter update. The CLI calls
-:func:`main` with the parsed arguments. It prints, in the seed's shape::
+One question (``--question``/``--answer``, else ``[smoke] question`` and ``answers``, else the
+reference setup's), ``--group-size`` trajectories (4), at most ``--max-search-calls``
+searches (4), through the configured providers, no parameter update. It prints::
 
     search keys: 3
     search probe: ok (3 results)
@@ -13,30 +12,21 @@ through the configured model and search providers, no parameter update. The CLI 
     search success rate: 100.00%
     search error rate: 0.00%
 
-then warnings (search keys benched while others serve, named by index; settings the provider
-cannot honour, from :func:`searchr1.core.runs.announce_config`), a diagnosis of channel
-failures in words (401, every key out of quota, the model channel), the token limits that cut
-turns or trajectories (``token limit: 4 of 4 turns ended at model.max_new_tokens = 24 ...``,
-:mod:`searchr1.core.token_limits`), and the verdict: the
-seed's criteria (:mod:`searchr1.cli.smoke_verdict`: rewards of both signs, searches within
-1..``max_search_calls``, answers in the protocol's format, search success >=
-``[search] min_success_rate``), one line each, then ``smoke: PASS`` or ``smoke: FAILED``
-naming what failed. Every trajectory, with its decoded text per turn and its token records,
-goes to ``<run_dir>/smoke_trajectories.jsonl``. A missing ``${VAR}`` never gets here: loading
-the config already fails naming the variable (exit 2).
+then warnings (benched search keys by index, settings the provider cannot honour), channel
+diagnoses in words (401, every key out of quota, the model channel), the token limits that cut
+turns or trajectories (``token limit: ...``), and the verdict
+(:mod:`searchr1.cli.smoke_verdict`), one line per criterion, then ``smoke: PASS`` or
+``smoke: FAILED`` naming what failed. Every trajectory goes to
+``<run_dir>/smoke_trajectories.jsonl``.
 
-Without ``--question`` and ``[smoke] question`` the question is the seed's; its golden answers
-(:data:`DEFAULT_ANSWERS`) are the birthplace, so the seed's example scores ``France`` 1.0 and
-``Paris`` 0.0. The offline demo's config asks one of its own world's instead (its corpus is
-fictional); its warm-started model answers it, but in one group of four it never fails the
-answer format (no -0.1) and not every trajectory searches, so it ends with exit 3.
+The offline demo asks a question of its own fictional world; its warm-started model answers,
+but in a group of four never fails the format (no -0.1) and not every trajectory searches, so
+its config lists those criteria in ``[smoke] report_only``.
 
-Exit codes: 0 when every criterion holds and no channel failed; 1 when a channel is broken
-(model error, every search key benched, the probe failed, search success below the minimum);
-3 when the channels work but the group does not show the seed's behaviour (no rewards of both
-signs, searches outside the range, no answer in the format: e.g. an untrained model, or the
-offline demo's warm start); 2 for config and plugin errors, and for rollout limits that cannot
-hold the question (from the CLI).
+Exit codes: 0 every criterion holds and no channel failed; 1 a channel is broken (model error,
+every search key benched, the probe failed, search success below the minimum); 3 the channels
+work but the group lacks the expected behaviour (e.g. an untrained model); 2 config and
+plugin errors, and rollout limits that cannot hold the question.
 """
 
 from __future__ import annotations
@@ -59,11 +49,9 @@ from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
-#: The seed's example output scores "France" 1.0 and "Paris" 0.0: the question asks who wrote
-#: the book *and where he was born*, and Saint-Exupéry was born in Lyon, France. So the golden
-#: answers are the birthplace at both granularities the seed accepts (the country, the city,
-#: both); "Paris" is wrong. The author's name alone answers only the first half of the question
-#: and is not golden; with it (as in "Antoine de Saint-Exupéry, Lyon") it is.
+#: The reference setup's example scores "France" 1.0 and "Paris" 0.0: the question asks who
+#: wrote the book *and where he was born* (Lyon, France). So the golden answers are the
+#: birthplace as country, city or both; the author's name alone is not golden, with it it is.
 DEFAULT_ANSWERS = (
     "France",
     "Lyon",
@@ -113,9 +101,8 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
 
 
 def smoke_question(args: argparse.Namespace, config: Config) -> Question:
-    """The question smoke asks: ``--question``/``--answer``, else ``[smoke] question`` and
-    ``answers`` (a config whose search holds a world of its own, like the offline demo),
-    else the seed's (which needs real search)."""
+    """``--question``/``--answer``, else ``[smoke] question`` and ``answers`` (the offline
+    demo's own world), else the reference setup's (which needs real search)."""
     asked = getattr(args, "question", None)
     if asked:
         return Question(id="smoke", question=asked, golden_answers=tuple(args.answer))
@@ -184,7 +171,7 @@ class _Smoke:
         metrics: dict[str, float],
         success: float,
     ) -> list[Criterion]:
-        """Print warnings, channel diagnoses and the seed's criteria; return the criteria."""
+        """Print warnings, channel diagnoses and the criteria; return the criteria."""
         searched = int(metrics.get("calls", 0)) - int(metrics.get("invalid_queries", 0))
         criteria = seed_criteria(
             trajectories,
@@ -238,11 +225,11 @@ class _Smoke:
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            protocol = make_protocol(self.config, self.c.model.tokenizer)
+            protocol = make_protocol(self.config, self.c.model.sampler.tokenizer)
             print(protocol.describe(self.question))
             try:
                 (trajectories,) = await rollout_questions(
-                    self.c.model,
+                    self.c.model.sampler,
                     search,
                     protocol,
                     [self.question],
@@ -298,7 +285,7 @@ class _Smoke:
         from searchr1.core.eval import trajectory_to_dict
 
         path = self.run_dir / TRAJECTORIES_FILE
-        tok = self.c.model.tokenizer
+        tok = self.c.model.sampler.tokenizer
         with path.open("w", encoding="utf-8") as fh:
             for traj, result in zip(trajectories, results, strict=True):
                 record = trajectory_to_dict(traj, result)

@@ -1,15 +1,10 @@
-"""The verdict of ``searchr1 smoke``: the seed's criteria, one line each.
+"""The verdict of ``searchr1 smoke``: the reference setup's smoke criteria
+(``docs/reference-setup.md`` §2), one line each.
 
-The seed (section 4) reads its smoke output like this: "rewards both positive and negative,
-search counts between 1 and 4, final answers in the right format: the rollout chain works;
-all rewards -0.1 means the model did not write ``Answer:``; search success below 90%: check
-the keys' quota". :func:`seed_criteria` turns that into four named checks over one rollout
-group; :class:`searchr1.cli.smoke._Smoke` prints them after the trajectories and names the
-one that failed: the search success criterion is a channel (exit 1), the three others describe
-the model's behaviour (exit 3: the channels work, the group does not show what the seed
-expects). :func:`key_warnings` reads the search provider's key pool: some keys out
-of quota while others serve is a warning naming their indexes (the seed's rule: rotate), every
-key limited is a failure (the seed: stop and wait for the quota).
+:func:`seed_criteria` makes them four named checks over one group: search success is a
+channel (exit 1), the other three describe the model's behaviour (exit 3). :func:`key_warnings`
+applies the troubleshooting rule for keys (§3): some out of quota is a warning naming their
+indexes (rotate), every key limited a failure (stop and wait).
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ class Criterion:
     name: str
     ok: bool
     detail: str
-    #: True when failing it means a broken channel (exit 1), not a model that has not yet
-    #: shown the seed's behaviour (exit 3)
+    #: failing it means a broken channel (exit 1), not the model's behaviour (exit 3)
     channel: bool = False
     #: the id ``[smoke] report_only`` names (``both_signs``, ``searches_in_range``,
     #: ``answer_format``); empty for the channel criterion, which is always required
@@ -61,8 +55,8 @@ def seed_criteria(
     min_success_rate: float,
     search_calls_made: int,
 ) -> list[Criterion]:
-    """The seed's four criteria over one group (an empty group fails the first three).
-    ``protocol`` (the run's agent protocol, its class will do) names the answer format."""
+    """The four criteria over one group (an empty group fails the first three);
+    ``protocol`` (instance or class) names the answer format."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
     detail = f"{pos} positive, {neg} negative of {len(rewards)}"

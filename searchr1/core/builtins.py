@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.plugins import installed_registry
-from searchr1.core.types import Asset, FileFormat
+from searchr1.core.types import Asset, FileFormat, Sampler
 
 PREFIX = "builtin:"
 
@@ -78,7 +78,7 @@ def _converted(path: Path, fmt: FileFormat) -> str:
 
 def ceiling_agent(
     config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
-) -> Any | None:
+) -> Sampler | None:
     """The scripted stand-in that plays ``spec``'s questions (default ``data.eval``)
     perfectly, when it is a ``builtin:`` asset with an :attr:`Asset.ceiling`, else None
     (train's ceiling line, the cold start's teacher)."""

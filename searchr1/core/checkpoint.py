@@ -21,7 +21,7 @@ import tomli_w
 
 from searchr1.core.config import Config
 from searchr1.core.errors import UserError
-from searchr1.core.types import ModelProvider
+from searchr1.core.types import Trainer
 
 KEEP = 3
 
@@ -42,7 +42,7 @@ def checkpoints_dir(run_dir: Path) -> Path:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: ModelProvider, config: Config, state: dict[str, Any]
+    run_dir: Path, step: int, model: Trainer, config: Config, state: dict[str, Any]
 ) -> Path:
     """Write checkpoint ``step`` atomically and prune all but the newest ``KEEP``."""
     import torch

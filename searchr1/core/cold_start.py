@@ -17,7 +17,7 @@ before the first RL step (and only when not resuming)::
         forward_backward(micro-batch, cold_start.loss_fn, 1 / trained tokens); optim_step
 
 The loss (``cross_entropy`` by default: ``-sum_t A_t lp_t``) is a registered loss plugin run by
-the model provider like the RL loss, so the stage works with any provider that trains. The
+the model's trainer like the RL loss, so the stage works with any provider that trains. The
 train loop then evaluates the held-out set (``when = "cold_start"``) and saves checkpoint 0,
 so a later ``--resume`` never repeats the stage.
 """
@@ -37,7 +37,7 @@ from searchr1.core.logs import get_logger
 from searchr1.core.runs import Components
 from searchr1.core.step_metrics import merge_train_metrics
 from searchr1.core.train_step import adam_params
-from searchr1.core.types import Datum, Question
+from searchr1.core.types import Datum, LossFn, Question, Sampler, Trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ColdStartResult:
     seconds: float
 
 
-def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Question]) -> Any:
+def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Question]) -> Sampler:
     """The scripted agent for ``questions``: the data asset's own (``Asset.ceiling``) when it
     offers one for this protocol, else :class:`~searchr1.core.scripted_teacher.ScriptedTeacher`."""
     from searchr1.core.scripted_teacher import ScriptedTeacher
@@ -75,8 +75,9 @@ def run_cold_start(
     spec = _data_spec(cfg)
     questions = list(load_questions(spec, field_name=_data_field(cfg)).questions)
     stream = QuestionStream(questions, cfg.run.seed + 1)
-    teacher = teacher_for(cfg, c.model.tokenizer, protocol, questions)
-    loss_fn = cold_start_loss(cfg, c.model)
+    trainer = c.trainer
+    teacher = teacher_for(cfg, c.model.sampler.tokenizer, protocol, questions)
+    loss_fn = cold_start_loss(cfg, trainer)
     limits = BatchLimits(
         cfg.train.max_datum_tokens,
         cfg.train.max_micro_batch_datums,
@@ -119,10 +120,10 @@ def run_cold_start(
             continue
         tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
         results = [
-            c.model.forward_backward(mb, loss_fn, loss_scale=1.0 / tokens)
+            trainer.forward_backward(mb, loss_fn, loss_scale=1.0 / tokens)
             for mb in pack_micro_batches(datums, limits)
         ]
-        c.model.optim_step(dataclasses.replace(adam_params(cfg), learning_rate=cs.lr))
+        trainer.optim_step(dataclasses.replace(adam_params(cfg), learning_rate=cs.lr))
         metrics = merge_train_metrics([r.metrics for r in results])
         # Mean over the trained tokens: nll_sum is cross_entropy's; another loss's own value.
         if "nll_sum" in metrics:
@@ -163,13 +164,15 @@ def _data_field(cfg: Config) -> str:
     return "cold_start.data" if cfg.cold_start.data else "data.train"
 
 
-def cold_start_loss(cfg: Config, model: Any = None) -> Any:
+def cold_start_loss(cfg: Config, trainer: Trainer | None = None) -> LossFn:
     """The ``[cold_start] loss_fn`` plugin; an unknown name is a :class:`PluginError` naming
-    that setting, and a ``model`` with ``check_loss`` (a remote service) may refuse it.
-    :func:`searchr1.core.train.train` calls it once before the model loads (names only) and
-    :func:`run_cold_start` again with the model."""
+    that setting, and a loss the ``trainer`` declares it cannot train
+    (:attr:`~searchr1.core.types.TrainerCapabilities.losses`) a ConfigError naming it.
+    :func:`searchr1.core.train.train` calls it before the model loads (names only), then with
+    the trainer before any rollout, and :func:`run_cold_start` once more for the stage."""
     from searchr1.core.errors import PluginError
     from searchr1.core.plugins import load_registry
+    from searchr1.core.trainer_checks import check_loss
 
     registry, name = load_registry(), cfg.cold_start.loss_fn
     if name not in registry.names("loss_fn"):
@@ -177,8 +180,9 @@ def cold_start_loss(cfg: Config, model: Any = None) -> Any:
             f"cold_start.loss_fn = {name!r}: no loss of that name is installed. Available: "
             f"{', '.join(registry.names('loss_fn'))}."
         )
-    loss = registry.create("loss_fn", name, cfg)
-    check = getattr(model, "check_loss", None)
-    if callable(check):
-        check(loss)
+    loss: LossFn = registry.create("loss_fn", name, cfg)
+    if trainer is not None:
+        check_loss(
+            trainer.capabilities, loss, field="cold_start.loss_fn", provider=cfg.model.provider
+        )
     return loss

@@ -4,7 +4,7 @@ by default, in file order, scored per ``data_source``.
 Who calls what:
 
 - ``searchr1 eval`` (:mod:`searchr1.cli.eval`) builds the run's plugins once, then calls
-  :func:`evaluate` for the base model and once more after each ``model.load_state(dir)``;
+  :func:`evaluate` for the base model and once more after each ``trainer.load_state(dir)``;
 - the train loop calls :func:`evaluate` (or :func:`evaluate_async` from inside its event
   loop) on the held-out set before the first step and after the last when
   ``[train] eval_before_after`` is set, and logs ``result.metrics``;
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.types import (
-    ModelProvider,
     Question,
     RewardFn,
     RewardResult,
+    Sampler,
     SearchProvider,
     Trajectory,
 )
@@ -212,7 +212,7 @@ def eval_sampling(config: Config, protocol: AgentProtocol, *, greedy: bool = Tru
 
 
 async def evaluate_async(
-    model: ModelProvider,
+    model: Sampler,
     search: SearchProvider,
     protocol: AgentProtocol,
     reward: RewardFn,
@@ -250,7 +250,7 @@ async def evaluate_async(
 
 
 def evaluate(
-    model: ModelProvider,
+    model: Sampler,
     search: SearchProvider,
     protocol: AgentProtocol,
     reward: RewardFn,

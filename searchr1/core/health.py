@@ -243,8 +243,9 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
 
 def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -> str:
     """The start-of-run sentence saying what the importance ratio compares (logged once by
-    the train loop). ``learner_temperature`` is the temperature at which the provider's
-    learner scores tokens, None when the provider does not say (a remote service)."""
+    the train loop). ``learner_temperature`` is the temperature at which the trainer
+    scores tokens (:attr:`~searchr1.core.types.TrainerCapabilities.learner_temperature`),
+    None when the trainer does not know it (a remote service)."""
     ts = f"{sampler_temperature:g}"
     if learner_temperature is not None and learner_temperature == sampler_temperature:
         return (
@@ -257,10 +258,3 @@ def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -
         f"sampler's at {ts}: on-policy ratios need not be 1 (a remote service may score "
         "untempered log-probs); mismatch/* in each step's metrics shows the size"
     )
-
-
-def learner_temperature(model: Any) -> float | None:
-    """The temperature the provider's learner scores tokens at: the local learner's (the
-    vLLM provider reuses it), None when the provider does not say (a remote service)."""
-    value = getattr(getattr(model, "learner", None), "temperature", None)
-    return float(value) if isinstance(value, int | float) else None

@@ -38,8 +38,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def register_model_providers(register: Callable[[str, ModelFactory], None]) -> None:
     """Register model providers: ``register("local", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.ModelProvider` loaded and
-    ready to sample (LoRA adapter attached, optimizer ready). Called once per run.
+    ``factory(config)`` must return a :class:`~searchr1.core.types.Model`: its ``sampler``
+    (a :class:`~searchr1.core.types.Sampler`) loaded and ready to sample, and its ``trainer``
+    (a :class:`~searchr1.core.types.Trainer` with its declared
+    :class:`~searchr1.core.types.TrainerCapabilities`; LoRA adapter attached, optimizer
+    ready), or ``trainer=None`` for a provider that only samples (``smoke`` and ``eval`` run
+    with it, ``train`` refuses it). One object may be both. Called once per run.
 
     Optional: ``factory.config_warnings(config) -> list[str]``, a cheap check before anything
     loads (no weights, no network); ``config check``, ``smoke`` and ``train`` print each line

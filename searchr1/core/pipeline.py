@@ -4,8 +4,8 @@
 the event loop:
 
 * the **collector** rolls out step after step (``collect``, a coroutine: sampling and search);
-* the **learner** takes the collected steps strictly in order and runs ``learn`` (the model
-  provider's blocking ``forward_backward`` / ``optim_step``) in a worker thread, then
+* the **learner** takes the collected steps strictly in order and runs ``learn`` (the
+  trainer's blocking ``forward_backward`` / ``optim_step``) in a worker thread, then
   ``finish`` (metrics, checkpoints) back in the loop.
 
 Versions and staleness. The *policy version* is the number of optimizer steps the weights have
@@ -24,11 +24,12 @@ with staleness 0 (``HealthMonitor.observe(..., staleness)``).
 Pacing, never dropping. A slow group is never discarded (that biases training toward fast
 questions); instead the collector waits when it is ``max_staleness`` steps ahead.
 
-Snapshots. A provider whose sampler would otherwise follow the learner mid-rollout offers
-``snapshot_sampler()`` (:class:`SnapshotSampling`; ``local`` keeps a copy of its LoRA tensors,
-``vllm`` pins one served adapter, ``taotoken``/``tinker`` keep one sampling client): the
-collector calls it at the start of every rollout when ``max_staleness > 0``, so the whole
-rollout samples one version however the learner moves meanwhile. A provider without it may
+Snapshots. A trainer whose sampler would otherwise follow it mid-rollout declares a
+``snapshot_sampler`` (:attr:`~searchr1.core.types.TrainerCapabilities.snapshot_sampler`; an
+in-process learner keeps a copy of its LoRA tensors, a served sampler pins one adapter, a
+remote service keeps one sampling client), passed here as ``snapshot``: the collector
+calls it at the start of every rollout when ``max_staleness > 0``, so the whole rollout samples
+one version however the learner moves meanwhile. With ``snapshot = None`` the rollout may
 sample a trajectory's later turns on a newer version than it records; its log-probs are still
 the sampler's own, so the ratio stays correct, only ``staleness/*`` under-reports.
 
@@ -56,20 +57,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from searchr1.core.train_step import CollectedStep, Learned
-
-
-@runtime_checkable
-class SnapshotSampling(Protocol):
-    """A model provider whose sampler can be pinned to one version of the weights."""
-
-    def snapshot_sampler(self) -> None:
-        """From now on, sample on the newest weights an ``optim_step`` has produced, and keep
-        sampling on them (whatever the learner does) until the next call."""
-        ...
-
 
 Collect = Callable[[int, int], Awaitable[CollectedStep]]  # (step, policy version)
 Learn = Callable[[CollectedStep], Learned]  # blocking; runs in a worker thread

@@ -63,9 +63,9 @@ def _checkpoint_data_train(folder: Path) -> str | None:
 
 
 def load_model_state(components: Any, checkpoint: Checkpoint) -> None:
-    """Load the provider's saved state; a missing or unreadable file is a UserError."""
+    """Load the trainer's saved state; a missing or unreadable file is a UserError."""
     try:
-        components.model.load_state(str(checkpoint.model_dir))
+        components.trainer.load_state(str(checkpoint.model_dir))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise UserError(
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "

@@ -35,9 +35,9 @@ from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (
     EndReason,
-    ModelProvider,
     Question,
     SampledSequence,
+    Sampler,
     SamplingParams,
     SearchProvider,
     SearchResponse,
@@ -90,7 +90,7 @@ class _Rollout:
 
     def __init__(
         self,
-        model: ModelProvider,
+        model: Sampler,
         search: SearchProvider,
         protocol: AgentProtocol,
         config: Config,
@@ -260,7 +260,7 @@ async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
 
 
 async def rollout_questions(
-    model: ModelProvider,
+    model: Sampler,
     search: SearchProvider,
     protocol: AgentProtocol,
     questions: Sequence[Question],

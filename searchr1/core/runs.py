@@ -3,7 +3,8 @@
 ``train``, ``smoke`` and ``eval`` call :func:`open_run` first; it loads the config (or the
 embedded default), applies CLI overrides, creates ``runs/<run>/``, starts the JSON event log
 there and loads the plugin registry. :func:`build_components` then creates the model
-provider, search provider, reward and loss chosen **by name** in the config.
+(its sampler and, when the provider trains, its trainer), search provider, reward and loss
+chosen **by name** in the config.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from typing import Any
 
 from searchr1.core.config import Config, load_config
 from searchr1.core.config_resolve import check_plugin_choices
-from searchr1.core.errors import UserError
+from searchr1.core.errors import ConfigError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.sinks import open_sinks
-from searchr1.core.types import LossFn, ModelProvider, RewardFn, SearchProvider
+from searchr1.core.trainer_checks import check_loss, require_trainer
+from searchr1.core.types import LossFn, Model, RewardFn, SearchProvider, Trainer
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,31 @@ class RunContext:
 
 @dataclass
 class Components:
-    model: ModelProvider
+    model: Model
     search: SearchProvider
     reward: RewardFn
     loss: LossFn
+
+    @property
+    def trainer(self) -> Trainer:
+        """The model's trainer (``build_components(need_loss=True)`` refuses a model
+        without one, naming the provider)."""
+        if self.model.trainer is None:
+            raise ConfigError(["model.provider: the model only samples; training needs a trainer"])
+        return self.model.trainer
+
+
+def create_model(registry: Registry, config: Config) -> Model:
+    """The model of ``[model] provider``: its factory's :class:`~searchr1.core.types.Model`;
+    a factory that returns anything else is a PluginError naming the provider."""
+    model = registry.create("model_provider", config.model.provider, config)
+    if not isinstance(model, Model):  # the factory's return type, not an ability
+        raise PluginError(
+            f"model.provider = {config.model.provider!r}: its factory returned a "
+            f"{type(model).__name__}, not a searchr1.core.types.Model(sampler=..., "
+            f"trainer=...); see docs/plugins.md"
+        )
+    return model
 
 
 def new_run_id(command: str) -> str:
@@ -147,19 +170,24 @@ def _choose_run_dir(args: argparse.Namespace, config: Config, command: str) -> P
 
 
 def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:
-    """Create the four plugins named in the config (model last: it is the slowest), then let
-    the model provider refuse a loss it cannot train with (its optional ``check_loss``,
-    see :class:`~searchr1.core.types.ModelProvider`) before any rollout runs."""
+    """Create the four plugins named in the config (model last: it is the slowest).
+
+    ``need_loss`` (``searchr1 train``): the loss is created too, and before any rollout runs
+    a model without a trainer is refused (:func:`~searchr1.core.trainer_checks.
+    require_trainer`), as is a loss its trainer declares it cannot train
+    (:attr:`~searchr1.core.types.TrainerCapabilities.losses`); the model is closed then."""
     cfg, reg = ctx.config, ctx.registry
     search = reg.create("search_provider", cfg.search.provider, cfg)
     try:
         reward = reg.create("reward", cfg.reward.name, cfg)
         loss = reg.create("loss_fn", cfg.train.loss_fn, cfg) if need_loss else None
-        model = reg.create("model_provider", cfg.model.provider, cfg)
-        check_loss = getattr(model, "check_loss", None)
-        if loss is not None and callable(check_loss):
+        model = create_model(reg, cfg)
+        if loss is not None:
             try:
-                check_loss(loss)
+                trainer = require_trainer(model, cfg.model.provider)
+                check_loss(
+                    trainer.capabilities, loss, field="train.loss_fn", provider=cfg.model.provider
+                )
             except BaseException:
                 model.close()
                 raise

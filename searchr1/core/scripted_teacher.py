@@ -1,7 +1,8 @@
 """The scripted agent the cold start imitates on any QA data: search the question, then answer
 what the search returned.
 
-:class:`ScriptedTeacher` is a sampling-only stand-in for a model provider. The rollout asks it
+:class:`ScriptedTeacher` is a :class:`~searchr1.core.types.Sampler` without weights (no trainer
+comes with it): the run's own trainer learns from its trajectories. The rollout asks it
 for each turn exactly as it asks a model (:func:`searchr1.core.rollout.rollout_questions`), so
 its trajectories go through the configured search provider, agent protocol, chat template and
 token limits, and become datums with the same masks as RL's. Per question::
@@ -29,9 +30,9 @@ UNKNOWN = "unknown"
 
 
 class ScriptedSampler:
-    """A sampling-only stand-in for a model provider that writes :meth:`next_turn` as its
-    turn; subclasses decide the turn from the conversation so far (the offline world's ideal
-    agent is one too)."""
+    """A :class:`~searchr1.core.types.Sampler` that writes :meth:`next_turn` as its turn;
+    subclasses decide the turn from the conversation so far (the offline world's ideal agent
+    is one too)."""
 
     def __init__(self, tokenizer: Any, protocol: Any):
         self._tokenizer = tokenizer
@@ -55,9 +56,8 @@ class ScriptedSampler:
             tokens, stop = tokens[: params.max_tokens], "length"
         return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
 
-    # A provider the train loop may close like any other; it trains nothing.
     def close(self) -> None:
-        pass
+        """Nothing to release: it holds no weights and no connection."""
 
 
 class ScriptedTeacher(ScriptedSampler):

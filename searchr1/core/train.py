@@ -41,14 +41,9 @@ from searchr1.core.config import Config, plugin_settings
 
 # EnvironmentDown is re-exported: callers that caught it from here keep working.
 from searchr1.core.errors import EnvironmentDown, Interrupted  # noqa: F401
-from searchr1.core.health import (
-    HealthMonitor,
-    HealthSettings,
-    learner_temperature,
-    ratio_basis,
-)
+from searchr1.core.health import HealthMonitor, HealthSettings, ratio_basis
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
-from searchr1.core.pipeline import SnapshotSampling, run_steps
+from searchr1.core.pipeline import run_steps
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext, build_components
@@ -61,7 +56,7 @@ from searchr1.core.train_step import (
     learn_step,
     step_metrics,
 )
-from searchr1.core.types import Question
+from searchr1.core.types import Model, Question
 
 
 def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
@@ -81,10 +76,11 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
-    protocol = make_protocol(cfg, components.model.tokenizer)
+    capabilities = components.trainer.capabilities
+    protocol = make_protocol(cfg, components.model.sampler.tokenizer)
     log.info(
         "importance_ratio",
-        message=ratio_basis(cfg.model.temperature, learner_temperature(components.model)),
+        message=ratio_basis(cfg.model.temperature, capabilities.learner_temperature),
     )
 
     start_step = 0
@@ -102,13 +98,15 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     try:
         with asyncio.Runner() as runner:
             try:
+                if cfg.cold_start.steps and checkpoint is None:
+                    cold_start_loss(cfg, components.trainer)  # refused before any rollout
                 if heldout and checkpoint is None:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
                     # The eval set's ceiling (the offline world's scripted ideal agent), when
                     # the asset it comes from offers one: same eval.
-                    ideal = ceiling_agent(cfg, components.model.tokenizer, protocol)
+                    ideal = ceiling_agent(cfg, components.model.sampler.tokenizer, protocol)
                     if ideal is not None:
-                        c = dataclasses.replace(components, model=ideal)
+                        c = dataclasses.replace(components, model=Model(ideal))
                         try:
                             _evaluate(runner, c, protocol, heldout, cfg, ctx, "ceiling", step=0)
                         except ValueError as exc:  # e.g. a protocol it cannot play
@@ -185,7 +183,7 @@ async def _run_steps(
         if writes_checkpoint(collected.step):
             _save(ctx, c, collected.cursor, collected.step, health)
 
-    snapshot = c.model.snapshot_sampler if isinstance(c.model, SnapshotSampling) else None
+    snapshot = c.trainer.capabilities.snapshot_sampler
     last = await run_steps(
         first=start_step + 1,
         last=cfg.train.max_steps,
@@ -208,7 +206,7 @@ def _save(
     ctx: RunContext, c: Components, cursor: dict[str, Any], step: int, health: HealthMonitor
 ) -> None:
     state = {"data": cursor, "health": health.state()}
-    path = save_checkpoint(ctx.run_dir, step, c.model, ctx.config, state)
+    path = save_checkpoint(ctx.run_dir, step, c.trainer, ctx.config, state)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 
@@ -253,7 +251,7 @@ def _evaluate(
     t0 = time.perf_counter()
     result = runner.run(
         evaluate_async(
-            c.model,
+            c.model.sampler,
             c.search,
             protocol,
             c.reward,

@@ -119,11 +119,12 @@ def learn_step(c: Components, collected: CollectedStep, cfg: Config) -> Learned:
         cfg.train.max_micro_batch_tokens,
     )
     micro_batches = pack_micro_batches(datums, limits)
+    trainer = c.trainer
     results = [
-        c.model.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
+        trainer.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
         for batch in micro_batches
     ]
-    optim = c.model.optim_step(adam_params(cfg)) if micro_batches else {}
+    optim = trainer.optim_step(adam_params(cfg)) if micro_batches else {}
     # Results are read only after optim_step: a remote provider returns them still in flight
     # (remote_model PendingResult) so the micro-batches and the optimizer step reach the
     # service back to back; reading one earlier would wait for it there.
@@ -222,7 +223,7 @@ async def _rollout_and_score(
     seed = _seed(cfg.run.seed, step, draw)
     sampling = dataclasses.replace(sampling_params(cfg, protocol), seed=seed)
     trajectory_groups = await rollout_questions(
-        c.model,
+        c.model.sampler,
         c.search,
         protocol,
         questions,

@@ -5,7 +5,8 @@ protocols below; every value that crosses a plugin boundary is one of the frozen
 here. Nothing in this module imports torch at import time, so the CLI starts fast and a
 search or reward plugin can be written without it.
 
-Shapes follow the Tinker API (a model provider samples tokens and trains on ``Datum`` s).
+Shapes follow the Tinker API (a model provider's :class:`Sampler` samples tokens, its
+:class:`Trainer` trains on ``Datum`` s).
 Tensor names carry their shape as a suffix: ``logprobs_T`` is one value per position.
 """
 
@@ -154,9 +155,8 @@ class LossFn(Protocol):
     ``clip_low``/``clip_high`` of ``ppo``) and computes the loss there, so a loss that a
     service does not know by name only works locally. ``settings`` are the numbers the
     function was built with (``[train.loss]`` for the built-in losses; empty when it takes
-    none), so a provider reads them here instead of looking inside the callable. A provider
-    with an optional ``check_loss(loss_fn)`` method is asked, when the run is built, whether
-    it can train with this loss (see :class:`ModelProvider`).
+    none), so a provider reads them here instead of looking inside the callable. A trainer
+    that only knows some losses declares which (:attr:`TrainerCapabilities.losses`).
     """
 
     name: str
@@ -181,21 +181,14 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
 
-@runtime_checkable
-class ModelProvider(Protocol):
-    """A policy that samples and trains, shaped like the Tinker API.
+class Sampler(Protocol):
+    """A policy that samples tokens: the half of a model provider every command uses.
 
-    Created once per run by the factory registered under ``[model] provider``. The rollout
-    calls :meth:`sample` concurrently from many asyncio tasks; the train loop calls
-    :meth:`forward_backward` once per micro-batch, then :meth:`optim_step` once per step.
-    After ``optim_step`` returns, every later ``sample`` uses the updated weights.
-
-    Optional: ``check_loss(loss_fn: LossFn) -> None``. When a provider has it,
-    :func:`searchr1.core.runs.build_components` calls it once, right after the provider and
-    the loss are created and before any rollout, and lets it raise ``ConfigError`` naming
-    ``train.loss_fn`` (or ``[train.loss]``) for a loss it cannot train with -- a remote
-    service that computes losses by name knows only some names. Without the method every
-    loss is accepted.
+    The rollout calls :meth:`sample` concurrently from many asyncio tasks. Its weights are
+    those of the :class:`Trainer` it comes with, when it has one: after
+    :meth:`Trainer.optim_step` returns, every later ``sample`` uses the updated weights. A
+    scripted stand-in (a data asset's ceiling agent, the cold start's teacher) is a Sampler
+    too.
     """
 
     @property
@@ -204,6 +197,49 @@ class ModelProvider(Protocol):
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TrainerCapabilities:
+    """What a :class:`Trainer` can do beyond the contract, declared up front.
+
+    The core reads these fields and never inspects a trainer for methods or attributes:
+
+    * ``losses``: the losses it trains, by :attr:`LossFn.name`, each with the
+      :attr:`LossFn.settings` it honours; a setting outside that set must be 0 (off). None:
+      any loss (the trainer calls the function itself). Checked once the model is created,
+      before any rollout (:func:`searchr1.core.trainer_checks.check_loss`), as a ConfigError
+      naming the config field that chose the loss (``train.loss_fn``, ``cold_start.loss_fn``).
+    * ``losses_reason``: why only those, ending that error (e.g. "it sends the loss's name
+      to a service that computes the loss itself").
+    * ``snapshot_sampler``: pins the sampler to the newest weights an ``optim_step`` has
+      produced, until the next call, whatever the trainer does meanwhile. Pipelined steps
+      (``train.max_staleness > 0``) call it at the start of every rollout
+      (:mod:`searchr1.core.pipeline`). None: the sampler always follows the newest weights.
+    * ``learner_temperature``: the temperature at which :meth:`Trainer.forward_backward`
+      scores tokens, None when unknown (a remote service); logged at the start of training
+      with what the importance ratio compares.
+    """
+
+    losses: Mapping[str, frozenset[str]] | None = None
+    losses_reason: str = ""
+    snapshot_sampler: Callable[[], None] | None = None
+    learner_temperature: float | None = None
+
+
+class Trainer(Protocol):
+    """The weights behind a :class:`Sampler`, trained in Tinker's shape.
+
+    The train loop calls :meth:`forward_backward` once per micro-batch, then
+    :meth:`optim_step` once per step; checkpoints call :meth:`save_state`, ``--resume`` and
+    ``searchr1 eval --checkpoint`` call :meth:`load_state`. :attr:`capabilities` says what
+    else it can do; it may be read at any time and does not change during a run.
+    """
+
+    @property
+    def capabilities(self) -> TrainerCapabilities: ...
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
@@ -220,6 +256,26 @@ class ModelProvider(Protocol):
     def load_state(self, path: str) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Model:
+    """What a model provider's factory returns: a sampler, and the trainer of its weights.
+
+    ``trainer`` is None for a provider that only samples (a hosted chat API): ``smoke`` and
+    ``eval`` run with it, ``train`` refuses it before any rollout. One object may be both
+    (a provider that samples and trains the same weights in one process).
+    """
+
+    sampler: Sampler
+    trainer: Trainer | None = None
+
+    def close(self) -> None:
+        """Close the trainer, then the sampler (an object that is both is closed once)."""
+        if self.trainer is not None:
+            self.trainer.close()
+        if self.sampler is not self.trainer:
+            self.sampler.close()
 
 
 # --------------------------------------------------------------------------- search
@@ -385,7 +441,7 @@ class MetricSink(Protocol):
 
 # A factory receives the run's validated Config (its own table under e.g. ``[search.zhihu]``
 # is ``config.plugin_table("search", "zhihu")``) and returns the plugin instance.
-ModelFactory = Callable[["Config"], ModelProvider]
+ModelFactory = Callable[["Config"], Model]
 SearchFactory = Callable[["Config"], SearchProvider]
 RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
@@ -401,7 +457,7 @@ class Asset:
     per ``version`` and cache folder by :func:`searchr1.core.builtins.resolve`; bump the
     version whenever the files it writes change, so stale caches are rebuilt). ``ceiling``,
     optional, is for a data asset whose questions a scripted agent can answer perfectly:
-    ``ceiling(config, tokenizer, protocol)`` returns a :class:`ModelProvider` stand-in (or
+    ``ceiling(config, tokenizer, protocol)`` returns a :class:`Sampler` stand-in (or
     None when it cannot play this config), which ``searchr1 train`` evaluates once at step 0
     on the held-out set as the reachable ceiling (its "ceiling" evaluation), and which the
     ``[cold_start]`` stage imitates when the training file is the asset's
@@ -410,7 +466,7 @@ class Asset:
 
     version: str
     build: Callable[[Path], None]
-    ceiling: Callable[[Config, Any, Any], ModelProvider | None] | None = None
+    ceiling: Callable[[Config, Any, Any], Sampler | None] | None = None
 
 
 @dataclass(frozen=True)

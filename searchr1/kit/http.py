@@ -1,25 +1,15 @@
 """The one HTTP helper every plugin that talks HTTP uses: a pooled client, retries with jitter,
 ``Retry-After``, a per-call deadline, and errors that name the URL but never a secret.
 
-Who calls what:
-
-* :class:`~searchr1.kit.search.http_provider.HttpSearchProvider` (and through it the
-  ``zhihu`` and ``search_r1`` search plugins) calls :meth:`HttpClient.send` once per search
-  request, with its own ``decide`` (a 429 or a rejected key moves to the next key of its pool),
-  its semaphore as ``limiter`` and its metrics as ``on_event``; it turns an :class:`HttpError`
-  into a short model-readable error.
-* ``openai_chat`` calls :meth:`HttpClient.request` once per ``sample`` and wraps an
-  :class:`HttpError` into its own ``ChatServiceError``.
-* ``vllm_model``'s ``VllmClient`` calls :meth:`HttpClient.request` with retries off (a local
-  server that is down should fail at once) and accepts every status (it reads vLLM's error
-  body itself).
-* Third-party HTTP plugins should do the same (``docs/plugins.md``, "Talking HTTP").
+Used by the HTTP search providers (with their own ``decide``: a 429 or a rejected key moves
+to the next key), ``openai_chat`` and ``vllm_model`` (retries off: a local server that is down
+should fail at once); third-party plugins should use it too (``docs/plugins.md``, "Talking
+HTTP").
 
 What one call does (:meth:`HttpClient.send`):
 
-* sends on an ``httpx.AsyncClient`` that the :class:`HttpClient` keeps per event loop, so the
-  requests of one plugin instance reuse its keep-alive connections (a new loop, e.g. one
-  ``asyncio.run`` per step, gets a new pool: connections belong to the loop that opened them);
+* sends on an ``httpx.AsyncClient`` kept per event loop, so one plugin instance reuses its
+  keep-alive connections (a new loop gets a new pool: connections belong to their loop);
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
 * retries timeouts, connection errors and the statuses of

@@ -3,8 +3,9 @@
 For evaluating hosted models (TaoToken's ``{api_base}/v1/chat/completions``, a vLLM server, any
 OpenAI-compatible gateway) with the same rollout, protocol and reward as training. Chosen by
 ``[model] provider = "openai_chat"``; ``api_base`` and ``api_key`` as for the other providers,
-``base_model`` names the model (and its tokenizer). Training calls raise
-:class:`TrainingNotSupported`.
+``base_model`` names the model (and its tokenizer). The factory's
+:class:`~searchr1.core.types.Model` has a sampler and no trainer, so ``searchr1 train`` refuses
+the provider before any rollout (:func:`searchr1.core.trainer_checks.require_trainer`).
 
 How a text-level API meets the token-level contract (the honest version):
 
@@ -32,7 +33,7 @@ How a text-level API meets the token-level contract (the honest version):
   own gets the end-of-message token (``<|im_end|>``) the local sampler would have kept.
 * **Log-probs are not available** at the local-token level (the server's tokens are not the
   local tokenizer's): every returned log-prob is 0.0 and :attr:`OpenAIChatProvider.
-  logprobs_available` is False. Nothing in evaluation reads them; training is refused anyway.
+  logprobs_available` is False. Nothing in evaluation reads them, and nothing trains on them.
 
 HTTP goes through :class:`searchr1.kit.http.HttpClient`, one per provider: its connections
 are reused across samples of one event loop, and transient failures (408, 409, 429, 5xx,
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -55,15 +56,7 @@ from searchr1.core.call_format import CallFormat, detect_call_format
 from searchr1.core.config import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    SampledSequence,
-    SamplingParams,
-    Tokenizer,
-)
+from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
 from searchr1.kit.http import (
     HttpClient,
     HttpError,
@@ -93,10 +86,6 @@ class ChatServiceError(RuntimeError):
     """A chat request failed after retries, or the server answered something unusable."""
 
 
-class TrainingNotSupported(UserError):
-    """openai_chat only samples."""
-
-
 @dataclass(frozen=True)
 class ChatSettings:
     """``[model.openai_chat]`` (all optional)."""
@@ -121,7 +110,7 @@ class ChatSettings:
 
 
 class OpenAIChatProvider:
-    """Samples through ``POST {api_base}/v1/chat/completions``; cannot train."""
+    """A :class:`~searchr1.core.types.Sampler` over ``POST {api_base}/v1/chat/completions``."""
 
     logprobs_available = False
 
@@ -303,34 +292,12 @@ class OpenAIChatProvider:
         """Close the connection pool (of the running loop)."""
         await self._http.aclose()
 
-    # ------------------------------------------------------------------ no training
-
-    def _refuse(self, what: str) -> TrainingNotSupported:
-        return TrainingNotSupported(
-            f"model.provider = 'openai_chat' only samples (for eval); {what} needs a trainable "
-            f"provider: 'local', 'taotoken' or 'tinker'"
-        )
-
-    def forward_backward(
-        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
-        raise self._refuse("forward_backward")
-
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        raise self._refuse("optim_step")
-
-    def save_state(self, path: str) -> None:
-        raise self._refuse("save_state")
-
-    def load_state(self, path: str) -> None:
-        raise self._refuse("load_state")
-
     def close(self) -> None:
-        pass
+        """Nothing to release here: connections are closed by :meth:`aclose`, in their loop."""
 
 
-def _create(config: Config) -> OpenAIChatProvider:
-    return OpenAIChatProvider.from_config(config)
+def _create(config: Config) -> Model:
+    return Model(sampler=OpenAIChatProvider.from_config(config))
 
 
 def _decide(response: Any) -> Verdict:

@@ -1,10 +1,7 @@
 """Built-in rewards: ``format``, ``answer`` and their combination ``format_answer`` (the
-default, the seed's reward table).
-
-Registered through the ``searchr1`` entry point like any third-party plugin and chosen by
-``[reward] name``. The train loop, smoke and eval call the reward once per finished
-trajectory with ``(trajectory, golden_answers)``. Every built-in reports the same components,
-so dashboards do not depend on the choice:
+default, the reference setup's reward table), chosen by ``[reward] name`` and called once
+per finished trajectory. Every built-in reports the same components, so dashboards do not
+depend on the choice:
 
 * ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
   non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one

@@ -19,11 +19,7 @@ So a turn's reasoning is: everything before a ``</think>`` that has no ``<think>
 in the turn (the prompt opened the block), every ``<think>...</think>`` block, and everything
 after a ``<think>`` that is never closed. :func:`visible_text` removes exactly that; when the
 protocol knows the prompt opened a block, a turn without any ``</think>`` is all reasoning.
-
-Who calls what: :class:`~searchr1.plugins.agent_protocols.tool_calls.ToolCallsProtocol` calls
-:func:`prompt_opens_thinking` once and :func:`visible_text` for every turn it parses; answer
-extraction for rewards (:meth:`ToolCallsProtocol.extract_answers`) calls :func:`visible_text`
-per turn without a tokenizer.
+Used by :class:`~searchr1.plugins.agent_protocols.tool_calls.ToolCallsProtocol`.
 """
 
 from __future__ import annotations

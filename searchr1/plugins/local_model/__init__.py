@@ -4,7 +4,8 @@ Registered through the ``searchr1`` entry point (``local_model``) like any third
 and chosen by ``[model] provider = "local"``. Importing this package stays cheap: torch and
 transformers are imported only when the factory runs.
 
-Modules: ``provider`` (LocalModelProvider, the factory's product), ``sampler`` (batched
+Modules: ``provider`` (LocalModelProvider, the factory's model's sampler and trainer in one
+object), ``sampler`` (batched
 KV-cached generation in a worker thread), ``admission`` (which requests run together),
 ``sample_request`` (a call's way to that thread and back), ``generation`` (one
 running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
@@ -22,15 +23,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import Model
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
 
 
-def _create_local(config: Config) -> Any:
+def _create_local(config: Config) -> Model:
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
-    return LocalModelProvider.from_config(config)
+    provider = LocalModelProvider.from_config(config)
+    return Model(sampler=provider, trainer=provider)
 
 
 def lora_config_warnings(config: Config) -> list[str]:

@@ -48,6 +48,7 @@ from searchr1.core.types import (
     LossFn,
     SampledSequence,
     SamplingParams,
+    TrainerCapabilities,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +77,9 @@ class LocalSettings:
 
 
 class LocalModelProvider:
-    """A :class:`~searchr1.core.types.ModelProvider` over a local transformers model + LoRA."""
+    """A local transformers model + LoRA, both the :class:`~searchr1.core.types.Sampler` and
+    the :class:`~searchr1.core.types.Trainer` of the ``local`` provider's
+    :class:`~searchr1.core.types.Model` (one object: both use the same peft model)."""
 
     def __init__(
         self,
@@ -217,7 +220,16 @@ class LocalModelProvider:
             max_batch_tokens=budget,
         )
 
-    # ------------------------------------------------------------------ ModelProvider
+    # ------------------------------------------------------------------ Sampler, Trainer
+
+    @property
+    def capabilities(self) -> TrainerCapabilities:
+        """Any loss (the learner calls it), a snapshot sampler, and the learner's
+        temperature (the rollout's, so on-policy ratios are 1)."""
+        return TrainerCapabilities(
+            snapshot_sampler=self.snapshot_sampler,
+            learner_temperature=float(self.learner.temperature),
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -250,8 +262,8 @@ class LocalModelProvider:
 
     def snapshot_sampler(self) -> None:
         """Sample on the newest trained adapter from now on, and on it alone until the next
-        call (:class:`searchr1.core.pipeline.SnapshotSampling`; the train loop calls it at the
-        start of each rollout when ``train.max_staleness > 0``)."""
+        call (declared as :attr:`~searchr1.core.types.TrainerCapabilities.snapshot_sampler`;
+        the train loop calls it at the start of each rollout when ``train.max_staleness > 0``)."""
         self.sampler_weights.pin()
 
     def save_state(self, path: str) -> None:

@@ -1,7 +1,7 @@
 """Caches kept between a trajectory's turns, so a later turn does not prefill its history.
 
 The rollout's next turn of a trajectory asks for ``prompt + sampled tokens + observation``
-(the :class:`~searchr1.core.types.ModelProvider` interface stays token-in/token-out). When a
+(the :class:`~searchr1.core.types.Sampler` interface stays token-in/token-out). When a
 row of the sampler stops, :class:`RetainedCaches` keeps a one-row copy of its cache, keyed by
 the tokens that cache holds (the prompt and every sampled token but the last, which was
 never fed). A new request whose prompt starts with such a key takes that cache over and only

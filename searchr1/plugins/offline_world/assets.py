@@ -1,8 +1,7 @@
 """The offline world's built-in assets: each one's version and builder.
 
-:func:`searchr1.plugins.offline_world.register_assets` registers them;
-:func:`searchr1.core.builtins.resolve` calls a builder once, into an empty folder of the
-cache, the first time a path of its asset is opened:
+A builder runs once, into an empty cache folder, the first time a path of its asset is
+opened:
 
 - ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
   (:func:`searchr1.plugins.offline_world.generate.generate_world` with seed 0; well under a
@@ -30,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.types import ModelProvider
+from searchr1.core.types import Sampler
 from searchr1.plugins.offline_world.generate import WORLD_SEED
 
 __all__ = [
@@ -83,7 +82,7 @@ def build_tiny_random(folder: Path) -> None:
     build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)
 
 
-def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> ModelProvider | None:
+def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> Sampler | None:
     """The ``ceiling`` of ``builtin:world``: the scripted ideal agent for this run, or None
     where it does not apply (see
     :func:`~searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`)."""

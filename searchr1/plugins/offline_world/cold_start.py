@@ -14,9 +14,7 @@ recipe, one step per module of this package:
    (:mod:`~searchr1.plugins.offline_world.finetune`), so the model never trains on a document
    of the demo world and cannot memorise its facts, held-out or not.
 
-Who calls what: :func:`searchr1.plugins.offline_world.assets.build_tiny` calls
-:func:`build_shipped` when no shipped weights exist; a maintainer regenerates the shipped
-weights with::
+:func:`build_shipped` runs when no shipped weights exist; regenerate them with::
 
     python -m searchr1.plugins.offline_world.cold_start --shipped \\
         --out searchr1/plugins/offline_world/warm_start

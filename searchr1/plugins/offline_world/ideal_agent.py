@@ -1,6 +1,6 @@
 """The offline world's ceiling: a scripted ideal agent evaluated through the same eval.
 
-:class:`IdealAgent` is a :class:`~searchr1.core.types.ModelProvider` that needs no model. For
+:class:`IdealAgent` is a :class:`~searchr1.core.types.Sampler` that needs no model. For
 each question of the generated world it searches the right entity at each hop (the world
 records the chain, :attr:`searchr1.plugins.offline_world.generate.WorldQuestion.hops`) and
 answers what it read. It only uses what the search returned, like a perfect reader would:
@@ -39,7 +39,7 @@ UNKNOWN = "unknown"
 
 
 class IdealAgent(ScriptedSampler):
-    """A scripted model provider over the world's questions (sampling only)."""
+    """A scripted sampler over the world's questions (no trainer comes with it)."""
 
     def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[WorldQuestion]):
         super().__init__(tokenizer, protocol)

@@ -10,12 +10,8 @@ and when it answers after a search it copies from the first result, right or wro
 Every scripted trajectory is rendered with the rollout's own protocol code
 (``initial_prompt_tokens``, ``assistant_turn_tokens``, ``observation_text``,
 ``render_observation_tokens``), so the fine-tune sees token-for-token what the rollout will
-produce; :class:`Episode` marks which tokens the agent "generated".
-
-Who calls what: :func:`searchr1.plugins.offline_world.cold_start.build_warm_start` calls
-:func:`script_episodes` for each world and fine-tunes on the result
-(:mod:`searchr1.plugins.offline_world.finetune`); the tests check that the transcripts parse
-and that the rates look untrained.
+produce; :class:`Episode` marks which tokens the agent "generated". The warm start
+(:mod:`searchr1.plugins.offline_world.cold_start`) fine-tunes on these episodes.
 """
 
 from __future__ import annotations

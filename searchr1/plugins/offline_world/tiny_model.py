@@ -6,11 +6,7 @@ Usage:
     AutoTokenizer.from_pretrained(path); AutoModelForCausalLM.from_pretrained(path)
 Tags (AGENT_TAGS) are single, NON-special tokens: ``decode(ids, skip_special_tokens=True)``
 keeps them. Only ``SPECIAL_TOKENS`` are special; ``<|endoftext|>`` is both eos and pad.
-
-Who calls what: the ``offline_world`` plugin's asset builders
-(:mod:`searchr1.plugins.offline_world.assets`) build ``builtin:tiny-random`` from
-``BUILTIN_TEXT`` and, through :mod:`searchr1.plugins.offline_world.tiny_base`, the untrained
-``builtin:tiny`` from the world's texts; tests and benchmarks build into a temporary folder.
+The base of ``builtin:tiny-random`` (from ``BUILTIN_TEXT``) and ``builtin:tiny``.
 """
 
 from __future__ import annotations

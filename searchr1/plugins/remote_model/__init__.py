@@ -20,18 +20,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import Model
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
 
 
-def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Any]:
-    def create(config: Config) -> Any:
+def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
+    def create(config: Config) -> Model:
         from searchr1.plugins.remote_model.provider import RemoteModelProvider
 
-        return RemoteModelProvider.from_config(
+        provider = RemoteModelProvider.from_config(
             config, provider_name=provider_name, default_sdk=default_sdk
         )
+        return Model(sampler=provider, trainer=provider)
 
     return create
 

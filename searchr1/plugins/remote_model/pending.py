@@ -21,7 +21,7 @@ class PendingResult(ForwardBackwardResult):
     returning this instead lets the loop submit every micro-batch and the optimizer step back
     to back, and :meth:`RemoteModelProvider.optim_step` awaits them all at once. A caller that
     reads ``loss`` or ``metrics`` before ``optim_step`` still gets the value (it just waits for
-    it there), so the ModelProvider contract is unchanged; only a failure of the call surfaces
+    it there), so the Trainer contract is unchanged; only a failure of the call surfaces
     at that first read (or in ``optim_step``) instead of in ``forward_backward`` itself.
     """
 

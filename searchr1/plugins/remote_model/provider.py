@@ -1,4 +1,4 @@
-"""RemoteModelProvider: the ModelProvider contract over a Tinker-shaped training service.
+"""RemoteModelProvider: the Sampler and Trainer contracts over a Tinker-shaped training service.
 
 Created once per run by the ``taotoken`` / ``tinker`` factories. The core calls it exactly like
 the ``local`` provider; what changes is where the work happens:
@@ -19,8 +19,10 @@ the ``local`` provider; what changes is where the work happens:
   ``save_weights_and_get_sampling_client()``, so every later ``sample`` uses the new weights.
   With tinker, whose calls all return futures run in submission order, the sampler save is
   submitted right behind ``optim_step`` too, so a whole step waits once.
-* ``check_loss(loss_fn)`` -> called when the run is built: a loss the service does not know
-  by name, or a ``ratio_cap`` it cannot apply, is a ConfigError before any rollout.
+* ``capabilities`` -> the losses the service knows by name and the settings it can be told
+  (:mod:`~searchr1.plugins.remote_model.loss_contract`: another loss, or a ``ratio_cap`` it
+  cannot apply, is a ConfigError when the run is built, before any rollout), a snapshot
+  sampler (one sampling client kept), and no learner temperature (the service's own).
 * ``save_state(folder)`` -> ``TrainingClient.save_state(name)`` (weights + optimizer state stay
   on the service); the returned checkpoint URI is written to ``folder/remote_checkpoint.json``
   (:mod:`~searchr1.plugins.remote_model.checkpoints`), which ``--resume`` reads back.
@@ -57,6 +59,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -65,6 +68,7 @@ from searchr1.core.types import (
     SampledSequence,
     SamplingParams,
     Tokenizer,
+    TrainerCapabilities,
 )
 from searchr1.plugins.remote_model.calls import ServiceCalls
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
@@ -76,7 +80,7 @@ from searchr1.plugins.remote_model.errors import (
 )
 from searchr1.plugins.remote_model.forward_result import forward_result
 from searchr1.plugins.remote_model.login import log_in, lora_groups
-from searchr1.plugins.remote_model.loss_contract import check_loss, loss_config
+from searchr1.plugins.remote_model.loss_contract import LOSSES_REASON, REMOTE_LOSSES, loss_config
 from searchr1.plugins.remote_model.pending import PendingResult
 from searchr1.plugins.remote_model.sdk import close_service, queues_sampler_save
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
@@ -90,7 +94,9 @@ log = get_logger()
 
 
 class RemoteModelProvider(ServiceCalls):
-    """A ModelProvider whose sampling and LoRA training run on a remote service."""
+    """The ``taotoken``/``tinker`` providers' :class:`~searchr1.core.types.Sampler` and
+    :class:`~searchr1.core.types.Trainer` in one object: sampling and LoRA training run on
+    a remote service."""
 
     def __init__(
         self,
@@ -213,7 +219,17 @@ class RemoteModelProvider(ServiceCalls):
         )
         return RemoteStepError(self._broken, status_code=getattr(exc, "status_code", 0))
 
-    # ------------------------------------------------------------------ ModelProvider
+    # ------------------------------------------------------------------ Sampler, Trainer
+
+    @property
+    def capabilities(self) -> TrainerCapabilities:
+        """The losses the service computes by name, a snapshot sampler, and no learner
+        temperature (the service scores at its own)."""
+        return TrainerCapabilities(
+            losses=REMOTE_LOSSES,
+            losses_reason=LOSSES_REASON,
+            snapshot_sampler=self.snapshot_sampler,
+        )
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -244,12 +260,6 @@ class RemoteModelProvider(ServiceCalls):
             raise self._translate(exc, "sample") from exc
         return [to_sequence(seq) for seq in response.sequences]
 
-    def check_loss(self, loss_fn: LossFn) -> None:
-        """Refuse, when the run is built, a loss the service cannot compute (ConfigError
-        naming ``train.loss_fn``; see :func:`~searchr1.plugins.remote_model.loss_contract.
-        check_loss`)."""
-        check_loss(loss_fn, self.provider_name)
-
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
@@ -257,7 +267,8 @@ class RemoteModelProvider(ServiceCalls):
         self._check_trainable()
         if not datums:
             return ForwardBackwardResult(loss=0.0, metrics={"tokens": 0.0})
-        check_loss(loss_fn, self.provider_name)  # also for callers that skipped the build check
+        # Also for callers that skipped the build check: nothing unknown reaches the service.
+        check_loss(self.capabilities, loss_fn, field="loss_fn", provider=self.provider_name)
         if not (loss_scale > 0.0 and math.isfinite(loss_scale)):
             raise ValueError(f"loss_scale must be a positive finite number, got {loss_scale}")
         data = [sdk_datum(self._sdk, d, loss_scale) for d in datums]

@@ -20,16 +20,19 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import Model
 from searchr1.plugins.local_model import lora_config_warnings
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
 
 
-def _create_vllm(config: Config) -> Any:
+def _create_vllm(config: Config) -> Model:
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    return VllmModelProvider.from_config(config)
+    # One object: its sample() goes to the server, its training is the local learner's.
+    provider = VllmModelProvider.from_config(config)
+    return Model(sampler=provider, trainer=provider)
 
 
 @hookimpl

@@ -53,7 +53,9 @@ class _Adapter:
 
 
 class VllmModelProvider(LocalModelProvider):
-    """A :class:`~searchr1.core.types.ModelProvider`: trains in-process, samples on vLLM."""
+    """The ``vllm`` provider's :class:`~searchr1.core.types.Sampler` (on the vLLM server) and
+    :class:`~searchr1.core.types.Trainer` (the local learner, with its declared capabilities:
+    any loss, a snapshot sampler that pins one served adapter, the learner's temperature)."""
 
     client: VllmClient | None = None
     server: VllmServer | None = None
@@ -185,7 +187,7 @@ class VllmModelProvider(LocalModelProvider):
             log.warning("vllm_unload_failed", adapter=adapter.name, error=str(exc))
         shutil.rmtree(adapter.local_dir, ignore_errors=True)
 
-    # ------------------------------------------------------------------ ModelProvider
+    # ------------------------------------------------------------------ Sampler, Trainer
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
