@@ -96,8 +96,6 @@ class AgentProtocol(ABC):
         self.call_formats: tuple[CallFormat, ...] = tuple(call_formats)
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
-    # ------------------------------------------------------------------ text <-> tokens
-
     def encode(self, text: str) -> list[int]:
         """Encode without adding BOS/EOS (special tokens in ``text`` still map to their ids)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -130,8 +128,6 @@ class AgentProtocol(ABC):
                 out[ids[0]] = tag
         return out
 
-    # ------------------------------------------------------------------ prompt
-
     @abstractmethod
     def render_prompt(self, question: Question) -> str:
         """The full prompt text (chat template and generation prompt included)."""
@@ -152,8 +148,6 @@ class AgentProtocol(ABC):
         # <think> block, a closed one), so its end is marked rather than stripped.
         return "\n".join([*self.summary(), "rendered prompt:", prompt + "[end of prompt]"])
 
-    # ------------------------------------------------------------------ actions
-
     @abstractmethod
     def parse_action(self, text: str) -> Action:
         """Read one assistant turn (decoded with special tokens skipped) into an action."""
@@ -163,8 +157,6 @@ class AgentProtocol(ABC):
     def extract_answers(cls, text: str) -> list[str]:
         """Every final-answer occurrence in one turn's text (the format reward needs exactly
         one per trajectory). A class method so rewards need no tokenizer."""
-
-    # ------------------------------------------------------------------ observations
 
     def observation_text(self, response: SearchResponse) -> str:
         """The observation body for one search response (before truncation)."""
@@ -185,8 +177,6 @@ class AgentProtocol(ABC):
         body_tokens = self.encode(body)[:max_body_tokens]
         tokens = before + body_tokens + after
         return tokens, self.decode(tokens, skip_special_tokens=False)
-
-    # ------------------------------------------------------------------ scripted turns
 
     @abstractmethod
     def assistant_turn_text(

@@ -1,9 +1,7 @@
-"""``builtin:NAME[/FILE]`` assets: the tiny models, the offline world and its files.
-
-Plugins register assets (hook ``register_assets``: a version and a builder), so the core
-never names a plugin. An asset is built once, deterministically, into ``$SEARCHR1_CACHE``
-(default ``~/.cache/searchr1``) via a temporary folder renamed into place, so a crash
-mid-build never leaves a half-built asset.
+"""``builtin:NAME[/FILE]`` assets (the tiny models, the offline world). Plugins register assets
+(hook ``register_assets``: a version and a builder), so the core never names a plugin. An asset
+is built once, deterministically, into ``$SEARCHR1_CACHE`` (default ``~/.cache/searchr1``) via a
+temporary folder renamed into place, so a crash mid-build never leaves a half-built asset.
 """
 
 from __future__ import annotations

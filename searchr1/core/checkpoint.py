@@ -1,6 +1,6 @@
 """Atomic training checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``.
 
-Contents: ``model/`` (the provider's adapter, optimizer, step), ``trainer.json`` (step, data
+Contents: ``model/`` (the trainer's adapter, optimizer, step), ``trainer.json`` (step, data
 cursor, Python RNG), ``rng.pt`` (torch RNG) and ``config.toml`` (secrets redacted). Written to
 a hidden temporary folder renamed into place when complete, so a crash mid-write (SIGKILL
 included) never leaves a broken ``step_*`` folder.

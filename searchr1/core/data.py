@@ -1,9 +1,6 @@
-"""QA sets: loading a file of questions, and a fixed subset for evaluation.
-
-Files are JSONL, a JSON array, or parquet; rows are read by
-:func:`searchr1.core.data_rows.question_from_row` (which lists the accepted layouts). A row
-that cannot be read is skipped as a :class:`MalformedRow` (number and reason), never
-stopping the load.
+"""QA sets: loading a file of questions (JSONL, JSON array or parquet), and a fixed subset
+for evaluation. Rows are read by :func:`searchr1.core.data_rows.question_from_row`; one that
+cannot be read is skipped as a :class:`MalformedRow`, never stopping the load.
 """
 
 from __future__ import annotations
@@ -85,9 +82,6 @@ class LoadedQuestions:
             lines.append("malformed rows (skipped):")
             lines += [f"  {m}" for m in self.malformed]
         return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- loading
 
 
 def load_questions(

@@ -1,8 +1,7 @@
-"""Plugin loading and lookup by name.
-
-:func:`load_registry` loads every entry point of the ``searchr1`` group (built-ins are
-registered there exactly like third-party packages), checks every hook implementation against
-a spec and collects what each plugin registers; the core asks it for factories by config name.
+"""Plugin loading and lookup by name. :func:`load_registry` loads every entry point of the
+``searchr1`` group (built-ins are registered there exactly like third-party packages), checks
+every hook implementation against a spec and collects what each plugin registers; the core asks
+it for factories by config name.
 """
 
 from __future__ import annotations

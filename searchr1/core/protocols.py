@@ -1,6 +1,5 @@
-"""Agent protocols and call formats by name: what ``[rollout] protocol`` builds, and the
-class a trajectory's ``protocol`` field names (hooks ``register_agent_protocols`` and
-``register_call_formats``, looked up in the run's registry or the installed one)."""
+"""Agent protocols and call formats by name (hooks ``register_agent_protocols`` and
+``register_call_formats``; the run's registry or the installed one)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Deterministic question order for training, and the cursor a checkpoint keeps.
-
-Seeded with ``run.seed``; ``state()`` goes into every checkpoint and ``load_state`` puts the
+"""Deterministic question order for training, and the cursor a checkpoint keeps: seeded
+with ``run.seed``; ``state()`` goes into every checkpoint and ``load_state`` puts the
 cursor back, so a resumed run sees exactly the questions an uninterrupted one would (a
 changed data file or seed is refused, not silently repeated or skipped).
 """

@@ -1,6 +1,5 @@
-"""``searchr1 train --resume``: pick the checkpoint to continue from and check it fits the run.
-
-:func:`resume_point` runs before the model is created (a refusal costs no model load),
+"""``searchr1 train --resume``: pick the checkpoint to continue from and check it fits the
+run. :func:`resume_point` runs before the model is created (a refusal costs no model load),
 :func:`load_model_state` after. Every refusal is a UserError naming what to fix: no
 checkpoint (never a silent fresh start), none usable (a damaged newest one only warns and
 the previous good one is used), or a data cursor for another ``data.train`` / ``run.seed``.

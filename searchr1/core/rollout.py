@@ -274,8 +274,8 @@ async def rollout_questions(
 
     ``sampling`` defaults to :func:`sampling_params`; its ``max_tokens`` is the per-turn cap.
     Ids are ``{id_prefix}{question.id}/{i}``, ``group_id`` ``{id_prefix}{question.id}``. A
-    search failure becomes an observation (counted in ``search_errors``); a model provider
-    error cancels the batch and propagates.
+    search failure becomes an observation (counted in ``search_errors``); a sampler error
+    cancels the batch and propagates.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")

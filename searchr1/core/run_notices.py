@@ -1,9 +1,8 @@
-"""Conditions of a training run that deserve one warning, not one per step.
-
-Alerts are logged as ``health_alert`` warnings, each kind the first step it happens;
-:meth:`RunNotices.totals` goes into ``train_done``. Kinds: ``no_tokens_trained`` (every kept
-group degenerate, so the update changed nothing), ``max_new_tokens`` and
-``max_trajectory_tokens`` (:mod:`searchr1.core.token_limits`).
+"""Conditions of a training run that deserve one warning, not one per step. Alerts are logged as
+``health_alert`` warnings, each kind the first step it happens; :meth:`RunNotices.totals` goes
+into ``train_done``. Kinds: ``no_tokens_trained`` (every kept group degenerate, so the update
+changed nothing), ``max_new_tokens`` and ``max_trajectory_tokens``
+(:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations

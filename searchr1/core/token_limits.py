@@ -1,8 +1,6 @@
-"""Token limits, named: did a turn or a trajectory end because a token setting ran out, and
-does one well-formed turn fit the settings at all?
-
-``[model] max_new_tokens`` cuts a turn, ``[rollout] max_trajectory_tokens`` the whole
-trajectory. A cut turn reads as an invalid action and a cut trajectory as ``token_limit``:
+"""Token limits, named: did a token setting cut a turn or a trajectory, and can one well-formed
+turn fit at all? ``[model] max_new_tokens`` cuts a turn, ``[rollout] max_trajectory_tokens`` the
+whole trajectory. A cut turn reads as an invalid action and a cut trajectory as ``token_limit``:
 both look like a model that cannot follow the protocol while the cause is a config number.
 :func:`limit_hits` counts such cuts after the fact (smoke's verdict, run notices);
 :func:`turn_fit_warnings` predicts them before a run (``searchr1 config check``).
