@@ -1,8 +1,7 @@
 """What several commands share: the ``--config`` default and the count flags.
 
-Used by the command modules' ``add_parser`` functions while :func:`searchr1.cli.main.main`
-builds the parser, and by :mod:`searchr1.api` (:func:`default_config_path`) so that the
-Python API runs the config the command line would.
+:func:`default_config_path` is also used by :mod:`searchr1.api`, so the Python API runs the
+config the command line would.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a person at a terminal sees: one short line per training step and a progress bar.
 
-The commands pass :func:`tty_screen` to :func:`searchr1.core.logs.setup_logging`, which uses
-:class:`Console` as the last structlog processor (and as the logger that prints) when stdout
-is a TTY; without a TTY the events stay JSON lines. The full record of every event is in ``events.jsonl`` either way: the
-console picks what a person watches for and leaves the rest there.
+:func:`tty_screen` is the ``screen`` factory the commands pass to
+:func:`searchr1.core.logs.setup_logging`: on a TTY, :class:`Console` is the last structlog
+processor and the logger that prints; otherwise events stay JSON lines. ``events.jsonl`` holds
+every event either way: the console picks what a person watches for.
 
 * ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
   EM 11.9%  12.3 s/step  ETA 11:42``; the progress bar under it advances one step.

@@ -1,8 +1,7 @@
 """``searchr1 data check FILE``: what a QA file holds before a run depends on it.
 
-Listed in :mod:`searchr1.cli.main`, which calls :func:`add_parser` once while building the
-parser. Prints rows, per-source counts and every malformed row (row number and
-reason); exits 1 when the file has no valid row, 2 when it cannot be read at all.
+Prints rows, per-source counts and every malformed row (row number and reason); exits 1
+when the file has no valid row, 2 when it cannot be read at all.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
 
-Listed in :mod:`searchr1.cli.main` (:func:`add_parser`). :func:`main` checks the
-arguments, opens an ``eval-*`` run folder, loads the questions, builds the run's plugins once
-(model, search provider, reward; outside any event loop, since a provider factory may run its
-own), then evaluates each requested model in turn inside one event loop
-(:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every question's
+:func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event
+loop, since a provider factory may run its own), then evaluates each requested model in turn
+inside one event loop (:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every question's
 trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).

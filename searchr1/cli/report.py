@@ -1,7 +1,6 @@
 """``searchr1 report RUN_DIR``: write the run's HTML report and PNG charts.
 
-Listed in :mod:`searchr1.cli.main` (:func:`add_parser`). Needs no config and no
-plugins: everything comes from the run folder.
+Needs no config and no plugins: everything comes from the run folder.
 """
 
 from __future__ import annotations

@@ -9,10 +9,7 @@ conversation reads the same on both sides. A generation prompt that ends in a th
 (Qwen3.5's ``<think>\\n``, or the closed empty block of thinking-off templates) is not an open
 message to continue: :func:`thinking_prefill` recognises it, the server is told the thinking
 mode, and reasoning the server returns apart (``reasoning_content``) is put back in front of
-the content the way the model wrote it.
-
-Called by :class:`searchr1.plugins.openai_chat.OpenAIChatProvider` once per request and once
-per returned choice. Pure functions over strings.
+the content the way the model wrote it. Pure functions over strings.
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 
 The loss covers the assistant's tokens only (as RL does), so the model never trains on a
 document of the demo world and cannot memorise its facts, held-out or not; only episodes of
-the separate *reading* world also weigh their observations (``read_weight``). Called by
-:func:`searchr1.plugins.offline_world.cold_start.build_warm_start` with the episodes of
-:mod:`searchr1.plugins.offline_world.scripted_agent`.
+the separate *reading* world also weigh their observations (``read_weight``).
 """
 
 from __future__ import annotations

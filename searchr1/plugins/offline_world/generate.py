@@ -12,8 +12,7 @@ structure); :func:`write_world` writes the files the rest of searchr1 reads:
 
 Held-out questions are about entities that never appear in any training question (neither in
 its text nor as its answer), so a held-out gain can only come from searching and reading, not
-from facts memorised during training. Called by :mod:`searchr1.plugins.offline_world.assets`
-(once, into the asset cache), by the warm start's recipe and by the tests.
+from facts memorised during training.
 """
 
 from __future__ import annotations

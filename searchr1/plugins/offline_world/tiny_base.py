@@ -3,9 +3,7 @@ trained on the world's own texts.
 
 The tokenizer sees the corpus as the model reads it, every question inside the protocol's real
 prompt and scripted turns, so names, the instruction and the tags all cost few tokens (the
-tiny model copies names token by token). Called by
-:func:`searchr1.plugins.offline_world.cold_start.build_warm_start` before the fine-tune; the
-tests build the same tokenizer to check token counts.
+tiny model copies names token by token).
 """
 
 from __future__ import annotations

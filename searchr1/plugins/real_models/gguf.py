@@ -26,9 +26,8 @@ GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
 def convert_gguf(gguf_file: Path, folder: Path, *, field: str = "model.base_model") -> None:
     """Write tokenizer, config and fp32 safetensors of ``gguf_file`` into ``folder``.
 
-    Called by the asset cache (:func:`searchr1.core.builtins.resolve`) into a temporary
-    folder that is renamed into place only when this returns. ``field`` names the config
-    setting in errors."""
+    ``folder`` is a temporary one the cache renames into place only when this returns.
+    ``field`` names the config setting in errors."""
     gguf_file = Path(gguf_file)
     if not gguf_file.is_file():
         raise ConfigValueError(f"{field}: GGUF file {str(gguf_file)!r} does not exist")
