@@ -1,14 +1,14 @@
 """``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
 
-:func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event
-loop, since a provider factory may run its own), then evaluates each requested model in turn
-inside one event loop (:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every question's
-trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
+:func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
+since a provider factory may run its own), then evaluates each requested model in turn inside one
+event loop (:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
+question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
 
-A hosted model is just another model provider (``[model] provider = "openai_chat"``); it
-samples only, so it cannot load checkpoints.
+A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
+only, so it cannot load checkpoints.
 """
 
 from __future__ import annotations

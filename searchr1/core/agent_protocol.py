@@ -1,13 +1,10 @@
 """The agent protocol interface: how a question becomes a prompt, how an assistant turn is
 parsed into an action, and how a search result is written back into the token stream.
 
-Used by the rollout (prompt, actions, observations, stop strings), by scripted cold-start
-turns (:meth:`AgentProtocol.assistant_turn_tokens`: token-for-token what the sampler would
-produce for the same text) and by rewards (:meth:`AgentProtocol.extract_answers` by protocol
-name, no tokenizer). Nothing outside a protocol class knows its answer format.
-
-Token-in/token-out: the trained sequence is prompt tokens + sampled tokens as sampled +
-observation tokens; decoding only *reads* a turn, it is never re-encoded.
+Used by the rollout, by scripted cold-start turns (token-for-token what the sampler would
+produce for the same text) and by rewards (:meth:`AgentProtocol.extract_answers`, no
+tokenizer); nothing outside a protocol class knows its answer format. Token-in/token-out:
+decoding only *reads* a turn, it is never re-encoded.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The call-format contract: how one model family writes a tool call, and how the format a
-chat template uses is found.
-
-A plugin kind (hook ``register_call_formats``). A tool-call protocol asks
-:func:`detect_call_format` once which format the tokenizer's template writes, so the prompt,
-scripted turns and the parser agree. Formats are tried in name order; at most one can match,
-since a match is the template's own rendering, verbatim.
+"""The call-format contract: how one model family writes a tool call, and how the format a chat
+template uses is found. A plugin kind (hook ``register_call_formats``). A tool-call protocol
+asks :func:`detect_call_format` once which format the tokenizer's template writes, so the
+prompt, scripted turns and the parser agree. Formats are tried in name order; at most one can
+match, since a match is the template's own rendering, verbatim.
 """
 
 from __future__ import annotations

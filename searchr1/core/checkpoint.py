@@ -140,9 +140,8 @@ def latest_checkpoint(run_dir: Path, *, resumable: bool = True) -> Checkpoint | 
 
 
 def resume_checkpoint(run_dir: Path) -> tuple[Checkpoint | None, list[str]]:
-    """The newest usable checkpoint for ``--resume``, and a warning per newer damaged one
-    (its steps are trained again, same questions and seeds). Raises CheckpointError when
-    checkpoints exist but none is usable; ``(None, [])`` when there are none."""
+    """The newest usable checkpoint for ``--resume`` and a warning per newer damaged one (its
+    steps are trained again). CheckpointError when none is usable; ``(None, [])`` if none."""
     good, damaged = scan_checkpoints(run_dir)
     if not good:
         if damaged:

@@ -1,8 +1,5 @@
-"""One QA row, in any layout we accept, read into a :class:`~searchr1.core.types.Question`.
-
-A row that cannot be read raises :class:`RowError` with a reason a person can act on.
-
-Accepted row layouts:
+"""One QA row, in any accepted layout, read into a :class:`~searchr1.core.types.Question`
+(or a :class:`RowError` with a reason a person can act on). Layouts:
 
 - Search-R1 flat: ``{"id", "question", "golden_answers": [...], "data_source"}``;
 - Search-R1 nested (the verl parquet files the original trains on):

@@ -1,8 +1,7 @@
-"""Trajectory -> Datum: the full multi-turn sequence, shifted by one.
-
-Position ``i`` predicts ``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum
-carries its sampler log-prob and the trajectory's advantage; on prompt and observation
-positions both are 0, so search results never enter the loss (``docs/protocols.md`` §5).
+"""Trajectory -> Datum: the full multi-turn sequence, shifted by one. Position ``i`` predicts
+``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum carries its sampler
+log-prob and the trajectory's advantage; on prompt and observation positions both are 0, so
+search results never enter the loss (``docs/protocols.md`` §5).
 """
 
 from __future__ import annotations

@@ -37,8 +37,7 @@ class UserError(SearchR1Error):
 
 class ConfigValueError(UserError, ValueError):
     """A config value that passed validation but is unusable when used (a model that does not
-    load, an absent device, a prompt over the trajectory budget); the message names the field.
-    Also a ``ValueError``."""
+    load, a prompt over the trajectory budget); names the field. Also a ``ValueError``."""
 
 
 class ConfigError(SearchR1Error):

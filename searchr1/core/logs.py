@@ -1,11 +1,10 @@
-"""Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout.
-
-:func:`setup_logging` runs once per command, after the config is loaded (so its secrets are
-known). Every event carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use
-``/``-separated keys (``reward/mean``) in a ``metrics`` event. Redaction replaces every
-configured secret and anything shaped like a bearer token. A command may pass a ``screen``
-factory to draw events for a person instead of printing JSON lines. Metric sinks
-(:mod:`searchr1.core.sinks`) are fed from the same stream, after redaction.
+"""Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout. :func:`setup_logging`
+runs once per command, after the config is loaded (so its secrets are known). Every event
+carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use ``/``-separated keys
+(``reward/mean``) in a ``metrics`` event. Redaction replaces every configured secret and
+anything shaped like a bearer token. A command may pass a ``screen`` factory to draw events for
+a person instead of printing JSON lines. Metric sinks (:mod:`searchr1.core.sinks`) are fed from
+the same stream, after redaction.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ class EventHub(Protocol):
 
 
 class Screen(Protocol):
-    """Draws events for a person: the last structlog processor and the logger that prints
-    what it returns (:meth:`msg`); :meth:`close` ends its progress display."""
+    """Draws events for a person: the last processor and the logger that prints (:meth:`msg`)."""
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> str: ...
 

@@ -1,14 +1,10 @@
 """The rollout state machine: generate, search, read, continue, answer.
 
 Each question's prompt is sampled **once** with ``num_samples = group_size``; then every
-trajectory advances on its own with ``num_samples = 1``. All trajectories run as concurrent
-asyncio tasks, so a slow search holds up only the trajectory that issued it.
-
-Token-in/token-out: a trajectory grows only by the prompt, the sampled tokens exactly as
-returned and the observation tokens; that list is the next prompt. Nothing sampled is
-decoded and re-encoded.
-
-Per trajectory::
+trajectory advances on its own with ``num_samples = 1``, as concurrent asyncio tasks (a slow
+search holds up only its own trajectory). Token-in/token-out: a trajectory grows only by the
+prompt, the sampled tokens as returned and the observation tokens; that list is the next
+prompt, never decoded and re-encoded. Per trajectory::
 
     sample turn -> parse action
       answer                      -> end "answered"

@@ -57,8 +57,7 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
 
 def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Merge ``mismatch/*`` over learner batches: max of maxima, min of minima, means weighted
-    by ``mismatch/tokens``. Parts without them are skipped; none: empty (the event lacks
-    the keys)."""
+    by ``mismatch/tokens``; parts without them are skipped (none: the event lacks the keys)."""
     have = [m for m in parts if m.get("mismatch/tokens", 0.0) > 0 and MISMATCH_MEANS[0] in m]
     if not have:
         return {"mismatch/tokens": 0.0} if any("mismatch/tokens" in m for m in parts) else {}

