@@ -185,8 +185,7 @@ class AgentProtocol(ABC):
     def assistant_turn_tokens(
         self, *, think: str | None = None, query: str | None = None, answer: str | None = None
     ) -> list[int]:
-        """``encode(assistant_turn_text(...))``: a scripted turn, appended exactly as the
-        rollout appends sampled tokens."""
+        """``encode(assistant_turn_text(...))``, appended as the rollout appends sampled tokens."""
         return self.encode(self.assistant_turn_text(think=think, query=query, answer=answer))
 
     @staticmethod

@@ -51,15 +51,13 @@ class ConfigError(SearchR1Error):
 
 
 class PluginError(SearchR1Error):
-    """A plugin failed to load, registered a clashing name, or was asked for by a name that
-    no plugin registered (exit code 2)."""
+    """A plugin failed to load, clashes, or is not installed (exit code 2)."""
 
     exit_code = 2
 
 
 class EnvironmentDown(SearchR1Error, RuntimeError):
-    """The search environment stayed broken past the guard's retries (exit code 3; also a
-    ``RuntimeError``)."""
+    """Search stayed broken past the guard's retries (exit code 3; also a ``RuntimeError``)."""
 
     exit_code = EXIT_ENVIRONMENT_DOWN
 

@@ -76,8 +76,7 @@ class _JsonLinesFile:
 
 
 class EventHub(Protocol):
-    """The shape of :class:`searchr1.core.sinks.SinkHub` (sinks imports this module, so
-    the logs know the hub only by shape)."""
+    """The shape of :class:`searchr1.core.sinks.SinkHub` (sinks imports this module)."""
 
     def event(self, event: dict[str, Any]) -> None: ...
 

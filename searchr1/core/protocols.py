@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 
 
 def protocol_class(name: str, registry: Registry | None = None) -> type[AgentProtocol]:
-    """The protocol class registered as ``name`` (hook ``register_agent_protocols``);
-    PluginError naming ``rollout.protocol`` and the installed names otherwise."""
+    """The protocol class registered as ``name``; else PluginError listing installed ones."""
     return (registry or installed_registry()).get("agent_protocol", name).factory
 
 

@@ -27,8 +27,7 @@ _META_KEYS = frozenset({"event", "level", "timestamp", "run_id", "step", "logger
 
 
 def missing_package(sink: str, package: str, install: str) -> UserError:
-    """A sink's package is not installed; ``install`` is the pip argument, e.g.
-    ``"searchr1[wandb]"``."""
+    """A sink's package is missing; ``install`` is the pip argument (``"searchr1[wandb]"``)."""
     return UserError(
         f"log.sinks lists {sink!r}, which needs the {package!r} package, not installed here: "
         f"pip install '{install}' (or remove {sink!r} from [log] sinks)"
@@ -141,8 +140,7 @@ def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
 
 
 def trajectory_text(record: Mapping[str, Any], max_chars: int = 4000) -> str:
-    """A dumped trajectory record as plain text: question, answers, each turn with its
-    (shortened) search result, reward."""
+    """A dumped trajectory record as plain text (turns, shortened search results, reward)."""
     lines = [
         f"question: {record.get('question', '')}",
         f"golden: {' | '.join(record.get('golden_answers', []))}",
