@@ -14,7 +14,7 @@ import pytest
 
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.pipeline import run_steps
-from searchr1.core.train_step import CollectedStep, Learned
+from searchr1.core.step import CollectedStep, Learned
 
 
 class Recorder:

@@ -35,8 +35,8 @@ from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.runs import Components
+from searchr1.core.step import adam_params
 from searchr1.core.step_metrics import merge_train_metrics
-from searchr1.core.train_step import adam_params
 from searchr1.core.types import Datum, LossFn, Question, Sampler, Trainer
 
 

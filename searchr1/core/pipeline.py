@@ -58,7 +58,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from searchr1.core.train_step import CollectedStep, Learned
+from searchr1.core.step import CollectedStep, Learned
 
 Collect = Callable[[int, int], Awaitable[CollectedStep]]  # (step, policy version)
 Learn = Callable[[CollectedStep], Learned]  # blocking; runs in a worker thread

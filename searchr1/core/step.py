@@ -1,15 +1,21 @@
-"""One training step in two halves: collect (rollouts + rewards) and learn (gradients + update).
+"""One training step, top to bottom: :class:`Step` ``collect`` -> ``learn`` -> ``finish``.
 
-The step pipeline (:mod:`searchr1.core.pipeline`) calls :func:`collect_step` in the event loop
-for step ``s`` -- possibly while step ``s - 1`` is still being learned, up to
-``train.max_staleness`` steps ahead -- and :func:`learn_step` in a worker thread on the
-collected groups, strictly in step order. :func:`step_metrics` then turns both halves into
-the step's ``metrics`` event. The step itself, line by line, is in :mod:`searchr1.core.train`'s
-docstring: collect = rollout, rewards, dynamic sampling and the search guard; learn =
-advantages, datums, micro-batched ``forward_backward`` (scale ``1 / N``) and one ``optim_step``.
+::
+
+    collect  groups   = rollout(questions, group_size)        all trajectories concurrently
+             rewards  = reward(trajectory, golden answers)    per trajectory
+             (dynamic sampling: replace degenerate groups by fresh questions)
+             guard    : search broken this step? -> back off and retry the same questions
+    learn    A_i      = r_i - mean(r_group)                   degenerate groups dropped
+             datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
+             for micro-batch in pack(datums): forward_backward(micro-batch, loss, 1 / N)
+             optim_step(adam)                                 exactly one per step
+    finish   health, metrics, a few trajectories dumped, checkpoint every save_every steps
 
 N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
-never inflates the others' weight.
+never inflates the others' weight. The scheduler (:mod:`searchr1.core.pipeline`) runs
+``collect`` in the event loop, possibly ahead of the learner by ``train.max_staleness``
+steps, and ``learn`` in a worker thread, strictly in step order.
 """
 
 from __future__ import annotations
@@ -17,18 +23,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
+from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.errors import EnvironmentDown
-from searchr1.core.logs import get_logger
-from searchr1.core.runs import Components
+from searchr1.core.health import HealthMonitor
+from searchr1.core.logs import get_logger, log_metrics, log_trajectories
+from searchr1.core.run_notices import RunNotices
+from searchr1.core.runs import Components, RunContext
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
 from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
 
@@ -44,7 +55,7 @@ class ScoredGroup:
 
 @dataclass
 class CollectedStep:
-    """What :func:`collect_step` hands the learner: the step's groups and where they came from.
+    """What :meth:`Step.collect` hands the learner: the step's groups and where they came from.
 
     ``policy_version`` is the number of optimizer steps the sampling weights had taken when
     the rollout started; ``cursor`` is the data stream's state after the step's draws (what a
@@ -71,72 +82,118 @@ class Learned:
     seconds: float
 
 
-async def collect_step(
-    c: Components, protocol: Any, stream: Any, cfg: Config, step: int, policy_version: int
-) -> CollectedStep:
-    """Roll out and score step ``step``'s groups; the search guard retries the same questions
-    (after a back-off) while the search environment is broken, and raises
-    :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
-    log = get_logger()
-    cursor = stream.state()
-    t0 = time.perf_counter()
-    for attempt in range(cfg.train.guard_max_waits + 1):
-        first, groups, draws = await _collect_groups(c, protocol, stream, cfg, step, policy_version)
-        search_metrics = c.search.metrics(reset=True)
-        broken = _environment_problem(c, search_metrics, cfg)
-        if broken is None:
-            break
-        log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
-        if attempt == cfg.train.guard_max_waits:
-            raise EnvironmentDown(
-                f"step {step}: {broken}; no update was applied after "
-                f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
-                f"search environment (keys, quota, server), then rerun with --resume."
+@dataclass
+class Step:
+    """What every step of one run shares; :func:`searchr1.core.train.train` builds one and
+    hands its three methods to the scheduler."""
+
+    c: Components
+    protocol: Any
+    stream: Any
+    ctx: RunContext
+    health: HealthMonitor
+    notices: RunNotices
+    #: the step a resumed run starts after (0 on a fresh run)
+    start_step: int
+    #: the latest step's ``metrics`` event
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+
+    async def collect(self, step: int, policy_version: int) -> CollectedStep:
+        """Roll out and score step ``step``'s groups; the search guard retries the same
+        questions (after a back-off) while the search environment is broken, and raises
+        :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
+        c, cfg, stream = self.c, self.ctx.config, self.stream
+        log = get_logger()
+        cursor = stream.state()
+        t0 = time.perf_counter()
+        for attempt in range(cfg.train.guard_max_waits + 1):
+            first, groups, draws = await _collect_groups(
+                c, self.protocol, stream, cfg, step, policy_version
             )
-        await asyncio.sleep(cfg.train.guard_backoff_seconds * (2**attempt))
-        stream.load_state(cursor)  # retry the same questions
-    return CollectedStep(
-        step=step,
-        first=first,
-        groups=groups,
-        draws=draws,
-        search_metrics=search_metrics,
-        cursor=stream.state(),
-        policy_version=policy_version,
-        seconds=time.perf_counter() - t0,
-    )
+            search_metrics = c.search.metrics(reset=True)
+            broken = _environment_problem(c, search_metrics, cfg)
+            if broken is None:
+                break
+            log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
+            if attempt == cfg.train.guard_max_waits:
+                raise EnvironmentDown(
+                    f"step {step}: {broken}; no update was applied after "
+                    f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
+                    f"search environment (keys, quota, server), then rerun with --resume."
+                )
+            await asyncio.sleep(cfg.train.guard_backoff_seconds * (2**attempt))
+            stream.load_state(cursor)  # retry the same questions
+        return CollectedStep(
+            step=step,
+            first=first,
+            groups=groups,
+            draws=draws,
+            search_metrics=search_metrics,
+            cursor=stream.state(),
+            policy_version=policy_version,
+            seconds=time.perf_counter() - t0,
+        )
 
+    def learn(self, collected: CollectedStep) -> Learned:
+        """``forward_backward`` per micro-batch, then one ``optim_step``. Blocking: the
+        scheduler runs it in a worker thread, so the next step's rollouts keep going."""
+        c, cfg = self.c, self.ctx.config
+        t0 = time.perf_counter()
+        datums = _datums(collected.groups, cfg)
+        n_trajectories = cfg.rollout.questions_per_batch * cfg.rollout.group_size
+        limits = BatchLimits(
+            cfg.train.max_datum_tokens,
+            cfg.train.max_micro_batch_datums,
+            cfg.train.max_micro_batch_tokens,
+        )
+        micro_batches = pack_micro_batches(datums, limits)
+        trainer = c.trainer
+        results = [
+            trainer.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
+            for batch in micro_batches
+        ]
+        optim = trainer.optim_step(adam_params(cfg)) if micro_batches else {}
+        # Results are read only after optim_step: a remote trainer returns them still in
+        # flight, so the micro-batches and the optimizer step reach the service back to
+        # back; reading one earlier would wait for it there.
+        loss_total = sum((r.loss for r in results), 0.0)
+        train_metrics = merge_train_metrics([r.metrics for r in results])
+        return Learned(
+            loss=loss_total,
+            train_metrics=train_metrics,
+            optim=optim,
+            micro_batches=len(micro_batches),
+            seconds=time.perf_counter() - t0,
+        )
 
-def learn_step(c: Components, collected: CollectedStep, cfg: Config) -> Learned:
-    """``forward_backward`` per micro-batch, then one ``optim_step``. Blocking: the pipeline
-    runs it in a worker thread, so the next step's rollouts keep going in the event loop."""
-    t0 = time.perf_counter()
-    datums = _datums(collected.groups, cfg)
-    n_trajectories = cfg.rollout.questions_per_batch * cfg.rollout.group_size
-    limits = BatchLimits(
-        cfg.train.max_datum_tokens,
-        cfg.train.max_micro_batch_datums,
-        cfg.train.max_micro_batch_tokens,
-    )
-    micro_batches = pack_micro_batches(datums, limits)
-    trainer = c.trainer
-    results = [
-        trainer.forward_backward(batch, c.loss, loss_scale=1.0 / n_trajectories)
-        for batch in micro_batches
-    ]
-    optim = trainer.optim_step(adam_params(cfg)) if micro_batches else {}
-    # Results are read only after optim_step: a remote provider returns them still in flight
-    # (remote_model PendingResult) so the micro-batches and the optimizer step reach the
-    # service back to back; reading one earlier would wait for it there.
-    loss_total = sum((r.loss for r in results), 0.0)
-    train_metrics = merge_train_metrics([r.metrics for r in results])
-    return Learned(
-        loss=loss_total,
-        train_metrics=train_metrics,
-        optim=optim,
-        micro_batches=len(micro_batches),
-        seconds=time.perf_counter() - t0,
-    )
+    def finish(self, collected: CollectedStep, learned: Learned, timing: dict[str, float]) -> None:
+        """Health, the ``metrics`` event, alerts, the trajectory dump and the checkpoint."""
+        cfg, log = self.ctx.config, get_logger()
+        trajectories, rewards = first_draw(collected)
+        health_metrics, alerts = self.health.observe(
+            trajectories, rewards, learned.train_metrics, staleness=timing["staleness/max"]
+        )
+        metrics = {**step_metrics(collected, learned, health_metrics), **timing}
+        log_metrics(collected.step, metrics)
+        self.last_metrics.clear()
+        self.last_metrics.update(metrics)
+        alerts = [*alerts, *self.notices.observe(collected.step, collected.groups, trajectories)]
+        for alert in alerts:
+            log.warning("health_alert", step=collected.step, kind=alert.kind, message=alert.message)
+        _dump_trajectories(
+            self.ctx.run_dir, collected.step, collected.groups, cfg.train.dump_trajectories
+        )
+        if self.writes_checkpoint(collected.step):
+            self.save(collected.cursor, collected.step)
+
+    def writes_checkpoint(self, step: int) -> bool:
+        train = self.ctx.config.train
+        return step > self.start_step and (step % train.save_every == 0 or step == train.max_steps)
+
+    def save(self, cursor: dict[str, Any], step: int) -> None:
+        state = {"data": cursor, "health": self.health.state()}
+        path = save_checkpoint(self.ctx.run_dir, step, self.c.trainer, self.ctx.config, state)
+        get_logger().info("checkpoint", step=step, path=str(path))
 
 
 def step_metrics(
@@ -256,8 +313,8 @@ def _datums(groups: Sequence[ScoredGroup], cfg: Config) -> list[Datum]:
 def _environment_problem(
     c: Components, search_metrics: dict[str, float], cfg: Config
 ) -> str | None:
-    """Why this step's rollouts must not train the model, or None (the seed's warning:
-    a reward curve means nothing when the search service was failing)."""
+    """Why this step's rollouts must not train the model, or None (a reward
+    curve means nothing when the search service was failing)."""
     if not c.search.available():
         return "the search provider is down (every key benched or the service unreachable)"
     calls = search_metrics.get("calls", 0.0)
@@ -288,3 +345,21 @@ def _seed(base: int, step: int, draw: int) -> int:
     where a resumed run restarted."""
     digest = hashlib.sha256(f"{base}/{step}/{draw}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
+
+
+def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], n: int) -> None:
+    if n <= 0:
+        return
+    from searchr1.core.eval import trajectory_to_dict
+
+    folder = run_dir / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
+    records = [
+        {"step": step, "policy_version": traj.policy_version, **trajectory_to_dict(traj, result)}
+        for traj, result in picked
+    ]
+    with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    log_trajectories(step, records)

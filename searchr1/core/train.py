@@ -1,16 +1,6 @@
 """``searchr1 train``: the Search-R1 loop, readable top to bottom.
 
-Each step (:mod:`searchr1.core.train_step`)::
-
-    groups     = rollout(questions, group_size)          all trajectories concurrently
-    rewards    = reward(trajectory, golden answers)      per trajectory
-    (dynamic sampling: replace degenerate groups by fresh questions, up to max_extra_draws)
-    guard      : search broken this step? -> no update, back off, retry the step, or stop
-    A_i        = r_i - mean(r_group)                     degenerate groups dropped
-    datums     = full multi-turn sequences, advantage 0 on prompt/observation tokens
-    for micro-batch in pack(datums):  forward_backward(micro-batch, loss, 1 / N)
-    optim_step(adam)                                     exactly one per step
-    log metrics; dump a few trajectories; checkpoint every save_every steps
+One step, top to bottom, is :mod:`searchr1.core.step` (collect, learn, finish).
 
 Before the first step (not when resuming): the held-out eval "before", the eval set's ceiling
 where its asset offers one, and with ``[cold_start] steps > 0`` the supervised cold start
@@ -27,35 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from searchr1.core.builtins import ceiling_agent
-from searchr1.core.checkpoint import restore_rng, save_checkpoint
+from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start_loss, run_cold_start
 from searchr1.core.config import Config, plugin_settings
 
 # EnvironmentDown is re-exported: callers that caught it from here keep working.
 from searchr1.core.errors import EnvironmentDown, Interrupted  # noqa: F401
 from searchr1.core.health import HealthMonitor, HealthSettings, ratio_basis
-from searchr1.core.logs import close_sinks, get_logger, log_metrics, log_trajectories
+from searchr1.core.logs import close_sinks, get_logger
 from searchr1.core.pipeline import run_steps
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext, build_components
-from searchr1.core.train_step import (
-    CollectedStep,
-    Learned,
-    ScoredGroup,
-    collect_step,
-    first_draw,
-    learn_step,
-    step_metrics,
-)
+from searchr1.core.step import Step
 from searchr1.core.types import Model, Question
 
 
@@ -117,12 +97,12 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                         _evaluate(
                             runner, components, protocol, heldout, cfg, ctx, "cold_start", step=0
                         )
-                    _save(ctx, components, stream.state(), 0, health)  # --resume skips it
-                step = runner.run(
-                    _run_steps(
-                        components, protocol, stream, ctx, start_step, health, stop, last, notices
-                    )
-                )
+                    Step(components, protocol, stream, ctx, health, notices, 0).save(
+                        stream.state(), 0
+                    )  # --resume skips it
+                steps = Step(components, protocol, stream, ctx, health, notices, start_step)
+                step = runner.run(_run_steps(steps, stop))
+                last = steps.last_metrics
                 if heldout and step == cfg.train.max_steps and step > start_step:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "after", step=step)
             finally:
@@ -138,94 +118,26 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     return last
 
 
-async def _run_steps(
-    c: Components,
-    protocol: Any,
-    stream: Any,
-    ctx: RunContext,
-    start_step: int,
-    health: HealthMonitor,
-    stop: _StopFlag,
-    last_metrics: dict[str, Any],
-    notices: RunNotices,
-) -> int:
-    """Collect, learn, log and checkpoint steps ``start_step + 1 .. max_steps`` (stopping
-    early on a signal); returns the last step learned, its metrics in ``last_metrics``."""
-    cfg = ctx.config
-    log = get_logger()
-
-    def writes_checkpoint(step: int) -> bool:
-        return step > start_step and (
-            step % cfg.train.save_every == 0 or step == cfg.train.max_steps
-        )
-
-    def collect(step: int, version: int) -> Any:
-        return collect_step(c, protocol, stream, cfg, step, version)
-
-    def learn(collected: CollectedStep) -> Learned:
-        return learn_step(c, collected, cfg)
-
-    def finish(collected: CollectedStep, learned: Learned, timing: dict[str, float]) -> None:
-        trajectories, rewards = first_draw(collected)
-        health_metrics, alerts = health.observe(
-            trajectories, rewards, learned.train_metrics, staleness=timing["staleness/max"]
-        )
-        metrics = {**step_metrics(collected, learned, health_metrics), **timing}
-        log_metrics(collected.step, metrics)
-        last_metrics.clear()
-        last_metrics.update(metrics)
-        alerts = [*alerts, *notices.observe(collected.step, collected.groups, trajectories)]
-        for alert in alerts:
-            log.warning("health_alert", step=collected.step, kind=alert.kind, message=alert.message)
-        _dump_trajectories(
-            ctx.run_dir, collected.step, collected.groups, cfg.train.dump_trajectories
-        )
-        if writes_checkpoint(collected.step):
-            _save(ctx, c, collected.cursor, collected.step, health)
-
-    snapshot = c.trainer.capabilities.snapshot_sampler
+async def _run_steps(step: Step, stop: _StopFlag) -> int:
+    """Steps ``start_step + 1 .. max_steps`` through the scheduler (stopping early on a
+    signal, with a checkpoint); returns the last step learned."""
+    cfg = step.ctx.config
     last = await run_steps(
-        first=start_step + 1,
+        first=step.start_step + 1,
         last=cfg.train.max_steps,
         max_staleness=cfg.train.max_staleness,
-        collect=collect,
-        learn=learn,
-        finish=finish,
-        is_barrier=writes_checkpoint,
+        collect=step.collect,
+        learn=step.learn,
+        finish=step.finish,
+        is_barrier=step.writes_checkpoint,
         stopping=lambda: stop.requested,
-        snapshot=snapshot,
+        snapshot=step.c.trainer.capabilities.snapshot_sampler,
     )
     if last is None:
-        return start_step
-    if stop.requested and not writes_checkpoint(last.step):
-        _save(ctx, c, last.cursor, last.step, health)
+        return step.start_step
+    if stop.requested and not step.writes_checkpoint(last.step):
+        step.save(last.cursor, last.step)
     return last.step
-
-
-def _save(
-    ctx: RunContext, c: Components, cursor: dict[str, Any], step: int, health: HealthMonitor
-) -> None:
-    state = {"data": cursor, "health": health.state()}
-    path = save_checkpoint(ctx.run_dir, step, c.trainer, ctx.config, state)
-    get_logger().info("checkpoint", step=step, path=str(path))
-
-
-def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], n: int) -> None:
-    if n <= 0:
-        return
-    from searchr1.core.eval import trajectory_to_dict
-
-    folder = run_dir / "trajectories"
-    folder.mkdir(parents=True, exist_ok=True)
-    picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
-    records = [
-        {"step": step, "policy_version": traj.policy_version, **trajectory_to_dict(traj, result)}
-        for traj, result in picked
-    ]
-    with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record) + "\n")
-    log_trajectories(step, records)
 
 
 def _heldout_questions(cfg: Config) -> list[Question]:
