@@ -305,7 +305,7 @@ def _alias_variables(
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: a variable name that holds a secret: a KEY(S)/TOKEN/PASSWORD part (``HF_TOKEN``,
-#: ``ZHIHU_SEARCH_KEYS``, ``APIKEY``) or SECRET/PASSWORD anywhere; ``MAX_TOKENS`` is not one,
+#: ``SEARCH_KEYS``, ``APIKEY``) or SECRET/PASSWORD anywhere; ``MAX_TOKENS`` is not one,
 #: which is why name parts are matched rather than substrings (a masked "2048" would blank
 #: every number 2048 in the logs)
 _SECRET_VAR_RE = re.compile(

@@ -224,7 +224,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
-    #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
+    #: plugin sub-tables, keyed "section.name" (e.g. "search.my_engine")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     #: section -> keys of the section's own table that belong to a plugin's settings
     #: (``[model] api_key``); the chosen plugin reads them as if written in its own table

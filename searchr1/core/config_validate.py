@@ -254,6 +254,15 @@ _URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
 
 # --------------------------------------------------------------------------- what plugins declare
 
+#: the optional attributes of a registered factory that this module reads
+FACTORY_ATTRIBUTES = (
+    "settings",
+    "infer_provider",
+    "default",
+    "defaults",
+    "secret_variables",
+    "advise",
+)
 _REGISTRIES: dict[str | None, Registry] = {}
 
 

@@ -34,7 +34,7 @@ def _create_local(config: Config) -> Any:
     return LocalModelProvider.from_config(config)
 
 
-def lora_config_warnings(config: Config) -> list[str]:
+def lora_advice(config: Config) -> list[str]:
     """What the in-process learner says about ``[lora]`` before a run (the factory's
     ``advise``; ``config check``, ``smoke`` and ``train`` print each line): dropout, which the
     learner turns off, and layer types of the model that ``target_modules`` leaves without
@@ -55,7 +55,7 @@ def lora_config_warnings(config: Config) -> list[str]:
 # What the core reads off the factory (docs/plugins.md, "What a factory may declare").
 _create_local.settings = LocalSettings  # type: ignore[attr-defined]
 _create_local.default = "the model runs in this process"  # type: ignore[attr-defined]
-_create_local.advise = lora_config_warnings  # type: ignore[attr-defined]
+_create_local.advise = lora_advice  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.plugins.local_model import lora_config_warnings
+from searchr1.plugins.local_model import lora_advice
 from searchr1.plugins.local_model.provider import LocalSettings
 from searchr1.plugins.vllm_model.settings import VllmSettings
 
@@ -42,7 +42,7 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
 def vllm_advice(config: Config) -> list[str]:
     """The local learner's ``[lora]`` advice (the same adapter), and what vLLM's log-probs
     mean under top-p sampling."""
-    out = lora_config_warnings(config)
+    out = lora_advice(config)
     if config.model.top_p < 1.0:
         out.insert(
             0,
