@@ -555,8 +555,8 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
             if owners and chosen not in owners:
                 out.append(
                     f"{section}.{name} is ignored by {_label(kind, section)} {chosen!r} (a "
-                    f"setting of {', '.join(map(repr, owners))}); remove it, or set provider "
-                    f"= {owners[0]!r} to use it"
+                    f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
+                    f"those as [{section}] provider"
                 )
     for kind, (section, key) in _chosen_kinds().items():
         reg = registry.entries[kind].get(_chosen(config, registry, kind, section, key))
