@@ -83,7 +83,10 @@ def test_a_key_the_chosen_provider_does_not_read_is_named() -> None:
 def test_the_default_provider_is_declared_by_a_plugin() -> None:
     config = parse_config('[model]\nbase_model = "builtin:tiny"\n', source="c.toml", env={})
     assert (config.model.provider, config.search.provider) == ("local", "local")
-    assert config.choices["model.provider"] == "not set; the model runs in this process"
+    assert config.choices["model.provider"] == (
+        "not set; no installed plugin claims [model], so the default: the model runs in this "
+        "process"
+    )
 
 
 def _claiming_plugin() -> SimpleNamespace:

@@ -402,7 +402,8 @@ def _infer_provider(
         if getattr(reg.factory, "default", None)
     ]
     if len(defaults) == 1:
-        return defaults[0]
+        name, why = defaults[0]
+        return name, f"no installed plugin claims [{section}], so the default: {why}"
     if len(defaults) > 1:
         names = " and ".join(repr(n) for n, _ in defaults)
         problems.append(
