@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config, ConfigError, _load_dotenv, load_config
+from searchr1.core.config import Config, ConfigError, load_config, load_dotenv_files
 from searchr1.core.types import Question, SearchProvider, SearchResponse, Trajectory
 
 __all__ = [
@@ -101,21 +101,29 @@ class ZhihuSearchClient:
         **search_settings: Any,
     ):
         from searchr1.core.config import SearchConfig
+        from searchr1.core.config_validate import shared_fields
         from searchr1.core.plugins import load_registry
+        from searchr1.plugins.zhihu_search import ZhihuSettings
 
         cfg = load_api_config(config)
-        base = cfg.search if cfg.search.provider == "zhihu" else SearchConfig(provider="zhihu")
+        if cfg.search.provider != "zhihu":
+            extras = {k: v for k, v in cfg.section_extras.items() if k != "search"}
+            cfg = dataclasses.replace(
+                cfg, search=SearchConfig(provider="zhihu"), section_extras=extras
+            )
         if top_k < 1:
             raise ConfigError([f"ZhihuSearchClient: top_k must be >= 1, got {top_k}"])
-        changes: dict[str, Any] = {"api_keys": tuple(k.strip() for k in keys if k.strip())}
+        known = {f.name for f in dataclasses.fields(SearchConfig)} | set(
+            shared_fields(ZhihuSettings)
+        )
+        unknown = sorted(set(search_settings) - known)
+        if unknown:
+            raise ConfigError([f"ZhihuSearchClient: unknown search settings {unknown}"])
+        changes: dict[str, Any] = {"api_keys": [k.strip() for k in keys if k.strip()]}
         changes.update(top_k=top_k, **search_settings)
         if api_base:
             changes["api_base"] = api_base
-        try:
-            settings = dataclasses.replace(base, **changes)
-        except TypeError as exc:
-            raise ConfigError([f"ZhihuSearchClient: {exc}"]) from exc
-        self.config = cfg.replace(search=settings)
+        self.config = cfg.replace(search=changes)
         self.top_k = top_k
         self.provider: SearchProvider = load_registry().create(
             "search_provider", "zhihu", self.config
@@ -237,4 +245,4 @@ async def run_rollout_group(
 
 # The seed's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with
 # the same rule as config files (set variables win; exported-but-empty ones are filled).
-_DOTENV_WARNINGS = _load_dotenv(Path.cwd())
+_DOTENV_WARNINGS = load_dotenv_files(Path.cwd())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.config import ConfigError, load_config, parse_config
+from searchr1.core.config import ConfigError, load_config, parse_config, plugin_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.toml.example"
@@ -20,12 +20,17 @@ def parse(text: str, env: dict[str, str] | None = None):
 
 
 def test_example_config_parses_with_seed_values() -> None:
+    from searchr1.plugins.remote_model.settings import RemoteSettings
+    from searchr1.plugins.zhihu_search import ZhihuSettings
+
     cfg = parse(EXAMPLE.read_text())
-    assert cfg.model.api_base == "https://taotoken.net/api"
-    assert cfg.model.api_key == ENV["TAOTOKEN_API_KEY"]
+    remote = plugin_settings(cfg, "model", cfg.model.provider, RemoteSettings)
+    assert remote.api_base == "https://taotoken.net/api"
+    assert remote.api_key == ENV["TAOTOKEN_API_KEY"]
     assert cfg.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj")
     assert (cfg.rollout.group_size, cfg.rollout.max_search_calls) == (8, 4)
-    assert cfg.search.api_keys == ("zk-one-1111", "zk-two-2222")
+    zhihu = plugin_settings(cfg, "search", "zhihu", ZhihuSettings)
+    assert zhihu.api_keys == ("zk-one-1111", "zk-two-2222")
     assert (cfg.train.max_datum_tokens, cfg.train.max_micro_batch_tokens) == (8192, 64000)
     assert cfg.optimizer.betas == (0.9, 0.95)
     assert ENV["TAOTOKEN_API_KEY"] in cfg.secrets and "zk-two-2222" in cfg.secrets
@@ -200,7 +205,7 @@ def test_max_staleness_defaults_by_provider_and_a_written_value_wins() -> None:
     assert staleness('[model]\nprovider = "tinker"\n')[0] == 1
     assert staleness('[model]\nbase_model = "builtin:tiny"\n') == (
         0,
-        "not set; 0: synchronous steps (the provider is local)",
+        "not set; 0: synchronous steps (the model provider declares no other default)",
     )
     assert staleness(remote + "[train]\nmax_staleness = 0\n") == (0, "set in t.toml:5")
     assert staleness('[model]\nprovider = "local"\n[train]\nmax_staleness = 2\n')[0] == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from searchr1.cli.main import main
-from searchr1.core.config import ConfigError, parse_config
+from searchr1.core.config import ConfigError, parse_config, plugin_settings
 
 GOOD = """
 [model]
@@ -114,8 +114,12 @@ def test_non_finite_numbers_are_rejected(field: str, value: str) -> None:
 
 
 def test_inf_stays_allowed_where_it_means_forever() -> None:
-    config = parse_config("[search]\nkey_cooldown_seconds = inf\n", source="c.toml", env={})
-    assert config.search.key_cooldown_seconds == float("inf")
+    from searchr1.plugins.zhihu_search import ZhihuSettings
+
+    text = '[search]\nprovider = "zhihu"\nkey_cooldown_seconds = inf\n'
+    config = parse_config(text, source="c.toml", env={})
+    settings = plugin_settings(config, "search", "zhihu", ZhihuSettings)
+    assert settings.key_cooldown_seconds == float("inf")
     with pytest.raises(ConfigError, match="finite"):
         parse_config("[search]\nkey_cooldown_seconds = nan\n", source="c.toml", env={})
 
@@ -154,12 +158,15 @@ def test_a_url_in_a_plugin_table_is_checked() -> None:
 
 
 def test_good_urls_pass() -> None:
+    from searchr1.plugins.remote_model.settings import RemoteSettings
+
     config = parse_config(
         '[model]\napi_base = "http://127.0.0.1:8000/v1"\n[search]\napi_base = "https://h"\n',
         source="c.toml",
         env={},
     )
-    assert config.model.api_base == "http://127.0.0.1:8000/v1"
+    settings = plugin_settings(config, "model", config.model.provider, RemoteSettings)
+    assert settings.api_base == "http://127.0.0.1:8000/v1"
 
 
 def test_a_missing_data_file_is_a_warning(project: Path, capsys) -> None:

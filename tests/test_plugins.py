@@ -400,3 +400,17 @@ def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, ca
     out = capsys.readouterr().out
     assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
     assert "stray_reward" not in out
+
+
+def test_every_factory_attribute_is_documented() -> None:
+    """Each optional factory attribute the core reads is described in docs/plugins.md and in
+    the model provider hook's docstring."""
+    from searchr1.core.config_validate import FACTORY_ATTRIBUTES
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    section = re.search(r"^## What a factory may declare\n(.*?)(?=^## |\Z)", doc, re.M | re.S)
+    assert section, "docs/plugins.md has no '## What a factory may declare' section"
+    hook_doc = hookspecs.register_model_providers.__doc__ or ""
+    for attr in FACTORY_ATTRIBUTES:
+        assert f"`factory.{attr}" in section.group(1), f"docs/plugins.md: factory.{attr}"
+        assert f"``factory.{attr}" in hook_doc, f"hookspecs: factory.{attr}"

@@ -172,4 +172,6 @@ def test_registered_as_local_through_the_entry_point() -> None:
     assert names.get("local_search") == "searchr1.plugins.local_search"
     registered: dict = {}
     local_search.register_search_providers(lambda name, factory: registered.update({name: factory}))
-    assert registered == {"local": LocalBM25Search.from_config}
+    assert list(registered) == ["local"]
+    assert registered["local"].settings is local_search.LocalSearchSettings
+    assert registered["local"].default  # the search provider a file that names none gets

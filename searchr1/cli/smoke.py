@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     if max_search is not None:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
     question = smoke_question(args, config)
-    print(f"search keys: {len(config.search.api_keys)}")
+    print(f"search keys: {search_key_count(config)}")
     try:
         components = build_components(ctx, need_loss=False)
     except (ConfigError, PluginError):
@@ -246,8 +247,7 @@ class _Smoke:
 
     def _diagnose_search(self, probe: Any, metrics: dict[str, float], success: float) -> None:
         """Channel failures (problems: exit 1) and key rotation notes (warnings)."""
-        cfg = self.config.search
-        n_keys = len(cfg.api_keys)
+        n_keys = search_key_count(self.config)
         auth = int(metrics.get("auth_errors", 0))
         quota = int(metrics.get("http_429", 0))
         left = metrics.get("keys_available")
@@ -308,6 +308,19 @@ class _Smoke:
 def _say(exc: BaseException) -> str:
     """An exception as one line with secrets redacted."""
     return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0])
+
+
+def search_key_count(config: Config) -> int:
+    """How many keys the search provider's ``api_keys`` holds (in its table or in
+    ``[search]``); 0 for a provider without keys."""
+    table = {
+        **config.section_extras.get("search", {}),
+        **config.plugin_table("search", config.search.provider),
+    }
+    keys = table.get("api_keys", ())
+    if isinstance(keys, str):
+        keys = re.split(r"[,\n]", keys)
+    return sum(1 for key in keys if isinstance(key, str) and key.strip())
 
 
 def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:

@@ -1,27 +1,23 @@
 """config.toml: load a file, fill it, check it, and hand back a :class:`Config`.
 
 The CLI calls :func:`load_config` once per command. It loads ``.env`` (next to the config file
-and in the working directory; variables already set win), fills ``${VAR}`` placeholders,
-checks every field against the schema and raises :class:`ConfigError` listing **all**
-problems at once, each with the file and line where it can be found. With no file it loads
-the embedded offline default (``searchr1/defaults/offline.toml``). Relative paths are
-resolved against the working directory.
+and in the working directory; variables already set win, unless exported but empty), fills
+``${VAR}`` placeholders, checks every field against the schema and raises
+:class:`ConfigError` listing **all** problems at once, each with the file and line where it
+can be found. With no file it loads the embedded offline default
+(``searchr1/defaults/offline.toml``). Relative paths are resolved against the working
+directory.
 
-This module is the front door; the work is split by idea, and every public name of those
-modules is importable from here (``from searchr1.core.config import Config, plugin_settings,
-load_config``), which is the path the code, the tests and third-party plugins use:
+Secrets: every value filled from a variable whose name says it holds a secret (``*_KEY(S)``,
+``*_TOKEN``, ``SECRET``...) and every value of a field a plugin's settings mark ``secret`` (or
+of a plugin-table key named like one) is collected in :attr:`Config.secrets`, which masks
+them by value wherever they show up again (logs, error messages, ``to_dict``), e.g. inside a
+URL's query string. What the installed plugins declare (which provider a file means, the
+settings they read from a section's own table) comes from the registry of installed plugins
+(:func:`installed_registry`), read once per process.
 
-* :mod:`searchr1.core.config_schema`: the sections as frozen dataclasses whose field
-  metadata carries the checks and the ``secret`` flag; :class:`Config` with ``to_dict``
-  (redacted) and ``replace``;
-* :mod:`searchr1.core.config_validate`: :func:`check_table` (types, ranges, "did you mean"),
-  the cross-field checks, and :func:`plugin_settings` for a plugin's own ``[section.name]``
-  table (e.g. ``[search.zhihu]``);
-* :mod:`searchr1.core.config_env`: ``.env`` loading and ``${VAR}`` interpolation, with the
-  secrets they bring;
-* :mod:`searchr1.core.config_values`: redaction by value and URL checks;
-* :mod:`searchr1.core.config_advice`: what a file leaves unsaid (provider, protocol) and what
-  the chosen provider cannot honour.
+The schema lives in :mod:`searchr1.core.config_schema` and the checks in
+:mod:`searchr1.core.config_validate`; the names code uses most are importable from here.
 """
 
 from __future__ import annotations
@@ -32,14 +28,13 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomli
 
-from searchr1.core.config_advice import infer_choices, literal_secret_warnings
-from searchr1.core.config_env import SECRET_FIELDS, interpolate, load_dotenv_files
 from searchr1.core.config_schema import (
     REDACTED,
+    SECRET_KEY_RE,
     SECTIONS,
     Config,
     DataConfig,
@@ -52,20 +47,31 @@ from searchr1.core.config_schema import (
     RunConfig,
     SearchConfig,
     TrainConfig,
+    mask_secrets,
+    setting,
 )
 from searchr1.core.config_validate import (
     S,
     check_table,
     cross_checks,
+    declared_settings,
+    infer_choices,
+    installed_registry,
+    key_lines,
+    literal_secret_warnings,
     plugin_settings,
+    secret_variable_names,
+    section_extras,
+    shared_secret_fields,
     unknown_name,
+    url_problems,
 )
-from searchr1.core.config_values import mask_secrets, secret_variable_values, url_problems
 from searchr1.core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from searchr1.core.plugins import Registry
+
 DEFAULT_CONFIG_NAME = "offline.toml"
-#: the name :func:`load_dotenv_files` had here before the split (``searchr1.api`` uses it)
-_load_dotenv = load_dotenv_files
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",
@@ -86,9 +92,13 @@ __all__ = [
     "TrainConfig",
     "check_table",
     "default_config_text",
+    "installed_registry",
     "load_config",
+    "load_dotenv_files",
+    "mask_secrets",
     "parse_config",
     "plugin_settings",
+    "setting",
 ]
 
 
@@ -147,8 +157,8 @@ def _reject_empty(text: str, source: str) -> None:
         raise ConfigError(
             [
                 f"{source}: the config file is empty (no settings), so every field would take "
-                f"its built-in schema default (model.provider = 'local' with base_model = "
-                f"'builtin:tiny', search.provider = 'local' with no corpus, no data.train) - "
+                f"its built-in schema default (the default model provider with base_model = "
+                f"'builtin:tiny', the default search provider with no corpus, no data.train) - "
                 f"that is not the offline demo and cannot train. Fill it in (config.toml.example "
                 f"shows every setting), or run without this file to get the embedded offline "
                 f"demo."
@@ -156,14 +166,18 @@ def _reject_empty(text: str, source: str) -> None:
         )
 
 
-def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
-    """Validate TOML text. Raises ConfigError with every problem found."""
+def parse_config(
+    text: str, *, source: str, env: Mapping[str, str], registry: Registry | None = None
+) -> Config:
+    """Validate TOML text. Raises ConfigError with every problem found. ``registry`` (the
+    installed plugins when None) says what the plugins declare."""
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
+    registry = registry or installed_registry()
 
-    lines = _key_lines(text)
+    lines = key_lines(text)
     problems: list[str] = []
 
     def where(dotted: str) -> str:
@@ -172,12 +186,14 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
 
     secrets: set[str] = set()
     variables: dict[str, str] = {}
-    secrets.update(secret_variable_values(raw, "", env, SECRET_FIELDS))
+    secret_fields = shared_secret_fields(registry)
+    secrets.update(secret_variable_values(raw, "", env, secret_fields))
     raw = interpolate(raw, "", env, problems, where, secrets, variables)
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
-    choices = infer_choices(raw, where)
+    choices = infer_choices(raw, registry, where, problems)
+    extras = section_extras(raw, registry, where, problems)
 
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -193,56 +209,209 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
         for key, value in table.items():
             if key not in known and isinstance(value, dict):
                 plugins[f"{section}.{key}"] = value
+        mine = extras.get(section, {})
         values = check_table(
-            {k: v for k, v in table.items() if k in known or not isinstance(v, dict)},
+            {
+                k: v
+                for k, v in table.items()
+                if (k in known or not isinstance(v, dict)) and k not in mine
+            },
             cls,
             section,
             problems,
             where,
         )
-        for f in dataclasses.fields(cls):
-            if f.metadata.get("secret"):
-                value = values.get(f.name, "")
-                secrets.update([value] if isinstance(value, str) else value)
         sections[section] = cls(**values)
 
     if not problems:
         cross_checks(sections, problems, where)
     problems.extend(url_problems(raw, where))
+    found = _plugin_secrets(extras, plugins, secret_fields)
+    for value in found.values():
+        secrets.update(_secret_parts(value))
     if problems:
         # A message may quote a value that holds a secret (a key inside a URL).
         raise ConfigError([mask_secrets(p, secrets) for p in problems])
-    literal = {
-        f"{section}.{f.name}": getattr(sections[section], f.name)
-        for section, cls in SECTIONS.items()
-        for f in dataclasses.fields(cls)
-        if f.metadata.get("secret")
-    }
+    names = secret_variable_names(raw, registry)
+    _alias_variables(variables, extras, raw, registry)
     return Config(
         **sections,
         plugins=plugins,
+        section_extras=extras,
         source=source,
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
         choices=choices,
-        warnings=tuple(literal_secret_warnings(literal, variables, where)),
+        warnings=tuple(literal_secret_warnings(found, variables, where, names)),
         explicit=explicit,
     )
 
 
-def _key_lines(text: str) -> dict[str, int]:
-    """Map ``section.key`` (and ``section``) to its 1-based line number in the TOML text."""
-    lines: dict[str, int] = {}
-    section = ""
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
-        if header:
-            section = header.group(1).replace(" ", "")
-            lines.setdefault(section, number)
+def _plugin_secrets(
+    extras: Mapping[str, Mapping[str, Any]],
+    plugins: Mapping[str, Mapping[str, Any]],
+    secret_fields: frozenset[str],
+) -> dict[str, Any]:
+    """``dotted place in the file -> value`` of every secret a plugin reads: a secret field
+    written in a section's own table, or a secret field (or secret-named key) of a plugin
+    table."""
+    found: dict[str, Any] = {}
+    for section, table in extras.items():
+        for key, value in table.items():
+            if f"{section}.{key}" in secret_fields:
+                found[f"{section}.{key}"] = value
+    for prefix, table in plugins.items():
+        for key, value in table.items():
+            dotted = f"{prefix}.{key}"
+            if dotted in secret_fields or (SECRET_KEY_RE.match(key) and isinstance(value, str)):
+                found[dotted] = value
+    return found
+
+
+def _secret_parts(value: Any) -> set[str]:
+    """A secret value and, for a list or a comma/newline separated string, each part."""
+    items = value if isinstance(value, list | tuple) else [value]
+    out: set[str] = set()
+    for item in items:
+        if isinstance(item, str) and item.strip():
+            out.add(item)
+            out.update(p.strip() for p in re.split(r"[,\n]", item) if p.strip())
+    return out
+
+
+def _alias_variables(
+    variables: dict[str, str],
+    extras: Mapping[str, Mapping[str, Any]],
+    raw: Mapping[str, Any],
+    registry: Registry,
+) -> None:
+    """Name the variable that filled a section-table setting under the chosen plugin's table
+    too (``model.api_key`` -> ``model.<provider>.api_key``), where the plugin looks it up."""
+    from searchr1.core.plugins import KINDS
+
+    for kind, (_, field_name) in KINDS.items():
+        section, _, key = field_name.partition(".")
+        table = raw.get(section)
+        chosen = table.get(key) if isinstance(table, dict) else None
+        reg = registry.entries[kind].get(chosen) if isinstance(chosen, str) else None
+        if reg is None:
             continue
-        key = re.match(r"^([A-Za-z0-9_\-\"']+)\s*=", stripped)
-        if key:
-            name = key.group(1).strip("\"'")
-            lines.setdefault(f"{section}.{name}" if section else name, number)
-    return lines
+        for name in extras.get(section, {}):
+            var = variables.get(f"{section}.{name}")
+            for table_name in declared_settings(reg):
+                if var:
+                    variables.setdefault(f"{section}.{table_name}.{name}", var)
+
+
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: a variable name that holds a secret: a KEY(S)/TOKEN/PASSWORD part (``HF_TOKEN``,
+#: ``SEARCH_KEYS``, ``APIKEY``) or SECRET/PASSWORD anywhere; ``MAX_TOKENS`` is not one,
+#: which is why name parts are matched rather than substrings (a masked "2048" would blank
+#: every number 2048 in the logs)
+_SECRET_VAR_RE = re.compile(
+    r"(?:^|_)(?:API_?)?(?:KEYS?|TOKEN|PASS|PASSWD)(?:_|$)|SECRET|PASSWORD", re.IGNORECASE
+)
+
+
+def interpolate(
+    value: Any,
+    dotted: str,
+    env: Mapping[str, str],
+    problems: list[str],
+    where: Any,
+    secrets: set[str],
+    variables: dict[str, str],
+) -> Any:
+    """``value`` with every ``${VAR}`` filled from ``env``; records secrets and, in
+    ``variables``, which variable filled each dotted field."""
+    if isinstance(value, dict):
+        return {
+            k: interpolate(
+                v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets, variables
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [interpolate(v, dotted, env, problems, where, secrets, variables) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def fill(match: re.Match[str]) -> str:
+        var = match.group(1)
+        variables.setdefault(dotted, var)
+        got = env.get(var, "")
+        if not got.strip():
+            if var not in env:
+                state, fix = "is not set", "set it in the environment or in a .env file"
+            else:
+                state = "is exported but empty"
+                fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
+            problems.append(
+                f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
+                f"{fix} next to the config"
+            )
+            return ""
+        if _SECRET_VAR_RE.search(var):
+            secrets.add(got)
+            secrets.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+        return got
+
+    return _VAR_RE.sub(fill, value)
+
+
+def load_dotenv_files(config_dir: Path) -> list[str]:
+    """Load ``.env`` files into ``os.environ`` (a variable set in the environment wins) and
+    return warnings. A variable exported but **empty** does not win: it is filled from ``.env``
+    when a file gives it a value, and the warning says so (an empty export is almost always a
+    leftover ``export VAR=``, and silently shadowing the file's key is what users trip on)."""
+    from dotenv import dotenv_values, load_dotenv
+
+    warnings: list[str] = []
+    for folder in dict.fromkeys([config_dir, Path.cwd()]):
+        env_file = folder / ".env"
+        if env_file.is_file():
+            try:
+                for name, value in dotenv_values(env_file).items():
+                    if value and os.environ.get(name) == "":
+                        os.environ[name] = value
+                        warnings.append(
+                            f"{name} is exported but empty in the environment; using its value "
+                            f"from {env_file} (run `unset {name}` to silence this)"
+                        )
+                load_dotenv(env_file, override=False)
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    [
+                        f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
+                        f"as UTF-8"
+                    ]
+                ) from None
+    return warnings
+
+
+def secret_variable_values(
+    value: Any, dotted: str, env: Mapping[str, str], secret_fields: frozenset[str]
+) -> set[str]:
+    """The resolved value of every ``${VAR}`` that feeds a secret field (``model.api_key``,
+    ``search.api_keys``, a plugin table's ``api_key``/``token``/...), split at commas and
+    newlines too, so that a key is masked wherever it shows up again (redaction by value)."""
+    if isinstance(value, dict):
+        found: set[str] = set()
+        for k, v in value.items():
+            found |= secret_variable_values(v, f"{dotted}.{k}" if dotted else k, env, secret_fields)
+        return found
+    if isinstance(value, list):
+        return {s for v in value for s in secret_variable_values(v, dotted, env, secret_fields)}
+    if not isinstance(value, str):
+        return set()
+    key = dotted.rsplit(".", 1)[-1]
+    in_plugin_table = dotted.count(".") >= 2
+    if dotted not in secret_fields and not (in_plugin_table and SECRET_KEY_RE.match(key)):
+        return set()
+    found = set()
+    for var in _VAR_RE.findall(value):
+        got = env.get(var, "").strip()
+        if got:
+            found.add(got)
+            found.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+    return found

@@ -1,35 +1,58 @@
 """The config schema: one frozen dataclass per ``config.toml`` section, and :class:`Config`.
 
+The sections hold what the training loop and the commands read. A setting that only one
+plugin reads lives in that plugin's own table (``[model.<provider>]``, ``[search.<provider>]``),
+declared by the plugin as a settings dataclass of the same shape (see ``docs/plugins.md``).
+
 Each field's metadata carries its checks (``min``, ``max``, ``gt``, ``lt``, ``choices``,
 ``nonempty``, ``unique``, ``length``...; applied by
-:func:`searchr1.core.config_validate.check_table`) and whether it is a ``secret`` (kept out
-of ``repr()``, masked by :meth:`Config.to_dict`, and collected for log redaction by
-:func:`searchr1.core.config.parse_config`). The dataclasses are the schema: parsing and
-checking read their fields, defaults and metadata, so adding a setting means adding one
-field here (and, where it needs one, a cross-field check in ``config_validate``).
-
-Everything here is importable from :mod:`searchr1.core.config`, which is the path code and
-plugins use (``from searchr1.core.config import Config``).
+:func:`searchr1.core.config_validate.check_table`), whether it is a ``secret`` (kept out of
+``repr()``, masked by :meth:`Config.to_dict`, collected for log redaction) and, in a plugin's
+settings, ``also_in_section``: the key may also be written in the section's own table
+(``[model] api_key`` for ``[model.<provider>] api_key``). The dataclasses are the schema:
+parsing and checking read their fields, defaults and metadata, so adding a setting means
+adding one field (and, where it needs one, a cross-field check in ``config_validate``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.config_values import REDACTED, mask_secrets
+REDACTED = "***"
+#: a plugin table's key that holds a secret (``api_key``, ``token``, ``client_secret``...);
+#: ``max_tokens`` is not one, hence the exact forms rather than a substring match
+SECRET_KEY_RE = re.compile(
+    r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
+)
 
 
-def _f(default: Any, **checks: Any) -> Any:
-    """A schema field: ``default`` plus checks kept in the field's metadata."""
+def mask_secrets(text: str, secrets: Collection[str]) -> str:
+    """``text`` with every secret value in it replaced by ``***``: a whole value equal to a
+    secret, and any secret of 4 characters or more inside it (a key in a URL's query string).
+    Longest first, so a key that contains another is masked whole."""
+    if text in secrets:
+        return REDACTED
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4 and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def setting(default: Any, **checks: Any) -> Any:
+    """A schema field: ``default`` plus checks kept in the field's metadata. Plugins declare
+    their own settings dataclasses with it too."""
     # Secrets stay out of repr(), so a config printed in a traceback or log leaks nothing.
     show = not checks.get("secret", False)
     if isinstance(default, list | dict):
         return field(default_factory=lambda d=default: type(d)(d), metadata=checks, repr=show)
     return field(default=default, metadata=checks, repr=show)
+
+
+_f = setting
 
 
 @dataclass(frozen=True)
@@ -42,18 +65,14 @@ class RunConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     provider: str = _f(
-        "local",
-        help="model provider plugin name; when absent from the file: taotoken if [model] sets "
-        "api_base or api_key, else local (config_advice.infer_choices)",
+        "",
+        help="model provider plugin name; when absent from the file: the provider whose plugin "
+        "claims the file's [model] table, else the one its plugin declares the default",
     )
-    api_base: str = _f("")
-    api_key: str = _f("", secret=True)
     base_model: str = _f("builtin:tiny")
     temperature: float = _f(0.8, gt=0.0)
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     max_new_tokens: int = _f(2048, min=1)
-    device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps")
-    dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16"))
 
 
 @dataclass(frozen=True)
@@ -82,16 +101,9 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    provider: str = _f("local")
-    api_keys: tuple[str, ...] = _f((), secret=True, split=True)
-    api_base: str = _f("")
+    provider: str = _f("", help="search provider plugin name; when absent: as for [model] provider")
     top_k: int = _f(3, min=1, max=100)
-    timeout_seconds: float = _f(10.0, gt=0.0)
-    max_retries: int = _f(2, min=0)
     max_concurrency: int = _f(16, min=1)
-    key_cooldown_seconds: float = _f(
-        math.inf, gt=0.0, inf_ok=True, help="inf = benched for the whole run"
-    )
     cache: bool = _f(True)
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
@@ -110,7 +122,7 @@ class TrainConfig:
         0,
         min=0,
         help="0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: "
-        "1 for taotoken/tinker, else 0 (config_advice.infer_choices)",
+        "the model provider's declared default, else 0",
     )
     loss_fn: str = _f("importance_sampling")
     max_datum_tokens: int = _f(8192, min=16)
@@ -212,8 +224,11 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
-    #: plugin sub-tables, keyed "section.name" (e.g. "search.zhihu")
-    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: plugin sub-tables, keyed "section.name" (e.g. "search.my_engine")
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    #: section -> keys of the section's own table that belong to a plugin's settings
+    #: (``[model] api_key``); the chosen plugin reads them as if written in its own table
+    section_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     source: str = "<defaults>"
     #: every secret value (for log redaction); never printed
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
@@ -232,14 +247,22 @@ class Config:
         return dict(self.plugins.get(f"{section}.{name}", {}))
 
     def replace(self, **sections: Any) -> Config:
-        """A copy with some fields changed: ``cfg.replace(train={"max_steps": 2})``."""
+        """A copy with some fields changed: ``cfg.replace(train={"max_steps": 2})``. A key the
+        section's schema does not have (``model={"api_key": ...}``) is kept in
+        :attr:`section_extras`, where the chosen plugin's settings read it."""
         changes: dict[str, Any] = {}
+        extras = {k: dict(v) for k, v in self.section_extras.items()}
         for name, value in sections.items():
-            if isinstance(value, Mapping):
-                changes[name] = dataclasses.replace(getattr(self, name), **value)
+            if isinstance(value, Mapping) and name in SECTIONS:
+                known = {f.name for f in dataclasses.fields(SECTIONS[name])}
+                own = {k: v for k, v in value.items() if k in known}
+                rest = {k: v for k, v in value.items() if k not in known}
+                changes[name] = dataclasses.replace(getattr(self, name), **own)
+                if rest:
+                    extras.setdefault(name, {}).update(rest)
             else:
                 changes[name] = value
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes, section_extras=extras)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
@@ -257,15 +280,36 @@ class Config:
             out[section] = table
         for key, table in self.plugins.items():
             section, name = key.split(".", 1)
-            out[section][name] = _redact_values(dict(table), self.secrets) if redact else table
+            out[section][name] = dict(table)
+        for section, extras in self.section_extras.items():
+            # shown where they were written (config check says where each is read)
+            for k, v in extras.items():
+                value = list(v) if isinstance(v, tuple) else v
+                if redact:
+                    secret = SECRET_KEY_RE.match(k) and value
+                    value = _masked(value) if secret else _redact_values(value, self.secrets)
+                out[section][k] = value
+        if redact:
+            for table in out.values():
+                for name, sub in table.items():
+                    if isinstance(sub, dict):
+                        table[name] = _redact_values(sub, self.secrets)
         return out
 
 
 def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
+    """``value`` with secrets masked by value, and whole values of secret-named keys."""
     if isinstance(value, dict):
-        return {k: _redact_values(v, secrets) for k, v in value.items()}
+        return {
+            k: _masked(v) if SECRET_KEY_RE.match(k) and v else _redact_values(v, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return type(value)(_redact_values(v, secrets) for v in value)
     if isinstance(value, str):
         return mask_secrets(value, secrets)
     return value
+
+
+def _masked(value: Any) -> Any:
+    return [REDACTED] * len(value) if isinstance(value, list | tuple) else REDACTED

@@ -1,12 +1,19 @@
-"""Checking a TOML table against a schema dataclass, and a plugin's own settings table.
+"""Checking a config: tables against their schema, cross-field rules, and what needs plugins.
 
-:func:`searchr1.core.config.parse_config` calls :func:`check_table` once per section and
-:func:`cross_checks` once the sections are valid; a plugin's factory calls
-:func:`plugin_settings` (which calls :func:`check_table`) for its ``[section.name]`` table.
-Every problem is appended to a list, so the user sees all of them in one
-:class:`~searchr1.core.errors.ConfigError`, each prefixed by where it is (file and line).
+:func:`searchr1.core.config.parse_config` calls :func:`check_table` once per section,
+:func:`cross_checks` once the sections are valid and :func:`url_problems` on the filled
+tables. What the installed plugins declare (see ``docs/plugins.md``, "What a factory may
+declare") is read here too, with the registry: :func:`infer_choices` fills what a file leaves
+unsaid (which provider, and the defaults that provider declares), :func:`section_extras`
+takes keys of a section's own table that belong to a plugin's settings (``[model] api_key``),
+:func:`advice` gathers what the chosen plugins say about the config, and
+:func:`resolve_config` / :func:`check_plugin_choices` name plugin names, plugin tables and
+data files that do not resolve. A plugin's factory calls :func:`plugin_settings` (which calls
+:func:`check_table`) for its ``[section.name]`` table. Every problem is appended to a list, so
+the user sees all of them in one :class:`~searchr1.core.errors.ConfigError`, each prefixed by
+where it is (file and line).
 
-The checks a field gets come from its metadata in :mod:`searchr1.core.config_schema`: types
+The checks a field gets come from its metadata (:mod:`searchr1.core.config_schema`): types
 from the annotation (a ``tuple[...]`` field takes a TOML list, or with ``split`` a comma or
 newline separated string), ranges and choices from ``min``/``max``/``gt``/``lt``/``choices``,
 list rules from ``nonempty``/``unique``/``length``/``unit_interval``; ``inf_ok`` lets a float
@@ -18,14 +25,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.config_schema import REDACTED, Config
+from searchr1.core.config_schema import REDACTED, SECTIONS, Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, load_registry
+
+if TYPE_CHECKING:
+    from searchr1.core.plugins import Registration, Registry
 
 #: a plugin's settings dataclass (see :func:`plugin_settings`)
 S = TypeVar("S")
@@ -78,9 +91,13 @@ def plugin_settings(
     ``min``/``max``/``choices``... checks in each field's ``metadata``; a bad value falls back
     to its default); ``checks`` may add problems that need the whole settings object or the
     rest of the config. Every problem is raised at once in one :class:`ConfigError`, each
-    prefixed by the config file's name."""
+    prefixed by the config file's name. A field whose metadata says ``also_in_section`` is
+    also read from the section's own table (``[model] api_key``) when this table lacks it."""
     problems: list[str] = []
-    table = config.plugin_table(section, name)
+    shared = shared_fields(cls)
+    extras = config.section_extras.get(section, {})
+    table = {k: v for k, v in extras.items() if k in shared}
+    table.update(config.plugin_table(section, name))
     values = check_table(table, cls, f"{section}.{name}", problems, lambda _: config.source)
     settings = cls(**values)
     if checks is not None:
@@ -100,6 +117,8 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
     origin = typing.get_origin(hint)
     if origin is tuple:
         (item_type, _) = typing.get_args(hint)
+        if isinstance(value, tuple):  # set through Config.replace rather than a file
+            value = list(value)
         if isinstance(value, str) and meta.get("split"):
             value = [v.strip() for v in re.split(r"[,\n]", value) if v.strip()]
         if not isinstance(value, list):
@@ -196,3 +215,477 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
             f"{where('model.max_new_tokens')}: model.max_new_tokens ({s['model'].max_new_tokens})"
             f" is larger than rollout.max_trajectory_tokens ({rollout.max_trajectory_tokens})"
         )
+
+
+def url_problems(value: Any, where: Callable[[str], str], dotted: str = "") -> list[str]:
+    """A URL field (``api_base``, ``*_url``) without an http(s) scheme or a host would
+    otherwise fail at the first request as a vague "connection error", retried."""
+    from urllib.parse import urlsplit
+
+    if isinstance(value, dict):
+        return [
+            p
+            for k, v in value.items()
+            for p in url_problems(v, where, f"{dotted}.{k}" if dotted else k)
+        ]
+    key = dotted.rsplit(".", 1)[-1]
+    if not isinstance(value, str) or not value.strip() or not _URL_KEY_RE.match(key):
+        return []
+    url = value.strip()
+    parts = urlsplit(url)
+    if "://" not in url:
+        problem = f"has no scheme; write it as https://{url} (or http:// for a local server)"
+    elif parts.scheme.lower() not in ("http", "https"):
+        rest = url.split("://", 1)[1]
+        problem = (
+            f"has scheme {parts.scheme!r}; only http:// and https:// work "
+            f"(did you mean https://{rest}?)"
+        )
+    elif not parts.hostname:
+        problem = "has no host; write the whole address, e.g. https://example.com/api"
+    else:
+        return []
+    return [f"{where(dotted)}: {dotted} = {value!r} {problem}"]
+
+
+#: keys whose value is a URL: checked for an http(s) scheme and a host
+_URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
+
+
+# --------------------------------------------------------------------------- what plugins declare
+
+#: the optional attributes of a registered factory that this module reads
+FACTORY_ATTRIBUTES = (
+    "settings",
+    "infer_provider",
+    "default",
+    "defaults",
+    "secret_variables",
+    "advise",
+)
+_REGISTRIES: dict[str | None, Registry] = {}
+
+
+def installed_registry() -> Registry:
+    """The registry of the installed plugins, loaded once per ``$SEARCHR1_LOAD_PLUGINS``."""
+    wanted = os.environ.get(LOAD_PLUGINS_VAR)
+    if wanted not in _REGISTRIES:
+        _REGISTRIES[wanted] = load_registry()
+    return _REGISTRIES[wanted]
+
+
+def declared_settings(reg: Registration) -> dict[str, type]:
+    """The settings dataclasses a registration declares, by the table each is read from:
+    ``factory.settings`` is one dataclass (read from ``[section.<registered name>]``) or a
+    mapping ``table name -> dataclass`` for a plugin that reads more than one table."""
+    declared = getattr(reg.factory, "settings", None)
+    if declared is None:
+        return {}
+    if isinstance(declared, Mapping):
+        return dict(declared)
+    return {reg.name: declared}
+
+
+def shared_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The fields of a settings dataclass that may also be written in the section's table."""
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("also_in_section")}
+
+
+def _chosen_kinds() -> dict[str, tuple[str, str]]:
+    """``kind -> (section, key)`` for every kind chosen by one name (not a list)."""
+    return {
+        kind: tuple(field_name.split(".", 1))  # type: ignore[misc]
+        for kind, (_, field_name) in KINDS.items()
+        if "." in field_name and field_name != "log.sinks"  # one name, not a list or none
+    }
+
+
+def _claimers(registry: Registry, kind: str, section: str, key: str) -> list[tuple[str, str]]:
+    """``(registered name, table)`` of every registration whose settings read ``[section]
+    key`` from the section's own table."""
+    return [
+        (reg.name, table)
+        for reg in registry.entries[kind].values()
+        for table, cls in declared_settings(reg).items()
+        if key in shared_fields(cls)
+    ]
+
+
+def shared_secret_fields(registry: Registry) -> frozenset[str]:
+    """Dotted names of every secret that a plugin may read from a section's own table
+    (``model.api_key``), and of every secret field of a plugin table (``model.x.api_key``)."""
+    out: set[str] = set()
+    for kind, (section, _) in _chosen_kinds().items():
+        for reg in registry.entries[kind].values():
+            for table, cls in declared_settings(reg).items():
+                if not dataclasses.is_dataclass(cls):
+                    continue
+                for f in dataclasses.fields(cls):
+                    if f.metadata.get("secret"):
+                        out.add(f"{section}.{table}.{f.name}")
+                        if f.metadata.get("also_in_section"):
+                            out.add(f"{section}.{f.name}")
+    return frozenset(out)
+
+
+def _label(kind: str, section: str) -> str:
+    return "provider" if section == "model" else kind.replace("_", " ")
+
+
+def infer_choices(
+    raw: dict[str, Any], registry: Registry, where: Callable[[str], str], problems: list[str]
+) -> dict[str, str]:
+    """Fill, in ``raw``, each provider the file leaves out (the one installed plugin whose
+    factory's ``infer_provider(table)`` claims the section's table, else the one whose
+    factory is declared the ``default``), ``rollout.protocol``, and the core fields whose
+    default the chosen provider declares (``factory.defaults``); return ``dotted field ->
+    why it has its value`` (printed by config check)."""
+    reasons: dict[str, str] = {}
+    for kind, (section, key) in _chosen_kinds().items():
+        if key != "provider":
+            continue
+        table = raw.get(section)
+        table = table if isinstance(table, dict) else {}
+        dotted = f"{section}.{key}"
+        if key in table:
+            if section == "model":
+                reasons[dotted] = f"set in {where(dotted)}"
+            continue
+        name, why = _infer_provider(registry, kind, section, table, where, problems)
+        if not name:
+            continue
+        if isinstance(raw.get(section), dict):
+            raw[section][key] = name
+        elif section not in raw:
+            raw[section] = {key: name}
+        reasons[dotted] = f"not set; {why}"
+    rollout = raw.get("rollout")
+    if isinstance(rollout, dict) and "protocol" in rollout:
+        reasons["rollout.protocol"] = f"set in {where('rollout.protocol')}"
+    else:
+        reasons["rollout.protocol"] = (
+            "not set; the default: the model calls the search tool through its chat template "
+            "and ends with one `Answer: ...` line (the seed's format)"
+        )
+    _declared_defaults(raw, registry, where, reasons)
+    return reasons
+
+
+def _infer_provider(
+    registry: Registry,
+    kind: str,
+    section: str,
+    table: Mapping[str, Any],
+    where: Callable[[str], str],
+    problems: list[str],
+) -> tuple[str, str]:
+    claims = []
+    for reg in registry.entries[kind].values():
+        infer = getattr(reg.factory, "infer_provider", None)
+        why = infer(dict(table)) if callable(infer) else None
+        if why:
+            claims.append((reg.name, str(why)))
+    if len(claims) > 1:
+        names = " and ".join(repr(n) for n, _ in claims)
+        problems.append(
+            f"{where(section)}: [{section}] sets no provider and the plugins of {names} each "
+            f"claim it; write provider = ... in [{section}] to choose one"
+        )
+        return "", ""
+    if claims:
+        return claims[0]
+    defaults = [
+        (reg.name, str(reg.factory.default))
+        for reg in registry.entries[kind].values()
+        if getattr(reg.factory, "default", None)
+    ]
+    if len(defaults) == 1:
+        name, why = defaults[0]
+        return name, f"no installed plugin claims [{section}], so the default: {why}"
+    if len(defaults) > 1:
+        names = " and ".join(repr(n) for n, _ in defaults)
+        problems.append(
+            f"{where(section)}: [{section}] sets no provider and {names} are each declared the "
+            f"default {kind.replace('_', ' ')}; write provider = ... in [{section}]"
+        )
+    else:
+        problems.append(
+            f"{where(section)}: [{section}] sets no provider and no installed plugin claims it "
+            f"or is the default; write provider = ... (the `plugins` command lists them)"
+        )
+    return "", ""
+
+
+def _declared_defaults(
+    raw: dict[str, Any], registry: Registry, where: Callable[[str], str], reasons: dict[str, str]
+) -> None:
+    for kind, (section, key) in _chosen_kinds().items():
+        table = raw.get(section)
+        name = table.get(key) if isinstance(table, dict) else None
+        reg = registry.entries[kind].get(name) if isinstance(name, str) else None
+        declared = getattr(reg.factory, "defaults", None) if reg is not None else None
+        for dotted, (value, why) in dict(declared or {}).items():
+            target, _, field_name = dotted.partition(".")
+            current = raw.get(target)
+            if isinstance(current, dict) and field_name in current:
+                continue
+            if isinstance(current, dict):
+                current[field_name] = value
+            elif target not in raw:
+                raw[target] = {field_name: value}
+            else:
+                continue
+            reasons[dotted] = f"not set; {value} for {_label(kind, section)} {name!r}: {why}"
+    train = raw.get("train")
+    if isinstance(train, dict) and "max_staleness" in train:
+        reasons.setdefault("train.max_staleness", f"set in {where('train.max_staleness')}")
+    else:
+        reasons.setdefault(
+            "train.max_staleness",
+            "not set; 0: synchronous steps (the model provider declares no other default)",
+        )
+
+
+def section_extras(
+    raw: Mapping[str, Any], registry: Registry, where: Callable[[str], str], problems: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The keys of each section's own table that no core field has and some installed
+    plugin's settings read from there (``[model] api_key``), each checked against the
+    settings of the plugin that reads it (the chosen one first). A key nobody reads is left
+    for :func:`check_table` to name as unknown."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind, (section, key) in _chosen_kinds().items():
+        table = raw.get(section)
+        if not isinstance(table, dict) or section not in SECTIONS:
+            continue
+        known = {f.name for f in dataclasses.fields(SECTIONS[section])}
+        chosen = table.get(key)
+        for name, value in table.items():
+            if name in known or isinstance(value, dict):
+                continue
+            claimers = _claimers(registry, kind, section, name)
+            if not claimers:
+                continue
+            claimers.sort(key=lambda c: c[0] != chosen)
+            reg = registry.entries[kind][claimers[0][0]]
+            cls = declared_settings(reg)[claimers[0][1]]
+            values = check_table({name: value}, cls, section, problems, where)
+            if name in values:
+                out.setdefault(section, {})[name] = values[name]
+    return out
+
+
+def literal_secret_warnings(
+    found: Mapping[str, Any],
+    variables: Mapping[str, str],
+    where: Callable[[str], str],
+    names: Mapping[str, str],
+) -> list[str]:
+    """A warning for each secret written literally instead of as ``${VAR}``. ``found`` maps a
+    secret's dotted place in the file to its value, ``names`` to the environment variable its
+    plugin declares for it (``factory.secret_variables``)."""
+    out = []
+    for dotted, value in found.items():
+        if not value or dotted in variables:
+            continue
+        var = names.get(dotted) or dotted.replace(".", "_").upper()
+        section, key = dotted.rsplit(".", 1)
+        out.append(
+            f"{where(dotted)}: {dotted} holds a literal secret: a config file is easy to commit "
+            f'and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... in a .env '
+            f"file next to the config (never committed)"
+        )
+    return out
+
+
+def secret_variable_names(raw: Mapping[str, Any], registry: Registry) -> dict[str, str]:
+    """``dotted secret -> variable`` that the chosen plugin declares a literal should move to
+    (``factory.secret_variables``, keyed by its settings' field name)."""
+    out: dict[str, str] = {}
+    for kind, (section, key) in _chosen_kinds().items():
+        table = raw.get(section)
+        name = table.get(key) if isinstance(table, dict) else None
+        reg = registry.entries[kind].get(name) if isinstance(name, str) else None
+        declared = getattr(reg.factory, "secret_variables", None) if reg is not None else None
+        for field_name, var in dict(declared or {}).items():
+            out[f"{section}.{field_name}"] = var
+            out[f"{section}.{name}.{field_name}"] = var
+    return out
+
+
+def _chosen(config: Config, registry: Registry, kind: str, section: str, key: str) -> str:
+    """The registered name the config chooses for ``kind`` (an empty name: the default)."""
+    name = getattr(getattr(config, section), key, "")
+    if name:
+        return str(name)
+    try:
+        return registry.get(kind, "").name
+    except Exception:  # noqa: BLE001 - no default: check_plugin_choices names the field
+        return ""
+
+
+def relocations(config: Config, registry: Registry) -> list[str]:
+    """Where each setting written in a section's own table is read now (config check)."""
+    out = []
+    for kind, (section, key) in _chosen_kinds().items():
+        chosen = _chosen(config, registry, kind, section, key)
+        for name in config.section_extras.get(section, {}):
+            for owner, table in _claimers(registry, kind, section, name):
+                if owner == chosen:
+                    out.append(
+                        f"{section}.{name}: now [{section}.{table}] {name} (read from the old "
+                        f"place)"
+                    )
+                    break
+    return out
+
+
+def advice(config: Config, registry: Registry | None = None) -> list[str]:
+    """What the run should hear before it starts: every setting of a section's own table that
+    the chosen provider does not read, and what each chosen plugin's ``factory.advise(config)``
+    says (settings it ignores or maps coarsely, and what happens instead). A failing
+    ``advise`` is no warning: the run's own load reports what is wrong."""
+    registry = registry or installed_registry()
+    out: list[str] = []
+    for kind, (section, key) in _chosen_kinds().items():
+        chosen = _chosen(config, registry, kind, section, key)
+        for name in config.section_extras.get(section, {}):
+            owners = sorted({owner for owner, _ in _claimers(registry, kind, section, name)})
+            if owners and chosen not in owners:
+                out.append(
+                    f"{section}.{name} is ignored by {_label(kind, section)} {chosen!r} (a "
+                    f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
+                    f"those as [{section}] provider"
+                )
+    for kind, (section, key) in _chosen_kinds().items():
+        reg = registry.entries[kind].get(_chosen(config, registry, kind, section, key))
+        advise = getattr(reg.factory, "advise", None) if reg is not None else None
+        if not callable(advise):
+            continue
+        try:
+            out.extend(str(line) for line in advise(config))
+        except Exception:  # noqa: BLE001 - the factory's own load names the problem
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- names and files
+
+#: plugin tables that belong to a section although no plugin is registered under that name
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "health"})}
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Map ``section.key`` (and ``section``) to its 1-based line number in the TOML text."""
+    lines: dict[str, int] = {}
+    section = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[+\s*([^\]]+?)\s*\]+", stripped)
+        if header:
+            section = header.group(1).replace(" ", "")
+            lines.setdefault(section, number)
+            continue
+        key = re.match(r"^([A-Za-z0-9_\-\"']+)\s*=", stripped)
+        if key:
+            name = key.group(1).strip("\"'")
+            lines.setdefault(f"{section}.{name}" if section else name, number)
+    return lines
+
+
+def _locator(config: Config) -> Callable[[str], str]:
+    """``where(dotted) -> "file:line"`` for the config's own file (just the source when the
+    config did not come from a readable file, e.g. the embedded default)."""
+    try:
+        lines = key_lines(Path(config.source).read_text("utf-8-sig"))
+    except (OSError, UnicodeDecodeError):
+        lines = {}
+
+    def where(dotted: str) -> str:
+        line = lines.get(dotted)
+        return f"{config.source}:{line}" if line else config.source
+
+    return where
+
+
+def plugin_problems(config: Config, registry: Registry) -> list[str]:
+    """One line per plugin name that no installed plugin registered, and per plugin table
+    ``[section.name]`` that belongs to no installed plugin, each with a "did you mean"."""
+    where = _locator(config)
+    problems: list[str] = []
+    tables: dict[str, set[str]] = {}
+    for kind, (_, field_name) in KINDS.items():
+        section, _, key = field_name.partition(".")
+        names = registry.names(kind)
+        tables.setdefault(section, set()).update(names)
+        chosen = getattr(getattr(config, section, None), key, None)
+        for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
+            if not isinstance(name, str) or not name or name in names:
+                continue  # an empty name is left to whoever infers or rejects it
+            hint = difflib.get_close_matches(name, names, n=1)
+            mean = f"did you mean {hint[0]!r}? " if hint else ""
+            problems.append(
+                f"{where(field_name)}: {field_name} = {name!r}: no {kind.replace('_', ' ')} of "
+                f"that name is installed; {mean}installed: {', '.join(names) or '(none)'} "
+                f"(the `plugins` command lists them)"
+            )
+    for dotted in config.plugins:
+        section, _, name = dotted.partition(".")
+        allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
+        if name in allowed:
+            continue
+        if not allowed:
+            problems.append(
+                f"{where(dotted)}: [{dotted}]: [{section}] takes no plugin tables; "
+                f"remove it or move its keys into [{section}]"
+            )
+            continue
+        hint = difflib.get_close_matches(name, allowed, n=1)
+        mean = f"did you mean [{section}.{hint[0]}]? " if hint else ""
+        problems.append(
+            f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
+            f"settings would be ignored; {mean}tables allowed in [{section}]: "
+            + ", ".join(f"[{section}.{n}]" for n in allowed)
+        )
+    return problems
+
+
+def data_problems(config: Config) -> list[str]:
+    """A ``data.train`` / ``data.eval`` that names a file that does not exist (``train`` and
+    ``eval`` would stop on it; an empty value is fine here, ``smoke`` needs none)."""
+    from searchr1.core.builtins import is_builtin, resolve
+
+    where = _locator(config)
+    problems = []
+    for field_name in ("train", "eval"):
+        path = getattr(config.data, field_name)
+        if not path:
+            continue
+        try:
+            real = Path(resolve(path)) if is_builtin(path) else Path(path)
+        except FileNotFoundError as exc:
+            problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc}")
+            continue
+        if not real.is_file():
+            problems.append(
+                f"{where(f'data.{field_name}')}: data.{field_name} = {path!r}: file not found "
+                f"({real.resolve()}); relative paths are read from the working directory"
+            )
+    return problems
+
+
+def check_plugin_choices(config: Config, registry: Registry) -> None:
+    """Raise one ConfigError listing every plugin name or table that does not resolve."""
+    problems = plugin_problems(config, registry)
+    if problems:
+        raise ConfigError(problems)
+
+
+def resolve_config(config: Config, registry: Registry) -> list[str]:
+    """What ``config check`` adds to loading: plugin names and tables (one ConfigError for
+    all), then the data files, returned as warnings: a config is often checked before its
+    data is downloaded, and ``train`` / ``eval`` name a missing file before any slow work."""
+    check_plugin_choices(config, registry)
+    return data_problems(config)

@@ -45,9 +45,23 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
     ready), or ``trainer=None`` for a provider that only samples (``smoke`` and ``eval`` run
     with it, ``train`` refuses it). One object may be both. Called once per run.
 
-    Optional: ``factory.config_warnings(config) -> list[str]``, a cheap check before anything
-    loads (no weights, no network); ``config check``, ``smoke`` and ``train`` print each line
-    as a warning (e.g. LoRA targets that leave whole layer types of the model out).
+    Optional attributes of the factory (read by :mod:`searchr1.core.config_validate`; the
+    same for search providers, see ``docs/plugins.md``, "What a factory may declare"):
+
+    * ``factory.settings``: the frozen dataclass of ``[model.<name>]`` (or ``{table:
+      dataclass}``); a field with ``also_in_section`` metadata may also be written in
+      ``[model]`` itself, one with ``secret`` is masked everywhere.
+    * ``factory.infer_provider(model_table) -> str | None``: a reason when a ``[model]`` table
+      that names no provider means this one (two claims are a config error).
+    * ``factory.default``: a reason string making this the provider when none is named or
+      inferred (one per kind).
+    * ``factory.defaults``: ``{"train.max_staleness": (value, why)}``, core fields it sets
+      when the file leaves them out.
+    * ``factory.secret_variables``: ``{"api_key": "VAR"}``, where a literal secret should move.
+    * ``factory.advise(config) -> list[str]``: a cheap check before anything loads (no
+      weights, no network); ``config check``, ``smoke`` and ``train`` print each line as a
+      warning (e.g. settings the provider ignores, LoRA targets that leave whole layer types
+      of the model out).
     """
 
 
@@ -56,8 +70,10 @@ def register_search_providers(register: Callable[[str, SearchFactory], None]) ->
     """Register search providers: ``register("zhihu", factory)``.
 
     ``factory(config)`` must return a :class:`~searchr1.core.types.SearchProvider`. It reads
-    ``config.search`` and its own table ``config.plugin_table("search", name)``. Called once
-    per run, before the first rollout.
+    ``config.search`` and its own settings (``plugin_settings(config, "search", name, cls)``).
+    Called once per run, before the first rollout. The factory may carry the attributes listed
+    under :func:`register_model_providers` (``settings``, ``infer_provider``, ``default``,
+    ``defaults``, ``secret_variables``, ``advise``).
     """
 
 

@@ -117,7 +117,13 @@ class Registry:
         return sorted(self.entries[kind])
 
     def get(self, kind: str, name: str) -> Registration:
-        """The registration for ``name``, or a PluginError listing the names available."""
+        """The registration for ``name``, or a PluginError listing the names available. An
+        empty name (a config built in code, not read from a file) is the one registration
+        whose factory declares itself the ``default``."""
+        if not name:
+            defaults = [r for r in self.entries[kind].values() if getattr(r.factory, "default", "")]
+            if len(defaults) == 1:
+                return defaults[0]
         try:
             return self.entries[kind][name]
         except KeyError:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.config import Config, load_config
-from searchr1.core.config_resolve import check_plugin_choices
+from searchr1.core.config_validate import advice, check_plugin_choices
 from searchr1.core.errors import ConfigError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
@@ -104,11 +104,9 @@ def open_run(
 def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
     """Print (``warning: ...``) and log (``config_warning``) what the run should know before
     it starts: the provider and protocol when the file left them out, literal secrets, empty
-    exported variables, every setting the model provider cannot honour, and what the
-    provider's factory checks (``registry`` given). Returns the warnings (smoke repeats them
-    in its verdict)."""
-    from searchr1.core.config_advice import provider_warnings, unhonoured_settings
-
+    exported variables, and what the chosen plugins' factories advise (settings they cannot
+    honour; :func:`searchr1.core.config_validate.advice`, with the installed plugins when
+    ``registry`` is None). Returns the warnings (smoke repeats them in its verdict)."""
     log = get_logger()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
@@ -116,9 +114,7 @@ def announce_config(config: Config, registry: Registry | None = None) -> list[st
             value = getattr(getattr(config, section), key)
             print(f"{dotted} = {value!r}: {reason}")
             log.info("config_choice", field=dotted, value=value, reason=reason)
-    warnings = [*config.warnings, *unhonoured_settings(config)]
-    if registry is not None:
-        warnings += provider_warnings(config, registry)
+    warnings = [*config.warnings, *advice(config, registry)]
     for line in warnings:
         print(f"warning: {line}")
         log.warning("config_warning", detail=line)

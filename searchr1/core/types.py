@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 StopReason = Literal["stop", "length"]
 EndReason = Literal[

@@ -294,6 +294,15 @@ def local_settings(config: Config) -> LocalSearchSettings:
     return plugin_settings(config, "search", "local", LocalSearchSettings, needs_a_corpus)
 
 
+def _create(config: Config) -> LocalBM25Search:
+    return LocalBM25Search.from_config(config)
+
+
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+_create.settings = LocalSearchSettings  # type: ignore[attr-defined]
+_create.default = "BM25 over [search.local] corpus on this machine"  # type: ignore[attr-defined]
+
+
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("local", LocalBM25Search.from_config)
+    register("local", _create)

@@ -2,10 +2,11 @@
 
 For evaluating hosted models (TaoToken's ``{api_base}/v1/chat/completions``, a vLLM server, any
 OpenAI-compatible gateway) with the same rollout, protocol and reward as training. Chosen by
-``[model] provider = "openai_chat"``; ``api_base`` and ``api_key`` as for the other providers,
-``base_model`` names the model (and its tokenizer). The factory's
-:class:`~searchr1.core.types.Model` has a sampler and no trainer, so ``searchr1 train`` refuses
-the provider before any rollout (:func:`searchr1.core.trainer_checks.require_trainer`).
+``[model] provider = "openai_chat"``; ``api_base`` and ``api_key`` in ``[model.openai_chat]``
+(or in ``[model]``, as for the other providers), ``base_model`` names the model (and its
+tokenizer). The factory's :class:`~searchr1.core.types.Model` has a sampler and no trainer, so
+``searchr1 train`` refuses the provider before any rollout
+(:func:`searchr1.core.trainer_checks.require_trainer`).
 
 How a text-level API meets the token-level contract (the honest version):
 
@@ -53,7 +54,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.call_format import CallFormat, detect_call_format
-from searchr1.core.config import plugin_settings
+from searchr1.core.config import plugin_settings, setting
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
@@ -63,7 +64,6 @@ from searchr1.kit.http import (
     HttpGaveUp,
     RetryPolicy,
     Verdict,
-    api_key_variable,
     default_decide,
     safe_url,
 )
@@ -88,8 +88,11 @@ class ChatServiceError(RuntimeError):
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """``[model.openai_chat]`` (all optional)."""
+    """``[model.openai_chat]`` (all optional but ``api_base``)."""
 
+    #: the server (TaoToken: https://taotoken.net/api, vLLM: http://host:8000)
+    api_base: str = setting("", also_in_section=True)
+    api_key: str = setting("", secret=True, also_in_section=True)
     #: model name sent to the API; empty = [model] base_model
     model: str = ""
     #: local tokenizer (folder, hub id or builtin:); empty = [model] base_model
@@ -153,8 +156,8 @@ class OpenAIChatProvider:
     def from_config(cls, config: Config) -> OpenAIChatProvider:
         from searchr1.core.tokenizers import provider_tokenizer
 
-        def needs_a_server(_: ChatSettings) -> list[str]:
-            if config.model.api_base.strip():
+        def needs_a_server(settings: ChatSettings) -> list[str]:
+            if settings.api_base.strip():
                 return []
             return [
                 "model.api_base is empty; provider 'openai_chat' needs the server URL "
@@ -163,12 +166,12 @@ class OpenAIChatProvider:
 
         settings = plugin_settings(config, "model", "openai_chat", ChatSettings, needs_a_server)
         return cls(
-            api_base=config.model.api_base.strip(),
-            api_key=config.model.api_key,
+            api_base=settings.api_base.strip(),
+            api_key=settings.api_key,
             model=settings.model or config.model.base_model,
             tokenizer=provider_tokenizer(config, "openai_chat", settings.tokenizer),
             settings=settings,
-            key_name=api_key_variable(config),
+            key_name=config.variables.get("model.openai_chat.api_key", "model.api_key"),
         )
 
     @property
@@ -298,6 +301,11 @@ class OpenAIChatProvider:
 
 def _create(config: Config) -> Model:
     return Model(sampler=OpenAIChatProvider.from_config(config))
+
+
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+_create.settings = ChatSettings  # type: ignore[attr-defined]
+_create.secret_variables = {"api_key": "OPENAI_API_KEY"}  # type: ignore[attr-defined]
 
 
 def _decide(response: Any) -> Verdict:

@@ -11,8 +11,10 @@ The server answers many queries in one request, so queries that arrive within
 are sent together, up to ``max_batch`` per request. Retries, the concurrency limit, the cache
 and optional keys (sent as ``Authorization: Bearer``, e.g. behind a gateway) come from
 :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`; a failed request fails every
-query of its batch with the same error. ``[search] api_base`` defaults to
-``http://127.0.0.1:8000`` (the original ``retrieval_launch.sh``). Its own table::
+query of its batch with the same error. ``api_base`` defaults to ``http://127.0.0.1:8000``
+(the original ``retrieval_launch.sh``). Its own table (with the HTTP settings of
+:class:`~searchr1.kit.search.http_provider.HttpSearchSettings`, which may also be written in
+``[search]``)::
 
     [search.search_r1]
     batch_window_ms = 5.0
@@ -34,7 +36,11 @@ from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse, SearchResult
 from searchr1.kit.search.documents import DocumentError, row_to_result
-from searchr1.kit.search.http_provider import HttpSearchProvider, ResponseError
+from searchr1.kit.search.http_provider import (
+    HttpSearchProvider,
+    HttpSearchSettings,
+    ResponseError,
+)
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -43,7 +49,7 @@ Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 
 
 @dataclass(frozen=True)
-class SearchR1Settings:
+class SearchR1Settings(HttpSearchSettings):
     """``[search.search_r1]``."""
 
     batch_window_ms: float = field(default=5.0, metadata={"min": 0})
@@ -95,7 +101,7 @@ class SearchR1Retriever(HttpSearchProvider):
 
     def __init__(self, config: Config, **kwargs: Any):
         self.options = search_r1_settings(config)
-        super().__init__(config.search, **kwargs)
+        super().__init__(config.search, self.options, **kwargs)
         self._pending: dict[int, Batch] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -167,4 +173,12 @@ class SearchR1Retriever(HttpSearchProvider):
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("search_r1", SearchR1Retriever)
+    register("search_r1", _create)
+
+
+def _create(config: Config) -> SearchR1Retriever:
+    return SearchR1Retriever(config)
+
+
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+_create.settings = SearchR1Settings  # type: ignore[attr-defined]

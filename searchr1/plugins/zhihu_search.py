@@ -1,11 +1,13 @@
 """The ``zhihu`` search provider: Zhihu's global search API (``docs/protocols.md`` §1).
 
 Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
-``[search] provider = "zhihu"``. Keys come from ``[search] api_keys`` (usually
-``"${ZHIHU_SEARCH_KEYS}"``, comma or newline separated); ``[search] api_base`` defaults to
+``[search] provider = "zhihu"``. Keys come from ``api_keys`` (usually
+``"${ZHIHU_SEARCH_KEYS}"``, comma or newline separated); ``api_base`` defaults to
 ``https://developer.zhihu.com`` and the endpoint path is appended. Key rotation, benching,
 retries, the concurrency limit and the cache come from
-:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`. Its own table::
+:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`, whose settings
+(``api_keys``, ``api_base``, ``timeout_seconds``, ``max_retries``, ``key_cooldown_seconds``)
+are part of this table and may also be written in ``[search]`` itself. Its own table::
 
     [search.zhihu]
     search_db = "all"     # SearchDB: "all" | "realtime" | "static"; "" = the service default
@@ -32,7 +34,11 @@ from searchr1.core.config import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
 from searchr1.core.types import SearchResponse, SearchResult
-from searchr1.kit.search.http_provider import HttpSearchProvider, ResponseError
+from searchr1.kit.search.http_provider import (
+    HttpSearchProvider,
+    HttpSearchSettings,
+    ResponseError,
+)
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -43,7 +49,7 @@ _TAG_RE = re.compile(r"<[^>]{0,200}>")
 
 
 @dataclass(frozen=True)
-class ZhihuSettings:
+class ZhihuSettings(HttpSearchSettings):
     """``[search.zhihu]``."""
 
     search_db: str = field(default="", metadata={"choices": ("", "all", "realtime", "static")})
@@ -52,10 +58,10 @@ class ZhihuSettings:
 
 
 def zhihu_settings(config: Config) -> ZhihuSettings:
-    """``[search.zhihu]`` checked, and at least one key in ``[search] api_keys``."""
+    """``[search.zhihu]`` checked, and at least one key in ``api_keys``."""
 
-    def needs_a_key(_: ZhihuSettings) -> list[str]:
-        if config.search.api_keys:
+    def needs_a_key(settings: ZhihuSettings) -> list[str]:
+        if settings.api_keys:
             return []
         return [
             "search.api_keys is empty: the zhihu provider needs at least one key "
@@ -121,7 +127,7 @@ class ZhihuSearch(HttpSearchProvider):
 
     def __init__(self, config: Config, **kwargs: Any):
         self.options = zhihu_settings(config)
-        super().__init__(config.search, **kwargs)
+        super().__init__(config.search, self.options, **kwargs)
 
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
         params = {"Query": query, "Count": str(min(top_k, MAX_COUNT))}
@@ -140,6 +146,15 @@ class ZhihuSearch(HttpSearchProvider):
         return SearchResponse(results=fetched.value or (), error=fetched.error)
 
 
+def _create(config: Config) -> ZhihuSearch:
+    return ZhihuSearch(config)
+
+
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+_create.settings = ZhihuSettings  # type: ignore[attr-defined]
+_create.secret_variables = {"api_keys": "ZHIHU_SEARCH_KEYS"}  # type: ignore[attr-defined]
+
+
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("zhihu", ZhihuSearch)
+    register("zhihu", _create)

@@ -8,21 +8,25 @@ calls :meth:`HttpSearchProvider.request` with two small functions: one that buil
 connections, retries with jitter, ``Retry-After``) and adds what a search service needs:
 
 * takes keys round-robin from a :class:`~searchr1.kit.search.keys.KeyPool`; a 429 benches the
-  key (for ``Retry-After`` seconds when given, else ``[search] key_cooldown_seconds``) and the
+  key (for ``Retry-After`` seconds when given, else ``key_cooldown_seconds``) and the
   request moves to the next key at once; 401/403 benches the key for the run;
-* retries timeouts, connection errors, 408 and 5xx up to ``[search] max_retries`` times with
+* retries timeouts, connection errors, 408 and 5xx up to ``max_retries`` times with
   exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
   wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
 * holds one slot of a per-provider semaphore (``[search] max_concurrency``) per HTTP attempt
   (never while sleeping), so a group of 64 trajectories cannot flood the service;
-* bounds each attempt by ``[search] timeout_seconds`` end to end;
+* bounds each attempt by ``timeout_seconds`` end to end;
 * counts every attempt and outcome in the provider's metrics;
 * returns a short, model-readable error instead of raising, and never puts a key in it.
+
+The settings named above are the provider's own (:class:`HttpSearchSettings`, which a
+plugin's settings dataclass extends); each may also be written in ``[search]`` itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +34,7 @@ from typing import Generic, TypeVar
 
 import httpx
 
-from searchr1.core.config import SearchConfig
+from searchr1.core.config import SearchConfig, setting
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
@@ -86,35 +90,50 @@ class _Tries:
     key_switches: int = 0
 
 
+@dataclass(frozen=True)
+class HttpSearchSettings:
+    """The HTTP settings of one search service (``[search.<provider>]``, or ``[search]``)."""
+
+    api_keys: tuple[str, ...] = setting((), secret=True, split=True, also_in_section=True)
+    #: empty = the provider's ``default_api_base``
+    api_base: str = setting("", also_in_section=True)
+    timeout_seconds: float = setting(10.0, gt=0.0, also_in_section=True)
+    max_retries: int = setting(2, min=0, also_in_section=True)
+    key_cooldown_seconds: float = setting(
+        math.inf, gt=0.0, inf_ok=True, also_in_section=True, help="inf = benched for the run"
+    )
+
+
 class HttpSearchProvider(BaseSearchProvider):
     """Key pool, retries, concurrency limit and a pooled HTTP client for one provider; see
     the module docstring."""
 
-    #: used when ``[search] api_base`` is empty
+    #: used when ``api_base`` is empty
     default_api_base: str = ""
 
     def __init__(
         self,
         settings: SearchConfig,
+        http: HttpSearchSettings,
         *,
         backoff_base_s: float = 0.25,
         backoff_cap_s: float = 8.0,
         rng: random.Random | None = None,
     ):
         super().__init__(settings)
-        self.api_base = (settings.api_base or self.default_api_base).rstrip("/")
-        self.keys = KeyPool(settings.api_keys, settings.key_cooldown_seconds, provider=self.name)
+        self.api_base = (http.api_base or self.default_api_base).rstrip("/")
+        self.keys = KeyPool(http.api_keys, http.key_cooldown_seconds, provider=self.name)
         self.http = HttpClient(
             self.api_base,
             policy=RetryPolicy(
-                max_retries=settings.max_retries,
+                max_retries=http.max_retries,
                 backoff_base_s=backoff_base_s,
                 backoff_cap_s=backoff_cap_s,
                 max_retry_after_s=MAX_RETRY_AFTER_S,
-                attempt_timeout_s=settings.timeout_seconds,
+                attempt_timeout_s=http.timeout_seconds,
             ),
             max_connections=settings.max_concurrency,
-            timeout=settings.timeout_seconds,
+            timeout=http.timeout_seconds,
             follow_redirects=True,
             rng=rng,
         )

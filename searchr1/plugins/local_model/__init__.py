@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
+from searchr1.plugins.local_model.provider import LocalSettings
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -36,16 +37,28 @@ def _create_local(config: Config) -> Model:
     return Model(sampler=provider, trainer=provider)
 
 
-def lora_config_warnings(config: Config) -> list[str]:
-    """The factory's pre-run check (``config check``, ``smoke`` and ``train`` call it through
-    :func:`searchr1.core.config_advice.provider_warnings`): layer types of the model that
-    ``[lora] target_modules`` leaves without any adapted module."""
+def lora_advice(config: Config) -> list[str]:
+    """What the in-process learner says about ``[lora]`` before a run (the factory's
+    ``advise``; ``config check``, ``smoke`` and ``train`` print each line): dropout, which the
+    learner turns off, and layer types of the model that ``target_modules`` leaves without
+    any adapted module."""
     from searchr1.plugins.local_model.lora_coverage import coverage_warnings
 
-    return coverage_warnings(config)
+    out = []
+    if config.lora.dropout > 0:
+        out.append(
+            f"lora.dropout = {config.lora.dropout:g} has no effect on provider "
+            f"{config.model.provider!r}: the learner scores the policy with dropout off, as the "
+            f"sampler runs it, so on-policy importance ratios are 1 (a dropout-thinned learner "
+            f"put them up to 1.10 at 0.05)"
+        )
+    return out + coverage_warnings(config)
 
 
-_create_local.config_warnings = lora_config_warnings  # type: ignore[attr-defined]
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+_create_local.settings = LocalSettings  # type: ignore[attr-defined]
+_create_local.default = "the model runs in this process"  # type: ignore[attr-defined]
+_create_local.advise = lora_advice  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -12,7 +12,7 @@ Qwen3.5-4B's 32 layers and nothing else, silently. This module says so:
   on the meta device (no memory, no weights), ``target_modules`` matched against its linear
   modules the way peft matches them, and every layer type left with no adapted module named,
   with ``"all-linear"`` and the missing names as the fix. ``config check``, ``smoke`` and
-  ``train`` print these (through the provider factory's ``config_warnings``).
+  ``train`` print these (through the provider factory's ``advise``).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.config_schema import setting
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (
@@ -62,8 +63,13 @@ log = get_logger()
 @dataclass(frozen=True)
 class LocalSettings:
     """``[model.local]``, read by :meth:`LocalModelProvider.from_config` through
-    :func:`searchr1.core.config.plugin_settings`."""
+    :func:`searchr1.core.config.plugin_settings`; ``device`` and ``dtype`` may also be
+    written in ``[model]``."""
 
+    device: str = setting("auto", also_in_section=True, help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = setting(
+        "auto", also_in_section=True, choices=("auto", "float32", "bfloat16", "float16")
+    )
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
@@ -172,8 +178,8 @@ class LocalModelProvider:
         )
 
         settings = plugin_settings(config, "model", "local", LocalSettings)
-        device = choose_device(config.model.device)
-        dtype = choose_dtype(config.model.dtype, device)
+        device = choose_device(settings.device)
+        dtype = choose_dtype(settings.dtype, device)
         threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
         tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
         path = resolve(config.model.base_model)

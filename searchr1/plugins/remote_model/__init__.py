@@ -1,8 +1,11 @@
 """Remote model providers: ``taotoken`` and ``tinker``, one adapter over Tinker-shaped SDKs.
 
 ``[model] provider = "taotoken"`` samples and trains a LoRA adapter on a remote service through
-the ``pytrio`` SDK (base URL = ``[model] api_base``, key = ``[model] api_key``);
-``provider = "tinker"`` drives the ``tinker`` SDK with the same adapter. Both SDKs are the
+the ``pytrio`` SDK (base URL = ``api_base``, key = ``api_key``, in ``[model.taotoken]`` or in
+``[model]``);
+``provider = "tinker"`` drives the ``tinker`` SDK with the same adapter. A ``[model]`` table
+that names no provider but sets ``api_base`` or ``api_key`` means ``taotoken``
+(``create.infer_provider``). Both SDKs are the
 optional extra ``pip install searchr1[remote]``. Importing this package is cheap: the SDK is
 imported only when the factory runs (once per run, by the core).
 
@@ -21,12 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
+from searchr1.plugins.remote_model.advice import advise
+from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
 
 
-def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
+#: every step waits on the service and on search in turn, so overlapping the next step's
+#: rollouts with this step's training pays (``bench/pipeline.py``: 1.6x s/step with service
+#: and search latency, learning intact)
+PIPELINED = (
+    1,
+    "the next step's rollouts run while the service trains this one (docs/benchmarks.md, "
+    "pipelined steps)",
+)
+
+
+def _factory(provider_name: str, default_sdk: str, key_variable: str) -> Callable[[Config], Model]:
     def create(config: Config) -> Model:
         from searchr1.plugins.remote_model.provider import RemoteModelProvider
 
@@ -35,10 +50,17 @@ def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
         )
         return Model(sampler=provider, trainer=provider)
 
+    # What the core reads off the factory (docs/plugins.md, "What a factory may declare").
+    create.settings = RemoteSettings  # type: ignore[attr-defined]
+    create.defaults = {"train.max_staleness": PIPELINED}  # type: ignore[attr-defined]
+    create.secret_variables = {"api_key": key_variable}  # type: ignore[attr-defined]
+    create.advise = advise  # type: ignore[attr-defined]
     return create
 
 
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
-    register("taotoken", _factory("taotoken", "pytrio"))
-    register("tinker", _factory("tinker", "tinker"))
+    taotoken = _factory("taotoken", "pytrio", "TAOTOKEN_API_KEY")
+    taotoken.infer_provider = infer_taotoken  # type: ignore[attr-defined]
+    register("taotoken", taotoken)
+    register("tinker", _factory("tinker", "tinker", "TINKER_API_KEY"))

@@ -6,7 +6,7 @@ Called once per run by :meth:`RemoteModelProvider.from_config
 LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read off
 ``target_modules`` by :func:`lora_groups` (any of ``q/k/v/o_proj`` -> attention, any of
 ``gate/up/down_proj`` -> MLP, ``lm_head`` -> unembedding); ``alpha`` and ``dropout`` are the
-service's own (not sent). :func:`searchr1.core.config_advice.unhonoured_settings` names each of
+service's own (not sent). :func:`searchr1.plugins.remote_model.advice.advise` names each of
 these in a warning at the start of ``config check``, ``smoke`` and ``train``.
 """
 
@@ -59,14 +59,14 @@ def log_in(config: Config, provider_name: str, default_sdk: str) -> Login:
     Raises ConfigError for a missing ``api_base`` / ``api_key``, MissingSDKError when the
     SDK is not installed, RemoteAuthError when the key is rejected."""
     settings = load_settings(config, provider_name, default_sdk)
-    key_name = api_key_variable(config)
+    key_name = api_key_variable(config, provider_name)
     if config.model.temperature != 1.0:
         # Tinker-shaped services are not told the sampling temperature when they train, so
         # their learner log-probs are presumably untempered while the sampler's are tempered:
         # on-policy ratios start away from 1 (the local provider tempers both). The seed runs
         # at 0.8, so this is said, not refused; each step's ratio_mean (from the log-probs
         # forward_result reads back) logs the gap.
-        from searchr1.core.config_advice import temperature_note
+        from searchr1.plugins.remote_model.advice import temperature_note
 
         log.warning(
             "remote_temperature_not_1",
@@ -75,9 +75,9 @@ def log_in(config: Config, provider_name: str, default_sdk: str) -> Login:
         )
     sdk = import_sdk(settings.sdk)
     tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
-    api_base = config.model.api_base.strip()
+    api_base = settings.api_base.strip()
     try:
-        service = open_service(sdk, api_base, config.model.api_key, settings)
+        service = open_service(sdk, api_base, settings.api_key, settings)
     except Exception as exc:
         raise translate(
             exc,

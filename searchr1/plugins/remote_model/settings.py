@@ -1,14 +1,18 @@
 """``[model.taotoken]`` / ``[model.tinker]``: the remote adapter's own settings.
 
-Read once by :meth:`RemoteModelProvider.from_config`. Every field has a default, so a config
-needs only ``[model] provider``, ``api_base``, ``api_key`` and ``base_model``.
+Read once by :meth:`RemoteModelProvider.from_config`. Every field has a default but the
+service's address and key; ``api_base`` and ``api_key`` may also be written in ``[model]``
+itself (the reference setup writes them there), which is also how the ``taotoken`` plugin
+recognises a file that names no provider (:func:`infer_taotoken`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from searchr1.core.config import Config, plugin_settings
+from searchr1.core.config import Config, plugin_settings, setting
 
 SDKS = ("pytrio", "tinker")
 
@@ -25,6 +29,9 @@ class RemoteSettings:
     ``sampling_timeout_seconds``), for both SDKs.
     """
 
+    #: the service's base URL (TaoToken: https://taotoken.net/api)
+    api_base: str = setting("", also_in_section=True)
+    api_key: str = setting("", secret=True, also_in_section=True)
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
     #: local tokenizer (path or hub name); empty = ``[model] base_model``
     tokenizer: str = ""
@@ -51,12 +58,12 @@ def load_settings(config: Config, provider_name: str, default_sdk: str) -> Remot
 
     def provider_needs(settings: RemoteSettings) -> list[str]:
         problems = []
-        if not config.model.api_base.strip():
+        if not settings.api_base.strip():
             problems.append(
                 f"model.api_base is empty; provider {provider_name!r} needs the service URL "
                 f"(TaoToken: https://taotoken.net/api)"
             )
-        if not config.model.api_key.strip():
+        if not settings.api_key.strip():
             problems.append(
                 f"model.api_key is empty; provider {provider_name!r} needs a key, e.g. "
                 f'api_key = "${{TAOTOKEN_API_KEY}}" with the key in the environment or .env'
@@ -71,7 +78,19 @@ def load_settings(config: Config, provider_name: str, default_sdk: str) -> Remot
     return settings if settings.sdk else replace(settings, sdk=default_sdk)
 
 
-def api_key_variable(config: Config) -> str:
-    """What to call the API key in an error: the environment variable that filled
-    ``[model] api_key`` (``api_key = "${VAR}"``) when there is one, else ``model.api_key``."""
-    return config.variables.get("model.api_key", "model.api_key")
+def api_key_variable(config: Config, provider_name: str) -> str:
+    """What to call the API key in an error: the environment variable that filled the key
+    (``api_key = "${VAR}"``) when there is one, else ``model.api_key``."""
+    return config.variables.get(f"model.{provider_name}.api_key", "model.api_key")
+
+
+def infer_taotoken(model_table: Mapping[str, Any]) -> str | None:
+    """Why a ``[model]`` table that names no provider means TaoToken: it sets the service's
+    ``api_base`` or ``api_key`` (the reference setup); None otherwise."""
+    remote = [k for k in ("api_base", "api_key") if str(model_table.get(k, "")).strip()]
+    if not remote:
+        return None
+    return (
+        f"[model] sets {' and '.join(remote)} and no provider: sampling and training go "
+        f"through the TaoToken service (the seed's setup)"
+    )

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
-from searchr1.plugins.local_model import lora_config_warnings
+from searchr1.plugins.local_model import lora_advice
+from searchr1.plugins.local_model.provider import LocalSettings
+from searchr1.plugins.vllm_model.settings import VllmSettings
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -40,5 +42,21 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
     register("vllm", _create_vllm)
 
 
-# the same LoRA adapter as the local provider's, so the same pre-run check
-_create_vllm.config_warnings = lora_config_warnings  # type: ignore[attr-defined]
+def vllm_advice(config: Config) -> list[str]:
+    """The local learner's ``[lora]`` advice (the same adapter), and what vLLM's log-probs
+    mean under top-p sampling."""
+    out = lora_advice(config)
+    if config.model.top_p < 1.0:
+        out.insert(
+            0,
+            f"model.top_p = {config.model.top_p:g} on provider 'vllm': vLLM reports log-probs of "
+            f"the top-p renormalised distribution, the learner's are before truncation, so "
+            f"ratios sit below 1 by the kept mass (see mismatch/*); top_p = 1.0 matches exactly",
+        )
+    return out
+
+
+# What the core reads off the factory (docs/plugins.md, "What a factory may declare"): the
+# learner is the local provider's, so [model.local] (device, dtype) is read as well.
+_create_vllm.settings = {"vllm": VllmSettings, "local": LocalSettings}  # type: ignore[attr-defined]
+_create_vllm.advise = vllm_advice  # type: ignore[attr-defined]

@@ -15,7 +15,6 @@ its folder removed. The LoRA B matrices start at zero, so version 0 samples exac
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import shutil
 import signal
@@ -72,12 +71,10 @@ class VllmModelProvider(LocalModelProvider):
         from searchr1.core.config import ConfigError, plugin_settings
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
-        if not settings.api_base and config.model.api_base:  # [model] api_base works too
-            settings = dataclasses.replace(settings, api_base=config.model.api_base)
         problems = settings_problems(settings)
         if problems:
             raise ConfigError([f"{config.source}: {problem}" for problem in problems])
-        # top_p < 1 is announced with the other unhonoured settings (core/config_advice.py)
+        # top_p < 1 is announced before the run (the factory's advise, vllm_model/__init__.py)
         provider = super().from_config(config)
         assert isinstance(provider, VllmModelProvider)
         with _sigterm_raises():
@@ -124,7 +121,7 @@ class VllmModelProvider(LocalModelProvider):
             request_timeout_s=settings.request_timeout_s,
             max_connections=settings.max_connections,
             # A server started with --api-key wants it; [model] api_key holds it (a secret).
-            api_key=config.model.api_key if settings.api_base else "",
+            api_key=settings.api_key if settings.api_base else "",
         )
         waited = wait_ready(
             self.client.healthy,

@@ -6,8 +6,9 @@ checked there)::
 
     [model.vllm]
     api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
-                             #   one ([model] api_base is used when this is empty; [model]
-                             #   api_key is sent as a bearer token to a server run with --api-key)
+                             #   one (may also be written in [model])
+    api_key = ""             # sent as a bearer token to a server run with --api-key (a secret;
+                             #   may also be written in [model])
     python = ""              # the vLLM environment's Python that launches it, e.g.
                              #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
     server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
@@ -25,10 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from searchr1.core.config_schema import setting
+
 
 @dataclass(frozen=True)
 class VllmSettings:
-    api_base: str = ""
+    api_base: str = setting("", also_in_section=True)
+    api_key: str = setting("", secret=True, also_in_section=True)
     python: str = ""
     server_args: tuple[str, ...] = ()
     max_model_len: int = field(default=0, metadata={"min": 0})
