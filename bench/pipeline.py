@@ -201,8 +201,7 @@ def run_mode(
     real = plugins.load_registry
     runs.load_registry = lambda extra=(): real([plugin, *extra])  # type: ignore[assignment]
     try:
-        where = argparse.Namespace(run_dir=str(tmp / f"staleness{staleness}"), resume=False)
-        ctx = runs.open_run(where, "train", config=config)
+        ctx = runs.open_run(config, "train", run_dir=str(tmp / f"staleness{staleness}"))
         t0 = time.perf_counter()
         train(ctx)
         wall = time.perf_counter() - t0

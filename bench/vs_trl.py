@@ -39,7 +39,6 @@ def _peak_mb() -> float:
 
 
 def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dict[str, float]:
-    import argparse as ap
     import dataclasses
 
     from searchr1.core.config import load_config
@@ -80,8 +79,7 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
-    args = ap.Namespace(config=None, run_dir=str(run_dir), resume=False, max_steps=None)
-    ctx = open_run(args, "train", config=config, stream=open(os.devnull, "w"))
+    ctx = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
     train(ctx)
     events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
     steps_m = [e for e in events if e["event"] == "metrics"][1:]  # drop the warm-up step

@@ -26,7 +26,7 @@ environment (variables already set win, except exported-but-empty ones), which i
 seed's ``assert os.environ.get("TAOTOKEN_API_KEY")`` expects.
 
 Rewards need golden answers: ``golden_answers=`` (default: the seed's answers for the seed's
-question, :data:`searchr1.cli.smoke.DEFAULT_ANSWERS`; none for any other question, so its
+question, :data:`searchr1.defaults.DEFAULT_ANSWERS`; none for any other question, so its
 rewards score the answer format only: 0.0 or -0.1). Nothing is trained: one group is sampled,
 searched and scored. Log events (key benching, config warnings) go to stderr unless the
 caller configured logging.
@@ -58,7 +58,7 @@ __all__ = [
 def load_api_config(config: Config | str | os.PathLike[str] | None = None) -> Config:
     """The config the API runs: ``config`` itself, the file it names, or the CLI's default
     (``$SEARCHR1_CONFIG``, ``./config.toml``, the embedded offline demo)."""
-    from searchr1.cli.args import default_config_path
+    from searchr1.defaults import default_config_path
 
     if isinstance(config, Config):
         return config
@@ -190,11 +190,11 @@ async def run_rollout_group(
     search provider) replaces the config's ``[search]`` and is left open for the caller to
     read its rates. The model provider is created from the config for this call and closed
     after it."""
-    from searchr1.cli.smoke import DEFAULT_ANSWERS, DEFAULT_QUESTION
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
     from searchr1.core.rollout import rollout_questions
     from searchr1.core.runs import create_model
+    from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
 
     if group_size < 1:
         raise ConfigError([f"run_rollout_group: group_size must be >= 1, got {group_size}"])

@@ -1,14 +1,14 @@
 """What several commands share: the ``--config`` default and the count flags.
 
-:func:`default_config_path` is also used by :mod:`searchr1.api`, so the Python API runs the
-config the command line would.
+The default ``--config`` is :func:`searchr1.defaults.default_config_path`, shared with the
+Python API.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
+from typing import Any
 
 CONFIG_HELP = (
     "config.toml (default: $SEARCHR1_CONFIG when that file exists, else ./config.toml when it "
@@ -44,24 +44,25 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-steps", type=whole_number(0), help="override train.max_steps")
 
 
-def _config_from_env() -> str | None:
-    """``$SEARCHR1_CONFIG`` when it names an existing file, else None (the embedded default).
+def open_run_from_args(
+    args: argparse.Namespace, command: str, *, config: Any = None, **log_kwargs: Any
+) -> Any:
+    """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
+    ``--config`` (or ``config``, already loaded), ``--max-steps`` applied, ``--run-dir`` and
+    ``--resume`` passed on, and the terminal console when stdout is a TTY."""
+    from searchr1.cli.console import tty_screen
+    from searchr1.core.config import load_config
+    from searchr1.core.runs import open_run
 
-    The container image sets it to ``/workspace/config.toml``, which exists only when the user
-    has a config.toml in the project folder mounted there (compose.yaml): with one, every
-    command uses it; without, they run the offline demo. ``--config`` always wins.
-    """
-    path = os.environ.get("SEARCHR1_CONFIG", "")
-    return path if path and os.path.isfile(path) else None
-
-
-def default_config_path() -> tuple[str | None, str]:
-    """The config a command runs when ``--config`` is not given, and why: ``$SEARCHR1_CONFIG``
-    when that file exists (the container image), else ``./config.toml`` when it exists (the
-    reference setup's layout: config.toml and .env in the project folder), else the demo."""
-    from_env = _config_from_env()
-    if from_env is not None:
-        return from_env, "$SEARCHR1_CONFIG names it and --config was not given"
-    if os.path.isfile("config.toml"):
-        return "config.toml", "./config.toml exists in the working directory; no --config given"
-    return None, "no --config, no $SEARCHR1_CONFIG file and no ./config.toml: the offline demo"
+    config = config or load_config(getattr(args, "config", None))
+    max_steps = getattr(args, "max_steps", None)
+    if max_steps is not None:
+        config = config.replace(train={"max_steps": max_steps})
+    log_kwargs.setdefault("screen", tty_screen())
+    return open_run(
+        config,
+        command,
+        run_dir=getattr(args, "run_dir", None),
+        resume=bool(getattr(args, "resume", False)),
+        **log_kwargs,
+    )

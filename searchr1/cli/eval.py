@@ -146,11 +146,11 @@ async def _evaluate_all(
 
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
-    from searchr1.cli.console import tty_screen
+    from searchr1.cli.args import open_run_from_args
     from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
     from searchr1.core.data import limit_per_source, load_questions
     from searchr1.core.protocols import make_protocol
-    from searchr1.core.runs import build_components, open_run
+    from searchr1.core.runs import build_components
 
     if args.limit_per_source is not None and args.limit_per_source < 1:
         raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
@@ -158,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
     labels = [label for label, _ in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
-    ctx = open_run(args, "eval", screen=tty_screen())
+    ctx = open_run_from_args(args, "eval")
     config = ctx.config
     data_path = args.data or config.data.eval
     loaded = load_questions(

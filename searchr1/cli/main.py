@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from searchr1.cli import config_check, data, plugins, report, smoke, train
 from searchr1.cli import eval as eval_command
-from searchr1.cli.args import default_config_path
 from searchr1.core.errors import SearchR1Error
+from searchr1.defaults import default_config_path
 
 #: The commands in the order ``searchr1 --help`` lists them.
 COMMANDS = (train, smoke, plugins, config_check, eval_command, report, data)

@@ -48,19 +48,8 @@ from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
+from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
 
-DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
-#: The reference setup's example scores "France" 1.0 and "Paris" 0.0: the question asks who
-#: wrote the book *and where he was born* (Lyon, France). So the golden answers are the
-#: birthplace as country, city or both; the author's name alone is not golden, with it it is.
-DEFAULT_ANSWERS = (
-    "France",
-    "Lyon",
-    "Lyon, France",
-    "Antoine de Saint-Exupéry, Lyon",
-    "Antoine de Saint-Exupéry, France",
-    "Antoine de Saint-Exupéry, Lyon, France",
-)
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
 EXIT_CHANNEL_BROKEN = 1
 EXIT_CRITERIA_NOT_MET = 3
@@ -69,8 +58,8 @@ EXIT_CRITERIA_NOT_MET = 3
 def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
-    from searchr1.cli.console import tty_screen
-    from searchr1.core.runs import build_components, open_run
+    from searchr1.cli.args import open_run_from_args
+    from searchr1.core.runs import build_components
 
     if getattr(args, "question", None) and not getattr(args, "answer", None):
         raise UserError(
@@ -78,7 +67,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "scored against); without --question smoke asks [smoke] question of the config, or the "
             "seed's question"
         )
-    ctx = open_run(args, "smoke", config=config, screen=tty_screen())
+    ctx = open_run_from_args(args, "smoke", config=config)
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
     config = ctx.config

@@ -1,7 +1,7 @@
 """``searchr1 train``: open a run folder and run the training loop in it.
 
 The loop itself is :func:`searchr1.core.train.train`; this command opens the run
-(:func:`searchr1.core.runs.open_run`: config, plugins, logging, ``--resume``) and turns the
+(:func:`searchr1.cli.args.open_run_from_args`: config, plugins, logging, ``--resume``) and turns the
 loop's two ways of stopping early into what a shell expects: the search environment down
 (exit 3, with the reason) and SIGINT/SIGTERM after a checkpoint (exit 130/143, with the
 ``--resume`` command that continues). Both exit codes come from the error classes
@@ -18,12 +18,11 @@ from searchr1.core.errors import EnvironmentDown, Interrupted
 
 
 def main(args: argparse.Namespace) -> int:
-    from searchr1.cli.console import tty_screen
+    from searchr1.cli.args import open_run_from_args
     from searchr1.core.logs import get_logger
-    from searchr1.core.runs import open_run
     from searchr1.core.train import train
 
-    ctx = open_run(args, "train", screen=tty_screen())
+    ctx = open_run_from_args(args, "train")
     try:
         train(ctx, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:

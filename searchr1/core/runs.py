@@ -1,22 +1,21 @@
 """One command's run: its folder, logging, plugins and the four chosen plugin instances.
 
-``train``, ``smoke`` and ``eval`` call :func:`open_run` first; it loads the config (or the
-embedded default), applies CLI overrides, creates ``runs/<run>/``, starts the JSON event log
-there and loads the plugin registry. :func:`build_components` then creates the model
+``train``, ``smoke`` and ``eval`` call :func:`open_run` first (through
+:func:`searchr1.cli.args.open_run_from_args`): it loads the plugin registry, creates
+``runs/<run>/`` and starts the JSON event log there. :func:`build_components` then creates the model
 (its sampler and, when the provider trains, its trainer), search provider, reward and loss
 chosen **by name** in the config.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config, load_config
+from searchr1.core.config import Config
 from searchr1.core.config_validate import advice, check_plugin_choices
 from searchr1.core.errors import ConfigError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging
@@ -74,31 +73,33 @@ def latest_run_dir(parent: Path, command: str) -> Path | None:
 
 
 def open_run(
-    args: argparse.Namespace, command: str, *, config: Config | None = None, **log_kwargs: Any
+    config: Config,
+    command: str,
+    *,
+    run_dir: str | None = None,
+    resume: bool = False,
+    **log_kwargs: Any,
 ) -> RunContext:
-    """Load config and plugins, choose the run folder and start logging into it.
+    """Load the plugins, choose the run folder and start logging into it.
 
-    ``--run-dir`` wins; else ``--resume`` reuses the ``run.name`` folder or, without a name,
-    the latest ``<command>-*`` folder under ``run.dir``; else a new folder named after
-    ``run.name`` or a timestamp. Plugin names are resolved before the folder is created."""
-    config = config or load_config(getattr(args, "config", None))
-    max_steps = getattr(args, "max_steps", None)
-    if max_steps is not None:
-        config = config.replace(train={"max_steps": max_steps})
+    ``run_dir`` (``--run-dir``) wins; else ``resume`` reuses the ``run.name`` folder or,
+    without a name, the latest ``<command>-*`` folder under ``run.dir``; else a new folder
+    named after ``run.name`` or a timestamp. Plugin names are resolved before the folder is
+    created."""
     registry = load_registry()
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
-    run_dir = _choose_run_dir(args, config, command)
-    run_id = run_dir.name
+    run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
+    run_id = run_dir_path.name
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
-    setup_logging(run_id, run_dir / "events.jsonl", secrets=config.secrets, **log_kwargs)
+    setup_logging(run_id, run_dir_path / "events.jsonl", secrets=config.secrets, **log_kwargs)
     if command == "train":  # metric sinks: [log] sinks (events.jsonl is always on)
-        attach_sinks(open_sinks(config, registry, run_dir))
+        attach_sinks(open_sinks(config, registry, run_dir_path))
     get_logger().info(
-        "run_start", command=command, run_dir=str(run_dir), config_source=config.source
+        "run_start", command=command, run_dir=str(run_dir_path), config_source=config.source
     )
     announce_config(config, registry)
-    return RunContext(config=config, run_dir=run_dir, run_id=run_id, registry=registry)
+    return RunContext(config=config, run_dir=run_dir_path, run_id=run_id, registry=registry)
 
 
 def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
@@ -121,13 +122,11 @@ def announce_config(config: Config, registry: Registry | None = None) -> list[st
     return warnings
 
 
-def _choose_run_dir(args: argparse.Namespace, config: Config, command: str) -> Path:
+def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:
     """The run folder (created): ``--run-dir``, else on ``--resume`` the named run or the
     latest ``<command>-*`` one, else a new one. A resume with nothing to continue, or a path
     that is a file, is a UserError naming the flag or field (exit code 2)."""
     parent = Path(config.run.dir)
-    resume = bool(getattr(args, "resume", False))
-    given = getattr(args, "run_dir", None)
     if given:
         run_dir, origin = Path(given), f"--run-dir {given}"
     elif resume and config.run.name:
