@@ -24,6 +24,29 @@ def test_core_never_names_a_plugin_or_the_world() -> None:
     assert not hits, "the core reaches into a plugin:\n" + "\n".join(hits)
 
 
+#: every built-in plugin's entry-point and registered names that are not also ordinary words
+#: of the core's own vocabulary (rewards, losses, metric sinks, agent protocols, local)
+BUILTIN_NAMES = (
+    "taotoken", "tinker", "pytrio", "vllm", "zhihu", "local_model", "local_search",
+    "openai_chat", "search_r1", "offline_world", "real_models", "smollm", "gguf", "chatml",
+    "wandb", "swanlab", "tensorboard", "bm25", "format_answer", "importance_sampling",
+    "cross_entropy", "ideal_agent",
+)  # fmt: skip
+
+
+def test_core_names_no_builtin_plugin_even_in_a_string() -> None:
+    """`grep -rni <name> searchr1/core` finds nothing for any built-in plugin: the core works
+    with whatever plugins are installed, and says so in its docstrings too."""
+    pattern = re.compile("|".join(BUILTIN_NAMES), re.IGNORECASE)
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((PACKAGE / "core").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, "the core names a built-in plugin:\n" + "\n".join(hits)
+
+
 def test_core_never_imports_the_plugin_kit() -> None:
     """searchr1.kit holds helpers for plugins; the core's loop must run without it."""
     hits = [

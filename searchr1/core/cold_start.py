@@ -16,7 +16,7 @@ before the first RL step (and only when not resuming)::
                        0 on prompt and observation tokens, exactly the masks RL trains with
         forward_backward(micro-batch, cold_start.loss_fn, 1 / trained tokens); optim_step
 
-The loss (``cross_entropy`` by default: ``-sum_t A_t lp_t``) is a registered loss plugin run by
+The loss (``cold_start.loss_fn``; by default ``-sum_t A_t lp_t``) is a registered loss plugin run by
 the model's trainer like the RL loss, so the stage works with any provider that trains. The
 train loop then evaluates the held-out set (``when = "cold_start"``) and saves checkpoint 0,
 so a later ``--resume`` never repeats the stage.
@@ -125,7 +125,7 @@ def run_cold_start(
         ]
         trainer.optim_step(dataclasses.replace(adam_params(cfg), learning_rate=cs.lr))
         metrics = merge_train_metrics([r.metrics for r in results])
-        # Mean over the trained tokens: nll_sum is cross_entropy's; another loss's own value.
+        # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
         if "nll_sum" in metrics:
             loss = metrics["nll_sum"] / tokens
         else:

@@ -22,6 +22,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchr1.defaults import DEFAULT_NAMES
+
 REDACTED = "***"
 #: a plugin table's key that holds a secret (``api_key``, ``token``, ``client_secret``...);
 #: ``max_tokens`` is not one, hence the exact forms rather than a substring match
@@ -92,8 +94,11 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f("tool_calls", help="agent protocol name (the plugins command lists them)")
-    enable_thinking: bool = _f(False, help="passed to the chat template (tool_calls protocol)")
+    protocol: str = _f(
+        DEFAULT_NAMES["rollout.protocol"],
+        help="agent protocol name (the plugins command lists them)",
+    )
+    enable_thinking: bool = _f(False, help="passed to the chat template (tool-calling protocols)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
     max_extra_draws: int = _f(16, min=0)
@@ -111,7 +116,7 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class RewardConfig:
-    name: str = _f("format_answer")
+    name: str = _f(DEFAULT_NAMES["reward.name"])
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ class TrainConfig:
         help="0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: "
         "the model provider's declared default, else 0",
     )
-    loss_fn: str = _f("importance_sampling")
+    loss_fn: str = _f(DEFAULT_NAMES["train.loss_fn"])
     max_datum_tokens: int = _f(8192, min=16)
     max_micro_batch_datums: int = _f(32, min=1)
     max_micro_batch_tokens: int = _f(64000, min=16)
@@ -145,7 +150,9 @@ class ColdStartConfig:
     )
     questions_per_step: int = _f(16, min=1)
     lr: float = _f(1e-4, gt=0.0)
-    loss_fn: str = _f("cross_entropy", help="a registered loss; -sum(A * logprob) by default")
+    loss_fn: str = _f(
+        DEFAULT_NAMES["cold_start.loss_fn"], help="a registered loss; -sum(A * logprob) by default"
+    )
     data: str = _f("", help="QA file the teacher plays; empty = data.train")
 
 
@@ -170,7 +177,7 @@ class LogConfig:
         (),
         split=True,
         unique=True,
-        help="metric sinks besides events.jsonl (always on): tensorboard, ...",
+        help="metric sinks besides events.jsonl (always on), by registered name",
     )
 
 

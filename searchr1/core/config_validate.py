@@ -367,7 +367,7 @@ def infer_choices(
     else:
         reasons["rollout.protocol"] = (
             "not set; the default: the model calls the search tool through its chat template "
-            "and ends with one `Answer: ...` line (the seed's format)"
+            "and ends with one `Answer: ...` line (the reference setup's format)"
         )
     _declared_defaults(raw, registry, where, reasons)
     return reasons

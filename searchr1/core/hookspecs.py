@@ -67,7 +67,7 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
 
 @hookspec
 def register_search_providers(register: Callable[[str, SearchFactory], None]) -> None:
-    """Register search providers: ``register("zhihu", factory)``.
+    """Register search providers: ``register("my_search", factory)``.
 
     ``factory(config)`` must return a :class:`~searchr1.core.types.SearchProvider`. It reads
     ``config.search`` and its own settings (``plugin_settings(config, "search", name, cls)``).
@@ -79,7 +79,7 @@ def register_search_providers(register: Callable[[str, SearchFactory], None]) ->
 
 @hookspec
 def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
-    """Register reward functions: ``register("format_answer", factory)``.
+    """Register reward functions: ``register("my_reward", factory)``.
 
     ``factory(config)`` must return a :class:`~searchr1.core.types.RewardFn`, called once per
     finished trajectory with ``(trajectory, golden_answers)`` and returning a
@@ -89,7 +89,7 @@ def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
 
 @hookspec
 def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
-    """Register policy losses: ``register("importance_sampling", factory)``.
+    """Register policy losses: ``register("my_loss", factory)``.
 
     ``factory(config)`` must return a :class:`~searchr1.core.types.LossFn` whose ``name`` is
     the registered name (remote providers send that name to their service) and whose call
@@ -99,7 +99,7 @@ def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
 
 @hookspec
 def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) -> None:
-    """Register metric sinks: ``register("tensorboard", factory)``.
+    """Register metric sinks: ``register("my_sink", factory)``.
 
     ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
     name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
@@ -131,7 +131,7 @@ def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> 
 
 @hookspec
 def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
-    """Register model file formats: ``register(".gguf", FileFormat(version, convert))``.
+    """Register model file formats: ``register(".ext", FileFormat(version, convert))``.
 
     A config path that ends in the suffix resolves to a folder ``convert(file, folder)``
     wrote once into the cache (:func:`searchr1.core.builtins.resolve`), so every provider

@@ -5,7 +5,7 @@ protocols below; every value that crosses a plugin boundary is one of the frozen
 here. Nothing in this module imports torch at import time, so the CLI starts fast and a
 search or reward plugin can be written without it.
 
-Shapes follow the Tinker API (a model provider's :class:`Sampler` samples tokens, its
+Shapes follow the training-service API of ``docs/protocols.md`` §5 (a model provider's :class:`Sampler` samples tokens, its
 :class:`Trainer` trains on ``Datum`` s).
 Tensor names carry their shape as a suffix: ``logprobs_T`` is one value per position.
 """
@@ -76,7 +76,7 @@ class SampledSequence:
 
 @dataclass(frozen=True)
 class Datum:
-    """One training example in Tinker's layout (``docs/protocols.md`` §5).
+    """One training example in the training-service layout (``docs/protocols.md`` §5).
 
     All four sequences have length N. ``input_tokens[i]`` predicts ``target_tokens[i]`` (the
     full sequence shifted by one). ``sampler_logprobs`` and ``advantages`` are 0 on prompt and
@@ -230,7 +230,7 @@ class TrainerCapabilities:
 
 
 class Trainer(Protocol):
-    """The weights behind a :class:`Sampler`, trained in Tinker's shape.
+    """The weights behind a :class:`Sampler`, trained in the training-service shape (``docs/protocols.md`` §5).
 
     The train loop calls :meth:`forward_backward` once per micro-batch, then
     :meth:`optim_step` once per step; checkpoints call :meth:`save_state`, ``--resume`` and
@@ -410,7 +410,7 @@ class RewardFn(Protocol):
 
 @runtime_checkable
 class MetricSink(Protocol):
-    """Where a run's numbers go besides ``events.jsonl`` (TensorBoard, W&B, SwanLab, ...).
+    """Where a run's numbers go besides ``events.jsonl`` (an experiment tracker, ...).
 
     Created once per ``searchr1 train`` run from ``[log] sinks``; fed by the logging layer
     (:mod:`searchr1.core.sinks`), never by plugin call order. Everything it receives has
@@ -439,8 +439,8 @@ class MetricSink(Protocol):
 
 # --------------------------------------------------------------------------- factories
 
-# A factory receives the run's validated Config (its own table under e.g. ``[search.zhihu]``
-# is ``config.plugin_table("search", "zhihu")``) and returns the plugin instance.
+# A factory receives the run's validated Config (its own table under e.g. ``[search.my_search]``
+# is ``config.plugin_table("search", "my_search")``) and returns the plugin instance.
 ModelFactory = Callable[["Config"], Model]
 SearchFactory = Callable[["Config"], SearchProvider]
 RewardFactory = Callable[["Config"], RewardFn]
@@ -472,9 +472,9 @@ class Asset:
 @dataclass(frozen=True)
 class FileFormat:
     """A model file format a plugin converts, registered by ``register_file_formats`` under
-    its suffix (e.g. ``".gguf"``).
+    its suffix (e.g. ``".ckptzip"``).
 
-    A config path that ends in the suffix (``[model] base_model = "/models/x.gguf"``) is
+    A config path that ends in the suffix (``[model] base_model = "/models/x.ckptzip"``) is
     converted once by ``convert(file, folder)`` into an empty cache folder that
     ``from_pretrained`` loads, and resolves to that folder
     (:func:`searchr1.core.builtins.resolve`). The cache key covers the file's absolute path,

@@ -1,10 +1,19 @@
 """What runs when nothing is chosen: the embedded offline demo config (``offline.toml``), the
-config file a command or the Python API reads by default, and the smoke question of the
-reference setup (docs/reference-setup.md, section 2)."""
+plugins a config that names none gets, the config file a command or the Python API reads by
+default, and the smoke question of the reference setup (docs/reference-setup.md, §2)."""
 
 from __future__ import annotations
 
 import os
+
+#: The plugin each name-chosen setting runs when a config leaves it out (a distribution may
+#: ship other defaults here; the core reads them, it names no plugin itself).
+DEFAULT_NAMES = {
+    "rollout.protocol": "tool_calls",
+    "reward.name": "format_answer",
+    "train.loss_fn": "importance_sampling",
+    "cold_start.loss_fn": "cross_entropy",
+}
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"
 #: The reference setup's example scores "France" 1.0 and "Paris" 0.0: the question asks who
