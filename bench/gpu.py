@@ -1,4 +1,4 @@
-"""GPU check of the ``local`` provider at the seed's shapes, with random weights.
+"""GPU check of the ``local`` provider at the reference setup's shapes, with random weights.
 
     python bench/gpu.py           # on one GPU (H200: meant to finish in < 8 minutes)
     python bench/gpu.py --tiny    # the same code path on the CPU with tiny shapes (CI)

@@ -161,7 +161,7 @@ def run_path(args: Any) -> dict[str, Any]:
         vocab_size=args.vocab,
         temperature=1.0,
         pad_token_id=0,
-        chunk_tokens=65536,  # the whole batch in one micro-batch, as the seed's up to 64k
+        chunk_tokens=65536,  # the whole batch in one micro-batch, as the reference setup's up to 64k
         logit_chunk=0 if args.mode == "old" else args.chunk,
     )
     batch = datums(args.datums, args.prompt, args.vocab)

@@ -4,7 +4,7 @@
     python bench/mismatch.py --model PATH     # any causal LM folder
     python bench/mismatch.py --with-old       # also the old learner (dropout on when scoring)
 
-For each setting the provider samples 8 prompts x 8 continuations at the seed's temperature
+For each setting the provider samples 8 prompts x 8 continuations at the reference setup's temperature
 (0.8) with a non-zero LoRA adapter (B ~ N(0, 0.3^2): with B = 0 the adapter and its dropout
 add nothing), turns them into datums with advantages +-1 and runs one ``forward_backward``:
 the ``mismatch/*`` metrics it returns are what a training step logs. On-policy they would read

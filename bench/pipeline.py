@@ -4,7 +4,7 @@
     python bench/pipeline.py --questions 8 --sample-latency 0 --train-latency 0   # CPU-bound
 
 The offline world (``searchr1/defaults/offline.toml``: its tiny model, questions and corpus),
-with the two latencies the seed's setting has and the offline demo has not:
+with the two latencies the reference setup's setting has and the offline demo has not:
 
 * **search**: a loopback HTTP server (a child process) that speaks the Search-R1 retriever
   protocol (``POST /retrieve``) over the world's own corpus with the same BM25 as the

@@ -14,7 +14,7 @@ remote trainer. One step is ``--micro-batches`` ``forward_backward`` calls and o
 them.
 
 ``before``: each call's result is read right after it and the sampler is fetched after the
-optimizer step (what the train loop and provider did before issue 19), so every call waits
+optimizer step (a train loop that reads each result before the next call), so every call waits
 its own round trip. ``after``: results are read after ``optim_step`` (the train loop now), so
 the provider submits all of them back to back and waits once; with tinker the sampler save is
 queued behind them too. ``round_trips``: how many result waits the step made one after

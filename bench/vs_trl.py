@@ -74,7 +74,7 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
         optimizer={"lr": LR},
     )
     local: dict[str, object] = {"threads": threads} if threads else {}
-    if old_learner:  # before issue 25: B x K x V logits over union columns, no shared prompts
+    if old_learner:  # the unchunked learner: B x K x V logits over union columns, no shared prompts
         local.update(learner_logit_chunk=0, learner_share_prefixes=False)
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
@@ -181,7 +181,9 @@ def main() -> None:
     parser.add_argument("--side", choices=["searchr1", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads, both sides")
     parser.add_argument(
-        "--old-learner", action="store_true", help="searchr1's learner as before issue 25"
+        "--old-learner",
+        action="store_true",
+        help="searchr1's unchunked learner (learner_logit_chunk = 0, no shared prefixes)",
     )
     args = parser.parse_args()
     steps = 2 if args.quick else 6

@@ -277,7 +277,7 @@ fi
 # The offline demo asks a question of its own world ([smoke] in its config); its config marks
 # the two behaviour criteria an untrained model cannot show as reported only, so smoke exits 0.
 run_service smoke
-# smoke speaks to people: the seed's lines, then the verdict on the seed's criteria.
+# smoke speaks to people: the reference setup's lines, then the verdict on the reference setup's criteria.
 for want in "Question: Who founded Nungen Guild?" "trajectory 0: reward=" "search success rate: " \
     "verdict: search success >= 90%: ok" "smoke: PASS"; do
     grep -q -F -- "$want" "$work/smoke.out" || fail "smoke printed no line with '$want'"

@@ -1,6 +1,6 @@
-"""searchr1's Python API: the seed's smoke script, importable.
+"""searchr1's Python API: the reference setup's smoke script, importable.
 
-The seed's minimal validation script (section 4) imports ``run_rollout_group`` and
+The reference setup's minimal validation script (section 4) imports ``run_rollout_group`` and
 ``ZhihuSearchClient`` from modules of its own; with searchr1 only its import lines change::
 
     from searchr1.api import run_rollout_group
@@ -18,14 +18,14 @@ The seed's minimal validation script (section 4) imports ``run_rollout_group`` a
 Where everything not passed as an argument comes from: **a config**, resolved like the CLI's
 (``config=`` argument, a path or a :class:`~searchr1.core.config.Config`; else the file named
 by ``$SEARCHR1_CONFIG`` when it exists; else ``./config.toml`` when it exists; else the
-embedded offline demo). So with the seed's layout -- ``config.toml`` and ``.env`` in the
+embedded offline demo). So with the reference setup's layout -- ``config.toml`` and ``.env`` in the
 project folder -- the model is the config's ``[model]`` (TaoToken when it sets ``api_base``
 and ``api_key``), and ``ZhihuSearchClient`` takes ``api_base``, timeouts and retries from its
 ``[search]`` table when that names ``zhihu``. Importing this module loads ``./.env`` into the
 environment (variables already set win, except exported-but-empty ones), which is what the
-seed's ``assert os.environ.get("TAOTOKEN_API_KEY")`` expects.
+reference setup's ``assert os.environ.get("TAOTOKEN_API_KEY")`` expects.
 
-Rewards need golden answers: ``golden_answers=`` (default: the seed's answers for the seed's
+Rewards need golden answers: ``golden_answers=`` (default: the reference setup's answers for the reference setup's
 question, :data:`searchr1.defaults.DEFAULT_ANSWERS`; none for any other question, so its
 rewards score the answer format only: 0.0 or -0.1). Nothing is trained: one group is sampled,
 searched and scored. Log events (key benching, config warnings) go to stderr unless the
@@ -70,7 +70,7 @@ def load_api_config(config: Config | str | os.PathLike[str] | None = None) -> Co
 
 def _quiet_logging(config: Config) -> None:
     """Send log events to stderr (redacted) unless the caller configured structlog: the
-    seed's script prints its own lines on stdout."""
+    reference setup's script prints its own lines on stdout."""
     import structlog
 
     from searchr1.core.logs import get_logger, register_secrets, setup_logging
@@ -83,7 +83,7 @@ def _quiet_logging(config: Config) -> None:
 
 
 class ZhihuSearchClient:
-    """The Zhihu search channel with the seed's constructor: ``ZhihuSearchClient(keys=...,
+    """The Zhihu search channel with the reference setup's constructor: ``ZhihuSearchClient(keys=...,
     top_k=3)``. Keys rotate round-robin; a key answering 429 is benched and the others carry
     on. ``success_rate`` / ``error_rate`` cover every search made so far.
 
@@ -153,7 +153,7 @@ class ZhihuSearchClient:
 
 @dataclass(frozen=True)
 class TrajectoryResult:
-    """One trajectory of a group, as the seed's script prints it."""
+    """One trajectory of a group, as the reference setup's script prints it."""
 
     reward: float
     search_calls: int
@@ -185,7 +185,7 @@ async def run_rollout_group(
     """Roll out one question's group of ``group_size`` trajectories and score them.
 
     The first turn samples the shared prompt once with ``num_samples = group_size``; after it
-    every trajectory advances on its own (the seed's rule). ``max_search_calls`` overrides
+    every trajectory advances on its own (the reference setup's rule). ``max_search_calls`` overrides
     ``[rollout] max_search_calls``; ``search_client`` (a :class:`ZhihuSearchClient` or any
     search provider) replaces the config's ``[search]`` and is left open for the caller to
     read its rates. The model provider is created from the config for this call and closed
@@ -243,6 +243,6 @@ async def run_rollout_group(
     return RolloutGroup(question=question, golden_answers=answers, trajectories=tuple(results))
 
 
-# The seed's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with
+# The reference setup's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with
 # the same rule as config files (set variables win; exported-but-empty ones are filled).
 _DOTENV_WARNINGS = load_dotenv_files(Path.cwd())

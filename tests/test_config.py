@@ -1,4 +1,4 @@
-"""config.toml: the seed's skeleton parses, errors name the field/line/variable, secrets redact."""
+"""config.toml: the reference setup's skeleton parses, errors name the field/line/variable, secrets redact."""
 
 from __future__ import annotations
 

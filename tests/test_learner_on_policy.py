@@ -1,4 +1,4 @@
-"""On-policy importance ratios at the seed's LoRA dropout (0.05) and the sampler/learner
+"""On-policy importance ratios at the reference setup's LoRA dropout (0.05) and the sampler/learner
 mismatch metrics (tiny Qwen3, CPU, fp32).
 
 The learner scores the policy with dropout off, so a step trained on the sampler's own
@@ -26,7 +26,7 @@ from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
 IS = NamedLoss("importance_sampling", importance_sampling)
-TEMPERATURE = 0.8  # the seed's
+TEMPERATURE = 0.8  # the reference setup's
 SEED_DROPOUT = 0.05
 
 

@@ -75,7 +75,7 @@ def _smoke_and_train(family: str, tmp_path: Path, capsys) -> None:  # noqa: ANN0
     out = capsys.readouterr().out
     assert "model channel failed" not in out and "could not start" not in out, out
     assert "trajectory 0:" in out and "trajectory 1:" in out, out
-    # 3: the channels work but a random model shows none of the seed's behaviour (smoke_verdict)
+    # 3: the channels work but a random model shows none of the reference setup's behaviour (smoke_verdict)
     assert code in (0, 3), out
 
     run = tmp_path / "train"

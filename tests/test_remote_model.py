@@ -373,7 +373,7 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     )
     local_config = write_cli_config(tmp_path / "local", 'provider = "local"')
 
-    # the untrained model rarely meets the seed's smoke criteria (exit 3); no channel may fail
+    # the untrained model rarely meets the reference setup's smoke criteria (exit 3); no channel may fail
     rc = cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")])
     out = capsys.readouterr().out
     assert rc in (0, 3) and "diagnosis:" not in out, out

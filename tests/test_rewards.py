@@ -1,4 +1,4 @@
-"""Rewards: the seed's table (1.0 / 0.0 / -0.1), components, and answer normalisation."""
+"""Rewards: the reference setup's table (1.0 / 0.0 / -0.1), components, and answer normalisation."""
 
 from __future__ import annotations
 

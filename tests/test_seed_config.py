@@ -1,14 +1,14 @@
-"""The seed's config, copied verbatim, does what the seed says (issue 14).
+"""The reference setup's config, copied verbatim, does what the reference setup says.
 
-``tests/fixtures/seed_config.toml`` is the seed's section 3 skeleton. Each test copies it as
-``config.toml`` into an empty project folder with the seed's ``.env`` (section 4, step 1) and
-runs what a user following the seed runs, against loopback fakes: the PyTRIO service
+``tests/fixtures/seed_config.toml`` is the reference setup's section 3 skeleton. Each test copies it as
+``config.toml`` into an empty project folder with the reference setup's ``.env`` (section 4, step 1) and
+runs what a user following the reference setup runs, against loopback fakes: the PyTRIO service
 (``fake_pytrio_service.py``, the real ``pytrio`` SDK over HTTP) and the Zhihu search API
 (``search_fakes.py``). What the tests must change is only where the services live: the
 skeleton's ``https://taotoken.net/api`` and Zhihu's default URL become the fakes' loopback
 URLs, and the ``Qwen/Qwen3.5-4B`` tokenizer (no hub access in tests) is the tiny model's, set in
 ``[model.taotoken] tokenizer``. The policy behind the fake service is scripted
-(``tests/fakes.ScriptedModel``) so that the group reproduces the seed's example output exactly:
+(``tests/fakes.ScriptedModel``) so that the group reproduces the reference setup's example output exactly:
 rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, answers France / Paris / None / France.
 """
 
@@ -48,7 +48,7 @@ TRAJECTORY_LINE = re.compile(
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty project folder holding the verbatim skeleton and the seed's .env; the
+    """An empty project folder holding the verbatim skeleton and the reference setup's .env; the
     variables the .env fills are restored (absent) after the test."""
     monkeypatch.chdir(tmp_path)
     for var in ("TAOTOKEN_API_KEY", "ZHIHU_SEARCH_KEYS", "SEARCHR1_CONFIG"):
@@ -60,7 +60,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def seed_policy(tokenizer) -> ScriptedModel:  # type: ignore[no-untyped-def]
-    """The seed's example group, written in the tool_calls protocol's own turn format."""
+    """The reference setup's example group, written in the tool_calls protocol's own turn format."""
     from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
     p = ToolCallsProtocol(tokenizer)
@@ -113,17 +113,17 @@ def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, c
         "# config.toml: OK (secrets redacted); chosen: ./config.toml exists in the working "
         "directory; no --config given"
     )
-    # item 1: the provider and protocol the seed describes, each with its reason
+    # item 1: the provider and protocol the reference setup describes, each with its reason
     assert (
         "# model.provider = 'taotoken': not set; [model] sets api_base and api_key and no "
-        "provider: sampling and training go through the TaoToken service (the seed's setup)"
+        "provider: sampling and training go through the TaoToken service (the reference setup)"
     ) in lines
     assert any(
         line.startswith("# rollout.protocol = 'tool_calls': not set;") and "`Answer: ...`" in line
         for line in lines
     )
     assert 'provider = "taotoken"' in out and 'protocol = "tool_calls"' in out
-    # a remote service: pipelined steps unless the file says otherwise (issue 19)
+    # a remote service: pipelined steps unless the file says otherwise
     assert any(
         line.startswith("# train.max_staleness = 1: not set; 1 for provider 'taotoken'")
         for line in lines
@@ -135,8 +135,8 @@ def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, c
     assert any("lora.dropout = 0.05 is not sent to provider 'taotoken'" in w for w in warnings)
     temperature = [w for w in warnings if w.startswith("# warning: model.temperature = 0.8")]
     assert temperature and "importance ratio" in temperature[0]
-    assert "temperature = 1.0" not in temperature[0]  # the seed's 0.8 is not argued with
-    # the seed's four attention projections are exactly TaoToken's attention group: no warning
+    assert "temperature = 1.0" not in temperature[0]  # the reference setup's 0.8 is not argued with
+    # the reference setup's four attention projections are exactly TaoToken's attention group: no warning
     assert not any("target_modules" in w for w in warnings)
     assert API_KEY not in out and "key2" not in out
 
@@ -170,7 +170,7 @@ def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys)
     assert "# warning: search.api_keys is ignored by search provider 'local'" in out
     assert "# warning: model.api_base is ignored by provider 'local'" in out
     assert "# warning: model.api_key is ignored by provider 'local'" in out
-    # the seed's dropout 0.05: the in-process learner scores with dropout off (on-policy ratio 1)
+    # the reference setup's dropout 0.05: the in-process learner scores with dropout off (on-policy ratio 1)
     assert "# warning: lora.dropout = 0.05 has no effect on provider 'local'" in out
     vllm = text.replace("[model]\n", '[model]\nprovider = "vllm"\n').replace(
         "top_p = 0.95", "top_p = 0.9"
@@ -228,7 +228,7 @@ def test_a_literal_secret_is_warned_about(project: Path, capsys) -> None:
 
 
 def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, capsys) -> None:
-    """The seed's smoke: its question, 4 trajectories, at most 4 searches; one key out of
+    """The reference setup's smoke: its question, 4 trajectories, at most 4 searches; one key out of
     quota while the two others serve is a warning naming the key's index."""
     from searchr1.cli.smoke import main as smoke
 
@@ -276,7 +276,7 @@ def test_smoke_fails_when_every_key_is_limited(project: Path, capsys) -> None:
 
 # --------------------------------------------------------------------------- item 6
 
-#: The seed's section 4 script; only its two import lines are changed (the seed imports from
+#: The reference setup's section 4 script; only its two import lines are changed (the reference setup imports from
 #: modules of its own: ``from rollout import ...`` and ``from search import ...``).
 SEED_SCRIPT = """
 import os
@@ -307,7 +307,7 @@ async def main():
 asyncio.run(main())
 """
 
-#: the seed's expected output (section 4, step 3)
+#: the reference setup's expected output (section 4, step 3)
 SEED_OUTPUT = """搜索 key 数量: 3
 轨迹 0: reward=1.0, 搜索次数=2, 最终答案=France
 轨迹 1: reward=0.0, 搜索次数=3, 最终答案=Paris

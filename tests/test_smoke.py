@@ -1,4 +1,4 @@
-"""``searchr1 smoke``: the seed's output shape, the trajectory dump, and its diagnoses.
+"""``searchr1 smoke``: the reference setup's output shape, the trajectory dump, and its diagnoses.
 
 The scripted model (``tests/conftest.py``) makes rewards and search counts exact; one test
 runs the real tiny model (``builtin:tiny-random``) with the offline BM25 search; a loopback
@@ -59,7 +59,7 @@ def scripted(turns: list[list[str]], fail: str | None = None) -> str:
     return f'[model]\nprovider = "scripted"\nmax_new_tokens = 64\n{table}'
 
 
-#: the seed's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
+#: the reference setup's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
 #: answers France / Paris / None / France (trajectory 2 asks a fifth search and is stopped)
 SCRIPTS = [
     ["<search> little prince author </search>", "<search> Saint-Exupéry born </search>",
@@ -171,7 +171,7 @@ def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
         tmp_path, scripted([["no idea"], ["still no idea"]]), local_search(tmp_path)
     )
     code, out = smoke(capsys, config, "--group-size", "2")
-    assert code == 3  # the channels work, but the seed's criteria are not met: say which
+    assert code == 3  # the channels work, but the reference setup's criteria are not met: say which
     assert (
         "verdict: answers in the tags format (one <answer>...</answer> element): FAILED "
         "(0 of 2 answered in the format; the model never wrote it (end reasons: invalid_action))"
@@ -204,7 +204,7 @@ def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_
 def test_one_key_out_of_quota_while_the_others_serve_is_a_warning(
     tmp_path, capsys, scripted_plugin
 ):
-    """The seed's rule: rotate keys; only all keys limited stops the run."""
+    """The reference setup's rule: rotate keys; only all keys limited stops the run."""
     with start_fake_zhihu(Behaviour(key_status={"k-two": 429})) as (base_url, server):
         search = (
             f'[search]\nprovider = "zhihu"\napi_keys = "k-one,k-two,k-three"\n'
@@ -291,7 +291,7 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
     ]
     assert len(records) == 4 and all(r["turns"] for r in records)
     # Each printed line is the reward table applied to what the model actually wrote,
-    # recomputed here from the dumped text (the seed's -0.1 / 1.0 / 0.0), and the counts
+    # recomputed here from the dumped text (the reference setup's -0.1 / 1.0 / 0.0), and the counts
     # and answer of that same trajectory.
     for (_, printed, calls, answer), record in zip(lines, records, strict=True):
         text = "\n".join(t["text"] for t in record["turns"])
@@ -329,7 +329,7 @@ def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, script
 
 def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, capsys, monkeypatch):
     """No config: the embedded offline demo. Its [smoke] question is one of the generated
-    world's, so the demo model can find the answer (the seed's Little Prince question has none
+    world's, so the demo model can find the answer (the reference setup's Little Prince question has none
     in a fictional corpus); --question/--answer still win."""
     monkeypatch.chdir(tmp_path)  # no ./config.toml here: the embedded default
     monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)

@@ -147,7 +147,7 @@ def uninterrupted(uninterrupted_runs) -> Path:  # noqa: ANN001
 
 
 def _table_reward(row: dict) -> float:
-    """The seed's reward table applied to a dumped trajectory's own components."""
+    """The reference setup's reward table applied to a dumped trajectory's own components."""
     if not row["components"]["format"]:
         return -0.1
     return 1.0 if row["components"]["correct"] else 0.0

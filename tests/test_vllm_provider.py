@@ -256,8 +256,8 @@ def test_smoke_train_and_resume_on_the_offline_world(
     api_base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _offline_config(tmp_path, api_base)
-    # 0: the seed's criteria hold; 3: both channels work but the tiny model does not show the
-    # seed's behaviour on this question; 1 would be a broken channel (the model, i.e. vLLM).
+    # 0: the reference setup's criteria hold; 3: both channels work but the tiny model does not show the
+    # reference setup's behaviour on this question; 1 would be a broken channel (the model, i.e. vLLM).
     assert cli(["smoke", "--config", str(config)]) in (0, 3)
     out = capsys.readouterr().out
     assert "trajectory 0:" in out and "search probe: ok" in out

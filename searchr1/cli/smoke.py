@@ -65,7 +65,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         raise UserError(
             "smoke --question needs at least one --answer (the golden answer its rewards are "
             "scored against); without --question smoke asks [smoke] question of the config, or the "
-            "seed's question"
+            "reference setup's question (docs/reference-setup.md)"
         )
     ctx = open_run_from_args(args, "smoke", config=config)
     group_size = int(getattr(args, "group_size", None) or 4)
@@ -199,7 +199,7 @@ class _Smoke:
                 + ")"
             )
         else:
-            print("smoke: PASS (the rollout chain works as the seed describes)")
+            print("smoke: PASS (the rollout chain works as the reference setup describes)")
         return criteria
 
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:

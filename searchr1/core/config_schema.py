@@ -184,10 +184,10 @@ class LogConfig:
 @dataclass(frozen=True)
 class SmokeConfig:
     """``[smoke]``: the question ``searchr1 smoke`` asks (``--question``/``--answer`` win).
-    Empty: the seed's question about The Little Prince, which needs real search; a config
+    Empty: the reference setup's question about The Little Prince, which needs real search; a config
     whose search holds a world of its own (the offline demo's) names one of that world."""
 
-    question: str = _f("", help="empty = the seed's question (needs real search)")
+    question: str = _f("", help="empty = the reference setup's question (needs real search)")
     answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
     report_only: tuple[str, ...] = _f(
         (),

@@ -196,7 +196,7 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
     if smoke.answers and not smoke.question.strip():
         problems.append(
             f"{where('smoke.answers')}: smoke.answers is set but smoke.question is empty: "
-            f"name the question they answer (without both, smoke asks the seed's question)"
+            f"name the question they answer (without both, smoke asks the reference setup's question)"
         )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(

@@ -14,7 +14,7 @@ chunked path does not reproduce.
 
 Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
 scored and differentiated is the same network the sampler ran (eval mode). With dropout on
-(the seed's ``lora.dropout = 0.05``) the learner scores a randomly thinned network, and on
+(the reference setup's ``lora.dropout = 0.05``) the learner scores a randomly thinned network, and on
 the tiny model with a non-zero adapter the on-policy ratio already reached 1.10 (max
 |learner - sampler| log-prob 0.139), using half of PPO's 0.2 clip on noise (with a larger
 adapter, ``bench/mismatch.py``: ratios from 0.05 to 13). Dropout applied identically on both

@@ -3,7 +3,7 @@
 A hybrid model has layers of several kinds: Qwen3.5 puts Gated DeltaNet linear attention
 (``linear_attn.in_proj_qkv``, ``in_proj_z``, ``in_proj_a``, ``in_proj_b``, ``out_proj``) in
 three of every four layers and full attention (``self_attn.q_proj`` ...) in the fourth. The
-seed's ``target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]`` then adapts 8 of
+reference setup's ``target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]`` then adapts 8 of
 Qwen3.5-4B's 32 layers and nothing else, silently. This module says so:
 
 - :func:`coverage_line` (after peft wrapped the model): how many layers of each type hold

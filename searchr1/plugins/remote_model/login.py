@@ -63,7 +63,7 @@ def log_in(config: Config, provider_name: str, default_sdk: str) -> Login:
     if config.model.temperature != 1.0:
         # Tinker-shaped services are not told the sampling temperature when they train, so
         # their learner log-probs are presumably untempered while the sampler's are tempered:
-        # on-policy ratios start away from 1 (the local provider tempers both). The seed runs
+        # on-policy ratios start away from 1 (the local provider tempers both). The reference setup runs
         # at 0.8, so this is said, not refused; each step's ratio_mean (from the log-probs
         # forward_result reads back) logs the gap.
         from searchr1.plugins.remote_model.advice import temperature_note

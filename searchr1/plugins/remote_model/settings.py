@@ -92,5 +92,5 @@ def infer_taotoken(model_table: Mapping[str, Any]) -> str | None:
         return None
     return (
         f"[model] sets {' and '.join(remote)} and no provider: sampling and training go "
-        f"through the TaoToken service (the seed's setup)"
+        f"through the TaoToken service (the reference setup)"
     )
