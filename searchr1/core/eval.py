@@ -1,21 +1,10 @@
 """Deterministic evaluation: the same rollout, search provider and reward as training, greedy
-by default, in file order, scored per ``data_source``.
+by default, in file order, scored per ``data_source``. Called by ``searchr1 eval`` and by the
+train loop's held-out evals (``[train] eval_before_after``).
 
-Who calls what:
-
-- ``searchr1 eval`` (:mod:`searchr1.cli.eval`) builds the run's plugins once, then calls
-  :func:`evaluate` for the base model and once more after each ``trainer.load_state(dir)``;
-- the train loop calls :func:`evaluate` (or :func:`evaluate_async` from inside its event
-  loop) on the held-out set before the first step and after the last when
-  ``[train] eval_before_after`` is set, and logs ``result.metrics``;
-- :func:`write_records` writes the per-question JSONL (the printed tables are the CLI's,
-  :mod:`searchr1.cli.eval_tables`).
-
-Scores: EM and F1 of the trajectory's final answer against the golden answers
-(:mod:`searchr1.core.answers`, SQuAD / Search-R1 normalisation), so that they
-are comparable with the Search-R1 paper whatever reward the run trains on; the reward itself
-is reported next to them. Macro EM weighs every source equally (the public replication's
-headline number), micro EM weighs every question equally.
+Scores: EM and F1 of the final answer against the golden answers (:mod:`searchr1.core.answers`,
+SQuAD / Search-R1 normalisation), comparable with the Search-R1 paper whatever reward the run
+trains on. Macro EM weighs every source equally, micro EM every question.
 """
 
 from __future__ import annotations

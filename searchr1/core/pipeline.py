@@ -1,54 +1,27 @@
-"""The step pipeline: step ``s + 1``'s rollouts run while step ``s`` is learned.
+"""The step scheduler: step ``s + 1``'s rollouts run while step ``s`` is learned.
 
-:func:`searchr1.core.train.train` calls :func:`run_steps` once per run. Two coroutines share
-the event loop:
+Two coroutines share the event loop: the **collector** rolls out step after step, the
+**learner** takes collected steps strictly in order, runs ``learn`` in a worker thread and
+then ``finish`` back in the loop.
 
-* the **collector** rolls out step after step (``collect``, a coroutine: sampling and search);
-* the **learner** takes the collected steps strictly in order and runs ``learn`` (the
-  trainer's blocking ``forward_backward`` / ``optim_step``) in a worker thread, then
-  ``finish`` (metrics, checkpoints) back in the loop.
+The *policy version* is the number of optimizer steps the weights have taken. Step ``s`` is
+learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_staleness``
+exists. ``max_staleness = 0`` is the synchronous loop; ``1`` rolls out step ``s + 1`` on
+version ``s - 1`` while step ``s`` trains (with ``k >= 2`` the version depends on timing, so
+runs are not bit-reproducible). The importance ratio divides by the log-probs the sampler
+recorded, so stale data stays correct; the mismatch alert only fires at staleness 0. A slow
+group is never dropped (that biases training toward fast questions): the collector waits.
 
-Versions and staleness. The *policy version* is the number of optimizer steps the weights have
-taken (a resumed run starts at its checkpoint's step). Step ``s`` is learned on version
-``s - 1``; its rollouts may start once version ``s - 1 - max_staleness`` exists, on the newest
-weights available then, and the trajectories record that version. So ``max_staleness = 0`` is
-the synchronous loop (collect, learn, collect, ...), and ``max_staleness = 1`` starts step
-``s + 1``'s rollouts as soon as step ``s``'s are done, on version ``s - 1``, while step ``s``
-trains: its data is exactly one version old. (With ``k >= 2`` which version is the newest
-when a rollout starts depends on timing, so such runs are not reproducible bit for bit.)
-Off-policy data is corrected by the loss: the importance ratio divides by the log-probs the
-sampler recorded, whichever weights that was. So on a stale step ``mismatch/*`` also measure
-the policy's change over the lag; the health monitor raises its mismatch alert only on steps
-with staleness 0 (``HealthMonitor.observe(..., staleness)``).
+A trainer that declares ``snapshot_sampler`` gets it called at the start of every rollout
+when ``max_staleness > 0``, so a rollout samples one version however the learner moves.
+``is_barrier(s)`` ("step ``s`` writes a checkpoint") holds the collector until step ``s`` is
+finished, so a run resumed from that checkpoint repeats the uninterrupted run. On a stop the
+rollout in flight is finished and discarded.
 
-Pacing, never dropping. A slow group is never discarded (that biases training toward fast
-questions); instead the collector waits when it is ``max_staleness`` steps ahead.
-
-Snapshots. A trainer whose sampler would otherwise follow it mid-rollout declares a
-``snapshot_sampler`` (:attr:`~searchr1.core.types.TrainerCapabilities.snapshot_sampler`; an
-in-process learner keeps a copy of its LoRA tensors, a served sampler pins one adapter, a
-remote service keeps one sampling client), passed here as ``snapshot``: the collector
-calls it at the start of every rollout when ``max_staleness > 0``, so the whole rollout samples
-one version however the learner moves meanwhile. With ``snapshot = None`` the rollout may
-sample a trajectory's later turns on a newer version than it records; its log-probs are still
-the sampler's own, so the ratio stays correct, only ``staleness/*`` under-reports.
-
-Checkpoints are exact. ``is_barrier(s)`` (the loop passes "step ``s`` writes a checkpoint")
-holds the collector until step ``s`` is learned and finished, so nothing is in flight when a
-checkpoint is written, and the step after it samples on the checkpoint's weights: a run
-resumed from there repeats what the uninterrupted run did (one pipeline bubble per
-``save_every`` steps is the price). On SIGINT/SIGTERM the rollout in flight is finished and
-discarded; the checkpoint records the data cursor of the last learned step, so a resumed run
-redraws those questions (on the newest weights).
-
-Metrics (merged into each step's ``metrics`` event), over the step's window (from the end of
-the previous step to the end of this step's learning)::
-
-    staleness/mean, staleness/max    learned-on version minus sampled-with version
-    pipeline/trainer_idle_frac       share of the window the learner waited for rollouts
-    pipeline/sampler_idle_frac       share of the window no rollout was running
-    pipeline/overlap_s               seconds a rollout ran while this step was learned
-    time/step                        the window
+Metrics merged into each step's ``metrics`` event, over the window from the end of the
+previous step to the end of this step's learning: ``staleness/mean``, ``staleness/max``,
+``pipeline/trainer_idle_frac``, ``pipeline/sampler_idle_frac``, ``pipeline/overlap_s``,
+``time/step``.
 """
 
 from __future__ import annotations
