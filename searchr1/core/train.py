@@ -82,8 +82,8 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                     cold_start_loss(cfg, components.trainer)  # refused before any rollout
                 if heldout and checkpoint is None:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
-                    # The eval set's ceiling (the offline world's scripted ideal agent), when
-                    # the asset it comes from offers one: same eval.
+                    # The eval data's own scripted agent (Asset.ceiling), when its asset
+                    # offers one: the reachable ceiling, on the same eval.
                     ideal = ceiling_agent(cfg, components.model.sampler.tokenizer, protocol)
                     if ideal is not None:
                         c = dataclasses.replace(components, model=Model(ideal))
