@@ -18,8 +18,8 @@ trains: its data is exactly one version old. (With ``k >= 2`` which version is t
 when a rollout starts depends on timing, so such runs are not reproducible bit for bit.)
 Off-policy data is corrected by the loss: the importance ratio divides by the log-probs the
 sampler recorded, whichever weights that was. So on a stale step ``mismatch/*`` also measure
-the policy's change over the lag; the health monitor raises its mismatch alert only on steps
-with staleness 0 (``HealthMonitor.observe(..., staleness)``).
+the policy's change over the lag; step monitors get each step's staleness
+(:meth:`~searchr1.core.types.StepMonitor.observe`) to tell one from the other.
 
 Pacing, never dropping. A slow group is never discarded (that biases training toward fast
 questions); instead the collector waits when it is ``max_staleness`` steps ahead.
