@@ -114,3 +114,21 @@ def test_a_monitor_name_the_checkpoint_keeps_for_the_core_is_refused() -> None:
         config = parse_config(f'[train]\nmonitors = ["{name}"]\n', source="t.toml", env={})
         with pytest.raises(PluginError, match=error):
             open_monitors(config, registry)
+
+
+def test_a_checkpoint_state_with_health_under_its_name_resumes_the_health_monitor() -> None:
+    from searchr1.core.config import parse_config
+    from searchr1.core.step_monitors import open_monitors
+
+    saved = {
+        "step": 4,
+        "python_rng": [],
+        "data": {},
+        "health": {"length_baseline": [12.0], "ema": {"health/entropy": 1.5}},
+    }
+    monitors = open_monitors(parse_config("", source="t.toml", env={}), load_registry())
+    monitors.load_state(saved)  # "run_notices" has no entry: it starts afresh
+    state = monitors.state()
+    assert state["health"]["length_baseline"] == [12.0]
+    assert state["health"]["ema"] == {"health/entropy": 1.5}
+    assert state["run_notices"] == {"counts": {}, "raised": []}
