@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -153,6 +154,8 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
         assert mine
         if kind == "metric_sink":  # cheap to run for real: feed it the way training does
             _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+        if kind == "step_monitor":
+            _drive_monitor(mine[0].factory(parse_config("", source="t.toml", env={})))
         if kind == "agent_protocol":
             _drive_protocol(registry, mine[0].name)
         if kind == "call_format":
@@ -233,6 +236,20 @@ def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
     assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
     assert resolve(str(packed)) == str(folder)  # converted once, reused
     assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
+
+
+def _drive_monitor(monitor: object) -> None:
+    """Observe one step the way training does; its state survives a round trip."""
+    from searchr1.core.types import StepMonitor
+
+    assert isinstance(monitor, StepMonitor)
+    turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="answer")
+    traj = Trajectory("t", "?", ("a",), (), (), (), 0, (turn,), "answered", "a", "", 0, 0)
+    metrics, alerts = monitor.observe(1, [], [traj], [], {}, 0.0)
+    assert metrics and all(isinstance(v, float) for v in metrics.values())
+    assert all(a.kind and a.message for a in alerts)
+    monitor.load_state(json.loads(json.dumps(monitor.state())))
+    assert isinstance(monitor.totals(), dict)
 
 
 def _drive_sink(sink: object) -> None:

@@ -46,9 +46,9 @@ from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class
-from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
+from searchr1.kit.token_limits import limit_hits
 
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
 EXIT_CHANNEL_BROKEN = 1

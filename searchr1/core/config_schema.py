@@ -138,6 +138,12 @@ class TrainConfig:
     guard_backoff_seconds: float = _f(30.0, min=0.0)
     dump_trajectories: int = _f(4, min=0)
     eval_before_after: bool = _f(False)
+    monitors: tuple[str, ...] = _f(
+        DEFAULT_NAMES["train.monitors"],
+        split=True,
+        unique=True,
+        help="step monitors (per-step metrics and alerts, advice only), by registered name",
+    )
 
 
 @dataclass(frozen=True)

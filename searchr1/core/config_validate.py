@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import REDACTED, SECTIONS, Config
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, load_registry
+from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, LOAD_PLUGINS_VAR, load_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registration, Registry
@@ -298,7 +298,7 @@ def _chosen_kinds() -> dict[str, tuple[str, str]]:
     return {
         kind: tuple(field_name.split(".", 1))  # type: ignore[misc]
         for kind, (_, field_name) in KINDS.items()
-        if "." in field_name and field_name != "log.sinks"  # one name, not a list or none
+        if "." in field_name and kind not in CHOSEN_BY_LIST
     }
 
 
@@ -574,7 +574,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 # --------------------------------------------------------------------------- names and files
 
 #: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "health"})}
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss"})}
 
 
 def key_lines(text: str) -> dict[str, int]:

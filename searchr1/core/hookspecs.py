@@ -4,7 +4,7 @@ Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at star
 ``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
 The core later picks **one** factory by the name given in config (``[model] provider``,
 ``[search] provider``, ``[reward] name``, ``[train] loss_fn``, ``[rollout] protocol``, each of
-``[log] sinks``) and calls it with the run's :class:`~searchr1.core.config.Config`; an asset
+``[log] sinks``, each of ``[train] monitors``) and calls it with the run's :class:`~searchr1.core.config.Config`; an asset
 is picked by the ``builtin:NAME/...`` path a config value names. Call order between plugins
 never matters.
 
@@ -27,6 +27,7 @@ from searchr1.core.types import (
     ModelFactory,
     RewardFactory,
     SearchFactory,
+    StepMonitorFactory,
 )
 
 PROJECT = "searchr1"
@@ -104,6 +105,18 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
     ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
     name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
     model loads; its settings live in ``config.plugin_table("log", name)``.
+    """
+
+
+@hookspec
+def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) -> None:
+    """Register step monitors: ``register("my_monitor", factory)``.
+
+    ``factory(config)`` must return a :class:`~searchr1.core.types.StepMonitor`. Every name
+    listed in ``[train] monitors`` is created once per ``searchr1 train`` run, before the
+    model loads; its settings live in ``config.plugin_table("train", name)``. Its metrics
+    join each step's ``metrics`` event, its alerts are logged as ``health_alert`` warnings,
+    its state is saved in checkpoints under its name and its totals join ``train_done``.
     """
 
 

@@ -9,7 +9,7 @@ learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_
 exists. ``max_staleness = 0`` is the synchronous loop; ``1`` rolls out step ``s + 1`` on
 version ``s - 1`` while step ``s`` trains (with ``k >= 2`` the version depends on timing, so
 runs are not bit-reproducible). The importance ratio divides by the log-probs the sampler
-recorded, so stale data stays correct; the mismatch alert only fires at staleness 0. A slow
+recorded, so stale data stays correct; monitors get each step's staleness to tell drift from lag. A slow
 group is never dropped (that biases training toward fast questions): the collector waits.
 
 A trainer that declares ``snapshot_sampler`` gets it called at the start of every rollout

@@ -32,12 +32,16 @@ KINDS: dict[str, tuple[str, str]] = {
     "search_provider": ("register_search_providers", "search.provider"),
     "reward": ("register_rewards", "reward.name"),
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
-    # the one kind chosen by a list: every name in [log] sinks
+    # chosen by a list (CHOSEN_BY_LIST): every name in [log] sinks, in [train] monitors
     "metric_sink": ("register_metric_sinks", "log.sinks"),
+    "step_monitor": ("register_step_monitors", "train.monitors"),
     "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
     # never chosen by name: a tool-calling protocol uses the one its chat template writes
     "call_format": ("register_call_formats", ""),
 }
+
+#: the kinds whose config field lists every name to create (not one name)
+CHOSEN_BY_LIST = frozenset({"metric_sink", "step_monitor"})
 
 
 @dataclass(frozen=True)

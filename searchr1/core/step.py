@@ -10,7 +10,7 @@
              datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
              for micro-batch in pack(datums): forward_backward(micro-batch, loss, 1 / N)
              optim_step(adam)                                 exactly one per step
-    finish   health, metrics, a few trajectories dumped, checkpoint every save_every steps
+    finish   step monitors, metrics, a few trajectories dumped, checkpoint every save_every
 
 N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
 never inflates the others' weight. The scheduler (:mod:`searchr1.core.pipeline`) runs
@@ -36,21 +36,18 @@ from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.errors import EnvironmentDown
-from searchr1.core.health import HealthMonitor
 from searchr1.core.logs import get_logger, log_metrics, log_trajectories
-from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext
 from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
-from searchr1.core.types import AdamParams, Datum, Question, RewardResult, Trajectory
-
-
-@dataclass(frozen=True)
-class ScoredGroup:
-    question: Question
-    trajectories: list[Trajectory]
-    rewards: list[RewardResult]
-    advantages: tuple[float, ...]
-    degenerate: bool
+from searchr1.core.step_monitors import Monitors
+from searchr1.core.types import (
+    AdamParams,
+    Datum,
+    Question,
+    RewardResult,
+    ScoredGroup,
+    Trajectory,
+)
 
 
 @dataclass
@@ -91,8 +88,7 @@ class Step:
     protocol: Any
     stream: Any
     ctx: RunContext
-    health: HealthMonitor
-    notices: RunNotices
+    monitors: Monitors
     #: the step a resumed run starts after (0 on a fresh run)
     start_step: int
     #: the latest step's ``metrics`` event
@@ -167,17 +163,22 @@ class Step:
         )
 
     def finish(self, collected: CollectedStep, learned: Learned, timing: dict[str, float]) -> None:
-        """Health, the ``metrics`` event, alerts, the trajectory dump and the checkpoint."""
+        """The step monitors, the ``metrics`` event, their alerts, the trajectory dump and the
+        checkpoint."""
         cfg, log = self.ctx.config, get_logger()
         trajectories, rewards = first_draw(collected)
-        health_metrics, alerts = self.health.observe(
-            trajectories, rewards, learned.train_metrics, staleness=timing["staleness/max"]
+        monitor_metrics, alerts = self.monitors.observe(
+            collected.step,
+            collected.groups,
+            trajectories,
+            rewards,
+            learned.train_metrics,
+            timing["staleness/max"],
         )
-        metrics = {**step_metrics(collected, learned, health_metrics), **timing}
+        metrics = {**step_metrics(collected, learned, monitor_metrics), **timing}
         log_metrics(collected.step, metrics)
         self.last_metrics.clear()
         self.last_metrics.update(metrics)
-        alerts = [*alerts, *self.notices.observe(collected.step, collected.groups, trajectories)]
         for alert in alerts:
             log.warning("health_alert", step=collected.step, kind=alert.kind, message=alert.message)
         _dump_trajectories(
@@ -191,13 +192,13 @@ class Step:
         return step > self.start_step and (step % train.save_every == 0 or step == train.max_steps)
 
     def save(self, cursor: dict[str, Any], step: int) -> None:
-        state = {"data": cursor, "health": self.health.state()}
+        state = {**self.monitors.state(), "data": cursor}
         path = save_checkpoint(self.ctx.run_dir, step, self.c.trainer, self.ctx.config, state)
         get_logger().info("checkpoint", step=step, path=str(path))
 
 
 def step_metrics(
-    collected: CollectedStep, learned: Learned, health_metrics: Mapping[str, float]
+    collected: CollectedStep, learned: Learned, monitor_metrics: Mapping[str, float]
 ) -> dict[str, Any]:
     """The step's ``metrics`` event (without the pipeline's ``pipeline/*`` and ``time/step``).
 
@@ -222,7 +223,7 @@ def step_metrics(
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
-        **health_metrics,
+        **monitor_metrics,
         **{f"optim/{k}": float(v) for k, v in learned.optim.items()},
         "time/rollout": collected.seconds,
         "time/train": learned.seconds,
@@ -230,7 +231,7 @@ def step_metrics(
 
 
 def first_draw(collected: CollectedStep) -> tuple[list[Trajectory], list[RewardResult]]:
-    """The trajectories and rewards of the step's first draw (what the health monitor reads)."""
+    """The trajectories and rewards of the step's first draw (what the monitors read)."""
     trajectories = [t for g in collected.first for t in g.trajectories]
     rewards = [r for g in collected.first for r in g.rewards]
     return trajectories, rewards

@@ -94,3 +94,22 @@ def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float
 
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
+
+
+def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -> str:
+    """The start-of-run sentence saying what the importance ratio compares (the train loop's
+    ``importance_ratio`` event). ``learner_temperature`` is the temperature at which the
+    trainer scores tokens (:attr:`~searchr1.core.types.TrainerCapabilities.learner_temperature`),
+    None when the trainer does not know it (a remote service)."""
+    ts = f"{sampler_temperature:g}"
+    if learner_temperature is not None and learner_temperature == sampler_temperature:
+        return (
+            f"importance ratio = learner / sampler probability, both at temperature {ts}: "
+            "1 on-policy; mismatch/* reports any drift"
+        )
+    tl = f"{learner_temperature:g}" if learner_temperature is not None else "the service's own"
+    return (
+        f"importance ratio compares the learner's probabilities at temperature {tl} with the "
+        f"sampler's at {ts}: on-policy ratios need not be 1 (a remote service may score "
+        "untempered log-probs); mismatch/* in each step's metrics shows the size"
+    )

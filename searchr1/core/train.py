@@ -25,17 +25,17 @@ from typing import Any
 from searchr1.core.builtins import ceiling_agent
 from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start_loss, run_cold_start
-from searchr1.core.config import Config, plugin_settings
+from searchr1.core.config import Config
 
 # EnvironmentDown is re-exported: callers that caught it from here keep working.
 from searchr1.core.errors import EnvironmentDown, Interrupted  # noqa: F401
-from searchr1.core.health import HealthMonitor, HealthSettings, ratio_basis
 from searchr1.core.logs import close_sinks, get_logger
 from searchr1.core.pipeline import run_steps
 from searchr1.core.resume import load_model_state, resume_point
-from searchr1.core.run_notices import RunNotices
 from searchr1.core.runs import Components, RunContext, build_components
 from searchr1.core.step import Step
+from searchr1.core.step_metrics import ratio_basis
+from searchr1.core.step_monitors import open_monitors
 from searchr1.core.types import Model, Question
 
 
@@ -52,7 +52,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     heldout = _heldout_questions(cfg)
     if cfg.cold_start.steps:
         cold_start_loss(cfg)  # an unknown [cold_start] loss_fn fails before the model load
-    health = HealthMonitor(plugin_settings(cfg, "train", "health", HealthSettings))
+    monitors = open_monitors(cfg, ctx.registry)  # [train] monitors, with their settings
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
@@ -66,13 +66,12 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     start_step = 0
     if checkpoint is not None:
         load_model_state(components, checkpoint)
-        health.load_state(checkpoint.state.get("health", {}))
+        monitors.load_state(checkpoint.state)
         restore_rng(checkpoint)
         start_step = checkpoint.step
         log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
 
     stop = _StopFlag()
-    notices = RunNotices(cfg)  # once-per-run warnings: steps that train nothing, token limits
     last: dict[str, Any] = {}
     step = start_step
     try:
@@ -97,10 +96,10 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                         _evaluate(
                             runner, components, protocol, heldout, cfg, ctx, "cold_start", step=0
                         )
-                    Step(components, protocol, stream, ctx, health, notices, 0).save(
+                    Step(components, protocol, stream, ctx, monitors, 0).save(
                         stream.state(), 0
                     )  # --resume skips it
-                steps = Step(components, protocol, stream, ctx, health, notices, start_step)
+                steps = Step(components, protocol, stream, ctx, monitors, start_step)
                 step = runner.run(_run_steps(steps, stop))
                 last = steps.last_metrics
                 if heldout and step == cfg.train.max_steps and step > start_step:
@@ -111,7 +110,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     finally:
         components.model.close()
         stop.restore()
-    log.info("train_done", steps=step, stopped_early=stop.requested, **notices.totals())
+    log.info("train_done", steps=step, stopped_early=stop.requested, **monitors.totals())
     close_sinks()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start_step)

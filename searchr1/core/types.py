@@ -437,6 +437,66 @@ class MetricSink(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ScoredGroup:
+    """One question's group of a training step: its trajectories, their rewards and
+    advantages; ``degenerate`` when every reward is the same (nothing to learn)."""
+
+    question: Question
+    trajectories: list[Trajectory]
+    rewards: list[RewardResult]
+    advantages: tuple[float, ...]
+    degenerate: bool
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One warning of a step monitor, logged as a ``health_alert`` event: a short ``kind``
+    (``format_cliff``, ``mismatch``, ...) and a sentence for the console and the report."""
+
+    kind: str
+    message: str
+
+
+@runtime_checkable
+class StepMonitor(Protocol):
+    """Watches a training run, one step at a time: advice, never part of the update.
+
+    Created once per ``searchr1 train`` run from ``[train] monitors``. After each step's
+    update the loop calls :meth:`observe`; the metrics it returns join the step's ``metrics``
+    event, each alert is logged as a ``health_alert`` warning. :meth:`state` is saved in
+    every checkpoint under the monitor's registered name and handed back to
+    :meth:`load_state` on ``--resume``; :meth:`totals` joins the ``train_done`` event.
+    """
+
+    def observe(
+        self,
+        step: int,
+        groups: Sequence[ScoredGroup],
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[RewardResult],
+        train_metrics: Mapping[str, float],
+        staleness: float,
+    ) -> tuple[dict[str, float], list[Alert]]:
+        """One step: ``groups`` are those it trained on, ``trajectories`` and ``rewards`` its
+        first draw (the unbiased sample of the policy), ``train_metrics`` the learner's merged
+        metrics (``mismatch/*``, ``tokens``, ...), ``staleness`` the step's ``staleness/max``
+        (updates between the sampling weights and the trained ones)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """What a resumed run needs to carry on (JSON-serializable)."""
+        ...
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state`; ``{}`` when the checkpoint holds none for this monitor."""
+        ...
+
+    def totals(self) -> dict[str, Any]:
+        """Run-long numbers for the ``train_done`` event (``{}`` for none)."""
+        ...
+
+
 # --------------------------------------------------------------------------- factories
 
 # A factory receives the run's validated Config (its own table under e.g. ``[search.my_search]``
@@ -447,6 +507,7 @@ RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
 # A metric sink's factory also gets the run folder (the run's name is ``run_dir.name``).
 MetricSinkFactory = Callable[["Config", Path], MetricSink]
+StepMonitorFactory = Callable[["Config"], StepMonitor]
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ import os
 
 #: The plugin each name-chosen setting runs when a config leaves it out (a distribution may
 #: ship other defaults here; the core reads them, it names no plugin itself).
-DEFAULT_NAMES = {
+DEFAULT_NAMES: dict[str, str | tuple[str, ...]] = {
     "rollout.protocol": "tool_calls",
     "reward.name": "format_answer",
     "train.loss_fn": "importance_sampling",
     "cold_start.loss_fn": "cross_entropy",
+    # a list: every step monitor named runs
+    "train.monitors": ("health", "run_notices"),
 }
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"

@@ -1,19 +1,20 @@
-"""Conditions of a training run that deserve one warning, not one per step. Alerts are logged as
-``health_alert`` warnings, each kind the first step it happens; :meth:`RunNotices.totals` goes
-into ``train_done``. Kinds: ``no_tokens_trained`` (every kept group degenerate, so the update
-changed nothing), ``max_new_tokens`` and ``max_trajectory_tokens``
-(:mod:`searchr1.core.token_limits`).
+"""The ``run_notices`` step monitor: conditions of a training run that deserve one warning,
+not one per step. Alerts are logged as ``health_alert`` warnings, each kind the first step it
+happens; :meth:`RunNotices.totals` goes into ``train_done``. Kinds: ``no_tokens_trained``
+(every kept group degenerate, so the update changed nothing), ``max_new_tokens`` and
+``max_trajectory_tokens`` (:mod:`searchr1.kit.token_limits`). The counts and the kinds
+already raised are saved in checkpoints, so a resumed run warns and counts like an
+uninterrupted one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.health import Alert
-from searchr1.core.token_limits import limit_hits
-from searchr1.core.types import Trajectory
+from searchr1.core.types import Alert, RewardResult, ScoredGroup, Trajectory
+from searchr1.kit.token_limits import limit_hits
 
 if TYPE_CHECKING:
     from searchr1.core.config import Config
@@ -28,10 +29,16 @@ class RunNotices:
     raised: set[str] = field(default_factory=set)
 
     def observe(
-        self, step: int, groups: Sequence[Any], trajectories: Sequence[Trajectory]
-    ) -> list[Alert]:
-        """This step's notices: ``groups`` are the groups it trained on (each with a
-        ``degenerate`` flag), ``trajectories`` its first draw (the unbiased sample)."""
+        self,
+        step: int,
+        groups: Sequence[ScoredGroup],
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[RewardResult],
+        train_metrics: Mapping[str, float],
+        staleness: float,
+    ) -> tuple[dict[str, float], list[Alert]]:
+        """This step's notices (no metrics): ``groups`` are the groups it trained on,
+        ``trajectories`` its first draw (the unbiased sample)."""
         cfg = self.config
         out: list[Alert] = []
         if groups and all(g.degenerate for g in groups):
@@ -62,7 +69,7 @@ class RunNotices:
             out += self._count(
                 "max_trajectory_tokens", hits.trajectories_cut, f"step {step}: {next(sentences)}"
             )
-        return out
+        return {}, out
 
     def _count(self, kind: str, n: int, message: str) -> list[Alert]:
         self.counts[kind] = self.counts.get(kind, 0) + n
@@ -70,6 +77,13 @@ class RunNotices:
             return []
         self.raised.add(kind)
         return [Alert(kind, f"{message} (warned once per run; the total is in train_done)")]
+
+    def state(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "raised": sorted(self.raised)}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.counts = {str(k): int(v) for k, v in state.get("counts", {}).items()}
+        self.raised = {str(k) for k in state.get("raised", [])}
 
     def totals(self) -> dict[str, int]:
         """The run's counts (only those that happened), for ``train_done``."""

@@ -1,10 +1,9 @@
-"""Health signals of a training run: is the policy collapsing, rambling, repeating itself,
-or drifting away from what the learner scores?
+"""The ``health`` step monitor: is the policy collapsing, rambling, repeating itself, or
+drifting away from what the learner scores?
 
-The train loop creates one :class:`HealthMonitor` per run (settings from ``[train.health]``),
-calls :meth:`HealthMonitor.observe` once per step with the step's first-draw trajectories,
-rewards and the merged training metrics, logs the returned ``health/*`` metrics with the rest,
-and logs each returned :class:`Alert` as a warning event. The report
+One :class:`HealthMonitor` per run (settings from ``[train.health]``) reads each step's
+first-draw trajectories, rewards and the merged training metrics and returns the ``health/*``
+metrics and its alerts (logged as ``health_alert`` warnings). The report
 (:mod:`searchr1.report.health`) shows the same metrics and alerts at the top of the page.
 
 Metrics (all over the step's first draw, the unbiased sample of the policy):
@@ -40,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.types import RewardResult, Trajectory
+from searchr1.core.types import Alert, RewardResult, ScoredGroup, Trajectory
 
 
 @dataclass(frozen=True)
@@ -61,15 +60,6 @@ class HealthSettings:
     mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
     #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse
     mismatch_warn_ratio: float = field(default=2.0, metadata={"min": 1.0})
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One health warning: a short ``kind`` (``format_cliff``, ``entropy_cliff``,
-    ``length_growth``, ``mismatch``) and a sentence for the console and the report."""
-
-    kind: str
-    message: str
 
 
 def repeated_ngram_rate(tokens: Sequence[int], n: int) -> tuple[int, int]:
@@ -137,12 +127,15 @@ class HealthMonitor:
 
     def observe(
         self,
+        step: int,
+        groups: Sequence[ScoredGroup],
         trajectories: Sequence[Trajectory],
         rewards: Sequence[RewardResult],
         train_metrics: Mapping[str, float],
-        staleness: float = 0.0,
+        staleness: float,
     ) -> tuple[dict[str, float], list[Alert]]:
-        """This step's ``health/*`` metrics and alerts; updates the run-long state.
+        """This step's ``health/*`` metrics and alerts (kinds ``format_cliff``,
+        ``entropy_cliff``, ``length_growth``, ``mismatch``); updates the run-long state.
 
         ``staleness`` (the step's ``staleness/max``): data sampled on older weights differs
         from the learner's by the updates since -- off-policy by design, corrected by the
@@ -215,6 +208,9 @@ class HealthMonitor:
         self.peak = {str(k): float(v) for k, v in state.get("peak", {}).items()}
         self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
 
+    def totals(self) -> dict[str, Any]:
+        return {}
+
 
 def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Alert]:
     """An alert when the step's sampler/learner mismatch passes the thresholds (none when
@@ -239,22 +235,3 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
             f"bf16, a different sampling engine, temperature. Consider [train.loss] ratio_cap",
         )
     ]
-
-
-def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -> str:
-    """The start-of-run sentence saying what the importance ratio compares (logged once by
-    the train loop). ``learner_temperature`` is the temperature at which the trainer
-    scores tokens (:attr:`~searchr1.core.types.TrainerCapabilities.learner_temperature`),
-    None when the trainer does not know it (a remote service)."""
-    ts = f"{sampler_temperature:g}"
-    if learner_temperature is not None and learner_temperature == sampler_temperature:
-        return (
-            f"importance ratio = learner / sampler probability, both at temperature {ts}: "
-            "1 on-policy; mismatch/* reports any drift"
-        )
-    tl = f"{learner_temperature:g}" if learner_temperature is not None else "the service's own"
-    return (
-        f"importance ratio compares the learner's probabilities at temperature {tl} with the "
-        f"sampler's at {ts}: on-policy ratios need not be 1 (a remote service may score "
-        "untempered log-probs); mismatch/* in each step's metrics shows the size"
-    )

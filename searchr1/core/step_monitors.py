@@ -1,0 +1,80 @@
+"""The run's step monitors, created once per run from ``[train] monitors``: asked once per
+step what they saw, their states saved in checkpoints, their totals put in ``train_done``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import PluginError
+from searchr1.core.plugins import Registry
+from searchr1.core.types import Alert, RewardResult, ScoredGroup, StepMonitor, Trajectory
+
+#: keys of a checkpoint's state the core writes itself; a monitor's state sits beside them
+RESERVED = frozenset({"step", "python_rng", "data"})
+
+
+@dataclass(frozen=True)
+class Monitors:
+    """The listed monitors by name, in ``[train] monitors`` order."""
+
+    by_name: dict[str, StepMonitor]
+
+    def observe(
+        self,
+        step: int,
+        groups: Sequence[ScoredGroup],
+        trajectories: Sequence[Trajectory],
+        rewards: Sequence[RewardResult],
+        train_metrics: Mapping[str, float],
+        staleness: float,
+    ) -> tuple[dict[str, float], list[Alert]]:
+        """Every monitor's metrics (merged) and alerts (in list order) for one step."""
+        metrics: dict[str, float] = {}
+        alerts: list[Alert] = []
+        for monitor in self.by_name.values():
+            m, a = monitor.observe(step, groups, trajectories, rewards, train_metrics, staleness)
+            metrics.update(m)
+            alerts.extend(a)
+        return metrics, alerts
+
+    def state(self) -> dict[str, Any]:
+        return {name: monitor.state() for name, monitor in self.by_name.items()}
+
+    def load_state(self, saved: Mapping[str, Any]) -> None:
+        """Hand each monitor its part of a checkpoint's state (``{}`` when it has none)."""
+        for name, monitor in self.by_name.items():
+            monitor.load_state(saved.get(name) or {})
+
+    def totals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for monitor in self.by_name.values():
+            out.update(monitor.totals())
+        return out
+
+
+def open_monitors(config: Config, registry: Registry) -> Monitors:
+    """Create every monitor ``[train] monitors`` lists; PluginError for a reserved name or
+    an object that is not a :class:`~searchr1.core.types.StepMonitor`."""
+    by_name: dict[str, StepMonitor] = {}
+    for name in config.train.monitors:
+        if name in RESERVED:
+            raise PluginError(
+                f"train.monitors lists {name!r}, a key the checkpoint's state keeps for the "
+                f"core ({', '.join(sorted(RESERVED))}); register the monitor under another name"
+            )
+        monitor = registry.create("step_monitor", name, config)
+        if not isinstance(monitor, StepMonitor):
+            missing = [
+                m
+                for m in ("observe", "state", "load_state", "totals")
+                if not callable(getattr(monitor, m, None))
+            ]
+            raise PluginError(
+                f"step monitor {name!r} (plugin {registry.get('step_monitor', name).plugin!r}) "
+                f"returned a {type(monitor).__name__} without {', '.join(missing)}"
+            )
+        by_name[name] = monitor
+    return Monitors(by_name)
