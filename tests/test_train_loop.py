@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# every test trains the tiny model in a `searchr1 train` process (20-70 s each on 2 cores)
+pytestmark = pytest.mark.slow
+
 CONFIG = """
 [run]
 seed = 1
