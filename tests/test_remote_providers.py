@@ -40,6 +40,7 @@ class Backend:
     """One remote provider over its fake service, and what differs between the services."""
 
     name: str
+    sdk: str  # the SDK the provider drives: "pytrio" or "tinker"
     fake: Any  # FakePyTrio or FakeTinker
     tmp_path: Path
     api_key: str
@@ -76,10 +77,6 @@ class Backend:
         return RemoteModelProvider.from_config(
             config or self.config(), provider_name=self.name, default_sdk=self.sdk
         )
-
-    @property
-    def sdk(self) -> str:
-        return "pytrio" if self.name == "taotoken" else "tinker"
 
 
 def _taotoken_faults(fake: Any) -> tuple[Any, ...]:
@@ -123,6 +120,7 @@ def _backend(name: str, fake: Any, tmp_path: Path) -> Backend:
 
         return Backend(
             name=name,
+            sdk="pytrio",
             fake=fake,
             tmp_path=tmp_path,
             api_key=API_KEY,
@@ -149,6 +147,7 @@ def _backend(name: str, fake: Any, tmp_path: Path) -> Backend:
 
     return Backend(
         name=name,
+        sdk="tinker",
         fake=fake,
         tmp_path=tmp_path,
         api_key=API_KEY,
