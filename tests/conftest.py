@@ -1,4 +1,5 @@
-"""Shared fixtures: the fake ``scripted`` model provider plugin, and built-in plugins only.
+"""Shared fixtures: the fake ``scripted`` model provider plugin, built-in plugins only, a
+config file in ``tmp_path`` (``config_file``) and the CLI run in-process (``run_cli``).
 
 ``scripted_plugin`` makes every registry the CLI loads (``searchr1.core.runs.open_run``)
 include :class:`tests.fakes.ScriptedPlugin`, registered through the same hook a third-party
@@ -8,18 +9,18 @@ model provider implements, so ``[model] provider = "scripted"`` works in ``searc
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Built-in plugins only, in this process and every command a test starts: a plugin that
 # happens to be installed in the developer's environment must not change what tests see
 # (a test of a third-party plugin installs it and names it in this variable).
 os.environ["SEARCHR1_LOAD_PLUGINS"] = ""
 
+# tests/ is on sys.path through pytest's ``pythonpath`` setting (pyproject.toml)
+import cli_run  # noqa: E402
 from fakes import ScriptedPlugin  # noqa: E402
 
 
@@ -31,6 +32,26 @@ def scripted_plugin(monkeypatch: pytest.MonkeyPatch) -> ScriptedPlugin:
     real = plugins.load_registry
     monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
     return plugin
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Callable[..., Path]:
+    """``config_file(text, name="config.toml")``: ``text`` written into ``tmp_path``."""
+
+    def write(text: str, name: str = "config.toml") -> Path:
+        return cli_run.write_config(tmp_path, text, name)
+
+    return write
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., cli_run.Result]:
+    """``run_cli(*argv)``: ``searchr1 ARGV`` run in this process, as ``Result(code, out, err)``."""
+
+    def run(*argv: str | Path) -> cli_run.Result:
+        return cli_run.run_cli(capsys, *argv)
+
+    return run
 
 
 @pytest.fixture(autouse=True)

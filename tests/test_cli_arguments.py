@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.cli.main import main
 from searchr1.core.data import load_questions
 
 
@@ -29,18 +28,17 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["train", "--max-steps", "lots"], "--max-steps", "whole number"),
     ],
 )
-def test_bad_numbers_are_usage_errors(project: Path, capsys, argv, flag, bound) -> None:
-    rc = main(argv)
-    err = capsys.readouterr().err
-    assert rc == 2
-    assert flag in err and bound in err
+def test_bad_numbers_are_usage_errors(project: Path, run_cli, argv, flag, bound) -> None:
+    result = run_cli(*argv)
+    assert result.code == 2
+    assert flag in result.err and bound in result.err
     assert not (project / "runs").exists()  # refused before any run started
 
 
-def test_usage_errors_return_2_in_process(project: Path, capsys) -> None:
-    assert main(["trian"]) == 2
-    assert "invalid choice" in capsys.readouterr().err
-    assert main(["--help"]) == 0
+def test_usage_errors_return_2_in_process(project: Path, run_cli) -> None:
+    typo = run_cli("trian")
+    assert typo.code == 2 and "invalid choice" in typo.err
+    assert run_cli("--help").code == 0
 
 
 def test_a_bom_at_the_start_of_a_jsonl_file_loses_no_row(tmp_path: Path) -> None:
@@ -107,12 +105,14 @@ eval = "mixed.jsonl"
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
-def test_train_and_eval_show_dropped_rows_on_the_console(project: Path, capsys, command) -> None:
+def test_train_and_eval_show_dropped_rows_on_the_console(
+    project: Path, config_file, run_cli, command
+) -> None:
     _mixed_rows(project / "mixed.jsonl")
-    (project / "config.toml").write_text(TINY)
-    rc = main([command, "--config", "config.toml", "--run-dir", "run"])
-    err = capsys.readouterr().err
-    assert rc == 0, err
+    config_file(TINY)
+    result = run_cli(command, "--config", "config.toml", "--run-dir", "run")
+    err = result.err
+    assert result.code == 0, err
     field = "data.train" if command == "train" else "data.eval"
     assert f"{field} = 'mixed.jsonl': skipped 6 malformed rows of 8" in err
     assert "row 2: not valid JSON" in err

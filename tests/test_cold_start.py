@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_models import build_family
+from cli_run import write_config
 from fakes import template_tokenizer, tiny_tokenizer
 
 from searchr1.cli.main import main as cli
@@ -185,13 +186,10 @@ eval = "{heldout}"
 def _write_config(tmp_path: Path, model: Path, **values: object) -> Path:
     files = write_user_data(tmp_path / "data")
     settings = {"cold_steps": 4, "max_steps": 1, "loss": "cross_entropy", **values}
-    path = tmp_path / "config.toml"
-    path.write_text(
-        CONFIG.format(
-            runs=tmp_path / "runs", model=model, **{k: str(v) for k, v in files.items()}, **settings
-        )
+    text = CONFIG.format(
+        runs=tmp_path / "runs", model=model, **{k: str(v) for k, v in files.items()}, **settings
     )
-    return path
+    return write_config(tmp_path, text)
 
 
 def _events(run: Path) -> list[dict]:
@@ -225,9 +223,10 @@ def test_train_runs_the_cold_start_before_rl_and_resume_skips_it(tmp_path: Path)
 
 
 def test_an_unknown_cold_start_loss_is_named_before_the_model_loads(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, run_cli
 ) -> None:
     config = _write_config(tmp_path, tmp_path / "no-model-here", loss="cross_entropi")
-    assert cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 2
-    err = capsys.readouterr().err
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "r")
+    err = result.err
+    assert result.code == 2, err
     assert "cold_start.loss_fn = 'cross_entropi'" in err and "cross_entropy" in err, err

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.cli.main import main as cli_main
 from searchr1.core.data import (
     DataError,
     QuestionStream,
@@ -211,7 +210,7 @@ def test_state_from_other_data_is_refused() -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def test_data_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_data_check_cli(tmp_path: Path, run_cli) -> None:
     f = _write_jsonl(
         tmp_path / "mix.jsonl",
         [
@@ -221,13 +220,14 @@ def test_data_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
             {"question": "d?"},
         ],
     )
-    assert cli_main(["data", "check", str(f)]) == 0
-    out = capsys.readouterr().out
+    result = run_cli("data", "check", f)
+    out = result.out
+    assert result.code == 0
     assert "4 rows, 3 valid, 1 malformed" in out
     assert "nq     2" in out and "popqa  1" in out
     assert "row 4: no golden answers" in out
 
     bad = _write_jsonl(tmp_path / "bad.jsonl", ["nope"])
-    assert cli_main(["data", "check", str(bad)]) == 1
-    assert cli_main(["data", "check", str(tmp_path / "missing.jsonl")]) == 2
-    assert "file not found" in capsys.readouterr().err
+    assert run_cli("data", "check", bad).code == 1
+    missing = run_cli("data", "check", tmp_path / "missing.jsonl")
+    assert missing.code == 2 and "file not found" in missing.err

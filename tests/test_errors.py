@@ -9,7 +9,6 @@ import signal
 import pytest
 
 from searchr1.cli import plugins as plugins_command
-from searchr1.cli.main import main
 from searchr1.core.errors import (
     ConfigError,
     ConfigValueError,
@@ -49,18 +48,19 @@ def test_old_import_paths_name_the_same_classes() -> None:
         (Interrupted(signal.SIGINT, step=0, saved=False), 130),
     ],
 )
-def test_exit_code_follows_the_class(monkeypatch, capsys, error, code) -> None:
+def test_exit_code_follows_the_class(monkeypatch, run_cli, error, code) -> None:
     def fail(args) -> int:
         raise error
 
     monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
-    assert main(["plugins"]) == code
-    err = capsys.readouterr().err
+    result = run_cli("plugins")
+    err = result.err
+    assert result.code == code
     assert err.startswith("searchr1: error:") and "Traceback" not in err
     assert str(error).splitlines()[0] in err
 
 
-def test_a_plugin_error_kind_chooses_its_own_exit_code(monkeypatch, capsys) -> None:
+def test_a_plugin_error_kind_chooses_its_own_exit_code(monkeypatch, run_cli) -> None:
     class QuotaExhausted(SearchR1Error):
         exit_code = 5
 
@@ -68,5 +68,5 @@ def test_a_plugin_error_kind_chooses_its_own_exit_code(monkeypatch, capsys) -> N
         raise QuotaExhausted("search.api_keys: every key is over its quota")
 
     monkeypatch.setattr(plugins_command, "cmd_plugins", fail)
-    assert main(["plugins"]) == 5
-    assert "every key is over its quota" in capsys.readouterr().err
+    result = run_cli("plugins")
+    assert result.code == 5 and "every key is over its quota" in result.err

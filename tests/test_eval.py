@@ -256,16 +256,15 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     assert [e["label"] for e in results] == ["base", "step_3", "step_5"]
 
 
-def test_cli_errors_are_plain_messages(
-    world: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    base = ["eval", "--config", str(world), "--run-dir", str(tmp_path / "r")]
-    assert cli_main([*base, "--data", str(tmp_path / "missing.jsonl")]) == 2
-    assert "--data = " in capsys.readouterr().err
-    assert cli_main([*base, "--checkpoint", str(tmp_path / "nope")]) == 2
-    assert "not a folder" in capsys.readouterr().err
-    assert cli_main([*base, "--limit-per-source", "0"]) == 2
-    assert "--limit-per-source must be >= 1" in capsys.readouterr().err
+def test_cli_errors_are_plain_messages(world: Path, tmp_path: Path, run_cli) -> None:
+    base = ["eval", "--config", world, "--run-dir", tmp_path / "r"]
+    for extra, message in (
+        (["--data", tmp_path / "missing.jsonl"], "--data = "),
+        (["--checkpoint", tmp_path / "nope"], "not a folder"),
+        (["--limit-per-source", "0"], "--limit-per-source must be >= 1"),
+    ):
+        result = run_cli(*base, *extra)
+        assert result.code == 2 and message in result.err, result
 
 
 def test_hosted_model_eval_over_loopback_chat_server(

@@ -70,7 +70,7 @@ def _on_policy_datums(p: LocalModelProvider) -> list[Datum]:
     return datums
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("checkpointing", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpointing: bool) -> None:
     p = _provider(model_dir, checkpointing=checkpointing)
     calls = 0

@@ -112,7 +112,10 @@ def _learner(model: Any, share: bool) -> Learner:
     )
 
 
-@pytest.mark.parametrize(("family", "shares"), [("qwen3", True), ("qwen3_5", False)])
+@pytest.mark.parametrize(
+    ("family", "shares"),
+    [("qwen3", True), pytest.param("qwen3_5", False, marks=pytest.mark.slow)],
+)
 def test_learner_shares_prefixes_where_the_model_allows(
     family: str, shares: bool, tmp_path: Path
 ) -> None:

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from arch_models import build_family
 
-from searchr1.cli.main import main as cli
-
 CONFIG = """
 [run]
 seed = 1
@@ -50,36 +48,39 @@ train = "builtin:world/train.jsonl"
 """
 
 
-def _config(tmp_path: Path, model: Path | str) -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(CONFIG.format(runs=tmp_path / "runs", model=model), encoding="utf-8")
-    return path
+def _config(config_file, tmp_path: Path, model: Path | str) -> Path:  # noqa: ANN001
+    return config_file(CONFIG.format(runs=tmp_path / "runs", model=model))
 
 
-def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    _smoke_and_train("qwen3_5", tmp_path, capsys)
+def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, config_file, run_cli) -> None:  # noqa: ANN001
+    _smoke_and_train("qwen3_5", tmp_path, config_file, run_cli)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "family", ["qwen3_next", "mistral_sliding", "gemma3_mixed", "qwen3_moe", "llama"]
 )
-def test_smoke_and_one_train_step_on_other_families(tmp_path: Path, capsys, family: str) -> None:  # noqa: ANN001
-    _smoke_and_train(family, tmp_path, capsys)
+def test_smoke_and_one_train_step_on_other_families(
+    tmp_path: Path,
+    config_file,  # noqa: ANN001
+    run_cli,  # noqa: ANN001
+    family: str,
+) -> None:
+    _smoke_and_train(family, tmp_path, config_file, run_cli)
 
 
-def _smoke_and_train(family: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def _smoke_and_train(family: str, tmp_path: Path, config_file, run_cli) -> None:  # noqa: ANN001
     model = build_family(family, tmp_path / family)
-    config = _config(tmp_path, model)
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
+    config = _config(config_file, tmp_path, model)
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    out = smoke.out
     assert "model channel failed" not in out and "could not start" not in out, out
     assert "trajectory 0:" in out and "trajectory 1:" in out, out
-    # 3: the channels work but a random model shows none of the reference setup's behaviour (smoke_verdict)
-    assert code in (0, 3), out
+    # 3: the channels work but a random model shows none of the reference setup's behaviour
+    assert smoke.code in (0, 3), out
 
     run = tmp_path / "train"
-    assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
+    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
     metrics = [e for e in events if e["event"] == "metrics"]
     assert metrics and metrics[-1]["step"] == 1
@@ -92,35 +93,43 @@ def _smoke_and_train(family: str, tmp_path: Path, capsys) -> None:  # noqa: ANN0
         assert targets & {"in_proj_qkv", "in_proj_qkvz"}, targets  # ... and Gated DeltaNet
 
 
-def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, config_file, run_cli) -> None:  # noqa: ANN001
     model = build_family("llama", tmp_path / "llama")
-    config = _config(tmp_path, model)
-    text = config.read_text().replace('"all-linear"', '["in_proj_qkv", "q_proj"]')
-    config.write_text(text)
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
-    assert code == 1
+    text = CONFIG.format(runs=tmp_path / "runs", model=model)
+    config = config_file(text.replace('"all-linear"', '["in_proj_qkv", "q_proj"]'))
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    out = smoke.out
+    assert smoke.code == 1
     diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
     assert "in_proj_qkv" in diagnosis and str(model) in diagnosis
     assert 'target_modules = "all-linear"' in diagnosis
 
 
-def test_smoke_names_a_model_side_failure_and_the_base_model(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_smoke_names_a_model_side_failure_and_the_base_model(
+    tmp_path: Path,
+    config_file,  # noqa: ANN001
+    run_cli,  # noqa: ANN001
+) -> None:
     model = build_family("llama", tmp_path / "broken")
     cfg = json.loads((model / "config.json").read_text())
     cfg["model_type"] = "qwen_nonexistent"
     (model / "config.json").write_text(json.dumps(cfg))
-    config = _config(tmp_path, model)
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
-    assert code == 1
+    config = _config(config_file, tmp_path, model)
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    out = smoke.out
+    assert smoke.code == 1
     diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
     assert str(model) in diagnosis
     assert "qwen_nonexistent" in diagnosis and "Error" in diagnosis
     assert "pip install -U transformers" in diagnosis
 
 
-def test_pipelined_steps_train_on_tiny_qwen3_5(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_pipelined_steps_train_on_tiny_qwen3_5(
+    tmp_path: Path,
+    monkeypatch,  # noqa: ANN001
+    config_file,  # noqa: ANN001
+    run_cli,  # noqa: ANN001
+) -> None:
     """``max_staleness = 1`` on the hybrid architecture: the sampler's pinned LoRA copy covers
     every all-linear target (Gated DeltaNet projections included) and steps 2 and 3 learn
     from samples one version old (a reward that varies per trajectory, so groups train)."""
@@ -132,15 +141,14 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(tmp_path: Path, monkeypatch) -> N
     plugin = ChecksumRewardPlugin()
     monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
     model = build_family("qwen3_5", tmp_path / "qwen3_5")
-    config = _config(tmp_path, model)
-    text = config.read_text(encoding="utf-8")
+    text = CONFIG.format(runs=tmp_path / "runs", model=model)
     text = text.replace("max_steps = 1\nsave_every = 1\n", "max_steps = 3\nsave_every = 3\n")
     text = text.replace("[train]\n", "[train]\nmax_staleness = 1\n")
     text = text.replace("group_size = 2\n", "group_size = 4\n")
     text = text.replace("[search]\n", '[reward]\nname = "token_checksum"\n[search]\n')
-    config.write_text(text, encoding="utf-8")
+    config = config_file(text)
     run = tmp_path / "train"
-    assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
+    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
     metrics = [e for e in events if e["event"] == "metrics"]
     assert [m["step"] for m in metrics] == [1, 2, 3]

@@ -166,11 +166,11 @@ def test_no_sink_receives_a_secret(trained) -> None:
         assert canary not in jsonl
 
 
-def test_unknown_sink_name_suggests_the_right_one(tmp_path: Path, capsys) -> None:
-    (tmp_path / "c.toml").write_text('[log]\nsinks = ["tensorbord"]\n')
-    rc = cli.main(["train", "--config", str(tmp_path / "c.toml"), "--run-dir", str(tmp_path)])
-    err = capsys.readouterr().err
-    assert rc == 2
+def test_unknown_sink_name_suggests_the_right_one(tmp_path: Path, config_file, run_cli) -> None:
+    config = config_file('[log]\nsinks = ["tensorbord"]\n', "c.toml")
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path)
+    err = result.err
+    assert result.code == 2
     assert "log.sinks = 'tensorbord'" in err and "did you mean 'tensorboard'?" in err.lower()
 
 

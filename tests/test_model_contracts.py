@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from test_smoke import local_search, write_config
 
-from searchr1.cli.main import main as cli
 from searchr1.core.errors import ConfigError
 from searchr1.core.trainer_checks import check_loss, require_trainer
 from searchr1.core.types import Model, TrainerCapabilities
@@ -55,57 +54,60 @@ def events(run: Path) -> list[dict]:
 
 
 def test_train_refuses_a_provider_that_only_samples_before_any_rollout(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     config = train_config(tmp_path, "trains = false\n")
-    code = cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2, err
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    err = result.err
+    assert result.code == 2, err
     assert "model.provider = 'scripted' only samples" in err and "searchr1 eval" in err, err
     assert "Traceback" not in err
     assert not scripted_plugin.created[0].calls  # nothing was sampled
 
     # The same provider still serves the commands that only sample.
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    assert code in (0, 1), capsys.readouterr()  # it ran (the verdict is the script's)
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    assert smoke.code in (0, 1), smoke  # it ran (the verdict is the script's)
     assert scripted_plugin.created[1].calls
 
 
 def test_cold_start_loss_the_trainer_cannot_train_names_cold_start_loss_fn(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     config = train_config(
         tmp_path,
         'losses = ["importance_sampling"]\n',
         extra='[cold_start]\nsteps = 1\nquestions_per_step = 2\nloss_fn = "cross_entropy"\n',
     )
-    code = cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2, err
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    err = result.err
+    assert result.code == 2, err
     assert "cold_start.loss_fn = 'cross_entropy'" in err and "train.loss_fn" not in err, err
     assert "trains only importance_sampling (a scripted test trainer)" in err
     assert not scripted_plugin.created[0].calls  # refused before any rollout
 
 
-def test_train_loss_the_trainer_cannot_train_names_train_loss_fn(tmp_path, capsys, scripted_plugin):
+def test_train_loss_the_trainer_cannot_train_names_train_loss_fn(
+    tmp_path, run_cli, scripted_plugin
+):
     config = train_config(tmp_path, 'losses = ["ppo"]\n')
-    code = cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2, err
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    err = result.err
+    assert result.code == 2, err
     assert "train.loss_fn = 'importance_sampling'" in err and "trains only ppo" in err, err
     assert not scripted_plugin.created[0].calls
 
 
 @pytest.mark.parametrize("declared", [False, True])
 def test_pipelined_steps_use_the_snapshot_sampler_only_when_declared(
-    tmp_path, capsys, scripted_plugin, declared
+    tmp_path, run_cli, scripted_plugin, declared
 ):
     """The scripted trainer always has a ``snapshot_sampler`` method; the loop calls it only
     when the capabilities declare it (without, pipelined steps sample the newest weights)."""
     scripted = "snapshot = true\nlearner_temperature = 0.8\n" if declared else ""
     config = train_config(tmp_path, scripted, train="max_staleness = 1\n")
     run = tmp_path / "run"
-    assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0, capsys.readouterr()
+    result = run_cli("train", "--config", config, "--run-dir", run)
+    assert result.code == 0, result
     (model,) = scripted_plugin.created
     # Declared: once before each of the two rollouts and once after the last step.
     assert model.snapshots == (3 if declared else 0)
@@ -142,17 +144,18 @@ def test_require_trainer_names_the_provider() -> None:
         require_trainer(Model(sampler=Only()), "hosted")
 
 
-def test_eval_of_a_checkpoint_needs_a_trainer(tmp_path, capsys, scripted_plugin):
+def test_eval_of_a_checkpoint_needs_a_trainer(tmp_path, run_cli, scripted_plugin):
     config = train_config(tmp_path, "trains = false\n")
     state = tmp_path / "state"
     state.mkdir()
     (state / "remote_checkpoint.json").write_text("{}")  # marks a model state folder
     args = ["eval", "--config", str(config), "--data", str(tmp_path / "train.jsonl")]
-    code = cli([*args, "--run-dir", str(tmp_path / "run"), "--checkpoint", str(state)])
-    err = capsys.readouterr().err
-    assert code == 2, err
+    result = run_cli(*args, "--run-dir", tmp_path / "run", "--checkpoint", state)
+    err = result.err
+    assert result.code == 2, err
     assert "model provider 'scripted' only samples" in err, err
     assert not scripted_plugin.created[0].calls
     # The base model needs no trainer.
-    assert cli([*args, "--run-dir", str(tmp_path / "base")]) == 0, capsys.readouterr()
+    base = run_cli(*args, "--run-dir", tmp_path / "base")
+    assert base.code == 0, base
     assert scripted_plugin.created[1].calls

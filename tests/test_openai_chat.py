@@ -191,15 +191,12 @@ def test_rejected_key_is_a_clear_error(server):
     assert "sk-wrong-1234567" not in str(info.value)
 
 
-def test_train_refuses_the_provider_before_any_request(server, tmp_path, capsys):
-    from searchr1.cli.main import main as cli
-
+def test_train_refuses_the_provider_before_any_request(server, tmp_path, config_file, run_cli):
     (tmp_path / "corpus.jsonl").write_text('{"id": "1", "title": "France", "text": "Paris."}\n')
     (tmp_path / "train.jsonl").write_text(
         '{"question": "Capital of France?", "answers": ["Paris"]}\n'
     )
-    config = tmp_path / "config.toml"
-    config.write_text(
+    config = config_file(
         f'[model]\nprovider = "openai_chat"\napi_base = "{server.base_url}"\n'
         f'api_key = "{API_KEY}"\nbase_model = "builtin:tiny-random"\n'
         '[model.openai_chat]\nmodel = "qwen-test"\n'
@@ -208,9 +205,9 @@ def test_train_refuses_the_provider_before_any_request(server, tmp_path, capsys)
         f'[data]\ntrain = "{tmp_path / "train.jsonl"}"\n'
     )
     sent = len(server.requests)
-    code = cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    err = capsys.readouterr().err
-    assert code == 2, err
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    err = result.err
+    assert result.code == 2, err
     assert "model.provider = 'openai_chat' only samples" in err and "searchr1 eval" in err, err
     assert len(server.requests) == sent  # refused before any rollout
 

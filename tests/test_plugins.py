@@ -410,11 +410,10 @@ def test_load_plugins_with_an_unknown_name_is_an_error(stray_plugins: Path, monk
     assert re.search(r"installed third-party plugins: .*broken, .*stray", msg)
 
 
-def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, capsys) -> None:
-    from searchr1.cli.main import main
-
-    assert main(["plugins"]) == 0
-    out = capsys.readouterr().out
+def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, run_cli) -> None:
+    result = run_cli("plugins")
+    out = result.out
+    assert result.code == 0
     assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
     assert "stray_reward" not in out
 

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -217,6 +218,7 @@ def test_any_command_line_gets_an_exit_code_not_a_traceback(argv: list[str]) -> 
 # ------------------------------------------------------------------ as a user sees it
 
 
+@pytest.mark.slow
 def test_in_a_real_process_errors_are_one_message() -> None:
     with _workspace() as root:
         cases = [

@@ -1,7 +1,8 @@
 """The ``taotoken`` provider: the real ``pytrio`` SDK over real HTTP to a loopback fake service
 (``tests/fake_pytrio_service.py``) whose computation is the ``local`` provider on the tiny
-model. Covers sampling, one training step against ``local``, save/resume, and the failure
-behaviour a user relies on (401, 429, 5xx, slow responses, a step that fails half-way)."""
+model. What it shares with ``tinker`` is in ``test_remote_providers.py``; here: the loss
+contract, a revoked key, slow responses, a failed sampler refresh, persistent 5xx, a step that
+fails half-way, setup errors, and the CLI end to end."""
 
 from __future__ import annotations
 
@@ -22,14 +23,12 @@ from remote_helpers import (  # noqa: E402
     ADAM,
     IS_LOSS,
     TARGETS,
-    check_pin_holds_until_the_next_pin,
     make_datums,
-    one_step,
 )
 
-from searchr1.core.config import Config, ConfigError, load_config  # noqa: E402
+from searchr1.core.config import Config, ConfigError  # noqa: E402
 from searchr1.core.trainer_checks import check_loss  # noqa: E402
-from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
+from searchr1.core.types import AdamParams, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
     RemoteAuthError,
@@ -89,89 +88,7 @@ def provider(fake, tmp_path):
 # --------------------------------------------------------------------------- sampling
 
 
-def test_sampling_returns_tokens_and_logprobs_of_the_trained_weights(provider):
-    prompt = provider.tokenizer.encode("The quick brown fox")
-    seqs = asyncio.run(provider.sample(prompt, 3, SamplingParams(max_tokens=6, seed=7)))
-    assert len(seqs) == 3
-    for seq in seqs:
-        assert 1 <= len(seq.tokens) <= 6
-        assert len(seq.logprobs) == len(seq.tokens)
-        assert all(lp < 0.0 for lp in seq.logprobs)
-        assert seq.stop_reason in ("stop", "length")
-    # The sampler's log-probs are the learner's for the same weights: on-policy ratio 1.
-    seq = seqs[0]
-    full = prompt + list(seq.tokens)
-    gen = len(prompt) - 1
-    datum = Datum(
-        tuple(full[:-1]),
-        tuple(full[1:]),
-        tuple([0.0] * gen + list(seq.logprobs)),
-        tuple([0.0] * gen + [1.0] * len(seq.tokens)),
-    )
-    result = provider.forward_backward([datum], IS_LOSS)
-    assert result.metrics["tokens"] == len(seq.tokens)
-    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-
-
-@pytest.mark.slow
-def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
-    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
-    params = SamplingParams(max_tokens=4, seed=3)
-    before = asyncio.run(provider.sample(prompt, 1, params))[0]
-    runs_before = fake.count("sampling_runs")
-    datums = make_datums(len(provider.tokenizer))
-    provider.forward_backward(datums, IS_LOSS)
-    provider.optim_step(AdamParams(learning_rate=0.5))
-    assert fake.count("sampling_runs") == runs_before + 1  # save_weights_and_get_sampling_client
-    after = asyncio.run(provider.sample(prompt, 1, params))[0]
-    assert after.logprobs != before.logprobs
-
-
-def test_a_pinned_sampler_keeps_its_weights_until_the_next_pin(provider, fake):
-    check_pin_holds_until_the_next_pin(provider)
-
-
 # --------------------------------------------------------------------------- training
-
-
-@pytest.mark.parametrize("loss_name", ["importance_sampling", "ppo"])
-def test_one_training_step_matches_the_local_provider(fake, tmp_path, loss_name):
-    from searchr1.plugins.local_model.provider import LocalModelProvider
-
-    loss_fn = IS_LOSS if loss_name == "importance_sampling" else NamedLoss("ppo", ppo)
-    config = make_config(fake, tmp_path)
-    remote = RemoteModelProvider.from_config(config)
-    local = LocalModelProvider.from_config(config)
-    try:
-        datums = make_datums(len(local.tokenizer))
-        r_loss, r_norm, r_after = one_step(remote, datums, loss_fn)
-        l_loss, l_norm, l_after = one_step(local, datums, loss_fn)
-    finally:
-        remote.close()
-        local.close()
-    assert r_loss == pytest.approx(l_loss, abs=1e-4)
-    assert r_norm == pytest.approx(l_norm, rel=1e-4)
-    assert r_after == pytest.approx(l_after, abs=1e-4)
-    assert r_after != pytest.approx(r_loss, abs=1e-3)  # the step changed the weights
-
-
-@pytest.mark.slow
-def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_path):
-    config = make_config(fake, tmp_path)
-    datums = make_datums(725, seed=5)
-    first = RemoteModelProvider.from_config(config)
-    first.forward_backward(datums, IS_LOSS)
-    first.optim_step(ADAM)
-    first.save_state(str(tmp_path / "ckpt" / "step-000001"))
-    assert (tmp_path / "ckpt" / "step-000001" / "remote_checkpoint.json").is_file()
-    continued = one_step(first, datums)
-    first.close()
-
-    resumed = RemoteModelProvider.from_config(config)
-    resumed.load_state(str(tmp_path / "ckpt" / "step-000001"))
-    again = one_step(resumed, datums)
-    resumed.close()
-    assert again == pytest.approx(continued, abs=1e-5)
 
 
 def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
@@ -202,51 +119,10 @@ def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
 # --------------------------------------------------------------------------- failures
 
 
-def test_rejected_key_names_the_environment_variable(fake, tmp_path):
-    toml = tmp_path / "config.toml"
-    toml.write_text(
-        f"""
-[model]
-provider = "taotoken"
-api_base = "{fake.base_url}"
-api_key = "${{TAOTOKEN_API_KEY}}"
-base_model = "builtin:tiny-random"
-temperature = 1.0
-max_new_tokens = 32
-
-[lora]
-rank = 8
-
-[model.taotoken]
-sdk_home = "{tmp_path / "home"}"
-retry_timeout_seconds = 1.0
-""",
-        encoding="utf-8",
-    )
-    config = load_config(toml, env={"TAOTOKEN_API_KEY": "sk-wrong-key-123456"})
-    with pytest.raises(RemoteAuthError, match="TAOTOKEN_API_KEY was rejected") as info:
-        RemoteModelProvider.from_config(config)
-    assert "401" in str(info.value)
-    assert "sk-wrong-key-123456" not in str(info.value)
-
-
 def test_key_revoked_mid_run_stops_with_a_clear_error(provider, fake):
     fake.api_key = "sk-rotated-key-9999"
     with pytest.raises(RemoteAuthError, match="model.api_key was rejected"):
         asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
-
-
-def test_429_and_5xx_are_retried_and_the_step_is_applied_once(provider, fake):
-    datums = make_datums(725)
-    done_before = fake.count("done:trainer.forward_backward")
-    f429 = fake.inject("POST", r"^/actor/v1/events$", 429, times=2)
-    f503 = fake.inject("GET", r"^/actor/v1/events/", 503, times=2)
-    f502 = fake.inject("POST", r"/sampling-runs$", 502, times=1)
-    result = provider.forward_backward(datums, IS_LOSS)
-    provider.optim_step(ADAM)
-    assert (f429.hits, f503.hits, f502.hits) == (2, 2, 1)
-    assert math.isfinite(result.loss)
-    assert fake.count("done:trainer.forward_backward") == done_before + 1
 
 
 def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):

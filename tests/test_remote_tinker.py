@@ -1,9 +1,8 @@
 """The ``tinker`` provider: the real ``tinker`` SDK (0.38, every call returns a future) over real
 HTTP to a loopback fake of the Tinker service (``tests/fake_tinker_service.py``) whose
-computation is the ``local`` provider on the tiny model. Covers what the ``taotoken`` tests
-cover for PyTRIO: sampling, a training step against ``local``, the new sampler after
-``optim_step``, save/resume, a rejected key, transient 429/5xx retried without applying a step
-twice, and the session finished on close."""
+computation is the ``local`` provider on the tiny model. What it shares with ``taotoken`` is in
+``test_remote_providers.py``; here: the session finished on close, one wait per step, the
+bounded result and sampling waits, and ``searchr1 train`` end to end."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import asyncio
 import dataclasses
 import math
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,19 +21,15 @@ from remote_helpers import (  # noqa: E402
     ADAM,
     IS_LOSS,
     TARGETS,
-    check_pin_holds_until_the_next_pin,
     make_datums,
     max_in_flight,
-    one_step,
     round_trips,
     waits,
 )
 
-from searchr1.core.config import Config, load_config  # noqa: E402
-from searchr1.core.types import AdamParams, Datum, SamplingParams  # noqa: E402
-from searchr1.plugins.losses import NamedLoss, ppo  # noqa: E402
+from searchr1.core.config import Config  # noqa: E402
+from searchr1.core.types import SamplingParams  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
-    RemoteAuthError,
     RemoteServiceError,
     RemoteStepError,
 )
@@ -85,122 +79,6 @@ def provider(fake):
     p = open_provider(fake)
     yield p
     p.close()
-
-
-def test_sampling_returns_tokens_and_logprobs_of_the_current_weights(provider, fake):
-    prompt = provider.tokenizer.encode("The quick brown fox")
-    seqs = asyncio.run(provider.sample(prompt, 3, SamplingParams(max_tokens=6, seed=7)))
-    assert len(seqs) == 3 and fake.count("POST /api/v1/asample") >= 1
-    for seq in seqs:
-        assert 1 <= len(seq.tokens) <= 6 and len(seq.logprobs) == len(seq.tokens)
-        assert all(lp < 0.0 for lp in seq.logprobs) and seq.stop_reason in ("stop", "length")
-    # The sampler's log-probs are the learner's for the same weights: on-policy ratio 1.
-    seq = seqs[0]
-    full = prompt + list(seq.tokens)
-    gen = len(prompt) - 1
-    datum = Datum(
-        tuple(full[:-1]),
-        tuple(full[1:]),
-        tuple([0.0] * gen + list(seq.logprobs)),
-        tuple([0.0] * gen + [1.0] * len(seq.tokens)),
-    )
-    result = provider.forward_backward([datum], IS_LOSS)
-    assert result.metrics["tokens"] == len(seq.tokens)
-    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
-
-
-@pytest.mark.parametrize("loss_name", ["importance_sampling", "ppo"])
-def test_one_training_step_matches_the_local_provider(fake, loss_name):
-    from searchr1.plugins.local_model.provider import LocalModelProvider
-
-    loss_fn = IS_LOSS
-    if loss_name == "ppo":  # clip bounds travel from loss_fn.settings as Tinker thresholds
-        loss_fn = NamedLoss("ppo", ppo, {"clip_low": 0.1, "clip_high": 0.15})
-    remote = open_provider(fake)
-    local = LocalModelProvider.from_config(make_config(fake))
-    try:
-        datums = make_datums(len(local.tokenizer))
-        r_loss, r_norm, r_after = one_step(remote, datums, loss_fn)
-        l_loss, l_norm, l_after = one_step(local, datums, loss_fn)
-    finally:
-        remote.close()
-        local.close()
-    assert r_loss == pytest.approx(l_loss, abs=1e-4)
-    assert r_norm == pytest.approx(l_norm, rel=1e-4)
-    assert r_after == pytest.approx(l_after, abs=1e-4)
-    assert r_after != pytest.approx(r_loss, abs=1e-3)  # the step changed the weights
-
-
-def test_sampling_after_optim_step_uses_the_new_weights(provider, fake):
-    prompt = provider.tokenizer.encode("Question: who wrote the novel?")
-    params = SamplingParams(max_tokens=4, seed=3)
-    before = asyncio.run(provider.sample(prompt, 1, params))[0]
-    sessions = fake.count("sampling_sessions")
-    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
-    provider.optim_step(AdamParams(learning_rate=0.5))
-    assert fake.count("sampling_sessions") == sessions + 1  # one snapshot of the new weights
-    after = asyncio.run(provider.sample(prompt, 1, params))[0]
-    assert after.logprobs != before.logprobs
-
-
-def test_a_pinned_sampler_keeps_its_weights_until_the_next_pin(provider, fake):
-    check_pin_holds_until_the_next_pin(provider)
-
-
-@pytest.mark.slow
-def test_save_state_then_resume_continues_with_weights_and_optimizer(fake, tmp_path: Path):
-    datums = make_datums(725, seed=5)
-    first = open_provider(fake)
-    first.forward_backward(datums, IS_LOSS)
-    first.optim_step(ADAM)
-    first.save_state(str(tmp_path / "step-000001"))
-    record = (tmp_path / "step-000001" / "remote_checkpoint.json").read_text("utf-8")
-    assert '"sdk": "tinker"' in record and "tinker://" in record
-    continued = one_step(first, datums)
-    first.close()
-
-    resumed = open_provider(fake)
-    resumed.load_state(str(tmp_path / "step-000001"))
-    again = one_step(resumed, datums)
-    resumed.close()
-    assert again == pytest.approx(continued, abs=1e-5)
-
-
-def test_429_and_5xx_are_retried_and_the_step_is_applied_once(provider, fake):
-    datums = make_datums(725)
-    provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists now
-    provider.optim_step(ADAM)
-    done_before = fake.count("done:ForwardBackward")
-    f429 = fake.inject("POST", r"^/api/v1/forward_backward$", 429, times=2)
-    f503 = fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=2)
-    f502 = fake.inject("POST", r"^/api/v1/save_weights_for_sampler$", 502, times=1)
-    result = provider.forward_backward(datums, IS_LOSS)
-    provider.optim_step(ADAM)
-    assert (f429.hits, f503.hits, f502.hits) == (2, 2, 1)
-    assert math.isfinite(result.loss) and result.metrics["tokens"] > 0
-    assert fake.count("done:ForwardBackward") == done_before + 1
-
-
-def test_rejected_key_names_the_environment_variable_at_login(fake, tmp_path):
-    toml = tmp_path / "config.toml"
-    toml.write_text(
-        f"""
-[model]
-provider = "tinker"
-api_base = "{fake.base_url}"
-api_key = "${{TINKER_API_KEY}}"
-base_model = "builtin:tiny-random"
-temperature = 1.0
-
-[lora]
-rank = 8
-""",
-        encoding="utf-8",
-    )
-    config = load_config(toml, env={"TINKER_API_KEY": "tml-wrong-key-123456"})
-    with pytest.raises(RemoteAuthError, match="TINKER_API_KEY was rejected") as info:
-        RemoteModelProvider.from_config(config, provider_name="tinker", default_sdk="tinker")
-    assert "401" in str(info.value) and "tml-wrong-key-123456" not in str(info.value)
 
 
 def test_session_is_finished_on_close_and_telemetry_stays_off(fake):

@@ -190,13 +190,13 @@ def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
     assert "tokens/sampled not logged" in html
 
 
-def test_report_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_cli(tmp_path: Path, run_cli) -> None:
     run = make_run(tmp_path / "run")
-    assert cli_main(["report", str(run), "--out", str(tmp_path / "out"), "--no-png"]) == 0
+    assert run_cli("report", run, "--out", tmp_path / "out", "--no-png").code == 0
     assert (tmp_path / "out" / "index.html").is_file()
     assert not list((tmp_path / "out").glob("*.png"))
-    assert cli_main(["report", str(tmp_path / "nope")]) == 2
-    assert "not a folder" in capsys.readouterr().err
+    missing = run_cli("report", tmp_path / "nope")
+    assert missing.code == 2 and "not a folder" in missing.err
 
 
 # --------------------------------------------------------------------------- browser

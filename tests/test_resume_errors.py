@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import Result
 
-from searchr1.cli.main import main
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
 from searchr1.core.data import QuestionStream, load_questions
@@ -89,45 +89,46 @@ def _checkpoint(project: Path, run_dir: Path, step: int, data: str = "a.jsonl") 
     return save_checkpoint(run_dir, step, _StateWriter(), config, {"data": stream.state()})  # type: ignore[arg-type]
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return rc, err
+def _code_and_err(result: Result) -> tuple[int, str]:
+    """A command's exit code and stderr, checking it printed no traceback."""
+    assert "Traceback" not in result.out + result.err
+    return result.code, result.err
 
 
-def test_resume_with_nothing_to_resume_is_an_error_not_a_fresh_run(project: Path, capsys):
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+def test_resume_with_nothing_to_resume_is_an_error_not_a_fresh_run(project: Path, run_cli):
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2
     assert "--resume" in err and "nothing to resume" in err and "runs" in err
     assert not (project / "runs").exists() or not any((project / "runs").iterdir())
 
 
-def test_resume_of_a_folder_without_checkpoints_is_an_error(project: Path, capsys):
+def test_resume_of_a_folder_without_checkpoints_is_an_error(project: Path, run_cli):
     (project / "runs" / "train-1").mkdir(parents=True)
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2
     assert "train-1" in err and "no checkpoint" in err
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume", "--run-dir", "nope")
+    rc, err = _code_and_err(
+        run_cli("train", "--config", "config.toml", "--resume", "--run-dir", "nope")
+    )
     assert rc == 2 and "nope" in err and "nothing to resume" in err
     assert not (project / "nope").exists()
 
 
-def test_resume_with_other_data_names_both_files(project: Path, capsys):
+def test_resume_with_other_data_names_both_files(project: Path, run_cli):
     run_dir = project / "runs" / "train-1"
     _checkpoint(project, run_dir, 2, data="a.jsonl")
     (project / "config.toml").write_text(CONFIG.replace("DATA", "b.jsonl"))
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2
     assert "'a.jsonl'" in err and "'b.jsonl'" in err and "data.train" in err
     assert "step_000002" in err
 
 
-def test_a_damaged_only_checkpoint_names_the_file(project: Path, capsys):
+def test_a_damaged_only_checkpoint_names_the_file(project: Path, run_cli):
     run_dir = project / "runs" / "train-1"
     folder = _checkpoint(project, run_dir, 2)
     (folder / "trainer.json").write_text('{"step": 2, "data": {"epo')
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2
     assert "runs/train-1/checkpoints/step_000002/trainer.json is damaged" in err
     assert "no earlier" in err
@@ -150,25 +151,25 @@ def test_damaged_trainer_json_falls_back_to_the_previous_checkpoint(project: Pat
     assert str(bad / "trainer.json") in warnings[0] and "step_000001" in warnings[0]
 
 
-def test_run_dir_that_is_a_file(project: Path, capsys):
+def test_run_dir_that_is_a_file(project: Path, run_cli):
     (project / "taken").write_text("x")
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--run-dir", "taken")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--run-dir", "taken"))
     assert rc == 2
     assert "--run-dir" in err and "taken" in err and "file" in err
 
 
-def test_run_dir_config_that_is_a_file(project: Path, capsys):
+def test_run_dir_config_that_is_a_file(project: Path, run_cli):
     (project / "runs").write_text("x")
-    rc, err = _cli(capsys, "train", "--config", "config.toml")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml"))
     assert rc == 2
     assert "run.dir" in err and "runs" in err
 
 
-def test_eval_checkpoint_that_is_not_a_checkpoint(project: Path, capsys):
+def test_eval_checkpoint_that_is_not_a_checkpoint(project: Path, run_cli):
     (project / "somewhere").mkdir()
     (project / "somewhere" / "notes.txt").write_text("hi")
-    rc, err = _cli(
-        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", "somewhere"
+    rc, err = _code_and_err(
+        run_cli("eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", "somewhere")
     )
     assert rc == 2
     assert "--checkpoint" in err and "somewhere" in err and "not a checkpoint" in err
@@ -176,11 +177,11 @@ def test_eval_checkpoint_that_is_not_a_checkpoint(project: Path, capsys):
     assert not (project / "runs").exists()
 
 
-def test_eval_checkpoint_with_damaged_trainer_json(project: Path, capsys):
+def test_eval_checkpoint_with_damaged_trainer_json(project: Path, run_cli):
     folder = _checkpoint(project, project / "runs" / "train-1", 2)
     (folder / "trainer.json").write_text("{")
-    rc, err = _cli(
-        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder)
+    rc, err = _code_and_err(
+        run_cli("eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder))
     )
     assert rc == 2
     assert str(folder / "trainer.json") in err and "damaged" in err
@@ -216,30 +217,30 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
     )
 
 
-def test_run_dir_a_path_cannot_hold(project: Path, capsys):
+def test_run_dir_a_path_cannot_hold(project: Path, run_cli):
     (project / "config.toml").write_text(
         CONFIG.replace("DATA", "a.jsonl").replace('dir = "runs"', 'dir = "a\\u0000b"')
     )
-    rc, err = _cli(capsys, "train", "--config", "config.toml")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml"))
     assert rc == 2
     assert "run.dir" in err and "cannot create the run folder" in err
 
 
-def test_resume_of_a_named_run_uses_its_folder(project: Path, capsys):
+def test_resume_of_a_named_run_uses_its_folder(project: Path, run_cli):
     named = CONFIG.replace('dir = "runs"', 'dir = "runs"\nname = "exp"')
     (project / "config.toml").write_text(named.replace("DATA", "a.jsonl"))
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2 and "run.name = 'exp'" in err and "nothing to resume" in err
     _checkpoint(project, project / "runs" / "exp", 1, data="a.jsonl")
     (project / "config.toml").write_text(named.replace("DATA", "b.jsonl"))
-    rc, err = _cli(capsys, "train", "--config", "config.toml", "--resume")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2 and "runs/exp/checkpoints/step_000001" in err  # that run, not a new one
 
 
-def test_eval_of_a_checkpoint_whose_model_state_does_not_load(project: Path, capsys):
+def test_eval_of_a_checkpoint_whose_model_state_does_not_load(project: Path, run_cli):
     folder = _checkpoint(project, project / "runs" / "train-1", 2)  # model/ holds no adapter
-    rc, err = _cli(
-        capsys, "eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder)
+    rc, err = _code_and_err(
+        run_cli("eval", "--config", "config.toml", "--data", "a.jsonl", "--checkpoint", str(folder))
     )
     assert rc == 2
     assert str(folder / "model") in err and "cannot be loaded" in err

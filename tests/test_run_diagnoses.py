@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from arch_models import build_family
-
-from searchr1.cli.main import main as cli
+from cli_run import write_config
 
 
 def _events(run_dir: Path) -> list[dict]:
@@ -19,7 +18,7 @@ def _events(run_dir: Path) -> list[dict]:
 
 
 def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], scripted_plugin
+    tmp_path: Path, config_file, run_cli, scripted_plugin
 ) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text(
@@ -27,8 +26,7 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
             json.dumps({"question": f"q{i}?", "golden_answers": ["yes"]}) + "\n" for i in range(8)
         )
     )
-    config = tmp_path / "config.toml"
-    config.write_text(
+    config = config_file(
         f'[run]\ndir = "{tmp_path / "runs"}"\n'
         '[model]\nprovider = "scripted"\nmax_new_tokens = 4\n'
         '[model.scripted]\nturns = [["<answer> no no no no </answer>"], ["<answer> nope nope </answer>"]]\n'
@@ -40,7 +38,7 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
         '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
     )
     run_dir = tmp_path / "run"
-    assert cli(["train", "--config", str(config), "--run-dir", str(run_dir)]) == 0
+    assert run_cli("train", "--config", config, "--run-dir", run_dir).code == 0
     events = _events(run_dir)
     alerts = [e for e in events if e["event"] == "health_alert"]
     # once each, not once per step: every turn is cut at max_new_tokens = 4, so every
@@ -58,8 +56,7 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
     )
     (done,) = [e for e in events if e["event"] == "train_done"]
     assert done["steps_without_training"] == 3 and done["turns_cut_at_max_new_tokens"] == 6
-    capsys.readouterr()
-    assert cli(["report", str(run_dir)]) == 0
+    assert run_cli("report", run_dir).code == 0
     page = (run_dir / "report" / "index.html").read_text()
     assert "3 of 3 steps trained no token (steps 1, 2, 3)" in page
     assert "no_tokens_trained" in page
@@ -85,13 +82,11 @@ def _offline_with(tmp_path: Path, **replace: str) -> Path:
     for old, new in replace.items():
         assert old in text, old
         text = text.replace(old, new)
-    path = tmp_path / "config.toml"
-    path.write_text(text)
-    return path
+    return write_config(tmp_path, text)
 
 
 def test_config_check_warns_when_lora_targets_leave_layer_types_out(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], qwen3_5_folder: Path
+    tmp_path: Path, run_cli, qwen3_5_folder: Path
 ) -> None:
     seed_targets = '["q_proj", "k_proj", "v_proj", "o_proj"]'
     config = _offline_with(
@@ -103,8 +98,9 @@ def test_config_check_warns_when_lora_targets_leave_layer_types_out(
             ),
         },
     )
-    assert cli(["config", "check", "--config", str(config)]) == 0  # a warning, not an error
-    out = capsys.readouterr().out
+    check = run_cli("config", "check", "--config", config)
+    assert check.code == 0  # a warning, not an error
+    out = check.out
     assert (
         "# warning: lora.target_modules = ['q_proj', 'k_proj', 'v_proj', 'o_proj'] adapts no "
         f"module of the linear_attention layers of '{qwen3_5_folder}' (3 of its 4 layers, whose "
@@ -115,15 +111,15 @@ def test_config_check_warns_when_lora_targets_leave_layer_types_out(
         "'in_proj_qkv', 'in_proj_z', 'in_proj_b', 'in_proj_a' to the list"
     ) in out
     # smoke (and train, through the same announce_config) print it before the run
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
-    assert code in (0, 3), out
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    out = smoke.out
+    assert smoke.code in (0, 3), out
     assert (
         "warning: lora.target_modules = ['q_proj', 'k_proj', 'v_proj', 'o_proj'] adapts no " in out
     )
     config.write_text(config.read_text().replace(seed_targets, '"all-linear"'))
-    assert cli(["config", "check", "--config", str(config)]) == 0
-    assert "adapts no module" not in capsys.readouterr().out
+    check = run_cli("config", "check", "--config", config)
+    assert check.code == 0 and "adapts no module" not in check.out
 
 
 def test_the_model_load_logs_which_layer_types_lora_covers(
@@ -146,7 +142,7 @@ def test_the_model_load_logs_which_layer_types_lora_covers(
 
 
 def test_config_check_warns_when_one_turn_cannot_fit_the_token_settings(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], qwen3_5_folder: Path
+    tmp_path: Path, run_cli, qwen3_5_folder: Path
 ) -> None:
     """The issue's case: the offline example on a Qwen3.5 chat template (tool_calls): the
     tools prompt fills most of max_trajectory_tokens, and one XML search call is longer than
@@ -158,8 +154,9 @@ def test_config_check_warns_when_one_turn_cannot_fit_the_token_settings(
             'protocol = "tags"': 'protocol = "tool_calls"',
         },
     )
-    assert cli(["config", "check", "--config", str(config)]) == 0
-    out = capsys.readouterr().out
+    check = run_cli("config", "check", "--config", config)
+    assert check.code == 0
+    out = check.out
     warning = next(x for x in out.splitlines() if "model.max_new_tokens = 24 is shorter" in x)
     assert warning.startswith(
         "# warning: model.max_new_tokens = 24 is shorter than one well-formed search turn ("
@@ -170,6 +167,7 @@ def test_config_check_warns_when_one_turn_cannot_fit_the_token_settings(
         config.read_text().replace("max_trajectory_tokens = 448", "max_trajectory_tokens = 100")
     )
     config.write_text(config.read_text().replace("max_datum_tokens = 448", "max_datum_tokens = 99"))
-    assert cli(["config", "check", "--config", str(config)]) == 0
-    out = capsys.readouterr().out
+    check = run_cli("config", "check", "--config", config)
+    assert check.code == 0
+    out = check.out
     assert "# warning: rollout.max_trajectory_tokens = 100 cannot hold the first prompt (" in out

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_run import Result
 from search_fakes import Behaviour, start_fake_zhihu
 
-from searchr1.cli.main import main as cli
 from searchr1.core.answers import exact_match
 from searchr1.core.protocols import extract_answers
 
@@ -79,15 +80,15 @@ SEED_LINES = [
 ]
 
 
-def smoke(capsys, config: Path, *extra: str) -> tuple[int, str]:
-    run_dir = config.parent / "run"
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(run_dir), *extra])
-    return code, capsys.readouterr().out
+def smoke(run_cli: Callable[..., Result], config: Path, *extra: str) -> tuple[int, str]:
+    """``searchr1 smoke`` on ``config`` into ``run`` next to it: the exit code and stdout."""
+    result = run_cli("smoke", "--config", config, "--run-dir", config.parent / "run", *extra)
+    return result.code, result.out
 
 
-def test_smoke_prints_the_seed_output_and_writes_trajectories(tmp_path, capsys, scripted_plugin):
+def test_smoke_prints_the_seed_output_and_writes_trajectories(tmp_path, run_cli, scripted_plugin):
     config = write_config(tmp_path, scripted(SCRIPTS), local_search(tmp_path))
-    code, out = smoke(capsys, config)
+    code, out = smoke(run_cli, config)
     assert code == 0, out
     assert "search keys: 0" in out and "search probe: ok (2 results)" in out
     assert TRAJECTORY_LINE.findall(out) == SEED_LINES
@@ -111,12 +112,12 @@ def test_smoke_prints_the_seed_output_and_writes_trajectories(tmp_path, capsys, 
     assert len(first["tokens"]) == len(first["generated_mask"]) == len(first["logprobs"])
 
 
-def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys, scripted_plugin):
+def test_smoke_options_question_answers_group_and_search_limit(tmp_path, run_cli, scripted_plugin):
     turns = [["<search> a </search>", "<search> b </search>", "<answer> Lyon </answer>"],
              ["<answer> Paris </answer>"]]  # fmt: skip
     config = write_config(tmp_path, scripted(turns), local_search(tmp_path))
     code, out = smoke(
-        capsys, config, "--question", "Where was he born?", "--answer", "Lyon",
+        run_cli, config, "--question", "Where was he born?", "--answer", "Lyon",
         "--answer", "Lyon, France", "--group-size", "2", "--max-search-calls", "1",
     )  # fmt: skip
     assert code == 3, out  # channels fine; no positive reward and trajectory 1 never searched
@@ -132,7 +133,7 @@ def test_smoke_options_question_answers_group_and_search_limit(tmp_path, capsys,
 
 
 def test_report_only_criteria_are_printed_but_do_not_fail_the_smoke(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     """An untrained model's config lists the behaviour it cannot show yet in [smoke]
     report_only: the verdict still prints it, the exit code ignores it; the answer format
@@ -141,7 +142,7 @@ def test_report_only_criteria_are_printed_but_do_not_fail_the_smoke(
     config = write_config(tmp_path, scripted(turns), local_search(tmp_path))
     base = config.read_text()
     config.write_text(base + '[smoke]\nreport_only = ["both_signs", "searches_in_range"]\n')
-    code, out = smoke(capsys, config, "--group-size", "2")
+    code, out = smoke(run_cli, config, "--group-size", "2")
     assert code == 0, out
     assert "verdict: rewards of both signs: not met, reported only (2 positive, 0 negative" in out
     assert "verdict: searches within 1..4: not met, reported only (trajectories 0 (0)" in out
@@ -151,27 +152,27 @@ def test_report_only_criteria_are_printed_but_do_not_fail_the_smoke(
         base.replace('"<answer> France </answer>"', '"France"')
         + '[smoke]\nreport_only = ["both_signs", "searches_in_range"]\n'
     )
-    code, out = smoke(capsys, config, "--group-size", "2")
+    code, out = smoke(run_cli, config, "--group-size", "2")
     assert code == 3, out
     assert "smoke: FAILED: answers in the tags format" in out
 
 
-def test_an_unknown_report_only_criterion_names_the_field(tmp_path, capsys):
-    config = tmp_path / "config.toml"
-    config.write_text('[smoke]\nreport_only = ["search_success"]\n')
-    assert cli(["config", "check", "--config", str(config)]) == 2
-    err = capsys.readouterr().err
+def test_an_unknown_report_only_criterion_names_the_field(config_file, run_cli):
+    config = config_file('[smoke]\nreport_only = ["search_success"]\n')
+    check = run_cli("config", "check", "--config", config)
+    err = check.err
+    assert check.code == 2
     assert "smoke.report_only" in err and "'search_success'" in err and "'both_signs'" in err
 
 
 def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     config = write_config(
         tmp_path, scripted([["no idea"], ["still no idea"]]), local_search(tmp_path)
     )
-    code, out = smoke(capsys, config, "--group-size", "2")
-    assert code == 3  # the channels work, but the reference setup's criteria are not met: say which
+    code, out = smoke(run_cli, config, "--group-size", "2")
+    assert code == 3  # the channels work, but the reference setup's criteria are not met
     assert (
         "verdict: answers in the tags format (one <answer>...</answer> element): FAILED "
         "(0 of 2 answered in the format; the model never wrote it (end reasons: invalid_action))"
@@ -179,13 +180,13 @@ def test_all_rewards_negative_is_diagnosed_as_missing_answer_format(
     assert "smoke: FAILED: rewards of both signs; searches within 1..4; answers in" in out
 
 
-def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_plugin):
+def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, run_cli, scripted_plugin):
     with start_fake_zhihu(Behaviour(all_status=429)) as (base_url, server):
         search = (
             f'[search]\nprovider = "zhihu"\napi_keys = "k-one,k-two"\napi_base = "{base_url}"\n'
         )
         config = write_config(tmp_path, scripted(SCRIPTS), search)
-        code, out = smoke(capsys, config)
+        code, out = smoke(run_cli, config)
         assert server.records and all(r.status == 429 for r in server.records)
     assert code == 1, out
     assert "search keys: 2" in out and "search probe: FAILED (quota exhausted (429))" in out
@@ -202,7 +203,7 @@ def test_quota_exhausted_on_every_key_exits_non_zero(tmp_path, capsys, scripted_
 
 
 def test_one_key_out_of_quota_while_the_others_serve_is_a_warning(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     """The reference setup's rule: rotate keys; only all keys limited stops the run."""
     with start_fake_zhihu(Behaviour(key_status={"k-two": 429})) as (base_url, server):
@@ -210,7 +211,7 @@ def test_one_key_out_of_quota_while_the_others_serve_is_a_warning(
             f'[search]\nprovider = "zhihu"\napi_keys = "k-one,k-two,k-three"\n'
             f'api_base = "{base_url}"\ntop_k = 1\n'
         )
-        code, out = smoke(capsys, write_config(tmp_path, scripted(SCRIPTS), search))
+        code, out = smoke(run_cli, write_config(tmp_path, scripted(SCRIPTS), search))
         assert set(server.keys_served(429)) == {"k-two"}  # concurrent requests may both hit it
     assert code == 0, out
     assert TRAJECTORY_LINE.findall(out) == SEED_LINES
@@ -222,35 +223,35 @@ def test_one_key_out_of_quota_while_the_others_serve_is_a_warning(
     assert "k-two" not in out
 
 
-def test_rejected_key_is_diagnosed_as_401(tmp_path, capsys, scripted_plugin):
+def test_rejected_key_is_diagnosed_as_401(tmp_path, run_cli, scripted_plugin):
     with start_fake_zhihu(Behaviour(all_status=401)) as (base_url, _):
         search = f'[search]\nprovider = "zhihu"\napi_keys = "bad-key"\napi_base = "{base_url}"\n'
-        code, out = smoke(capsys, write_config(tmp_path, scripted(SCRIPTS), search))
+        code, out = smoke(run_cli, write_config(tmp_path, scripted(SCRIPTS), search))
     assert code == 1
     assert "401/403: the search service rejected" in out and "bad-key" not in out
 
 
-def test_missing_key_variable_is_named(tmp_path, capsys, monkeypatch, scripted_plugin):
+def test_missing_key_variable_is_named(tmp_path, run_cli, monkeypatch, scripted_plugin):
     monkeypatch.delenv("SMOKE_TEST_MISSING_KEYS", raising=False)
     search = '[search]\nprovider = "zhihu"\napi_keys = "${SMOKE_TEST_MISSING_KEYS}"\n'
     config = write_config(tmp_path, scripted(SCRIPTS), search)
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    assert code == 2
-    assert "SMOKE_TEST_MISSING_KEYS, which is not set" in capsys.readouterr().err
+    result = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 2
+    assert "SMOKE_TEST_MISSING_KEYS, which is not set" in result.err
 
 
-def test_model_channel_failure_exits_non_zero(tmp_path, capsys, scripted_plugin):
+def test_model_channel_failure_exits_non_zero(tmp_path, run_cli, scripted_plugin):
     config = write_config(
         tmp_path, scripted(SCRIPTS, fail="HTTP 401 Unauthorized"), local_search(tmp_path)
     )
-    code, out = smoke(capsys, config)
+    code, out = smoke(run_cli, config)
     assert code == 1
     assert "the model channel failed: RuntimeError: HTTP 401 Unauthorized" in out
     assert "check [model] api_key" in out
 
 
 def test_prompt_longer_than_the_trajectory_budget_is_a_config_error(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ):
     """The config, not the model channel, is at fault: exit 2 naming the field, no
     traceback, and no "model channel failed" diagnosis."""
@@ -258,8 +259,8 @@ def test_prompt_longer_than_the_trajectory_budget_is_a_config_error(
     text = config.read_text(encoding="utf-8")
     text = text.replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 16")
     config.write_text(text.replace("max_new_tokens = 64", "max_new_tokens = 8"), encoding="utf-8")
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    out, err = capsys.readouterr()
+    result = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "run")
+    code, out, err = result.code, result.out, result.err
     assert code == 2, out
     assert re.search(
         r"^searchr1: error: question 'smoke': the prompt alone has \d+ tokens, no room left in "
@@ -270,13 +271,13 @@ def test_prompt_longer_than_the_trajectory_budget_is_a_config_error(
     assert "Traceback" not in err and "model channel failed" not in out
 
 
-def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
+def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, run_cli):
     model = (
         '[model]\nprovider = "local"\nbase_model = "builtin:tiny-random"\nmax_new_tokens = 24\n'
         "temperature = 1.0\ntop_p = 1.0\n"
     )
     config = write_config(tmp_path, model, local_search(tmp_path))
-    code, out = smoke(capsys, config)
+    code, out = smoke(run_cli, config)
     assert code in (0, 3), out  # the channels work; a random model rarely meets the criteria
     assert re.search(r"^search keys: 0$", out, re.M)
     assert len(re.findall(r"^verdict: .*: (ok|FAILED) \(", out, re.M)) == 4
@@ -306,7 +307,7 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, capsys):
         assert answer == str(final)
 
 
-def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, scripted_plugin):
+def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, run_cli, scripted_plugin):
     """A search call longer than max_new_tokens is cut before </search> and reads as an
     invalid action; a trajectory whose observation fills max_trajectory_tokens ends at the
     token limit. The verdict names both settings with the counts instead of only "the model
@@ -317,7 +318,7 @@ def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, script
     config = write_config(tmp_path, model, local_search(tmp_path))
     text = config.read_text().replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 200")
     config.write_text(text)
-    code, out = smoke(capsys, config, "--group-size", "3")
+    code, out = smoke(run_cli, config, "--group-size", "3")
     assert code == 3, out
     assert (
         "token limit: 2 of 3 turns ended at model.max_new_tokens = 40 before the protocol's "
@@ -327,28 +328,27 @@ def test_smoke_names_the_token_limit_that_cut_the_turns(tmp_path, capsys, script
     assert "token limit: 1 of 3 trajectories ran out of rollout.max_trajectory_tokens = 200" in out
 
 
-def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, capsys, monkeypatch):
+def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, run_cli, monkeypatch):
     """No config: the embedded offline demo. Its [smoke] question is one of the generated
     world's, so the demo model can find the answer (the reference setup's Little Prince question has none
     in a fictional corpus); --question/--answer still win."""
     monkeypatch.chdir(tmp_path)  # no ./config.toml here: the embedded default
     monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
-    code = cli(["smoke", "--run-dir", str(tmp_path / "run")])
-    out = capsys.readouterr().out
+    result = run_cli("smoke", "--run-dir", tmp_path / "run")
+    code, out = result.code, result.out
     assert "Question: Who founded Nungen Guild?" in out and "Little Prince" not in out
     assert code == 0, out  # a newcomer's first command passes
     assert "smoke: PASS" in out and "verdict: search success >= 90%: ok" in out
     rewards = [float(r) for _, r, _, _ in TRAJECTORY_LINE.findall(out)]
     assert len(rewards) == 4 and max(rewards) == 1.0, out  # the answer is in its world
-    code = cli(["smoke", "--run-dir", str(tmp_path / "run2"), "--question", "Who founded Redel Guild?",
-                "--answer", "Telin Minpin", "--group-size", "2"])  # fmt: skip
-    out = capsys.readouterr().out
+    out = run_cli("smoke", "--run-dir", tmp_path / "run2", "--question", "Who founded Redel Guild?",
+                  "--answer", "Telin Minpin", "--group-size", "2").out  # fmt: skip
     assert "Question: Who founded Redel Guild?" in out and "Nungen" not in out
 
 
-def test_a_smoke_question_needs_its_answers(tmp_path, capsys):
-    config = tmp_path / "config.toml"
-    config.write_text('[smoke]\nquestion = "Who founded Nungen Guild?"\n')
-    assert cli(["config", "check", "--config", str(config)]) == 2
-    err = capsys.readouterr().err
+def test_a_smoke_question_needs_its_answers(config_file, run_cli):
+    config = config_file('[smoke]\nquestion = "Who founded Nungen Guild?"\n')
+    check = run_cli("config", "check", "--config", config)
+    err = check.err
+    assert check.code == 2
     assert "smoke.question is set but smoke.answers is empty" in err

@@ -226,7 +226,7 @@ def test_rollout_on_each_template_keeps_the_splice_and_scores_the_answer(case) -
 
 
 def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ) -> None:
     """``searchr1 smoke`` on a Qwen3.5-template model with ``tool_calls``: it prints the
     rendered prompt with the tool list and names the XML format; turns written the Qwen3.5
@@ -249,7 +249,7 @@ def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
     config.write_text(text, encoding="utf-8")
     question = "Who is the author of The Little Prince and where was he born?"
     args = ["--question", question, "--answer", "Antoine de Saint-Exupéry", "--group-size", "2"]
-    code, out = smoke(capsys, config, *args)
+    code, out = smoke(run_cli, config, *args)
     assert code == 3, out  # the channels work; trajectory 1 answers without searching
     assert "verdict: searches within 1..4: FAILED (trajectories 1 (0)" in out
     assert "call format: xml (Qwen3.5" in out
@@ -284,21 +284,19 @@ def test_tags_a_tokenizer_marks_special_are_still_read() -> None:
 
 
 def test_smoke_refuses_a_template_whose_call_format_is_unknown(
-    tmp_path, capsys, scripted_plugin
+    tmp_path, run_cli, scripted_plugin
 ) -> None:
     """Exit 2 before any rollout, saying what the template writes and which formats exist."""
     from test_smoke import local_search, write_config
-
-    from searchr1.cli.main import main as cli
 
     model = (
         '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'
         '[model.scripted]\nchat_template = "bracket_calls"\nturns = [["Answer: x"]]\n'
     )
     config = write_config(tmp_path, model, local_search(tmp_path), 'protocol = "tool_calls"')
-    code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "run")])
-    out, err = capsys.readouterr()
-    assert code == 2, out
+    result = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "run")
+    out, err = result.out, result.err
+    assert result.code == 2, out
     assert "writes tool calls in a format no installed plugin knows" in err
     assert "[TOOL_CALLS]" in err and "Qwen3.5" in err and "Traceback" not in err
     assert not scripted_plugin.created[0].calls  # nothing was sampled

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# every test trains the tiny model in a `searchr1 train` process (20-70 s each on 2 cores)
+pytestmark = pytest.mark.slow
+
 CONFIG = """
 [run]
 seed = 1
@@ -71,12 +74,6 @@ STEP_KEYS = (
     "time/step",
     "end_reason/answered",
 )
-
-
-def _config(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "config.toml"
-    path.write_text(CONFIG + extra)
-    return path
 
 
 def _train(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -275,19 +272,15 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
-    tmp_path: Path, sig: signal.Signals, code: int
+    tmp_path: Path, config_file, sig: signal.Signals, code: int
 ) -> None:
     run_dir = tmp_path / "run"
-    cfg = (
-        _config(tmp_path)
-        .read_text()
-        .replace("max_steps = 4", "max_steps = 50")
-        .replace("save_every = 2", "save_every = 100")
+    config = config_file(
+        CONFIG.replace("max_steps = 4", "max_steps = 50").replace(
+            "save_every = 2", "save_every = 100"
+        )
     )
-    (tmp_path / "config.toml").write_text(cfg)
-    proc = _train(
-        "--config", str(tmp_path / "config.toml"), "--run-dir", str(run_dir), cwd=tmp_path
-    )
+    proc = _train("--config", str(config), "--run-dir", str(run_dir), cwd=tmp_path)
     deadline = time.monotonic() + 600
     while 1 not in _step_metrics(run_dir):
         assert proc.poll() is None, proc.stdout.read()
@@ -305,7 +298,7 @@ def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
     assert any(e["event"] == "stop_requested" for e in _events(run_dir))
 
 
-def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path) -> None:
+def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file) -> None:
     from search_fakes import Behaviour, start_fake_zhihu
 
     with start_fake_zhihu(Behaviour(all_status=503)) as (base_url, server):
@@ -318,13 +311,8 @@ def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path) -> None:
             "[train]\n", "[train]\nguard_max_waits = 1\nguard_backoff_seconds = 0.05\n"
         )
         cfg = cfg.replace("questions_per_batch = 2", "questions_per_batch = 4")
-        (tmp_path / "config.toml").write_text(cfg)
         proc = _train(
-            "--config",
-            str(tmp_path / "config.toml"),
-            "--run-dir",
-            str(tmp_path / "run"),
-            cwd=tmp_path,
+            "--config", str(config_file(cfg)), "--run-dir", str(tmp_path / "run"), cwd=tmp_path
         )
         out, _ = proc.communicate(timeout=600)
         assert server.records, "the policy never searched; the guard was not exercised"

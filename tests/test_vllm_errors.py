@@ -237,6 +237,7 @@ def test_requests_set_every_sampling_parameter_and_parse_back() -> None:
     assert second.tokens == (7, 8) and second.stop_reason == "length"
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> None:
     """A launched server that is still loading when the trainer gets SIGTERM is stopped."""
     fake = tmp_path / "fake_python"
