@@ -6,7 +6,7 @@ step awaited once, for both SDKs.
 
 The remote provider drives the real SDK over loopback HTTP to a fake service computed by the
 ``local`` provider on the built-in tiny model: ``pytrio`` (``provider = "taotoken"``) against
-``tests/fake_pytrio_service.py``, ``tinker`` against ``tests/fake_tinker_service.py``.
+``tests/helpers/fake_pytrio_service.py``, ``tinker`` against ``tests/helpers/fake_tinker_service.py``.
 ``--latency`` seconds are injected into every wait for a result (PyTRIO: ``GET
 /actor/v1/events/{id}``; tinker: ``POST /api/v1/retrieve_future``), a network round trip to a
 remote trainer. One step is ``--micro-batches`` ``forward_backward`` calls and one
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the loopback fakes live with the tests
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))  # the loopback fakes live with the tests
 
 from remote_helpers import round_trips, waits  # noqa: E402
 

@@ -5,7 +5,7 @@
 
 Part 1: the ``zhihu`` provider (the shared HTTP reliability layer: key rotation, semaphore,
 pooled httpx connections) sends ``--searches`` distinct queries at once to the loopback fake
-service of ``tests/search_fakes.py`` (in a child process), which sleeps ``--latency`` seconds per request. With a
+service of ``tests/helpers/search_fakes.py`` (in a child process), which sleeps ``--latency`` seconds per request. With a
 limit of C concurrent requests the ideal wall time is ``ceil(N / C) * latency``; a serial
 client would take ``N * latency``. The cache is off so every query reaches the server.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the loopback fake lives with the tests
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))  # the loopback fake lives with the tests
 
 from search_fakes import Behaviour, start_fake_zhihu  # noqa: E402
 

@@ -19,7 +19,7 @@ import pytest
 # (a test of a third-party plugin installs it and names it in this variable).
 os.environ["SEARCHR1_LOAD_PLUGINS"] = ""
 
-# tests/ is on sys.path through pytest's ``pythonpath`` setting (pyproject.toml)
+# tests/helpers/ is on sys.path through pytest's ``pythonpath`` setting (pyproject.toml)
 import cli_run  # noqa: E402
 from fakes import ScriptedPlugin  # noqa: E402
 

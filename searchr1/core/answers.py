@@ -31,7 +31,7 @@ def answer_lines(text: str) -> list[str]:
 def normalize_answer(text: str) -> str:
     """Search-R1's (SQuAD's) normalisation, extended to Unicode.
 
-    On ASCII, exactly Search-R1's ``normalize_answer`` (``tests/test_rewards.py`` checks it
+    On ASCII, exactly Search-R1's ``normalize_answer`` (``tests/rollout/test_rewards.py`` checks it
     against a reimplementation): lower-case, remove all of ``string.punctuation`` (so
     ``"$100"`` matches ``"100"``, ``"C++"`` matches ``"C"``), a/an/the become a space,
     collapse whitespace. Beyond ASCII: NFKC first (``"１００"`` is ``"100"``), and Unicode

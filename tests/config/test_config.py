@@ -1,0 +1,211 @@
+"""config.toml: the reference setup's skeleton parses, errors name the field/line/variable, secrets redact."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from searchr1.core.config import ConfigError, load_config, parse_config, plugin_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config.toml.example"
+ENV = {"TAOTOKEN_API_KEY": "sk-test-abcdef123456", "ZHIHU_SEARCH_KEYS": "zk-one-1111,zk-two-2222"}
+
+
+def parse(text: str, env: dict[str, str] | None = None):
+    return parse_config(text, source="cfg.toml", env=env if env is not None else ENV)
+
+
+def test_example_config_parses_with_seed_values() -> None:
+    from searchr1.plugins.remote_model.settings import RemoteSettings
+    from searchr1.plugins.zhihu_search import ZhihuSettings
+
+    cfg = parse(EXAMPLE.read_text())
+    remote = plugin_settings(cfg, "model", cfg.model.provider, RemoteSettings)
+    assert remote.api_base == "https://taotoken.net/api"
+    assert remote.api_key == ENV["TAOTOKEN_API_KEY"]
+    assert cfg.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj")
+    assert (cfg.rollout.group_size, cfg.rollout.max_search_calls) == (8, 4)
+    zhihu = plugin_settings(cfg, "search", "zhihu", ZhihuSettings)
+    assert zhihu.api_keys == ("zk-one-1111", "zk-two-2222")
+    assert (cfg.train.max_datum_tokens, cfg.train.max_micro_batch_tokens) == (8192, 64000)
+    assert cfg.optimizer.betas == (0.9, 0.95)
+    assert ENV["TAOTOKEN_API_KEY"] in cfg.secrets and "zk-two-2222" in cfg.secrets
+
+
+def test_embedded_default_loads_without_any_variable() -> None:
+    cfg = load_config(None, env={})
+    assert cfg.model.provider == "local" and cfg.search.provider == "local"
+    assert cfg.model.base_model.startswith("builtin:")
+
+
+def test_misspelled_key_names_field_line_and_suggestion() -> None:
+    text = EXAMPLE.read_text().replace("max_search_calls = 4", "max_serach_calls = 4")
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "max_serach_calls" in t)
+    msg = str(err.value)
+    assert f"cfg.toml:{line}" in msg
+    assert "rollout.max_serach_calls" in msg and "did you mean 'max_search_calls'" in msg
+
+
+def test_missing_and_empty_variables_are_named_with_their_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b", "TAOTOKEN_API_KEY": "  "})
+    assert "TAOTOKEN_API_KEY" in str(err.value) and "model.api_key" in str(err.value)
+    assert "is exported but empty" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse(EXAMPLE.read_text(), env={"ZHIHU_SEARCH_KEYS": "a,b"})
+    assert "TAOTOKEN_API_KEY, which is not set" in str(err.value)
+
+
+def test_all_problems_reported_at_once() -> None:
+    text = """
+[rollout]
+group_size = 1
+max_serach_calls = 2
+[model]
+top_p = 1.5
+temperature = "hot"
+[lora]
+target_modules = []
+[optimizer]
+betas = [0.9]
+"""
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    problems = err.value.problems
+    assert len(problems) == 6, problems
+    joined = "\n".join(problems)
+    for needle in (
+        "rollout.group_size = 1 must be >= 2",
+        "rollout.max_serach_calls",
+        "model.top_p = 1.5 must be <= 1.0",
+        "model.temperature must be float, got str",
+        "lora.target_modules = [] must not be empty",
+        "optimizer.betas = [0.9] must have exactly 2 values",
+    ):
+        assert needle in joined
+
+
+def test_cross_field_rules() -> None:
+    text = """
+[rollout]
+max_trajectory_tokens = 9000
+[train]
+max_datum_tokens = 8192
+max_micro_batch_tokens = 4096
+"""
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    msg = str(err.value)
+    assert "must fit in one datum" in msg and "must fit in one micro-batch" in msg
+
+
+def test_unknown_section_and_plugin_tables() -> None:
+    with pytest.raises(ConfigError, match="unknown section 'serach'; did you mean 'search'"):
+        parse("[serach]\nprovider = 'x'\n")
+    cfg = parse("[search]\nprovider = 'zhihu'\n[search.zhihu]\nsearch_db = 'static'\n")
+    assert cfg.plugin_table("search", "zhihu") == {"search_db": "static"}
+    assert cfg.plugin_table("search", "other") == {}
+
+
+def test_redacted_dict_hides_every_secret() -> None:
+    cfg = parse(EXAMPLE.read_text())
+    dumped = repr(cfg.to_dict(redact=True))
+    for secret in ("sk-test-abcdef123456", "zk-one-1111", "zk-two-2222"):
+        assert secret not in dumped
+    assert cfg.to_dict(redact=True)["model"]["api_key"] == "***"
+    assert secret not in repr(cfg)
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "searchr1.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_config_check_cli(tmp_path: Path) -> None:
+    import os
+
+    base_env = {k: v for k, v in os.environ.items() if k not in ENV}
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(EXAMPLE.read_text())
+    # variables from a .env next to the config
+    (tmp_path / ".env").write_text(
+        "TAOTOKEN_API_KEY=sk-dotenv-999999\nZHIHU_SEARCH_KEYS=k1aaaa,k2bbbb\n"
+    )
+    ok = _cli("config", "check", "--config", str(cfg), env=base_env, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert 'api_key = "***"' in ok.stdout and "sk-dotenv-999999" not in ok.stdout
+    assert "k1aaaa" not in ok.stdout
+
+    (tmp_path / ".env").unlink()
+    missing = _cli(
+        "config",
+        "check",
+        "--config",
+        str(cfg),
+        env={**base_env, "ZHIHU_SEARCH_KEYS": "a"},
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2 and "TAOTOKEN_API_KEY" in missing.stderr
+
+    cfg.write_text(EXAMPLE.read_text().replace("max_search_calls", "max_serach_calls"))
+    typo = _cli("config", "check", "--config", str(cfg), env={**base_env, **ENV}, cwd=tmp_path)
+    assert typo.returncode == 2
+    assert "rollout.max_serach_calls" in typo.stderr and "max_search_calls" in typo.stderr
+    assert "Traceback" not in typo.stderr
+
+
+def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
+    import dataclasses
+
+    from searchr1.core.config import plugin_settings
+
+    @dataclasses.dataclass(frozen=True)
+    class EngineSettings:
+        depth: int = dataclasses.field(default=2, metadata={"min": 1})
+        mode: str = "fast"
+
+    text = "[search.engine]\ndepth = 0\nmdoe = 'slow'\n"
+    config = parse_config(text, source="my.toml", env={})
+    with pytest.raises(ConfigError) as err:
+        plugin_settings(config, "search", "engine", EngineSettings, lambda s: ["needs a key"])
+    assert err.value.problems == [
+        "my.toml: search.engine.depth = 0 must be >= 1",
+        "my.toml: unknown key 'search.engine.mdoe'; did you mean 'mode'?",
+        "my.toml: needs a key",
+    ]
+    ok = parse_config("[search.engine]\ndepth = 3\n", source="my.toml", env={})
+    assert plugin_settings(ok, "search", "engine", EngineSettings) == EngineSettings(depth=3)
+
+
+def test_max_staleness_defaults_by_provider_and_a_written_value_wins() -> None:
+    """Absent from the file: 1 for a remote training service (steps wait on it), 0 for a local
+    provider (overlap only shares the cores); a value in the file is kept either way."""
+    from searchr1.core.config import parse_config
+
+    def staleness(text: str) -> tuple[int, str]:
+        config = parse_config(text, source="t.toml", env={"K": "k"})
+        return config.train.max_staleness, config.choices["train.max_staleness"]
+
+    remote = '[model]\napi_base = "http://127.0.0.1:1"\napi_key = "${K}"\n'
+    assert (
+        staleness(remote)[0] == 1 and "not set; 1 for provider 'taotoken'" in staleness(remote)[1]
+    )
+    assert staleness('[model]\nprovider = "tinker"\n')[0] == 1
+    assert staleness('[model]\nbase_model = "builtin:tiny"\n') == (
+        0,
+        "not set; 0: synchronous steps (the model provider declares no other default)",
+    )
+    assert staleness(remote + "[train]\nmax_staleness = 0\n") == (0, "set in t.toml:5")
+    assert staleness('[model]\nprovider = "local"\n[train]\nmax_staleness = 2\n')[0] == 2

@@ -1,0 +1,145 @@
+"""Plugins own their settings: a key of a section's own table that a plugin declares is read
+by the chosen plugin, the provider a file leaves out is the one a plugin claims or declares
+the default, and the core config modules name no built-in plugin."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from searchr1.core.config import ConfigError, parse_config, plugin_settings, setting
+from searchr1.core.config_validate import advice, installed_registry, relocations
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import load_registry
+from searchr1.plugins.remote_model.settings import RemoteSettings
+from searchr1.plugins.zhihu_search import ZhihuSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {"TAOTOKEN_API_KEY": "sk-test-abcdef123456", "ZHIHU_SEARCH_KEYS": "zk-1111,zk-2222"}
+OLD_PLACE = """
+[model]
+api_base = "https://taotoken.net/api"
+api_key = "${TAOTOKEN_API_KEY}"
+[search]
+provider = "zhihu"
+api_keys = "${ZHIHU_SEARCH_KEYS}"
+timeout_seconds = 4
+"""
+
+
+def test_a_setting_in_the_old_place_is_read_by_the_chosen_plugin() -> None:
+    config = parse_config(OLD_PLACE, source="c.toml", env=ENV)
+    assert config.model.provider == "taotoken"
+    remote = plugin_settings(config, "model", "taotoken", RemoteSettings)
+    assert (remote.api_base, remote.api_key) == (
+        "https://taotoken.net/api",
+        ENV["TAOTOKEN_API_KEY"],
+    )
+    zhihu = plugin_settings(config, "search", "zhihu", ZhihuSettings)
+    assert zhihu.api_keys == ("zk-1111", "zk-2222") and zhihu.timeout_seconds == 4.0
+    assert relocations(config, installed_registry()) == [
+        "model.api_base: now [model.taotoken] api_base (read from the old place)",
+        "model.api_key: now [model.taotoken] api_key (read from the old place)",
+        "search.api_keys: now [search.zhihu] api_keys (read from the old place)",
+        "search.timeout_seconds: now [search.zhihu] timeout_seconds (read from the old place)",
+    ]
+    # the variable behind the key is known under the new place too (errors name it)
+    assert config.variables["model.taotoken.api_key"] == "TAOTOKEN_API_KEY"
+    dumped = repr(config.to_dict(redact=True)) + repr(config)
+    assert "sk-test-abcdef123456" not in dumped and "zk-2222" not in dumped
+
+
+def test_the_plugin_table_wins_over_the_old_place() -> None:
+    text = OLD_PLACE + "[search.zhihu]\ntimeout_seconds = 7\n"
+    config = parse_config(text, source="c.toml", env=ENV)
+    assert plugin_settings(config, "search", "zhihu", ZhihuSettings).timeout_seconds == 7.0
+
+
+def test_an_old_place_value_is_checked_where_it_is_written() -> None:
+    with pytest.raises(ConfigError, match=r"c\.toml:4: search\.timeout_seconds = -1 must be > 0"):
+        parse_config(
+            '[search]\nprovider = "zhihu"\n\ntimeout_seconds = -1\n', source="c.toml", env={}
+        )
+
+
+def test_a_key_no_plugin_reads_is_unknown() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'model.api_bsae'"):
+        parse_config('[model]\napi_bsae = "https://h"\n', source="c.toml", env={})
+
+
+def test_a_key_the_chosen_provider_does_not_read_is_named() -> None:
+    config = parse_config(
+        '[model]\nprovider = "local"\napi_key = "x-lit"\n', source="c.toml", env={}
+    )
+    lines = advice(config)
+    assert any(line.startswith("model.api_key is ignored by provider 'local'") for line in lines)
+    assert "model.api_key holds a literal secret" in " ".join(config.warnings)
+
+
+def test_the_default_provider_is_declared_by_a_plugin() -> None:
+    config = parse_config('[model]\nbase_model = "builtin:tiny"\n', source="c.toml", env={})
+    assert (config.model.provider, config.search.provider) == ("local", "local")
+    assert config.choices["model.provider"] == (
+        "not set; no installed plugin claims [model], so the default: the model runs in this "
+        "process"
+    )
+
+
+def _claiming_plugin() -> SimpleNamespace:
+    @dataclass(frozen=True)
+    class Settings:
+        api_key: str = setting("", secret=True, also_in_section=True)
+
+    def make(config):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    make.settings = Settings  # type: ignore[attr-defined]
+    make.infer_provider = lambda table: "it sets api_key" if "api_key" in table else None  # type: ignore[attr-defined]
+
+    @hookimpl
+    def register_model_providers(register):  # type: ignore[no-untyped-def]
+        register("rival", make)
+
+    return SimpleNamespace(
+        __name__="rival_plugin", register_model_providers=register_model_providers
+    )
+
+
+def test_two_plugins_claiming_one_file_is_a_config_error() -> None:
+    registry = load_registry(extra_plugins=[_claiming_plugin()])
+    with pytest.raises(
+        ConfigError,
+        match=r"'rival' and 'taotoken' each claim it|'taotoken' and 'rival' each claim it",
+    ):
+        parse_config(
+            '[model]\napi_key = "${K}"\n', source="c.toml", env={"K": "k-1"}, registry=registry
+        )
+    # a provider named in the file settles it
+    config = parse_config(
+        '[model]\nprovider = "rival"\napi_key = "${K}"\n',
+        source="c.toml",
+        env={"K": "k-1"},
+        registry=registry,
+    )
+    assert config.section_extras["model"]["api_key"] == "k-1" and "k-1" in config.secrets
+
+
+def test_no_core_config_module_names_a_built_in_plugin() -> None:
+    registry = installed_registry()
+    providers = [
+        reg
+        for kind in ("model_provider", "search_provider")
+        for reg in registry.entries[kind].values()
+    ]
+    names = {reg.name for reg in providers} | {reg.plugin for reg in providers}
+    for path in sorted((ROOT / "searchr1" / "core").glob("config*.py")):
+        text = path.read_text()
+        for name in names:
+            if name == "local":  # also an English word; as a name it would be quoted
+                assert not re.search(r"[\"']local[\"']", text), f"{path.name}: 'local'"
+            else:
+                assert not re.search(rf"\b{name}\b", text, re.I), f"{path.name}: {name}"

@@ -1,0 +1,156 @@
+"""The layering a newcomer relies on: the core names no plugin (not even in a string), every
+docstring's reference lives in this repository, and no module imports itself back through
+others (no import cycle anywhere in ``searchr1``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "searchr1"
+
+
+def test_core_never_names_a_plugin_or_the_world() -> None:
+    # The same pattern as `grep -rn "searchr1.plugins\|searchr1.world" searchr1/core/`.
+    pattern = re.compile(r"searchr1.plugins|searchr1.world")
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((PACKAGE / "core").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, "the core reaches into a plugin:\n" + "\n".join(hits)
+
+
+#: every built-in plugin's entry-point and registered names that are not also ordinary words
+#: of the core's own vocabulary (rewards, losses, metric sinks, agent protocols, local)
+BUILTIN_NAMES = (
+    "taotoken", "tinker", "pytrio", "vllm", "zhihu", "local_model", "local_search",
+    "openai_chat", "search_r1", "offline_world", "real_models", "smollm", "gguf", "chatml",
+    "wandb", "swanlab", "tensorboard", "bm25", "format_answer", "importance_sampling",
+    "cross_entropy", "ideal_agent", "run_notices",
+)  # fmt: skip
+
+
+def test_core_names_no_builtin_plugin_even_in_a_string() -> None:
+    """`grep -rni <name> searchr1/core` finds nothing for any built-in plugin: the core works
+    with whatever plugins are installed, and says so in its docstrings too."""
+    pattern = re.compile("|".join(BUILTIN_NAMES), re.IGNORECASE)
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((PACKAGE / "core").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not hits, "the core names a built-in plugin:\n" + "\n".join(hits)
+
+
+def test_core_never_imports_the_plugin_kit() -> None:
+    """searchr1.kit holds helpers for plugins; the core's loop must run without it."""
+    hits = [
+        f"{name} -> {dep}"
+        for name, deps in _import_graph().items()
+        if name.startswith("searchr1.core")
+        for dep in deps
+        if dep.startswith("searchr1.kit")
+    ]
+    assert not hits, "the core imports the plugin kit: " + ", ".join(hits)
+
+
+def test_references_point_into_the_repository() -> None:
+    pattern = re.compile(r"shared/reference|seed's error|(?<![\w/])protocols\.md")
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in (PACKAGE, ROOT / "tests")
+        for path in sorted(folder.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and path != Path(__file__)
+    ]
+    assert not hits, "a reference a reader of this repo cannot open: " + ", ".join(hits)
+    assert (ROOT / "docs" / "protocols.md").is_file()
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the searchr1 modules it imports anywhere (lazy imports in functions too)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                candidates = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                candidates = [a.name for a in node.names]
+            else:
+                continue
+            deps.update(c for c in candidates if c in modules and c != name)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: its strongly connected components of more than one
+    module (Tarjan's algorithm, iterative so a deep chain cannot hit the recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, deps = work[-1]
+            dep = next(deps, None)
+            if dep is not None:
+                if dep not in index:
+                    index[dep] = low[dep] = len(index)
+                    stack.append(dep)
+                    on_stack.add(dep)
+                    work.append((dep, iter(sorted(graph[dep]))))
+                elif dep in on_stack:
+                    low[node] = min(low[node], index[dep])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}}
+    assert sorted(_cycles(graph)) == [["a", "b", "c"], ["e", "e2"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_anywhere_in_the_package() -> None:
+    """No module of ``searchr1`` imports itself back through others, lazy imports and
+    ``TYPE_CHECKING`` blocks included. ``from pkg import submodule`` counts as importing
+    ``pkg`` (its ``__init__``), so a package's modules import each other by full path."""
+    graph = _import_graph()
+    assert "searchr1.core.config" in graph and "searchr1.plugins.local_model.sampler" in graph
+    cycles = _cycles(graph)
+    described = [
+        " <-> ".join(c) + "\n  " + "\n  ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c)
+        for c in cycles
+    ]
+    assert not cycles, "import cycles:\n" + "\n".join(described)

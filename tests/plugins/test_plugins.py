@@ -1,0 +1,432 @@
+"""The plugin core: entry points, selection by name, errors naming plugins, documented hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.metadata
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from searchr1.core import hookspecs
+from searchr1.core.config import parse_config
+from searchr1.core.errors import ConfigValueError
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import KINDS, PluginError, load_registry
+from searchr1.core.types import Trajectory, Turn
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS = [
+    name
+    for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
+    if name.startswith("register_")
+]
+
+
+def test_builtins_are_registered_through_entry_points() -> None:
+    registry = load_registry()
+    assert {"importance_sampling", "ppo", "cispo"} <= set(registry.names("loss_fn"))
+    # built-ins come from the package's own entry points, like any third-party plugin
+    eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="searchr1")}
+    assert eps["losses"] == "searchr1.plugins.losses"
+    assert registry.get("loss_fn", "ppo").plugin == "losses"
+
+
+def test_unknown_name_lists_available_names() -> None:
+    registry = load_registry()
+    with pytest.raises(PluginError) as err:
+        registry.get("loss_fn", "ppo2")
+    msg = str(err.value)
+    assert "train.loss_fn = 'ppo2'" in msg and "Did you mean 'ppo'" in msg and "cispo" in msg
+
+
+def test_duplicate_names_across_plugins_are_an_error() -> None:
+    class Clash:
+        @hookimpl
+        def register_loss_fns(self, register):
+            register("ppo", lambda config: None)
+
+    with pytest.raises(PluginError, match="registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+
+def test_assets_come_from_plugins_and_clash_by_name() -> None:
+    from searchr1.core.types import Asset
+
+    registry = load_registry()
+    assert registry.asset_plugins["tiny-random"] == "offline_world"
+    assert registry.asset_plugins["world"] == registry.asset_plugins["tiny"] == "offline_world"
+
+    class Clash:
+        @hookimpl
+        def register_assets(self, register):
+            register("world", Asset("9", lambda folder: None))
+
+    with pytest.raises(PluginError, match="'builtin:world' is registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+    class NotAnAsset:
+        @hookimpl
+        def register_assets(self, register):
+            register("quiz", lambda folder: None)
+
+    with pytest.raises(PluginError, match=r"register a searchr1.core.types.Asset"):
+        load_registry(extra_plugins=[NotAnAsset()])
+
+
+def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
+    from searchr1.core.builtins import ceiling_agent
+    from searchr1.core.config import load_config
+    from searchr1.core.protocols import make_protocol
+    from searchr1.core.tokenizers import load_tokenizer
+
+    config = load_config(None)  # the embedded offline demo
+    assert config.data.eval.startswith("builtin:world/")
+    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    protocol = make_protocol(config, tokenizer)
+    assert ceiling_agent(config, tokenizer, protocol) is not None
+    other = config.replace(data={"eval": "questions.jsonl"})
+    assert ceiling_agent(other, tokenizer, protocol) is None
+
+
+def test_hook_implementation_with_unknown_hook_is_rejected() -> None:
+    class Bad:
+        @hookimpl
+        def register_searchers(self, register):  # misspelled hook
+            pass
+
+    with pytest.raises(PluginError, match="unknown hook"):
+        load_registry(extra_plugins=[Bad()])
+
+
+def test_plugin_raising_in_hook_is_named() -> None:
+    class Broken:
+        @hookimpl
+        def register_rewards(self, register):
+            raise RuntimeError("boom")
+
+    with pytest.raises(PluginError, match="failed in register_rewards: RuntimeError: boom"):
+        load_registry(extra_plugins=[Broken()])
+
+
+def test_every_hook_is_documented_with_signature_and_example() -> None:
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {
+        "register_assets",
+        "register_file_formats",
+    }
+    assert {"register_agent_protocols", "register_call_formats"} <= set(HOOKS)
+    for hook in HOOKS:
+        section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
+        assert section, f"docs/plugins.md has no '## {hook}' section"
+        body = section.group(1)
+        assert f"{hook}(register: Callable" in body, f"{hook}: signature missing"
+        assert f"def {hook}(register)" in body and "@hookimpl" in body, f"{hook}: example missing"
+
+
+def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
+    """Each python example in docs/plugins.md is a working plugin."""
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    for hook in HOOKS:
+        body = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S).group(1)
+        code = re.findall(r"```python\n(.*?)```", body, flags=re.S)[-1]
+        module = SimpleNamespace()
+        exec(compile(code, f"docs/plugins.md#{hook}", "exec"), module.__dict__)
+        registry = load_registry(extra_plugins=[module])
+        if hook == "register_assets":  # build it and read its questions, as [data] eval does
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _read_documented_asset(registry)
+            continue
+        if hook == "register_file_formats":
+            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+            _convert_documented_format(registry, tmp_path, monkeypatch)
+            continue
+        kind = next(k for k, (h, _) in KINDS.items() if h == hook)
+        mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
+        assert mine
+        if kind == "metric_sink":  # cheap to run for real: feed it the way training does
+            _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+        if kind == "step_monitor":
+            _drive_monitor(mine[0].factory(parse_config("", source="t.toml", env={})))
+        if kind == "agent_protocol":
+            _drive_protocol(registry, mine[0].name)
+        if kind == "call_format":
+            _drive_call_format(registry)
+
+
+#: A Mistral-like chat template: tool calls as `[TOOL_CALLS][...]`, which no built-in knows.
+MARKER_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{%- for c in (m.tool_calls or []) %}[TOOL_CALLS][{{ c.function | tojson }}]"
+    "{%- endfor %}{%- endif %}{{ m.content or '' }}{%- endfor %}"
+)
+
+
+def _drive_protocol(registry, name: str) -> None:
+    """[rollout] protocol names the documented protocol: it is built and reads its answers."""
+    from searchr1.core.protocols import make_protocol
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    config = parse_config(f'[rollout]\nprotocol = "{name}"\n', source="t.toml", env={})
+    protocol = make_protocol(config, build_tokenizer(BUILTIN_TEXT, 1024), registry)
+    assert protocol.name == name
+    assert protocol.extract_answers("thinking\nFINAL: Paris") == ["Paris"]
+
+
+def _drive_call_format(registry) -> None:
+    """The documented format is found in a template no built-in format matches, without any
+    change to the core; scripted turns are written and sampled turns parsed in it."""
+    from searchr1.core.agent_protocol import Action
+    from searchr1.core.protocols import make_protocol
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
+
+    tokenizer = build_tokenizer(BUILTIN_TEXT, 1024)
+    tokenizer.chat_template = MARKER_TEMPLATE
+    config = parse_config('[rollout]\nprotocol = "tool_calls"\n', source="t.toml", env={})
+    protocol = make_protocol(config, tokenizer, registry)
+    assert protocol.call_format.name == "marker_list"
+    assert protocol.stop_strings == ("]",)
+    sampled = '[TOOL_CALLS][{"name": "search", "arguments": {"query": "capital of France"}}]'
+    assert protocol.parse_action(sampled) == Action("search", query="capital of France")
+    assert protocol.call_format.render("search", {"query": "x"}) == (
+        '[TOOL_CALLS][{"name": "search", "arguments": {"query": "x"}}]'
+    )
+    with pytest.raises(ConfigValueError, match="no installed plugin knows"):
+        make_protocol(config, tokenizer)  # the installed plugins alone do not know it
+
+
+def _read_documented_asset(registry) -> None:
+    from searchr1.core.builtins import resolve
+    from searchr1.core.data import load_questions
+
+    mine = [n for n, p in registry.asset_plugins.items() if p == "SimpleNamespace"]
+    assert mine == ["quiz"]
+    path = resolve("builtin:quiz/quiz.jsonl", registry.assets)
+    assert Path(path).is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    questions = load_questions(path, field_name="data.eval").questions
+    assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
+    assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
+
+
+def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
+    """A path with the documented suffix resolves to the folder its converter wrote, once."""
+    import shutil
+
+    from searchr1.core import plugins
+    from searchr1.core.builtins import resolve
+
+    assert registry.format_plugins[".ckptzip"] == "SimpleNamespace"
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    archive = shutil.make_archive(str(tmp_path / "policy"), "zip", checkpoint)
+    packed = tmp_path / "policy.ckptzip"
+    Path(archive).rename(packed)
+    monkeypatch.setattr(plugins, "_installed", registry)  # resolve() reads the installed ones
+    folder = Path(resolve(str(packed)))
+    assert (folder / "config.json").read_text() == "{}"
+    assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
+    assert resolve(str(packed)) == str(folder)  # converted once, reused
+    assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
+
+
+def _drive_monitor(monitor: object) -> None:
+    """Observe one step the way training does; its state survives a round trip."""
+    from searchr1.core.types import StepMonitor
+
+    assert isinstance(monitor, StepMonitor)
+    turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="answer")
+    traj = Trajectory("t", "?", ("a",), (), (), (), 0, (turn,), "answered", "a", "", 0, 0)
+    metrics, alerts = monitor.observe(1, [], [traj], [], {}, 0.0)
+    assert metrics and all(isinstance(v, float) for v in metrics.values())
+    assert all(a.kind and a.message for a in alerts)
+    monitor.load_state(json.loads(json.dumps(monitor.state())))
+    assert isinstance(monitor.totals(), dict)
+
+
+def _drive_sink(sink: object) -> None:
+    from searchr1.core.sinks import SinkHub, _Guarded
+    from searchr1.core.types import MetricSink
+
+    assert isinstance(sink, MetricSink)
+    guarded = _Guarded("doc", sink)
+    hub = SinkHub([guarded])
+    hub.hparams({"train": {"max_steps": 2}})
+    hub.event({"event": "metrics", "step": 1, "reward/mean": 0.5, "level": "info"})
+    hub.texts(1, "trajectories", ["question: ?"])
+    hub.close()
+    assert guarded.failures == 0, "a method of the documented sink raised"
+
+
+@pytest.fixture(scope="module")
+def example_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pip-install the example third-party package into a folder put on sys.path."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT / "tests" / "example_plugin"),
+        ],
+        check=True,
+        timeout=300,
+    )
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    yield target
+    sys.path.remove(str(target))
+    sys.modules.pop("searchr1_example", None)
+    importlib.invalidate_caches()
+
+
+def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "example")
+    registry = load_registry()
+    assert registry.get("search_provider", "echo").plugin == "example"
+    cfg = parse_config(
+        '[search]\nprovider = "echo"\n[search.echo]\nprefix = "got: "\n[reward]\nname = "no_repeat"\n',
+        source="t.toml",
+        env={},
+    )
+    search = registry.create("search_provider", cfg.search.provider, cfg)
+    response = asyncio.run(search.search("little prince", 3))
+    assert response.ok and response.results[0].text == "got: little prince"
+    reward = registry.create("reward", cfg.reward.name, cfg)
+    turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="search", query="q")
+    traj = Trajectory(
+        trajectory_id="t",
+        question="?",
+        golden_answers=("a",),
+        tokens=(),
+        generated_mask=(),
+        logprobs=(),
+        prompt_len=0,
+        turns=(turn, turn),
+        end_reason="answered",
+        final_answer="a",
+        final_text="",
+        search_calls=2,
+        search_errors=0,
+    )
+    assert reward(traj, ["a"]).reward == -0.5
+
+
+def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -> None:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(example_plugin), "SEARCHR1_LOAD_PLUGINS": "example"}
+    out = subprocess.run(
+        [sys.executable, "-m", "searchr1.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for kind, (_, field_name) in KINDS.items():
+        chosen = f"chosen by {field_name}" if field_name else "the one the chat template writes"
+        assert f"{kind} ({chosen}):" in out.stdout
+    assert re.search(r"xml\s+from plugin agent_protocols", out.stdout)
+    assert re.search(r"echo\s+from plugin example", out.stdout)
+    assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
+    assert re.search(r"world\s+from plugin offline_world", out.stdout)
+
+
+@pytest.fixture
+def stray_plugins(tmp_path: Path):
+    """Two installed third-party plugins (dist-info folders on sys.path, as pip leaves them):
+    ``stray`` registers a reward, ``broken`` names a module that does not exist."""
+    (tmp_path / "searchr1_stray.py").write_text(
+        "from searchr1.core.hookspecs import hookimpl\n\n\n"
+        "@hookimpl\ndef register_rewards(register):\n"
+        "    register('stray_reward', lambda config: None)\n"
+    )
+    for name, module in (("stray", "searchr1_stray"), ("broken", "searchr1_missing_module")):
+        dist = tmp_path / f"{name}_plugin-0.1.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}-plugin\nVersion: 0.1\n"
+        )
+        (dist / "entry_points.txt").write_text(f"[searchr1]\n{name} = {module}\n")
+    sys.path.insert(0, str(tmp_path))
+    importlib.invalidate_caches()
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("searchr1_stray", None)
+    importlib.invalidate_caches()
+
+
+def test_broken_entry_point_names_the_plugin(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "broken")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    assert "plugin 'broken'" in str(err.value) and "broken-plugin" in str(err.value)
+
+
+def test_load_plugins_unset_loads_every_installed_plugin(stray_plugins: Path, monkeypatch):
+    monkeypatch.delenv("SEARCHR1_LOAD_PLUGINS")
+    with pytest.raises(PluginError, match="plugin 'broken'"):
+        load_registry()  # the broken one is loaded too, and says so
+
+
+def test_load_plugins_empty_loads_built_ins_only(stray_plugins: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "")
+    registry = load_registry()
+    assert "stray_reward" not in registry.names("reward")
+    assert "format_answer" in registry.names("reward")  # built-ins always load
+    assert {"losses", "local_model", "rewards"} <= set(registry.plugins)
+    assert {"broken", "stray"} <= set(registry.skipped)
+
+
+def test_load_plugins_list_selects_third_party_plugins(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", " stray , ")
+    registry = load_registry()
+    assert registry.get("reward", "stray_reward").plugin == "stray"
+    assert "broken" in registry.skipped and "stray" not in registry.skipped
+    assert "importance_sampling" in registry.names("loss_fn")
+
+
+def test_load_plugins_with_an_unknown_name_is_an_error(stray_plugins: Path, monkeypatch):
+    monkeypatch.setenv("SEARCHR1_LOAD_PLUGINS", "stray,strey")
+    with pytest.raises(PluginError) as err:
+        load_registry()
+    msg = str(err.value)
+    assert "$SEARCHR1_LOAD_PLUGINS names strey," in msg
+    assert re.search(r"installed third-party plugins: .*broken, .*stray", msg)
+
+
+def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, run_cli) -> None:
+    result = run_cli("plugins")
+    out = result.out
+    assert result.code == 0
+    assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
+    assert "stray_reward" not in out
+
+
+def test_every_factory_attribute_is_documented() -> None:
+    """Each optional factory attribute the core reads is described in docs/plugins.md and in
+    the model provider hook's docstring."""
+    from searchr1.core.config_validate import FACTORY_ATTRIBUTES
+
+    doc = (ROOT / "docs" / "plugins.md").read_text()
+    section = re.search(r"^## What a factory may declare\n(.*?)(?=^## |\Z)", doc, re.M | re.S)
+    assert section, "docs/plugins.md has no '## What a factory may declare' section"
+    hook_doc = hookspecs.register_model_providers.__doc__ or ""
+    for attr in FACTORY_ATTRIBUTES:
+        assert f"`factory.{attr}" in section.group(1), f"docs/plugins.md: factory.{attr}"
+        assert f"``factory.{attr}" in hook_doc, f"hookspecs: factory.{attr}"

@@ -1,0 +1,86 @@
+"""Issue 18: a loss carries its name and settings, and a remote provider's declared losses
+refuse one it cannot train with when the run is built (``build_components``), before any
+rollout -- not at the first ``forward_backward`` after a whole rollout. Real ``tinker`` SDK
+against the loopback fake (``tests/helpers/fake_tinker_service.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("tinker")
+
+from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
+from remote_helpers import TARGETS  # noqa: E402
+
+from searchr1.core.config import Config  # noqa: E402
+from searchr1.core.errors import ConfigError  # noqa: E402
+from searchr1.core.hookspecs import hookimpl  # noqa: E402
+from searchr1.core.plugins import load_registry  # noqa: E402
+from searchr1.core.runs import RunContext, build_components  # noqa: E402
+from searchr1.plugins.losses import NamedLoss, importance_sampling  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeTinker() as service:
+        yield service
+
+
+def context(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) -> RunContext:
+    config = Config().replace(
+        model={
+            "provider": "tinker",
+            "api_base": fake.base_url,
+            "api_key": API_KEY,
+            "base_model": "builtin:tiny-random",
+            "temperature": 1.0,
+        },
+        lora={"rank": 8, "target_modules": TARGETS},
+        train={"loss_fn": loss_fn},
+    )
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "1", "title": "Paris", "text": "The capital of France."}\n')
+    tables = {"train.loss": loss_table, "search.local": {"corpus": str(corpus)}}
+    config = dataclasses.replace(config, plugins={**config.plugins, **tables})
+    plugin = SimpleNamespace(
+        register_loss_fns=hookimpl(
+            lambda register: register(
+                "my_loss", lambda c: NamedLoss("my_loss", importance_sampling)
+            )
+        )
+    )
+    registry = load_registry(extra_plugins=[plugin])
+    return RunContext(config=config, run_dir=tmp_path, run_id="t", registry=registry)
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "table", "message"),
+    [
+        ("my_loss", {}, r"train.loss_fn = 'my_loss'.*importance_sampling, ppo, cispo"),
+        ("ppo", {"ratio_cap": 2.0}, r"train.loss_fn = 'ppo' is built with ratio_cap = 2"),
+    ],
+)
+def test_unsupported_remote_loss_fails_when_the_run_is_built(
+    fake, tmp_path, loss_fn, table, message
+):
+    finished = len(fake.finished)
+    with pytest.raises(ConfigError, match=message):
+        build_components(context(fake, tmp_path, loss_fn, table))
+    # Nothing was sampled or trained, and the provider that refused closed its session.
+    assert fake.count("POST /api/v1/asample") == 0
+    assert fake.count("POST /api/v1/create_model") == 0
+    assert len(fake.finished) == finished + 1
+
+
+def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_path):
+    ctx = context(fake, tmp_path, "cispo", {"clip_low": 0.1, "clip_high": 0.3})
+    components = build_components(ctx)
+    try:
+        assert components.loss.name == "cispo"
+        assert components.loss.settings == {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0}
+    finally:
+        components.model.close()
