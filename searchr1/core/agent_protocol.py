@@ -1,9 +1,5 @@
-"""The agent protocol interface: how a question becomes a prompt, how an assistant turn is
-parsed into an action, and how a search result is written back into the token stream.
-
-Used by the rollout, by scripted cold-start turns (token-for-token what the sampler would
-produce for the same text) and by rewards (:meth:`AgentProtocol.extract_answers`, no
-tokenizer); nothing outside a protocol class knows its answer format. Token-in/token-out:
+"""The agent protocol interface: question -> prompt, assistant turn -> action, search result
+-> tokens. Nothing outside a protocol class knows its answer format. Token-in/token-out:
 decoding only *reads* a turn, it is never re-encoded.
 """
 
@@ -25,8 +21,8 @@ ActionKind = Literal["search", "answer", "invalid"]
 
 @dataclass(frozen=True)
 class Action:
-    """What one assistant turn asked for: a search (``query``), a final answer (``answer``,
-    may be empty when the model wrote an empty answer element), or nothing parsable."""
+    """One turn's request: a search (``query``), a final answer (``answer``, possibly
+    empty), or nothing parsable."""
 
     kind: ActionKind
     query: str | None = None
@@ -50,9 +46,8 @@ def format_search_results(response: SearchResponse) -> str:
 
 
 def special_stop_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
-    """Token ids that end an assistant message: eos and, for chat models, ``<|im_end|>``.
-    Explicit because a chat model's end-of-turn token is often not its ``eos_token_id`` (the
-    tiny model ends text with ``<|endoftext|>``, messages with ``<|im_end|>``)."""
+    """Ids ending an assistant message: eos and ``<|im_end|>``. Explicit because a chat
+    model's end-of-turn token is often not its ``eos_token_id``."""
     ids: list[int] = []
     if tokenizer.eos_token_id is not None:
         ids.append(int(tokenizer.eos_token_id))
@@ -68,15 +63,14 @@ def special_stop_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
 
 class AgentProtocol(ABC):
     """How the policy talks to the environment. One instance per run, shared by every
-    concurrent trajectory, so it holds no per-trajectory state. Subclasses set :attr:`name`
-    (the ``[rollout] protocol`` value), :attr:`answer_format`, :attr:`stop_strings`."""
+    concurrent trajectory, so no per-trajectory state. Subclasses set :attr:`name` (the
+    ``[rollout] protocol`` value), :attr:`answer_format`, :attr:`stop_strings`."""
 
     name: ClassVar[str]
     #: the final answer the format reward expects, as a person reads it (smoke's verdict)
     answer_format: ClassVar[str]
     stop_strings: tuple[str, ...] = ()
-    #: markup the parser reads; kept when decoding for reading even if the tokenizer marks
-    #: it special (see :meth:`decode`)
+    #: markup the parser reads; kept by :meth:`decode` even if the tokenizer marks it special
     tags: tuple[str, ...] = ()
 
     def __init__(
@@ -98,9 +92,8 @@ class AgentProtocol(ABC):
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, tokens: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        """Decode for reading (parsing, logs), never re-encoded. Skipping special tokens keeps
-        the protocol's :attr:`tags` even where the tokenizer marks them special (otherwise
-        ``<tool_call>`` or ``</think>`` would vanish and every action read as invalid)."""
+        """Decode for reading, never re-encoded. Keeps :attr:`tags` even when skipping
+        special tokens, else ``</think>`` would vanish and every action read as invalid."""
         kept = self._special_tags if skip_special_tokens else {}
         if not kept:
             return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
@@ -130,7 +123,7 @@ class AgentProtocol(ABC):
         """The full prompt text (chat template and generation prompt included)."""
 
     def initial_prompt_tokens(self, question: Question) -> list[int]:
-        """The first prompt of every trajectory of ``question``: ``encode(render_prompt(q))``."""
+        """``encode(render_prompt(question))``."""
         return self.encode(self.render_prompt(question))
 
     def summary(self) -> list[str]:
@@ -138,11 +131,9 @@ class AgentProtocol(ABC):
         return [f"protocol: {self.name}"]
 
     def describe(self, question: Question) -> str:
-        """:meth:`summary` and the rendered first prompt, for a person to check before training
-        that the prompt lists the tool and the format is the model's own."""
+        """:meth:`summary` and the rendered first prompt, to check before training."""
         prompt = self.render_prompt(question)
-        # Verbatim, trailing newlines included: where the prompt stops matters (an open
-        # <think> block, a closed one), so its end is marked rather than stripped.
+        # Verbatim, end marked not stripped: where the prompt stops (open <think>?) matters.
         return "\n".join([*self.summary(), "rendered prompt:", prompt + "[end of prompt]"])
 
     @abstractmethod
@@ -152,8 +143,8 @@ class AgentProtocol(ABC):
     @classmethod
     @abstractmethod
     def extract_answers(cls, text: str) -> list[str]:
-        """Every final-answer occurrence in one turn's text (the format reward needs exactly
-        one per trajectory). A class method so rewards need no tokenizer."""
+        """Every final answer in one turn's text (the format reward needs exactly one). A
+        class method so rewards need no tokenizer."""
 
     def observation_text(self, response: SearchResponse) -> str:
         """The observation body for one search response (before truncation)."""
@@ -161,15 +152,15 @@ class AgentProtocol(ABC):
 
     @abstractmethod
     def observation_wrapper(self, turn_tokens: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Tokens before and after the observation body, given this turn's sampled tokens (a
-        chat protocol closes the assistant message unless the model already did)."""
+        """Tokens before and after the observation body (a chat protocol closes the
+        assistant message unless the model already did)."""
 
     def render_observation_tokens(
         self, body: str, turn_tokens: Sequence[int], max_body_tokens: int
     ) -> tuple[list[int], str]:
-        """``(tokens, text)`` appended after a search turn. ``body`` is encoded on its own and
-        cut to ``max_body_tokens``; the wrapper is never cut, so the model always sees the
-        closing tag. ``text`` decodes the tokens (what the policy actually saw)."""
+        """``(tokens, text)`` appended after a search turn. ``body`` is cut to
+        ``max_body_tokens``, the wrapper never, so the closing tag is always seen. ``text``
+        is what the policy saw."""
         before, after = self.observation_wrapper(turn_tokens)
         body_tokens = self.encode(body)[:max_body_tokens]
         tokens = before + body_tokens + after

@@ -1,23 +1,14 @@
-"""config.toml: load a file, fill it, check it, and hand back a :class:`Config`.
+"""config.toml: load, fill ``${VAR}``, check, and return a :class:`Config`.
 
-The CLI calls :func:`load_config` once per command. It loads ``.env`` (next to the config file
-and in the working directory; variables already set win, unless exported but empty), fills
-``${VAR}`` placeholders, checks every field against the schema and raises
-:class:`ConfigError` listing **all** problems at once, each with the file and line where it
-can be found. With no file it loads the embedded offline default
-(``searchr1/defaults/offline.toml``). Relative paths are resolved against the working
-directory.
+:func:`load_config` loads ``.env`` (next to the config and in the working directory; set
+variables win unless exported but empty) and raises :class:`ConfigError` listing **all**
+problems with file and line. No file: the embedded offline default
+(``searchr1/defaults/offline.toml``). Relative paths resolve against the working directory.
 
-Secrets: every value filled from a variable whose name says it holds a secret (``*_KEY(S)``,
-``*_TOKEN``, ``SECRET``...) and every value of a field a plugin's settings mark ``secret`` (or
-of a plugin-table key named like one) is collected in :attr:`Config.secrets`, which masks
-them by value wherever they show up again (logs, error messages, ``to_dict``), e.g. inside a
-URL's query string. What the installed plugins declare (which provider a file means, the
-settings they read from a section's own table) comes from the registry of installed plugins
-(:func:`installed_registry`), read once per process.
-
-The schema lives in :mod:`searchr1.core.config_schema` and the checks in
-:mod:`searchr1.core.config_validate`; the names code uses most are importable from here.
+Secrets (values from secret-named variables, ``*_KEY(S)``, ``*_TOKEN``, ...; plugin fields
+marked ``secret``) collect in :attr:`Config.secrets`, masked by value wherever they reappear
+(logs, errors, ``to_dict``). Schema: :mod:`searchr1.core.config_schema`; checks:
+:mod:`searchr1.core.config_validate`.
 """
 
 from __future__ import annotations
@@ -110,8 +101,8 @@ def default_config_text() -> str:
 def load_config(
     path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
 ) -> Config:
-    """Load, interpolate and validate a config file (or the embedded default when ``path`` is
-    None). ``env`` replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first."""
+    """Load, interpolate and validate ``path`` (None: the embedded default). ``env``
+    replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first."""
     if path is None:
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
@@ -131,8 +122,7 @@ def load_config(
 
 
 def _read_config_text(path: Path) -> str:
-    """The file's text; bytes that are not UTF-8 raise a ConfigError naming the line (a
-    leading UTF-8 byte-order mark, as some Windows editors write, is dropped)."""
+    """The text; non-UTF-8 bytes raise a ConfigError naming the line (a BOM is dropped)."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
@@ -147,8 +137,7 @@ def _read_config_text(path: Path) -> str:
 
 
 def _reject_empty(text: str, source: str) -> None:
-    """An empty file (or only comments) configures nothing: every field would take its schema
-    default, which is not a runnable setup, so say so rather than fail later elsewhere."""
+    """An empty file would run on schema defaults, which is no runnable setup: say so."""
     try:
         empty = not tomli.loads(text)
     except tomli.TOMLDecodeError:
@@ -169,8 +158,8 @@ def _reject_empty(text: str, source: str) -> None:
 def parse_config(
     text: str, *, source: str, env: Mapping[str, str], registry: Registry | None = None
 ) -> Config:
-    """Validate TOML text. Raises ConfigError with every problem found. ``registry`` (the
-    installed plugins when None) says what the plugins declare."""
+    """Validate TOML text, raising ConfigError with every problem. ``registry``: the
+    installed plugins when None."""
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
@@ -252,9 +241,7 @@ def _plugin_secrets(
     plugins: Mapping[str, Mapping[str, Any]],
     secret_fields: frozenset[str],
 ) -> dict[str, Any]:
-    """``dotted place in the file -> value`` of every secret a plugin reads: a secret field
-    written in a section's own table, or a secret field (or secret-named key) of a plugin
-    table."""
+    """``dotted place -> value`` of every secret a plugin reads (section or plugin table)."""
     found: dict[str, Any] = {}
     for section, table in extras.items():
         for key, value in table.items():
@@ -285,8 +272,8 @@ def _alias_variables(
     raw: Mapping[str, Any],
     registry: Registry,
 ) -> None:
-    """Name the variable that filled a section-table setting under the chosen plugin's table
-    too (``model.api_key`` -> ``model.<provider>.api_key``), where the plugin looks it up."""
+    """Record a section-table setting's variable under the chosen plugin's table too
+    (``model.api_key`` -> ``model.<provider>.api_key``), where the plugin looks it up."""
     from searchr1.core.plugins import KINDS
 
     for kind, (_, field_name) in KINDS.items():
@@ -304,10 +291,8 @@ def _alias_variables(
 
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: a variable name that holds a secret: a KEY(S)/TOKEN/PASSWORD part (``HF_TOKEN``,
-#: ``SEARCH_KEYS``, ``APIKEY``) or SECRET/PASSWORD anywhere; ``MAX_TOKENS`` is not one,
-#: which is why name parts are matched rather than substrings (a masked "2048" would blank
-#: every number 2048 in the logs)
+#: a secret variable name: a KEY(S)/TOKEN/PASSWORD part or SECRET/PASSWORD anywhere. Parts,
+#: not substrings: ``MAX_TOKENS`` is no secret (masking "2048" would blank every 2048 logged)
 _SECRET_VAR_RE = re.compile(
     r"(?:^|_)(?:API_?)?(?:KEYS?|TOKEN|PASS|PASSWD)(?:_|$)|SECRET|PASSWORD", re.IGNORECASE
 )
@@ -322,8 +307,8 @@ def interpolate(
     secrets: set[str],
     variables: dict[str, str],
 ) -> Any:
-    """``value`` with every ``${VAR}`` filled from ``env``; records secrets and, in
-    ``variables``, which variable filled each dotted field."""
+    """``value`` with ``${VAR}`` filled from ``env``; records secrets and which variable
+    filled each dotted field."""
     if isinstance(value, dict):
         return {
             k: interpolate(
@@ -360,10 +345,9 @@ def interpolate(
 
 
 def load_dotenv_files(config_dir: Path) -> list[str]:
-    """Load ``.env`` files into ``os.environ`` (a variable set in the environment wins) and
-    return warnings. A variable exported but **empty** does not win: it is filled from ``.env``
-    when a file gives it a value, and the warning says so (an empty export is almost always a
-    leftover ``export VAR=``, and silently shadowing the file's key is what users trip on)."""
+    """Load ``.env`` files into ``os.environ`` (set variables win) and return warnings. An
+    exported but **empty** variable is filled from ``.env`` with a warning: it is almost
+    always a leftover ``export VAR=`` silently shadowing the file's key."""
     from dotenv import dotenv_values, load_dotenv
 
     warnings: list[str] = []
@@ -392,9 +376,8 @@ def load_dotenv_files(config_dir: Path) -> list[str]:
 def secret_variable_values(
     value: Any, dotted: str, env: Mapping[str, str], secret_fields: frozenset[str]
 ) -> set[str]:
-    """The resolved value of every ``${VAR}`` that feeds a secret field (``model.api_key``,
-    ``search.api_keys``, a plugin table's ``api_key``/``token``/...), split at commas and
-    newlines too, so that a key is masked wherever it shows up again (redaction by value)."""
+    """Resolved values of every ``${VAR}`` feeding a secret field, also split at commas
+    and newlines, so each key is masked wherever it reappears."""
     if isinstance(value, dict):
         found: set[str] = set()
         for k, v in value.items():

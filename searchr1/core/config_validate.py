@@ -1,23 +1,11 @@
-"""Checking a config: tables against their schema, cross-field rules, and what needs plugins.
+"""Checking a config: tables against their schema, cross-field rules, and what plugins declare
+(``docs/plugins.md``, "What a factory may declare").
 
-:func:`searchr1.core.config.parse_config` calls :func:`check_table` once per section,
-:func:`cross_checks` once the sections are valid and :func:`url_problems` on the filled
-tables. What the installed plugins declare (see ``docs/plugins.md``, "What a factory may
-declare") is read here too, with the registry: :func:`infer_choices` fills what a file leaves
-unsaid (which provider, and the defaults that provider declares), :func:`section_extras`
-takes keys of a section's own table that belong to a plugin's settings (``[model] api_key``),
-:func:`advice` gathers what the chosen plugins say about the config, and
-:func:`resolve_config` / :func:`check_plugin_choices` name plugin names, plugin tables and
-data files that do not resolve. A plugin's factory calls :func:`plugin_settings` (which calls
-:func:`check_table`) for its ``[section.name]`` table. Every problem is appended to a list, so
-the user sees all of them in one :class:`~searchr1.core.errors.ConfigError`, each prefixed by
-where it is (file and line).
-
-The checks a field gets come from its metadata (:mod:`searchr1.core.config_schema`): types
-from the annotation (a ``tuple[...]`` field takes a TOML list, or with ``split`` a comma or
-newline separated string), ranges and choices from ``min``/``max``/``gt``/``lt``/``choices``,
-list rules from ``nonempty``/``unique``/``length``/``unit_interval``; ``inf_ok`` lets a float
-be ``inf``.
+Every problem is appended to a list so the user sees all of them in one
+:class:`~searchr1.core.errors.ConfigError`, each prefixed by file and line. A field's checks
+come from its metadata (:mod:`searchr1.core.config_schema`): ``min``/``max``/``gt``/``lt``/
+``choices``, ``nonempty``/``unique``/``length``/``unit_interval``, ``inf_ok``; ``split`` lets a
+``tuple[...]`` field take a comma or newline separated string.
 """
 
 from __future__ import annotations
@@ -51,9 +39,8 @@ def check_table(
     problems: list[str],
     where: Any = None,
 ) -> dict[str, Any]:
-    """Check one table against a dataclass schema; append problems (unknown keys with a
-    "did you mean", wrong types, out-of-range values) and return the coerced values.
-    Plugins call this for their own ``[section.name]`` table."""
+    """Check one table against a dataclass schema; append problems and return the
+    coerced values. Plugins call this for their own ``[section.name]`` table."""
     where = where or (lambda dotted: section)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -84,15 +71,10 @@ def plugin_settings(
     cls: type[S],
     checks: Callable[[S], Iterable[str]] | None = None,
 ) -> S:
-    """The settings of a plugin's own ``[section.name]`` table as a ``cls`` instance.
-
-    A plugin's factory calls this once per run. The table is checked with :func:`check_table`
-    against the frozen dataclass ``cls`` (unknown keys with a "did you mean", types, and the
-    ``min``/``max``/``choices``... checks in each field's ``metadata``; a bad value falls back
-    to its default); ``checks`` may add problems that need the whole settings object or the
-    rest of the config. Every problem is raised at once in one :class:`ConfigError`, each
-    prefixed by the config file's name. A field whose metadata says ``also_in_section`` is
-    also read from the section's own table (``[model] api_key``) when this table lacks it."""
+    """A plugin's ``[section.name]`` table as a ``cls`` instance, checked by
+    :func:`check_table` (a bad value falls back to its default) and ``checks``; all problems
+    raise at once in one :class:`ConfigError`. An ``also_in_section`` field is also read from
+    the section's own table when this table lacks it."""
     problems: list[str] = []
     shared = shared_fields(cls)
     extras = config.section_extras.get(section, {})
@@ -218,8 +200,8 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Any) -> None:
 
 
 def url_problems(value: Any, where: Callable[[str], str], dotted: str = "") -> list[str]:
-    """A URL field (``api_base``, ``*_url``) without an http(s) scheme or a host would
-    otherwise fail at the first request as a vague "connection error", retried."""
+    """A URL field without an http(s) scheme or host, which would otherwise fail at the
+    first request as a vague, retried "connection error"."""
     from urllib.parse import urlsplit
 
     if isinstance(value, dict):
@@ -275,9 +257,8 @@ def installed_registry() -> Registry:
 
 
 def declared_settings(reg: Registration) -> dict[str, type]:
-    """The settings dataclasses a registration declares, by the table each is read from:
-    ``factory.settings`` is one dataclass (read from ``[section.<registered name>]``) or a
-    mapping ``table name -> dataclass`` for a plugin that reads more than one table."""
+    """``table -> dataclass``: ``factory.settings`` is one dataclass (table
+    ``[section.<name>]``) or such a mapping."""
     declared = getattr(reg.factory, "settings", None)
     if declared is None:
         return {}
@@ -303,8 +284,7 @@ def _chosen_kinds() -> dict[str, tuple[str, str]]:
 
 
 def _claimers(registry: Registry, kind: str, section: str, key: str) -> list[tuple[str, str]]:
-    """``(registered name, table)`` of every registration whose settings read ``[section]
-    key`` from the section's own table."""
+    """``(name, table)`` of every registration reading ``[section] key``."""
     return [
         (reg.name, table)
         for reg in registry.entries[kind].values()
@@ -314,8 +294,8 @@ def _claimers(registry: Registry, kind: str, section: str, key: str) -> list[tup
 
 
 def shared_secret_fields(registry: Registry) -> frozenset[str]:
-    """Dotted names of every secret that a plugin may read from a section's own table
-    (``model.api_key``), and of every secret field of a plugin table (``model.x.api_key``)."""
+    """Dotted names of every secret a plugin may read from a section's own table
+    (``model.api_key``) or its plugin table (``model.x.api_key``)."""
     out: set[str] = set()
     for kind, (section, _) in _chosen_kinds().items():
         for reg in registry.entries[kind].values():
@@ -337,11 +317,9 @@ def _label(kind: str, section: str) -> str:
 def infer_choices(
     raw: dict[str, Any], registry: Registry, where: Callable[[str], str], problems: list[str]
 ) -> dict[str, str]:
-    """Fill, in ``raw``, each provider the file leaves out (the one installed plugin whose
-    factory's ``infer_provider(table)`` claims the section's table, else the one whose
-    factory is declared the ``default``), ``rollout.protocol``, and the core fields whose
-    default the chosen provider declares (``factory.defaults``); return ``dotted field ->
-    why it has its value`` (printed by config check)."""
+    """Fill in ``raw`` each omitted provider (the one whose ``infer_provider`` claims
+    the table, else the ``default``), ``rollout.protocol``, and the chosen provider's
+    ``factory.defaults``; return ``dotted field -> why`` (printed by config check)."""
     reasons: dict[str, str] = {}
     for kind, (section, key) in _chosen_kinds().items():
         if key != "provider":
@@ -451,10 +429,9 @@ def _declared_defaults(
 def section_extras(
     raw: Mapping[str, Any], registry: Registry, where: Callable[[str], str], problems: list[str]
 ) -> dict[str, dict[str, Any]]:
-    """The keys of each section's own table that no core field has and some installed
-    plugin's settings read from there (``[model] api_key``), each checked against the
-    settings of the plugin that reads it (the chosen one first). A key nobody reads is left
-    for :func:`check_table` to name as unknown."""
+    """Keys of a section's own table that no core field has and some plugin's settings
+    read, each checked against the chosen plugin first. Unread keys are left to
+    :func:`check_table` to name."""
     out: dict[str, dict[str, Any]] = {}
     for kind, (section, key) in _chosen_kinds().items():
         table = raw.get(section)
@@ -501,8 +478,7 @@ def literal_secret_warnings(
 
 
 def secret_variable_names(raw: Mapping[str, Any], registry: Registry) -> dict[str, str]:
-    """``dotted secret -> variable`` that the chosen plugin declares a literal should move to
-    (``factory.secret_variables``, keyed by its settings' field name)."""
+    """``dotted secret -> variable`` a literal should move to (``factory.secret_variables``)."""
     out: dict[str, str] = {}
     for kind, (section, key) in _chosen_kinds().items():
         table = raw.get(section)
@@ -543,10 +519,8 @@ def relocations(config: Config, registry: Registry) -> list[str]:
 
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
-    """What the run should hear before it starts: every setting of a section's own table that
-    the chosen provider does not read, and what each chosen plugin's ``factory.advise(config)``
-    says (settings it ignores or maps coarsely, and what happens instead). A failing
-    ``advise`` is no warning: the run's own load reports what is wrong."""
+    """Warnings before the run: section settings the chosen provider does not read, and
+    each chosen ``factory.advise(config)``. A failing ``advise`` is ignored: the load reports it."""
     registry = registry or installed_registry()
     out: list[str] = []
     for kind, (section, key) in _chosen_kinds().items():
@@ -596,8 +570,7 @@ def key_lines(text: str) -> dict[str, int]:
 
 
 def _locator(config: Config) -> Callable[[str], str]:
-    """``where(dotted) -> "file:line"`` for the config's own file (just the source when the
-    config did not come from a readable file, e.g. the embedded default)."""
+    """``where(dotted) -> "file:line"`` (just the source when not from a readable file)."""
     try:
         lines = key_lines(Path(config.source).read_text("utf-8-sig"))
     except (OSError, UnicodeDecodeError):
@@ -611,8 +584,8 @@ def _locator(config: Config) -> Callable[[str], str]:
 
 
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
-    """One line per plugin name that no installed plugin registered, and per plugin table
-    ``[section.name]`` that belongs to no installed plugin, each with a "did you mean"."""
+    """One line per unregistered plugin name or unowned ``[section.name]`` table, with a
+    "did you mean"."""
     where = _locator(config)
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
@@ -653,8 +626,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
 
 
 def data_problems(config: Config) -> list[str]:
-    """A ``data.train`` / ``data.eval`` that names a file that does not exist (``train`` and
-    ``eval`` would stop on it; an empty value is fine here, ``smoke`` needs none)."""
+    """A ``data.train`` / ``data.eval`` naming a missing file (empty is fine)."""
     from searchr1.core.builtins import is_builtin, resolve
 
     where = _locator(config)
@@ -684,8 +656,7 @@ def check_plugin_choices(config: Config, registry: Registry) -> None:
 
 
 def resolve_config(config: Config, registry: Registry) -> list[str]:
-    """What ``config check`` adds to loading: plugin names and tables (one ConfigError for
-    all), then the data files, returned as warnings: a config is often checked before its
-    data is downloaded, and ``train`` / ``eval`` name a missing file before any slow work."""
+    """Plugin names and tables (one ConfigError), then missing data files as warnings: a
+    config is often checked before its data is downloaded."""
     check_plugin_choices(config, registry)
     return data_problems(config)

@@ -1,14 +1,9 @@
-"""The plugin hooks of searchr1: one per plugin kind, and one for ``builtin:`` assets.
+"""The plugin hooks: one per plugin kind, plus ``builtin:`` assets.
 
-Each hook is called once, by :func:`searchr1.core.plugins.load_registry` at start-up, with a
-``register(name, factory)`` callable. A plugin calls ``register`` once per thing it provides.
-The core later picks **one** factory by the name given in config (``[model] provider``,
-``[search] provider``, ``[reward] name``, ``[train] loss_fn``, ``[rollout] protocol``, each of
-``[log] sinks``, each of ``[train] monitors``) and calls it with the run's :class:`~searchr1.core.config.Config`; an asset
-is picked by the ``builtin:NAME/...`` path a config value names. Call order between plugins
-never matters.
-
-Documented with examples in ``docs/plugins.md``.
+:func:`searchr1.core.plugins.load_registry` calls each hook once at start-up with
+``register(name, factory)``; the core later calls the one factory a config value names with
+the run's :class:`~searchr1.core.config.Config`. Order between plugins never matters.
+Each hook is documented in full in ``docs/plugins.md``.
 """
 
 from __future__ import annotations
@@ -39,30 +34,14 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def register_model_providers(register: Callable[[str, ModelFactory], None]) -> None:
     """Register model providers: ``register("local", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.Model`: its ``sampler``
-    (a :class:`~searchr1.core.types.Sampler`) loaded and ready to sample, and its ``trainer``
-    (a :class:`~searchr1.core.types.Trainer` with its declared
-    :class:`~searchr1.core.types.TrainerCapabilities`; LoRA adapter attached, optimizer
-    ready), or ``trainer=None`` for a provider that only samples (``smoke`` and ``eval`` run
-    with it, ``train`` refuses it). One object may be both. Called once per run.
+    ``factory(config)`` returns a :class:`~searchr1.core.types.Model`, sampler ready and
+    ``trainer`` set (LoRA attached, optimizer ready) or ``None`` for sample-only providers
+    (``train`` refuses them). Called once per run. Optional factory attributes, read by
+    :mod:`searchr1.core.config_validate`: ``factory.settings``, ``factory.infer_provider``,
+    ``factory.default``, ``factory.defaults``, ``factory.secret_variables``,
+    ``factory.advise`` (docs/plugins.md, "What a factory may declare").
 
-    Optional attributes of the factory (read by :mod:`searchr1.core.config_validate`; the
-    same for search providers, see ``docs/plugins.md``, "What a factory may declare"):
-
-    * ``factory.settings``: the frozen dataclass of ``[model.<name>]`` (or ``{table:
-      dataclass}``); a field with ``also_in_section`` metadata may also be written in
-      ``[model]`` itself, one with ``secret`` is masked everywhere.
-    * ``factory.infer_provider(model_table) -> str | None``: a reason when a ``[model]`` table
-      that names no provider means this one (two claims are a config error).
-    * ``factory.default``: a reason string making this the provider when none is named or
-      inferred (one per kind).
-    * ``factory.defaults``: ``{"train.max_staleness": (value, why)}``, core fields it sets
-      when the file leaves them out.
-    * ``factory.secret_variables``: ``{"api_key": "VAR"}``, where a literal secret should move.
-    * ``factory.advise(config) -> list[str]``: a cheap check before anything loads (no
-      weights, no network); ``config check``, ``smoke`` and ``train`` print each line as a
-      warning (e.g. settings the provider ignores, LoRA targets that leave whole layer types
-      of the model out).
+    docs/plugins.md, ## register_model_providers
     """
 
 
@@ -70,11 +49,10 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
 def register_search_providers(register: Callable[[str, SearchFactory], None]) -> None:
     """Register search providers: ``register("my_search", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.SearchProvider`. It reads
-    ``config.search`` and its own settings (``plugin_settings(config, "search", name, cls)``).
-    Called once per run, before the first rollout. The factory may carry the attributes listed
-    under :func:`register_model_providers` (``settings``, ``infer_provider``, ``default``,
-    ``defaults``, ``secret_variables``, ``advise``).
+    ``factory(config)`` returns a :class:`~searchr1.core.types.SearchProvider`; called once
+    per run, before the first rollout. May carry the same attributes as a model factory.
+
+    docs/plugins.md, ## register_search_providers
     """
 
 
@@ -82,9 +60,8 @@ def register_search_providers(register: Callable[[str, SearchFactory], None]) ->
 def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
     """Register reward functions: ``register("my_reward", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.RewardFn`, called once per
-    finished trajectory with ``(trajectory, golden_answers)`` and returning a
-    :class:`~searchr1.core.types.RewardResult` ``(reward, components)``.
+    ``factory(config)`` returns a :class:`~searchr1.core.types.RewardFn`, called once per
+    finished trajectory. docs/plugins.md, ## register_rewards
     """
 
 
@@ -92,9 +69,8 @@ def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
 def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
     """Register policy losses: ``register("my_loss", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.LossFn` whose ``name`` is
-    the registered name (remote providers send that name to their service) and whose call
-    ``(logprobs_T, inputs)`` returns the loss **summed** over positions.
+    ``factory(config)`` returns a :class:`~searchr1.core.types.LossFn` named as registered;
+    it returns the loss **summed** over positions. docs/plugins.md, ## register_loss_fns
     """
 
 
@@ -102,9 +78,9 @@ def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
 def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) -> None:
     """Register metric sinks: ``register("my_sink", factory)``.
 
-    ``factory(config, run_dir)`` must return a :class:`~searchr1.core.types.MetricSink`. Every
-    name listed in ``[log] sinks`` is created once per ``searchr1 train`` run, before the
-    model loads; its settings live in ``config.plugin_table("log", name)``.
+    ``factory(config, run_dir)`` returns a :class:`~searchr1.core.types.MetricSink`; one per
+    ``[log] sinks`` name per ``train`` run, before the model loads.
+    docs/plugins.md, ## register_metric_sinks
     """
 
 
@@ -112,11 +88,8 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
 def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) -> None:
     """Register step monitors: ``register("my_monitor", factory)``.
 
-    ``factory(config)`` must return a :class:`~searchr1.core.types.StepMonitor`. Every name
-    listed in ``[train] monitors`` is created once per ``searchr1 train`` run, before the
-    model loads; its settings live in ``config.plugin_table("train", name)``. Its metrics
-    join each step's ``metrics`` event, its alerts are logged as ``health_alert`` warnings,
-    its state is saved in checkpoints under its name and its totals join ``train_done``.
+    ``factory(config)`` returns a :class:`~searchr1.core.types.StepMonitor`; one per
+    ``[train] monitors`` name per ``train`` run. docs/plugins.md, ## register_step_monitors
     """
 
 
@@ -124,10 +97,9 @@ def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) 
 def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None]) -> None:
     """Register agent protocols: ``register("tags", TagsProtocol)``.
 
-    The class (a :class:`~searchr1.core.agent_protocol.AgentProtocol` whose ``name`` is the
-    registered name) says how a question becomes a prompt, how a turn becomes an action and
-    how search results re-enter the token stream. ``[rollout] protocol`` picks one; the core
-    builds it once per run as ``cls(tokenizer, enable_thinking=..., call_formats=...)``.
+    A :class:`~searchr1.core.agent_protocol.AgentProtocol` class, built once per run as
+    ``cls(tokenizer, enable_thinking=..., call_formats=...)``.
+    docs/plugins.md, ## register_agent_protocols
     """
 
 
@@ -135,10 +107,9 @@ def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None
 def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> None:
     """Register tool-call formats: ``register("xml", XmlCallFormat)``.
 
-    The class (a :class:`~searchr1.core.call_format.CallFormat` whose ``name`` is the
-    registered name) renders and parses one model family's tool-call block. Never chosen in
-    config: a protocol that calls tools through the chat template gets every registered
-    format and uses the one the template itself writes (``detect_call_format``).
+    A :class:`~searchr1.core.call_format.CallFormat` class; never chosen in config (a protocol
+    gets every format and uses the one its chat template writes).
+    docs/plugins.md, ## register_call_formats
     """
 
 
@@ -146,9 +117,9 @@ def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> 
 def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
     """Register model file formats: ``register(".ext", FileFormat(version, convert))``.
 
-    A config path that ends in the suffix resolves to a folder ``convert(file, folder)``
-    wrote once into the cache (:func:`searchr1.core.builtins.resolve`), so every provider
-    loads it like any Hugging Face checkpoint. Keep the hook cheap: import inside ``convert``.
+    A path with the suffix resolves to the folder ``convert(file, folder)`` wrote once into
+    the cache. Keep the hook cheap: import inside ``convert``.
+    docs/plugins.md, ## register_file_formats
     """
 
 
@@ -156,9 +127,7 @@ def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
 def register_assets(register: Callable[[str, Asset], None]) -> None:
     """Register ``builtin:`` assets: ``register("world", Asset(version, build))``.
 
-    A config value ``builtin:NAME/FILE`` (a model folder, a corpus, a data file) resolves to
-    ``FILE`` inside the folder that ``build(folder)`` of the asset registered as ``NAME``
-    wrote; :func:`searchr1.core.builtins.resolve` builds it once per ``version`` into the
-    cache (``$SEARCHR1_CACHE``) on first use. The hook itself must stay cheap: import heavy
-    modules inside ``build``.
+    ``builtin:NAME/FILE`` resolves to ``FILE`` in the folder ``build(folder)`` wrote, built
+    once per ``version`` into ``$SEARCHR1_CACHE``. Keep the hook cheap: import inside
+    ``build``. docs/plugins.md, ## register_assets
     """

@@ -12,10 +12,9 @@
              optim_step(adam)                                 exactly one per step
     finish   step monitors, metrics, a few trajectories dumped, checkpoint every save_every
 
-N counts every trajectory of the step's batch (degenerate ones too), so dropping a group
-never inflates the others' weight. The scheduler (:mod:`searchr1.core.pipeline`) runs
-``collect`` in the event loop, possibly ahead of the learner by ``train.max_staleness``
-steps, and ``learn`` in a worker thread, strictly in step order.
+N counts every trajectory of the batch (degenerate ones too), so dropping a group never
+inflates the others' weight. :mod:`searchr1.core.pipeline` runs ``collect`` up to
+``train.max_staleness`` steps ahead and ``learn`` in a worker thread, in step order.
 """
 
 from __future__ import annotations
@@ -52,11 +51,9 @@ from searchr1.core.types import (
 
 @dataclass
 class CollectedStep:
-    """What :meth:`Step.collect` hands the learner: the step's groups and where they came from.
-
-    ``policy_version`` is the number of optimizer steps the sampling weights had taken when
-    the rollout started; ``cursor`` is the data stream's state after the step's draws (what a
-    checkpoint written after this step records)."""
+    """What :meth:`Step.collect` hands the learner. ``policy_version``: optimizer steps of
+    the sampling weights at rollout start; ``cursor``: the data stream's state after the
+    step's draws (what a checkpoint after this step records)."""
 
     step: int
     first: list[ScoredGroup]
@@ -81,8 +78,7 @@ class Learned:
 
 @dataclass
 class Step:
-    """What every step of one run shares; :func:`searchr1.core.train.train` builds one and
-    hands its three methods to the scheduler."""
+    """What every step of one run shares; the scheduler calls its three methods."""
 
     c: Components
     protocol: Any
@@ -95,9 +91,9 @@ class Step:
     last_metrics: dict[str, Any] = field(default_factory=dict)
 
     async def collect(self, step: int, policy_version: int) -> CollectedStep:
-        """Roll out and score step ``step``'s groups; the search guard retries the same
-        questions (after a back-off) while the search environment is broken, and raises
-        :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
+        """Roll out and score step ``step``'s groups; while search is broken the guard
+        retries the same questions after a back-off, raising :class:`EnvironmentDown` after
+        ``train.guard_max_waits`` retries."""
         c, cfg, stream = self.c, self.ctx.config, self.stream
         log = get_logger()
         cursor = stream.state()
@@ -149,9 +145,8 @@ class Step:
             for batch in micro_batches
         ]
         optim = trainer.optim_step(adam_params(cfg)) if micro_batches else {}
-        # Results are read only after optim_step: a remote trainer returns them still in
-        # flight, so the micro-batches and the optimizer step reach the service back to
-        # back; reading one earlier would wait for it there.
+        # Read results only after optim_step: a remote trainer returns them in flight, and
+        # reading one earlier would stall the micro-batches reaching the service back to back.
         loss_total = sum((r.loss for r in results), 0.0)
         train_metrics = merge_train_metrics([r.metrics for r in results])
         return Learned(
@@ -163,8 +158,7 @@ class Step:
         )
 
     def finish(self, collected: CollectedStep, learned: Learned, timing: dict[str, float]) -> None:
-        """The step monitors, the ``metrics`` event, their alerts, the trajectory dump and the
-        checkpoint."""
+        """Monitors, the ``metrics`` event, alerts, trajectory dump and checkpoint."""
         cfg, log = self.ctx.config, get_logger()
         trajectories, rewards = first_draw(collected)
         monitor_metrics, alerts = self.monitors.observe(
@@ -200,11 +194,9 @@ class Step:
 def step_metrics(
     collected: CollectedStep, learned: Learned, monitor_metrics: Mapping[str, float]
 ) -> dict[str, Any]:
-    """The step's ``metrics`` event (without the pipeline's ``pipeline/*`` and ``time/step``).
-
-    Rollout metrics describe the policy: they come from the step's first draw of
-    questions_per_batch questions, an unbiased sample. The groups dynamic sampling keeps are
-    picked for mixed rewards, so their mean sits near the middle by construction."""
+    """The step's ``metrics`` event (less ``pipeline/*`` and ``time/step``). Rollout
+    metrics come from the first draw, an unbiased policy sample: the groups dynamic sampling
+    keeps are picked for mixed rewards, so their mean sits mid-range by construction."""
     first, groups = collected.first, collected.groups
     trajectories = [t for g in first for t in g.trajectories]
     rewards = [r for g in first for r in g.rewards]
@@ -240,9 +232,9 @@ def first_draw(collected: CollectedStep) -> tuple[list[Trajectory], list[RewardR
 async def _collect_groups(
     c: Components, protocol: Any, stream: Any, cfg: Config, step: int, version: int
 ) -> tuple[list[ScoredGroup], list[ScoredGroup], int]:
-    """``(first draw, groups to train on, extra questions drawn)``. With dynamic sampling,
-    degenerate groups are replaced by fresh questions until questions_per_batch groups are
-    informative or ``rollout.max_extra_draws`` extra questions were drawn."""
+    """``(first draw, groups to train on, extra questions drawn)``: degenerate groups are
+    replaced by fresh questions until questions_per_batch are informative or
+    ``rollout.max_extra_draws`` is spent."""
     want = cfg.rollout.questions_per_batch
     draw = (c, protocol, cfg, step, version)
     first = await _rollout_and_score(*draw, stream.next_batch(want), 0)
@@ -342,8 +334,7 @@ def adam_params(cfg: Config) -> AdamParams:
 
 
 def _seed(base: int, step: int, draw: int) -> int:
-    """A sampling seed per (run seed, step, draw): rollouts do not depend on batching or on
-    where a resumed run restarted."""
+    """A sampling seed per (run seed, step, draw), independent of batching and resumes."""
     digest = hashlib.sha256(f"{base}/{step}/{draw}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
 

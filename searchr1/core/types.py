@@ -1,13 +1,8 @@
-"""The contracts between the core and its plugins.
+"""The contracts between the core and its plugins: the protocols factories return and the
+frozen dataclasses that cross plugin boundaries. No torch import at import time.
 
-Every plugin factory registered through :mod:`searchr1.core.hookspecs` returns one of the
-protocols below; every value that crosses a plugin boundary is one of the frozen dataclasses
-here. Nothing in this module imports torch at import time, so the CLI starts fast and a
-search or reward plugin can be written without it.
-
-Shapes follow the training-service API of ``docs/protocols.md`` §5 (a model provider's :class:`Sampler` samples tokens, its
-:class:`Trainer` trains on ``Datum`` s).
-Tensor names carry their shape as a suffix: ``logprobs_T`` is one value per position.
+Shapes follow the training-service API (``docs/protocols.md`` §5); a tensor name's suffix is
+its shape (``logprobs_T``: one value per position).
 """
 
 from __future__ import annotations
@@ -37,16 +32,10 @@ EndReason = Literal[
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a model provider samples one turn.
-
-    Every parameter is explicit: providers must not apply hidden library defaults
-    (``transformers`` applies ``top_k=50`` unless told otherwise, which silently changes the
-    distribution the learner's log-probs are compared against).
-
-    ``temperature == 0`` means greedy decoding; the returned log-probs are then those of the
-    untempered distribution. ``stop_strings`` end a sample as soon as the decoded text of the
-    generated tokens contains one of them; the sample keeps the token that completed the
-    string and nothing after it.
+    """How a provider samples one turn. Every parameter is explicit: no hidden library
+    defaults (e.g. ``top_k=50``), which would change the distribution the learner compares
+    against. ``temperature == 0`` is greedy, with untempered log-probs. A sample ends once its
+    decoded text contains a ``stop_strings`` entry, keeping the completing token only.
     """
 
     max_tokens: int
@@ -59,11 +48,8 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class SampledSequence:
-    """One sample: the generated token ids, the sampler's log-prob of each, and why it ended.
-
-    ``logprobs[i]`` is ``log p(tokens[i] | prompt + tokens[:i])`` under the sampling
-    distribution (after temperature, before top-p truncation), i.e. what the learner computes
-    for the same token with the same weights and temperature.
+    """One sample. ``logprobs[i] = log p(tokens[i] | prompt + tokens[:i])`` after
+    temperature, before top-p: what the learner computes with the same weights.
     """
 
     tokens: tuple[int, ...]
@@ -76,12 +62,9 @@ class SampledSequence:
 
 @dataclass(frozen=True)
 class Datum:
-    """One training example in the training-service layout (``docs/protocols.md`` §5).
-
-    All four sequences have length N. ``input_tokens[i]`` predicts ``target_tokens[i]`` (the
-    full sequence shifted by one). ``sampler_logprobs`` and ``advantages`` are 0 on prompt and
-    observation positions, so those positions add nothing to any policy loss.
-    ``trajectory_id`` names the trajectory in error messages.
+    """One training example (``docs/protocols.md`` §5). All sequences have length N;
+    ``input_tokens[i]`` predicts ``target_tokens[i]``. ``sampler_logprobs`` and ``advantages``
+    are 0 on prompt and observation positions, so those add nothing to any loss.
     """
 
     input_tokens: tuple[int, ...]
@@ -119,8 +102,7 @@ class AdamParams:
 
 @dataclass(frozen=True)
 class ForwardBackwardResult:
-    """What ``forward_backward`` returns: the summed loss of the micro-batch and metrics
-    (``tokens``, ``ratio_mean``, ``clip_fraction``, ...)."""
+    """The micro-batch's summed loss and metrics."""
 
     loss: float
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -136,10 +118,8 @@ class LossInputs:
 
 @dataclass(frozen=True)
 class LossOutput:
-    """A loss value (a **sum** over positions) and metrics as sums over positions.
-
-    Metrics are sums so that a provider can add them across micro-batches and divide by the
-    number of trained tokens once (e.g. ``ratio_sum`` / ``tokens``).
+    """A loss (**sum** over positions) and metrics as sums, so a provider can add them
+    across micro-batches and divide by trained tokens once.
     """
 
     loss: torch.Tensor
@@ -148,15 +128,10 @@ class LossOutput:
 
 @runtime_checkable
 class LossFn(Protocol):
-    """A policy loss: ``(logprobs_new_T, inputs) -> LossOutput``, with its name and settings.
-
-    Called by a local model provider inside ``forward_backward``. A remote provider cannot
-    run the function: it sends ``name`` and the ``settings`` its service understands (e.g.
-    ``clip_low``/``clip_high`` of ``ppo``) and computes the loss there, so a loss that a
-    service does not know by name only works locally. ``settings`` are the numbers the
-    function was built with (``[train.loss]`` for the built-in losses; empty when it takes
-    none), so a provider reads them here instead of looking inside the callable. A trainer
-    that only knows some losses declares which (:attr:`TrainerCapabilities.losses`).
+    """A policy loss ``(logprobs_new_T, inputs) -> LossOutput``, run by local providers.
+    A remote provider sends ``name`` and ``settings`` (the numbers it was built with) to its
+    service instead, so a loss the service does not know only works locally
+    (:attr:`TrainerCapabilities.losses`).
     """
 
     name: str
@@ -182,13 +157,9 @@ class Tokenizer(Protocol):
 
 
 class Sampler(Protocol):
-    """A policy that samples tokens: the half of a model provider every command uses.
-
-    The rollout calls :meth:`sample` concurrently from many asyncio tasks. Its weights are
-    those of the :class:`Trainer` it comes with, when it has one: after
-    :meth:`Trainer.optim_step` returns, every later ``sample`` uses the updated weights. A
-    scripted stand-in (a data asset's ceiling agent, the cold start's teacher) is a Sampler
-    too.
+    """Samples tokens; :meth:`sample` is called concurrently from many asyncio tasks. After
+    :meth:`Trainer.optim_step` returns, later samples use the updated weights. Scripted
+    stand-ins (ceiling agent, cold-start teacher) are Samplers too.
     """
 
     @property
@@ -203,24 +174,16 @@ class Sampler(Protocol):
 
 @dataclass(frozen=True)
 class TrainerCapabilities:
-    """What a :class:`Trainer` can do beyond the contract, declared up front.
+    """What a :class:`Trainer` can do beyond the contract; the core never probes for methods.
 
-    The core reads these fields and never inspects a trainer for methods or attributes:
-
-    * ``losses``: the losses it trains, by :attr:`LossFn.name`, each with the
-      :attr:`LossFn.settings` it honours; a setting outside that set must be 0 (off). None:
-      any loss (the trainer calls the function itself). Checked once the model is created,
-      before any rollout (:func:`searchr1.core.trainer_checks.check_loss`), as a ConfigError
-      naming the config field that chose the loss (``train.loss_fn``, ``cold_start.loss_fn``).
-    * ``losses_reason``: why only those, ending that error (e.g. "it sends the loss's name
-      to a service that computes the loss itself").
-    * ``snapshot_sampler``: pins the sampler to the newest weights an ``optim_step`` has
-      produced, until the next call, whatever the trainer does meanwhile. Pipelined steps
-      (``train.max_staleness > 0``) call it at the start of every rollout
-      (:mod:`searchr1.core.pipeline`). None: the sampler always follows the newest weights.
-    * ``learner_temperature``: the temperature at which :meth:`Trainer.forward_backward`
-      scores tokens, None when unknown (a remote service); logged at the start of training
-      with what the importance ratio compares.
+    * ``losses``: trainable :attr:`LossFn.name` s, each with the settings it honours (others
+      must be 0); None: any loss. Checked before any rollout
+      (:func:`searchr1.core.trainer_checks.check_loss`).
+    * ``losses_reason``: why only those; ends that error.
+    * ``snapshot_sampler``: pins the sampler to the newest ``optim_step`` weights until the
+      next call; called at each rollout start when ``train.max_staleness > 0``. None: the
+      sampler always follows the newest weights.
+    * ``learner_temperature``: the temperature ``forward_backward`` scores at; None if unknown.
     """
 
     losses: Mapping[str, frozenset[str]] | None = None
@@ -230,12 +193,9 @@ class TrainerCapabilities:
 
 
 class Trainer(Protocol):
-    """The weights behind a :class:`Sampler`, trained in the training-service shape (``docs/protocols.md`` §5).
-
-    The train loop calls :meth:`forward_backward` once per micro-batch, then
-    :meth:`optim_step` once per step; checkpoints call :meth:`save_state`, ``--resume`` and
-    ``searchr1 eval --checkpoint`` call :meth:`load_state`. :attr:`capabilities` says what
-    else it can do; it may be read at any time and does not change during a run.
+    """The weights behind a :class:`Sampler` (``docs/protocols.md`` §5):
+    :meth:`forward_backward` per micro-batch, :meth:`optim_step` per step. :attr:`capabilities`
+    does not change during a run.
     """
 
     @property
@@ -260,11 +220,8 @@ class Trainer(Protocol):
 
 @dataclass(frozen=True)
 class Model:
-    """What a model provider's factory returns: a sampler, and the trainer of its weights.
-
-    ``trainer`` is None for a provider that only samples (a hosted chat API): ``smoke`` and
-    ``eval`` run with it, ``train`` refuses it before any rollout. One object may be both
-    (a provider that samples and trains the same weights in one process).
+    """A model factory's result; ``trainer`` None for sample-only providers (``train``
+    refuses them). One object may be both.
     """
 
     sampler: Sampler
@@ -293,9 +250,8 @@ class SearchResult:
 
 @dataclass(frozen=True)
 class SearchResponse:
-    """The outcome of one ``search`` call. ``error`` is a short, model-readable reason
-    (``"timeout"``, ``"quota exhausted (429)"``, ``"empty query"``); it is ``None`` on
-    success, and ``results`` may then still be empty."""
+    """One ``search`` outcome. ``error`` is a short model-readable reason (``"timeout"``);
+    None on success, where ``results`` may still be empty."""
 
     results: tuple[SearchResult, ...] = ()
     error: str | None = None
@@ -308,17 +264,14 @@ class SearchResponse:
 
 @runtime_checkable
 class SearchProvider(Protocol):
-    """An asynchronous search engine, created once per run by the factory registered under
-    ``[search] provider``. ``search`` never raises for a failed request: it returns a
-    ``SearchResponse`` with ``error`` set and counts it. The rollout calls ``search`` from many
-    trajectories concurrently; the train loop reads and resets the counters once per step."""
+    """An async search engine, called concurrently. ``search`` never raises for a failed
+    request: it returns ``error`` set and counts it. Counters are read and reset once per step."""
 
     async def search(self, query: str, top_k: int) -> SearchResponse: ...
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
-        """Counters since the last reset, named without the ``search/`` prefix:
-        ``calls``, ``success_rate``, ``error_rate``, ``429_rate``, ``timeout_rate``,
-        ``latency_p50``, ``latency_p95``, ``cache_hit_rate``, ``keys_available``, ..."""
+        """Counters since the last reset, without the ``search/`` prefix (``calls``,
+        ``success_rate``, ``error_rate``, ``latency_p50``, ...)."""
         ...
 
     def available(self) -> bool:
@@ -360,12 +313,8 @@ class Turn:
 
 @dataclass(frozen=True)
 class Trajectory:
-    """A finished rollout of one question, token-in/token-out.
-
-    ``tokens`` is the whole sequence (prompt, sampled and observation tokens);
-    ``generated_mask[i]`` is True where the policy sampled ``tokens[i]`` and
-    ``logprobs[i]`` is then its sampler log-prob (0.0 elsewhere). ``prompt_len`` tokens open
-    the sequence.
+    """A finished rollout of one question. ``tokens`` = prompt + sampled + observation
+    tokens; where ``generated_mask[i]``, ``logprobs[i]`` is the sampler log-prob (else 0.0).
     """
 
     trajectory_id: str
@@ -384,8 +333,7 @@ class Trajectory:
     search_errors: int
     data_source: str = ""
     group_id: str = ""
-    #: the agent protocol that produced it (``tags`` | ``tool_calls``): rewards read the
-    #: answer format from it (``searchr1.core.agent_protocol.extract_answers``)
+    #: the agent protocol that produced it; rewards read the answer format from it
     protocol: str = ""
     #: optimizer steps taken by the weights it was sampled with (set by the train loop)
     policy_version: int = 0
@@ -401,46 +349,38 @@ class RewardResult:
 
 @runtime_checkable
 class RewardFn(Protocol):
-    """Scores a finished trajectory: ``(trajectory, golden_answers) -> RewardResult``.
-
-    Called by the train loop, smoke and eval once per trajectory, after the rollout."""
+    """Scores a finished trajectory, once per trajectory after the rollout."""
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult: ...
 
 
 @runtime_checkable
 class MetricSink(Protocol):
-    """Where a run's numbers go besides ``events.jsonl`` (an experiment tracker, ...).
-
-    Created once per ``searchr1 train`` run from ``[log] sinks``; fed by the logging layer
-    (:mod:`searchr1.core.sinks`), never by plugin call order. Everything it receives has
-    already been redacted: configured secrets never reach a sink. A method that raises is
-    reported once as a ``sink_failed`` warning and training goes on.
+    """Where a run's numbers go besides ``events.jsonl``. Receives only redacted data;
+    a method that raises is reported once as ``sink_failed`` and training goes on.
     """
 
     def log_hparams(self, config: Mapping[str, Any]) -> None:
-        """Once, at start: the resolved, redacted config as nested ``{section: {key: value}}``."""
+        """Once, at start: the redacted config as ``{section: {key: value}}``."""
         ...
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Every step's ``metrics`` event (``reward/mean``, ``search_rate``, ...) and held-out
-        evaluations (``eval/heldout_em`` at step 0 and at the last step)."""
+        """Every step's ``metrics`` and held-out evaluations (``eval/heldout_em``)."""
         ...
 
     def log_texts(self, step: int, name: str, texts: Sequence[str]) -> None:
-        """A few readable texts, e.g. ``name="trajectories"``: the step's dumped
-        trajectories rendered as plain text (one string each)."""
+        """A few readable texts, e.g. ``name="trajectories"``, one string each."""
         ...
 
     def close(self) -> None:
-        """Flush and release files or connections (end of the run)."""
+        """Flush and release (end of the run)."""
         ...
 
 
 @dataclass(frozen=True)
 class ScoredGroup:
-    """One question's group of a training step: its trajectories, their rewards and
-    advantages; ``degenerate`` when every reward is the same (nothing to learn)."""
+    """One question's trajectories, rewards and advantages; ``degenerate`` when all
+    rewards are equal (nothing to learn)."""
 
     question: Question
     trajectories: list[Trajectory]
@@ -451,8 +391,7 @@ class ScoredGroup:
 
 @dataclass(frozen=True)
 class Alert:
-    """One warning of a step monitor, logged as a ``health_alert`` event: a short ``kind``
-    (``format_cliff``, ``mismatch``, ...) and a sentence for the console and the report."""
+    """A step monitor's warning, logged as ``health_alert``: a short ``kind`` and a sentence."""
 
     kind: str
     message: str
@@ -460,13 +399,9 @@ class Alert:
 
 @runtime_checkable
 class StepMonitor(Protocol):
-    """Watches a training run, one step at a time: advice, never part of the update.
-
-    Created once per ``searchr1 train`` run from ``[train] monitors``. After each step's
-    update the loop calls :meth:`observe`; the metrics it returns join the step's ``metrics``
-    event, each alert is logged as a ``health_alert`` warning. :meth:`state` is saved in
-    every checkpoint under the monitor's registered name and handed back to
-    :meth:`load_state` on ``--resume``; :meth:`totals` joins the ``train_done`` event.
+    """Watches training one step at a time: advice, never part of the update. ``observe``
+    runs after each update; ``state`` is checkpointed under the monitor's name.
+    docs/plugins.md, ## register_step_monitors
     """
 
     def observe(
@@ -478,51 +413,40 @@ class StepMonitor(Protocol):
         train_metrics: Mapping[str, float],
         staleness: float,
     ) -> tuple[dict[str, float], list[Alert]]:
-        """One step: ``groups`` are those it trained on, ``trajectories`` and ``rewards`` its
-        first draw (the unbiased sample of the policy), ``train_metrics`` the learner's merged
-        metrics (``mismatch/*``, ``tokens``, ...), ``staleness`` the step's ``staleness/max``
-        (updates between the sampling weights and the trained ones)."""
+        """``groups``: those trained on; ``trajectories``/``rewards``: the first draw (the
+        unbiased policy sample); ``staleness``: ``staleness/max`` of the step."""
         ...
 
     def state(self) -> dict[str, Any]:
-        """What a resumed run needs to carry on (JSON-serializable)."""
+        """What a resumed run needs (JSON-serializable)."""
         ...
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state`; ``{}`` when the checkpoint holds none for this monitor."""
+        """Restore :meth:`state`; ``{}`` when the checkpoint has none."""
         ...
 
     def totals(self) -> dict[str, Any]:
-        """Run-long numbers for the ``train_done`` event (``{}`` for none)."""
+        """Run-long numbers for ``train_done``."""
         ...
 
 
 # --------------------------------------------------------------------------- factories
 
-# A factory receives the run's validated Config (its own table under e.g. ``[search.my_search]``
-# is ``config.plugin_table("search", "my_search")``) and returns the plugin instance.
+# A factory gets the validated Config (its table: ``config.plugin_table(kind, name)``).
 ModelFactory = Callable[["Config"], Model]
 SearchFactory = Callable[["Config"], SearchProvider]
 RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
-# A metric sink's factory also gets the run folder (the run's name is ``run_dir.name``).
 MetricSinkFactory = Callable[["Config", Path], MetricSink]
 StepMonitorFactory = Callable[["Config"], StepMonitor]
 
 
 @dataclass(frozen=True)
 class Asset:
-    """A ``builtin:NAME`` asset, registered by a plugin's ``register_assets`` hook.
-
-    ``build(folder)`` writes the asset's files into an empty ``folder`` (called at most once
-    per ``version`` and cache folder by :func:`searchr1.core.builtins.resolve`; bump the
-    version whenever the files it writes change, so stale caches are rebuilt). ``ceiling``,
-    optional, is for a data asset whose questions a scripted agent can answer perfectly:
-    ``ceiling(config, tokenizer, protocol)`` returns a :class:`Sampler` stand-in (or
-    None when it cannot play this config), which ``searchr1 train`` evaluates once at step 0
-    on the held-out set as the reachable ceiling (its "ceiling" evaluation), and which the
-    ``[cold_start]`` stage imitates when the training file is the asset's
-    (:mod:`searchr1.core.cold_start`).
+    """A ``builtin:NAME`` asset. ``build(folder)`` fills an empty folder, once per
+    ``version`` (bump it when the files change). Optional ``ceiling(config, tokenizer,
+    protocol)`` returns a scripted :class:`Sampler` that answers perfectly (or None): ``train``
+    evaluates it at step 0 as the reachable ceiling, and ``[cold_start]`` imitates it.
     """
 
     version: str
@@ -532,14 +456,9 @@ class Asset:
 
 @dataclass(frozen=True)
 class FileFormat:
-    """A model file format a plugin converts, registered by ``register_file_formats`` under
-    its suffix (e.g. ``".ckptzip"``).
-
-    A config path that ends in the suffix (``[model] base_model = "/models/x.ckptzip"``) is
-    converted once by ``convert(file, folder)`` into an empty cache folder that
-    ``from_pretrained`` loads, and resolves to that folder
-    (:func:`searchr1.core.builtins.resolve`). The cache key covers the file's absolute path,
-    size and modification time, and ``version``: bump it when the conversion changes.
+    """A model file format, registered under its suffix. ``convert(file, folder)`` fills an
+    empty cache folder once; the cache key is the file's absolute path, size, mtime and
+    ``version`` (bump it when the conversion changes).
     """
 
     version: str
