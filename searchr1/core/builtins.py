@@ -1,7 +1,6 @@
-"""``builtin:NAME[/FILE]`` assets (the tiny models, the offline world). Plugins register assets
-(hook ``register_assets``: a version and a builder), so the core never names a plugin. An asset
-is built once, deterministically, into ``$SEARCHR1_CACHE`` (default ``~/.cache/searchr1``) via a
-temporary folder renamed into place, so a crash mid-build never leaves a half-built asset.
+"""``builtin:NAME[/FILE]`` assets, registered by plugins (``register_assets``), so the core
+never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (default
+``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ def asset_name(spec: str) -> str:
 
 
 def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
-    """A real path for ``spec``: unchanged unless it is ``builtin:`` or has a registered
-    file format's suffix (converted once into the cache)."""
+    """A real path for ``spec``: unchanged unless ``builtin:`` or a registered file
+    format's suffix (converted once into the cache)."""
     if not is_builtin(spec):
         fmt = installed_registry().file_formats.get(Path(spec).suffix.lower())
         return _converted(Path(spec).expanduser(), fmt) if fmt is not None else spec
@@ -77,9 +76,8 @@ def _converted(path: Path, fmt: FileFormat) -> str:
 def ceiling_agent(
     config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
 ) -> Sampler | None:
-    """The scripted stand-in that plays ``spec``'s questions (default ``data.eval``)
-    perfectly, when it is a ``builtin:`` asset with an :attr:`Asset.ceiling`, else None
-    (train's ceiling line, the cold start's teacher)."""
+    """The :attr:`Asset.ceiling` agent playing ``spec``'s questions (default ``data.eval``)
+    perfectly, or None when ``spec`` is no such ``builtin:`` asset."""
     spec = str(config.data.eval if spec is None else spec or "")
     if not is_builtin(spec):
         return None

@@ -1,9 +1,7 @@
-"""Atomic training checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``.
-
-Contents: ``model/`` (the trainer's adapter, optimizer, step), ``trainer.json`` (step, data
-cursor, Python RNG), ``rng.pt`` (torch RNG) and ``config.toml`` (secrets redacted). Written to
-a hidden temporary folder renamed into place when complete, so a crash mid-write (SIGKILL
-included) never leaves a broken ``step_*`` folder.
+"""Atomic checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``: ``model/`` (trainer
+state), ``trainer.json`` (step, data cursor, Python RNG), ``rng.pt`` (torch RNG),
+``config.toml`` (redacted). Written to a hidden folder renamed into place, so a crash (even
+SIGKILL) never leaves a broken ``step_*``.
 """
 
 from __future__ import annotations
@@ -73,10 +71,9 @@ class CheckpointError(UserError):
 
 
 def read_checkpoint(path: Path, *, resumable: bool = True) -> Checkpoint:
-    """The checkpoint in ``path``, checked whole: ``trainer.json`` with a step and ``model/``,
-    and for ``resumable`` (eval needs only the model) an RNG state, a data cursor and
-    ``rng.pt``. A disk error, a cut-short copy or a hand edit can still damage an atomically
-    saved one; raises CheckpointError naming the file."""
+    """The checkpoint in ``path``, checked whole: ``trainer.json`` with a step, ``model/``,
+    and if ``resumable`` (eval needs only the model) RNG state, data cursor and ``rng.pt``.
+    Disk errors or hand edits still damage atomic saves; raises CheckpointError naming the file."""
     meta = path / "trainer.json"
     if not meta.is_file():
         raise CheckpointError(f"{meta} is missing")
@@ -140,8 +137,8 @@ def latest_checkpoint(run_dir: Path, *, resumable: bool = True) -> Checkpoint | 
 
 
 def resume_checkpoint(run_dir: Path) -> tuple[Checkpoint | None, list[str]]:
-    """The newest usable checkpoint for ``--resume`` and a warning per newer damaged one (its
-    steps are trained again). CheckpointError when none is usable; ``(None, [])`` if none."""
+    """The newest usable checkpoint and a warning per newer damaged one (its steps are
+    trained again). CheckpointError when none is usable; ``(None, [])`` if none exist."""
     good, damaged = scan_checkpoints(run_dir)
     if not good:
         if damaged:

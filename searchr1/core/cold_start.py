@@ -1,25 +1,20 @@
 """The cold-start stage: supervised fine-tuning of the LoRA on scripted search trajectories.
 
-A pretrained instruct model asked to use a search tool usually never does (it answers from
-memory, or writes prose), so every RL group is degenerate and GRPO gets no signal. The cold
-start first shows it the behaviour: ``[cold_start] steps > 0`` makes ``searchr1 train`` run,
-before the first RL step (and only when not resuming)::
+An instruct model asked to use a search tool usually never does, so every RL group is
+degenerate and GRPO gets no signal. With ``[cold_start] steps > 0`` (and not resuming),
+``searchr1 train`` first runs::
 
-    teacher    = the data's own scripted agent (its asset's ceiling, e.g. the offline world's
-                 hop-by-hop ideal agent), else ScriptedTeacher: search the question, answer
-                 what the results hold
+    teacher    = the data asset's ceiling agent, else ScriptedTeacher
     for step in 1..steps:
         trajectories = rollout(teacher, questions_per_step fresh questions, group_size 1)
                        through the run's search provider, protocol, chat template and limits
-        kept         = those the reward scores above 0 (found the answer, well formed)
-        datums       = trajectory_to_datum(t, advantage 1): weight 1 on the teacher's tokens,
-                       0 on prompt and observation tokens, exactly the masks RL trains with
+        kept         = those the reward scores above 0
+        datums       = trajectory_to_datum(t, advantage 1): the RL masks
         forward_backward(micro-batch, cold_start.loss_fn, 1 / trained tokens); optim_step
 
-The loss (``cold_start.loss_fn``; by default ``-sum_t A_t lp_t``) is a registered loss plugin run by
-the model's trainer like the RL loss, so the stage works with any provider that trains. The
-train loop then evaluates the held-out set (``when = "cold_start"``) and saves checkpoint 0,
-so a later ``--resume`` never repeats the stage.
+The loss (default ``-sum_t A_t lp_t``) is a registered loss run by the model's trainer, so
+any training provider works. Then the held-out eval ``"cold_start"`` and checkpoint 0, so
+``--resume`` never repeats the stage.
 """
 
 from __future__ import annotations
@@ -54,8 +49,8 @@ class ColdStartResult:
 
 
 def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Question]) -> Sampler:
-    """The scripted agent for ``questions``: the data asset's own (``Asset.ceiling``) when it
-    offers one for this protocol, else :class:`~searchr1.core.scripted_teacher.ScriptedTeacher`."""
+    """The data asset's ``Asset.ceiling`` agent for this protocol, else
+    :class:`~searchr1.core.scripted_teacher.ScriptedTeacher`."""
     from searchr1.core.scripted_teacher import ScriptedTeacher
 
     own = ceiling_agent(cfg, tokenizer, protocol, spec=_data_spec(cfg))
@@ -65,8 +60,7 @@ def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Ques
 def run_cold_start(
     runner: asyncio.Runner, c: Components, protocol: Any, cfg: Config
 ) -> ColdStartResult:
-    """Run ``[cold_start]`` on the run's model; called by :func:`searchr1.core.train.train`
-    inside its event loop runner, before the held-out "cold_start" evaluation."""
+    """Run ``[cold_start]`` on the run's model, inside train's event loop."""
     from searchr1.core.data import QuestionStream, load_questions
     from searchr1.core.rollout import rollout_questions, sampling_params
 
@@ -165,11 +159,8 @@ def _data_field(cfg: Config) -> str:
 
 
 def cold_start_loss(cfg: Config, trainer: Trainer | None = None) -> LossFn:
-    """The ``[cold_start] loss_fn`` plugin; an unknown name is a :class:`PluginError` naming
-    that setting, and a loss the ``trainer`` declares it cannot train
-    (:attr:`~searchr1.core.types.TrainerCapabilities.losses`) a ConfigError naming it.
-    :func:`searchr1.core.train.train` calls it before the model loads (names only), then with
-    the trainer before any rollout, and :func:`run_cold_start` once more for the stage."""
+    """The ``[cold_start] loss_fn`` plugin; an unknown name is a :class:`PluginError`, a
+    loss the ``trainer`` cannot train a ConfigError, each naming that setting."""
     from searchr1.core.errors import PluginError
     from searchr1.core.plugins import load_registry
     from searchr1.core.trainer_checks import check_loss

@@ -1,17 +1,10 @@
 """The config schema: one frozen dataclass per ``config.toml`` section, and :class:`Config`.
 
-The sections hold what the training loop and the commands read. A setting that only one
-plugin reads lives in that plugin's own table (``[model.<provider>]``, ``[search.<provider>]``),
-declared by the plugin as a settings dataclass of the same shape (see ``docs/plugins.md``).
-
-Each field's metadata carries its checks (``min``, ``max``, ``gt``, ``lt``, ``choices``,
-``nonempty``, ``unique``, ``length``...; applied by
-:func:`searchr1.core.config_validate.check_table`), whether it is a ``secret`` (kept out of
-``repr()``, masked by :meth:`Config.to_dict`, collected for log redaction) and, in a plugin's
-settings, ``also_in_section``: the key may also be written in the section's own table
-(``[model] api_key`` for ``[model.<provider>] api_key``). The dataclasses are the schema:
-parsing and checking read their fields, defaults and metadata, so adding a setting means
-adding one field (and, where it needs one, a cross-field check in ``config_validate``).
+A setting only one plugin reads lives in that plugin's table (``[model.<provider>]``), as a
+settings dataclass of the same shape (``docs/plugins.md``). Field metadata carries the checks
+(:func:`searchr1.core.config_validate.check_table`), ``secret`` (out of ``repr()``, masked,
+redacted from logs) and, for plugin settings, ``also_in_section`` (``[model] api_key`` for
+``[model.<provider>] api_key``). The dataclasses are the schema: a new setting is one field.
 """
 
 from __future__ import annotations
@@ -25,17 +18,16 @@ from typing import Any
 from searchr1.defaults import DEFAULT_NAMES
 
 REDACTED = "***"
-#: a plugin table's key that holds a secret (``api_key``, ``token``, ``client_secret``...);
-#: ``max_tokens`` is not one, hence the exact forms rather than a substring match
+#: a plugin table's secret key; exact forms, not substrings (``max_tokens`` is no secret)
 SECRET_KEY_RE = re.compile(
     r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
 )
 
 
 def mask_secrets(text: str, secrets: Collection[str]) -> str:
-    """``text`` with every secret value in it replaced by ``***``: a whole value equal to a
-    secret, and any secret of 4 characters or more inside it (a key in a URL's query string).
-    Longest first, so a key that contains another is masked whole."""
+    """``text`` with secrets replaced by ``***``: a whole equal value, and any secret of 4+
+    characters inside it (a key in a URL). Longest first, so a key containing another is
+    masked whole."""
     if text in secrets:
         return REDACTED
     for secret in sorted(secrets, key=len, reverse=True):
@@ -45,8 +37,7 @@ def mask_secrets(text: str, secrets: Collection[str]) -> str:
 
 
 def setting(default: Any, **checks: Any) -> Any:
-    """A schema field: ``default`` plus checks kept in the field's metadata. Plugins declare
-    their own settings dataclasses with it too."""
+    """A schema field: ``default`` plus checks in its metadata; plugins use it too."""
     # Secrets stay out of repr(), so a config printed in a traceback or log leaks nothing.
     show = not checks.get("secret", False)
     if isinstance(default, list | dict):
@@ -190,8 +181,7 @@ class LogConfig:
 @dataclass(frozen=True)
 class SmokeConfig:
     """``[smoke]``: the question ``searchr1 smoke`` asks (``--question``/``--answer`` win).
-    Empty: the reference setup's question about The Little Prince, which needs real search; a config
-    whose search holds a world of its own (the offline demo's) names one of that world."""
+    Empty: the reference setup's Little Prince question, which needs real search."""
 
     question: str = _f("", help="empty = the reference setup's question (needs real search)")
     answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
@@ -239,8 +229,7 @@ class Config:
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.my_engine")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
-    #: section -> keys of the section's own table that belong to a plugin's settings
-    #: (``[model] api_key``); the chosen plugin reads them as if written in its own table
+    #: section -> its own table's keys that belong to the chosen plugin's settings
     section_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     source: str = "<defaults>"
     #: every secret value (for log redaction); never printed
@@ -249,8 +238,7 @@ class Config:
     variables: Mapping[str, str] = field(default_factory=dict)
     #: dotted field -> why it has its value, for fields chosen by inference (config check)
     choices: Mapping[str, str] = field(default_factory=dict)
-    #: problems that do not stop a run (literal secrets, empty exported variables), printed
-    #: by config check, smoke and train
+    #: problems that do not stop a run, printed by config check, smoke and train
     warnings: tuple[str, ...] = ()
     #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
     explicit: frozenset[str] = field(default_factory=frozenset)
@@ -260,9 +248,8 @@ class Config:
         return dict(self.plugins.get(f"{section}.{name}", {}))
 
     def replace(self, **sections: Any) -> Config:
-        """A copy with some fields changed: ``cfg.replace(train={"max_steps": 2})``. A key the
-        section's schema does not have (``model={"api_key": ...}``) is kept in
-        :attr:`section_extras`, where the chosen plugin's settings read it."""
+        """A copy with fields changed: ``cfg.replace(train={"max_steps": 2})``; a key the
+        schema lacks goes to :attr:`section_extras`."""
         changes: dict[str, Any] = {}
         extras = {k: dict(v) for k, v in self.section_extras.items()}
         for name, value in sections.items():

@@ -1,10 +1,7 @@
-"""Deterministic evaluation: the same rollout, search provider and reward as training, greedy
-by default, in file order, scored per ``data_source``. Called by ``searchr1 eval`` and by the
-train loop's held-out evals (``[train] eval_before_after``).
-
-Scores: EM and F1 of the final answer against the golden answers (:mod:`searchr1.core.answers`,
-SQuAD / Search-R1 normalisation), comparable with the Search-R1 paper whatever reward the run
-trains on. Macro EM weighs every source equally, micro EM every question.
+"""Deterministic evaluation: training's rollout, search and reward, greedy by default, in file
+order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.core.answers`,
+SQuAD / Search-R1 normalisation) stay comparable with the Search-R1 paper whatever the
+reward. Macro EM weighs every source equally, micro EM every question.
 """
 
 from __future__ import annotations
@@ -32,16 +29,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
     from searchr1.core.config import Config
 
-#: Questions handed to one ``rollout_questions`` call: bounds memory and gives progress,
-#: and is fixed so that batching never depends on the machine.
+#: questions per ``rollout_questions`` call: bounds memory; fixed so batching is machine-independent
 EVAL_CHUNK = 32
 
 # --------------------------------------------------------------------------- records
 
 
 def trajectory_to_dict(traj: Trajectory, result: RewardResult | None = None) -> dict[str, Any]:
-    """A readable, JSON-able trajectory (no token ids): the layout of the train loop's
-    ``trajectories/step_XXXXXX.jsonl`` dumps, which ``searchr1 report`` renders."""
+    """A readable JSON-able trajectory (no token ids), as in ``trajectories/step_XXXXXX.jsonl``."""
     out: dict[str, Any] = {
         "trajectory_id": traj.trajectory_id,
         "group_id": traj.group_id,
@@ -102,8 +97,7 @@ class EvalRecord:
 def score_trajectory(question: Question, traj: Trajectory, reward: RewardFn) -> EvalRecord:
     """Score one finished trajectory with the run's reward and EM/F1."""
     result = reward(traj, question.golden_answers)
-    # The reward's own "format" component is authoritative when it has one (it knows its
-    # protocol's rules); otherwise a well-formed trajectory is one that ended with an answer.
+    # The reward's "format" component wins when present; else well-formed = ended answered.
     if "format" in result.components:
         format_ok = result.components["format"] > 0
     else:
@@ -146,11 +140,9 @@ def _group_metrics(records: Sequence[EvalRecord]) -> dict[str, Any]:
 
 
 def summarize(records: Sequence[EvalRecord], *, min_success_rate: float = 0.9) -> dict[str, Any]:
-    """Overall and per-source metrics of a list of records.
-
-    Keys: ``n``, ``em`` (= ``micro_em``), ``macro_em``, ``f1``, ``format_rate``,
-    ``reward_mean``, ``search_calls_mean``, ``search_success_rate``, ``trustworthy`` (search
-    success at least ``min_success_rate``) and ``per_source`` (the same keys per source)."""
+    """Overall and per-source metrics: ``n``, ``em`` (= ``micro_em``), ``macro_em``,
+    ``f1``, ``format_rate``, ``reward_mean``, ``search_calls_mean``, ``search_success_rate``,
+    ``trustworthy`` (search success >= ``min_success_rate``), ``per_source``."""
     by_source: dict[str, list[EvalRecord]] = defaultdict(list)
     for r in records:
         by_source[r.data_source].append(r)
@@ -166,16 +158,14 @@ def summarize(records: Sequence[EvalRecord], *, min_success_rate: float = 0.9) -
 
 @dataclass
 class EvalResult:
-    """What :func:`evaluate` returns: ``metrics`` (see :func:`summarize`) and one record per
-    question in evaluation order."""
+    """``metrics`` (:func:`summarize`) and one record per question, in order."""
 
     label: str
     metrics: dict[str, Any]
     records: list[EvalRecord] = field(default_factory=list)
 
     def flat_metrics(self, prefix: str = "eval/") -> dict[str, float]:
-        """Scalar metrics with a prefix, per source as ``eval/<source>/em``: for a
-        ``metrics`` log event."""
+        """Prefixed scalar metrics, per source as ``eval/<source>/em``."""
         out: dict[str, float] = {}
         for key, value in self.metrics.items():
             if isinstance(value, int | float) and not isinstance(value, bool):
@@ -190,8 +180,7 @@ class EvalResult:
 
 
 def eval_sampling(config: Config, protocol: AgentProtocol, *, greedy: bool = True) -> Any:
-    """The sampling parameters of an eval: the rollout's, greedy by default, and with a fixed
-    seed (``run.seed``) when sampling, so a sampled eval is reproducible too."""
+    """The rollout's sampling, greedy by default; seeded by ``run.seed`` when sampling."""
     from searchr1.core.rollout import sampling_params
 
     params = sampling_params(config, protocol, greedy=greedy)
@@ -213,7 +202,7 @@ async def evaluate_async(
     chunk_size: int = EVAL_CHUNK,
     on_progress: Any = None,
 ) -> EvalResult:
-    """Roll out every question once, in order, and score it. See :func:`evaluate`."""
+    """Roll out every question once, in order, and score it."""
     from searchr1.core.rollout import rollout_questions
 
     sampling = eval_sampling(config, protocol, greedy=greedy)
@@ -250,10 +239,8 @@ def evaluate(
     label: str = "eval",
     chunk_size: int = EVAL_CHUNK,
 ) -> EvalResult:
-    """Evaluate ``model`` on ``questions`` with one trajectory each (greedy by default).
-
-    Synchronous wrapper over :func:`evaluate_async` for callers without an event loop; a
-    caller already inside one (an async train loop) awaits :func:`evaluate_async`."""
+    """One trajectory per question (greedy by default); sync wrapper over
+    :func:`evaluate_async` for callers without an event loop."""
     return asyncio.run(
         evaluate_async(
             model,

@@ -1,7 +1,5 @@
-"""Plugin loading and lookup by name. :func:`load_registry` loads every entry point of the
-``searchr1`` group (built-ins are registered there exactly like third-party packages), checks
-every hook implementation against a spec and collects what each plugin registers; the core asks
-it for factories by config name.
+"""Plugin loading and lookup by name: every ``searchr1`` entry point (built-ins register
+exactly like third-party packages), each hook implementation checked against its spec.
 """
 
 from __future__ import annotations
@@ -121,9 +119,8 @@ class Registry:
         return sorted(self.entries[kind])
 
     def get(self, kind: str, name: str) -> Registration:
-        """The registration for ``name``, or a PluginError listing the names available. An
-        empty name (a config built in code, not read from a file) is the one registration
-        whose factory declares itself the ``default``."""
+        """The registration for ``name``, or a PluginError listing those available. An
+        empty name (a config built in code) is the factory declared ``default``."""
         if not name:
             defaults = [r for r in self.entries[kind].values() if getattr(r.factory, "default", "")]
             if len(defaults) == 1:
@@ -156,8 +153,8 @@ _installed: Registry | None = None
 
 
 def installed_registry() -> Registry:
-    """The installed plugins' registry, loaded once per process, for lookups far from the
-    CLI's own registry (a reward's protocol, a ``builtin:`` path)."""
+    """The installed plugins' registry, loaded once per process, for lookups far from
+    the CLI's registry."""
     global _installed
     if _installed is None:
         _installed = load_registry()
@@ -184,8 +181,8 @@ def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
-    """Register the entry points to load; returns the ones left out. A listed name nothing
-    provides is a PluginError, so a typo does not silently drop a plugin."""
+    """Register the entry points to load; returns those left out. A listed name nothing
+    provides is a PluginError, so a typo never silently drops a plugin."""
     wanted = _wanted_plugins()
     eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     if wanted is not None:
@@ -217,8 +214,8 @@ def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
 
 
 def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry:
-    """Load installed plugins (plus ``extra_plugins``, used by tests) and collect what they
-    register. Raises PluginError naming the plugin on an import error or a bad hook."""
+    """Load installed plugins (plus ``extra_plugins``, for tests); an import error or bad
+    hook is a PluginError naming the plugin."""
     pm = _plugin_manager()
     skipped = _load_entry_points(pm)
     for plugin in extra_plugins:

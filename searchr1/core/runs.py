@@ -1,10 +1,5 @@
-"""One command's run: its folder, logging, plugins and the four chosen plugin instances.
-
-``train``, ``smoke`` and ``eval`` call :func:`open_run` first (through
-:func:`searchr1.cli.args.open_run_from_args`): it loads the plugin registry, creates
-``runs/<run>/`` and starts the JSON event log there. :func:`build_components` then creates the model
-(its sampler and, when the provider trains, its trainer), search provider, reward and loss
-chosen **by name** in the config.
+"""One command's run: its folder, logging, plugins and the four plugin instances chosen
+**by name** in the config (model, search provider, reward, loss).
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ class Components:
 
 
 def create_model(registry: Registry, config: Config) -> Model:
-    """The model of ``[model] provider``: its factory's :class:`~searchr1.core.types.Model`;
-    a factory that returns anything else is a PluginError naming the provider."""
+    """The ``[model] provider``'s Model; any other return is a PluginError."""
     model = registry.create("model_provider", config.model.provider, config)
     if not isinstance(model, Model):  # the factory's return type, not an ability
         raise PluginError(
@@ -80,12 +74,8 @@ def open_run(
     resume: bool = False,
     **log_kwargs: Any,
 ) -> RunContext:
-    """Load the plugins, choose the run folder and start logging into it.
-
-    ``run_dir`` (``--run-dir``) wins; else ``resume`` reuses the ``run.name`` folder or,
-    without a name, the latest ``<command>-*`` folder under ``run.dir``; else a new folder
-    named after ``run.name`` or a timestamp. Plugin names are resolved before the folder is
-    created."""
+    """Load the plugins, choose the run folder and start logging into it. Plugin names
+    are resolved before the folder is created."""
     registry = load_registry()
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
@@ -103,11 +93,9 @@ def open_run(
 
 
 def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
-    """Print (``warning: ...``) and log (``config_warning``) what the run should know before
-    it starts: the provider and protocol when the file left them out, literal secrets, empty
-    exported variables, and what the chosen plugins' factories advise (settings they cannot
-    honour; :func:`searchr1.core.config_validate.advice`, with the installed plugins when
-    ``registry`` is None). Returns the warnings (smoke repeats them in its verdict)."""
+    """Print (``warning: ...``) and log (``config_warning``) what the run should know:
+    inferred provider/protocol, literal secrets, empty exported variables, plugin advice
+    (:func:`searchr1.core.config_validate.advice`). Returns the warnings."""
     log = get_logger()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
@@ -123,9 +111,9 @@ def announce_config(config: Config, registry: Registry | None = None) -> list[st
 
 
 def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:
-    """The run folder (created): ``--run-dir``, else on ``--resume`` the named run or the
-    latest ``<command>-*`` one, else a new one. A resume with nothing to continue, or a path
-    that is a file, is a UserError naming the flag or field (exit code 2)."""
+    """The run folder (created): ``--run-dir``, else on ``--resume`` the ``run.name`` run
+    or the latest ``<command>-*`` one, else a new one (``run.name`` or a timestamp). Nothing
+    to resume, or a file path, is a UserError naming the flag or field (exit code 2)."""
     parent = Path(config.run.dir)
     if given:
         run_dir, origin = Path(given), f"--run-dir {given}"
@@ -165,12 +153,10 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
 
 
 def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:
-    """Create the four plugins named in the config (model last: it is the slowest).
-
-    ``need_loss`` (``searchr1 train``): the loss is created too, and before any rollout runs
-    a model without a trainer is refused (:func:`~searchr1.core.trainer_checks.
-    require_trainer`), as is a loss its trainer declares it cannot train
-    (:attr:`~searchr1.core.types.TrainerCapabilities.losses`); the model is closed then."""
+    """Create the four plugins named in the config (model last: slowest). With
+    ``need_loss``, a model without a trainer, or a loss its trainer cannot train, is refused
+    before any rollout (:func:`~searchr1.core.trainer_checks.require_trainer`); the model is
+    closed then."""
     cfg, reg = ctx.config, ctx.registry
     search = reg.create("search_provider", cfg.search.provider, cfg)
     try:

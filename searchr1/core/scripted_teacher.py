@@ -1,20 +1,12 @@
-"""The scripted agent the cold start imitates on any QA data: search the question, then answer
-what the search returned.
-
-:class:`ScriptedTeacher` is a :class:`~searchr1.core.types.Sampler` without weights (no trainer
-comes with it): the run's own trainer learns from its trajectories. The rollout asks it
-for each turn exactly as it asks a model (:func:`searchr1.core.rollout.rollout_questions`), so
-its trajectories go through the configured search provider, agent protocol, chat template and
-token limits, and become datums with the same masks as RL's. Per question::
+"""The scripted agent the cold start imitates on any QA data. Per question::
 
     turn 1: search the question's own text
-    turn 2: answer the first golden answer that the results contain (normalised exact match,
+    turn 2: answer the first golden answer the results contain (normalised exact match,
             searchr1.core.answers.normalize_answer), else "unknown"
 
-An "unknown" trajectory is scored wrong by the reward and dropped by the cold start
-(:mod:`searchr1.core.cold_start`), so the model only imitates searches that found the answer.
-Data that knows better queries (the offline world knows each hop's entity) offers its own
-teacher through its asset's ``ceiling`` (:class:`searchr1.core.types.Asset`).
+A weightless :class:`~searchr1.core.types.Sampler` run through the normal rollout, so its
+trajectories get the run's search, protocol, template, limits and RL masks. "unknown" scores
+wrong and is dropped, so only searches that found the answer are imitated.
 """
 
 from __future__ import annotations
@@ -30,9 +22,8 @@ UNKNOWN = "unknown"
 
 
 class ScriptedSampler:
-    """A :class:`~searchr1.core.types.Sampler` that writes :meth:`next_turn` as its turn;
-    subclasses decide the turn from the conversation so far (the offline world's ideal agent
-    is one too)."""
+    """A Sampler writing :meth:`next_turn` as its turn; subclasses decide it from the
+    conversation so far."""
 
     def __init__(self, tokenizer: Any, protocol: Any):
         self._tokenizer = tokenizer
@@ -43,7 +34,7 @@ class ScriptedSampler:
         return self._tokenizer
 
     def next_turn(self, prompt_text: str) -> str:
-        """The next assistant turn's text after ``prompt_text`` (prompt, turns, results)."""
+        """The next turn's text after ``prompt_text`` (prompt, turns, results)."""
         raise NotImplementedError
 
     async def sample(
@@ -57,7 +48,7 @@ class ScriptedSampler:
         return [SampledSequence(tokens, (0.0,) * len(tokens), stop)] * num_samples  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Nothing to release: it holds no weights and no connection."""
+        """Nothing to release."""
 
 
 class ScriptedTeacher(ScriptedSampler):

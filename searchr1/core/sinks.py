@@ -1,11 +1,8 @@
-"""Metric sinks: the run's numbers, a few trajectories and its config, sent beyond events.jsonl.
-
-Opened for ``searchr1 train`` from ``[log] sinks``; fed by :mod:`searchr1.core.logs` after
-redaction: ``metrics`` events become ``log_scalars``, held-out evals ``eval/heldout_*`` scalars,
-trajectory dumps ``log_texts(step, "trajectories", ...)``. A sink never stops training: its first
-failure is a ``sink_failed`` warning, later ones are counted; a factory failing for an outside
-reason (network, disk) drops that sink. Only user mistakes stop the run at start: an unknown name,
-a bad ``[log.<name>]`` table, a missing package (:func:`missing_package`).
+"""Metric sinks: numbers, a few trajectories and the config, sent beyond events.jsonl, always
+redacted. A sink never stops training: its first failure is a ``sink_failed`` warning, later
+ones are counted; a factory failing for an outside reason (network, disk) drops that sink.
+Only user mistakes stop the run at start: an unknown name, a bad ``[log.<name>]`` table, a
+missing package (:func:`missing_package`).
 """
 
 from __future__ import annotations
@@ -121,8 +118,8 @@ def _numbers(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
 
 
 def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:
-    """Create the ``[log] sinks`` and give each the redacted config. PluginError, ConfigError
-    and UserError propagate; any other factory failure drops that sink with a warning."""
+    """Create the ``[log] sinks`` with the redacted config. PluginError, ConfigError and
+    UserError propagate; any other factory failure drops that sink with a warning."""
     hub = SinkHub()
     for name in config.log.sinks:
         try:

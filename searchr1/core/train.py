@@ -1,16 +1,10 @@
-"""``searchr1 train``: the Search-R1 loop, readable top to bottom.
+"""``searchr1 train``: the Search-R1 loop; one step is :mod:`searchr1.core.step`.
 
-One step, top to bottom, is :mod:`searchr1.core.step` (collect, learn, finish).
-
-Before the first step (not when resuming): the held-out eval "before", the eval set's ceiling
-where its asset offers one, and with ``[cold_start] steps > 0`` the supervised cold start
-(:mod:`searchr1.core.cold_start`), its held-out eval "cold_start" and checkpoint 0.
-
-Steps run through :func:`searchr1.core.pipeline.run_steps`: with ``train.max_staleness = 0``
-one after the other; with ``k > 0`` the next steps' rollouts run (on weights at most ``k``
-versions old) while this step trains. SIGINT/SIGTERM finish the current step, save a
-checkpoint and exit with code 130/143; ``--resume`` continues from the latest checkpoint with
-the same data cursor and RNG states.
+Before step 1 (not when resuming): held-out eval "before", the eval asset's ceiling, and with
+``[cold_start] steps > 0`` the cold start, eval "cold_start" and checkpoint 0. Steps run via
+:func:`searchr1.core.pipeline.run_steps`; with ``train.max_staleness = k > 0`` rollouts run on
+weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save
+a checkpoint and exit 130/143; ``--resume`` continues with the same data cursor and RNG states.
 """
 
 from __future__ import annotations
@@ -81,8 +75,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                     cold_start_loss(cfg, components.trainer)  # refused before any rollout
                 if heldout and checkpoint is None:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
-                    # The eval data's own scripted agent (Asset.ceiling), when its asset
-                    # offers one: the reachable ceiling, on the same eval.
+                    # The eval asset's scripted agent (Asset.ceiling): the reachable ceiling.
                     ideal = ceiling_agent(cfg, components.model.sampler.tokenizer, protocol)
                     if ideal is not None:
                         c = dataclasses.replace(components, model=Model(ideal))
@@ -118,8 +111,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
 
 
 async def _run_steps(step: Step, stop: _StopFlag) -> int:
-    """Steps ``start_step + 1 .. max_steps`` through the scheduler (stopping early on a
-    signal, with a checkpoint); returns the last step learned."""
+    """Steps ``start_step + 1 .. max_steps``; returns the last step learned."""
     cfg = step.ctx.config
     last = await run_steps(
         first=step.start_step + 1,

@@ -1,11 +1,6 @@
-"""What a command asks of a model provider before it runs: a trainer, and a loss it can train.
-
-Read from the declared contract only (:class:`~searchr1.core.types.Model`,
-:class:`~searchr1.core.types.TrainerCapabilities`). :func:`require_trainer` is called by
-:func:`searchr1.core.runs.build_components` for ``searchr1 train``; :func:`check_loss` there
-for ``train.loss_fn`` and by :func:`searchr1.core.cold_start.cold_start_loss` for
-``cold_start.loss_fn``, both before any rollout. A trainer may call :func:`check_loss` itself
-for callers that skipped the build (it raises the same error).
+"""What a command asks of a model provider before any rollout: a trainer, and a loss it can
+train, read from the declared contract only (:class:`~searchr1.core.types.TrainerCapabilities`).
+A trainer may call :func:`check_loss` itself (it raises the same error).
 """
 
 from __future__ import annotations
@@ -30,10 +25,9 @@ def require_trainer(model: Model, provider: str, command: str = "searchr1 train"
 def check_loss(
     capabilities: TrainerCapabilities, loss_fn: LossFn, *, field: str, provider: str
 ) -> None:
-    """Raise ConfigError (every problem, one per line) when a trainer with ``capabilities``
-    cannot train with ``loss_fn``, the loss that the config field ``field`` (e.g.
-    ``train.loss_fn``) chose: a name it does not know, or a setting it does not honour that
-    is not 0 (off)."""
+    """Raise ConfigError (one problem per line) when ``capabilities`` cannot train
+    ``loss_fn``, chosen by config field ``field``: an unknown name, or an unhonoured
+    setting that is not 0."""
     losses = capabilities.losses
     if losses is None:
         return
