@@ -1,7 +1,6 @@
 """The agent protocol interface: question -> prompt, assistant turn -> action, search result
 -> tokens. Nothing outside a protocol class knows its answer format. Token-in/token-out:
-decoding only *reads* a turn, it is never re-encoded.
-"""
+decoding only *reads* a turn, it is never re-encoded."""
 
 from __future__ import annotations
 

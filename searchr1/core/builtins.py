@@ -1,7 +1,6 @@
 """``builtin:NAME[/FILE]`` assets, registered by plugins (``register_assets``), so the core
 never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (default
-``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built.
-"""
+``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built."""
 
 from __future__ import annotations
 

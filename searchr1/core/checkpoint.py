@@ -1,8 +1,7 @@
 """Atomic checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``: ``model/`` (trainer
 state), ``trainer.json`` (step, data cursor, Python RNG), ``rng.pt`` (torch RNG),
 ``config.toml`` (redacted). Written to a hidden folder renamed into place, so a crash (even
-SIGKILL) never leaves a broken ``step_*``.
-"""
+SIGKILL) never leaves a broken ``step_*``."""
 
 from __future__ import annotations
 

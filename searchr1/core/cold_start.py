@@ -14,8 +14,7 @@ degenerate and GRPO gets no signal. With ``[cold_start] steps > 0`` (and not res
 
 The loss (default ``-sum_t A_t lp_t``) is a registered loss run by the model's trainer, so
 any training provider works. Then the held-out eval ``"cold_start"`` and checkpoint 0, so
-``--resume`` never repeats the stage.
-"""
+``--resume`` never repeats the stage."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ problems with file and line. No file: the embedded offline default
 Secrets (values from secret-named variables, ``*_KEY(S)``, ``*_TOKEN``, ...; plugin fields
 marked ``secret``) collect in :attr:`Config.secrets`, masked by value wherever they reappear
 (logs, errors, ``to_dict``). Schema: :mod:`searchr1.core.config_schema`; checks:
-:mod:`searchr1.core.config_validate`.
-"""
+:mod:`searchr1.core.config_validate`."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ A setting only one plugin reads lives in that plugin's table (``[model.<provider
 settings dataclass of the same shape (``docs/plugins.md``). Field metadata carries the checks
 (:func:`searchr1.core.config_validate.check_table`), ``secret`` (out of ``repr()``, masked,
 redacted from logs) and, for plugin settings, ``also_in_section`` (``[model] api_key`` for
-``[model.<provider>] api_key``). The dataclasses are the schema: a new setting is one field.
-"""
+``[model.<provider>] api_key``). The dataclasses are the schema: a new setting is one field."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ Every problem is appended to a list so the user sees all of them in one
 :class:`~searchr1.core.errors.ConfigError`, each prefixed by file and line. A field's checks
 come from its metadata (:mod:`searchr1.core.config_schema`): ``min``/``max``/``gt``/``lt``/
 ``choices``, ``nonempty``/``unique``/``length``/``unit_interval``, ``inf_ok``; ``split`` lets a
-``tuple[...]`` field take a comma or newline separated string.
-"""
+``tuple[...]`` field take a comma or newline separated string."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def check_table(
     problems: list[str],
     where: Any = None,
 ) -> dict[str, Any]:
-    """Check one table against a dataclass schema; append problems and return the
-    coerced values. Plugins call this for their own ``[section.name]`` table."""
+    """Check one table against a dataclass schema; append problems, return coerced values."""
     where = where or (lambda dotted: section)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -460,9 +458,8 @@ def literal_secret_warnings(
     where: Callable[[str], str],
     names: Mapping[str, str],
 ) -> list[str]:
-    """A warning for each secret written literally instead of as ``${VAR}``. ``found`` maps a
-    secret's dotted place in the file to its value, ``names`` to the environment variable its
-    plugin declares for it (``factory.secret_variables``)."""
+    """A warning per secret written literally, not as ``${VAR}``: ``found`` maps its
+    dotted place to its value, ``names`` to its ``factory.secret_variables`` variable."""
     out = []
     for dotted, value in found.items():
         if not value or dotted in variables:
@@ -584,8 +581,7 @@ def _locator(config: Config) -> Callable[[str], str]:
 
 
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
-    """One line per unregistered plugin name or unowned ``[section.name]`` table, with a
-    "did you mean"."""
+    """A "did you mean" line per unregistered plugin name or unowned ``[section.name]``."""
     where = _locator(config)
     problems: list[str] = []
     tables: dict[str, set[str]] = {}

@@ -1,8 +1,7 @@
 """Deterministic evaluation: training's rollout, search and reward, greedy by default, in file
 order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.core.answers`,
 SQuAD / Search-R1 normalisation) stay comparable with the Search-R1 paper whatever the
-reward. Macro EM weighs every source equally, micro EM every question.
-"""
+reward. Macro EM weighs every source equally, micro EM every question."""
 
 from __future__ import annotations
 

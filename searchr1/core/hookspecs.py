@@ -3,8 +3,7 @@
 :func:`searchr1.core.plugins.load_registry` calls each hook once at start-up with
 ``register(name, factory)``; the core later calls the one factory a config value names with
 the run's :class:`~searchr1.core.config.Config`. Order between plugins never matters.
-Each hook is documented in full in ``docs/plugins.md``.
-"""
+Each hook is documented in full in ``docs/plugins.md``."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
     ``factory.default``, ``factory.defaults``, ``factory.secret_variables``,
     ``factory.advise`` (docs/plugins.md, "What a factory may declare").
 
-    docs/plugins.md, ## register_model_providers
-    """
+    docs/plugins.md, ## register_model_providers"""
 
 
 @hookspec
@@ -52,8 +50,7 @@ def register_search_providers(register: Callable[[str, SearchFactory], None]) ->
     ``factory(config)`` returns a :class:`~searchr1.core.types.SearchProvider`; called once
     per run, before the first rollout. May carry the same attributes as a model factory.
 
-    docs/plugins.md, ## register_search_providers
-    """
+    docs/plugins.md, ## register_search_providers"""
 
 
 @hookspec
@@ -61,8 +58,7 @@ def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
     """Register reward functions: ``register("my_reward", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.RewardFn`, called once per
-    finished trajectory. docs/plugins.md, ## register_rewards
-    """
+    finished trajectory. docs/plugins.md, ## register_rewards"""
 
 
 @hookspec
@@ -70,8 +66,7 @@ def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
     """Register policy losses: ``register("my_loss", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.LossFn` named as registered;
-    it returns the loss **summed** over positions. docs/plugins.md, ## register_loss_fns
-    """
+    it returns the loss **summed** over positions. docs/plugins.md, ## register_loss_fns"""
 
 
 @hookspec
@@ -80,8 +75,7 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
 
     ``factory(config, run_dir)`` returns a :class:`~searchr1.core.types.MetricSink`; one per
     ``[log] sinks`` name per ``train`` run, before the model loads.
-    docs/plugins.md, ## register_metric_sinks
-    """
+    docs/plugins.md, ## register_metric_sinks"""
 
 
 @hookspec
@@ -89,8 +83,7 @@ def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) 
     """Register step monitors: ``register("my_monitor", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.StepMonitor`; one per
-    ``[train] monitors`` name per ``train`` run. docs/plugins.md, ## register_step_monitors
-    """
+    ``[train] monitors`` name per ``train`` run. docs/plugins.md, ## register_step_monitors"""
 
 
 @hookspec
@@ -99,8 +92,7 @@ def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None
 
     A :class:`~searchr1.core.agent_protocol.AgentProtocol` class, built once per run as
     ``cls(tokenizer, enable_thinking=..., call_formats=...)``.
-    docs/plugins.md, ## register_agent_protocols
-    """
+    docs/plugins.md, ## register_agent_protocols"""
 
 
 @hookspec
@@ -109,8 +101,7 @@ def register_call_formats(register: Callable[[str, type[CallFormat]], None]) -> 
 
     A :class:`~searchr1.core.call_format.CallFormat` class; never chosen in config (a protocol
     gets every format and uses the one its chat template writes).
-    docs/plugins.md, ## register_call_formats
-    """
+    docs/plugins.md, ## register_call_formats"""
 
 
 @hookspec
@@ -119,8 +110,7 @@ def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
 
     A path with the suffix resolves to the folder ``convert(file, folder)`` wrote once into
     the cache. Keep the hook cheap: import inside ``convert``.
-    docs/plugins.md, ## register_file_formats
-    """
+    docs/plugins.md, ## register_file_formats"""
 
 
 @hookspec
@@ -129,5 +119,4 @@ def register_assets(register: Callable[[str, Asset], None]) -> None:
 
     ``builtin:NAME/FILE`` resolves to ``FILE`` in the folder ``build(folder)`` wrote, built
     once per ``version`` into ``$SEARCHR1_CACHE``. Keep the hook cheap: import inside
-    ``build``. docs/plugins.md, ## register_assets
-    """
+    ``build``. docs/plugins.md, ## register_assets"""

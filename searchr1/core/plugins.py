@@ -1,6 +1,5 @@
 """Plugin loading and lookup by name: every ``searchr1`` entry point (built-ins register
-exactly like third-party packages), each hook implementation checked against its spec.
-"""
+exactly like third-party packages), each hook implementation checked against its spec."""
 
 from __future__ import annotations
 

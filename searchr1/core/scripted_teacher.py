@@ -6,8 +6,7 @@
 
 A weightless :class:`~searchr1.core.types.Sampler` run through the normal rollout, so its
 trajectories get the run's search, protocol, template, limits and RL masks. "unknown" scores
-wrong and is dropped, so only searches that found the answer are imitated.
-"""
+wrong and is dropped, so only searches that found the answer are imitated."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 redacted. A sink never stops training: its first failure is a ``sink_failed`` warning, later
 ones are counted; a factory failing for an outside reason (network, disk) drops that sink.
 Only user mistakes stop the run at start: an unknown name, a bad ``[log.<name>]`` table, a
-missing package (:func:`missing_package`).
-"""
+missing package (:func:`missing_package`)."""
 
 from __future__ import annotations
 

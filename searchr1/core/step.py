@@ -14,8 +14,7 @@
 
 N counts every trajectory of the batch (degenerate ones too), so dropping a group never
 inflates the others' weight. :mod:`searchr1.core.pipeline` runs ``collect`` up to
-``train.max_staleness`` steps ahead and ``learn`` in a worker thread, in step order.
-"""
+``train.max_staleness`` steps ahead and ``learn`` in a worker thread, in step order."""
 
 from __future__ import annotations
 

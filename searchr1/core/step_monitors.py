@@ -1,5 +1,5 @@
-"""The run's step monitors, created once per run from ``[train] monitors``: asked once per
-step what they saw, their states saved in checkpoints, their totals put in ``train_done``."""
+"""The run's ``[train] monitors``: asked once per step, states checkpointed, totals in
+``train_done``."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ Before step 1 (not when resuming): held-out eval "before", the eval asset's ceil
 ``[cold_start] steps > 0`` the cold start, eval "cold_start" and checkpoint 0. Steps run via
 :func:`searchr1.core.pipeline.run_steps`; with ``train.max_staleness = k > 0`` rollouts run on
 weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save
-a checkpoint and exit 130/143; ``--resume`` continues with the same data cursor and RNG states.
-"""
+a checkpoint and exit 130/143; ``--resume`` continues with the same data cursor and RNG states."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What a command asks of a model provider before any rollout: a trainer, and a loss it can
 train, read from the declared contract only (:class:`~searchr1.core.types.TrainerCapabilities`).
-A trainer may call :func:`check_loss` itself (it raises the same error).
-"""
+A trainer may call :func:`check_loss` itself (it raises the same error)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 frozen dataclasses that cross plugin boundaries. No torch import at import time.
 
 Shapes follow the training-service API (``docs/protocols.md`` §5); a tensor name's suffix is
-its shape (``logprobs_T``: one value per position).
-"""
+its shape (``logprobs_T``: one value per position)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ class SamplingParams:
     """How a provider samples one turn. Every parameter is explicit: no hidden library
     defaults (e.g. ``top_k=50``), which would change the distribution the learner compares
     against. ``temperature == 0`` is greedy, with untempered log-probs. A sample ends once its
-    decoded text contains a ``stop_strings`` entry, keeping the completing token only.
-    """
+    decoded text contains a ``stop_strings`` entry, keeping the completing token only."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -49,8 +47,7 @@ class SamplingParams:
 @dataclass(frozen=True)
 class SampledSequence:
     """One sample. ``logprobs[i] = log p(tokens[i] | prompt + tokens[:i])`` after
-    temperature, before top-p: what the learner computes with the same weights.
-    """
+    temperature, before top-p: what the learner computes with the same weights."""
 
     tokens: tuple[int, ...]
     logprobs: tuple[float, ...]
@@ -64,8 +61,7 @@ class SampledSequence:
 class Datum:
     """One training example (``docs/protocols.md`` §5). All sequences have length N;
     ``input_tokens[i]`` predicts ``target_tokens[i]``. ``sampler_logprobs`` and ``advantages``
-    are 0 on prompt and observation positions, so those add nothing to any loss.
-    """
+    are 0 on prompt and observation positions, so those add nothing to any loss."""
 
     input_tokens: tuple[int, ...]
     target_tokens: tuple[int, ...]
@@ -119,8 +115,7 @@ class LossInputs:
 @dataclass(frozen=True)
 class LossOutput:
     """A loss (**sum** over positions) and metrics as sums, so a provider can add them
-    across micro-batches and divide by trained tokens once.
-    """
+    across micro-batches and divide by trained tokens once."""
 
     loss: torch.Tensor
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -131,8 +126,7 @@ class LossFn(Protocol):
     """A policy loss ``(logprobs_new_T, inputs) -> LossOutput``, run by local providers.
     A remote provider sends ``name`` and ``settings`` (the numbers it was built with) to its
     service instead, so a loss the service does not know only works locally
-    (:attr:`TrainerCapabilities.losses`).
-    """
+    (:attr:`TrainerCapabilities.losses`)."""
 
     name: str
     settings: Mapping[str, float]
@@ -159,8 +153,7 @@ class Tokenizer(Protocol):
 class Sampler(Protocol):
     """Samples tokens; :meth:`sample` is called concurrently from many asyncio tasks. After
     :meth:`Trainer.optim_step` returns, later samples use the updated weights. Scripted
-    stand-ins (ceiling agent, cold-start teacher) are Samplers too.
-    """
+    stand-ins (ceiling agent, cold-start teacher) are Samplers too."""
 
     @property
     def tokenizer(self) -> Tokenizer: ...
@@ -193,10 +186,8 @@ class TrainerCapabilities:
 
 
 class Trainer(Protocol):
-    """The weights behind a :class:`Sampler` (``docs/protocols.md`` §5):
-    :meth:`forward_backward` per micro-batch, :meth:`optim_step` per step. :attr:`capabilities`
-    does not change during a run.
-    """
+    """The weights behind a :class:`Sampler` (``docs/protocols.md`` §5); :attr:`capabilities`
+    does not change during a run."""
 
     @property
     def capabilities(self) -> TrainerCapabilities: ...
@@ -221,8 +212,7 @@ class Trainer(Protocol):
 @dataclass(frozen=True)
 class Model:
     """A model factory's result; ``trainer`` None for sample-only providers (``train``
-    refuses them). One object may be both.
-    """
+    refuses them). One object may be both."""
 
     sampler: Sampler
     trainer: Trainer | None = None
@@ -314,8 +304,7 @@ class Turn:
 @dataclass(frozen=True)
 class Trajectory:
     """A finished rollout of one question. ``tokens`` = prompt + sampled + observation
-    tokens; where ``generated_mask[i]``, ``logprobs[i]`` is the sampler log-prob (else 0.0).
-    """
+    tokens; where ``generated_mask[i]``, ``logprobs[i]`` is the sampler log-prob (else 0.0)."""
 
     trajectory_id: str
     question: str
@@ -357,8 +346,7 @@ class RewardFn(Protocol):
 @runtime_checkable
 class MetricSink(Protocol):
     """Where a run's numbers go besides ``events.jsonl``. Receives only redacted data;
-    a method that raises is reported once as ``sink_failed`` and training goes on.
-    """
+    a method that raises is reported once as ``sink_failed`` and training goes on."""
 
     def log_hparams(self, config: Mapping[str, Any]) -> None:
         """Once, at start: the redacted config as ``{section: {key: value}}``."""
@@ -401,8 +389,7 @@ class Alert:
 class StepMonitor(Protocol):
     """Watches training one step at a time: advice, never part of the update. ``observe``
     runs after each update; ``state`` is checkpointed under the monitor's name.
-    docs/plugins.md, ## register_step_monitors
-    """
+    docs/plugins.md, ## register_step_monitors"""
 
     def observe(
         self,
@@ -446,8 +433,7 @@ class Asset:
     """A ``builtin:NAME`` asset. ``build(folder)`` fills an empty folder, once per
     ``version`` (bump it when the files change). Optional ``ceiling(config, tokenizer,
     protocol)`` returns a scripted :class:`Sampler` that answers perfectly (or None): ``train``
-    evaluates it at step 0 as the reachable ceiling, and ``[cold_start]`` imitates it.
-    """
+    evaluates it at step 0 as the reachable ceiling, and ``[cold_start]`` imitates it."""
 
     version: str
     build: Callable[[Path], None]
@@ -458,8 +444,7 @@ class Asset:
 class FileFormat:
     """A model file format, registered under its suffix. ``convert(file, folder)`` fills an
     empty cache folder once; the cache key is the file's absolute path, size, mtime and
-    ``version`` (bump it when the conversion changes).
-    """
+    ``version`` (bump it when the conversion changes)."""
 
     version: str
     convert: Callable[[Path, Path], None]
