@@ -154,7 +154,7 @@ def _checkpoint_bytes(folder: Path, prefix: str) -> int:
 
 
 def build_provider(name: str, args: Any, device: Any, dtype: Any, folder: Path) -> tuple[Any, dict]:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.budget import token_budget
     from searchr1.plugins.local_model.kernels import missing_kernels
     from searchr1.plugins.local_model.provider import (

@@ -74,7 +74,7 @@ def build_model(vocab: int, device: Any) -> Any:
     import torch
     import transformers as tf
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.provider import attach_lora
 
     config = tf.Qwen3_5TextConfig(

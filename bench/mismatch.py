@@ -34,7 +34,7 @@ def measure(
 
     import torch
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import Datum, SamplingParams
     from searchr1.plugins.local_model import learner
     from searchr1.plugins.local_model.provider import LocalModelProvider

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))  # the loopback fakes live w
 from remote_helpers import round_trips, waits  # noqa: E402
 
 import searchr1.plugins.remote_model.provider as provider_module  # noqa: E402
-from searchr1.core.config import Config  # noqa: E402
+from searchr1.core.config_schema import Config  # noqa: E402
 from searchr1.core.types import AdamParams, Datum  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling  # noqa: E402
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402

@@ -55,7 +55,7 @@ OBSERVATION = (
 def load_provider(model: str, temperature: float, **local: Any) -> Any:
     import dataclasses
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
     config = Config().replace(

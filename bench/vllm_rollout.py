@@ -27,7 +27,7 @@ def vllm_rollout(
 ) -> dict[str, float]:
     """Tokens/s of the timed round, server start and warm-up seconds, and the mismatch.
     Sampling parameters as in ``run_provider``: ``temperature``, top-p 1, seed = question."""
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import Datum, SamplingParams
     from searchr1.plugins.losses import NamedLoss, importance_sampling
     from searchr1.plugins.vllm_model.provider import VllmModelProvider

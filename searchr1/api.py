@@ -16,7 +16,7 @@ The reference setup's minimal validation script (section 4) imports ``run_rollou
     print(search_client.success_rate, search_client.error_rate)
 
 Where everything not passed as an argument comes from: **a config**, resolved like the CLI's
-(``config=`` argument, a path or a :class:`~searchr1.core.config.Config`; else the file named
+(``config=`` argument, a path or a :class:`~searchr1.core.config_schema.Config`; else the file named
 by ``$SEARCHR1_CONFIG`` when it exists; else ``./config.toml`` when it exists; else the
 embedded offline demo). So with the reference setup's layout -- ``config.toml`` and ``.env`` in the
 project folder -- the model is the config's ``[model]`` (TaoToken when it sets ``api_base``
@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config, ConfigError, load_config, load_dotenv_files
+from searchr1.core.config import load_config, load_dotenv_files
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError
 from searchr1.core.types import Question, SearchProvider, SearchResponse, Trajectory
 
 __all__ = [
@@ -100,7 +102,7 @@ class ZhihuSearchClient:
         config: Config | str | os.PathLike[str] | None = None,
         **search_settings: Any,
     ):
-        from searchr1.core.config import SearchConfig
+        from searchr1.core.config_schema import SearchConfig
         from searchr1.core.config_validate import shared_fields
         from searchr1.core.plugins import load_registry
         from searchr1.plugins.zhihu_search import ZhihuSettings

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from searchr1.cli.args import CONFIG_HELP
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:

@@ -41,8 +41,8 @@ from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
-from searchr1.core.config import Config, ConfigError
-from searchr1.core.errors import UserError
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class

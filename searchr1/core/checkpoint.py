@@ -16,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.errors import UserError
 from searchr1.core.types import Trainer
 

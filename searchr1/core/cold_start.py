@@ -25,7 +25,7 @@ from typing import Any
 
 from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.builtins import ceiling_agent
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.runs import Components
@@ -60,7 +60,8 @@ def run_cold_start(
     runner: asyncio.Runner, c: Components, protocol: Any, cfg: Config
 ) -> ColdStartResult:
     """Run ``[cold_start]`` on the run's model, inside train's event loop."""
-    from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.core.data import load_questions
+    from searchr1.core.question_stream import QuestionStream
     from searchr1.core.rollout import rollout_questions, sampling_params
 
     log = get_logger()

@@ -23,25 +23,12 @@ from typing import TYPE_CHECKING, Any
 import tomli
 
 from searchr1.core.config_schema import (
-    REDACTED,
     SECRET_KEY_RE,
     SECTIONS,
     Config,
-    DataConfig,
-    LogConfig,
-    LoraConfig,
-    ModelConfig,
-    OptimizerConfig,
-    RewardConfig,
-    RolloutConfig,
-    RunConfig,
-    SearchConfig,
-    TrainConfig,
     mask_secrets,
-    setting,
 )
 from searchr1.core.config_validate import (
-    S,
     check_table,
     cross_checks,
     declared_settings,
@@ -49,7 +36,6 @@ from searchr1.core.config_validate import (
     installed_registry,
     key_lines,
     literal_secret_warnings,
-    plugin_settings,
     secret_variable_names,
     section_extras,
     shared_secret_fields,
@@ -62,34 +48,6 @@ if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
 
 DEFAULT_CONFIG_NAME = "offline.toml"
-
-__all__ = [
-    "DEFAULT_CONFIG_NAME",
-    "REDACTED",
-    "SECTIONS",
-    "Config",
-    "ConfigError",
-    "DataConfig",
-    "LogConfig",
-    "LoraConfig",
-    "ModelConfig",
-    "OptimizerConfig",
-    "RewardConfig",
-    "RolloutConfig",
-    "RunConfig",
-    "S",
-    "SearchConfig",
-    "TrainConfig",
-    "check_table",
-    "default_config_text",
-    "installed_registry",
-    "load_config",
-    "load_dotenv_files",
-    "mask_secrets",
-    "parse_config",
-    "plugin_settings",
-    "setting",
-]
 
 
 def default_config_text() -> str:

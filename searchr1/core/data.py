@@ -16,18 +16,7 @@ from typing import Any
 from searchr1.core.builtins import is_builtin, resolve
 from searchr1.core.data_rows import COLUMNS, RowError, question_from_row
 from searchr1.core.errors import UserError
-from searchr1.core.question_stream import QuestionStream
 from searchr1.core.types import Question
-
-__all__ = [
-    "DataError",
-    "LoadedQuestions",
-    "MalformedRow",
-    "QuestionStream",
-    "limit_per_source",
-    "load_questions",
-    "report_malformed",
-]
 
 #: how many malformed rows an error message quotes before "... and N more"
 _QUOTED_PROBLEMS = 5

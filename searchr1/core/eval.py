@@ -26,7 +26,7 @@ from searchr1.core.types import (
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: questions per ``rollout_questions`` call: bounds memory; fixed so batching is machine-independent
 EVAL_CHUNK = 32

@@ -2,7 +2,7 @@
 
 :func:`searchr1.core.plugins.load_registry` calls each hook once at start-up with
 ``register(name, factory)``; the core later calls the one factory a config value names with
-the run's :class:`~searchr1.core.config.Config`. Order between plugins never matters.
+the run's :class:`~searchr1.core.config_schema.Config`. Order between plugins never matters.
 Each hook is documented in full in ``docs/plugins.md``."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from searchr1.core.plugins import Registry, installed_registry
 from searchr1.core.types import Tokenizer
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def protocol_class(name: str, registry: Registry | None = None) -> type[AgentProtocol]:

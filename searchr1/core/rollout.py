@@ -42,7 +42,7 @@ from searchr1.core.types import (
 )
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, check_plugin_choices
 from searchr1.core.errors import ConfigError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config, ConfigError
-from searchr1.core.errors import UserError
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger, redact_text, redact_value
 from searchr1.core.plugins import PluginError, Registry
 from searchr1.core.types import MetricSink

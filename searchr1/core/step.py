@@ -31,7 +31,7 @@ from typing import Any
 from searchr1.core.advantages import group_advantages
 from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import save_checkpoint
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.logs import get_logger, log_metrics, log_trajectories

@@ -9,7 +9,7 @@ from searchr1.core.builtins import resolve
 from searchr1.core.errors import ConfigValueError
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -> Any:

@@ -18,10 +18,8 @@ from typing import Any
 from searchr1.core.builtins import ceiling_agent
 from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start_loss, run_cold_start
-from searchr1.core.config import Config
-
-# EnvironmentDown is re-exported: callers that caught it from here keep working.
-from searchr1.core.errors import EnvironmentDown, Interrupted  # noqa: F401
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import Interrupted
 from searchr1.core.logs import close_sinks, get_logger
 from searchr1.core.pipeline import run_steps
 from searchr1.core.resume import load_model_state, resume_point
@@ -34,8 +32,9 @@ from searchr1.core.types import Model, Question
 
 def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``ctx.config``; returns the last step's metrics."""
-    from searchr1.core.data import QuestionStream, load_questions
+    from searchr1.core.data import load_questions
     from searchr1.core.protocols import make_protocol
+    from searchr1.core.question_stream import QuestionStream
 
     cfg, log = ctx.config, get_logger()
     # Data first: a bad data path should fail before the (slow) model load.

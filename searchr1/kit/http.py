@@ -46,7 +46,7 @@ from searchr1.core.logs import get_logger, redact_text
 from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: builds the request of one attempt (called again for every attempt, so per-attempt headers
 #: such as a timestamp or the next key of a pool are fresh)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.types import Question, Trajectory
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: a sampled turn that stopped on the token cap (providers report "stop" or "length")
 LENGTH = "length"

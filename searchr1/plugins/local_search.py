@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.builtins import cache_dir, resolve
-from searchr1.core.config import ConfigError, SearchConfig, plugin_settings
+from searchr1.core.config_schema import SearchConfig
+from searchr1.core.config_validate import plugin_settings
+from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse, SearchResult
@@ -44,7 +46,7 @@ from searchr1.kit.search.documents import DocumentError, row_title_text
 if TYPE_CHECKING:
     import numpy as np
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: bump when the on-disk layout written by _build changes
 INDEX_FORMAT = 1

@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from searchr1.core.config import plugin_settings
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import LossInputs, LossOutput
 
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def _ratio_metrics(

@@ -54,7 +54,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.call_format import CallFormat, detect_call_format
-from searchr1.core.config import plugin_settings, setting
+from searchr1.core.config_schema import setting
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
@@ -75,7 +76,7 @@ from searchr1.plugins.chatml import (
 )
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 class ChatAuthError(UserError):

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from searchr1.core.answers import exact_match, f1_score
-from searchr1.core.config import plugin_settings
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.protocols import extract_answers
 from searchr1.core.types import RewardResult, Trajectory
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config import plugin_settings
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse, SearchResult
@@ -43,7 +43,7 @@ from searchr1.kit.search.http_provider import (
 )
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 

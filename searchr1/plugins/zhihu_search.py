@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config import plugin_settings
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import redact_text
 from searchr1.core.types import SearchResponse, SearchResult
@@ -41,7 +41,7 @@ from searchr1.kit.search.http_provider import (
 )
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: the API returns at most this many items per call
 MAX_COUNT = 20

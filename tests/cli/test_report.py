@@ -285,7 +285,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 def test_report_of_a_real_training_run(tmp_path: Path) -> None:
     """Two real training steps of the tiny random model (the lead's train loop, local BM25
     search), then the report in the browser: every main curve is drawn."""
-    from test_eval import write_world
+    from eval_world import write_world
 
     config = write_world(tmp_path)
     text = config.read_text().replace(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from searchr1.core.config import ConfigError, load_config, parse_config, plugin_settings
+from searchr1.core.config import load_config, parse_config
+from searchr1.core.config_validate import plugin_settings
+from searchr1.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.toml.example"
@@ -169,7 +171,7 @@ def test_config_check_cli(tmp_path: Path) -> None:
 def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
     import dataclasses
 
-    from searchr1.core.config import plugin_settings
+    from searchr1.core.config_validate import plugin_settings
 
     @dataclasses.dataclass(frozen=True)
     class EngineSettings:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from searchr1.cli.main import main
-from searchr1.core.config import ConfigError, parse_config, plugin_settings
+from searchr1.core.config import parse_config
+from searchr1.core.config_validate import plugin_settings
+from searchr1.core.errors import ConfigError
 
 GOOD = """
 [model]

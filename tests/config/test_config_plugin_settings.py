@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from searchr1.core.config import ConfigError, parse_config, plugin_settings, setting
-from searchr1.core.config_validate import advice, installed_registry, relocations
+from searchr1.core.config import parse_config
+from searchr1.core.config_schema import setting
+from searchr1.core.config_validate import advice, installed_registry, plugin_settings, relocations
+from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
 from searchr1.plugins.remote_model.settings import RemoteSettings

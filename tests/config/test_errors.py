@@ -20,16 +20,7 @@ from searchr1.core.errors import (
 )
 
 
-def test_old_import_paths_name_the_same_classes() -> None:
-
-    from searchr1.core.config import ConfigError as config_error
-    from searchr1.core.plugins import PluginError as plugin_error
-    from searchr1.core.train import EnvironmentDown as env_down
-    from searchr1.core.train import Interrupted as interrupted
-
-    assert config_error is ConfigError
-    assert plugin_error is PluginError and env_down is EnvironmentDown
-    assert interrupted is Interrupted
+def test_every_error_is_a_searchr1_error() -> None:
     for kind in (UserError, ConfigValueError, ConfigError, PluginError, EnvironmentDown):
         assert issubclass(kind, SearchR1Error)
     assert issubclass(ConfigValueError, ValueError)  # callers that caught ValueError

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from searchr1.cli.main import main
-from searchr1.core.config import SECTIONS
+from searchr1.core.config_schema import SECTIONS
 
 ALLOWED = {0, 1, 2, 3}
 FAST = settings(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from searchr1.cli.main import main
-from searchr1.core.config import ConfigError, load_config, parse_config
+from searchr1.core.config import load_config, parse_config
+from searchr1.core.errors import ConfigError
 
 KEY = "sk-live-4f9a8b7c6d5e"
 CRED = "cred-0a1b2c3d4e"  # in a variable whose name does not look secret

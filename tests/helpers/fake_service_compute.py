@@ -47,7 +47,7 @@ def new_provider(
     train_unembed: bool = False,
 ) -> Any:
     """A local provider with the run's LoRA, fp32 on the CPU, temperature 1."""
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
     targets = (_ATTN if train_attn else []) + (_MLP if train_mlp else [])

@@ -14,7 +14,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.step_metrics import (
     merge_mismatch,
     merge_train_metrics,

@@ -21,7 +21,7 @@ import pytest
 import torch
 from arch_models import FAMILIES, build_family
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum, SamplingParams
 from searchr1.plugins.local_model import kv_cache
 from searchr1.plugins.local_model.provider import LocalModelProvider

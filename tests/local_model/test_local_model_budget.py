@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.budget import kv_bytes_per_token, token_budget
 from searchr1.plugins.local_model.provider import LocalModelProvider, _checkpointing

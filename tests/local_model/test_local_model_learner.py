@@ -11,7 +11,8 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 
-from searchr1.core.config import Config, ConfigError
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins import local_model
 from searchr1.plugins.local_model.provider import LocalModelProvider

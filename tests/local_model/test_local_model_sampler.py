@@ -10,7 +10,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.local_model.learner import token_logprobs
 from searchr1.plugins.local_model.next_token import sample_next

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_smoke import local_search, write_config
+from smoke_configs import local_search, write_config
 
 from searchr1.core.errors import ConfigError
 from searchr1.core.trainer_checks import check_loss, require_trainer

@@ -13,7 +13,7 @@ import pytest
 from fake_chat_server import API_KEY, FakeChatServer
 
 from searchr1.core.agent_protocol import Action
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Question, SamplingParams, SearchResponse, SearchResult
 from searchr1.plugins.agent_protocols.tags import TagsProtocol

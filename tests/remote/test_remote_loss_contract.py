@@ -16,7 +16,7 @@ pytest.importorskip("tinker")
 from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
 from remote_helpers import TARGETS  # noqa: E402
 
-from searchr1.core.config import Config  # noqa: E402
+from searchr1.core.config_schema import Config  # noqa: E402
 from searchr1.core.errors import ConfigError  # noqa: E402
 from searchr1.core.hookspecs import hookimpl  # noqa: E402
 from searchr1.core.plugins import load_registry  # noqa: E402

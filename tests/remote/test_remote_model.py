@@ -26,7 +26,8 @@ from remote_helpers import (  # noqa: E402
     make_datums,
 )
 
-from searchr1.core.config import Config, ConfigError  # noqa: E402
+from searchr1.core.config_schema import Config  # noqa: E402
+from searchr1.core.errors import ConfigError  # noqa: E402
 from searchr1.core.trainer_checks import check_loss  # noqa: E402
 from searchr1.core.types import AdamParams, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402

@@ -26,7 +26,8 @@ from remote_helpers import (
     one_step,
 )
 
-from searchr1.core.config import Config, load_config
+from searchr1.core.config import load_config
+from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum, SamplingParams
 from searchr1.plugins.losses import NamedLoss, ppo
 from searchr1.plugins.remote_model.errors import RemoteAuthError

@@ -27,7 +27,7 @@ from remote_helpers import (  # noqa: E402
     waits,
 )
 
-from searchr1.core.config import Config  # noqa: E402
+from searchr1.core.config_schema import Config  # noqa: E402
 from searchr1.core.types import SamplingParams  # noqa: E402
 from searchr1.plugins.remote_model.errors import (  # noqa: E402
     RemoteServiceError,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from searchr1.core.config import Config, ConfigError
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError
 from searchr1.core.types import SamplingParams
 from searchr1.plugins.vllm_model.client import (
     VllmClient,
@@ -250,7 +251,7 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
             "-c",
             textwrap.dedent(
                 f"""
-                from searchr1.core.config import Config
+                from searchr1.core.config_schema import Config
                 from searchr1.plugins.vllm_model.provider import VllmModelProvider
                 cfg = Config(plugins={{"model.vllm": {{"python": {str(fake)!r}}}}}).replace(
                     model={{"provider": "vllm", "base_model": "builtin:tiny-random"}},

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from searchr1.cli.main import main as cli
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = Path(os.environ.get("SEARCHR1_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from searchr1.cli.smoke_verdict import seed_criteria
 from searchr1.core.agent_protocol import Action
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
 from searchr1.core.plugins import Registration, installed_registry
 from searchr1.core.protocols import extract_answers, make_protocol

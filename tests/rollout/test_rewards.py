@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchr1.core.answers import exact_match, f1_score, normalize_answer
-from searchr1.core.config import Config, ConfigError, parse_config
-from searchr1.core.errors import PluginError
+from searchr1.core.config import parse_config
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError, PluginError
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import extract_answers
 from searchr1.core.rollout import rollout_questions

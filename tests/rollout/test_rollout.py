@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
 from searchr1.core.agent_protocol import AgentProtocol
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.types import Question, SearchResponse, SearchResult, Trajectory
 from searchr1.plugins.agent_protocols.tags import TagsProtocol

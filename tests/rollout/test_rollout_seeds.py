@@ -7,7 +7,7 @@ import dataclasses
 
 from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.types import Question
 from searchr1.plugins.agent_protocols.tags import TagsProtocol

@@ -17,7 +17,7 @@ import pytest
 from fakes import FakeSearch, ScriptedModel, template_tokenizer
 
 from searchr1.core.agent_protocol import Action
-from searchr1.core.config import Config
+from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.protocols import extract_answers, make_protocol
 from searchr1.core.rollout import rollout_questions
@@ -231,7 +231,7 @@ def test_smoke_shows_the_prompt_and_call_format_and_scores_qwen3_5_turns(
     """``searchr1 smoke`` on a Qwen3.5-template model with ``tool_calls``: it prints the
     rendered prompt with the tool list and names the XML format; turns written the Qwen3.5
     way (thinking prefilled, XML call) search, answer and score 1.0."""
-    from test_smoke import TRAJECTORY_LINE, local_search, smoke, write_config
+    from smoke_configs import TRAJECTORY_LINE, local_search, smoke, write_config
 
     call = QWEN3_5_CALL.replace("little prince author", "The Little Prince")
     turns = [
@@ -287,7 +287,7 @@ def test_smoke_refuses_a_template_whose_call_format_is_unknown(
     tmp_path, run_cli, scripted_plugin
 ) -> None:
     """Exit 2 before any rollout, saying what the template writes and which formats exist."""
-    from test_smoke import local_search, write_config
+    from smoke_configs import local_search, write_config
 
     model = (
         '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'

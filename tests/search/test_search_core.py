@@ -11,7 +11,7 @@ from email.utils import formatdate
 import pytest
 from structlog.testing import capture_logs
 
-from searchr1.core.config import SearchConfig
+from searchr1.core.config_schema import SearchConfig
 from searchr1.core.types import SearchResponse, SearchResult
 from searchr1.kit.retry import backoff_delay, parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 import searchr1.plugins.local_search as local_search
-from searchr1.core.config import Config, ConfigError, parse_config
+from searchr1.core.config import parse_config
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError
 from searchr1.plugins.local_search import LocalBM25Search
 
 ROWS = [

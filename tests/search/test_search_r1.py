@@ -10,7 +10,8 @@ import httpx
 import pytest
 from search_fakes import RETRIEVE_PATH, FakeSearchServer, start_fake_retriever
 
-from searchr1.core.config import ConfigError, parse_config
+from searchr1.core.config import parse_config
+from searchr1.core.errors import ConfigError
 from searchr1.kit.search.http_provider import ResponseError
 from searchr1.plugins.search_r1_retriever import SearchR1Retriever, parse_retrieve
 

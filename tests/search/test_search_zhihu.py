@@ -11,7 +11,8 @@ import pytest
 from search_fakes import ZHIHU_PATH, FakeSearchServer, start_fake_zhihu
 from structlog.testing import capture_logs
 
-from searchr1.core.config import ConfigError, parse_config
+from searchr1.core.config import parse_config
+from searchr1.core.errors import ConfigError
 from searchr1.kit.search.http_provider import ERR_DOWN, ERR_QUOTA
 from searchr1.plugins.zhihu_search import ZhihuSearch
 

@@ -12,7 +12,8 @@ import math
 import pytest
 import torch
 
-from searchr1.core.config import Config, ConfigError
+from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigError
 from searchr1.core.types import LossInputs
 from searchr1.plugins import losses
 

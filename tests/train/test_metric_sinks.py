@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from searchr1.cli import main as cli
-from searchr1.core.config import ConfigError, parse_config
-from searchr1.core.errors import UserError
+from searchr1.core.config import parse_config
+from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import PluginError, load_registry
 from searchr1.core.sinks import open_sinks

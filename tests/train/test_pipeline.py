@@ -196,7 +196,7 @@ def _train_once(p, lr: float = 0.5) -> None:  # noqa: ANN001
 def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import SamplingParams
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
@@ -236,7 +236,7 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
 def test_local_sampling_and_training_from_two_threads(model_dir: Path) -> None:
     """A rollout samples in the event loop while the learner trains in a worker thread, as
     the pipeline runs them: every sample comes from the pinned version."""
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import SamplingParams
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
@@ -272,7 +272,7 @@ def test_a_request_after_a_new_pin_never_joins_a_batch_of_the_old_weights(
 ) -> None:
     """The sampler admits queued requests into a running batch; one made after
     ``snapshot_sampler()`` must wait for a batch on the newly pinned weights."""
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import SamplingParams
     from searchr1.plugins.local_model.provider import LocalModelProvider
 

@@ -19,7 +19,8 @@ from cli_run import Result
 
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
-from searchr1.core.data import QuestionStream, load_questions
+from searchr1.core.data import load_questions
+from searchr1.core.question_stream import QuestionStream
 
 CONFIG = """
 [run]

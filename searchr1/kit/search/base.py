@@ -23,7 +23,7 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 
-from searchr1.core.config import SearchConfig
+from searchr1.core.config_schema import SearchConfig
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse
 from searchr1.kit.search.cache import CacheKey, QueryCache

@@ -34,7 +34,7 @@ from typing import Generic, TypeVar
 
 import httpx
 
-from searchr1.core.config import SearchConfig, setting
+from searchr1.core.config_schema import SearchConfig, setting
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider

@@ -27,7 +27,7 @@ from searchr1.core.types import Model
 from searchr1.plugins.local_model.provider import LocalSettings
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def _create_local(config: Config) -> Model:

@@ -55,7 +55,7 @@ from searchr1.core.types import (
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 log = get_logger()
 
@@ -63,7 +63,7 @@ log = get_logger()
 @dataclass(frozen=True)
 class LocalSettings:
     """``[model.local]``, read by :meth:`LocalModelProvider.from_config` through
-    :func:`searchr1.core.config.plugin_settings`; ``device`` and ``dtype`` may also be
+    :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` may also be
     written in ``[model]``."""
 
     device: str = setting("auto", also_in_section=True, help="auto | cpu | cuda | cuda:N | mps")
@@ -162,7 +162,7 @@ class LocalModelProvider:
         from transformers import AutoModelForCausalLM
 
         from searchr1.core.builtins import resolve
-        from searchr1.core.config import plugin_settings
+        from searchr1.core.config_validate import plugin_settings
         from searchr1.core.tokenizers import load_tokenizer
         from searchr1.plugins.local_model.budget import token_budget
         from searchr1.plugins.local_model.device import (

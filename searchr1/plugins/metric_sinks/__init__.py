@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from searchr1.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import MetricSink
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config import Config, plugin_settings
+from searchr1.core.config_schema import Config
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import UserError
 from searchr1.core.sinks import missing_package
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from searchr1.core.config import plugin_settings
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.plugins.monitors.health import HealthMonitor, HealthSettings
 from searchr1.plugins.monitors.run_notices import RunNotices
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
     from searchr1.core.types import StepMonitor
 
 

@@ -17,7 +17,7 @@ from searchr1.core.types import Alert, RewardResult, ScoredGroup, Trajectory
 from searchr1.kit.token_limits import limit_hits
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 @dataclass

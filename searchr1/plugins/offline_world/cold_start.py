@@ -37,7 +37,7 @@ from searchr1.plugins.offline_world.scripted_agent import Episode, script_episod
 from searchr1.plugins.offline_world.tiny_base import build_base
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def offline_config() -> Config:

@@ -26,7 +26,7 @@ from searchr1.plugins.offline_world.generate import Entity, World, WorldQuestion
 
 if TYPE_CHECKING:
     from searchr1.core.agent_protocol import AgentProtocol
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 #: What each fact relation reads from an entity: relation -> (entity kind, fact key).
 _RELATIONS: dict[str, tuple[str, str]] = {

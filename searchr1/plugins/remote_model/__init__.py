@@ -28,7 +28,7 @@ from searchr1.plugins.remote_model.advice import advise
 from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 #: every step waits on the service and on search in turn, so overlapping the next step's

@@ -25,7 +25,7 @@ from searchr1.plugins.remote_model.sdk import import_sdk, open_service
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")

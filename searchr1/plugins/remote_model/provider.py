@@ -87,7 +87,7 @@ from searchr1.plugins.remote_model.sdk import sample as sdk_sample
 from searchr1.plugins.remote_model.settings import RemoteSettings
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 T = TypeVar("T")
 log = get_logger()

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from searchr1.core.config import Config, plugin_settings, setting
+from searchr1.core.config_schema import Config, setting
+from searchr1.core.config_validate import plugin_settings
 
 SDKS = ("pytrio", "tinker")
 

@@ -26,7 +26,7 @@ from searchr1.plugins.local_model.provider import LocalSettings
 from searchr1.plugins.vllm_model.settings import VllmSettings
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 
 def _create_vllm(config: Config) -> Model:

@@ -40,7 +40,7 @@ from searchr1.plugins.vllm_model.server import (
 from searchr1.plugins.vllm_model.settings import VllmSettings, settings_problems
 
 if TYPE_CHECKING:
-    from searchr1.core.config import Config
+    from searchr1.core.config_schema import Config
 
 log = get_logger()
 
@@ -68,7 +68,8 @@ class VllmModelProvider(LocalModelProvider):
     def from_config(cls, config: Config) -> VllmModelProvider:
         """Check ``[model.vllm]``, load the model for training (as ``local``), reach or launch
         the server, and publish the initial adapter."""
-        from searchr1.core.config import ConfigError, plugin_settings
+        from searchr1.core.config_validate import plugin_settings
+        from searchr1.core.errors import ConfigError
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
         problems = settings_problems(settings)

@@ -1,7 +1,7 @@
 """``[model.vllm]``: where the vLLM server is and how the provider talks to it.
 
 Read once per run by :meth:`~searchr1.plugins.vllm_model.provider.VllmModelProvider.from_config`
-through :func:`searchr1.core.config.plugin_settings` (unknown keys, types and ranges are
+through :func:`searchr1.core.config_validate.plugin_settings` (unknown keys, types and ranges are
 checked there)::
 
     [model.vllm]
