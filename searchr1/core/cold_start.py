@@ -28,6 +28,7 @@ from searchr1.core.builtins import ceiling_agent
 from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
+from searchr1.core.plugins import Registry
 from searchr1.core.runs import Components
 from searchr1.core.step import adam_params
 from searchr1.core.step_metrics import merge_train_metrics
@@ -57,9 +58,10 @@ def teacher_for(cfg: Config, tokenizer: Any, protocol: Any, questions: list[Ques
 
 
 def run_cold_start(
-    runner: asyncio.Runner, c: Components, protocol: Any, cfg: Config
+    runner: asyncio.Runner, c: Components, protocol: Any, cfg: Config, loss_fn: LossFn
 ) -> ColdStartResult:
-    """Run ``[cold_start]`` on the run's model, inside train's event loop."""
+    """Run ``[cold_start]`` on the run's model with ``loss_fn`` (:func:`cold_start_loss`),
+    inside train's event loop."""
     from searchr1.core.data import load_questions
     from searchr1.core.question_stream import QuestionStream
     from searchr1.core.rollout import rollout_questions, sampling_params
@@ -71,7 +73,6 @@ def run_cold_start(
     stream = QuestionStream(questions, cfg.run.seed + 1)
     trainer = c.trainer
     teacher = teacher_for(cfg, c.model.sampler.tokenizer, protocol, questions)
-    loss_fn = cold_start_loss(cfg, trainer)
     limits = BatchLimits(
         cfg.train.max_datum_tokens,
         cfg.train.max_micro_batch_datums,
@@ -158,19 +159,12 @@ def _data_field(cfg: Config) -> str:
     return "cold_start.data" if cfg.cold_start.data else "data.train"
 
 
-def cold_start_loss(cfg: Config, trainer: Trainer | None = None) -> LossFn:
-    """The ``[cold_start] loss_fn`` plugin; an unknown name is a :class:`PluginError`, a
-    loss the ``trainer`` cannot train a ConfigError, each naming that setting."""
-    from searchr1.core.errors import PluginError
-    from searchr1.core.plugins import load_registry
+def cold_start_loss(cfg: Config, registry: Registry, trainer: Trainer | None = None) -> LossFn:
+    """The ``[cold_start] loss_fn`` plugin (its name is checked with the config's other plugin
+    names); a loss the ``trainer`` cannot train is a ConfigError naming that setting."""
     from searchr1.core.trainer_checks import check_loss
 
-    registry, name = load_registry(), cfg.cold_start.loss_fn
-    if name not in registry.names("loss_fn"):
-        raise PluginError(
-            f"cold_start.loss_fn = {name!r}: no loss of that name is installed. Available: "
-            f"{', '.join(registry.names('loss_fn'))}."
-        )
+    name = cfg.cold_start.loss_fn
     loss: LossFn = registry.create("loss_fn", name, cfg)
     if trainer is not None:
         check_loss(

@@ -33,7 +33,6 @@ from searchr1.core.config_validate import (
     cross_checks,
     declared_settings,
     infer_choices,
-    installed_registry,
     key_lines,
     literal_secret_warnings,
     secret_variable_names,
@@ -43,6 +42,7 @@ from searchr1.core.config_validate import (
     url_problems,
 )
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import installed_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import re
 import types
 import typing
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import REDACTED, SECTIONS, Config
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, LOAD_PLUGINS_VAR, load_registry
+from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, installed_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registration, Registry
@@ -243,15 +242,6 @@ FACTORY_ATTRIBUTES = (
     "secret_variables",
     "advise",
 )
-_REGISTRIES: dict[str | None, Registry] = {}
-
-
-def installed_registry() -> Registry:
-    """The registry of the installed plugins, loaded once per ``$SEARCHR1_LOAD_PLUGINS``."""
-    wanted = os.environ.get(LOAD_PLUGINS_VAR)
-    if wanted not in _REGISTRIES:
-        _REGISTRIES[wanted] = load_registry()
-    return _REGISTRIES[wanted]
 
 
 def declared_settings(reg: Registration) -> dict[str, type]:
@@ -580,16 +570,27 @@ def _locator(config: Config) -> Callable[[str], str]:
     return where
 
 
+def _named_choices(config: Config, registry: Registry) -> list[tuple[str, str, list[str], Any]]:
+    """``(kind, dotted field, registered names, value)`` for every config field that names
+    plugins: each kind's own field and those of ``ALSO_CHOSEN_BY``."""
+    out = []
+    for kind, (_, own) in KINDS.items():
+        for field_name in (own, *ALSO_CHOSEN_BY.get(kind, ())):
+            section, _, key = field_name.partition(".")
+            value = getattr(getattr(config, section, None), key, None)
+            out.append((kind, field_name, registry.names(kind), value))
+    return out
+
+
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """A "did you mean" line per unregistered plugin name or unowned ``[section.name]``."""
     where = _locator(config)
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
-    for kind, (_, field_name) in KINDS.items():
-        section, _, key = field_name.partition(".")
-        names = registry.names(kind)
-        tables.setdefault(section, set()).update(names)
-        chosen = getattr(getattr(config, section, None), key, None)
+    for kind, field_name, names, chosen in _named_choices(config, registry):
+        section = field_name.partition(".")[0]
+        if field_name == KINDS[kind][1]:  # plugin tables belong to the kind's own section
+            tables.setdefault(section, set()).update(names)
         for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
             if not isinstance(name, str) or not name or name in names:
                 continue  # an empty name is left to whoever infers or rejects it

@@ -39,6 +39,8 @@ KINDS: dict[str, tuple[str, str]] = {
 
 #: the kinds whose config field lists every name to create (not one name)
 CHOSEN_BY_LIST = frozenset({"metric_sink", "step_monitor"})
+#: further config fields that name a plugin of a kind (checked like the kind's own field)
+ALSO_CHOSEN_BY: dict[str, tuple[str, ...]] = {"loss_fn": ("cold_start.loss_fn",)}
 
 
 @dataclass(frozen=True)
@@ -148,16 +150,18 @@ class Registry:
             raise
 
 
-_installed: Registry | None = None
+#: the installed plugins' registry per ``$SEARCHR1_LOAD_PLUGINS`` value (see installed_registry)
+_INSTALLED: dict[str | None, Registry] = {}
 
 
 def installed_registry() -> Registry:
-    """The installed plugins' registry, loaded once per process, for lookups far from
-    the CLI's registry."""
-    global _installed
-    if _installed is None:
-        _installed = load_registry()
-    return _installed
+    """The installed plugins' registry, loaded once per process and
+    ``$SEARCHR1_LOAD_PLUGINS`` value, for lookups far from the CLI's registry (config
+    parsing, a reward reading a trajectory's protocol, a path resolved while a model loads)."""
+    wanted = os.environ.get(LOAD_PLUGINS_VAR)
+    if wanted not in _INSTALLED:
+        _INSTALLED[wanted] = load_registry()
+    return _INSTALLED[wanted]
 
 
 def _plugin_manager() -> pluggy.PluginManager:

@@ -44,6 +44,7 @@ from searchr1.core.types import (
     Question,
     RewardResult,
     ScoredGroup,
+    StepRecord,
     Trajectory,
 )
 
@@ -160,7 +161,7 @@ class Step:
         """Monitors, the ``metrics`` event, alerts, trajectory dump and checkpoint."""
         cfg, log = self.ctx.config, get_logger()
         trajectories, rewards = first_draw(collected)
-        monitor_metrics, alerts = self.monitors.observe(
+        record = StepRecord(
             collected.step,
             collected.groups,
             trajectories,
@@ -168,6 +169,7 @@ class Step:
             learned.train_metrics,
             timing["staleness/max"],
         )
+        monitor_metrics, alerts = self.monitors.observe(record)
         metrics = {**step_metrics(collected, learned, monitor_metrics), **timing}
         log_metrics(collected.step, metrics)
         self.last_metrics.clear()

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
 from searchr1.core.plugins import Registry
-from searchr1.core.types import Alert, RewardResult, ScoredGroup, StepMonitor, Trajectory
+from searchr1.core.types import Alert, StepMonitor, StepRecord
 
 #: keys of a checkpoint's state the core writes itself; a monitor's state sits beside them
 RESERVED = frozenset({"step", "python_rng", "data"})
@@ -22,20 +22,12 @@ class Monitors:
 
     by_name: dict[str, StepMonitor]
 
-    def observe(
-        self,
-        step: int,
-        groups: Sequence[ScoredGroup],
-        trajectories: Sequence[Trajectory],
-        rewards: Sequence[RewardResult],
-        train_metrics: Mapping[str, float],
-        staleness: float,
-    ) -> tuple[dict[str, float], list[Alert]]:
+    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """Every monitor's metrics (merged) and alerts (in list order) for one step."""
         metrics: dict[str, float] = {}
         alerts: list[Alert] = []
         for monitor in self.by_name.values():
-            m, a = monitor.observe(step, groups, trajectories, rewards, train_metrics, staleness)
+            m, a = monitor.observe(record)
             metrics.update(m)
             alerts.extend(a)
         return metrics, alerts

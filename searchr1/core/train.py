@@ -42,8 +42,6 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     heldout = _heldout_questions(cfg)
-    if cfg.cold_start.steps:
-        cold_start_loss(cfg)  # an unknown [cold_start] loss_fn fails before the model load
     monitors = open_monitors(cfg, ctx.registry)  # [train] monitors, with their settings
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
@@ -70,7 +68,8 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         with asyncio.Runner() as runner:
             try:
                 if cfg.cold_start.steps and checkpoint is None:
-                    cold_start_loss(cfg, components.trainer)  # refused before any rollout
+                    # refused before any rollout when the trainer cannot train it
+                    cold_loss = cold_start_loss(cfg, ctx.registry, components.trainer)
                 if heldout and checkpoint is None:
                     _evaluate(runner, components, protocol, heldout, cfg, ctx, "before", step=0)
                     # The eval asset's scripted agent (Asset.ceiling): the reachable ceiling.
@@ -82,7 +81,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
                         except ValueError as exc:  # e.g. a protocol it cannot play
                             log.warning("ceiling_skipped", reason=str(exc))
                 if cfg.cold_start.steps and checkpoint is None:
-                    run_cold_start(runner, components, protocol, cfg)
+                    run_cold_start(runner, components, protocol, cfg, cold_loss)
                     if heldout:
                         _evaluate(
                             runner, components, protocol, heldout, cfg, ctx, "cold_start", step=0

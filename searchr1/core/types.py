@@ -385,23 +385,30 @@ class Alert:
     message: str
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One learned step, as step monitors see it."""
+
+    step: int
+    #: the groups the step trained on
+    groups: Sequence[ScoredGroup]
+    #: the step's first draw, the unbiased sample of the policy
+    trajectories: Sequence[Trajectory]
+    rewards: Sequence[RewardResult]
+    #: the learner's merged metrics (``mismatch/*``, ``tokens``, ...)
+    train_metrics: Mapping[str, float]
+    #: the step's ``staleness/max``
+    staleness: float
+
+
 @runtime_checkable
 class StepMonitor(Protocol):
     """Watches training one step at a time: advice, never part of the update. ``observe``
     runs after each update; ``state`` is checkpointed under the monitor's name.
     docs/plugins.md, ## register_step_monitors"""
 
-    def observe(
-        self,
-        step: int,
-        groups: Sequence[ScoredGroup],
-        trajectories: Sequence[Trajectory],
-        rewards: Sequence[RewardResult],
-        train_metrics: Mapping[str, float],
-        staleness: float,
-    ) -> tuple[dict[str, float], list[Alert]]:
-        """``groups``: those trained on; ``trajectories``/``rewards``: the first draw (the
-        unbiased policy sample); ``staleness``: ``staleness/max`` of the step."""
+    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
+        """The step's metrics (joined to its ``metrics`` event) and alerts."""
         ...
 
     def state(self) -> dict[str, Any]:

@@ -230,7 +230,7 @@ def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
     archive = shutil.make_archive(str(tmp_path / "policy"), "zip", checkpoint)
     packed = tmp_path / "policy.ckptzip"
     Path(archive).rename(packed)
-    monkeypatch.setattr(plugins, "_installed", registry)  # resolve() reads the installed ones
+    monkeypatch.setitem(plugins._INSTALLED, os.environ.get(plugins.LOAD_PLUGINS_VAR), registry)
     folder = Path(resolve(str(packed)))
     assert (folder / "config.json").read_text() == "{}"
     assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
@@ -240,12 +240,12 @@ def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
 
 def _drive_monitor(monitor: object) -> None:
     """Observe one step the way training does; its state survives a round trip."""
-    from searchr1.core.types import StepMonitor
+    from searchr1.core.types import StepMonitor, StepRecord
 
     assert isinstance(monitor, StepMonitor)
     turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="answer")
     traj = Trajectory("t", "?", ("a",), (), (), (), 0, (turn,), "answered", "a", "", 0, 0)
-    metrics, alerts = monitor.observe(1, [], [traj], [], {}, 0.0)
+    metrics, alerts = monitor.observe(StepRecord(1, [], [traj], [], {}, 0.0))
     assert metrics and all(isinstance(v, float) for v in metrics.values())
     assert all(a.kind and a.message for a in alerts)
     monitor.load_state(json.loads(json.dumps(monitor.state())))

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from searchr1.core.step_metrics import ratio_basis
-from searchr1.core.types import RewardResult, Trajectory
+from searchr1.core.types import RewardResult, StepRecord, Trajectory
 from searchr1.plugins.monitors.health import (
     HealthMonitor,
     HealthSettings,
@@ -90,7 +90,7 @@ def _step(monitor: HealthMonitor, length: int, format_ok: float, lp: float):
     n_ok = round(10 * format_ok)
     trajs = [_traj(list(range(length)), [lp] * length) for _ in range(10)]
     rewards = [_reward(i < n_ok) for i in range(10)]
-    return monitor.observe(1, [], trajs, rewards, {}, 0.0)
+    return monitor.observe(StepRecord(1, [], trajs, rewards, {}, 0.0))
 
 
 def test_format_cliff_alerts_once_and_length_growth_is_against_the_first_steps() -> None:
@@ -131,8 +131,8 @@ def test_mismatch_alert_thresholds() -> None:
     # a pipelined step learns from samples of older weights: off-policy by design, no alert
     trajs, rewards = [_traj([1, 2, 3], [-1.0] * 3)], [_reward(True)]
     drift = {**ok, "mismatch/k3": 0.5}
-    _, fresh = HealthMonitor(s).observe(1, [], trajs, rewards, drift, 0.0)
-    _, stale = HealthMonitor(s).observe(1, [], trajs, rewards, drift, 1.0)
+    _, fresh = HealthMonitor(s).observe(StepRecord(1, [], trajs, rewards, drift, 0.0))
+    _, stale = HealthMonitor(s).observe(StepRecord(1, [], trajs, rewards, drift, 1.0))
     assert [a.kind for a in fresh] == ["mismatch"] and stale == []
 
 

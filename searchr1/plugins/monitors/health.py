@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.types import Alert, RewardResult, ScoredGroup, Trajectory
+from searchr1.core.types import Alert, RewardResult, StepRecord, Trajectory
 
 
 @dataclass(frozen=True)
@@ -125,24 +125,16 @@ class HealthMonitor:
     peak: dict[str, float] = field(default_factory=dict)
     alerted: dict[str, bool] = field(default_factory=dict)
 
-    def observe(
-        self,
-        step: int,
-        groups: Sequence[ScoredGroup],
-        trajectories: Sequence[Trajectory],
-        rewards: Sequence[RewardResult],
-        train_metrics: Mapping[str, float],
-        staleness: float,
-    ) -> tuple[dict[str, float], list[Alert]]:
+    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """This step's ``health/*`` metrics and alerts (kinds ``format_cliff``,
         ``entropy_cliff``, ``length_growth``, ``mismatch``); updates the run-long state.
 
-        ``staleness`` (the step's ``staleness/max``): data sampled on older weights differs
+        ``record.staleness`` (the step's ``staleness/max``): data sampled on older weights differs
         from the learner's by the updates since -- off-policy by design, corrected by the
         ratio, not a sampler/learner drift -- so the mismatch alert is only raised on steps
         sampled on the weights they train (staleness 0)."""
         s = self.settings
-        metrics = policy_metrics(trajectories, rewards, s.ngram)
+        metrics = policy_metrics(record.trajectories, record.rewards, s.ngram)
         alerts: list[Alert] = []
         if "health/response_tokens" in metrics:
             length = metrics["health/response_tokens"]
@@ -170,8 +162,8 @@ class HealthMonitor:
                     metrics["health/format_drop"] = self.peak[key] - self.ema[key]
                 if alert is not None:
                     alerts.append(alert)
-        if staleness == 0:
-            alerts.extend(mismatch_alerts(train_metrics, s))
+        if record.staleness == 0:
+            alerts.extend(mismatch_alerts(record.train_metrics, s))
         metrics["health/alerts"] = float(len(alerts))
         return metrics, alerts
 

@@ -9,11 +9,11 @@ uninterrupted one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.types import Alert, RewardResult, ScoredGroup, Trajectory
+from searchr1.core.types import Alert, StepRecord
 from searchr1.kit.token_limits import limit_hits
 
 if TYPE_CHECKING:
@@ -28,18 +28,9 @@ class RunNotices:
     counts: dict[str, int] = field(default_factory=dict)
     raised: set[str] = field(default_factory=set)
 
-    def observe(
-        self,
-        step: int,
-        groups: Sequence[ScoredGroup],
-        trajectories: Sequence[Trajectory],
-        rewards: Sequence[RewardResult],
-        train_metrics: Mapping[str, float],
-        staleness: float,
-    ) -> tuple[dict[str, float], list[Alert]]:
-        """This step's notices (no metrics): ``groups`` are the groups it trained on,
-        ``trajectories`` its first draw (the unbiased sample)."""
-        cfg = self.config
+    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
+        """This step's notices (no metrics)."""
+        cfg, step, groups = self.config, record.step, record.groups
         out: list[Alert] = []
         if groups and all(g.degenerate for g in groups):
             hint = (
@@ -58,7 +49,7 @@ class RunNotices:
                 f"or raise rollout.group_size or model.temperature",
             )
         hits = limit_hits(
-            trajectories,
+            record.trajectories,
             max_new_tokens=cfg.model.max_new_tokens,
             max_trajectory_tokens=cfg.rollout.max_trajectory_tokens,
         )
