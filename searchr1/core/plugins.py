@@ -77,14 +77,9 @@ class Registry:
                 "register a searchr1.core.types.FileFormat(version, convert)"
             )
         suffix = suffix.lower()
-        existing = self.format_plugins.get(suffix)
-        if existing is not None and existing != plugin:
-            raise PluginError(
-                f"file format {suffix!r} is registered twice: by plugin {existing!r} and by "
-                f"{plugin!r}; uninstall one of them"
-            )
-        self.file_formats[suffix] = fmt
-        self.format_plugins[suffix] = plugin
+        _claim(
+            self.file_formats, self.format_plugins, suffix, fmt, plugin, f"file format {suffix!r}"
+        )
 
     def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -94,14 +89,7 @@ class Registry:
                 f"plugin {plugin!r} registered asset {name!r} as {type(asset).__name__}; "
                 "register a searchr1.core.types.Asset(version, build)"
             )
-        existing = self.asset_plugins.get(name)
-        if existing is not None and existing != plugin:
-            raise PluginError(
-                f"asset 'builtin:{name}' is registered twice: by plugin {existing!r} and by "
-                f"{plugin!r}; uninstall one of them"
-            )
-        self.assets[name] = asset
-        self.asset_plugins[name] = plugin
+        _claim(self.assets, self.asset_plugins, name, asset, plugin, f"asset 'builtin:{name}'")
 
     def add(self, kind: str, name: str, factory: Callable[..., Any], plugin: str) -> None:
         if not isinstance(name, str) or not name:
@@ -162,6 +150,20 @@ def installed_registry() -> Registry:
     if wanted not in _INSTALLED:
         _INSTALLED[wanted] = load_registry()
     return _INSTALLED[wanted]
+
+
+def _claim(
+    values: dict[str, Any], owners: dict[str, str], key: str, value: Any, plugin: str, label: str
+) -> None:
+    """Record ``value`` under ``key`` for ``plugin``; another plugin's claim is a PluginError."""
+    existing = owners.get(key)
+    if existing is not None and existing != plugin:
+        raise PluginError(
+            f"{label} is registered twice: by plugin {existing!r} and by {plugin!r}; "
+            "uninstall one of them"
+        )
+    values[key] = value
+    owners[key] = plugin
 
 
 def _plugin_manager() -> pluggy.PluginManager:
@@ -244,18 +246,16 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
                 registry.add(_k, name, factory, _p)
 
             _call_hook(impl, hook_name, register)
-    for impl in pm.hook.register_assets.get_hookimpls():
+    for hook_name, add in (
+        ("register_assets", registry.add_asset),
+        ("register_file_formats", registry.add_file_format),
+    ):
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
 
-        def register_asset(name: str, asset: Asset, _p: str = impl.plugin_name) -> None:
-            registry.add_asset(name, asset, _p)
+            def register_one(key: str, value: Any, _add=add, _p: str = impl.plugin_name) -> None:
+                _add(key, value, _p)
 
-        _call_hook(impl, "register_assets", register_asset)
-    for impl in pm.hook.register_file_formats.get_hookimpls():
-
-        def register_format(suffix: str, fmt: FileFormat, _p: str = impl.plugin_name) -> None:
-            registry.add_file_format(suffix, fmt, _p)
-
-        _call_hook(impl, "register_file_formats", register_format)
+            _call_hook(impl, hook_name, register_one)
     return registry
 
 

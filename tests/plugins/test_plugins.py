@@ -82,6 +82,36 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
         load_registry(extra_plugins=[NotAnAsset()])
 
 
+def test_file_formats_come_from_plugins_and_clash_by_suffix() -> None:
+    from searchr1.core.types import FileFormat
+
+    assert load_registry().format_plugins[".gguf"] == "real_models"
+
+    class Clash:
+        @hookimpl
+        def register_file_formats(self, register):
+            register(".GGUF", FileFormat("9", lambda file, folder: None))  # suffixes fold case
+
+    with pytest.raises(PluginError, match="file format '.gguf' is registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+    class NotAFormat:
+        @hookimpl
+        def register_file_formats(self, register):
+            register(".zip", lambda file, folder: None)
+
+    with pytest.raises(PluginError, match=r"register a searchr1.core.types.FileFormat"):
+        load_registry(extra_plugins=[NotAFormat()])
+
+    class NoDot:
+        @hookimpl
+        def register_file_formats(self, register):
+            register("zip", FileFormat("1", lambda file, folder: None))
+
+    with pytest.raises(PluginError, match="registered a file format for 'zip'"):
+        load_registry(extra_plugins=[NoDot()])
+
+
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
     from searchr1.core.builtins import ceiling_agent
     from searchr1.core.config import load_config
