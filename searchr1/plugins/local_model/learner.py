@@ -325,15 +325,7 @@ class Learner:
                 datums, ids_BT, mask_BT, targets_BT, trained_BT
             )
             if logprobs_T is None:
-                logprobs_T = chunked_token_logprobs(
-                    self.model,
-                    ids_BT,
-                    mask_BT,
-                    targets_BT,
-                    self.temperature,
-                    trained_BT,
-                    self.logit_chunk,
-                )
+                logprobs_T = self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
         else:
             columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
             logprobs_BK = trained_token_logprobs(
@@ -386,15 +378,7 @@ class Learner:
             # Once: the shared forward must give the unshared path's log-probs.
             with torch.no_grad():
                 ours = shared()
-                theirs = chunked_token_logprobs(
-                    self.model,
-                    ids_BT,
-                    mask_BT,
-                    targets_BT,
-                    self.temperature,
-                    trained_BT,
-                    self.logit_chunk,
-                )
+                theirs = self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
             diff = float((ours - theirs).abs().max()) if ours is not None and len(ours) else 0.0
             tolerance = 1e-3 if theirs.dtype in (torch.float32, torch.float64) else 0.25
             self._shared_ok = ours is not None and math.isfinite(diff) and diff <= tolerance
@@ -411,6 +395,18 @@ class Learner:
                 )
                 return None
         return shared()
+
+    def _chunked(
+        self,
+        ids_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        targets_BT: torch.Tensor,
+        trained_BT: torch.Tensor,
+    ) -> torch.Tensor:
+        """Each row's trained positions, vocabulary projection in ``logit_chunk`` chunks."""
+        return chunked_token_logprobs(
+            self.model, ids_BT, mask_BT, targets_BT, self.temperature, trained_BT, self.logit_chunk
+        )
 
     def _use_chunked(
         self, ids_BT: torch.Tensor, targets_BT: torch.Tensor, trained_BT: torch.Tensor
