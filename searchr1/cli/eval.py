@@ -2,7 +2,7 @@
 
 :func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
 since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.core.eval.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
+event loop (:func:`searchr1.kit.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
@@ -86,8 +86,8 @@ async def _evaluate_all(
 ) -> dict[str, Any]:
     """Every requested model in turn, inside one event loop; closes the search provider
     in that loop (an async HTTP client must not outlive the loop it was used in)."""
-    from searchr1.core.eval import evaluate_async, write_records
     from searchr1.core.logs import get_logger
+    from searchr1.kit.evaluation import evaluate_async, write_records
 
     config, log = ctx.config, get_logger()
     results: dict[str, Any] = {}

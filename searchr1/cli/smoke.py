@@ -271,13 +271,11 @@ class _Smoke:
             self.problems.append(f"the search probe failed: {probe.error}")
 
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
-        from searchr1.core.eval import trajectory_to_dict
-
         path = self.run_dir / TRAJECTORIES_FILE
         tok = self.c.model.sampler.tokenizer
         with path.open("w", encoding="utf-8") as fh:
             for traj, result in zip(trajectories, results, strict=True):
-                record = trajectory_to_dict(traj, result)
+                record = traj.to_dict(result)
                 record["prompt_text"] = tok.decode(
                     list(traj.tokens[: traj.prompt_len]), skip_special_tokens=False
                 )

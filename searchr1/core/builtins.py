@@ -10,10 +10,9 @@ import tempfile
 from collections.abc import Mapping
 from hashlib import sha256
 from pathlib import Path
-from typing import Any
 
 from searchr1.core.plugins import installed_registry
-from searchr1.core.types import Asset, FileFormat, Sampler
+from searchr1.core.types import Asset, FileFormat
 
 PREFIX = "builtin:"
 
@@ -70,20 +69,6 @@ def _converted(path: Path, fmt: FileFormat) -> str:
         get_logger().info("file_format.converting", file=str(path), folder=str(folder))
         _build(folder, Asset(fmt.version, lambda tmp: fmt.convert(path, tmp)))
     return str(folder)
-
-
-def ceiling_agent(
-    config: Any, tokenizer: Any, protocol: Any, spec: str | None = None
-) -> Sampler | None:
-    """The :attr:`Asset.ceiling` agent playing ``spec``'s questions (default ``data.eval``)
-    perfectly, or None when ``spec`` is no such ``builtin:`` asset."""
-    spec = str(config.data.eval if spec is None else spec or "")
-    if not is_builtin(spec):
-        return None
-    asset = known_assets().get(asset_name(spec))
-    if asset is None or asset.ceiling is None:
-        return None
-    return asset.ceiling(config, tokenizer, protocol)
 
 
 def _build(folder: Path, asset: Asset) -> None:

@@ -138,6 +138,7 @@ def parse_config(
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
+    moved = _stage_tables(raw, registry, where)
     choices = infer_choices(raw, registry, where, problems)
     extras = section_extras(raw, registry, where, problems)
 
@@ -188,9 +189,23 @@ def parse_config(
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
         choices=choices,
-        warnings=tuple(literal_secret_warnings(found, variables, where, names)),
+        warnings=(*literal_secret_warnings(found, variables, where, names), *moved),
         explicit=explicit,
     )
+
+
+def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[str]:
+    """Read a top-level table named after a train stage as ``[train.<name>]`` (where stage
+    settings live) and say so; with both tables the top-level one stays an unknown section."""
+    out = []
+    for name in registry.names("train_stage"):
+        if name in SECTIONS or not isinstance(raw.get(name), dict):
+            continue
+        train = raw.setdefault("train", {})
+        if isinstance(train, dict) and name not in train:
+            train[name] = raw.pop(name)
+            out.append(f"{where(name)}: [{name}] is read as [train.{name}]; rename the table")
+    return out
 
 
 def _plugin_secrets(

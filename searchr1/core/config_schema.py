@@ -134,22 +134,12 @@ class TrainConfig:
         unique=True,
         help="step monitors (per-step metrics and alerts, advice only), by registered name",
     )
-
-
-@dataclass(frozen=True)
-class ColdStartConfig:
-    steps: int = _f(
-        0,
-        min=0,
-        help="supervised steps on scripted search trajectories before RL (searchr1.core."
-        "cold_start); 0 = off",
+    stages: tuple[str, ...] = _f(
+        DEFAULT_NAMES["train.stages"],
+        split=True,
+        unique=True,
+        help="train stages run before the first step and after the last, in this order",
     )
-    questions_per_step: int = _f(16, min=1)
-    lr: float = _f(1e-4, gt=0.0)
-    loss_fn: str = _f(
-        DEFAULT_NAMES["cold_start.loss_fn"], help="a registered loss; -sum(A * logprob) by default"
-    )
-    data: str = _f("", help="QA file the teacher plays; empty = data.train")
 
 
 @dataclass(frozen=True)
@@ -202,7 +192,6 @@ SECTIONS: dict[str, type] = {
     "search": SearchConfig,
     "reward": RewardConfig,
     "train": TrainConfig,
-    "cold_start": ColdStartConfig,
     "optimizer": OptimizerConfig,
     "data": DataConfig,
     "log": LogConfig,
@@ -221,7 +210,6 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import REDACTED, SECTIONS, Config
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, installed_registry
+from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, installed_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registration, Registry
@@ -571,14 +571,12 @@ def _locator(config: Config) -> Callable[[str], str]:
 
 
 def _named_choices(config: Config, registry: Registry) -> list[tuple[str, str, list[str], Any]]:
-    """``(kind, dotted field, registered names, value)`` for every config field that names
-    plugins: each kind's own field and those of ``ALSO_CHOSEN_BY``."""
+    """``(kind, dotted field, registered names, value)`` for every kind's config field."""
     out = []
-    for kind, (_, own) in KINDS.items():
-        for field_name in (own, *ALSO_CHOSEN_BY.get(kind, ())):
-            section, _, key = field_name.partition(".")
-            value = getattr(getattr(config, section, None), key, None)
-            out.append((kind, field_name, registry.names(kind), value))
+    for kind, (_, field_name) in KINDS.items():
+        section, _, key = field_name.partition(".")
+        value = getattr(getattr(config, section, None), key, None)
+        out.append((kind, field_name, registry.names(kind), value))
     return out
 
 
@@ -589,18 +587,12 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     tables: dict[str, set[str]] = {}
     for kind, field_name, names, chosen in _named_choices(config, registry):
         section = field_name.partition(".")[0]
-        if field_name == KINDS[kind][1]:  # plugin tables belong to the kind's own section
-            tables.setdefault(section, set()).update(names)
+        tables.setdefault(section, set()).update(names)
         for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
             if not isinstance(name, str) or not name or name in names:
                 continue  # an empty name is left to whoever infers or rejects it
-            hint = difflib.get_close_matches(name, names, n=1)
-            mean = f"did you mean {hint[0]!r}? " if hint else ""
-            problems.append(
-                f"{where(field_name)}: {field_name} = {name!r}: no {kind.replace('_', ' ')} of "
-                f"that name is installed; {mean}installed: {', '.join(names) or '(none)'} "
-                f"(the `plugins` command lists them)"
-            )
+            problems.append(_not_installed(where(field_name), field_name, name, kind, names))
+    problems += _settings_naming_plugins(config, registry, where)
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
@@ -620,6 +612,36 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
             + ", ".join(f"[{section}.{n}]" for n in allowed)
         )
     return problems
+
+
+def _not_installed(loc: str, dotted: str, name: str, kind: str, names: list[str]) -> str:
+    hint = difflib.get_close_matches(name, names, n=1)
+    mean = f"did you mean {hint[0]!r}? " if hint else ""
+    return (
+        f"{loc}: {dotted} = {name!r}: no {kind.replace('_', ' ')} of that name is installed; "
+        f"{mean}installed: {', '.join(names) or '(none)'} (the `plugins` command lists them)"
+    )
+
+
+def _settings_naming_plugins(config: Config, registry: Registry, where: Any) -> list[str]:
+    """A chosen plugin's setting that names a plugin (field metadata ``names=KIND``), checked
+    like the core's own plugin fields."""
+    out = []
+    for kind, field_name, _, chosen in _named_choices(config, registry):
+        section = field_name.partition(".")[0]
+        for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
+            reg = registry.entries[kind].get(name) if isinstance(name, str) else None
+            for table, cls in declared_settings(reg).items() if reg else ():
+                for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+                    wanted, dotted = f.metadata.get("names"), f"{section}.{table}.{f.name}"
+                    value = config.plugin_table(section, table).get(f.name, f.default)
+                    if wanted and isinstance(value, str) and value not in registry.names(wanted):
+                        out.append(
+                            _not_installed(
+                                where(dotted), dotted, value, wanted, registry.names(wanted)
+                            )
+                        )
+    return out
 
 
 def data_problems(config: Config) -> list[str]:

@@ -22,6 +22,7 @@ from searchr1.core.types import (
     RewardFactory,
     SearchFactory,
     StepMonitorFactory,
+    TrainStageFactory,
 )
 
 PROJECT = "searchr1"
@@ -84,6 +85,15 @@ def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) 
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.StepMonitor`; one per
     ``[train] monitors`` name per ``train`` run. docs/plugins.md, ## register_step_monitors"""
+
+
+@hookspec
+def register_train_stages(register: Callable[[str, TrainStageFactory], None]) -> None:
+    """Register train stages: ``register("my_stage", factory)``.
+
+    ``factory(config)`` returns a :class:`~searchr1.core.types.TrainStage`; one per
+    ``[train] stages`` name per ``train`` run, before the model loads.
+    docs/plugins.md, ## register_train_stages"""
 
 
 @hookspec

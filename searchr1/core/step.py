@@ -322,7 +322,7 @@ def _environment_problem(
 
 
 def adam_params(cfg: Config) -> AdamParams:
-    """``[optimizer]`` as the provider's AdamParams (the cold start changes only the lr)."""
+    """``[optimizer]`` as the provider's AdamParams (a stage may change the lr)."""
     o = cfg.optimizer
     return AdamParams(
         learning_rate=o.lr,
@@ -343,13 +343,11 @@ def _seed(base: int, step: int, draw: int) -> int:
 def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], n: int) -> None:
     if n <= 0:
         return
-    from searchr1.core.eval import trajectory_to_dict
-
     folder = run_dir / "trajectories"
     folder.mkdir(parents=True, exist_ok=True)
     picked = [(t, r) for g in groups for t, r in zip(g.trajectories, g.rewards, strict=True)][:n]
     records = [
-        {"step": step, "policy_version": traj.policy_version, **trajectory_to_dict(traj, result)}
+        {"step": step, "policy_version": traj.policy_version, **traj.to_dict(result)}
         for traj, result in picked
     ]
     with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:

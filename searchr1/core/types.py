@@ -153,7 +153,7 @@ class Tokenizer(Protocol):
 class Sampler(Protocol):
     """Samples tokens; :meth:`sample` is called concurrently from many asyncio tasks. After
     :meth:`Trainer.optim_step` returns, later samples use the updated weights. Scripted
-    stand-ins (ceiling agent, cold-start teacher) are Samplers too."""
+    stand-ins (scripted agents) are Samplers too."""
 
     @property
     def tokenizer(self) -> Tokenizer: ...
@@ -327,6 +327,36 @@ class Trajectory:
     #: optimizer steps taken by the weights it was sampled with (set by the train loop)
     policy_version: int = 0
 
+    def to_dict(self, result: RewardResult | None = None) -> dict[str, Any]:
+        """A readable JSON-able record (no token ids), as in ``trajectories/step_XXXXXX.jsonl``."""
+        out: dict[str, Any] = {
+            "trajectory_id": self.trajectory_id,
+            "group_id": self.group_id,
+            "data_source": self.data_source,
+            "question": self.question,
+            "golden_answers": list(self.golden_answers),
+            "turns": [
+                {
+                    "text": t.text,
+                    "action": t.action,
+                    "query": t.query,
+                    "observation_text": t.observation_text,
+                    "search_error": t.search_error,
+                }
+                for t in self.turns
+            ],
+            "final_answer": self.final_answer,
+            "end_reason": self.end_reason,
+            "search_calls": self.search_calls,
+            "search_errors": self.search_errors,
+            "num_tokens": len(self.tokens),
+            "num_generated_tokens": sum(self.generated_mask),
+        }
+        if result is not None:
+            out["reward"] = result.reward
+            out["components"] = dict(result.components)
+        return out
+
 
 @dataclass(frozen=True)
 class RewardResult:
@@ -424,6 +454,44 @@ class StepMonitor(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StageRun:
+    """What ``searchr1 train`` hands a train stage: the run's plugins, its folder, and
+    ``run(coroutine)``, which runs a coroutine in train's event loop (async search clients
+    belong to it)."""
+
+    config: Config
+    run_dir: Path
+    registry: Any
+    sampler: Sampler
+    trainer: Trainer
+    search: SearchProvider
+    reward: RewardFn
+    protocol: Any
+    run: Callable[[Any], Any]
+
+
+@runtime_checkable
+class TrainStage(Protocol):
+    """Work around the RL steps, listed in ``[train] stages`` and run in that order: a
+    held-out eval, a scripted ceiling, a supervised warm-up. docs/plugins.md,
+    ## register_train_stages"""
+
+    def check(self, run: StageRun) -> None:
+        """Called for every stage before any runs, on fresh and resumed runs: raise a
+        ConfigError for a setting this run cannot honour (before any rollout)."""
+        ...
+
+    def before_steps(self, run: StageRun) -> bool:
+        """Before step 1 of a fresh run (never on ``--resume``). True when it trained the
+        weights: the core then writes checkpoint 0, so a resume never repeats it."""
+        ...
+
+    def after_steps(self, run: StageRun, step: int) -> None:
+        """After the run's last step ``step == train.max_steps`` (not when stopped early)."""
+        ...
+
+
 # --------------------------------------------------------------------------- factories
 
 # A factory gets the validated Config (its table: ``config.plugin_table(kind, name)``).
@@ -433,14 +501,15 @@ RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
 MetricSinkFactory = Callable[["Config", Path], MetricSink]
 StepMonitorFactory = Callable[["Config"], StepMonitor]
+TrainStageFactory = Callable[["Config"], TrainStage]
 
 
 @dataclass(frozen=True)
 class Asset:
     """A ``builtin:NAME`` asset. ``build(folder)`` fills an empty folder, once per
     ``version`` (bump it when the files change). Optional ``ceiling(config, tokenizer,
-    protocol)`` returns a scripted :class:`Sampler` that answers perfectly (or None): ``train``
-    evaluates it at step 0 as the reachable ceiling, and ``[cold_start]`` imitates it."""
+    protocol)`` returns a scripted :class:`Sampler` that answers its questions perfectly (or
+    None), for stages that imitate or measure a perfect agent."""
 
     version: str
     build: Callable[[Path], None]

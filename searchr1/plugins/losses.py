@@ -1,5 +1,5 @@
 """Built-in losses: the policy losses ``importance_sampling``, ``ppo`` and ``cispo``, and
-``cross_entropy``, the supervised loss of the cold-start stage (``[cold_start] loss_fn``).
+``cross_entropy``, the supervised loss of the cold-start stage (``[train.cold_start] loss_fn``).
 
 Registered through the ``searchr1`` entry point like any third-party plugin and chosen by
 ``[train] loss_fn``. Each is a small pure function over per-position tensors (Tinker

@@ -76,7 +76,7 @@ def test_cold_start_loss_the_trainer_cannot_train_names_cold_start_loss_fn(
     config = train_config(
         tmp_path,
         'losses = ["importance_sampling"]\n',
-        extra='[cold_start]\nsteps = 1\nquestions_per_step = 2\nloss_fn = "cross_entropy"\n',
+        extra='[train.cold_start]\nsteps = 1\nquestions_per_step = 2\nloss_fn = "cross_entropy"\n',
     )
     result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
     err = result.err

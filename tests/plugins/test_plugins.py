@@ -112,19 +112,29 @@ def test_file_formats_come_from_plugins_and_clash_by_suffix() -> None:
         load_registry(extra_plugins=[NoDot()])
 
 
-def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set() -> None:
-    from searchr1.core.builtins import ceiling_agent
+def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:
+    """The world's ``ceiling`` stage plays only the world's held-out set, and a cold start
+    on the world imitates the asset's ideal agent, on other data the generic teacher."""
     from searchr1.core.config import load_config
     from searchr1.core.protocols import make_protocol
     from searchr1.core.tokenizers import load_tokenizer
+    from searchr1.plugins.offline_world.ceiling_stage import CeilingStage
+    from searchr1.plugins.train_stages.cold_start import teacher_for
+    from searchr1.plugins.train_stages.scripted_teacher import ScriptedTeacher
 
-    config = load_config(None)  # the embedded offline demo
+    config = load_config(None).replace(train={"eval_before_after": True})  # the offline demo
     assert config.data.eval.startswith("builtin:world/")
+    assert CeilingStage(config).questions
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     protocol = make_protocol(config, tokenizer)
-    assert ceiling_agent(config, tokenizer, protocol) is not None
-    other = config.replace(data={"eval": "questions.jsonl"})
-    assert ceiling_agent(other, tokenizer, protocol) is None
+    own = teacher_for(config, tokenizer, protocol, config.data.train, [])
+    assert not isinstance(own, ScriptedTeacher)
+    other_file = tmp_path / "questions.jsonl"
+    other_file.write_text('{"question": "q?", "answers": ["a"]}\n')
+    other = config.replace(data={"eval": str(other_file)})
+    assert CeilingStage(other).questions == []
+    generic = teacher_for(other, tokenizer, protocol, str(other_file), [])
+    assert isinstance(generic, ScriptedTeacher)
 
 
 def test_hook_implementation_with_unknown_hook_is_rejected() -> None:
@@ -186,6 +196,8 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
             _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
         if kind == "step_monitor":
             _drive_monitor(mine[0].factory(parse_config("", source="t.toml", env={})))
+        if kind == "train_stage":
+            _drive_stage(registry, mine[0].factory)
         if kind == "agent_protocol":
             _drive_protocol(registry, mine[0].name)
         if kind == "call_format":
@@ -280,6 +292,23 @@ def _drive_monitor(monitor: object) -> None:
     assert all(a.kind and a.message for a in alerts)
     monitor.load_state(json.loads(json.dumps(monitor.state())))
     assert isinstance(monitor.totals(), dict)
+
+
+def _drive_stage(registry: object, factory: object) -> None:
+    """Run the stage around no steps on the offline demo's real search provider."""
+    from searchr1.core.config import load_config
+    from searchr1.core.types import StageRun, TrainStage
+
+    config = load_config(None)
+    search = registry.create("search_provider", config.search.provider, config)
+    stage = factory(config)
+    assert isinstance(stage, TrainStage)
+    with asyncio.Runner() as runner:
+        run = StageRun(config, Path("."), registry, None, None, search, None, None, runner.run)
+        stage.check(run)
+        assert stage.before_steps(run) is False
+        stage.after_steps(run, 1)
+        runner.run(search.aclose())
 
 
 def _drive_sink(sink: object) -> None:

@@ -1,5 +1,5 @@
 """The cold-start stage on a user's own QA data and corpus: the scripted teacher, the masks of
-its datums, the supervised loss, and ``searchr1 train`` with ``[cold_start]`` end to end on a
+its datums, the supervised loss, and ``searchr1 train`` with ``[train.cold_start]`` end to end on a
 tiny random Llama (a real transformers architecture, loaded by path)."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from searchr1.core.config import load_config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions, sampling_params
-from searchr1.core.scripted_teacher import UNKNOWN, ScriptedTeacher
 from searchr1.core.types import LossInputs, Question
 from searchr1.plugins.local_search import LocalBM25Search
 from searchr1.plugins.losses import cross_entropy
+from searchr1.plugins.train_stages.scripted_teacher import UNKNOWN, ScriptedTeacher
 
 FACTS = [
     ("Who painted the Blue Door?", "Marta Quell", "The Blue Door is a painting by Marta Quell."),
@@ -166,7 +166,7 @@ provider = "local"
 top_k = 1
 [search.local]
 corpus = "{corpus}"
-[cold_start]
+[train.cold_start]
 steps = {cold_steps}
 questions_per_step = 4
 lr = 1e-2
@@ -230,3 +230,13 @@ def test_an_unknown_cold_start_loss_is_named_before_the_model_loads(
     err = result.err
     assert result.code == 2, err
     assert "cold_start.loss_fn = 'cross_entropi'" in err and "cross_entropy" in err, err
+
+
+def test_a_top_level_cold_start_table_is_still_read_and_named(tmp_path: Path) -> None:
+    """Stage settings once lived in a top-level ``[cold_start]``: such a file still runs the
+    stage, and the warning says where the table belongs now."""
+    config = _write_config(tmp_path, tmp_path / "model", cold_steps=3)
+    config.write_text(config.read_text().replace("[train.cold_start]", "[cold_start]"))
+    loaded = load_config(config)
+    assert loaded.plugin_table("train", "cold_start")["steps"] == 3
+    assert any("[cold_start] is read as [train.cold_start]" in w for w in loaded.warnings)

@@ -15,7 +15,7 @@ So its EM is the share of held-out questions that the configured search (``top_k
 BM25 index, the observation budget, the search budget) makes answerable: the distance from
 the trained policy to it is what learning can still gain; what it misses no policy can get.
 
-It runs through :func:`searchr1.core.eval.evaluate_async` with the run's search provider,
+It runs through :func:`searchr1.kit.evaluation.evaluate_async` with the run's search provider,
 agent protocol, reward and sampling settings, so its numbers are computed exactly like the
 policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
 offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
@@ -30,8 +30,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from searchr1.core.answers import normalize_answer
-from searchr1.core.scripted_teacher import ScriptedSampler
+from searchr1.kit.answers import normalize_answer
+from searchr1.kit.scripted import ScriptedSampler
 from searchr1.plugins.offline_world.generate import WorldQuestion
 
 #: what the agent answers when the results do not hold the answer
@@ -89,9 +89,8 @@ def world_questions() -> list[WorldQuestion]:
 def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
     """The ideal agent when the agent protocol is ``tags`` (the one the offline world's
     tokenizer and warm start speak), else None. It plays every question of the world: the
-    asset cache (:func:`searchr1.core.builtins.ceiling_agent`) asks for it only for a
-    ``builtin:world/...`` file (the held-out set for the ceiling, the training set as the cold
-    start's teacher)."""
+    ``ceiling`` stage asks for it for the world's held-out set, the cold start (through
+    ``Asset.ceiling``) for the world's training set."""
     if getattr(protocol, "name", None) != "tags":
         return None
     return IdealAgent(tokenizer, protocol, world_questions())
@@ -102,10 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from searchr1.cli.eval_tables import format_table
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
-    from searchr1.core.eval import evaluate_async
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
     from searchr1.core.tokenizers import load_tokenizer
+    from searchr1.kit.evaluation import evaluate_async
 
     parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")
     parser.add_argument("--config", help="default: the embedded offline demo config")

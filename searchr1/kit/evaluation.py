@@ -1,5 +1,5 @@
 """Deterministic evaluation: training's rollout, search and reward, greedy by default, in file
-order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.core.answers`,
+order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.kit.answers`,
 SQuAD / Search-R1 normalisation) stay comparable with the Search-R1 paper whatever the
 reward. Macro EM weighs every source equally, micro EM every question."""
 
@@ -8,21 +8,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.types import (
     Question,
     RewardFn,
-    RewardResult,
     Sampler,
     SearchProvider,
+    StageRun,
     Trajectory,
 )
+from searchr1.kit.answers import exact_match, f1_score
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
@@ -32,37 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 EVAL_CHUNK = 32
 
 # --------------------------------------------------------------------------- records
-
-
-def trajectory_to_dict(traj: Trajectory, result: RewardResult | None = None) -> dict[str, Any]:
-    """A readable JSON-able trajectory (no token ids), as in ``trajectories/step_XXXXXX.jsonl``."""
-    out: dict[str, Any] = {
-        "trajectory_id": traj.trajectory_id,
-        "group_id": traj.group_id,
-        "data_source": traj.data_source,
-        "question": traj.question,
-        "golden_answers": list(traj.golden_answers),
-        "turns": [
-            {
-                "text": t.text,
-                "action": t.action,
-                "query": t.query,
-                "observation_text": t.observation_text,
-                "search_error": t.search_error,
-            }
-            for t in traj.turns
-        ],
-        "final_answer": traj.final_answer,
-        "end_reason": traj.end_reason,
-        "search_calls": traj.search_calls,
-        "search_errors": traj.search_errors,
-        "num_tokens": len(traj.tokens),
-        "num_generated_tokens": sum(traj.generated_mask),
-    }
-    if result is not None:
-        out["reward"] = result.reward
-        out["components"] = dict(result.components)
-    return out
 
 
 @dataclass(frozen=True)
@@ -110,7 +80,7 @@ def score_trajectory(question: Question, traj: Trajectory, reward: RewardFn) -> 
         reward=float(result.reward),
         search_calls=traj.search_calls,
         search_errors=traj.search_errors,
-        trajectory=trajectory_to_dict(traj, result),
+        trajectory=traj.to_dict(result),
     )
 
 
@@ -265,3 +235,60 @@ def write_records(path: Path, result: EvalResult) -> None:
         for record in result.records:
             f.write(json.dumps({"label": result.label, **record.to_dict()}, ensure_ascii=False))
             f.write("\n")
+
+
+# --------------------------------------------------------------------------- during training
+
+
+def heldout_questions(config: Config) -> list[Question]:
+    """``data.eval``'s questions when ``train.eval_before_after``, else none; a stage loads
+    them when created, so a bad path fails before the (slow) model load."""
+    if not (config.train.eval_before_after and config.data.eval):
+        return []
+    from searchr1.core.data import load_questions
+
+    return list(load_questions(config.data.eval, field_name="data.eval", report=True).questions)
+
+
+def heldout_eval(
+    run: StageRun, questions: Sequence[Question], when: str, *, step: int = 0, sampler: Any = None
+) -> EvalResult:
+    """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
+    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event."""
+    from searchr1.core.logs import get_logger
+
+    t0 = time.perf_counter()
+    result = run.run(
+        evaluate_async(
+            sampler or run.sampler,
+            run.search,
+            run.protocol,
+            run.reward,
+            questions,
+            run.config,
+            label=f"heldout-{when}",
+            on_progress=lambda done, total: get_logger().info(
+                "progress", task=f"held-out eval {when}", done=done, total=total
+            ),
+        )
+    )
+    run.search.metrics(reset=True)  # eval searches are not a training step's
+    m = result.metrics
+    write_records(run.run_dir / f"eval_heldout_{when}.jsonl", result)
+    per_source = {
+        f"em/{source}": float(v.get("em", 0.0)) for source, v in m.get("per_source", {}).items()
+    }
+    get_logger().info(
+        "eval/heldout_em",
+        when=when,
+        step=step,
+        value=m["em"],
+        f1=m.get("f1"),
+        format_rate=m.get("format_rate"),
+        search_calls_mean=m.get("search_calls_mean"),
+        search_success_rate=m.get("search_success_rate"),
+        n=m.get("n"),
+        seconds=round(time.perf_counter() - t0, 2),
+        **per_source,
+    )
+    return result
