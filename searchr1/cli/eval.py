@@ -16,11 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP
 from searchr1.core.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.types import Question
 
 BASE = "base"
 
@@ -144,11 +149,28 @@ async def _evaluate_all(
     return results
 
 
+def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
+    """The first ``limit`` questions of each ``data_source``, in file order (the public
+    replication evaluated 10 per benchmark); ``None`` keeps all. :func:`main` calls it for
+    ``--limit-per-source``."""
+    if limit is None:
+        return list(questions)
+    if limit < 1:
+        raise ValueError(f"--limit-per-source must be >= 1, got {limit}")
+    taken: Counter[str] = Counter()
+    out: list[Question] = []
+    for q in questions:
+        if taken[q.data_source] < limit:
+            taken[q.data_source] += 1
+            out.append(q)
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
     from searchr1.cli.args import open_run_from_args
     from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
-    from searchr1.core.data import limit_per_source, load_questions
+    from searchr1.core.data import load_questions
     from searchr1.core.protocols import make_protocol
     from searchr1.core.runs import build_components
 

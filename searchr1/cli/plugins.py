@@ -18,6 +18,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print("assets (config paths builtin:NAME/...):")
     for name in sorted(registry.assets):
         print(f"  {name:<22} from plugin {registry.asset_plugins[name]}")
+    print("file formats (a model path's suffix):")
+    for suffix in sorted(registry.file_formats):
+        print(f"  {suffix:<22} from plugin {registry.format_plugins[suffix]}")
+    print("data formats (a [data] file's suffix):")
+    for suffix in sorted(registry.data_formats):
+        print(f"  {suffix:<22} from plugin {registry.data_format_plugins[suffix]}")
     print(f"plugins loaded: {', '.join(registry.plugins)}")
     if registry.skipped:
         print(f"installed but not in ${LOAD_PLUGINS_VAR}: {', '.join(registry.skipped)}")

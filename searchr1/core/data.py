@@ -1,22 +1,21 @@
-"""QA sets: loading a file of questions (JSONL, JSON array or parquet), and a fixed subset
-for evaluation. Rows are read by :func:`searchr1.core.data_rows.question_from_row`; one that
-cannot be read is skipped as a :class:`MalformedRow`, never stopping the load.
+"""QA sets: loading a file of questions. The data format registered for the file's suffix
+(hook ``register_data_formats``) turns it into numbered rows; this module keeps the loop: a
+row that cannot be read is skipped as a :class:`MalformedRow`, never stopping the load, ids
+are made unique, and a file without a valid row is an error.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from searchr1.core.builtins import is_builtin, resolve
-from searchr1.core.data_rows import COLUMNS, RowError, question_from_row
 from searchr1.core.errors import UserError
-from searchr1.core.types import Question
+from searchr1.core.plugins import installed_registry
+from searchr1.core.types import DataFormat, Question
 
 #: how many malformed rows an error message quotes before "... and N more"
 _QUOTED_PROBLEMS = 5
@@ -28,7 +27,7 @@ class DataError(UserError):
 
 @dataclass(frozen=True)
 class MalformedRow:
-    """A skipped row: 1-based number (JSONL line, or parquet/array index) and reason."""
+    """A skipped row: its 1-based number (as its data format counts rows) and the reason."""
 
     row: int
     reason: str
@@ -56,31 +55,21 @@ class LoadedQuestions:
         """Valid questions per ``data_source`` (``""`` when the file has none), sorted."""
         return dict(sorted(Counter(q.data_source for q in self.questions).items()))
 
-    def summary(self) -> str:
-        """The multi-line text ``searchr1 data check`` prints."""
-        lines = [
-            f"{self.path}: {self.total_rows} rows, {len(self.questions)} valid, "
-            f"{len(self.malformed)} malformed"
-        ]
-        sources = self.per_source()
-        if sources:
-            lines.append("per data_source:")
-            width = max(len(s or "(none)") for s in sources)
-            lines += [f"  {s or '(none)':<{width}}  {n}" for s, n in sources.items()]
-        if self.malformed:
-            lines.append("malformed rows (skipped):")
-            lines += [f"  {m}" for m in self.malformed]
-        return "\n".join(lines)
-
 
 def load_questions(
-    path: str, *, field_name: str | None = None, allow_empty: bool = False, report: bool = False
+    path: str,
+    *,
+    field_name: str | None = None,
+    allow_empty: bool = False,
+    report: bool = False,
+    formats: Mapping[str, DataFormat] | None = None,
 ) -> LoadedQuestions:
     """Read a QA file (``builtin:...`` allowed) into questions with stable ids.
 
     ``field_name`` (e.g. ``"data.train"``) is named in errors. Unless ``allow_empty``, a file
     without a valid row raises DataError quoting the first reasons. ``report`` shows and logs
-    skipped rows (:func:`report_malformed`) so they never go unnoticed.
+    skipped rows (:func:`report_malformed`) so they never go unnoticed. ``formats`` (suffix ->
+    format) defaults to the installed plugins' data formats.
     """
     where = f"{field_name} = {path!r}" if field_name else repr(path)
     if not path:
@@ -93,26 +82,26 @@ def load_questions(
     if not p.is_file():
         raise DataError(f"{where}: file not found ({p.resolve()})")
 
-    rows = _read_rows(p, where)
+    fmt = _format_for(p, where, installed_registry().data_formats if formats is None else formats)
     questions: list[Question] = []
     malformed: list[MalformedRow] = []
     seen_ids: Counter[str] = Counter()
     total = 0
-    for number, row in rows:
-        total += 1
-        if isinstance(row, MalformedRow):
-            malformed.append(row)
-            continue
-        try:
-            q = question_from_row(row, number)
-        except RowError as exc:
-            malformed.append(MalformedRow(number, str(exc)))
-            continue
-        # Unique (dumps and eval records are keyed by id) and stable across reruns.
-        seen_ids[q.id] += 1
-        if seen_ids[q.id] > 1:
-            q = _with_id(q, f"{q.id}#{seen_ids[q.id]}")
-        questions.append(q)
+    try:
+        # Rows are consumed as they come: a format may yield them lazily, and only fail (a
+        # corrupt file) part-way through; that is still a whole-file problem.
+        for number, q in fmt.read(p):
+            total += 1
+            if not isinstance(q, Question):
+                malformed.append(MalformedRow(number, str(q)))
+                continue
+            # Unique (dumps and eval records are keyed by id) and stable across reruns.
+            seen_ids[q.id] += 1
+            if seen_ids[q.id] > 1:
+                q = _with_id(q, f"{q.id}#{seen_ids[q.id]}")
+            questions.append(q)
+    except ValueError as exc:
+        raise DataError(f"{where}: {exc}") from exc
 
     loaded = LoadedQuestions(str(p), tuple(questions), tuple(malformed), total)
     if report and malformed:
@@ -152,55 +141,19 @@ def report_malformed(loaded: LoadedQuestions, where: str) -> None:
     )
 
 
-def _read_rows(p: Path, where: str) -> Iterable[tuple[int, Any]]:
-    """``(row_number, row_or_MalformedRow)`` pairs; whole-file problems raise DataError."""
-    if p.suffix.lower() == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-
-            # Only the columns a question is built from (published files carry more).
-            names = pq.read_schema(p).names
-            wanted = [c for c in names if c in COLUMNS]
-            records = pq.read_table(p, columns=wanted).to_pylist()
-        except Exception as exc:  # pyarrow raises several types for a corrupt file
-            raise DataError(f"{where}: not a readable parquet file: {exc}") from exc
-        return list(enumerate(records, start=1))
-    try:
-        text = p.read_text("utf-8-sig")  # a byte-order mark would otherwise spoil row 1
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 text (expected JSONL or parquet): {exc}") from exc
-    if text.lstrip().startswith("["):  # a JSON array of rows
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON: {exc}") from exc
-        return list(enumerate(records, start=1))
-    out: list[tuple[int, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((number, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            out.append((number, MalformedRow(number, f"not valid JSON ({exc.msg})")))
-    return out
+def _format_for(p: Path, where: str, formats: Mapping[str, DataFormat]) -> DataFormat:
+    """The format registered for ``p``'s suffix; an unclaimed suffix is an error listing the
+    registered ones (guessing a layout would turn a wrong file into a pile of bad rows)."""
+    fmt = formats.get(p.suffix.lower())
+    if fmt is None:
+        known = ", ".join(sorted(formats)) or "(none installed)"
+        what = f"{p.suffix!r} files" if p.suffix else "files without a suffix"
+        raise DataError(
+            f"{where}: no data format reads {what}; registered suffixes: {known} "
+            "(a plugin adds one with the register_data_formats hook)"
+        )
+    return fmt
 
 
 def _with_id(q: Question, new_id: str) -> Question:
     return Question(new_id, q.question, q.golden_answers, q.data_source, q.metadata)
-
-
-def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
-    """The first ``limit`` questions of each ``data_source``, in file order (the public
-    replication evaluated 10 per benchmark); ``None`` keeps all."""
-    if limit is None:
-        return list(questions)
-    if limit < 1:
-        raise ValueError(f"--limit-per-source must be >= 1, got {limit}")
-    taken: Counter[str] = Counter()
-    out: list[Question] = []
-    for q in questions:
-        if taken[q.data_source] < limit:
-            taken[q.data_source] += 1
-            out.append(q)
-    return out

@@ -1,4 +1,4 @@
-"""The plugin hooks: one per plugin kind, plus ``builtin:`` assets.
+"""The plugin hooks: one per plugin kind, plus ``builtin:`` assets and model and QA file formats.
 
 :func:`searchr1.core.plugins.load_registry` calls each hook once at start-up with
 ``register(name, factory)``; the core later calls the one factory a config value names with
@@ -15,6 +15,7 @@ from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.call_format import CallFormat
 from searchr1.core.types import (
     Asset,
+    DataFormat,
     FileFormat,
     LossFactory,
     MetricSinkFactory,
@@ -121,6 +122,16 @@ def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
     A path with the suffix resolves to the folder ``convert(file, folder)`` wrote once into
     the cache. Keep the hook cheap: import inside ``convert``.
     docs/plugins.md, ## register_file_formats"""
+
+
+@hookspec
+def register_data_formats(register: Callable[[str, DataFormat], None]) -> None:
+    """Register QA file formats: ``register(".ext", DataFormat(read))``.
+
+    :func:`searchr1.core.data.load_questions` reads a ``[data]`` file with the format of its
+    suffix: ``read(file)`` yields ``(row_number, Question or reason)``; the core keeps the
+    loop (skipped rows, unique ids, the empty-file error). A suffix no format claims is an
+    error listing those that are registered. docs/plugins.md, ## register_data_formats"""
 
 
 @hookspec

@@ -15,7 +15,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
-from searchr1.core.types import Asset, FileFormat
+from searchr1.core.types import Asset, DataFormat, FileFormat
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -66,18 +66,25 @@ class Registry:
     #: model file formats by suffix (hook ``register_file_formats``) and the plugin of each
     file_formats: dict[str, FileFormat] = field(default_factory=dict)
     format_plugins: dict[str, str] = field(default_factory=dict)
+    #: QA file formats by suffix (hook ``register_data_formats``) and the plugin of each
+    data_formats: dict[str, DataFormat] = field(default_factory=dict)
+    data_format_plugins: dict[str, str] = field(default_factory=dict)
 
     def add_file_format(self, suffix: str, fmt: FileFormat, plugin: str) -> None:
-        if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
-            raise PluginError(f"plugin {plugin!r} registered a file format for {suffix!r}")
-        if not isinstance(fmt, FileFormat):
-            raise PluginError(
-                f"plugin {plugin!r} registered file format {suffix!r} as {type(fmt).__name__}; "
-                "register a searchr1.core.types.FileFormat(version, convert)"
-            )
-        suffix = suffix.lower()
+        suffix = _checked_suffix(suffix, fmt, FileFormat, plugin, "file format", "version, convert")
         _claim(
             self.file_formats, self.format_plugins, suffix, fmt, plugin, f"file format {suffix!r}"
+        )
+
+    def add_data_format(self, suffix: str, fmt: DataFormat, plugin: str) -> None:
+        suffix = _checked_suffix(suffix, fmt, DataFormat, plugin, "data format", "read")
+        _claim(
+            self.data_formats,
+            self.data_format_plugins,
+            suffix,
+            fmt,
+            plugin,
+            f"data format {suffix!r}",
         )
 
     def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
@@ -149,6 +156,21 @@ def installed_registry() -> Registry:
     if wanted not in _INSTALLED:
         _INSTALLED[wanted] = load_registry()
     return _INSTALLED[wanted]
+
+
+def _checked_suffix(
+    suffix: str, value: Any, cls: type, plugin: str, label: str, fields: str
+) -> str:
+    """``suffix`` folded to lower case, once it is a dotted suffix and ``value`` a ``cls``;
+    a PluginError naming the plugin otherwise (file and data formats are chosen alike)."""
+    if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
+        raise PluginError(f"plugin {plugin!r} registered a {label} for {suffix!r}")
+    if not isinstance(value, cls):
+        raise PluginError(
+            f"plugin {plugin!r} registered {label} {suffix!r} as {type(value).__name__}; "
+            f"register a searchr1.core.types.{cls.__name__}({fields})"
+        )
+    return suffix.lower()
 
 
 def _claim(
@@ -248,6 +270,7 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
     for hook_name, add in (
         ("register_assets", registry.add_asset),
         ("register_file_formats", registry.add_file_format),
+        ("register_data_formats", registry.add_data_format),
     ):
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
 

@@ -31,7 +31,7 @@ BUILTIN_NAMES = (
     "openai_chat", "search_r1", "offline_world", "real_models", "smollm", "gguf", "chatml",
     "wandb", "swanlab", "tensorboard", "bm25", "format_answer", "importance_sampling",
     "cross_entropy", "ideal_agent", "run_notices", "cold_start", "heldout_eval",
-    "scripted_teacher",
+    "scripted_teacher", "qa_files",
 )  # fmt: skip
 
 

@@ -112,6 +112,47 @@ def test_file_formats_come_from_plugins_and_clash_by_suffix() -> None:
         load_registry(extra_plugins=[NoDot()])
 
 
+def test_data_formats_come_from_plugins_and_clash_by_suffix(tmp_path: Path) -> None:
+    from searchr1.core.data import DataError, load_questions
+    from searchr1.core.types import DataFormat
+
+    registry = load_registry()
+    assert {s: registry.data_format_plugins[s] for s in (".jsonl", ".json", ".parquet")} == {
+        ".jsonl": "qa_files",
+        ".json": "qa_files",
+        ".parquet": "qa_files",
+    }
+
+    class Clash:
+        @hookimpl
+        def register_data_formats(self, register):
+            register(".JSONL", DataFormat(lambda path: []))  # suffixes fold case
+
+    with pytest.raises(PluginError, match="data format '.jsonl' is registered twice"):
+        load_registry(extra_plugins=[Clash()])
+
+    class NotAFormat:
+        @hookimpl
+        def register_data_formats(self, register):
+            register(".csv", lambda path: [])
+
+    with pytest.raises(PluginError, match=r"register a searchr1.core.types.DataFormat"):
+        load_registry(extra_plugins=[NotAFormat()])
+
+    # A suffix no format claims is refused, listing those that are registered.
+    notes = tmp_path / "questions.txt"
+    notes.write_text('{"question": "q?", "answers": ["a"]}\n')
+    with pytest.raises(DataError, match=r"data\.train = .*'\.txt' files.*\.json, \.jsonl"):
+        load_questions(str(notes), field_name="data.train")
+
+    # A whole-file failure a format raises as ValueError names the config field.
+    def unreadable(path):
+        raise ValueError("not a spreadsheet")
+
+    with pytest.raises(DataError, match=r"data\.eval = .*questions\.txt.*: not a spreadsheet"):
+        load_questions(str(notes), field_name="data.eval", formats={".txt": DataFormat(unreadable)})
+
+
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:
     """The world's ``ceiling`` stage plays only the world's held-out set, and a cold start
     on the world imitates the asset's ideal agent, on other data the generic teacher."""
@@ -162,6 +203,7 @@ def test_every_hook_is_documented_with_signature_and_example() -> None:
     assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {
         "register_assets",
         "register_file_formats",
+        "register_data_formats",
     }
     assert {"register_agent_protocols", "register_call_formats"} <= set(HOOKS)
     for hook in HOOKS:
@@ -188,6 +230,9 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
         if hook == "register_file_formats":
             monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
             _convert_documented_format(registry, tmp_path, monkeypatch)
+            continue
+        if hook == "register_data_formats":
+            _read_documented_data_format(registry, tmp_path, monkeypatch)
             continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
@@ -278,6 +323,25 @@ def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
     assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
     assert resolve(str(packed)) == str(folder)  # converted once, reused
     assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
+
+
+def _read_documented_data_format(registry, tmp_path: Path, monkeypatch) -> None:
+    """A [data] file with the documented suffix is read by its format, with no change to the
+    core: valid rows become questions, the others malformed rows with their reasons."""
+    from searchr1.core import plugins
+    from searchr1.core.data import DataError, load_questions
+
+    assert registry.data_format_plugins[".tsv"] == "SimpleNamespace"
+    quiz = tmp_path / "quiz.tsv"
+    quiz.write_text("What is the capital of France?\tParis\tparis\nno answer here\n")
+    with pytest.raises(DataError, match=r"data\.eval = .*no data format reads '\.tsv' files"):
+        load_questions(str(quiz), field_name="data.eval")  # the installed plugins alone
+    monkeypatch.setitem(plugins._INSTALLED, os.environ.get(plugins.LOAD_PLUGINS_VAR), registry)
+    loaded = load_questions(str(quiz), field_name="data.eval", allow_empty=True)
+    assert [(q.question, q.golden_answers) for q in loaded] == [
+        ("What is the capital of France?", ("Paris", "paris"))
+    ]
+    assert [(m.row, m.reason) for m in loaded.malformed] == [(2, "expected question<TAB>answer")]
 
 
 def _drive_monitor(monitor: object) -> None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.data import DataError, limit_per_source, load_questions
+from searchr1.cli.eval import limit_per_source
+from searchr1.core.data import DataError, load_questions
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.types import Question
 

@@ -1,5 +1,6 @@
-"""One QA row, in any accepted layout, read into a :class:`~searchr1.core.types.Question`
-(or a :class:`RowError` with a reason a person can act on). Layouts:
+"""One QA row (a JSON object or a parquet record), in any accepted layout, read into a
+:class:`~searchr1.core.types.Question` (or a :class:`RowError` with a reason a person can act
+on); :mod:`searchr1.plugins.qa_files.readers` calls it once per row. Layouts:
 
 - Search-R1 flat: ``{"id", "question", "golden_answers": [...], "data_source"}``;
 - Search-R1 nested (the verl parquet files the original trains on):
