@@ -82,8 +82,8 @@ def ceiling_em(config: Path) -> float:
     from searchr1.core.data import load_questions
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
-    from searchr1.core.tokenizers import load_tokenizer
     from searchr1.kit.evaluation import evaluate_async
+    from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
     cfg = load_config(config)

@@ -23,12 +23,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_validate import advice, relocations, resolve_config
+    from searchr1.core.config_validate import advice, check_plugin_choices, relocations
     from searchr1.core.plugins import load_registry
 
     config = load_config(args.config)
     registry = load_registry()
-    for warning in resolve_config(config, registry):
+    check_plugin_choices(config, registry)  # one ConfigError listing every bad name or table
+    for warning in data_problems(config):
         print(f"searchr1: warning: {warning} (train and eval would stop here)", file=sys.stderr)
     why = getattr(args, "config_reason", "")
     print(f"# {config.source}: OK (secrets redacted)" + (f"; chosen: {why}" if why else ""))
@@ -43,14 +44,41 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def data_problems(config: Config) -> list[str]:
+    """A ``data.train`` / ``data.eval`` naming a missing file (empty is fine): warnings, since
+    a config is often checked before its data is downloaded."""
+    from pathlib import Path
+
+    from searchr1.core.builtins import is_builtin, resolve
+    from searchr1.core.config_validate import locator
+
+    where = locator(config)
+    problems = []
+    for field_name in ("train", "eval"):
+        path = getattr(config.data, field_name)
+        if not path:
+            continue
+        try:
+            real = Path(resolve(path)) if is_builtin(path) else Path(path)
+        except FileNotFoundError as exc:
+            problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc}")
+            continue
+        if not real.is_file():
+            problems.append(
+                f"{where(f'data.{field_name}')}: data.{field_name} = {path!r}: file not found "
+                f"({real.resolve()}); relative paths are read from the working directory"
+            )
+    return problems
+
+
 def _token_fit(config: Config) -> list[str]:
     """:func:`~searchr1.kit.token_limits.turn_fit_warnings` for the smoke question, when the
     tokenizer is local (no download: a check must not need the network); a note otherwise."""
     from searchr1.cli.smoke import smoke_question
     from searchr1.core.errors import ConfigValueError
     from searchr1.core.protocols import make_protocol
-    from searchr1.core.tokenizers import local_tokenizer
     from searchr1.kit.token_limits import turn_fit_warnings
+    from searchr1.kit.tokenizers import local_tokenizer
 
     tokenizer, why = local_tokenizer(config)
     if tokenizer is None:

@@ -1,25 +1,17 @@
-"""The call-format contract: how one model family writes a tool call, and how the format a chat
-template uses is found. A plugin kind (hook ``register_call_formats``). A tool-call protocol
-asks :func:`detect_call_format` once which format the tokenizer's template writes, so the
-prompt, scripted turns and the parser agree. Formats are tried in name order; at most one can
-match, since a match is the template's own rendering, verbatim.
-"""
+"""The call-format contract: how one model family writes a tool call. A plugin kind (hook
+``register_call_formats``); a tool-call protocol finds the one its chat template writes
+(:func:`searchr1.kit.call_format_probe.detect_call_format`)."""
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from searchr1.core.errors import ConfigValueError
-
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
-
-#: The query the format probe renders; plain ASCII words so every serialiser writes it as is.
-PROBE_QUERY = "searchr1 probe query"
 
 
 @dataclass(frozen=True)
@@ -59,41 +51,3 @@ class CallFormat(ABC):
     def example(self) -> str:
         """A search call in this format (for ``searchr1 smoke`` and error messages)."""
         return self.render("search", {"query": "<your query>"})
-
-
-def describe_formats(formats: Sequence[CallFormat]) -> str:
-    """One line per format: name, families and an example call (for error messages)."""
-    return "\n".join(f"  {f.name} ({f.families}): {f.example()!r}" for f in formats)
-
-
-def detect_call_format(
-    render: Callable[[list[dict[str, Any]]], str], formats: Sequence[CallFormat]
-) -> CallFormat:
-    """The format the chat template writes calls in: ``render(messages)`` (tools listed, no
-    generation prompt) renders one structured ``search`` call with :data:`PROBE_QUERY`; the
-    first format whose :meth:`CallFormat.render` appears verbatim wins. Raises
-    ConfigValueError showing what the template wrote when none matches."""
-    call = {"type": "function", "function": {"name": "search", "arguments": {"query": PROBE_QUERY}}}
-    messages = [
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-    ]
-    try:
-        text = render(messages)
-    except Exception as exc:  # a template that rejects tool calls is a config problem
-        raise ConfigValueError(
-            'rollout.protocol = "tool_calls": the model\'s chat template failed to render an '
-            f'assistant tool call ({type(exc).__name__}: {exc}); use protocol = "tags"'
-        ) from exc
-    for fmt in formats:
-        if fmt.render("search", {"query": PROBE_QUERY}) in text:
-            return fmt
-    at = text.find(PROBE_QUERY)
-    shown = text[max(at - 200, 0) : at + 200] if at >= 0 else "(nothing: the call was dropped)"
-    raise ConfigValueError(
-        'rollout.protocol = "tool_calls": the model\'s chat template writes tool calls in a '
-        f"format no installed plugin knows, so every search would be an invalid action. The "
-        f"template rendered a search call as:\n{shown}\nKnown formats:\n"
-        f'{describe_formats(formats)}\nUse protocol = "tags", or install a plugin that '
-        "registers the format (hook register_call_formats, docs/plugins.md)"
-    )

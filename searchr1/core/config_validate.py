@@ -556,7 +556,7 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def _locator(config: Config) -> Callable[[str], str]:
+def locator(config: Config) -> Callable[[str], str]:
     """``where(dotted) -> "file:line"`` (just the source when not from a readable file)."""
     try:
         lines = key_lines(Path(config.source).read_text("utf-8-sig"))
@@ -582,7 +582,7 @@ def _named_choices(config: Config, registry: Registry) -> list[tuple[str, str, l
 
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """A "did you mean" line per unregistered plugin name or unowned ``[section.name]``."""
-    where = _locator(config)
+    where = locator(config)
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
     for kind, field_name, names, chosen in _named_choices(config, registry):
@@ -644,38 +644,8 @@ def _settings_naming_plugins(config: Config, registry: Registry, where: Any) -> 
     return out
 
 
-def data_problems(config: Config) -> list[str]:
-    """A ``data.train`` / ``data.eval`` naming a missing file (empty is fine)."""
-    from searchr1.core.builtins import is_builtin, resolve
-
-    where = _locator(config)
-    problems = []
-    for field_name in ("train", "eval"):
-        path = getattr(config.data, field_name)
-        if not path:
-            continue
-        try:
-            real = Path(resolve(path)) if is_builtin(path) else Path(path)
-        except FileNotFoundError as exc:
-            problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc}")
-            continue
-        if not real.is_file():
-            problems.append(
-                f"{where(f'data.{field_name}')}: data.{field_name} = {path!r}: file not found "
-                f"({real.resolve()}); relative paths are read from the working directory"
-            )
-    return problems
-
-
 def check_plugin_choices(config: Config, registry: Registry) -> None:
     """Raise one ConfigError listing every plugin name or table that does not resolve."""
     problems = plugin_problems(config, registry)
     if problems:
         raise ConfigError(problems)
-
-
-def resolve_config(config: Config, registry: Registry) -> list[str]:
-    """Plugin names and tables (one ConfigError), then missing data files as warnings: a
-    config is often checked before its data is downloaded."""
-    check_plugin_choices(config, registry)
-    return data_problems(config)

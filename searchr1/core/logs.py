@@ -14,14 +14,12 @@ import json
 import logging
 import re
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, Protocol
 
 import structlog
 
-T = TypeVar("T")
 _BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
 _secrets: set[str] = set()
 
@@ -190,23 +188,3 @@ def get_logger(name: str | None = None) -> Any:
 def log_metrics(step: int, metrics: dict[str, float], event: str = "metrics", **extra: Any) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
     get_logger().info(event, step=step, **extra, **metrics)
-
-
-def progress(items: Iterable[T], total: int | None, desc: str, every_s: float = 5.0) -> Iterator[T]:
-    """Iterate ``items`` showing progress: tqdm on a TTY, JSON ``progress`` events otherwise."""
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        yield from tqdm(items, total=total, desc=desc)
-        return
-    log = get_logger()
-    last = time.monotonic()
-    done = 0
-    for item in items:
-        yield item
-        done += 1
-        now = time.monotonic()
-        if now - last >= every_s:
-            log.info("progress", task=desc, done=done, total=total)
-            last = now
-    log.info("progress", task=desc, done=done, total=total)

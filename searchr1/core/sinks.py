@@ -2,7 +2,7 @@
 redacted. A sink never stops training: its first failure is a ``sink_failed`` warning, later
 ones are counted; a factory failing for an outside reason (network, disk) drops that sink.
 Only user mistakes stop the run at start: an unknown name, a bad ``[log.<name>]`` table, a
-missing package (:func:`missing_package`)."""
+missing package (:func:`searchr1.kit.sinks.missing_package`)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,6 @@ from searchr1.core.types import MetricSink
 #: events (besides ``metrics``) whose numbers go to the sinks, with the scalar prefix used
 _EVAL_EVENTS = {"eval/heldout_em": "eval/heldout_"}
 _META_KEYS = frozenset({"event", "level", "timestamp", "run_id", "step", "logger"})
-
-
-def missing_package(sink: str, package: str, install: str) -> UserError:
-    """A sink's package is missing; ``install`` is the pip argument (e.g. ``"searchr1[extra]"``)."""
-    return UserError(
-        f"log.sinks lists {sink!r}, which needs the {package!r} package, not installed here: "
-        f"pip install '{install}' (or remove {sink!r} from [log] sinks)"
-    )
 
 
 @dataclass

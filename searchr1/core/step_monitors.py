@@ -50,23 +50,12 @@ class Monitors:
 def open_monitors(config: Config, registry: Registry) -> Monitors:
     """Create every monitor ``[train] monitors`` lists; PluginError for a reserved name or
     an object that is not a :class:`~searchr1.core.types.StepMonitor`."""
-    by_name: dict[str, StepMonitor] = {}
     for name in config.train.monitors:
         if name in RESERVED:
             raise PluginError(
                 f"train.monitors lists {name!r}, a key the checkpoint's state keeps for the "
                 f"core ({', '.join(sorted(RESERVED))}); register the monitor under another name"
             )
-        monitor = registry.create("step_monitor", name, config)
-        if not isinstance(monitor, StepMonitor):
-            missing = [
-                m
-                for m in ("observe", "state", "load_state", "totals")
-                if not callable(getattr(monitor, m, None))
-            ]
-            raise PluginError(
-                f"step monitor {name!r} (plugin {registry.get('step_monitor', name).plugin!r}) "
-                f"returned a {type(monitor).__name__} without {', '.join(missing)}"
-            )
-        by_name[name] = monitor
-    return Monitors(by_name)
+    names = config.train.monitors
+    monitors = registry.create_listed("step_monitor", names, StepMonitor, config)
+    return Monitors(dict(zip(names, monitors, strict=True)))

@@ -13,11 +13,9 @@ import signal
 from typing import Any
 
 from searchr1.core.checkpoint import restore_rng
-from searchr1.core.config_schema import Config
-from searchr1.core.errors import Interrupted, PluginError
+from searchr1.core.errors import Interrupted
 from searchr1.core.logs import close_sinks, get_logger
 from searchr1.core.pipeline import run_steps
-from searchr1.core.plugins import Registry
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.runs import RunContext, build_components
 from searchr1.core.step import Step
@@ -38,7 +36,8 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     monitors = open_monitors(cfg, ctx.registry)  # [train] monitors, with their settings
-    stages = _open_stages(cfg, ctx.registry)  # they read their data now, before the model
+    # stages read their data now, before the (slow) model load
+    stages = ctx.registry.create_listed("train_stage", cfg.train.stages, TrainStage, cfg)
     # The checkpoint and its data cursor are checked before the (slow) model load too.
     checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
@@ -112,20 +111,6 @@ async def _run_steps(step: Step, stop: _StopFlag) -> int:
     if stop.requested and not step.writes_checkpoint(last.step):
         step.save(last.cursor, last.step)
     return last.step
-
-
-def _open_stages(cfg: Config, registry: Registry) -> list[TrainStage]:
-    stages = []
-    for name in cfg.train.stages:
-        stage = registry.create("train_stage", name, cfg)
-        if not isinstance(stage, TrainStage):
-            raise PluginError(
-                f"train stage {name!r} (plugin {registry.get('train_stage', name).plugin!r}) "
-                f"returned a {type(stage).__name__}, not a TrainStage (check, before_steps, "
-                f"after_steps); see docs/plugins.md"
-            )
-        stages.append(stage)
-    return stages
 
 
 class _StopFlag:

@@ -53,12 +53,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.call_format import CallFormat, detect_call_format
+from searchr1.core.call_format import CallFormat
 from searchr1.core.config_schema import setting
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
+from searchr1.kit.call_format_probe import detect_call_format
 from searchr1.kit.http import (
     HttpClient,
     HttpError,
@@ -155,7 +156,7 @@ class OpenAIChatProvider:
 
     @classmethod
     def from_config(cls, config: Config) -> OpenAIChatProvider:
-        from searchr1.core.tokenizers import provider_tokenizer
+        from searchr1.kit.tokenizers import provider_tokenizer
 
         def needs_a_server(settings: ChatSettings) -> list[str]:
             if settings.api_base.strip():

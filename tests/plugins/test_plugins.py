@@ -158,7 +158,7 @@ def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path
     on the world imitates the asset's ideal agent, on other data the generic teacher."""
     from searchr1.core.config import load_config
     from searchr1.core.protocols import make_protocol
-    from searchr1.core.tokenizers import load_tokenizer
+    from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.offline_world.ceiling_stage import CeilingStage
     from searchr1.plugins.train_stages.cold_start import teacher_for
     from searchr1.plugins.train_stages.scripted_teacher import ScriptedTeacher

@@ -163,7 +163,7 @@ class LocalModelProvider:
 
         from searchr1.core.builtins import resolve
         from searchr1.core.config_validate import plugin_settings
-        from searchr1.core.tokenizers import load_tokenizer
+        from searchr1.kit.tokenizers import load_tokenizer
         from searchr1.plugins.local_model.budget import token_budget
         from searchr1.plugins.local_model.device import (
             choose_device,

@@ -24,7 +24,7 @@ from typing import Any
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import UserError
-from searchr1.core.sinks import missing_package
+from searchr1.kit.sinks import missing_package
 
 
 @dataclass(frozen=True)

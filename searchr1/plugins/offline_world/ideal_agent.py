@@ -103,8 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from searchr1.core.data import load_questions
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
-    from searchr1.core.tokenizers import load_tokenizer
     from searchr1.kit.evaluation import evaluate_async
+    from searchr1.kit.tokenizers import load_tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")
     parser.add_argument("--config", help="default: the embedded offline demo config")

@@ -18,8 +18,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.logs import get_logger
-from searchr1.core.tokenizers import provider_tokenizer
 from searchr1.core.types import Tokenizer
+from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.errors import translate
 from searchr1.plugins.remote_model.sdk import import_sdk, open_service
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
