@@ -309,8 +309,7 @@ def interpolate(
             )
             return ""
         if _SECRET_VAR_RE.search(var):
-            secrets.add(got)
-            secrets.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+            secrets.update(_secret_parts(got))
         return got
 
     return _VAR_RE.sub(fill, value)
@@ -365,8 +364,5 @@ def secret_variable_values(
         return set()
     found = set()
     for var in _VAR_RE.findall(value):
-        got = env.get(var, "").strip()
-        if got:
-            found.add(got)
-            found.update(p.strip() for p in re.split(r"[,\n]", got) if p.strip())
+        found |= _secret_parts(env.get(var, "").strip())
     return found

@@ -196,13 +196,11 @@ class Trainer(Protocol):
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
         """Accumulate gradients of ``loss_scale * sum(loss over datums)``."""
-        ...
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]: ...
 
     def save_state(self, path: str) -> None:
         """Write adapter weights, optimizer state and step under the folder ``path``."""
-        ...
 
     def load_state(self, path: str) -> None: ...
 
@@ -262,11 +260,9 @@ class SearchProvider(Protocol):
     def metrics(self, reset: bool = False) -> dict[str, float]:
         """Counters since the last reset, without the ``search/`` prefix (``calls``,
         ``success_rate``, ``error_rate``, ``latency_p50``, ...)."""
-        ...
 
     def available(self) -> bool:
         """False when the provider can no longer serve (e.g. every key is benched)."""
-        ...
 
     async def aclose(self) -> None: ...
 
@@ -380,19 +376,15 @@ class MetricSink(Protocol):
 
     def log_hparams(self, config: Mapping[str, Any]) -> None:
         """Once, at start: the redacted config as ``{section: {key: value}}``."""
-        ...
 
     def log_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         """Every step's ``metrics`` and held-out evaluations (``eval/heldout_em``)."""
-        ...
 
     def log_texts(self, step: int, name: str, texts: Sequence[str]) -> None:
         """A few readable texts, e.g. ``name="trajectories"``, one string each."""
-        ...
 
     def close(self) -> None:
         """Flush and release (end of the run)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -439,19 +431,15 @@ class StepMonitor(Protocol):
 
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """The step's metrics (joined to its ``metrics`` event) and alerts."""
-        ...
 
     def state(self) -> dict[str, Any]:
         """What a resumed run needs (JSON-serializable)."""
-        ...
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state`; ``{}`` when the checkpoint has none."""
-        ...
 
     def totals(self) -> dict[str, Any]:
         """Run-long numbers for ``train_done``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -480,16 +468,13 @@ class TrainStage(Protocol):
     def check(self, run: StageRun) -> None:
         """Called for every stage before any runs, on fresh and resumed runs: raise a
         ConfigError for a setting this run cannot honour (before any rollout)."""
-        ...
 
     def before_steps(self, run: StageRun) -> bool:
         """Before step 1 of a fresh run (never on ``--resume``). True when it trained the
         weights: the core then writes checkpoint 0, so a resume never repeats it."""
-        ...
 
     def after_steps(self, run: StageRun, step: int) -> None:
         """After the run's last step ``step == train.max_steps`` (not when stopped early)."""
-        ...
 
 
 # --------------------------------------------------------------------------- factories
