@@ -196,33 +196,9 @@ async def evaluate_async(
     return EvalResult(label=label, metrics=metrics, records=records)
 
 
-def evaluate(
-    model: Sampler,
-    search: SearchProvider,
-    protocol: AgentProtocol,
-    reward: RewardFn,
-    questions: Sequence[Question],
-    config: Config,
-    *,
-    greedy: bool = True,
-    label: str = "eval",
-    chunk_size: int = EVAL_CHUNK,
-) -> EvalResult:
-    """One trajectory per question (greedy by default); sync wrapper over
-    :func:`evaluate_async` for callers without an event loop."""
-    return asyncio.run(
-        evaluate_async(
-            model,
-            search,
-            protocol,
-            reward,
-            questions,
-            config,
-            greedy=greedy,
-            label=label,
-            chunk_size=chunk_size,
-        )
-    )
+def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
+    """:func:`evaluate_async` (same arguments) for callers without an event loop."""
+    return asyncio.run(evaluate_async(*args, **kwargs))
 
 
 # --------------------------------------------------------------------------- output
