@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.config_schema import REDACTED, SECTIONS, Config
+from searchr1.core.config_schema import REDACTED, SECTIONS, Config, mask_secrets
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, installed_registry
 
@@ -592,7 +592,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
             if not isinstance(name, str) or not name or name in names:
                 continue  # an empty name is left to whoever infers or rejects it
             problems.append(_not_installed(where(field_name), field_name, name, kind, names))
-    problems += _settings_naming_plugins(config, registry, where)
+    problems += _chosen_settings_problems(config, registry, where)
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
@@ -623,25 +623,30 @@ def _not_installed(loc: str, dotted: str, name: str, kind: str, names: list[str]
     )
 
 
-def _settings_naming_plugins(config: Config, registry: Registry, where: Any) -> list[str]:
-    """A chosen plugin's setting that names a plugin (field metadata ``names=KIND``), checked
-    like the core's own plugin fields."""
-    out = []
+def _chosen_settings_problems(config: Config, registry: Registry, where: Any) -> list[str]:
+    """Each chosen plugin's declared settings tables checked like the core's own sections
+    (unknown keys, types, ranges), and a field naming a plugin (metadata ``names=KIND``)
+    checked against the registry, so ``config check`` finds them before any run."""
+    out: list[str] = []
     for kind, field_name, _, chosen in _named_choices(config, registry):
         section = field_name.partition(".")[0]
         for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
             reg = registry.entries[kind].get(name) if isinstance(name, str) else None
             for table, cls in declared_settings(reg).items() if reg else ():
-                for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
-                    wanted, dotted = f.metadata.get("names"), f"{section}.{table}.{f.name}"
-                    value = config.plugin_table(section, table).get(f.name, f.default)
+                if not dataclasses.is_dataclass(cls):
+                    continue
+                prefix = f"{section}.{table}"
+                values = check_table(config.plugin_table(section, table), cls, prefix, out, where)
+                for f in dataclasses.fields(cls):
+                    wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
                     if wanted and isinstance(value, str) and value not in registry.names(wanted):
+                        dotted = f"{prefix}.{f.name}"
                         out.append(
                             _not_installed(
                                 where(dotted), dotted, value, wanted, registry.names(wanted)
                             )
                         )
-    return out
+    return [mask_secrets(p, config.secrets) for p in out]
 
 
 def check_plugin_choices(config: Config, registry: Registry) -> None:

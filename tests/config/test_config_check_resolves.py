@@ -154,6 +154,21 @@ def test_api_base_with_a_wrong_scheme_is_named(value: str, expect: str) -> None:
     assert "https://" in text  # the fix
 
 
+def test_config_check_names_a_typo_in_a_chosen_plugins_table(project: Path, capsys) -> None:
+    """A chosen plugin's declared settings (a provider's, a train stage's) are checked like the
+    core's own sections, with the line; an unchosen plugin's table is left alone."""
+    text = (
+        '[model]\nprovider = "local"\n[model.local]\ndevcie = "cpu"\n'
+        '[model.vllm]\nanything = 1\n[train.cold_start]\nstpes = 3\nlr = -1.0\n'
+    )
+    rc, _, err = _check(project, capsys, text)
+    assert rc == 2
+    assert ":4: unknown key 'model.local.devcie'; did you mean 'device'?" in err, err
+    assert ":8: unknown key 'train.cold_start.stpes'; did you mean 'steps'?" in err, err
+    assert ":9: train.cold_start.lr = -1.0 must be > 0.0" in err, err
+    assert "model.vllm" not in err
+
+
 def test_a_url_in_a_plugin_table_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"search\.search_r1\.api_base"):
         parse_config('[search.search_r1]\napi_base = "127.0.0.1:8000"\n', source="c.toml", env={})

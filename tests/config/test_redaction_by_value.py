@@ -27,7 +27,7 @@ provider = "local"
 api_base = "https://s.example/?auth=${CRED_VALUE}"
 [search.local]
 corpus = "builtin:world/corpus.jsonl"
-note = "token ${TAOTOKEN_API_KEY} here"
+stopwords = "token ${TAOTOKEN_API_KEY} here"
 """
 
 
@@ -42,8 +42,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_config_check_masks_a_key_inside_a_url(project: Path, capsys) -> None:
-    # A plugin table's keys are checked by its plugin when a run starts; config check prints
-    # the table as written (`note` included), masked.
+    # config check prints a plugin table as written, a string holding a key masked.
     rc = main(["config", "check", "--config", str(project / "config.toml")])
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -117,10 +116,10 @@ def test_only_secret_looking_variable_names_are_masked_by_value(
     (tmp_path / "c.toml").write_text(
         '[model]\nprovider = "local"\nmax_new_tokens = 2048\n'
         '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
-        'note = "${HF_TOKEN} and ${MAX_TOKENS}"\n'
+        'stopwords = "${HF_TOKEN} and ${MAX_TOKENS}"\n'
     )
     config = load_config(str(tmp_path / "c.toml"))
     assert "hf-abcdef123456" in config.secrets and "2048" not in config.secrets
     assert main(["config", "check", "--config", str(tmp_path / "c.toml")]) == 0
     out = capsys.readouterr().out
-    assert 'note = "*** and 2048"' in out and "max_new_tokens = 2048" in out
+    assert 'stopwords = "*** and 2048"' in out and "max_new_tokens = 2048" in out
