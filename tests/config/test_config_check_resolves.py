@@ -159,7 +159,7 @@ def test_config_check_names_a_typo_in_a_chosen_plugins_table(project: Path, caps
     core's own sections, with the line; an unchosen plugin's table is left alone."""
     text = (
         '[model]\nprovider = "local"\n[model.local]\ndevcie = "cpu"\n'
-        '[model.vllm]\nanything = 1\n[train.cold_start]\nstpes = 3\nlr = -1.0\n'
+        "[model.vllm]\nanything = 1\n[train.cold_start]\nstpes = 3\nlr = -1.0\n"
     )
     rc, _, err = _check(project, capsys, text)
     assert rc == 2
