@@ -231,4 +231,6 @@ def test_lora_on_lm_head_takes_autograd_per_chunk_with_the_same_gradients(
     assert any("lm_head" in n for n in old_grads) and old_grads.keys() == new_grads.keys()
     for n, g in old_grads.items():
         error = float((new_grads[n] - g).abs().max())
-        assert error <= 1e-6 * float(g.abs().max()) + 1e-12, (n, error)
+        # float32 sums taken in another order differ by ~1e-6 of the largest value (seen:
+        # 1.2e-6); a wrong gradient is off by its own size.
+        assert error <= 1e-5 * float(g.abs().max()) + 1e-12, (n, error)
