@@ -218,12 +218,29 @@ def write_records(path: Path, result: EvalResult) -> None:
 
 def heldout_questions(config: Config) -> list[Question]:
     """``data.eval``'s questions when ``train.eval_before_after``, else none; a stage loads
-    them when created, so a bad path fails before the (slow) model load."""
+    them when created, so a bad path fails before the (slow) model load. Read once per file
+    version, however many stages ask, so skipped rows are reported once."""
     if not (config.train.eval_before_after and config.data.eval):
         return []
+    from searchr1.core.builtins import resolve
     from searchr1.core.data import load_questions
 
-    return list(load_questions(config.data.eval, field_name="data.eval", report=True).questions)
+    spec = config.data.eval
+    try:
+        st = Path(resolve(spec)).stat()
+        key: tuple[Any, ...] | None = (spec, st.st_size, st.st_mtime_ns)
+    except OSError:  # missing: load_questions names the field and the path
+        key = None
+    if key is None or key not in _HELDOUT:
+        loaded = load_questions(spec, field_name="data.eval", report=True).questions
+        if key is None:
+            return list(loaded)
+        _HELDOUT[key] = loaded
+    return list(_HELDOUT[key])
+
+
+#: held-out questions by (data.eval, size, mtime) for this process (see heldout_questions)
+_HELDOUT: dict[tuple[Any, ...], tuple[Question, ...]] = {}
 
 
 def heldout_eval(

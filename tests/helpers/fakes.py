@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from searchr1.core.hookspecs import hookimpl
@@ -140,7 +141,8 @@ class ScriptedModel:
         await asyncio.sleep(0)  # yield like a real provider, so other tasks interleave
         if self.fail is not None:
             raise self.fail
-        for start, emitted in self._groups:
+        # The newest group with this prompt: a question rolled out again (a second eval) starts over.
+        for start, emitted in reversed(self._groups):
             if prompt[: len(start)] != start or len(prompt) == len(start):
                 continue
             rest = prompt[len(start) :]
@@ -165,10 +167,12 @@ class ScriptedModel:
         self.snapshots += 1
 
     def save_state(self, path: str) -> None:
-        pass
+        """No weights: a marker file, so its checkpoints resume like a real trainer's."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "scripted.json").write_text("{}")
 
     def load_state(self, path: str) -> None:
-        pass
+        (Path(path) / "scripted.json").read_text()  # a missing state fails as a real one does
 
     def close(self) -> None:
         pass

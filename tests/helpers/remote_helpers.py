@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
@@ -88,3 +90,22 @@ def check_pin_holds_until_the_next_pin(provider) -> None:
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
     provider.snapshot_sampler()
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs
+
+
+def remote_config(provider: str, base_url: str, api_key: str, table: dict[str, object]) -> Config:
+    """A remote provider's config against a fake service: the tiny random model's tokenizer,
+    a rank-8 LoRA over every projection, and ``[model.<provider>]`` = ``table``."""
+    config = Config().replace(
+        model={
+            "provider": provider,
+            "api_base": base_url,
+            "api_key": api_key,
+            "base_model": "builtin:tiny-random",
+            "temperature": 1.0,
+            "device": "cpu",
+            "dtype": "float32",
+        },
+        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
+        run={"seed": 0},
+    )
+    return dataclasses.replace(config, plugins={f"model.{provider}": dict(table)})

@@ -7,7 +7,6 @@ fails half-way, setup errors, and the CLI end to end."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import re
 import sys
@@ -19,11 +18,11 @@ pytest.importorskip("pytrio")
 
 from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
 from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
-from remote_helpers import (  # noqa: E402
+from remote_helpers import (
     ADAM,
     IS_LOSS,
-    TARGETS,
     make_datums,
+    remote_config,  # noqa: E402
 )
 
 from searchr1.core.config_schema import Config  # noqa: E402
@@ -56,19 +55,6 @@ def _no_faults(fake):
 
 
 def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
-    config = Config().replace(
-        model={
-            "provider": "taotoken",
-            "api_base": fake.base_url,
-            "api_key": API_KEY,
-            "base_model": "builtin:tiny-random",
-            "temperature": 1.0,
-            "device": "cpu",
-            "dtype": "float32",
-        },
-        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
-        run={"seed": 0},
-    )
     table = {
         "sdk_home": str(tmp_path / "pytrio-home"),
         "retry_timeout_seconds": 3.0,
@@ -76,7 +62,7 @@ def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
         "request_timeout_seconds": 30,
         **taotoken,
     }
-    return dataclasses.replace(config, plugins={"model.taotoken": table})
+    return remote_config("taotoken", fake.base_url, API_KEY, table)
 
 
 @pytest.fixture

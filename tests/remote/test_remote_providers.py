@@ -9,7 +9,6 @@ pinned one, save/resume, transient 429/5xx, a rejected key. Each test runs once 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,10 +19,10 @@ import pytest
 from remote_helpers import (
     ADAM,
     IS_LOSS,
-    TARGETS,
     check_pin_holds_until_the_next_pin,
     make_datums,
     one_step,
+    remote_config,
 )
 
 from searchr1.core.config import load_config
@@ -58,21 +57,9 @@ class Backend:
     transient_faults: Callable[[Any], tuple[Any, ...]]  # inject 429 x2, 503 x2, 502 x1
 
     def config(self, **table: object) -> Config:
-        config = Config().replace(
-            model={
-                "provider": self.name,
-                "api_base": self.fake.base_url,
-                "api_key": self.api_key,
-                "base_model": "builtin:tiny-random",
-                "temperature": 1.0,
-                "device": "cpu",
-                "dtype": "float32",
-            },
-            lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
-            run={"seed": 0},
+        return remote_config(
+            self.name, self.fake.base_url, self.api_key, {**self.model_table, **table}
         )
-        plugins = {f"model.{self.name}": {**self.model_table, **table}}
-        return dataclasses.replace(config, plugins=plugins)
 
     def open(self, config: Config | None = None) -> RemoteModelProvider:
         return RemoteModelProvider.from_config(

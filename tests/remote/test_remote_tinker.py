@@ -7,7 +7,6 @@ bounded result and sampling waits, and ``searchr1 train`` end to end."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 import time
 
@@ -17,12 +16,12 @@ pytest.importorskip("tinker")
 
 from fake_tinker_service import API_KEY, FakeTinker  # noqa: E402
 from remote_cli import ChecksumRewardPlugin, metric_events, write_cli_config  # noqa: E402
-from remote_helpers import (  # noqa: E402
+from remote_helpers import (
     ADAM,
     IS_LOSS,
-    TARGETS,
     make_datums,
     max_in_flight,
+    remote_config,  # noqa: E402
     round_trips,
     waits,
 )
@@ -52,20 +51,7 @@ def _no_faults(fake):
 
 
 def make_config(fake: FakeTinker, **table: object) -> Config:
-    config = Config().replace(
-        model={
-            "provider": "tinker",
-            "api_base": fake.base_url,
-            "api_key": API_KEY,
-            "base_model": "builtin:tiny-random",
-            "temperature": 1.0,
-            "device": "cpu",
-            "dtype": "float32",
-        },
-        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0, "target_modules": TARGETS},
-        run={"seed": 0},
-    )
-    return dataclasses.replace(config, plugins={"model.tinker": dict(table)})
+    return remote_config("tinker", fake.base_url, API_KEY, table)
 
 
 def open_provider(fake: FakeTinker, **table: object) -> RemoteModelProvider:
