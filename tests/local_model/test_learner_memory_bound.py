@@ -34,4 +34,8 @@ def test_chunked_logprobs_use_at_most_a_quarter_of_the_old_peak_memory() -> None
     # ~875 MB extra against ~80 MB for the new one (ratio ~0.1; the bound leaves 2.5x).
     assert old["extra_mb"] > 400, report
     assert new["extra_mb"] <= 0.25 * old["extra_mb"], report
-    assert report["loss_abs_diff"] <= 1e-5, report
+    # Both paths in float32 (the figures are float32's memory); their exact agreement is
+    # checked in float64 by test_learner_chunked_logits. Here, a bound from the dtype: each
+    # of the 8 x 48 log-probs (|lp| <= log V = 11.8) is a sum over V = 2**17 columns taken in
+    # another order, off by at most log2(V) * u32 = 17 * 6e-8 of it: 384 * 11.8 * 1e-6.
+    assert report["loss_abs_diff"] <= 4.6e-3, report

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from fakes import build_small_tiny_model
+from numerics import RTOL64
 
 from searchr1.core.config_schema import Config
 from searchr1.core.step_metrics import (
@@ -37,7 +38,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _provider(model_dir: Path, *, checkpointing: bool = False) -> LocalModelProvider:
     config = Config().replace(
-        model={"base_model": str(model_dir), "temperature": TEMPERATURE},
+        model={"base_model": str(model_dir), "temperature": TEMPERATURE, "dtype": "float64"},
         lora={"rank": 8, "alpha": 16.0, "dropout": SEED_DROPOUT},
     )
     config = dataclasses.replace(
@@ -91,10 +92,13 @@ def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpoint
     m = result.metrics
     trained = sum(1 for d in datums for a in d.advantages if a != 0)
     assert m["mismatch/tokens"] == trained > 20
-    assert m["mismatch/logprob_diff_max"] < 1e-4
-    assert abs(m["mismatch/ratio_min"] - 1) < 1e-4 and abs(m["mismatch/ratio_max"] - 1) < 1e-4
-    assert abs(m["mismatch/kl_sample_train"]) < 1e-5 and 0 <= m["mismatch/k3"] < 1e-8
-    assert abs(m["ratio_mean"] - 1) < 1e-4
+    # float64 (see ``numerics``): log-probs at most ~20 in magnitude agree to 20 * RTOL64, so
+    # ratios are 1 to that; k3 = r - 1 - log r (d**2 / 2, plus rounding) is far below it.
+    tol = 20 * RTOL64
+    assert m["mismatch/logprob_diff_max"] < tol
+    assert abs(m["mismatch/ratio_min"] - 1) < tol and abs(m["mismatch/ratio_max"] - 1) < tol
+    assert abs(m["mismatch/kl_sample_train"]) < tol and abs(m["mismatch/k3"]) < tol
+    assert abs(m["ratio_mean"] - 1) < tol
     assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in p.learner.params)
     assert (calls > 0) == checkpointing
     assert all(module.training for module in p.model.modules())  # modes restored

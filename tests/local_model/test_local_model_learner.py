@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from fakes import build_small_tiny_model
+from numerics import RTOL64, assert_same64, assert_same_grads64
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -27,15 +28,17 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_small_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def _config(model_dir: Path, **lora: object) -> Config:
+def _config(model_dir: Path, dtype: str = "float64", **lora: object) -> Config:
+    """float64 unless a test needs float32: gradients of two computations of the same maths
+    then agree to ``numerics.RTOL64`` on any CPU."""
     return Config().replace(
-        model={"base_model": str(model_dir), "temperature": 0.9},
+        model={"base_model": str(model_dir), "temperature": 0.9, "dtype": dtype},
         lora={"rank": 4, "alpha": 8.0, "dropout": 0.0, **lora},
     )
 
 
-def _provider(model_dir: Path, **lora: object) -> LocalModelProvider:
-    return LocalModelProvider.from_config(_config(model_dir, **lora))
+def _provider(model_dir: Path, dtype: str = "float64", **lora: object) -> LocalModelProvider:
+    return LocalModelProvider.from_config(_config(model_dir, dtype, **lora))
 
 
 def _datums(vocab: int, n: int = 5, seed: int = 0) -> list[Datum]:
@@ -69,10 +72,11 @@ def _reference_gradient(p: LocalModelProvider, datums: list[Datum], scale: float
     p.model.eval()  # the learner scores without dropout; dropout is 0 here anyway
     p.model.zero_grad(set_to_none=True)
     for d in datums:
-        logits = p.model(input_ids=torch.tensor([d.input_tokens])).logits[0].float() / 0.9
+        logits = p.model(input_ids=torch.tensor([d.input_tokens])).logits[0] / 0.9
         lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(d.target_tokens)[:, None])
-        ratio = (lp[:, 0] - torch.tensor(d.sampler_logprobs)).exp()
-        (-(ratio * torch.tensor(d.advantages)).sum() * scale).backward()
+        f64 = dict(dtype=torch.float64)
+        ratio = (lp[:, 0] - torch.tensor(d.sampler_logprobs, **f64)).exp()
+        (-(ratio * torch.tensor(d.advantages, **f64)).sum() * scale).backward()
     out = _grads(p)
     p.model.zero_grad(set_to_none=True)
     return out
@@ -109,13 +113,13 @@ def test_micro_batches_scaled_by_one_over_n_give_the_full_batch_gradient(model_d
     for got in (whole, split, chunked):
         assert got.keys() == expected.keys()
         for name, g in expected.items():
-            torch.testing.assert_close(got[name], g, atol=1e-6, rtol=1e-4)
+            assert_same64(got[name], g, name)
     doubled = accumulated([datums], 2.0 / n)
     for name, g in expected.items():
-        torch.testing.assert_close(doubled[name], 2 * g, atol=1e-6, rtol=1e-4)
+        assert_same64(doubled[name], 2 * g, name)
     # The reported loss is unscaled (the sum over datums), whatever the split.
     losses = [p.forward_backward(b, IS, loss_scale=1.0 / n).loss for b in (datums[:2], datums[2:])]
-    assert sum(losses) == pytest.approx(p.forward_backward(datums, IS).loss, abs=1e-4)
+    assert sum(losses) == pytest.approx(p.forward_backward(datums, IS).loss, rel=RTOL64)
     p.close()
 
 
@@ -160,7 +164,8 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
 
     datums = _datums(700, n=4, seed=5)
     loss = NamedLoss("cispo", cispo)
-    a = _provider(model_dir)
+    # float32, as users run it: the adapter is stored in float32 (bit-identical resume).
+    a = _provider(model_dir, "float32")
     a.forward_backward(datums, loss)
     a.optim_step(ADAM)
     a.save_state(str(tmp_path / "ckpt"))
@@ -169,7 +174,7 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
         next_a.append(a.forward_backward(datums, loss).loss)
         a.optim_step(ADAM)
 
-    b = LocalModelProvider.from_config(_config(model_dir).replace(run={"seed": 7}))
+    b = LocalModelProvider.from_config(_config(model_dir, "float32").replace(run={"seed": 7}))
     b.load_state(str(tmp_path / "ckpt"))
     assert b.learner.step == 1
     next_b = []
@@ -182,7 +187,7 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
     base = AutoModelForCausalLM.from_pretrained(model_dir)
     peft_model = PeftModel.from_pretrained(base, str(tmp_path / "ckpt" / "adapter"))
     ids = torch.tensor([[5, 6, 7, 8]])
-    a_only = LocalModelProvider.from_config(_config(model_dir))
+    a_only = LocalModelProvider.from_config(_config(model_dir, "float32"))
     a_only.load_state(str(tmp_path / "ckpt"))
     with torch.no_grad():
         torch.testing.assert_close(
@@ -252,9 +257,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(model_dir: Path) -> None
         p.forward_backward(datums, IS)
         grads.append(_grads(p))
         p.close()
-    assert grads[0] and set(grads[0]) == set(grads[1])
-    for name, g in grads[0].items():
-        torch.testing.assert_close(grads[1][name], g, atol=1e-6, rtol=1e-5)
+    assert_same_grads64(grads[1], grads[0])
 
 
 def test_cpu_threads_default_to_the_cores_available_and_threads_overrides() -> None:

@@ -1,4 +1,5 @@
-"""Sampling of the local provider on the tiny model (CPU, fp32): batching, stops, log-probs."""
+"""Sampling of the local provider on the tiny model (CPU, float64 so that its log-probs can be
+compared with the learner's to ``numerics.RTOL64`` on any CPU): batching, stops, log-probs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from fakes import build_small_tiny_model
+from numerics import RTOL64
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
@@ -18,6 +20,8 @@ from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
 TEMPERATURE = 0.7
+# A log-prob is at most ~20 in magnitude here (vocabulary 800 at temperature 0.7).
+LOGPROB_TOL = 20 * RTOL64
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +30,7 @@ def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelPro
         tmp_path_factory.mktemp("tiny"), vocab_size=800, max_position_embeddings=256
     )
     config = Config().replace(
-        model={"base_model": str(path), "temperature": TEMPERATURE},
+        model={"base_model": str(path), "temperature": TEMPERATURE, "dtype": "float64"},
         lora={"rank": 4, "alpha": 8.0, "dropout": 0.0},
     )
     p = LocalModelProvider.from_config(config)
@@ -106,8 +110,8 @@ def test_sampler_logprobs_match_learner(provider: LocalModelProvider, top_p: flo
             )
     result = provider.forward_backward(datums, NamedLoss("is", importance_sampling))
     provider.learner.optimizer.zero_grad(set_to_none=True)
-    assert result.metrics["logprob_diff_max"] <= 1e-4
-    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert result.metrics["logprob_diff_max"] <= LOGPROB_TOL
+    assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=LOGPROB_TOL)
     assert result.metrics["tokens"] == sum(len(s.tokens) for g in results for s in g)
 
 
@@ -121,7 +125,7 @@ def test_greedy_returns_argmax_and_untempered_logprobs(provider: LocalModelProvi
             provider.model, full[:, :-1], torch.ones_like(full[:, :-1]), full[:, 1:], 1.0
         )[0, len(prompt) - 1 :]
     assert list(s.tokens) == logits.argmax(-1).tolist()
-    assert max(abs(a - b) for a, b in zip(s.logprobs, lp.tolist(), strict=True)) <= 1e-4
+    assert max(abs(a - b) for a, b in zip(s.logprobs, lp.tolist(), strict=True)) <= LOGPROB_TOL
 
 
 def test_stop_string_ends_at_the_completing_token(provider: LocalModelProvider) -> None:
@@ -143,7 +147,7 @@ def test_stop_string_ends_at_the_completing_token(provider: LocalModelProvider) 
     )
     assert stopped.stop_reason == "stop"
     assert stopped.tokens == full.tokens[:first]
-    assert stopped.logprobs == pytest.approx(full.logprobs[:first], abs=1e-5)
+    assert stopped.logprobs == pytest.approx(full.logprobs[:first], abs=LOGPROB_TOL)
     assert tok.decode(stopped.tokens).endswith(stop) or stop in tok.decode(stopped.tokens[-1:])
 
 
@@ -188,7 +192,7 @@ def test_seed_reproduces_whatever_shares_the_batch(provider: LocalModelProvider)
     again = _run(crowded())
     assert [s.tokens for s in again] == [s.tokens for s in alone]
     for a, b in zip(alone, again, strict=True):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
     assert alone[0].tokens != alone[1].tokens  # the two samples use different streams
 
 
@@ -216,7 +220,7 @@ PROBS = [0.5, 0.3, 0.1, 0.06, 0.04]
 
 
 def _draw(u: float, top_p: float, temperature: float = 1.0) -> tuple[int, float]:
-    logits = torch.tensor([[math.log(p) for p in PROBS]])
+    logits = torch.tensor([[math.log(p) for p in PROBS]], dtype=torch.float64)
     tok, lp = sample_next(
         logits, torch.tensor([temperature]), torch.tensor([top_p]), torch.tensor([u])
     )
@@ -226,8 +230,8 @@ def _draw(u: float, top_p: float, temperature: float = 1.0) -> tuple[int, float]
 def test_top_p_keeps_the_nucleus_and_reports_pre_truncation_logprob() -> None:
     # top_p = 0.75: tokens 0 and 1 (mass before token 2 is 0.8 >= 0.75); renormalised
     # CDF [0.625, 1.0]
-    assert _draw(0.60, 0.75) == (0, pytest.approx(math.log(0.5), abs=1e-6))
-    assert _draw(0.65, 0.75) == (1, pytest.approx(math.log(0.3), abs=1e-6))
+    assert _draw(0.60, 0.75) == (0, pytest.approx(math.log(0.5), abs=RTOL64))
+    assert _draw(0.65, 0.75) == (1, pytest.approx(math.log(0.3), abs=RTOL64))
     assert {_draw(u / 100, 0.75)[0] for u in range(100)} == {0, 1}
     # top_p = 1: plain inverse CDF over all five tokens
     assert _draw(0.97, 1.0)[0] == 4
@@ -236,9 +240,9 @@ def test_top_p_keeps_the_nucleus_and_reports_pre_truncation_logprob() -> None:
 def test_temperature_scales_logprobs() -> None:
     tok, lp = _draw(0.0, 1.0, temperature=0.5)
     expected = 2 * math.log(0.5) - math.log(sum(p**2 for p in PROBS))
-    assert tok == 0 and lp == pytest.approx(expected, abs=1e-6)
+    assert tok == 0 and lp == pytest.approx(expected, abs=RTOL64)
     tok, lp = _draw(0.99, 1.0, temperature=0.0)  # greedy ignores the draw
-    assert tok == 0 and lp == pytest.approx(math.log(0.5), abs=1e-6)
+    assert tok == 0 and lp == pytest.approx(math.log(0.5), abs=RTOL64)
 
 
 def test_requests_joining_a_running_batch_sample_as_if_alone(
@@ -274,7 +278,7 @@ def test_requests_joining_a_running_batch_sample_as_if_alone(
     for job, expected in zip(jobs, alone, strict=True):
         assert [s.tokens for s in job.results] == [s.tokens for s in expected]
         for got, want in zip(job.results, expected, strict=True):
-            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+            assert got.logprobs == pytest.approx(want.logprobs, abs=LOGPROB_TOL)
             assert got.stop_reason == want.stop_reason
 
 

@@ -16,7 +16,13 @@ from searchr1.core.errors import ConfigValueError
 if TYPE_CHECKING:
     import torch
 
-_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+_DTYPES = {
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    # Exactness checks: two computations of the same maths agree to ~1e-12 on any CPU.
+    "float64": "float64",
+}
 
 
 def choose_device(spec: str) -> torch.device:

@@ -249,8 +249,9 @@ class Forward:
             logits_RV=out.logits[:, -1, :][owner_R],
             mask_RL=mask_PL[owner_R],
             next_pos_R=(start.to(dev) + torch.tensor(lens, device=dev))[owner_R],
+            # float64: a float64 model's sampler divides by exactly the learner's temperature.
             temperature_R=torch.tensor(
-                [r.job.params.temperature for r in rows], dtype=torch.float32, device=dev
+                [r.job.params.temperature for r in rows], dtype=torch.float64, device=dev
             ),
             top_p_R=torch.tensor(
                 [r.job.params.top_p for r in rows], dtype=torch.float32, device=dev

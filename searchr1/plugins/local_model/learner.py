@@ -306,15 +306,17 @@ class Learner:
         ids_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
         targets_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
         mask_BT = torch.zeros((b, width), dtype=torch.long)
-        sampler_BT = torch.zeros((b, width), dtype=torch.float32)
-        adv_BT = torch.zeros((b, width), dtype=torch.float32)
+        # float32, or float64 for a float64 model (whose exactness checks need every digit).
+        real = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
+        sampler_BT = torch.zeros((b, width), dtype=real)
+        adv_BT = torch.zeros((b, width), dtype=real)
         for i, d in enumerate(datums):
             n = len(d)
             ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
             targets_BT[i, :n] = torch.tensor(d.target_tokens, dtype=torch.long)
             mask_BT[i, :n] = 1
-            sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=torch.float32)
-            adv_BT[i, :n] = torch.tensor(d.advantages, dtype=torch.float32)
+            sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=real)
+            adv_BT[i, :n] = torch.tensor(d.advantages, dtype=real)
         # Only positions with a non-zero advantage enter any policy loss (docs/protocols.md §5);
         # the model still reads every position, but logits are computed only where a datum
         # trains. logprobs_T and the loss inputs are in row-major order of trained_BT.

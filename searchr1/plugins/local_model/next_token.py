@@ -28,7 +28,9 @@ def sample_next(
     seeded request reproduces regardless of what else shares its batch). Sampling is by
     inverse CDF over the (top-p truncated, renormalised) probabilities.
     """
-    logits_RV = logits_RV.float()
+    # At least float32 (half-precision log-softmax loses digits); float64 stays float64.
+    logits_RV = logits_RV.to(torch.promote_types(logits_RV.dtype, torch.float32))
+    temperature_R = temperature_R.to(logits_RV.dtype)
     greedy_R = temperature_R <= 0
     safe_t_R = torch.where(greedy_R, torch.ones_like(temperature_R), temperature_R)
     logp_RV = torch.log_softmax(logits_RV / safe_t_R[:, None], dim=-1)

@@ -68,7 +68,7 @@ class LocalSettings:
 
     device: str = setting("auto", also_in_section=True, help="auto | cpu | cuda | cuda:N | mps")
     dtype: str = setting(
-        "auto", also_in_section=True, choices=("auto", "float32", "bfloat16", "float16")
+        "auto", also_in_section=True, choices=("auto", "float32", "bfloat16", "float16", "float64")
     )
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
