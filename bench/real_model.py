@@ -126,7 +126,7 @@ def main() -> int:
         json.dumps(str(heldout_subset(args.eval_questions, work / "heldout.jsonl"))),
     )
     if args.cold_start_steps is not None:
-        text = set_value(text, "cold_start", "steps", str(args.cold_start_steps))
+        text = set_value(text, "train.cold_start", "steps", str(args.cold_start_steps))
     if args.rl_steps is not None:
         text = set_value(text, "train", "max_steps", str(args.rl_steps))
         text = set_value(text, "train", "save_every", str(max(1, args.rl_steps)))
