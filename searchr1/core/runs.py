@@ -12,6 +12,7 @@ from typing import Any
 
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, check_plugin_choices
+from searchr1.core.disk import is_disk_error, track_run
 from searchr1.core.errors import ConfigError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
@@ -80,6 +81,7 @@ def open_run(
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
     run_id = run_dir_path.name
+    track_run(run_dir_path, command, config.source)  # a disk error names its checkpoint
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     setup_logging(run_id, run_dir_path / "events.jsonl", secrets=config.secrets, **log_kwargs)
@@ -144,10 +146,12 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
             f"(it is created if missing)"
         ) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        if is_disk_error(exc):  # read-only, full, no permission: the CLI's disk error
+            raise
         reason = getattr(exc, "strerror", None) or exc
         raise UserError(
             f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
-            f"(a file in the path, no write permission, or a character a path cannot hold)"
+            f"(a file in the path, or a character a path cannot hold)"
         ) from None
     return run_dir
 
