@@ -60,15 +60,15 @@ def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> 
 
 class _JsonLinesFile:
     """A structlog processor that appends the finished event to events.jsonl, one whole line
-    per ``write``. A write the disk refuses raises an ``OSError`` naming the file, once; the
-    events after it only reach the screen (the command is ending with that error). A line a
-    full disk cut short is closed with a newline when the file is opened again, so readers
-    (:func:`read_jsonl`) skip that one line and keep the next."""
+    per ``write``. A write the disk refuses raises an ``OSError`` naming the file, and so does
+    every event after it (a run that cannot record its events stops), without writing more.
+    A line a full disk cut short is closed with a newline when the file is opened again, so
+    readers (:func:`read_jsonl`) skip that one line and keep the next."""
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._failed = False
+        self._failed: OSError | None = None
         try:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -77,17 +77,18 @@ class _JsonLinesFile:
             self._write(b"\n")
 
     def __call__(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-        if not self._failed:
-            line = json.dumps(event_dict, default=str, ensure_ascii=False) + "\n"
-            self._write(line.encode("utf-8"))
+        line = json.dumps(event_dict, default=str, ensure_ascii=False) + "\n"
+        self._write(line.encode("utf-8"))
         return event_dict
 
     def _write(self, data: bytes) -> None:
+        if self._failed is not None:
+            raise OSError(self._failed.errno, self._failed.strerror, str(self.path))
         try:
             while data:
                 data = data[os.write(self._fd, data) :]
         except OSError as exc:
-            self._failed = True
+            self._failed = exc
             raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def close(self) -> None:

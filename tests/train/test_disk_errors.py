@@ -87,10 +87,11 @@ def _no_partial_files(run: Path) -> list[Path]:
     return [p for p in run.rglob(".*") if p.name != "." and p.parent != run.parent]
 
 
+@pytest.mark.parametrize("staleness", [0, 1], ids=["sequential", "pipelined"])
 def test_disk_full_after_step_2_names_the_checkpoint_and_resume_finishes(
-    tmp_path: Path, small_fs: Path, run_cli, scripted_plugin, fill_at_step: dict
+    tmp_path: Path, small_fs: Path, run_cli, scripted_plugin, fill_at_step: dict, staleness: int
 ) -> None:
-    config = train_config(tmp_path)  # save_every = 2
+    config = train_config(tmp_path, train=f"max_staleness = {staleness}\n")  # save_every = 2
     run = small_fs / "run"
     fill_at_step.update(step=3, folder=small_fs)
 
