@@ -48,6 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.config_reason = "--config"
         if getattr(args, "announce_config", True):  # config check says it in its header
             print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
+    from searchr1.core.disk import track_run
+
+    track_run(None)  # until the command opens its run folder (open_run)
     try:
         try:
             return int(args.func(args) or 0)

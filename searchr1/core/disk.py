@@ -40,11 +40,13 @@ _ADVICE = {
     errno.EDQUOT: "free some space there or raise your disk quota",
     errno.EROFS: "the filesystem is read-only: remount it read-write or use a writable folder",
     errno.EIO: "the disk reported an I/O error: check it (dmesg, SMART) or use another disk",
-    errno.EACCES: "no permission to write there: fix the folder's owner or mode, or use "
-    "another folder",
-    errno.EPERM: "the system does not permit this write (owner, mode or an immutable flag): "
-    "fix it or use another folder",
+    errno.EACCES: "no permission there: fix the owner or mode of the file or its folder, or "
+    "use another folder",
+    errno.EPERM: "the system does not permit this (owner, mode or an immutable flag): fix it "
+    "or use another folder",
 }
+#: errnos only a write gets; the others (EIO, EACCES, EPERM) may come from a read too
+_WRITE_ONLY = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,11 @@ class _Run:
 _run: _Run | None = None
 
 
-def track_run(run_dir: Path, command: str, config_source: str) -> None:
-    """Remember the command's run folder, so a disk error can name its last checkpoint and
-    the command that continues it."""
+def track_run(run_dir: Path | None, command: str = "", config_source: str = "") -> None:
+    """Remember the command's run folder (None: the command has none), so a disk error can
+    name its last checkpoint and the command that continues it."""
     global _run
-    _run = _Run(Path(run_dir), command, config_source)
+    _run = _Run(Path(run_dir), command, config_source) if run_dir is not None else None
 
 
 def is_disk_error(exc: BaseException) -> bool:
@@ -71,9 +73,8 @@ def is_disk_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
 
 
-#: how libraries with their own writers quote the errno: safetensors ``(os error 28)``,
-#: Python ``[Errno 28]``
-_ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
+#: how a library with its own writer quotes the errno (safetensors: ``(os error 28)``)
+_ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)")
 
 
 def as_disk_error(exc: BaseException) -> OSError | None:
@@ -87,7 +88,7 @@ def as_disk_error(exc: BaseException) -> OSError | None:
         if is_disk_error(cause):
             return cause  # type: ignore[return-value]
         match = _ERRNO_IN_TEXT.search(str(cause))
-        number = int(next(g for g in match.groups() if g)) if match else None
+        number = int(match.group(1)) if match else None
         if number in DISK_ERRNOS:
             return OSError(number, os.strerror(number), getattr(cause, "filename", None))
         cause = cause.__cause__ or cause.__context__
@@ -144,7 +145,8 @@ def disk_error(exc: OSError) -> DiskError:
     reason = exc.strerror or str(exc)
     where = Path(exc.filename) if exc.filename else (_run.run_dir if _run else None)
     target = str(where) if exc.filename else f"a file in {where}" if where else "a file"
-    lines = [f"cannot write {target}: {reason} ({code})"]
+    verb = "write" if exc.errno in _WRITE_ONLY else "access"
+    lines = [f"cannot {verb} {target}: {reason} ({code})"]
     if where is not None:
         free = free_bytes(where)
         lines.append(f"free space there: {human_bytes(free) if free is not None else 'unknown'}")
