@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return int(args.func(args) or 0)
         except Exception as exc:  # a disk that refused a write, however a library wraps it
-            from searchr1.core.disk import as_disk_error, disk_error
+            from searchr1.core.disk import as_disk_error
+            from searchr1.core.runs import disk_error
 
             refused = as_disk_error(exc) if not isinstance(exc, SearchR1Error) else None
             if refused is None:

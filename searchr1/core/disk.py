@@ -4,11 +4,14 @@ write never leaves a file a later read takes for complete.
 - :func:`atomic_write`: a file written whole goes to a temporary file in the same folder,
   is flushed to disk and renamed over the target, so a reader sees the old file or the new
   one, never half of one (trajectory dumps, eval records and summary, the report page).
-- :func:`disk_error`: an ``OSError`` whose errno says the filesystem refused the write (full,
-  over quota, read-only, an I/O error, no permission) becomes the one :class:`DiskError` the
-  CLI prints (exit code 4): the path, the free space there, the last complete checkpoint of
-  the run and the command that continues it. The CLI does this in one place
-  (:mod:`searchr1.cli.main`); writers raise plain ``OSError`` naming their path.
+- :func:`as_disk_error`: whether an exception is the filesystem refusing a write (full, over
+  quota, read-only, an I/O error, no permission), however a library wrapped it. The CLI
+  turns it, in one place (:mod:`searchr1.cli.main`), into the one
+  :class:`~searchr1.core.errors.DiskError` (exit code 4) that
+  :func:`searchr1.core.runs.disk_error` words from :func:`describe_refusal` and the
+  :func:`track_run` of the command: the path, the free space there, the run's last complete
+  checkpoint and the command that continues it. Writers raise plain ``OSError`` naming their
+  path.
 - :func:`warn_if_low_space`: before a checkpoint, a warning when the free space is under twice
   the size of the last checkpoint.
 """
@@ -27,8 +30,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-from searchr1.core.errors import DiskError
 
 #: the errnos that mean "the filesystem refused the write", not a bug in searchr1
 DISK_ERRNOS = frozenset(
@@ -50,22 +51,27 @@ _WRITE_ONLY = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 @dataclass(frozen=True)
-class _Run:
-    """The run the current command writes into (set by ``open_run``)."""
+class TrackedRun:
+    """The run folder the current command writes into (set by ``open_run``)."""
 
     run_dir: Path
     command: str
     config_source: str
 
 
-_run: _Run | None = None
+_run: TrackedRun | None = None
 
 
 def track_run(run_dir: Path | None, command: str = "", config_source: str = "") -> None:
     """Remember the command's run folder (None: the command has none), so a disk error can
     name its last checkpoint and the command that continues it."""
     global _run
-    _run = _Run(Path(run_dir), command, config_source) if run_dir is not None else None
+    _run = TrackedRun(Path(run_dir), command, config_source) if run_dir is not None else None
+
+
+def tracked_run() -> TrackedRun | None:
+    """The run :func:`track_run` remembered, if any."""
+    return _run
 
 
 def is_disk_error(exc: BaseException) -> bool:
@@ -136,44 +142,19 @@ def resume_command(run_dir: Path, config_source: str | None = None) -> str:
     return f"searchr1 train --resume --run-dir {run_dir}{config}"
 
 
-def disk_error(exc: OSError) -> DiskError:
-    """The message a user sees for a write the filesystem refused: what failed, where, the
-    free space there, the last complete checkpoint and what to do next."""
-    from searchr1.core.builtins import cache_dir
-
+def describe_refusal(exc: OSError, fallback: Path | None) -> tuple[list[str], str]:
+    """The lines that say what the disk refused (the path, or a file in ``fallback``; the
+    reason; the free space there) and the advice for that errno."""
     code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
     reason = exc.strerror or str(exc)
-    where = Path(exc.filename) if exc.filename else (_run.run_dir if _run else None)
+    where = Path(exc.filename) if exc.filename else fallback
     target = str(where) if exc.filename else f"a file in {where}" if where else "a file"
     verb = "write" if exc.errno in _WRITE_ONLY else "access"
     lines = [f"cannot {verb} {target}: {reason} ({code})"]
     if where is not None:
         free = free_bytes(where)
         lines.append(f"free space there: {human_bytes(free) if free is not None else 'unknown'}")
-    advice = _ADVICE.get(exc.errno or 0, "fix the disk")
-    if where is not None and _is_under(where, cache_dir()):
-        advice += " (the cache folder is $SEARCHR1_CACHE, default ~/.cache/searchr1)"
-    if _run is not None and _run.command == "train":
-        from searchr1.core.checkpoint import latest_checkpoint
-
-        last = latest_checkpoint(_run.run_dir)
-        if last is not None:
-            lines.append(f"last complete checkpoint: {last.path} (step {last.step})")
-            lines.append(f"{advice}, then continue the run with:")
-            lines.append(f"  {resume_command(_run.run_dir, _run.config_source)}")
-        else:
-            lines.append(f"no complete checkpoint yet in {_run.run_dir}")
-            lines.append(f"{advice}, then start the run again")
-    else:
-        lines.append(f"{advice}, then run the command again")
-    return DiskError("\n".join(lines))
-
-
-def _is_under(path: Path, folder: Path) -> bool:
-    try:
-        return path.absolute().is_relative_to(folder.absolute())
-    except (OSError, ValueError):
-        return False
+    return lines, _ADVICE.get(exc.errno or 0, "fix the disk")
 
 
 def warn_if_low_space(folder: Path, last_checkpoint: Path | None) -> str | None:
