@@ -207,7 +207,9 @@ def run_mode(
         wall = time.perf_counter() - t0
     finally:
         runs.load_registry = real  # type: ignore[assignment]
-    events = [json.loads(line) for line in (ctx.run_dir / "events.jsonl").read_text().splitlines()]
+    from searchr1.core.logs import read_jsonl
+
+    events = read_jsonl(ctx.run_dir / "events.jsonl")[0]
     metrics = [e for e in events if e.get("event") == "metrics"]
     later = metrics[1:] or metrics
 

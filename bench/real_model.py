@@ -148,7 +148,9 @@ def main() -> int:
         sys.stderr.write(proc.stdout[-4000:])
         raise SystemExit(f"searchr1 train exited {proc.returncode}")
     run_dir = max((work / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    from searchr1.core.logs import read_jsonl
+
+    events = read_jsonl(run_dir / "events.jsonl")[0]
     evals = {e["when"]: e for e in events if e.get("event") == "eval/heldout_em"}
     done = next(e for e in events if e.get("event") == "cold_start_done")
     steps = [e for e in events if e.get("event") == "metrics"]

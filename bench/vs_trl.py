@@ -81,7 +81,9 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
     ctx = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
     train(ctx)
-    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    from searchr1.core.logs import read_jsonl
+
+    events = read_jsonl(run_dir / "events.jsonl")[0]
     steps_m = [e for e in events if e["event"] == "metrics"][1:]  # drop the warm-up step
     step_s = sum(e["time/step"] for e in steps_m) / len(steps_m)
     tokens = sum(e["tokens/sampled"] for e in steps_m) / len(steps_m)

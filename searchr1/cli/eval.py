@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP
+from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -207,7 +208,7 @@ def main(args: argparse.Namespace) -> int:
         "greedy": not args.sample,
         "results": {r.label: r.metrics for r in ordered},
     }
-    (ctx.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(ctx.run_dir / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
     print()
     for r in ordered:
         print(format_table(r))

@@ -5,7 +5,10 @@ the parser from each command module's ``add_parser`` (one module per command in
 :mod:`searchr1.cli`), says which config the command runs and why, and hands over to the
 command. Every :class:`~searchr1.core.errors.SearchR1Error` prints as a plain message, never
 as a traceback, and the command exits with its class's ``exit_code`` (2 for what the user must
-fix: config, plugins, data).
+fix: config, plugins, data). A write the filesystem refuses (disk full, over quota, read-only,
+an I/O error, no permission) is turned here, in one place, into a
+:class:`~searchr1.core.errors.DiskError` (exit code 4) naming the path, the free space, the
+last complete checkpoint and the command that continues the run.
 """
 
 from __future__ import annotations
@@ -45,8 +48,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.config_reason = "--config"
         if getattr(args, "announce_config", True):  # config check says it in its header
             print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
+    from searchr1.core.disk import track_run
+
+    track_run(None)  # until the command opens its run folder (open_run)
     try:
-        return int(args.func(args) or 0)
+        try:
+            return int(args.func(args) or 0)
+        except Exception as exc:  # a disk that refused a write, however a library wraps it
+            from searchr1.core.disk import as_disk_error
+            from searchr1.core.runs import disk_error
+
+            refused = as_disk_error(exc) if not isinstance(exc, SearchR1Error) else None
+            if refused is None:
+                raise
+            raise disk_error(refused) from exc
     except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
         from searchr1.core.logs import redact_text
 

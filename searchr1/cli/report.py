@@ -22,6 +22,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"chart:  {png}")
     if files.png_error:
         print(files.png_error)
+    if files.skipped_lines:
+        n = files.skipped_lines
+        print(
+            f"skipped {n} unreadable line{'s' if n != 1 else ''} in {args.run_dir} (a line cut "
+            f"short by a crash or a full disk)"
+        )
     return 0
 
 

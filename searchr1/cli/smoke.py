@@ -42,6 +42,7 @@ from typing import Any
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
 from searchr1.core.config_schema import Config
+from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
@@ -273,7 +274,7 @@ class _Smoke:
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
         path = self.run_dir / TRAJECTORIES_FILE
         tok = self.c.model.sampler.tokenizer
-        with path.open("w", encoding="utf-8") as fh:
+        with atomic_write(path) as fh:
             for traj, result in zip(trajectories, results, strict=True):
                 record = traj.to_dict(result)
                 record["prompt_text"] = tok.decode(

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from searchr1.cli.args import add_run_args
+from searchr1.core.disk import resume_command
 from searchr1.core.errors import EnvironmentDown, Interrupted
 
 
@@ -33,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
         print(
             f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`searchr1 train --resume --run-dir {ctx.run_dir}`",
+            f"`{resume_command(ctx.run_dir, ctx.config.source)}`",
             file=sys.stderr,
         )
         return stop.exit_code

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from hashlib import sha256
 from pathlib import Path
 
+from searchr1.core.disk import as_disk_error
 from searchr1.core.plugins import installed_registry
 from searchr1.core.types import Asset, FileFormat
 
@@ -72,8 +73,13 @@ def _converted(path: Path, fmt: FileFormat) -> str:
 
 
 def _build(folder: Path, asset: Asset) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    """Build ``asset`` into ``folder``; a write the disk refuses raises an ``OSError`` naming
+    ``folder`` (not the temporary one, which is removed)."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(folder)) from None
     try:
         asset.build(tmp)
         (tmp / ".complete").write_text("ok\n")
@@ -83,5 +89,12 @@ def _build(folder: Path, asset: Asset) -> None:
             if not (folder / ".complete").exists():  # a concurrent build won; otherwise retry
                 shutil.rmtree(folder, ignore_errors=True)
                 tmp.rename(folder)
+    except Exception as exc:  # a library may wrap the disk's refusal (safetensors, torch)
+        refused = as_disk_error(exc)
+        if refused is None:
+            raise
+        inside = refused.filename is None or str(refused.filename).startswith(str(tmp))
+        where = str(folder) if inside else refused.filename  # the temporary name means nothing
+        raise OSError(refused.errno, refused.strerror, where) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -5,6 +5,7 @@ SIGKILL) never leaves a broken ``step_*``."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -17,7 +18,9 @@ from typing import Any
 import tomli_w
 
 from searchr1.core.config_schema import Config
+from searchr1.core.disk import as_disk_error, free_bytes, used_bytes, warn_if_low_space
 from searchr1.core.errors import UserError
+from searchr1.core.logs import get_logger
 from searchr1.core.types import Trainer
 
 KEEP = 3
@@ -41,28 +44,54 @@ def checkpoints_dir(run_dir: Path) -> Path:
 def save_checkpoint(
     run_dir: Path, step: int, model: Trainer, config: Config, state: dict[str, Any]
 ) -> Path:
-    """Write checkpoint ``step`` atomically and prune all but the newest ``KEEP``."""
+    """Write checkpoint ``step`` atomically and prune all but the newest ``KEEP``. Warns
+    first when the free space is under twice the last checkpoint's size; a write the disk
+    refuses raises an ``OSError`` naming the checkpoint folder, with nothing of it left."""
     import torch
 
     parent = checkpoints_dir(run_dir)
     parent.mkdir(parents=True, exist_ok=True)
     final = parent / f"step_{step:06d}"
+    previous = list_checkpoints(run_dir)
+    low = warn_if_low_space(parent, previous[-1].path if previous else None)
+    if low:
+        get_logger().warning("disk_space_low", detail=low)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=parent))
     try:
         model.save_state(str(tmp / "model"))
         trainer_state = {"step": step, "python_rng": _encode_rng(random.getstate()), **state}
         (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
-        torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+        with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
+            torch.save({"torch": torch.get_rng_state()}, fh)
         (tmp / "config.toml").write_text(tomli_w.dumps(_toml_safe(config.to_dict(redact=True))))
         _fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
             shutil.rmtree(final)
         os.rename(tmp, final)
+    except Exception as exc:
+        failure = _write_failure(exc, final, previous)
+        if failure is exc:
+            raise
+        raise failure from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-KEEP]:
         shutil.rmtree(old.path, ignore_errors=True)
     return final
+
+
+def _write_failure(exc: Exception, final: Path, previous: list[Checkpoint]) -> Exception:
+    """What a failed save raises: an ``OSError`` naming ``final`` when the disk refused the
+    write. torch writing to a path reports a full disk without an errno ("unexpected pos");
+    then a disk with less free space than the last checkpoint took is taken to be full."""
+    refused = as_disk_error(exc)
+    if refused is not None:
+        return OSError(refused.errno, refused.strerror, str(final))
+    free = free_bytes(final.parent)
+    needed = max(used_bytes(previous[-1].path) if previous else 0, 1 << 20)
+    if not isinstance(exc, OSError) and free is not None and free < needed:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final))
+    return exc
 
 
 class CheckpointError(UserError):

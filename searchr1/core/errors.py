@@ -9,6 +9,8 @@ Every error the CLI prints as a plain message (no traceback) derives from
     ├── ConfigError        exit 2  every problem found in one config file, one per line
     ├── PluginError        exit 2  a plugin failed to load, clashes, or is not installed
     ├── EnvironmentDown    exit 3  the search environment stayed broken past the retries
+    ├── DiskError          exit 4  a write the filesystem refused: full, over quota,
+    │                              read-only, an I/O error, no permission
     └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM
 
 A user-facing message must name the field, file or variable to fix. Kept out of the CLI so
@@ -21,6 +23,8 @@ import signal
 
 #: ``searchr1 train`` stopped because search stayed down (see :class:`EnvironmentDown`).
 EXIT_ENVIRONMENT_DOWN = 3
+#: a write failed because of the disk, not searchr1 (see :class:`DiskError`).
+EXIT_DISK = 4
 
 
 class SearchR1Error(Exception):
@@ -60,6 +64,14 @@ class EnvironmentDown(SearchR1Error, RuntimeError):
     """Search stayed broken past the guard's retries (exit code 3; also a ``RuntimeError``)."""
 
     exit_code = EXIT_ENVIRONMENT_DOWN
+
+
+class DiskError(SearchR1Error):
+    """The filesystem refused a write (ENOSPC, EDQUOT, EROFS, EIO, EACCES, EPERM): the
+    message names the path, the free space there, the run's last complete checkpoint and the
+    command that continues it (exit code 4). Built by :func:`searchr1.core.disk.disk_error`."""
+
+    exit_code = EXIT_DISK
 
 
 class Interrupted(SearchR1Error):

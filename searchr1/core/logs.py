@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -58,19 +59,70 @@ def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> 
 
 
 class _JsonLinesFile:
-    """A structlog processor that appends the finished event to events.jsonl."""
+    """A structlog processor that appends the finished event to events.jsonl, one whole line
+    per ``write``. A write the disk refuses raises an ``OSError`` naming the file, and so does
+    every event after it (a run that cannot record its events stops), without writing more.
+    A line a full disk cut short is closed with a newline when the file is opened again, so
+    readers (:func:`read_jsonl`) skip that one line and keep the next."""
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = path.open("a", encoding="utf-8")
+        self.path = path
+        self._failed: OSError | None = None
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        if _ends_mid_line(path):
+            self._write(b"\n")
 
     def __call__(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-        self._fh.write(json.dumps(event_dict, default=str, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        line = json.dumps(event_dict, default=str, ensure_ascii=False) + "\n"
+        self._write(line.encode("utf-8"))
         return event_dict
 
+    def _write(self, data: bytes) -> None:
+        if self._failed is not None:
+            raise OSError(self._failed.errno, self._failed.strerror, str(self.path))
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as exc:
+            self._failed = exc
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
+
     def close(self) -> None:
-        self._fh.close()
+        os.close(self._fd)
+
+
+def _ends_mid_line(path: Path) -> bool:
+    with path.open("rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSONL file (``events.jsonl``, trajectory dumps, eval records)
+    and the number of lines that were not one: a line a full disk or a crash cut short is
+    skipped and counted, never taken for an event."""
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(obj, dict):
+                rows.append(obj)
+            else:
+                bad += 1
+    return rows, bad
 
 
 class EventHub(Protocol):

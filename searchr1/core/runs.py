@@ -10,9 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.builtins import cache_dir
+from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, check_plugin_choices
-from searchr1.core.errors import ConfigError, PluginError, UserError
+from searchr1.core.disk import (
+    describe_refusal,
+    is_disk_error,
+    resume_command,
+    track_run,
+    tracked_run,
+)
+from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
 from searchr1.core.logs import attach_sinks, get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.sinks import open_sinks
@@ -80,6 +89,7 @@ def open_run(
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
     run_id = run_dir_path.name
+    track_run(run_dir_path, command, config.source)  # a disk error names its checkpoint
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     setup_logging(run_id, run_dir_path / "events.jsonl", secrets=config.secrets, **log_kwargs)
@@ -144,12 +154,43 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
             f"(it is created if missing)"
         ) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        if is_disk_error(exc):  # read-only, full, no permission: the CLI's disk error
+            raise
         reason = getattr(exc, "strerror", None) or exc
         raise UserError(
             f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
-            f"(a file in the path, no write permission, or a character a path cannot hold)"
+            f"(a file in the path, or a character a path cannot hold)"
         ) from None
     return run_dir
+
+
+def disk_error(exc: OSError) -> DiskError:
+    """The one message for a write the disk refused (:mod:`searchr1.core.disk`): the path,
+    the free space there, the run's last complete checkpoint and the command that continues
+    it (or, outside ``train``, to run the command again)."""
+    run = tracked_run()
+    lines, advice = describe_refusal(exc, run.run_dir if run else None)
+    if exc.filename and _is_under(Path(exc.filename), cache_dir()):
+        advice += " (the cache folder is $SEARCHR1_CACHE, default ~/.cache/searchr1)"
+    if run is not None and run.command == "train":
+        last = latest_checkpoint(run.run_dir)
+        if last is not None:
+            lines.append(f"last complete checkpoint: {last.path} (step {last.step})")
+            lines.append(f"{advice}, then continue the run with:")
+            lines.append(f"  {resume_command(run.run_dir, run.config_source)}")
+        else:
+            lines.append(f"no complete checkpoint yet in {run.run_dir}")
+            lines.append(f"{advice}, then start the run again")
+    else:
+        lines.append(f"{advice}, then run the command again")
+    return DiskError("\n".join(lines))
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    try:
+        return path.absolute().is_relative_to(folder.absolute())
+    except (OSError, ValueError):
+        return False
 
 
 def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:

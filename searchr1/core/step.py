@@ -33,6 +33,7 @@ from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.disk import atomic_write
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.logs import get_logger, log_metrics, log_trajectories
 from searchr1.core.runs import Components, RunContext
@@ -350,7 +351,7 @@ def _dump_trajectories(run_dir: Path, step: int, groups: Sequence[ScoredGroup], 
         {"step": step, "policy_version": traj.policy_version, **traj.to_dict(result)}
         for traj, result in picked
     ]
-    with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as fh:
+    with atomic_write(folder / f"step_{step:06d}.jsonl") as fh:
         for record in records:
             fh.write(json.dumps(record) + "\n")
     log_trajectories(step, records)

@@ -205,9 +205,12 @@ def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
 
 
 def write_records(path: Path, result: EvalResult) -> None:
-    """One JSON line per question (scores and the readable trajectory)."""
+    """One JSON line per question (scores and the readable trajectory), written whole
+    (:func:`~searchr1.core.disk.atomic_write`)."""
+    from searchr1.core.disk import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for record in result.records:
             f.write(json.dumps({"label": result.label, **record.to_dict()}, ensure_ascii=False))
             f.write("\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from searchr1.core.disk import write_text_atomic
 from searchr1.report.runlog import RunLog, load_run
 
 __all__ = ["ReportFiles", "build_report", "load_run", "RunLog"]
@@ -23,6 +24,8 @@ class ReportFiles:
     html: Path
     pngs: tuple[Path, ...] = field(default_factory=tuple)
     png_error: str | None = None
+    #: lines of the run's JSONL files that were not a whole JSON object (cut short), skipped
+    skipped_lines: int = 0
 
 
 def build_report(
@@ -48,5 +51,7 @@ def build_report(
         except ImportError as exc:
             png_error = f"PNGs skipped: {exc} (pip install matplotlib)"
     html = out / "index.html"
-    html.write_text(render_page(log, [p.name for p in written]), encoding="utf-8")
-    return ReportFiles(html=html, pngs=tuple(written), png_error=png_error)
+    write_text_atomic(html, render_page(log, [p.name for p in written]))
+    return ReportFiles(
+        html=html, pngs=tuple(written), png_error=png_error, skipped_lines=log.bad_lines
+    )

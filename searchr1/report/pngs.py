@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from searchr1.core.disk import atomic_write
 from searchr1.report.charts import CHARTS, PALETTE, ChartSpec
 
 Series = Sequence[tuple[float, float]]
@@ -49,7 +50,8 @@ def write_pngs(
             ax.legend(fontsize="small")
             fig.tight_layout()
             path = out_dir / f"{spec.slug}.png"
-            fig.savefig(path)
+            with atomic_write(path, "wb") as fh:
+                fig.savefig(fh, format="png")
             written.append(path)
         finally:
             plt.close(fig)

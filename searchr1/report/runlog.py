@@ -15,12 +15,13 @@ Sources in ``RUN_DIR``:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from searchr1.core.logs import read_jsonl
 
 #: event fields that are bookkeeping, never metrics
 _META_KEYS = frozenset({"event", "step", "timestamp", "level", "run_id", "logger"})
@@ -59,26 +60,6 @@ class RunLog:
     def last_step(self) -> int | None:
         steps = [s for points in self.series.values() for s, _ in points]
         return int(max(steps)) if steps else None
-
-
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSONL file and the number of lines that were not one."""
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-            else:
-                bad += 1
-    return rows, bad
 
 
 def load_run(run_dir: Path) -> RunLog:

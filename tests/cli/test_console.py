@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_run import read_events
 
 from searchr1.cli.console import Console, tty_screen
 from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
@@ -63,7 +64,7 @@ def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> 
     # the run's progress bar (tqdm) is drawn under the lines and ends at 2/60
     assert re.search(r"train:\s+3%.*\| 2/60", _plain(stream.getvalue()))
     # the full record stays in events.jsonl
-    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path)
     assert events[1]["optim/grad_norm"] == 0.31 and events[1]["mismatch/k3"] == 1e-7
 
 
@@ -101,7 +102,7 @@ def test_long_work_gets_a_bar_of_its_own_not_lines(tmp_path: Path) -> None:
     shown = _plain(stream.getvalue())
     assert re.search(r"held-out eval before:\s+\d+%.*/80", stream.getvalue())
     assert "done=" not in shown  # a bar, not three event lines
-    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path)
     assert [e["done"] for e in events] == [32, 64, 80]  # still recorded
 
 

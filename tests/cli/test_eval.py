@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from cli_run import read_events
 from eval_world import QUESTIONS, write_world
 
 from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
@@ -194,7 +195,7 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     # Each checkpoint's adapter was loaded: same seeds, three different policies' text.
     assert texts["base"] != texts["step_3"] != texts["step_5"] != texts["base"]
     assert "== base" in out and "== step_3" in out and "== step_5" in out and "macro EM" in out
-    events = [json.loads(x) for x in (tmp_path / "e1" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "e1")
     results = [e for e in events if e["event"] == "eval_result"]
     assert [e["label"] for e in results] == ["base", "step_3", "step_5"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +35,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> Result:
     code = main([str(arg) for arg in argv])
     out, err = capsys.readouterr()
     return Result(code, out, err)
+
+
+def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The events of ``run_dir/events.jsonl``, read as every reader of it does
+    (:func:`searchr1.core.logs.read_jsonl`); a test run must leave no line cut short."""
+    from searchr1.core.logs import read_jsonl
+
+    rows, cut = read_jsonl(run_dir / "events.jsonl")
+    assert cut == 0, f"{run_dir / 'events.jsonl'}: {cut} line(s) cut short"
+    return rows

@@ -78,11 +78,9 @@ def write_cli_config(tmp_path: Path, model: str, model_table: str = "") -> Path:
 
 
 def metric_events(run_dir: Path) -> dict[int, dict]:
-    import json
+    from cli_run import read_events
 
-    lines = (run_dir / "events.jsonl").read_text("utf-8").splitlines()
-    events = [json.loads(line) for line in lines if line.strip()]
-    return {e["step"]: e for e in events if e.get("event") == "metrics"}
+    return {e["step"]: e for e in read_events(run_dir) if e.get("event") == "metrics"}
 
 
 class ChecksumRewardPlugin:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cli_run import read_events
 from smoke_configs import local_search, write_config
 
 #: two scripts per group that earn different rewards (so no group is degenerate)
@@ -41,4 +42,4 @@ def train_config(tmp_path: Path, scripted: str = "", train: str = "", extra: str
 
 
 def events(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    return read_events(run)

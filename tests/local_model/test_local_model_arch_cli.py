@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from arch_models import build_family
+from cli_run import read_events
 from numerics import LOGPROB_TOL_F32
 
 CONFIG = """
@@ -82,7 +83,7 @@ def _smoke_and_train(family: str, tmp_path: Path, config_file, run_cli) -> None:
 
     run = tmp_path / "train"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    events = read_events(run)
     metrics = [e for e in events if e["event"] == "metrics"]
     assert metrics and metrics[-1]["step"] == 1
     adapter = json.loads(next(run.rglob("adapter_config.json")).read_text())
@@ -150,7 +151,7 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
     config = config_file(text)
     run = tmp_path / "train"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    events = read_events(run)
     metrics = [e for e in events if e["event"] == "metrics"]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert [m["staleness/max"] for m in metrics] == [0.0, 1.0, 1.0]

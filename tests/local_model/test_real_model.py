@@ -6,11 +6,11 @@ Slow (minutes on 2 cores) and run by CI, where a missing wheel fails instead of 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+from cli_run import read_events
 
 from searchr1.cli.main import main as cli
 
@@ -128,7 +128,7 @@ def test_smoke_cold_start_rl_and_eval_on_the_real_model(
 
     run = tmp_path / "train"
     assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    events = read_events(run)
     evals = {e["when"]: e for e in events if e["event"] == "eval/heldout_em"}
     assert set(evals) == {"before", "cold_start", "after"}
     # The base model never writes <search>; a short cold start teaches it to.

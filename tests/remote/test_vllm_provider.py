@@ -22,13 +22,13 @@ and more.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import read_events
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config_schema import Config
@@ -248,7 +248,7 @@ def _set(text: str, key: str, value: Any) -> str:
 
 
 def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir)
     return [e for e in events if e.get("event") == "metrics"]
 
 
@@ -295,7 +295,7 @@ def test_smoke_train_and_resume_on_the_offline_world(
         )
         == 0
     )
-    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir)
     resumed = [e for e in events if e.get("event") == "resumed"]
     assert resumed and resumed[-1]["step"] == 3
     assert [m["step"] for m in _metrics(run_dir)] == [1, 2, 3, 4]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from arch_models import build_family
-from cli_run import write_config
+from cli_run import read_events, write_config
 from fakes import template_tokenizer, tiny_tokenizer
 
 from searchr1.cli.main import main as cli
@@ -193,7 +193,7 @@ def _write_config(tmp_path: Path, model: Path, **values: object) -> Path:
 
 
 def _events(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
+    return read_events(run)
 
 
 def test_train_runs_the_cold_start_before_rl_and_resume_skips_it(tmp_path: Path) -> None:

@@ -3,12 +3,12 @@ that never stop training, no secret reaching any sink, and the errors a user can
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from cli_run import read_events
 
 from searchr1.cli import main as cli
 from searchr1.core.config import parse_config
@@ -73,7 +73,7 @@ class TestSinks:
 
 
 def _events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return read_events(run_dir)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import Result
+from cli_run import Result, read_events
 
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
@@ -210,7 +210,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Traceback" not in again.stderr
     assert "step_000002/trainer.json" in again.stderr and "step_000001" in again.stderr
-    events = [json.loads(x) for x in (project / "runs/r/events.jsonl").read_text().splitlines()]
+    events = read_events(project / "runs/r")
     assert any(e["event"] == "resumed" and e["step"] == 1 for e in events)
     assert (
         json.loads((project / "runs/r/checkpoints/step_000002/trainer.json").read_text())["step"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from arch_models import build_family
-from cli_run import write_config
+from cli_run import read_events, write_config
 
 
 def _events(run_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    return read_events(run_dir)
 
 
 def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_run import read_events
 
 from searchr1.cli.main import main as cli
 from searchr1.core.errors import PluginError
@@ -49,8 +50,7 @@ def _train(tmp_path: Path, train: str, extra: str = "") -> list[dict]:
     )
     run_dir = tmp_path / "run"
     assert cli(["train", "--config", str(config), "--run-dir", str(run_dir)]) == 0
-    lines = (run_dir / "events.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines]
+    return read_events(run_dir)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_run import read_events
 from numerics import LOGPROB_TOL_F32
 
 # every test trains the tiny model in a `searchr1 train` process (20-70 s each on 2 cores)
@@ -89,10 +90,7 @@ def _train(*args: str, cwd: Path) -> subprocess.Popen[str]:
 
 
 def _events(run_dir: Path) -> list[dict]:
-    path = run_dir / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_events(run_dir) if (run_dir / "events.jsonl").exists() else []
 
 
 def _step_metrics(run_dir: Path) -> dict[int, dict]:

@@ -29,10 +29,12 @@ def save_state(path: str | Path, model: Any, optimizer: Any, step: int, sampler_
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(folder / "adapter"))
-    torch.save(optimizer.state_dict(), folder / "optimizer.pt")
-    torch.save(
-        {"torch": torch.get_rng_state(), "sampler": sampler_gen.get_state()}, folder / "rng.pt"
-    )
+    # File objects, not paths: torch then reports a full disk as the OSError it is
+    # (a path gives a RuntimeError without an errno).
+    with (folder / "optimizer.pt").open("wb") as fh:
+        torch.save(optimizer.state_dict(), fh)
+    with (folder / "rng.pt").open("wb") as fh:
+        torch.save({"torch": torch.get_rng_state(), "sampler": sampler_gen.get_state()}, fh)
     (folder / "trainer_state.json").write_text(json.dumps({"step": step, "format": FORMAT}))
 
 

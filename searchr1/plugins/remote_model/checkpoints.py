@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.disk import write_text_atomic
 from searchr1.core.logs import redact_text
 from searchr1.plugins.remote_model.errors import RemoteServiceError
 
@@ -38,9 +39,7 @@ def write_record(folder: Path, **fields: Any) -> None:
     if "api_base" in record:  # a key may sit in its query string
         record["api_base"] = redact_text(str(record["api_base"]))
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{CHECKPOINT_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(folder / CHECKPOINT_FILE)
+    write_text_atomic(folder / CHECKPOINT_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def read_checkpoint(folder: Path) -> dict[str, Any]:

@@ -1,0 +1,213 @@
+"""What a command does when the disk says no, and how its files are written so that a failed
+write never leaves a file a later read takes for complete.
+
+- :func:`atomic_write`: a file written whole goes to a temporary file in the same folder,
+  is flushed to disk and renamed over the target, so a reader sees the old file or the new
+  one, never half of one (trajectory dumps, eval records and summary, the report page).
+- :func:`as_disk_error`: whether an exception is the filesystem refusing a write (full, over
+  quota, read-only, an I/O error, no permission), however a library wrapped it. The CLI
+  turns it, in one place (:mod:`searchr1.cli.main`), into the one
+  :class:`~searchr1.core.errors.DiskError` (exit code 4) that
+  :func:`searchr1.core.runs.disk_error` words from :func:`describe_refusal` and the
+  :func:`track_run` of the command: the path, the free space there, the run's last complete
+  checkpoint and the command that continues it. Writers raise plain ``OSError`` naming their
+  path.
+- :func:`warn_if_low_space`: before a checkpoint, a warning when the free space is under twice
+  the size of the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+#: the errnos that mean "the filesystem refused the write", not a bug in searchr1
+DISK_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+)
+
+_ADVICE = {
+    errno.ENOSPC: "free some space there",
+    errno.EDQUOT: "free some space there or raise your disk quota",
+    errno.EROFS: "the filesystem is read-only: remount it read-write or use a writable folder",
+    errno.EIO: "the disk reported an I/O error: check it (dmesg, SMART) or use another disk",
+    errno.EACCES: "no permission there: fix the owner or mode of the file or its folder, or "
+    "use another folder",
+    errno.EPERM: "the system does not permit this (owner, mode or an immutable flag): fix it "
+    "or use another folder",
+}
+#: errnos only a write gets; the others (EIO, EACCES, EPERM) may come from a read too
+_WRITE_ONLY = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """The run folder the current command writes into (set by ``open_run``)."""
+
+    run_dir: Path
+    command: str
+    config_source: str
+
+
+_run: TrackedRun | None = None
+
+
+def track_run(run_dir: Path | None, command: str = "", config_source: str = "") -> None:
+    """Remember the command's run folder (None: the command has none), so a disk error can
+    name its last checkpoint and the command that continues it."""
+    global _run
+    _run = TrackedRun(Path(run_dir), command, config_source) if run_dir is not None else None
+
+
+def tracked_run() -> TrackedRun | None:
+    """The run :func:`track_run` remembered, if any."""
+    return _run
+
+
+def is_disk_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ``OSError`` with one of :data:`DISK_ERRNOS`."""
+    return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
+
+
+#: how a library with its own writer quotes the errno (safetensors: ``(os error 28)``)
+_ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def as_disk_error(exc: BaseException) -> OSError | None:
+    """The disk's refusal behind ``exc``, if any: ``exc`` itself, an ``OSError`` it was
+    raised from or while handling (torch wraps the file object's error), or an errno a
+    library quoted in its message (safetensors); None when the disk is not the cause."""
+    cause: BaseException | None = exc
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if is_disk_error(cause):
+            return cause  # type: ignore[return-value]
+        match = _ERRNO_IN_TEXT.search(str(cause))
+        number = int(match.group(1)) if match else None
+        if number in DISK_ERRNOS:
+            return OSError(number, os.strerror(number), getattr(cause, "filename", None))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def free_bytes(path: Path | str) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (its nearest existing folder), or None
+    when even that cannot be asked."""
+    here = Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        return shutil.disk_usage(here).free
+    except OSError:
+        return None
+
+
+def used_bytes(folder: Path) -> int:
+    """The bytes ``folder``'s files occupy on disk (allocated blocks, as ``du`` counts)."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        total += st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def resume_command(run_dir: Path, config_source: str | None = None) -> str:
+    """The command that continues the train run in ``run_dir``."""
+    config = ""
+    if config_source and not config_source.startswith("<"):  # not the embedded default
+        config = f" --config {config_source}"
+    return f"searchr1 train --resume --run-dir {run_dir}{config}"
+
+
+def describe_refusal(exc: OSError, fallback: Path | None) -> tuple[list[str], str]:
+    """The lines that say what the disk refused (the path, or a file in ``fallback``; the
+    reason; the free space there) and the advice for that errno."""
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    reason = exc.strerror or str(exc)
+    where = Path(exc.filename) if exc.filename else fallback
+    target = str(where) if exc.filename else f"a file in {where}" if where else "a file"
+    verb = "write" if exc.errno in _WRITE_ONLY else "access"
+    lines = [f"cannot {verb} {target}: {reason} ({code})"]
+    if where is not None:
+        free = free_bytes(where)
+        lines.append(f"free space there: {human_bytes(free) if free is not None else 'unknown'}")
+    return lines, _ADVICE.get(exc.errno or 0, "fix the disk")
+
+
+def warn_if_low_space(folder: Path, last_checkpoint: Path | None) -> str | None:
+    """Before writing a checkpoint into ``folder``: a warning (printed to stderr and
+    returned) when the free space is under twice ``last_checkpoint``'s size."""
+    if last_checkpoint is None:
+        return None
+    size = used_bytes(last_checkpoint)
+    free = free_bytes(folder)
+    if free is None or size == 0 or free >= 2 * size:
+        return None
+    warning = (
+        f"low disk space: {human_bytes(free)} free in {folder}, under twice the last "
+        f"checkpoint's size ({human_bytes(size)}, {last_checkpoint.name}); free some space "
+        f"before the run fills the disk"
+    )
+    print(f"searchr1: warning: {warning}", file=sys.stderr)
+    return warning
+
+
+@contextmanager
+def atomic_write(path: Path, mode: str = "w", **open_kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path`` for writing and, when the block ends without an
+    error, flush it to disk and rename it to ``path``. On an error the temporary file is
+    removed and ``path`` is left as it was; an ``OSError`` names ``path``."""
+    path = Path(path)
+    if "b" not in mode:
+        open_kwargs.setdefault("encoding", "utf-8")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _naming(exc, path) from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, mode, **open_kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _naming(exc, path) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``path`` holds ``text`` (UTF-8) in full, or is left as it was (:func:`atomic_write`)."""
+    with atomic_write(path) as fh:
+        fh.write(text)
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """``exc`` with ``path`` as its file (the temporary name means nothing to a user)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
