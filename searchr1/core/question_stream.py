@@ -1,7 +1,8 @@
 """Deterministic question order for training, and the cursor a checkpoint keeps: seeded
-with ``run.seed``; ``state()`` goes into every checkpoint and ``load_state`` puts the
-cursor back, so a resumed run sees exactly the questions an uninterrupted one would (a
-changed data file or seed is refused, not silently repeated or skipped).
+with ``run.seed``, several ``data_source`` values drawn in turn; ``state()`` goes into every
+checkpoint and ``load_state`` puts the cursor back, so a resumed run sees exactly the
+questions an uninterrupted one would (a changed data file or seed is refused, not silently
+repeated or skipped).
 """
 
 from __future__ import annotations
@@ -16,44 +17,89 @@ from searchr1.core.types import Question
 
 
 @dataclass
+class _Lane:
+    """Some of the questions (their indices), shuffled epoch after epoch: epoch ``e`` is the
+    permutation from ``random.Random(f"{key}/{e}")`` (stable across Python versions)."""
+
+    indices: tuple[int, ...]
+    key: str
+    epoch: int = 0
+    cursor: int = 0
+    order: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.seek(self.epoch, self.cursor)
+
+    def seek(self, epoch: int, cursor: int) -> None:
+        if epoch < 0 or not 0 <= cursor <= len(self.indices):
+            raise ValueError(f"invalid data cursor: epoch={epoch}, cursor={cursor}")
+        self.epoch, self.cursor = epoch, cursor
+        self.order = list(self.indices)
+        random.Random(f"{self.key}/{epoch}").shuffle(self.order)
+
+    def take(self, n: int) -> list[int]:
+        """The next ``n`` indices; a take crossing an epoch's end continues into the next."""
+        out: list[int] = []
+        while len(out) < n:
+            if self.cursor >= len(self.order):
+                self.seek(self.epoch + 1, 0)
+            k = min(n - len(out), len(self.order) - self.cursor)
+            out += self.order[self.cursor : self.cursor + k]
+            self.cursor += k
+        return out
+
+
+@dataclass
 class QuestionStream:
-    """Questions shuffled by ``seed`` alone, epoch after epoch: epoch ``e`` is the permutation
-    from ``random.Random(f"{seed}/{e}")`` (stable across Python versions); a batch crossing
-    an epoch's end continues into the next."""
+    """Questions shuffled by ``seed`` alone, epoch after epoch.
+
+    One ``data_source``: epoch ``e`` is the permutation from ``random.Random(f"{seed}/{e}")``.
+    Several: each source is shuffled on its own (``f"{seed}/{source}/{e}"``) and the stream
+    takes them in turn (sources in name order), so every batch of ``n`` questions holds
+    ``n // S`` or ``n // S + 1`` of each of the ``S`` sources, whatever their sizes: a step
+    (and a cold-start step) always sees every kind of question (one-hop and two-hop, NQ and
+    HotpotQA) instead of whatever a shuffle happened to bunch together.
+    """
 
     questions: Sequence[Question] = field(repr=False)
     seed: int = 0
-    epoch: int = 0
-    cursor: int = 0
-    _order: list[int] = field(default_factory=list, repr=False)
+    _lanes: list[_Lane] = field(default_factory=list, repr=False)
+    #: questions drawn so far: the next one comes from lane ``drawn % len(lanes)``
+    drawn: int = 0
 
     def __post_init__(self) -> None:
         self.questions = tuple(self.questions)
         if not self.questions:
             raise ValueError("QuestionStream needs at least one question")
-        self._order = self._permutation(self.epoch)
+        self._lanes = self._make_lanes(balanced=True)
+
+    def _make_lanes(self, *, balanced: bool) -> list[_Lane]:
+        by_source: dict[str, list[int]] = {}
+        for i, q in enumerate(self.questions):
+            by_source.setdefault(q.data_source, []).append(i)
+        if not balanced or len(by_source) == 1:
+            return [_Lane(tuple(range(len(self.questions))), str(self.seed))]
+        return [_Lane(tuple(by_source[name]), f"{self.seed}/{name}") for name in sorted(by_source)]
 
     def __len__(self) -> int:
         return len(self.questions)
 
-    def _permutation(self, epoch: int) -> list[int]:
-        order = list(range(len(self.questions)))
-        random.Random(f"{self.seed}/{epoch}").shuffle(order)
-        return order
+    @property
+    def balanced(self) -> bool:
+        """Whether sources are drawn in turn (the data has several)."""
+        return len(self._lanes) > 1
 
     def next_batch(self, n: int) -> list[Question]:
         """The next ``n`` questions (called once per training step)."""
         if n < 1:
             raise ValueError(f"batch size must be >= 1, got {n}")
-        batch: list[Question] = []
-        while len(batch) < n:
-            if self.cursor >= len(self._order):
-                self.epoch += 1
-                self.cursor = 0
-                self._order = self._permutation(self.epoch)
-            take = min(n - len(batch), len(self._order) - self.cursor)
-            batch += [self.questions[i] for i in self._order[self.cursor : self.cursor + take]]
-            self.cursor += take
+        lanes = len(self._lanes)
+        wanted = [0] * lanes
+        for k in range(self.drawn, self.drawn + n):
+            wanted[k % lanes] += 1
+        taken = [lane.take(w) for lane, w in zip(self._lanes, wanted, strict=True)]
+        batch = [self.questions[taken[k % lanes].pop(0)] for k in range(self.drawn, self.drawn + n)]
+        self.drawn += n
         return batch
 
     def fingerprint(self) -> str:
@@ -66,17 +112,24 @@ class QuestionStream:
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint records (JSON-able)."""
-        return {
+        state: dict[str, Any] = {
             "seed": self.seed,
-            "epoch": self.epoch,
-            "cursor": self.cursor,
             "num_questions": len(self.questions),
             "fingerprint": self.fingerprint(),
         }
+        if self.balanced:
+            state["drawn"] = self.drawn
+            state["sources"] = {
+                lane.key.split("/", 1)[1]: [lane.epoch, lane.cursor] for lane in self._lanes
+            }
+        else:
+            state["epoch"], state["cursor"] = self._lanes[0].epoch, self._lanes[0].cursor
+        return state
 
     def load_state(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
         """Restore a cursor saved by :meth:`state`; with ``strict``, one recorded for another
-        data file or seed raises ``ValueError``."""
+        data file or seed raises ``ValueError``. A cursor saved before sources were drawn in
+        turn continues that run's single shuffle, so it sees what it would have seen."""
         if strict:
             mismatches = [
                 f"{key} was {state.get(key)!r}, now {now!r}"
@@ -93,8 +146,20 @@ class QuestionStream:
                     + "; ".join(mismatches)
                     + " (same data file and run.seed needed to resume)"
                 )
-        epoch, cursor = int(state["epoch"]), int(state["cursor"])
-        if epoch < 0 or not 0 <= cursor <= len(self.questions):
-            raise ValueError(f"invalid data cursor: epoch={epoch}, cursor={cursor}")
-        self.epoch, self.cursor = epoch, cursor
-        self._order = self._permutation(epoch)
+        if "sources" in state:
+            self._lanes = self._make_lanes(balanced=True)
+            saved = state["sources"]
+            names = [lane.key.split("/", 1)[1] for lane in self._lanes]
+            if not self.balanced or sorted(saved) != names:
+                raise ValueError(
+                    f"the checkpoint's data cursor is for the sources {sorted(saved)}, "
+                    f"this data has {names}"
+                )
+            for lane, name in zip(self._lanes, names, strict=True):
+                epoch, cursor = saved[name]
+                lane.seek(int(epoch), int(cursor))
+            self.drawn = int(state["drawn"])
+        else:
+            self._lanes = self._make_lanes(balanced=False)
+            self._lanes[0].seek(int(state["epoch"]), int(state["cursor"]))
+            self.drawn = 0

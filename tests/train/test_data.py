@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pyarrow as pa
@@ -201,7 +202,65 @@ def test_state_from_other_data_is_refused() -> None:
         QuestionStream(_questions(5), seed=9).load_state(s.state())
     loose = QuestionStream(_questions(6), seed=0)
     loose.load_state(s.state(), strict=False)
-    assert loose.cursor == 2
+    assert loose.state()["cursor"] == 2
+
+
+def _mixed(sizes: dict[str, int]) -> list[Question]:
+    """Questions of several sources, interleaved in file order."""
+    out = [Question(f"{s}{i}", "q", ("a",), s) for s, n in sizes.items() for i in range(n)]
+    return sorted(out, key=lambda q: (int(q.id.lstrip("abcdefghijklmnopqrstuvwxyz")), q.id))
+
+
+def test_several_sources_are_drawn_in_turn_whatever_their_sizes() -> None:
+    """A step sees every kind of question: 9 one-hop and 3 two-hop questions still give
+    batches of 2 + 2 (an unbalanced shuffle bunches one kind into some steps)."""
+    qs = _mixed({"hop1": 9, "hop2": 3})
+    stream = QuestionStream(qs, seed=0)
+    assert stream.balanced
+    batches = [stream.next_batch(4) for _ in range(6)]
+    for batch in batches:
+        assert sorted(q.data_source for q in batch) == ["hop1", "hop1", "hop2", "hop2"]
+    hop2 = [q.id for b in batches for q in b if q.data_source == "hop2"]
+    assert sorted(hop2[:3]) == ["hop20", "hop21", "hop22"]  # each source covers its epoch
+    assert sorted(hop2[3:6]) == ["hop20", "hop21", "hop22"]
+    hop1 = [q.id for b in batches for q in b if q.data_source == "hop1"]
+    assert sorted(hop1[:9]) == sorted(q.id for q in qs if q.data_source == "hop1")
+    # Odd batch sizes alternate which source gets the extra question.
+    three = QuestionStream(_mixed({"a": 5, "b": 5, "c": 5}), seed=1)
+    counts = [sorted(q.data_source for q in three.next_batch(2)) for _ in range(3)]
+    assert counts == [["a", "b"], ["a", "c"], ["b", "c"]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    batch=st.integers(1, 5),
+    before=st.integers(0, 5),
+)
+def test_a_balanced_cursor_restores_exactly(sizes: list[int], batch: int, before: int) -> None:
+    qs = _mixed({f"s{k}": n for k, n in enumerate(sizes)})
+    straight = QuestionStream(qs, seed=2)
+    for _ in range(before):
+        straight.next_batch(batch)
+    saved = json.loads(json.dumps(straight.state()))
+    expected = [straight.next_batch(batch) for _ in range(3)]
+    resumed = QuestionStream(qs, seed=2)
+    resumed.load_state(saved)
+    assert [resumed.next_batch(batch) for _ in range(3)] == expected
+
+
+def test_a_cursor_saved_before_balancing_continues_its_own_shuffle() -> None:
+    """A checkpoint written by a version that shuffled all sources together resumes with
+    the questions that run would have drawn next."""
+    qs = _mixed({"hop1": 4, "hop2": 4})
+    order = list(range(len(qs)))
+    random.Random("5/0").shuffle(order)  # the single shuffle of epoch 0, seed 5
+    old_state = {"seed": 5, "epoch": 0, "cursor": 3, "num_questions": 8}
+    stream = QuestionStream(qs, seed=5)
+    stream.load_state(old_state)
+    assert [q.id for q in stream.next_batch(4)] == [qs[i].id for i in order[3:7]]
+    with pytest.raises(ValueError, match="sources"):
+        QuestionStream(qs, seed=5).load_state({"seed": 5, "drawn": 0, "sources": {"x": [0, 0]}})
 
 
 # --------------------------------------------------------------------------- CLI
