@@ -12,6 +12,8 @@ records. One JSON line::
     tokens_per_s.{sampling,training}  RL rollout tokens / rollout seconds; trained tokens
                                  (advantage != 0) / train seconds
     peak_rss_gb                  of the train process
+    peak_rss_gb_after.{base_eval,cold_start,rl_steps,final_eval}  its peak so far at each
+                                 stage's end (so the stage that grew it shows)
     rl_gain_points               (em after RL - em after cold start) * 100
 
     python bench/real_model.py                       # the documented run (docs/benchmarks.md)
@@ -70,6 +72,8 @@ def stage(records_file: Path, event: dict) -> dict:
         "searches_per_question": round(event.get("search_calls_mean") or 0.0, 3),
         "eval_seconds": event.get("seconds"),
         "n": event.get("n"),
+        # the train process's peak so far, at the end of this eval (GiB)
+        "peak_rss_gb": event.get("peak_rss_gb"),
     }
 
 
@@ -187,6 +191,13 @@ def main() -> int:
             else None,
         },
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2),
+        # the train process's peak so far at the end of each stage: where memory grew
+        "peak_rss_gb_after": {
+            "base_eval": evals.get("before", {}).get("peak_rss_gb"),
+            "cold_start": done.get("peak_rss_gb"),
+            "rl_steps": steps[-1].get("memory/peak_rss_gb") if steps else None,
+            "final_eval": evals.get("after", {}).get("peak_rss_gb"),
+        },
         "threads": args.threads,
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "run_dir": str(run_dir),

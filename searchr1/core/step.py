@@ -37,7 +37,12 @@ from searchr1.core.disk import atomic_write
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.logs import get_logger, log_metrics, log_trajectories
 from searchr1.core.runs import Components, RunContext
-from searchr1.core.step_metrics import merge_train_metrics, prefixed, rollout_metrics
+from searchr1.core.step_metrics import (
+    merge_train_metrics,
+    peak_rss_gb,
+    prefixed,
+    rollout_metrics,
+)
 from searchr1.core.step_monitors import Monitors
 from searchr1.core.types import (
     AdamParams,
@@ -221,6 +226,7 @@ def step_metrics(
         **{f"optim/{k}": float(v) for k, v in learned.optim.items()},
         "time/rollout": collected.seconds,
         "time/train": learned.seconds,
+        "memory/peak_rss_gb": peak_rss_gb(),
     }
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import resource
 import statistics
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -90,6 +92,13 @@ def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float
                 out[key] = out.get(key, 0.0) + v
     out.update(merge_mismatch(parts))
     return out
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GiB (``ru_maxrss`` counts KiB on Linux,
+    bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**30 if sys.platform == "darwin" else 2**20), 3)
 
 
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
     RewardFn,
@@ -285,6 +286,7 @@ def heldout_eval(
         search_success_rate=m.get("search_success_rate"),
         n=m.get("n"),
         seconds=round(time.perf_counter() - t0, 2),
+        peak_rss_gb=peak_rss_gb(),
         **per_source,
     )
     return result

@@ -74,6 +74,7 @@ STEP_KEYS = (
     "time/rollout",
     "time/train",
     "time/step",
+    "memory/peak_rss_gb",
     "end_reason/answered",
 )
 
@@ -101,13 +102,14 @@ def _step_metrics(run_dir: Path) -> dict[int, dict]:
 def _comparable(m: dict) -> dict:
     """The numbers of a metrics event that must not depend on timing. The run's query cache
     lives in memory, so a resumed run starts it empty: its hit counters (and the attempts they
-    save) legitimately differ; calls and success rate do not. ``pipeline/*`` are idle times."""
+    save) legitimately differ; calls and success rate do not. ``pipeline/*`` are idle times,
+    ``memory/*`` the process's own peak."""
     keep_search = ("search/calls", "search/success_rate", "search/error_rate")
     return {
         k: v
         for k, v in m.items()
         if isinstance(v, int | float)
-        and not k.startswith(("time/", "pipeline/"))
+        and not k.startswith(("time/", "pipeline/", "memory/"))
         and (not k.startswith("search/") or k in keep_search)
     }
 

@@ -30,7 +30,7 @@ from searchr1.core.config_validate import plugin_settings
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.step import adam_params
-from searchr1.core.step_metrics import merge_train_metrics
+from searchr1.core.step_metrics import merge_train_metrics, peak_rss_gb
 from searchr1.core.types import Datum, LossFn, Question, Sampler, StageRun
 from searchr1.kit.evaluation import heldout_eval, heldout_questions
 
@@ -200,5 +200,5 @@ def run_cold_start(
         loss_last=losses[-1] if losses else float("nan"),
         seconds=time.perf_counter() - t0,
     )
-    log.info("cold_start_done", **dataclasses.asdict(result))
+    log.info("cold_start_done", **dataclasses.asdict(result), peak_rss_gb=peak_rss_gb())
     return result
