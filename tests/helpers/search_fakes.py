@@ -44,8 +44,9 @@ SCRIPT_ACTIONS = ("ok", "slow", "malformed", "wrong_shape", "code", "drop")  # o
 
 @dataclass
 class Behaviour:
-    """What the fake answers. Precedence per request: ``all_status``, then ``key_status`` of
-    the request's key, then the next ``script`` action, then a normal answer."""
+    """What the fake answers. Precedence per request: ``all_status``, then ``key_status`` and
+    ``key_action`` of the request's key, then the next ``script`` action, then a normal
+    answer."""
 
     #: every request sleeps this long before answering (e.g. 0.05 for the benchmark)
     latency_s: float = 0.0
@@ -53,6 +54,9 @@ class Behaviour:
     all_status: int | None = None
     #: key -> status answered to every request carrying that key (429, 401, 403, ...)
     key_status: dict[str, int] = field(default_factory=dict)
+    #: key -> script action answered to every request carrying that key (a dead key: "code",
+    #: an API error inside an HTTP 200; "malformed"; "slow"; ...)
+    key_action: dict[str, str] = field(default_factory=dict)
     #: one action per request, in arrival order, then normal answers: an HTTP status as a
     #: string ("503"), "slow" (sleep ``slow_s`` first), "malformed" (not JSON),
     #: "wrong_shape" (JSON of the wrong shape), "code" (Zhihu Code != 0), "drop" (close the
@@ -127,6 +131,8 @@ class FakeSearchServer(ThreadingHTTPServer):
                 return str(b.all_status)
             if key is not None and key in b.key_status:
                 return str(b.key_status[key])
+            if key is not None and key in b.key_action:
+                return b.key_action[key]
             if b.script:
                 return b.script.pop(0)
         return "ok"
