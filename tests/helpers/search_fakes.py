@@ -25,6 +25,7 @@ Typical use (the rollout smoke test uses the same thing for a service that is ou
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
@@ -72,6 +73,11 @@ class Behaviour:
     message: str = "success"
     #: results per query in normal answers; None = as many as asked for
     results: int | None = None
+    #: share of the other requests answered with a fault drawn from ``faults`` (a soak's
+    #: flaky service), by a generator seeded with ``seed``
+    fault_rate: float = 0.0
+    faults: tuple[str, ...] = ("slow", "503", "429", "code", "drop")
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,10 @@ class FakeSearchServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the benchmark opens many connections at once
 
-    def __init__(self, behaviour: Behaviour):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, behaviour: Behaviour, port: int = 0):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.behaviour = behaviour
+        self.rng = random.Random(behaviour.seed)
         self.records: list[Record] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -135,6 +142,8 @@ class FakeSearchServer(ThreadingHTTPServer):
                 return b.key_action[key]
             if b.script:
                 return b.script.pop(0)
+            if b.fault_rate and self.rng.random() < b.fault_rate:
+                return self.rng.choice(b.faults)
         return "ok"
 
 
@@ -296,11 +305,12 @@ def _retriever_hits(query: str, n: int, params: dict[str, str]) -> list[dict[str
 
 @contextmanager
 def start_fake_search_server(
-    behaviour: Behaviour | None = None,
+    behaviour: Behaviour | None = None, port: int = 0
 ) -> Iterator[tuple[str, FakeSearchServer]]:
-    """Run a fake on a free loopback port for the duration of the block: yields
-    ``(base_url, server)``; use ``base_url`` as ``[search] api_base``."""
-    server = FakeSearchServer(behaviour or Behaviour())
+    """Run a fake on a loopback port (``port``, or a free one) for the duration of the block:
+    yields ``(base_url, server)``; use ``base_url`` as ``[search] api_base``. Started again
+    on the same port, it is a restarted service."""
+    server = FakeSearchServer(behaviour or Behaviour(), port)
     thread = threading.Thread(
         target=server.serve_forever, args=(0.02,), name="fake-search", daemon=True
     )

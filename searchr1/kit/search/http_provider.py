@@ -111,7 +111,7 @@ class HttpSearchSettings:
         math.inf, gt=0.0, inf_ok=True, also_in_section=True, help="inf = benched for the run"
     )
     key_max_failures: int = setting(
-        3,
+        5,
         min=1,
         also_in_section=True,
         help="failures in a row of one key, while another key works, that bench it",

@@ -43,7 +43,7 @@ class KeyPool:
         cooldown_s: float = math.inf,
         *,
         provider: str = "search",
-        max_failures: int = 3,
+        max_failures: int = 5,
         probe_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ):
