@@ -24,6 +24,12 @@ model loaded, the pipeline's worker and the connection pool up), the end the las
 injected by kind, ``restarts``, ``guard_waits`` (steps rolled out again because search
 success fell under ``min_success_rate``), key bench/unbench events, search calls, and
 ``rss_mb``/``fds``/``threads`` as ``[start, end, max]``. Linux only (``/proc``).
+
+``--spend`` measures instead what the answers kept on disk save (the same run, no faults,
+``disk_cache = true``, a store of its own): a run of ``--steps`` steps (checkpoints at half and
+at the end), a rerun of the same config in a new folder, and a resume after a crash (the last
+checkpoint deleted: the steps after the half are done again), each against the same run with
+``--no-cache``. One JSON line: the service's requests for each, and the calls saved.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -247,6 +254,54 @@ def soak(
     }
 
 
+def _train(config: Path, run_dir: Path, env: dict[str, str], *extra: str) -> None:
+    cmd = [sys.executable, "-m", "searchr1.cli", "train", "--config", str(config)]
+    proc = subprocess.run(
+        [*cmd, "--run-dir", str(run_dir), *extra], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"train {' '.join(extra)} failed:\n{proc.stdout[-3000:]}")
+
+
+def spend(steps: int, workdir: Path) -> dict[str, Any]:
+    """The calls a rerun and a resume save with the answers kept on disk."""
+    half = max(1, steps // 2)
+    env = {
+        **os.environ,
+        "SOAK_SEARCH_KEYS": f"{KEYS[0]},{KEYS[2]}",
+        "SEARCHR1_LOAD_PLUGINS": "",
+        "SEARCHR1_SEARCH_CACHE": str(workdir / "answers.sqlite"),
+    }
+    paid: dict[str, int] = {}
+    with start_fake_zhihu() as (base_url, server):
+        config = workdir / "spend.toml"
+        text = CONFIG.format(base_url=base_url, steps=steps, save_every=half)
+        text = text.replace("disk_cache = false", "disk_cache = true")
+        config.write_text(text.replace("cache = false", "cache = true"))  # the defaults
+
+        def measure(name: str, run_dir: Path, *extra: str) -> None:
+            before = len(server.records)
+            _train(config, run_dir, env, *extra)
+            paid[name] = len(server.records) - before
+
+        measure("first", workdir / "first")
+        for name in ("resume", "resume_no_cache"):  # a crash after the last step
+            shutil.copytree(workdir / "first", workdir / name)
+            shutil.rmtree(workdir / name / "checkpoints" / f"step_{steps:06d}")
+        measure("rerun", workdir / "rerun")
+        measure("rerun_no_cache", workdir / "rerun_no_cache", "--no-cache")
+        measure("resume", workdir / "resume", "--resume")
+        measure("resume_no_cache", workdir / "resume_no_cache", "--resume", "--no-cache")
+    return {
+        "bench": "search_spend",
+        "steps": steps,
+        "steps_redone_on_resume": steps - half,
+        "requests": paid,
+        "rerun_saved": paid["rerun_no_cache"] - paid["rerun"],
+        "resume_saved": paid["resume_no_cache"] - paid["resume"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=24)
@@ -260,11 +315,15 @@ def main() -> None:
         default="zhihu",
         help="local: the control run, BM25 in the process and no service (no faults)",
     )
+    parser.add_argument("--spend", action="store_true", help="measure the disk cache instead")
     parser.add_argument("--keep", help="folder to run in and keep (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
+        if args.spend:
+            print(json.dumps(spend(args.steps, workdir)))
+            return
         result = soak(
             args.steps,
             args.fault_rate,

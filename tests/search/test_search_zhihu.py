@@ -316,6 +316,9 @@ def test_calls_per_key_cost_and_answers_kept_on_disk_for_the_next_run(fake) -> N
     off = make_provider(base_url, disk_cache="false")
     run_queries(off, queries[:1])
     assert len(server.records) == 6
+    no_run_cache = make_provider(base_url, cache="false")  # the disk still answers
+    assert run_queries(no_run_cache, queries[1:2])[0].cached
+    assert len(server.records) == 6
 
     from searchr1.kit.search.cache import answer_store_path
 

@@ -146,16 +146,18 @@ class BaseSearchProvider(ABC):
         if len(query) > limit:
             m.truncated_queries += 1
             query = query[:limit].rstrip()
-        if self._cache is None:
+        store = self._answer_store()
+        if self._cache is None and store is None:
             return self._record(await self._timed_fetch(query, top_k), cached=False)
 
         key = QueryCache.key(query, top_k)
-        hit = self._cache.get(key)
-        if hit is None and (store := self._answer_store()) is not None:
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None and store is not None:
             hit = store.get(key)
             if hit is not None:
                 m.disk_hits += 1
-                self._cache.put(key, hit)
+                if self._cache is not None:
+                    self._cache.put(key, hit)
         if hit is not None:
             return self._record(SearchResponse(results=hit, cached=True), cached=True)
         leader = self._inflight.get(key)
@@ -175,8 +177,9 @@ class BaseSearchProvider(ABC):
         try:
             response = await self._timed_fetch(query, top_k)
             if response.ok:
-                self._cache.put(key, response.results)
-                if (store := self._answer_store()) is not None:
+                if self._cache is not None:
+                    self._cache.put(key, response.results)
+                if store is not None:
                     store.put(key, response.results)
             future.set_result(response)
             return self._record(response, cached=False)
