@@ -42,6 +42,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="folder for this run's logs and checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--max-steps", type=whole_number(0), help="override train.max_steps")
+    add_no_cache_arg(p)
+
+
+def add_no_cache_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-cache``: the command's search asks the service for every query."""
     p.add_argument(
         "--no-cache",
         action="store_true",

@@ -198,9 +198,9 @@ def _spend_html(log: RunLog) -> str:
     def total(key: str) -> float:
         return sum(v for _, v in log.series.get(key, ()))
 
-    if "search/paid_calls" not in log.series:
-        return '<p class="nodata" id="search-spend">no paid search service in this run</p>'
     paid, disk = total("search/paid_calls"), total("search/disk_hits")
+    if not (paid or disk):
+        return ""  # no paid search service in this run
     hits = total("search/cache_hits")
     bits = [
         f"paid calls <b>{int(paid)}</b>",
@@ -209,13 +209,13 @@ def _spend_html(log: RunLog) -> str:
     if "search/cost" in log.series:
         bits.append(f"cost <b>{total('search/cost'):.4g}</b>")
     keys = sorted(
-        (int(k[len("search/key") : -len("_calls")]), total(k))
+        (int(k.rsplit("/", 1)[1]), total(k))
         for k in log.series
-        if re.fullmatch(r"search/key\d+_calls", k)
+        if re.fullmatch(r"search/key_calls/\d+", k)
     )
     if keys:
         bits.append("calls per key " + ", ".join(f"#{i}: {int(n)}" for i, n in keys))
-    return f'<p id="search-spend">{" · ".join(bits)}</p>'
+    return f'<h2 id="spend">Search spend</h2>\n<p id="search-spend">{" · ".join(bits)}</p>'
 
 
 def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
@@ -256,7 +256,6 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <p class="meta">{" · ".join(meta)}</p>
 <h2 id="health">Health</h2>
 {health_html(log)}
-<h2 id="spend">Search spend</h2>
 {_spend_html(log)}
 <h2 id="curves">Training curves</h2>
 <div class="grid" id="charts">{charts}</div>

@@ -300,7 +300,7 @@ def test_calls_per_key_cost_and_answers_kept_on_disk_for_the_next_run(fake) -> N
     first = make_provider(base_url, cost_per_call=0.015)
     run_queries(first, queries)
     m = first.metrics(reset=True)
-    assert [m["key0_calls"], m["key1_calls"], m["key2_calls"]] == [1, 1, 1]
+    assert [m["key_calls/0"], m["key_calls/1"], m["key_calls/2"]] == [1, 1, 1]
     assert (m["paid_calls"], m["disk_hits"], m["cost"]) == (3, 0, pytest.approx(0.045))
 
     again = make_provider(base_url, cost_per_call=0.015)  # a rerun: a new provider

@@ -89,7 +89,9 @@ class AnswerStore:
         self._db: sqlite3.Connection | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+            # one provider, one caller at a time, but not always the same thread (a stage or
+            # an eval may run its own event loop in a worker thread)
+            db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(self._SCHEMA)
             self._db = db

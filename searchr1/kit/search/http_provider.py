@@ -179,7 +179,7 @@ class HttpSearchProvider(BaseSearchProvider):
         out = {"keys_available": float(self.keys.available_count())}
         calls = self.keys.take_calls() if reset else list(self.keys.calls)
         if not self.keys.anonymous:
-            out.update({f"key{i}_calls": float(n) for i, n in enumerate(calls)})
+            out.update({f"key_calls/{i}": float(n) for i, n in enumerate(calls)})
         return out
 
     def persistent_scope(self) -> str | None:
