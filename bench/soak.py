@@ -19,7 +19,8 @@ The run caches nothing (``cache = false``, ``disk_cache = false``): every search
 service, through at most 4 connections (``max_concurrency = 4``). The child's resident memory
 (``VmRSS``), open file descriptors and threads are read from ``/proc`` as each step's metrics
 are logged (``trace.jsonl`` in the run's folder); the start is step :data:`WARM_STEP`'s (the
-model loaded, the pipeline's worker and the connection pool up), the end the last step's. Ends with one JSON line: ``steps`` asked and
+model loaded, the pipeline's worker and the connection pool up), the end the step before the
+last's (the last step's may be read while the run already shuts its pipeline down). Ends with one JSON line: ``steps`` asked and
 ``steps_logged``, ``exit_code``, ``traceback`` (whether the output holds one), the faults
 injected by kind, ``restarts``, ``guard_waits`` (steps rolled out again because search
 success fell under ``min_success_rate``), key bench/unbench events, search calls, and
@@ -194,7 +195,7 @@ def soak(
                     trace.append({"step": e.get("step"), **(stats or {})})
                     if e.get("step") == min(WARM_STEP, steps):
                         start = stats
-                    if e.get("step") == steps:
+                    if e.get("step") == steps - 1:
                         end = stats
                     if e.get("step") in restart_at:
                         restart_at.discard(e["step"])
@@ -245,6 +246,7 @@ def soak(
         "guard_waits": names["guard/no_update"],
         "keys_benched": names["search_key_benched"],
         "keys_unbenched": names["search_key_unbenched"],
+        "measured_steps": [min(WARM_STEP, steps), steps - 1],
         "rss_mb": triple("rss_mb"),
         "fds": triple("fds"),
         "threads": triple("threads"),

@@ -29,7 +29,7 @@ def test_a_short_soak_loses_no_step_and_leaks_no_thread_or_descriptor(tmp_path: 
     assert result["faults"].get("429", 0) >= 1  # at least the quota-exhausted key's
     assert result["keys_benched"] >= 1
     threads, fds = result["threads"], result["fds"]
-    assert threads[1] <= threads[0], result  # start (step 3) -> end (step 5)
+    assert threads[1] <= threads[0], result  # start (step 3) -> end (step 4)
     # the only descriptors that come and go are the pool's connections: at most
     # max_concurrency = 4 of them
     assert fds[1] <= fds[0] + 4 and fds[2] <= fds[0] + 4, result

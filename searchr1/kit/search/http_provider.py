@@ -10,10 +10,10 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
 * takes keys round-robin from a :class:`~searchr1.kit.search.keys.KeyPool`; a 429 benches the
   key (for ``Retry-After`` seconds when given, else ``key_cooldown_seconds``) and the
   request moves to the next key at once; 401/403 benches the key for the run;
-* tells the pool how each attempt went, so a key that keeps failing while others work is
-  benched (``key_max_failures`` in a row; probed again after ``key_probe_seconds``), and
-  moves a request whose 2xx body was unusable (an API error, a malformed body) to the next
-  key before it counts as a failure;
+* tells the pool how each 2xx went, so a key whose answers keep being unusable (an API error
+  inside the 200, a malformed body) while other keys work is benched (``key_max_failures`` in
+  a row; probed again after ``key_probe_seconds``), and moves a request with an unusable 2xx
+  to the next key before it counts as a failure;
 * retries timeouts, connection errors, 408 and 5xx up to ``max_retries`` times with
   exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
   wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
@@ -111,10 +111,11 @@ class HttpSearchSettings:
         math.inf, gt=0.0, inf_ok=True, also_in_section=True, help="inf = benched for the run"
     )
     key_max_failures: int = setting(
-        5,
+        3,
         min=1,
         also_in_section=True,
-        help="failures in a row of one key, while another key works, that bench it",
+        help="unusable answers in a row (API error in a 200, malformed body) of one key, "
+        "while another key works, that bench it",
     )
     key_probe_seconds: float = setting(
         60.0,
@@ -257,29 +258,28 @@ class HttpSearchProvider(BaseSearchProvider):
                 return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
             if status == 408 or status >= 500:
                 m.server_errors += 1
-                self.keys.failed(tries.index, f"HTTP {status}")
-                return Verdict.RETRY
+                return Verdict.RETRY  # the service's trouble, not the key's: no health change
             m.http_errors += 1
             return Verdict.REJECT
 
         try:
-            response = await self.http.send(
+            # decide() parses the 2xx it accepts (an unusable one moves to the next key)
+            await self.http.send(
                 attempt,
                 decide=decide,
                 limiter=self.semaphore,
-                on_event=lambda event, seconds: self._count(event, seconds, tries),
+                on_event=self._count,
             )
         except _NoKeyLeft:
             m.unavailable += 1
             return Fetched(error=tries.last_error or ERR_DOWN)
         except HttpError as exc:
             return Fetched(error=_model_error(exc))
-        del response  # parsed by decide
         if tries.parse_error is not None:
             return Fetched(error=str(tries.parse_error))
         return Fetched(value=tries.parsed)  # type: ignore[arg-type]
 
-    def _count(self, event: str, _seconds: float, tries: _Tries | None = None) -> None:
+    def _count(self, event: str, _seconds: float) -> None:
         m = self._metrics
         if event == "attempt":
             m.attempts += 1
@@ -289,8 +289,6 @@ class HttpSearchProvider(BaseSearchProvider):
             m.connection_errors += 1
         elif event == "retry":
             m.retries += 1
-        if tries is not None and event in ("timeout", "connection_error"):
-            self.keys.failed(tries.index, event.replace("_", " "))
 
 
 def _model_error(exc: HttpError) -> str:

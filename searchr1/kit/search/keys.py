@@ -6,12 +6,13 @@ takes the next key that is not benched (:meth:`KeyPool.acquire`) and reports how
 
 * at once when the service refused it: 429 (for ``Retry-After`` or the cool-down, default the
   whole run, since quotas are daily) or 401/403 (the whole run);
-* when it keeps failing while another key works (its health): ``max_failures`` failures in a
-  row of any kind (an API error inside a 200, a malformed body, a timeout, a 5xx) with a
-  success of another key since that streak began. Failures every key shares are the service's
-  fault and bench nobody. Such a key is benched for ``probe_s`` seconds, then taken back for a
-  probe: one more failure benches it again for twice as long (at most :data:`MAX_PROBE_S`),
-  a success makes it healthy.
+* when it keeps failing while another key works (its health): ``max_failures`` unusable
+  answers in a row (an API error inside a 200, a malformed body) with a success of another key
+  since that streak began. Failures every key shares are the service's and bench nobody; so
+  are timeouts, connection errors and 5xx, which are retried anyway (counted as a key's, a
+  flaky service at 30% faults benched good keys by chance: ``bench/soak.py``). Such a key is
+  benched for ``probe_s`` seconds, then taken back for a probe: one more failure benches it
+  again for twice as long (at most :data:`MAX_PROBE_S`), a success makes it healthy.
 
 Every bench and unbench is logged with the key's **index**, never the key. When every key is
 benched the pool is *exhausted*: the provider reports the environment as down
@@ -43,7 +44,7 @@ class KeyPool:
         cooldown_s: float = math.inf,
         *,
         provider: str = "search",
-        max_failures: int = 5,
+        max_failures: int = 3,
         probe_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ):
