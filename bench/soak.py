@@ -1,7 +1,7 @@
 """A long pipelined run under a flaky, restarted search service: does anything leak or get lost?
 
     python bench/soak.py                  # 24 steps, 20% of searches faulted, one restart
-    python bench/soak.py --steps 5        # what the CI test runs (tests/search/test_soak.py)
+    python bench/soak.py --steps 8        # what the CI test runs (tests/search/test_soak.py)
 
 ``searchr1 train`` (a child process) trains the offline world's tiny model (real torch, LoRA)
 with ``[train] max_staleness = 1`` (rollouts one step ahead of the learner) and searches the
