@@ -94,6 +94,11 @@ class AnswerStore:
             db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(self._SCHEMA)
+            # answers past their TTL are never read again: drop this scope's
+            db.execute(
+                "DELETE FROM answers WHERE provider=? AND endpoint=? AND stored < ?",
+                (*self._scope, time.time() - ttl_s),
+            )
             self._db = db
         except (OSError, sqlite3.Error) as exc:
             self._off(exc)

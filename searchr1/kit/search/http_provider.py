@@ -39,6 +39,7 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config_schema import SearchConfig, setting
+from searchr1.core.logs import redact_text
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
@@ -185,11 +186,12 @@ class HttpSearchProvider(BaseSearchProvider):
 
     def persistent_scope(self) -> str | None:
         """Answers of a keyed (billed) service are kept on disk, scoped by this provider's
-        endpoint (no query string, no user info: never a key); a service without keys is not
-        billed and its index may change under the same address, so it is not."""
+        endpoint (its address without query string or user info, any registered secret
+        masked: never a key); a service without keys is not billed and its index may change
+        under the same address, so it is not."""
         if self.keys.anonymous:
             return None
-        return safe_url(self.api_base + self.endpoint())
+        return redact_text(safe_url(self.api_base) + self.endpoint())
 
     def endpoint(self) -> str:
         """The path and options that decide this provider's answers (subclasses extend)."""
