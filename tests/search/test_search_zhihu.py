@@ -439,3 +439,18 @@ def test_the_same_provider_works_across_event_loops(fake) -> None:
     assert asyncio.run(provider.search("one", 3)).ok
     assert asyncio.run(provider.search("two", 3)).ok
     assert len(server.records) == 2
+
+
+def test_an_answer_store_that_cannot_be_written_is_turned_off_with_one_warning(
+    fake, tmp_path, monkeypatch
+) -> None:
+    base_url, server = fake
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(blocker / "answers.sqlite"))
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        responses = run_queries(provider, ["q1", "q2"])
+    assert all(r.ok for r in responses) and len(server.records) == 2
+    (off,) = [e for e in logs if e["event"] == "search_disk_cache_off"]
+    assert off["path"] == str(blocker / "answers.sqlite") and "SEARCHR1_SEARCH_CACHE" in off["hint"]
