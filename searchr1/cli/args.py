@@ -42,13 +42,24 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="folder for this run's logs and checkpoints")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument("--max-steps", type=whole_number(0), help="override train.max_steps")
+    add_no_cache_arg(p)
+
+
+def add_no_cache_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-cache``: the command's search asks the service for every query."""
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="ask the search service again for every query: no answers from earlier runs, "
+        "none kept for later ones (search.disk_cache = false)",
+    )
 
 
 def open_run_from_args(
     args: argparse.Namespace, command: str, *, config: Any = None, **log_kwargs: Any
 ) -> Any:
     """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
-    ``--config`` (or ``config``, already loaded), ``--max-steps`` applied, ``--run-dir`` and
+    ``--config`` (or ``config``, already loaded), ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and
     ``--resume`` passed on, and the terminal console when stdout is a TTY."""
     from searchr1.cli.console import tty_screen
     from searchr1.core.config import load_config
@@ -58,6 +69,8 @@ def open_run_from_args(
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:
         config = config.replace(train={"max_steps": max_steps})
+    if getattr(args, "no_cache", False):
+        config = config.replace(search={"disk_cache": False})
     log_kwargs.setdefault("screen", tty_screen())
     return open_run(
         config,

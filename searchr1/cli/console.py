@@ -6,7 +6,8 @@ processor and the logger that prints; otherwise events stay JSON lines. ``events
 every event either way: the console picks what a person watches for.
 
 * ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
-  EM 11.9%  12.3 s/step  ETA 11:42``; the progress bar under it advances one step.
+  EM 11.9%  12.3 s/step  ETA 11:42`` (with ``[search] cost_per_call``, also ``search cost
+  0.09 (run 0.27)``); the progress bar under it advances one step.
 * ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds). The step line's EM is
   the model's latest one (``before``, then any later eval); the ``ceiling`` (the eval set's
   ideal agent) gets a line of its own and never becomes the step line's EM.
@@ -67,6 +68,8 @@ class Console:
         self._step_times: list[float] = []
         self._heldout_em: float | None = None
         self._start_step = 0
+        #: the search cost of the steps this console showed
+        self._search_cost = 0.0
 
     # ------------------------------------------------------------------ structlog API
 
@@ -121,6 +124,10 @@ class Console:
         per_text = f" {per:.2f}/traj" if isinstance(per, int | float) else ""
         parts.append(f"search {_pct(m.get('search_rate'))}{per_text}")
         parts.append(f"degenerate {_pct(m.get('degenerate_group_rate'))}")
+        cost = m.get("search/cost")
+        if isinstance(cost, int | float):  # only with [search] cost_per_call
+            self._search_cost += float(cost)
+            parts.append(f"search cost {cost:.3g} (run {self._search_cost:.3g})")
         if self._heldout_em is not None:
             parts.append(f"EM {100 * self._heldout_em:.1f}%")
         eta = ""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.cli.args import CONFIG_HELP
+from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
 
@@ -248,4 +248,5 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="sample at the rollout temperature (seeded with run.seed) instead of greedy",
     )
+    add_no_cache_arg(p)
     p.set_defaults(func=main)

@@ -99,7 +99,18 @@ class SearchConfig:
     provider: str = _f("", help="search provider plugin name; when absent: as for [model] provider")
     top_k: int = _f(3, min=1, max=100)
     max_concurrency: int = _f(16, min=1)
-    cache: bool = _f(True)
+    cache: bool = _f(True, help="answer a repeated query of this run from memory")
+    disk_cache: bool = _f(
+        True,
+        help="keep a keyed (billed) service's answers on disk and reuse them in later runs "
+        "(--no-cache turns it off)",
+    )
+    cache_ttl_hours: float = _f(
+        168.0, gt=0.0, inf_ok=True, help="answers kept on disk older than this are asked again"
+    )
+    cost_per_call: float = _f(
+        0.0, min=0.0, help="price of one paid call (any currency); 0 = cost not reported"
+    )
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
 

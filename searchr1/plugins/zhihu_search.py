@@ -129,6 +129,10 @@ class ZhihuSearch(HttpSearchProvider):
         self.options = zhihu_settings(config)
         super().__init__(config.search, self.options, **kwargs)
 
+    def endpoint(self) -> str:
+        o = self.options
+        return f"{o.path} SearchDB={o.search_db} Filter={o.filter}"
+
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
         params = {"Query": query, "Count": str(min(top_k, MAX_COUNT))}
         if self.options.search_db:

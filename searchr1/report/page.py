@@ -191,6 +191,33 @@ def _group_html(title: str, anchor: str, trajs: Sequence[Mapping[str, Any]]) -> 
     )
 
 
+def _spend_html(log: RunLog) -> str:
+    """What the run paid its search service: every logged step summed (a step done again
+    after a resume paid again, so it counts again)."""
+
+    def total(key: str) -> float:
+        return sum(v for _, v in log.series.get(key, ()))
+
+    paid, disk = total("search/paid_calls"), total("search/disk_hits")
+    if not (paid or disk):
+        return ""  # no paid search service in this run
+    hits = total("search/cache_hits")
+    bits = [
+        f"paid calls <b>{int(paid)}</b>",
+        f"answered from the cache {int(round(hits))} (kept on disk by earlier runs: {int(disk)})",
+    ]
+    if "search/cost" in log.series:
+        bits.append(f"cost <b>{total('search/cost'):.4g}</b>")
+    keys = sorted(
+        (int(k.rsplit("/", 1)[1]), total(k))
+        for k in log.series
+        if re.fullmatch(r"search/key_calls/\d+", k)
+    )
+    if keys:
+        bits.append("calls per key " + ", ".join(f"#{i}: {int(n)}" for i, n in keys))
+    return f'<h2 id="spend">Search spend</h2>\n<p id="search-spend">{" · ".join(bits)}</p>'
+
+
 def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
     """The whole report page for one run."""
     main_keys = {k for spec in (*CHARTS, *HEALTH_CHARTS) for k in spec.keys}
@@ -229,6 +256,7 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <p class="meta">{" · ".join(meta)}</p>
 <h2 id="health">Health</h2>
 {health_html(log)}
+{_spend_html(log)}
 <h2 id="curves">Training curves</h2>
 <div class="grid" id="charts">{charts}</div>
 {f'<p class="meta">PNG copies: {pngs}</p>' if pngs else ""}

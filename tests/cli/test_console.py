@@ -171,3 +171,16 @@ def test_a_train_run_with_a_ceiling_shows_the_models_em_on_its_step_lines(
     assert ceiling > 50.0  # the ideal agent finds most answers with this tokenizer
     assert "EM 0.0%" in step and f"EM {ceiling:.1f}%" not in step, step
     assert any(line.startswith("held-out EM before: 0.0%") for line in lines)
+
+
+def test_the_step_line_shows_the_search_cost_of_the_step_and_the_run(tmp_path: Path) -> None:
+    stream = Tty()
+    setup_logging("r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream)
+    log_metrics(1, {**STEP, "search/cost": 0.09})
+    log_metrics(2, {**STEP, "search/cost": 0.03})
+    log_metrics(3, STEP)  # no cost_per_call: no cost shown
+    close_sinks()
+    steps = [line for line in _plain(stream.getvalue()).splitlines() if line.startswith("step ")]
+    assert "search cost 0.09 (run 0.09)" in steps[0]
+    assert "search cost 0.03 (run 0.12)" in steps[1]
+    assert "cost" not in steps[2]

@@ -25,6 +25,7 @@ Typical use (the rollout smoke test uses the same thing for a service that is ou
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
@@ -44,8 +45,9 @@ SCRIPT_ACTIONS = ("ok", "slow", "malformed", "wrong_shape", "code", "drop")  # o
 
 @dataclass
 class Behaviour:
-    """What the fake answers. Precedence per request: ``all_status``, then ``key_status`` of
-    the request's key, then the next ``script`` action, then a normal answer."""
+    """What the fake answers. Precedence per request: ``all_status``, then ``key_status`` and
+    ``key_action`` of the request's key, then the next ``script`` action, then a normal
+    answer."""
 
     #: every request sleeps this long before answering (e.g. 0.05 for the benchmark)
     latency_s: float = 0.0
@@ -53,6 +55,9 @@ class Behaviour:
     all_status: int | None = None
     #: key -> status answered to every request carrying that key (429, 401, 403, ...)
     key_status: dict[str, int] = field(default_factory=dict)
+    #: key -> script action answered to every request carrying that key (a dead key: "code",
+    #: an API error inside an HTTP 200; "malformed"; "slow"; ...)
+    key_action: dict[str, str] = field(default_factory=dict)
     #: one action per request, in arrival order, then normal answers: an HTTP status as a
     #: string ("503"), "slow" (sleep ``slow_s`` first), "malformed" (not JSON),
     #: "wrong_shape" (JSON of the wrong shape), "code" (Zhihu Code != 0), "drop" (close the
@@ -68,6 +73,11 @@ class Behaviour:
     message: str = "success"
     #: results per query in normal answers; None = as many as asked for
     results: int | None = None
+    #: share of the other requests answered with a fault drawn from ``faults`` (a soak's
+    #: flaky service), by a generator seeded with ``seed``
+    fault_rate: float = 0.0
+    faults: tuple[str, ...] = ("slow", "503", "429", "code", "drop")
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,10 @@ class FakeSearchServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the benchmark opens many connections at once
 
-    def __init__(self, behaviour: Behaviour):
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, behaviour: Behaviour, port: int = 0):
+        super().__init__(("127.0.0.1", port), _Handler)
         self.behaviour = behaviour
+        self.rng = random.Random(behaviour.seed)
         self.records: list[Record] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -127,8 +138,12 @@ class FakeSearchServer(ThreadingHTTPServer):
                 return str(b.all_status)
             if key is not None and key in b.key_status:
                 return str(b.key_status[key])
+            if key is not None and key in b.key_action:
+                return b.key_action[key]
             if b.script:
                 return b.script.pop(0)
+            if b.fault_rate and self.rng.random() < b.fault_rate:
+                return self.rng.choice(b.faults)
         return "ok"
 
 
@@ -290,11 +305,12 @@ def _retriever_hits(query: str, n: int, params: dict[str, str]) -> list[dict[str
 
 @contextmanager
 def start_fake_search_server(
-    behaviour: Behaviour | None = None,
+    behaviour: Behaviour | None = None, port: int = 0
 ) -> Iterator[tuple[str, FakeSearchServer]]:
-    """Run a fake on a free loopback port for the duration of the block: yields
-    ``(base_url, server)``; use ``base_url`` as ``[search] api_base``."""
-    server = FakeSearchServer(behaviour or Behaviour())
+    """Run a fake on a loopback port (``port``, or a free one) for the duration of the block:
+    yields ``(base_url, server)``; use ``base_url`` as ``[search] api_base``. Started again
+    on the same port, it is a restarted service."""
+    server = FakeSearchServer(behaviour or Behaviour(), port)
     thread = threading.Thread(
         target=server.serve_forever, args=(0.02,), name="fake-search", daemon=True
     )

@@ -201,24 +201,140 @@ def test_timeout_without_retries_is_a_timeout_error(fake) -> None:
 
 
 @pytest.mark.parametrize(
+    ("action", "counter"),
+    [
+        ("malformed", "malformed_responses"),
+        ("wrong_shape", "malformed_responses"),
+        ("code", "api_errors"),
+    ],
+)
+def test_an_unusable_200_is_asked_again_with_the_next_key(fake, action, counter) -> None:
+    base_url, server = fake
+    server.behaviour.script = [action]
+    provider = make_provider(base_url)
+    first, second = run_queries(provider, ["q1", "q2"])
+    assert first.ok and second.ok  # the failure on one key did not reach the trajectory
+    assert [(r.key, r.action) for r in server.records[:2]] == [(KEYS[0], action), (KEYS[1], "ok")]
+    m = provider.metrics()
+    assert (m[counter], m["key_retries"], m["errors"], m["attempts"], m["retries"]) == (
+        1, 1, 0, 3, 0,
+    )  # fmt: skip
+    assert m["paid_calls"] == 3 and provider.available()
+
+
+@pytest.mark.parametrize(
     ("action", "error", "counter"),
     [
         ("malformed", "malformed response (not JSON)", "malformed_responses"),
-        ("wrong_shape", "malformed response (Data.Items is not a list)", "malformed_responses"),
         ("code", "search API error (Code 1001: success)", "api_errors"),
         ("404", "request rejected (HTTP 404)", "http_errors"),
     ],
 )
-def test_unusable_answers_are_counted_errors_not_retried(fake, action, error, counter) -> None:
+def test_an_unusable_answer_from_every_key_is_an_error(fake, action, error, counter) -> None:
     base_url, server = fake
-    server.behaviour.script = [action]
+    tries = 1 if action == "404" else 3  # a 404 is the request's fault, not the key's
+    server.behaviour.script = [action] * tries
     provider = make_provider(base_url)
     first, second = run_queries(provider, ["q1", "q2"])
     assert first.error == error and first.results == ()
     assert second.ok  # the next call is unaffected
     m = provider.metrics()
-    assert (m[counter], m["errors"], m["attempts"], m["retries"]) == (1, 1, 2, 0)
-    assert m["error_rate"] == 0.5 and provider.available()
+    assert (m[counter], m["errors"], m["attempts"]) == (tries, 1, tries + 1)
+    assert m["error_rate"] == 0.5 and m["keys_available"] == 3  # nobody else worked: no bench
+
+
+def test_a_dead_key_is_benched_probed_after_its_cool_down_and_restored(fake) -> None:
+    base_url, server = fake
+    server.behaviour.key_action = {KEYS[1]: "code"}  # an API error inside every 200
+    provider = make_provider(base_url, key_max_failures=2, key_probe_seconds=0.3)
+
+    async def go() -> list:
+        out = [await provider.search(f"a{i}", 3) for i in range(6)]
+        served = len(server.records)
+        out += [await provider.search(f"b{i}", 3) for i in range(4)]
+        assert KEYS[1] not in [r.key for r in server.records[served:]]  # benched: not asked
+        await asyncio.sleep(0.4)  # the cool-down ends: probed, fails, benched for twice as long
+        out += [await provider.search(f"c{i}", 3) for i in range(3)]
+        server.behaviour.key_action = {}  # the key works again
+        await asyncio.sleep(0.7)
+        served = len(server.records)
+        out += [await provider.search(f"d{i}", 3) for i in range(3)]
+        assert KEYS[1] in server.keys_served()[-3:]  # back in rotation
+        await provider.aclose()
+        return out
+
+    with capture_logs() as logs:
+        responses = asyncio.run(go())
+    assert all(r.ok for r in responses)  # every failure on the dead key was retried elsewhere
+    moves = [(e["event"], e["key_index"]) for e in logs if e["event"].startswith("search_key_")]
+    assert moves == [
+        ("search_key_benched", 1),
+        ("search_key_unbenched", 1),
+        ("search_key_benched", 1),
+        ("search_key_unbenched", 1),
+        ("search_key_healthy", 1),
+    ]
+    benched = [e for e in logs if e["event"] == "search_key_benched"]
+    assert [e["benched_for_s"] for e in benched] == [0.3, 0.6]
+    assert "Code 1001" in benched[0]["reason"]
+    m = provider.metrics()
+    assert m["errors"] == 0 and m["keys_available"] == 3
+    seen = repr(logs)
+    assert not any(key in seen for key in KEYS)
+
+
+def test_failures_every_key_shares_bench_no_key(fake) -> None:
+    base_url, server = fake
+    server.behaviour.code = 1001  # the service itself answers API errors
+    provider = make_provider(base_url, key_max_failures=1)
+    with capture_logs() as logs:
+        responses = run_queries(provider, [f"q{i}" for i in range(4)])
+    assert all(not r.ok for r in responses)
+    assert not any(e["event"] == "search_key_benched" for e in logs)
+    assert provider.metrics()["keys_available"] == 3
+
+
+def test_calls_per_key_cost_and_answers_kept_on_disk_for_the_next_run(fake) -> None:
+    base_url, server = fake
+    queries = ["Who wrote X?", "where is lyon", "a b c"]
+    first = make_provider(base_url, cost_per_call=0.015)
+    run_queries(first, queries)
+    m = first.metrics(reset=True)
+    assert [m["key_calls/0"], m["key_calls/1"], m["key_calls/2"]] == [1, 1, 1]
+    assert (m["paid_calls"], m["disk_hits"], m["cost"]) == (3, 0, pytest.approx(0.045))
+
+    again = make_provider(base_url, cost_per_call=0.015)  # a rerun: a new provider
+    responses = run_queries(again, ["  who WROTE x? ", *queries[1:], "new one"])
+    assert all(r.ok for r in responses) and all(r.cached for r in responses[:3])
+    assert [r.queries for r in server.records[3:]] == [("new one",)]  # only the new query paid
+    m = again.metrics()
+    assert (m["paid_calls"], m["disk_hits"], m["cache_hit_rate"]) == (1, 3, 0.75)
+    assert m["cost"] == pytest.approx(0.015) and m["cost_total"] == pytest.approx(0.015)
+
+    other_top_k = make_provider(base_url)
+    run_queries(other_top_k, queries[:1], top_k=2)  # another top_k is another answer
+    off = make_provider(base_url, disk_cache="false")
+    run_queries(off, queries[:1])
+    assert len(server.records) == 6
+    no_run_cache = make_provider(base_url, cache="false")  # the disk still answers
+    assert run_queries(no_run_cache, queries[1:2])[0].cached
+    assert len(server.records) == 6
+
+    from searchr1.kit.search.cache import answer_store_path
+
+    stored = answer_store_path().read_bytes()
+    assert b"where is lyon" in stored
+    assert not any(key.encode() in stored for key in KEYS)
+
+
+def test_answers_older_than_the_ttl_are_asked_again(fake) -> None:
+    base_url, server = fake
+    run_queries(make_provider(base_url, cache_ttl_hours=0.0001), ["q"])
+    import time
+
+    time.sleep(0.5)  # 0.36 s is the ttl
+    run_queries(make_provider(base_url, cache_ttl_hours=0.0001), ["q"])
+    assert len(server.records) == 2
 
 
 def test_a_dropped_connection_is_retried(fake) -> None:
@@ -323,3 +439,18 @@ def test_the_same_provider_works_across_event_loops(fake) -> None:
     assert asyncio.run(provider.search("one", 3)).ok
     assert asyncio.run(provider.search("two", 3)).ok
     assert len(server.records) == 2
+
+
+def test_an_answer_store_that_cannot_be_written_is_turned_off_with_one_warning(
+    fake, tmp_path, monkeypatch
+) -> None:
+    base_url, server = fake
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(blocker / "answers.sqlite"))
+    provider = make_provider(base_url)
+    with capture_logs() as logs:
+        responses = run_queries(provider, ["q1", "q2"])
+    assert all(r.ok for r in responses) and len(server.records) == 2
+    (off,) = [e for e in logs if e["event"] == "search_disk_cache_off"]
+    assert off["path"] == str(blocker / "answers.sqlite") and "SEARCHR1_SEARCH_CACHE" in off["hint"]

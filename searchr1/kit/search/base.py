@@ -7,7 +7,10 @@ to its backend, returning a :class:`SearchResponse` and never raising). The roll
 * answers empty / whitespace queries and ``top_k < 1`` with an error, without a backend call,
 * truncates queries longer than ``[search] max_query_chars`` (counted),
 * serves repeated queries from the run cache and lets concurrent identical queries share one
-  backend call (``[search] cache``),
+  backend call (``[search] cache``), and, for a provider with a :meth:`persistent_scope` (a
+  keyed, billed service), from answers kept on disk by earlier runs (``[search] disk_cache``),
+* counts spend: paid calls (answers the service sent), calls per key, cache hits and, with
+  ``[search] cost_per_call``, ``cost`` per step and ``cost_total`` over the run,
 * records one outcome per call in :class:`~searchr1.kit.search.metrics.SearchMetrics`,
 * turns any unexpected exception into an error response: a search bug must not kill a rollout.
 
@@ -26,7 +29,7 @@ from abc import ABC, abstractmethod
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse
-from searchr1.kit.search.cache import CacheKey, QueryCache
+from searchr1.kit.search.cache import AnswerStore, CacheKey, QueryCache, answer_store_path
 from searchr1.kit.search.metrics import SearchMetrics
 
 EMPTY_QUERY = "empty query"
@@ -45,6 +48,11 @@ class BaseSearchProvider(ABC):
         self._cache = QueryCache() if settings.cache else None
         self._inflight: dict[CacheKey, asyncio.Future[SearchResponse]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._store: AnswerStore | None = None
+        self._store_opened = False
+        #: paid calls and disk hits over the provider's life (the run), for the spend totals
+        self._paid_total = 0
+        self._disk_hits_total = 0
 
     # ------------------------------------------------------------------ to implement
 
@@ -56,6 +64,11 @@ class BaseSearchProvider(ABC):
 
     def _on_new_loop(self) -> None:
         """Drop state bound to the previous event loop (subclasses extend)."""
+        return None
+
+    def persistent_scope(self) -> str | None:
+        """The endpoint under which answers are kept on disk across runs (no secret in it),
+        or None: not kept (the default; keyed HTTP services return their address)."""
         return None
 
     # ------------------------------------------------------------------ protocol
@@ -80,11 +93,20 @@ class BaseSearchProvider(ABC):
             return SearchResponse(error="search failed (internal error)")
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
-        out = self._metrics.snapshot()
+        m = self._metrics
+        out = m.snapshot()
         out["available"] = 1.0 if self.available() else 0.0
-        out.update(self._extra_metrics())
+        out.update(self._extra_metrics(reset))
+        paid_total = self._paid_total + m.paid_calls
+        out["paid_calls_total"] = float(paid_total)
+        out["disk_hits_total"] = float(self._disk_hits_total + m.disk_hits)
+        price = self.settings.cost_per_call
+        if price > 0:
+            out["cost"] = m.paid_calls * price
+            out["cost_total"] = paid_total * price
         if reset:
-            self._metrics.reset()
+            self._paid_total, self._disk_hits_total = paid_total, int(out["disk_hits_total"])
+            m.reset()
         return out
 
     def available(self) -> bool:
@@ -92,10 +114,22 @@ class BaseSearchProvider(ABC):
 
     async def aclose(self) -> None:
         """Release resources (subclasses extend)."""
+        if self._store is not None:
+            self._store.close()
         return None
 
-    def _extra_metrics(self) -> dict[str, float]:
+    def _extra_metrics(self, reset: bool) -> dict[str, float]:
+        """Provider-specific values of :meth:`metrics` (per-step ones restart on ``reset``)."""
         return {}
+
+    def _answer_store(self) -> AnswerStore | None:
+        if not self._store_opened:
+            self._store_opened = True
+            scope = self.persistent_scope() if self.settings.disk_cache else None
+            if scope is not None:
+                ttl_s = self.settings.cache_ttl_hours * 3600.0
+                self._store = AnswerStore(answer_store_path(), self.name, scope, ttl_s)
+        return self._store if self._store is not None and self._store.active else None
 
     # ------------------------------------------------------------------ internals
 
@@ -112,11 +146,18 @@ class BaseSearchProvider(ABC):
         if len(query) > limit:
             m.truncated_queries += 1
             query = query[:limit].rstrip()
-        if self._cache is None:
+        store = self._answer_store()
+        if self._cache is None and store is None:
             return self._record(await self._timed_fetch(query, top_k), cached=False)
 
         key = QueryCache.key(query, top_k)
-        hit = self._cache.get(key)
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None and store is not None:
+            hit = store.get(key)
+            if hit is not None:
+                m.disk_hits += 1
+                if self._cache is not None:
+                    self._cache.put(key, hit)
         if hit is not None:
             return self._record(SearchResponse(results=hit, cached=True), cached=True)
         leader = self._inflight.get(key)
@@ -136,7 +177,10 @@ class BaseSearchProvider(ABC):
         try:
             response = await self._timed_fetch(query, top_k)
             if response.ok:
-                self._cache.put(key, response.results)
+                if self._cache is not None:
+                    self._cache.put(key, response.results)
+                if store is not None:
+                    store.put(key, response.results)
             future.set_result(response)
             return self._record(response, cached=False)
         finally:

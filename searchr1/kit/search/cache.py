@@ -1,16 +1,30 @@
-"""The run-level query cache: (normalised query, top_k) -> results.
+"""The query caches: (normalised query, top_k) -> results.
 
 The trajectories of one group often send the same query, and a keyed search service bills
-every call against a daily quota, so :class:`~searchr1.kit.search.base.BaseSearchProvider`
-answers a repeated query from here. Only successful answers are stored (an error is never
-replayed). The cache lives as long as the provider, i.e. one run; it is bounded and evicts the
-least recently used entry.
+every call against a quota, so :class:`~searchr1.kit.search.base.BaseSearchProvider` answers a
+repeated query from here. Only successful answers are stored (an error is never replayed).
+
+* :class:`QueryCache` lives as long as the provider, i.e. one run; it is bounded and evicts the
+  least recently used entry (``[search] cache``).
+* :class:`AnswerStore` keeps the answers of a keyed service on disk, so a resumed run or a
+  rerun does not pay again (``[search] disk_cache``, ``cache_ttl_hours``): one SQLite file in
+  the cache folder (:func:`answer_store_path`), rows keyed by provider, endpoint (an address
+  without query string or user info), normalised query and top_k. No key is ever stored.
+  Several runs may share the file (WAL journal, a busy timeout); a write that fails (disk
+  full, read-only folder) turns the store off for the run with one warning: a cache must
+  never stop training.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import time
 from collections import OrderedDict
+from pathlib import Path
 
+from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResult
 
 CacheKey = tuple[str, int]
@@ -48,3 +62,95 @@ class QueryCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+def answer_store_path() -> Path:
+    """``$SEARCHR1_SEARCH_CACHE`` when set, else ``search/answers.sqlite`` in the cache folder
+    (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``)."""
+    from searchr1.core.builtins import cache_dir
+
+    given = os.environ.get("SEARCHR1_SEARCH_CACHE")
+    return Path(given) if given else cache_dir() / "search" / "answers.sqlite"
+
+
+class AnswerStore:
+    """Successful answers of one provider and endpoint on disk, for ``ttl_s`` seconds."""
+
+    _SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS answers (provider TEXT NOT NULL, endpoint TEXT NOT NULL, "
+        "query TEXT NOT NULL, top_k INTEGER NOT NULL, results TEXT NOT NULL, "
+        "stored REAL NOT NULL, PRIMARY KEY (provider, endpoint, query, top_k))"
+    )
+
+    def __init__(self, path: Path, provider: str, endpoint: str, ttl_s: float):
+        self.path = path
+        self._scope = (provider, endpoint)
+        self._ttl_s = ttl_s
+        self._db: sqlite3.Connection | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # one provider, one caller at a time, but not always the same thread (a stage or
+            # an eval may run its own event loop in a worker thread)
+            db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(self._SCHEMA)
+            # answers past their TTL are never read again: drop this scope's
+            db.execute(
+                "DELETE FROM answers WHERE provider=? AND endpoint=? AND stored < ?",
+                (*self._scope, time.time() - ttl_s),
+            )
+            self._db = db
+        except (OSError, sqlite3.Error) as exc:
+            self._off(exc)
+
+    @property
+    def active(self) -> bool:
+        return self._db is not None
+
+    def get(self, key: CacheKey) -> tuple[SearchResult, ...] | None:
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute(
+                "SELECT results, stored FROM answers WHERE provider=? AND endpoint=? "
+                "AND query=? AND top_k=?",
+                (*self._scope, *key),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            self._off(exc)
+            return None
+        if row is None or time.time() - row[1] > self._ttl_s:
+            return None
+        try:
+            return tuple(SearchResult(**r) for r in json.loads(row[0]))
+        except (ValueError, TypeError):  # a row another version wrote: ask the service
+            return None
+
+    def put(self, key: CacheKey, results: tuple[SearchResult, ...]) -> None:
+        if self._db is None:
+            return
+        body = json.dumps(
+            [{"title": r.title, "text": r.text, "url": r.url, "score": r.score} for r in results]
+        )
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                (*self._scope, *key, body, time.time()),
+            )
+        except sqlite3.Error as exc:
+            self._off(exc)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _off(self, exc: Exception) -> None:
+        self.close()
+        get_logger().warning(
+            "search_disk_cache_off",
+            path=str(self.path),
+            error=f"{type(exc).__name__}: {exc}",
+            hint="answers are not kept for later runs; free space or fix the folder's "
+            "permissions, or set SEARCHR1_SEARCH_CACHE to a writable file",
+        )

@@ -10,6 +10,10 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
 * takes keys round-robin from a :class:`~searchr1.kit.search.keys.KeyPool`; a 429 benches the
   key (for ``Retry-After`` seconds when given, else ``key_cooldown_seconds``) and the
   request moves to the next key at once; 401/403 benches the key for the run;
+* tells the pool how each 2xx went, so a key whose answers keep being unusable (an API error
+  inside the 200, a malformed body) while other keys work is benched (``key_max_failures`` in
+  a row; probed again after ``key_probe_seconds``), and moves a request with an unusable 2xx
+  to the next key before it counts as a failure;
 * retries timeouts, connection errors, 408 and 5xx up to ``max_retries`` times with
   exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
   wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
@@ -35,7 +39,8 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config_schema import SearchConfig, setting
-from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict
+from searchr1.core.logs import redact_text
+from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.keys import KeyPool
@@ -88,6 +93,10 @@ class _Tries:
     index: int = 0
     last_error: str | None = None
     key_switches: int = 0
+    #: keys whose 2xx answer could not be used
+    unusable: int = 0
+    parsed: object = None
+    parse_error: ResponseError | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,19 @@ class HttpSearchSettings:
     max_retries: int = setting(2, min=0, also_in_section=True)
     key_cooldown_seconds: float = setting(
         math.inf, gt=0.0, inf_ok=True, also_in_section=True, help="inf = benched for the run"
+    )
+    key_max_failures: int = setting(
+        3,
+        min=1,
+        also_in_section=True,
+        help="unusable answers in a row (API error in a 200, malformed body) of one key, "
+        "while another key works, that bench it",
+    )
+    key_probe_seconds: float = setting(
+        60.0,
+        gt=0.0,
+        also_in_section=True,
+        help="a key benched for failing is tried again after this; doubles per failed probe",
     )
 
 
@@ -122,7 +144,13 @@ class HttpSearchProvider(BaseSearchProvider):
     ):
         super().__init__(settings)
         self.api_base = (http.api_base or self.default_api_base).rstrip("/")
-        self.keys = KeyPool(http.api_keys, http.key_cooldown_seconds, provider=self.name)
+        self.keys = KeyPool(
+            http.api_keys,
+            http.key_cooldown_seconds,
+            provider=self.name,
+            max_failures=http.key_max_failures,
+            probe_s=http.key_probe_seconds,
+        )
         self.http = HttpClient(
             self.api_base,
             policy=RetryPolicy(
@@ -147,9 +175,27 @@ class HttpSearchProvider(BaseSearchProvider):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+        await super().aclose()
 
-    def _extra_metrics(self) -> dict[str, float]:
-        return {"keys_available": float(self.keys.available_count())}
+    def _extra_metrics(self, reset: bool) -> dict[str, float]:
+        out = {"keys_available": float(self.keys.available_count())}
+        calls = self.keys.take_calls() if reset else list(self.keys.calls)
+        if not self.keys.anonymous:
+            out.update({f"key_calls/{i}": float(n) for i, n in enumerate(calls)})
+        return out
+
+    def persistent_scope(self) -> str | None:
+        """Answers of a keyed (billed) service are kept on disk, scoped by this provider's
+        endpoint (its address without query string or user info, any registered secret
+        masked: never a key); a service without keys is not billed and its index may change
+        under the same address, so it is not."""
+        if self.keys.anonymous:
+            return None
+        return redact_text(safe_url(self.api_base) + self.endpoint())
+
+    def endpoint(self) -> str:
+        """The path and options that decide this provider's answers (subclasses extend)."""
+        return ""
 
     def _on_new_loop(self) -> None:
         # asyncio primitives belong to the loop that created them (the HTTP client makes a
@@ -182,6 +228,23 @@ class HttpSearchProvider(BaseSearchProvider):
         def decide(response: httpx.Response) -> Verdict:
             status = response.status_code
             if 200 <= status < 300:
+                m.paid_calls += 1
+                try:
+                    tries.parsed, tries.parse_error = parse(response), None
+                except ResponseError as exc:
+                    tries.parse_error = exc
+                    if exc.kind == "api":
+                        m.api_errors += 1
+                    else:
+                        m.malformed_responses += 1
+                    self.keys.failed(tries.index, str(exc))
+                    tries.unusable += 1
+                    tries.last_error = str(exc)
+                    if tries.unusable < len(self.keys) and self.keys.others_available(tries.index):
+                        m.key_retries += 1
+                        return Verdict.AGAIN  # the next key, before this counts as a failure
+                    return Verdict.ACCEPT
+                self.keys.succeeded(tries.index)
                 return Verdict.ACCEPT
             if status == 429:
                 m.http_429 += 1
@@ -197,27 +260,26 @@ class HttpSearchProvider(BaseSearchProvider):
                 return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
             if status == 408 or status >= 500:
                 m.server_errors += 1
-                return Verdict.RETRY
+                return Verdict.RETRY  # the service's trouble, not the key's: no health change
             m.http_errors += 1
             return Verdict.REJECT
 
         try:
-            response = await self.http.send(
-                attempt, decide=decide, limiter=self.semaphore, on_event=self._count
+            # decide() parses the 2xx it accepts (an unusable one moves to the next key)
+            await self.http.send(
+                attempt,
+                decide=decide,
+                limiter=self.semaphore,
+                on_event=self._count,
             )
         except _NoKeyLeft:
             m.unavailable += 1
             return Fetched(error=tries.last_error or ERR_DOWN)
         except HttpError as exc:
             return Fetched(error=_model_error(exc))
-        try:
-            return Fetched(value=parse(response))
-        except ResponseError as exc:
-            if exc.kind == "api":
-                m.api_errors += 1
-            else:
-                m.malformed_responses += 1
-            return Fetched(error=str(exc))
+        if tries.parse_error is not None:
+            return Fetched(error=str(tries.parse_error))
+        return Fetched(value=tries.parsed)  # type: ignore[arg-type]
 
     def _count(self, event: str, _seconds: float) -> None:
         m = self._metrics

@@ -1,11 +1,22 @@
-"""The API key pool: round-robin over keys, benching keys that a service refused.
+"""The API key pool: round-robin over keys, benching keys that fail while others work.
 
 Owned by :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`. Each HTTP attempt
-takes the next key that is not benched (:meth:`KeyPool.acquire`); a key answering 429 is
-benched for a cool-down (default: the whole run, since quotas are daily), a key answering
-401/403 for the whole run. When every key is benched the pool is *exhausted*: the provider
-reports the environment as down (``available()`` is False) so the train loop stops rather than
-train on failures. Keys are only ever identified by their **index** in logs.
+takes the next key that is not benched (:meth:`KeyPool.acquire`) and reports how it went
+(:meth:`KeyPool.succeeded` / :meth:`KeyPool.failed`). A key is benched
+
+* at once when the service refused it: 429 (for ``Retry-After`` or the cool-down, default the
+  whole run, since quotas are daily) or 401/403 (the whole run);
+* when it keeps failing while another key works (its health): ``max_failures`` unusable
+  answers in a row (an API error inside a 200, a malformed body) with a success of another key
+  since that streak began. Failures every key shares are the service's and bench nobody; so
+  are timeouts, connection errors and 5xx, which are retried anyway (counted as a key's, a
+  flaky service at 30% faults benched good keys by chance: ``bench/soak.py``). Such a key is
+  benched for ``probe_s`` seconds, then taken back for a probe: one more failure benches it
+  again for twice as long (at most :data:`MAX_PROBE_S`), a success makes it healthy.
+
+Every bench and unbench is logged with the key's **index**, never the key. When every key is
+benched the pool is *exhausted*: the provider reports the environment as down
+(``available()`` is False) so the train loop stops rather than train on failures.
 
 A pool created with no keys holds one anonymous slot (``None``): services without
 authentication go through the same code, and a 401 still marks them down.
@@ -19,9 +30,13 @@ from collections.abc import Callable, Sequence
 
 from searchr1.core.logs import get_logger, register_secrets
 
+#: the longest a failing key waits between probes
+MAX_PROBE_S = 3600.0
+
 
 class KeyPool:
-    """Round-robin key selection with per-key benching. Not thread-safe (one event loop)."""
+    """Round-robin key selection with per-key health and benching. Not thread-safe (one event
+    loop)."""
 
     def __init__(
         self,
@@ -29,11 +44,23 @@ class KeyPool:
         cooldown_s: float = math.inf,
         *,
         provider: str = "search",
+        max_failures: int = 3,
+        probe_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         register_secrets(keys)
         self._keys: list[str | None] = list(keys) if keys else [None]
-        self._benched_until = [0.0] * len(self._keys)
+        n = len(self._keys)
+        self._benched_until = [0.0] * n
+        #: True while a key is benched (its return to rotation is logged once)
+        self._benched = [False] * n
+        #: failures in a row per key, and whether another key succeeded during the streak
+        self._streak = [0] * n
+        self._others_ok = [False] * n
+        #: the next health bench of each key lasts this long (doubles after a failed probe)
+        self._probe_s = [probe_s] * n
+        self._base_probe_s = probe_s
+        self._max_failures = max_failures
         self._next = 0
         self._cooldown_s = cooldown_s
         self._provider = provider
@@ -41,6 +68,8 @@ class KeyPool:
         self._down_logged = False
         #: key index -> why it was last benched (smoke names these indexes in its verdict)
         self.bench_reasons: dict[int, str] = {}
+        #: HTTP attempts sent with each key since the last :meth:`take_calls`
+        self.calls = [0] * n
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -53,9 +82,14 @@ class KeyPool:
         now = self._clock()
         return sum(1 for until in self._benched_until if until <= now)
 
+    def others_available(self, index: int) -> bool:
+        """Whether a key other than ``index`` is in rotation now."""
+        now = self._clock()
+        return any(u <= now for i, u in enumerate(self._benched_until) if i != index)
+
     def acquire(self) -> tuple[int, str | None] | None:
         """The next usable ``(index, key)`` in round-robin order, or None when all are
-        benched."""
+        benched. A key whose bench ran out is logged as back in rotation."""
         now = self._clock()
         n = len(self._keys)
         for step in range(n):
@@ -63,14 +97,63 @@ class KeyPool:
             if self._benched_until[index] <= now:
                 self._next = (index + 1) % n
                 self._down_logged = False
+                if self._benched[index]:
+                    self._benched[index] = False
+                    get_logger().info(
+                        "search_key_unbenched",
+                        provider=self._provider,
+                        key_index=index,
+                        keys_total=n,
+                        reason="cool-down over; the key is tried again",
+                        keys_available=self.available_count(),
+                    )
+                self.calls[index] += 1
                 return index, self._keys[index]
         return None
+
+    def succeeded(self, index: int) -> None:
+        """Key ``index`` got a usable answer."""
+        if self._streak[index] >= self._max_failures:
+            get_logger().info(
+                "search_key_healthy",
+                provider=self._provider,
+                key_index=index,
+                keys_total=len(self._keys),
+                failures_before=self._streak[index],
+            )
+        self._streak[index] = 0
+        self._others_ok[index] = False
+        self._probe_s[index] = self._base_probe_s
+        for other in range(len(self._keys)):
+            if other != index and self._streak[other]:
+                self._others_ok[other] = True
+
+    def failed(self, index: int, reason: str) -> None:
+        """Key ``index`` failed (``reason`` names the kind, never the key): benched when it
+        keeps failing while another key works."""
+        self._streak[index] += 1
+        if self._streak[index] < self._max_failures or not self._others_ok[index]:
+            return
+        if self._benched_until[index] > self._clock():
+            return  # already benched (an attempt that was in flight when it was benched)
+        seconds = self._probe_s[index]
+        self._probe_s[index] = min(MAX_PROBE_S, seconds * 2)
+        self.bench(
+            index, f"failing while other keys work ({self._streak[index]} in a row: {reason})",
+            seconds,
+        )  # fmt: skip
+
+    def take_calls(self) -> list[int]:
+        """Attempts per key since the last call (the per-step spend), then zeroed."""
+        calls, self.calls = self.calls, [0] * len(self._keys)
+        return calls
 
     def bench(self, index: int, reason: str, seconds: float | None = None) -> None:
         """Take key ``index`` out of rotation for ``seconds`` (default: the pool's cool-down;
         ``inf`` = the rest of the run). Logs the key's index and the reason, never the key."""
         seconds = self._cooldown_s if seconds is None else max(0.0, seconds)
         self._benched_until[index] = max(self._benched_until[index], self._clock() + seconds)
+        self._benched[index] = True
         self.bench_reasons[index] = reason
         log = get_logger()
         log.warning(
@@ -88,5 +171,6 @@ class KeyPool:
                 "search_environment_down",
                 provider=self._provider,
                 keys_total=len(self._keys),
-                hint="every API key is benched (quota exhausted or rejected); add keys or wait",
+                hint="every API key is benched (quota exhausted, rejected or failing); add "
+                "keys or wait",
             )

@@ -13,8 +13,11 @@ Definitions (a step with no calls reports rates of 0 and a success rate of 1):
 * ``success_rate`` / ``error_rate``: over valid calls, answered (from the backend or the
   cache) versus failed. ``empty_rate``: valid calls answered with zero results.
 * ``429_rate``, ``timeout_rate``: over HTTP attempts (retries included).
-* ``cache_hit_rate``: valid calls served from the run cache (or by joining an identical
-  query already in flight).
+* ``cache_hit_rate``: valid calls served from the run cache, from answers kept on disk by
+  earlier runs (also counted in ``disk_hits``) or by joining an identical query already in
+  flight.
+* ``paid_calls``: HTTP answers a keyed service sent (2xx, usable or not: what it bills);
+  ``key_retries``: requests moved to another key after an unusable 2xx.
 * ``latency_p50`` / ``latency_p95``: seconds, over calls that went to the backend.
 * ``results_per_call``: mean number of results of the successful calls.
 """
@@ -45,6 +48,9 @@ class SearchMetrics:
     invalid_queries: int = 0
     truncated_queries: int = 0
     cache_hits: int = 0
+    disk_hits: int = 0
+    paid_calls: int = 0
+    key_retries: int = 0
     errors: int = 0
     empty: int = 0
     results: int = 0
