@@ -130,7 +130,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--kind",
         default="flat",
         choices=("flat", "ivfpq", "hnsw"),
-        help="flat: exact, 4 bytes x dim per passage; ivfpq: compressed (dim/8 + 8 bytes per "
+        help="flat: exact, 4 bytes x dim per passage; ivfpq: compressed (dim/4 + 8 bytes per "
         "passage), memory-mapped; hnsw: fast graph, not smaller (default: flat)",
     )
     b.add_argument("--force", action="store_true", help="replace an existing index in DIR")

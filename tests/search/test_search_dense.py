@@ -276,8 +276,8 @@ def test_ivfpq_index_is_smaller_and_memory_mapped(tmp_path: Path) -> None:
     corpus.write_text("\n".join(world[:1500]) + "\n", "utf-8")
     flat, _ = build_index(corpus, tmp_path / "flat")
     card, _ = build_index(corpus, tmp_path / "pq", kind="ivfpq")
-    assert card.count == flat.count and card.params["m"] == 32
-    assert card.bytes_per_passage < flat.bytes_per_passage / 8
+    assert card.count == flat.count and card.params["m"] == 64
+    assert card.bytes_per_passage < flat.bytes_per_passage / 4
     provider = DenseSearch.from_config(dense_config(tmp_path / "pq", "nprobe = 4"))
     import faiss
 

@@ -12,7 +12,7 @@ An index folder (what ``searchr1 index build CORPUS --out DIR`` writes)::
 Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
 
 * ``flat``: exact search, ``4 d`` bytes (e5-base, d = 768: 3 KB; wiki-18's 21 M passages: 64 GB);
-* ``ivfpq``: inverted lists of product-quantised codes, ``d / 8`` bytes of code plus an 8-byte
+* ``ivfpq``: inverted lists of product-quantised codes, ``d / 4`` bytes of code plus an 8-byte
   id per passage, memory-mapped at query time (the lists stay in the page cache, not in the
   process); approximate, its recall against ``flat`` is in docs/benchmarks.md;
 * ``hnsw``: a graph over the full vectors (``4 d`` + ~2 x 32 x 4 bytes): fast, not smaller.
@@ -369,10 +369,12 @@ def _shards(build: Path, n: int) -> Iterator[np.ndarray]:
 
 
 def ivfpq_params(n: int, dim: int) -> dict[str, int]:
-    """Inverted lists ~4 sqrt(n) (at least 39 training points each), ``dim / 8`` one-byte PQ
-    codes; fewer bits per code when the corpus is too small to train 256 centroids each."""
+    """Inverted lists ~4 sqrt(n) (at least 39 training points each), ``dim / 4`` one-byte PQ
+    codes (``dim / 8`` lost ~5 points of recall@1 on the offline world; see
+    docs/benchmarks.md); fewer bits per code when the corpus is too small to train 256
+    centroids each."""
     nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
-    m = max(1, dim // 8)
+    m = max(1, dim // 4)
     while dim % m:
         m -= 1
     nbits = max(1, min(8, int(math.log2(max(2, n // 39)))))
@@ -401,8 +403,9 @@ def _make_index(build: Path, shards: int, dim: int, kind: str, n: int) -> tuple[
             params["nbits"],
             faiss.METRIC_INNER_PRODUCT,
         )
-        # train on an evenly spread sample (the corpus may be sorted by topic)
-        want = min(n, max(256 * params["nlist"], 2 ** params["nbits"] * 64, 50_000))
+        # train on an evenly spread sample (the corpus may be sorted by topic): 64 points per
+        # list, at most 1.5 M (wiki-18: 18 k lists -> 1.2 M of its 21 M passages)
+        want = min(n, max(64 * params["nlist"], 2 ** params["nbits"] * 64, 50_000), 1_500_000)
         step = max(1, n // want)
         sample = np.concatenate([np.asarray(s[::step]) for s in _shards(build, shards)])
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
