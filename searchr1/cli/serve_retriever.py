@@ -42,7 +42,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
         index.close()
-    print(f"stopped after {server.requests_served} requests", flush=True)
+    print(f"stopped after {server.requests_served} /retrieve requests answered", flush=True)
     return 0
 
 
