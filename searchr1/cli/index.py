@@ -44,6 +44,10 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         )
     except (DenseIndexError, EncoderError) as exc:
         raise UserError(str(exc)) from None
+    except ImportError as exc:
+        raise UserError(
+            f"searchr1 index build needs {exc.name}: pip install 'searchr1[dense]'"
+        ) from None
     finally:
         if isinstance(report, _TerminalProgress):
             report.close()

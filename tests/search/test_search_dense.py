@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +287,22 @@ def test_ivfpq_index_is_smaller_and_memory_mapped(tmp_path: Path) -> None:
     assert "OnDisk" in type(faiss.downcast_InvertedLists(ivf.invlists)).__name__
     response = asyncio.run(provider.search("Nungen Guild", 3))
     assert response.ok and len(response.results) == 3
+
+
+def test_config_check_and_a_missing_extra_say_what_to_do(
+    tmp_path: Path, built: Path, run_cli, config_file, monkeypatch
+) -> None:  # noqa: ANN001
+    config = config_file(
+        f'[search]\nprovider = "dense"\n[search.dense]\nindex = "{tmp_path / "nothere"}"\n'
+    )
+    result = run_cli("config", "check", "--config", config)
+    assert result.code == 0 and "holds no finished index (no card.json)" in result.out
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # the [dense] extra not installed
+    with pytest.raises(ConfigError, match=r"needs faiss: pip install 'searchr1\[dense\]'"):
+        DenseSearch.from_config(dense_config(built))
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    build = run_cli("index", "build", corpus, "--out", tmp_path / "idx")
+    assert build.code == 2 and "needs faiss: pip install 'searchr1[dense]'" in build.err
+    checked = run_cli("config", "check", "--config", config)
+    assert "search provider 'dense' needs faiss: pip install 'searchr1[dense]'" in checked.out

@@ -171,8 +171,29 @@ def _create(config: Config) -> DenseSearch:
     return DenseSearch.from_config(config)
 
 
+def advise(config: Config) -> list[str]:
+    """What ``config check`` can say without loading anything: a missing ``[dense]`` extra, an
+    index folder that is not a finished index."""
+    import importlib.util
+
+    missing = [m for m in ("faiss", "wordllama") if importlib.util.find_spec(m) is None]
+    out = []
+    if missing:
+        out.append(
+            f"search provider 'dense' needs {', '.join(missing)}: pip install 'searchr1[dense]'"
+        )
+    folder = str(config.plugin_table("search", "dense").get("index", "")).strip()
+    if folder and not (Path(folder).expanduser() / "card.json").is_file():
+        out.append(
+            f"search.dense.index = {folder!r} holds no finished index (no card.json): "
+            "build it with `searchr1 index build CORPUS.jsonl --out " + folder + "`"
+        )
+    return out
+
+
 # What the core reads off the factory (docs/plugins.md, "What a factory may declare").
 _create.settings = DenseSearchSettings  # type: ignore[attr-defined]
+_create.advise = advise  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -215,6 +215,7 @@ def build_index(
 ) -> tuple[IndexCard, str]:
     """Build (or finish building) the index of ``corpus`` in ``out``; returns the card and
     what happened (``"built"``, ``"resumed"``, ``"up to date"``). See the module docstring."""
+    import faiss  # noqa: F401 - a missing extra fails here, not after hours of encoding
     import numpy as np
 
     if kind not in KINDS:
@@ -325,8 +326,6 @@ def build_index(
 
     report("index")
     index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
-    import faiss
-
     faiss.write_index(index, str(build / INDEX_FILE))
     offsets = _offsets(docs_tmp)
     np.save(build / OFFSETS, offsets)
