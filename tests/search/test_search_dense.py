@@ -285,6 +285,13 @@ def test_ivfpq_index_is_smaller_and_memory_mapped(tmp_path: Path) -> None:
     ivf = faiss.extract_index_ivf(provider.index.index)
     assert ivf.nprobe == 4
     assert "OnDisk" in type(faiss.downcast_InvertedLists(ivf.invlists)).__name__
+    maps = Path("/proc/self/maps")
+    if maps.exists():  # Linux: both files are mapped, not read into the process
+        mapped = maps.read_text()
+        assert str(tmp_path / "pq" / "index.faiss") in mapped
+        exact = DenseSearch.from_config(dense_config(tmp_path / "flat"))
+        assert str(tmp_path / "flat" / "index.faiss") in maps.read_text()
+        assert len(asyncio.run(exact.search("Nungen Guild", 3)).results) == 3
     response = asyncio.run(provider.search("Nungen Guild", 3))
     assert response.ok and len(response.results) == 3
 

@@ -11,7 +11,8 @@ An index folder (what ``searchr1 index build CORPUS --out DIR`` writes)::
 
 Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
 
-* ``flat``: exact search, ``4 d`` bytes (e5-base, d = 768: 3 KB; wiki-18's 21 M passages: 64 GB);
+* ``flat``: exact search, ``4 d`` bytes (e5-base, d = 768: 3 KB; wiki-18's 21 M passages: 64 GB),
+  memory-mapped (every query reads all of it, so it wants that much page cache);
 * ``ivfpq``: inverted lists of product-quantised codes, ``d / 4`` bytes of code plus an 8-byte
   id per passage, memory-mapped at query time (the lists stay in the page cache, not in the
   process); approximate, its recall against ``flat`` is in docs/benchmarks.md;
@@ -157,7 +158,8 @@ def _corpus_rows(
                 raise DenseIndexError(f"{corpus}:{lineno}: not valid JSON ({exc.msg})") from None
             except DocumentError as exc:
                 raise DenseIndexError(f"{corpus}:{lineno}: {exc}") from None
-            yield offset, lineno, {"id": str(row.get("id", "")), "contents": contents}
+            # a row without an id gets its line number: stable while the corpus is unchanged
+            yield offset, lineno, {"id": str(row.get("id", lineno)), "contents": contents}
 
 
 # ---------------------------------------------------------------------------- building
@@ -449,9 +451,13 @@ class DenseIndex:
                 f"matches with cosine {cosine:.3f} < {PROBE_MIN_COSINE}. Load the same model "
                 "files, or rebuild the index with this encoder"
             )
+        # memory-mapped: the vectors / inverted lists stay in the file and the OS page cache,
+        # shared by every process on the node that opens the same index
         flags = faiss.IO_FLAG_READ_ONLY
         if card.kind == "ivfpq":
-            flags |= faiss.IO_FLAG_MMAP  # the inverted lists stay on disk / in the page cache
+            flags |= faiss.IO_FLAG_MMAP
+        elif card.kind == "flat":
+            flags |= faiss.IO_FLAG_MMAP_IFC
         self.index = faiss.read_index(str(folder / INDEX_FILE), flags)
         if card.kind == "ivfpq":
             faiss.extract_index_ivf(self.index).nprobe = nprobe
