@@ -313,3 +313,52 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
     assert build.code == 2 and "needs faiss: pip install 'searchr1[dense]'" in build.err
     checked = run_cli("config", "check", "--config", config)
     assert "search provider 'dense' needs faiss: pip install 'searchr1[dense]'" in checked.out
+
+
+@pytest.mark.slow  # a real `searchr1 index build` process, killed, then resumed (~15-25 s)
+def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from searchr1.core.builtins import resolve
+
+    world = Path(resolve("builtin:world/corpus.jsonl")).read_text("utf-8").splitlines()
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as fh:  # 20,000 passages: seconds to encode
+        for copy in range(4):
+            for line in world:
+                row = json.loads(line)
+                fh.write(json.dumps({**row, "id": f"{row['id']}-{copy}"}) + "\n")
+    argv = [sys.executable, "-m", "searchr1.cli", "index", "build", str(corpus), "--out",
+            str(tmp_path / "idx"), "--shard-size", "200"]  # fmt: skip
+    state = tmp_path / "idx" / ".build" / "state.json"
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if json.loads(state.read_text())["rows"] >= 1000:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    done = json.loads(state.read_text())["rows"]
+    assert 1000 <= done < 20_000 and not (tmp_path / "idx" / "card.json").exists()
+
+    resumed = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    first = json.loads(resumed.stdout.splitlines()[0])
+    assert first["resumed_from"] == done and first["passages"] == first["resumed_from"]
+    assert "resumed:" in resumed.stdout and "of 20000 passages" in resumed.stdout
+    card = IndexCard.read(tmp_path / "idx")
+    assert card.count == 20_000
+    index = DenseSearch.from_config(dense_config(tmp_path / "idx")).index
+    ids = [index.document(i)["id"] for i in range(card.count)]
+    assert len(set(ids)) == 20_000  # every passage once: nothing lost or doubled at the kill
+    assert ids[:3] == [f"{json.loads(world[i])['id']}-0" for i in range(3)]
