@@ -25,7 +25,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     from searchr1.plugins.dense_search.server import RETRIEVE_PATH, RetrieverServer
 
     try:
-        server = RetrieverServer(index, args.host, args.port)
+        server = RetrieverServer(index, args.host, args.port, args.batch_window_ms)
     except OSError as exc:
         raise UserError(f"--host {args.host} --port {args.port}: cannot listen ({exc})") from None
 
@@ -59,4 +59,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--encoder", default="", help="must match the index card's (default: it)")
     p.add_argument("--nprobe", type=whole_number(1), default=16, help="ivfpq lists per query")
     p.add_argument("--ef-search", type=whole_number(1), default=64, help="hnsw search breadth")
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=5.0,
+        help="requests arriving this close together share one encode + search (default: 5)",
+    )
     p.set_defaults(func=cmd_serve_retriever)

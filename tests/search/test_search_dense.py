@@ -243,6 +243,33 @@ def test_server_answers_search_r1s_retrieve_protocol(server: RetrieverServer) ->
     assert health["status"] == "ok" and health["count"] == len(ROWS)
 
 
+def test_concurrent_requests_share_one_search_on_the_server(built: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from searchr1.plugins.dense_search import DenseSearchSettings, open_index
+
+    index = open_index(str(built), DenseSearchSettings(), "--index")
+    srv = RetrieverServer(index, port=0, batch_window_ms=300)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        alone = {q: index.search([q], k)[0] for k, q in enumerate(QUERIES, start=1)}
+
+        def ask(item: tuple[int, str]) -> list:
+            k, q = item
+            body = {"queries": [q], "topk": k, "return_scores": True}
+            return httpx.post(srv.url + "/retrieve", json=body, timeout=30).json()["result"][0]
+
+        with ThreadPoolExecutor(len(QUERIES)) as pool:
+            answers = list(pool.map(ask, enumerate(QUERIES, start=1)))
+        assert srv.batcher.searches < len(QUERIES)  # requests were batched together
+        for hits, got in zip(alone.values(), answers, strict=True):
+            assert [h["document"] for h in got] == [d for d, _ in hits]  # each its own topk
+            assert [h["score"] for h in got] == pytest.approx([s for _, s in hits], abs=1e-5)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_search_r1_provider_reads_the_server_like_the_dense_provider(
     server: RetrieverServer, built: Path
 ) -> None:

@@ -10,14 +10,19 @@ Code written for the original Search-R1 retrieval server works unchanged, and so
 Without ``return_scores`` (or with it false) each result list holds the documents themselves,
 as the original does. ``topk`` defaults to 3. A malformed request gets HTTP 400 with
 ``{"error": "..."}`` naming the field; ``GET /health`` returns the index card's summary.
-Each request's queries are encoded and searched as one batch (the ``search_r1`` client already
-sends a rollout's concurrent queries together); requests are served on a thread each.
+Requests are served on a thread each; the queries of every request arriving within
+``batch_window_ms`` (5 ms) of each other, from one trainer or several, are encoded and searched
+together by one worker thread (:class:`SearchBatcher`), so the encoder sees full batches and
+FAISS's threads are not shared by concurrent searches.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
+import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -60,24 +65,109 @@ def parse_request(body: bytes) -> tuple[list[str], int, bool]:
     return queries, topk, scores
 
 
-def answer(index: DenseIndex, queries: list[str], topk: int, return_scores: bool) -> dict:
-    """The ``/retrieve`` response body for one request."""
-    found = index.search(queries, topk) if queries else []
+def answer(found: list[list[tuple[dict, float]]], return_scores: bool) -> dict:
+    """The ``/retrieve`` response body for one request's hits."""
     if return_scores:
         return {"result": [[{"document": d, "score": s} for d, s in hits] for hits in found]}
     return {"result": [[d for d, _ in hits] for hits in found]}
 
 
+@dataclass
+class _Job:
+    queries: list[str]
+    topk: int
+    done: threading.Event = field(default_factory=threading.Event)
+    found: list[list[tuple[dict, float]]] | None = None
+    error: BaseException | None = None
+
+
+class SearchBatcher:
+    """One worker thread that answers the queries of every request arriving within
+    ``window_s`` of each other (several trainers, or a trainer's concurrent batches) with one
+    encode and one index search, up to ``max_queries`` at a time."""
+
+    def __init__(self, index: DenseIndex, window_s: float = 0.005, max_queries: int = 256):
+        self.index, self.window_s, self.max_queries = index, window_s, max_queries
+        self.searches = 0  # index searches run (tests and /health read it)
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="retriever-batcher", daemon=True)
+        self._thread.start()
+
+    def search(self, queries: list[str], topk: int) -> list[list[tuple[dict, float]]]:
+        if not queries:
+            return []
+        job = _Job(queries, topk)
+        self._jobs.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        assert job.found is not None
+        return job.found
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=5)
+
+    def _work(self) -> None:
+        while True:
+            first = self._jobs.get()
+            if first is None:
+                return
+            jobs, count = [first], len(first.queries)
+            deadline = time.monotonic() + self.window_s
+            while count < self.max_queries:
+                try:
+                    job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:
+                    self._jobs.put(None)  # stop after this batch
+                    break
+                jobs.append(job)
+                count += len(job.queries)
+            self._run(jobs)
+
+    def _run(self, jobs: list[_Job]) -> None:
+        try:
+            found = self.index.search(
+                [q for j in jobs for q in j.queries], max(j.topk for j in jobs)
+            )
+            self.searches += 1
+            start = 0
+            for job in jobs:
+                hits = found[start : start + len(job.queries)]
+                job.found = [h[: job.topk] for h in hits]
+                start += len(job.queries)
+        except Exception as exc:  # noqa: BLE001 - each request answers 500, the server lives
+            for job in jobs:
+                job.error = exc
+        finally:
+            for job in jobs:
+                job.done.set()
+
+
 class RetrieverServer(ThreadingHTTPServer):
-    """A threading HTTP server holding one :class:`DenseIndex`."""
+    """A threading HTTP server holding one :class:`DenseIndex`; searches go through one
+    :class:`SearchBatcher`."""
 
     daemon_threads = True
 
-    def __init__(self, index: DenseIndex, host: str = "127.0.0.1", port: int = 8000):
+    def __init__(
+        self,
+        index: DenseIndex,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        batch_window_ms: float = 5.0,
+    ):
         super().__init__((host, port), _Handler)
         self.index = index
+        self.batcher = SearchBatcher(index, batch_window_ms / 1000.0)
         self.requests_served = 0
         self._count_lock = threading.Lock()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.batcher.close()
 
     @property
     def url(self) -> str:
@@ -97,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})
         try:
             queries, topk, scores = parse_request(self.rfile.read(length))
-            body = answer(self.server.index, queries, topk, scores)
+            body = answer(self.server.batcher.search(queries, topk), scores)
         except BadRequest as exc:
             return self._send(400, {"error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - a server bug answers 500, the server lives
@@ -117,6 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "kind": card.kind,
                     "count": card.count,
                     "encoder": card.encoder,
+                    "requests": self.server.requests_served,
+                    "searches": self.server.batcher.searches,
                 },
             )
         self._send(404, {"error": f"no such path {self.path}; POST {RETRIEVE_PATH}"})
