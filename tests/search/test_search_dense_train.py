@@ -1,6 +1,7 @@
-"""The offline demo trained against dense retrieval: ``[search] provider = "dense"`` on an index
-``searchr1 index build`` made of the world's corpus, and ``provider = "search_r1"`` against
-``searchr1 serve-retriever`` serving that index on loopback (a real server process)."""
+"""The offline demo on dense retrieval: ``searchr1 smoke`` and two training steps with
+``[search] provider = "dense"`` on the index ``searchr1 index build`` made of the world's
+corpus, and training with ``provider = "search_r1"`` against ``searchr1 serve-retriever``
+serving that index on loopback (a real server process)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ max_datum_tokens = 512
 max_micro_batch_tokens = 2048
 [data]
 train = "builtin:world/train.jsonl"
+[smoke]
+question = "Who founded Nungen Guild?"
+answers = ["Vazil Nesfir"]
+report_only = ["both_signs", "searches_in_range"]
 """
 
 
@@ -71,6 +76,10 @@ def test_the_offline_demo_trains_on_the_dense_provider(
 ) -> None:  # noqa: ANN001
     search = f'provider = "dense"\n[search.dense]\nindex = "{world_index}"'
     config = config_file(CONFIG.format(search=search))
+    smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
+    assert smoke.code == 0, smoke.out + smoke.err
+    assert "search probe: ok (2 results)" in smoke.out
+    assert "search success rate: 100.00%" in smoke.out
     result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
     assert result.code == 0, result.err
     calls, success = _searches(tmp_path / "run")
