@@ -17,13 +17,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from searchr1.cli import config_check, data, plugins, report, smoke, train
+from searchr1.cli import config_check, data, plugins, report, serve_retriever, smoke, train
 from searchr1.cli import eval as eval_command
+from searchr1.cli import index as index_command
 from searchr1.core.errors import SearchR1Error
 from searchr1.defaults import default_config_path
 
 #: The commands in the order ``searchr1 --help`` lists them.
 COMMANDS = (train, smoke, plugins, config_check, eval_command, report, data)
+COMMANDS += (index_command, serve_retriever)  # dense retrieval (plugins/dense_search)
 
 
 def build_parser() -> argparse.ArgumentParser:

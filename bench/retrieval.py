@@ -1,0 +1,170 @@
+"""Retrieval quality, size and speed on the offline world: BM25 vs dense (flat, ivfpq, hnsw).
+
+    python bench/retrieval.py                     # the built-in encoder (wordllama:l2_supercat)
+    python bench/retrieval.py --encoder PATH      # any sentence-transformers model folder
+
+Corpus: ``builtin:world/corpus.jsonl`` (5,000 one-paragraph documents about invented
+entities). Queries: the 320 held-out questions (``builtin:world/heldout.jsonl``); a question's
+gold passage is the document of the entity it asks about (its id holds the entity id: the
+first hop of a two-hop question). For each retriever:
+
+* ``recall@1`` / ``recall@3``: share of questions whose gold passage is in the top 1 / 3;
+* ``bytes_per_passage``: the index file over the passage count (BM25: its saved folder);
+* ``build_pps``: passages indexed per second (encode + index, from the index card);
+* ``qps_single``: queries per second one at a time; ``qps_batched``: in batches of 64 (what
+  the ``dense`` provider's batch window and the ``search_r1`` client send);
+* compressed kinds: ``recall10_vs_flat``, the share of flat's top 10 they also return.
+
+``hybrid_rrf`` fuses BM25's and dense flat's top 20 by reciprocal rank (k = 60); measured here
+only, it is not a provider. Ends by printing one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from searchr1.core.builtins import resolve
+from searchr1.plugins.dense_search.index import DenseIndex, build_index
+from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
+
+BATCH = 64
+RRF_K = 60
+
+
+def _heldout() -> tuple[list[str], list[str]]:
+    rows = [json.loads(x) for x in Path(resolve("builtin:world/heldout.jsonl")).open()]
+    return [r["question"] for r in rows], [r["id"].split("-", 1)[1] for r in rows]
+
+
+def _recall(ranked: list[list[str]], gold: list[str], k: int) -> float:
+    return sum(g in r[:k] for r, g in zip(ranked, gold, strict=True)) / len(gold)
+
+
+def _qps(fn: Any, queries: list[str], batch: int) -> float:
+    start = time.perf_counter()
+    for i in range(0, len(queries), batch):
+        fn(queries[i : i + batch])
+    return len(queries) / (time.perf_counter() - start)
+
+
+def bench_bm25(corpus: Path, queries: list[str], work: Path) -> tuple[dict, list[list[str]]]:
+    copy = work / "bm25" / "corpus.jsonl"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(corpus, copy)
+    start = time.perf_counter()
+    index = Bm25Index.open(copy, LocalSearchSettings(corpus=str(copy)))
+    build_s = time.perf_counter() - start
+    ids = [json.loads(x)["id"] for x in copy.open()]
+    by_title = {}
+    for i, line in enumerate(copy.open()):
+        by_title[json.loads(line)["contents"]] = ids[i]
+
+    def ranked(q: str, k: int) -> list[str]:
+        out = []
+        for r in index.search(q, k):
+            out.append(by_title[f'"{r.title}"\n{r.text}'])
+        return out
+
+    tops = [ranked(q, 20) for q in queries]
+    folder = next(copy.parent.glob(".corpus.jsonl.bm25"))
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.name != "spans.npy")
+    start = time.perf_counter()
+    for q in queries:
+        index.search(q, 3)
+    qps = len(queries) / (time.perf_counter() - start)
+    return {
+        "bytes_per_passage": round(size / len(index), 1),
+        "build_pps": round(len(index) / build_s),
+        "qps_single": round(qps),
+    }, tops
+
+
+def bench_dense(
+    corpus: Path, queries: list[str], work: Path, encoder: str, kind: str, nprobe: int
+) -> tuple[dict, list[list[str]], np.ndarray]:
+    card, _ = build_index(corpus, work / kind, encoder_name=encoder, kind=kind)
+    index = DenseIndex(work / kind, nprobe=nprobe)
+    rows = index.ids(queries, 20)
+    doc_ids = [[index.document(int(i))["id"] for i in row if i >= 0] for row in rows]
+    single = _qps(lambda qs: index.search(qs, 3), queries, 1)
+    batched = _qps(lambda qs: index.search(qs, 3), queries, BATCH)
+    result = {
+        "bytes_per_passage": card.bytes_per_passage,
+        "build_pps": round(card.count / card.build_seconds),
+        "qps_single": round(single),
+        "qps_batched": round(batched),
+        **({"params": card.params} if card.params else {}),
+    }
+    index.close()
+    return result, doc_ids, rows
+
+
+def rrf(a: list[str], b: list[str]) -> list[str]:
+    score: dict[str, float] = {}
+    for ranked in (a, b):
+        for rank, doc in enumerate(ranked):
+            score[doc] = score.get(doc, 0.0) + 1.0 / (RRF_K + rank + 1)
+    return sorted(score, key=lambda d: -score[d])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--encoder", default="", help="default: wordllama:l2_supercat")
+    parser.add_argument("--nprobe", type=int, default=16, help="ivfpq lists searched")
+    args = parser.parse_args()
+    os.environ.setdefault("SEARCHR1_LOAD_PLUGINS", "")
+    corpus = Path(resolve("builtin:world/corpus.jsonl"))
+    queries, gold = _heldout()
+    out: dict[str, Any] = {"bench": "retrieval", "passages": None, "queries": len(queries)}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        bm25, bm25_top = bench_bm25(corpus, queries, work)
+        bm25.update(recall_at_1=_recall(bm25_top, gold, 1), recall_at_3=_recall(bm25_top, gold, 3))
+        out["bm25"] = bm25
+        flat_rows = None
+        dense_top: dict[str, list[list[str]]] = {}
+        for kind in ("flat", "ivfpq", "hnsw"):
+            result, top, rows = bench_dense(corpus, queries, work, args.encoder, kind, args.nprobe)
+            result["recall_at_1"] = _recall(top, gold, 1)
+            result["recall_at_3"] = _recall(top, gold, 3)
+            if kind == "flat":
+                flat_rows = rows
+            else:
+                assert flat_rows is not None
+                hits = [
+                    len(set(a[:10]) & set(b[:10])) for a, b in zip(rows, flat_rows, strict=True)
+                ]
+                result["recall10_vs_flat"] = round(sum(hits) / (10 * len(hits)), 4)
+            out[f"dense_{kind}"] = result
+            dense_top[kind] = top
+        fused = [rrf(a, b) for a, b in zip(bm25_top, dense_top["flat"], strict=True)]
+        out["hybrid_rrf"] = {
+            "recall_at_1": _recall(fused, gold, 1),
+            "recall_at_3": _recall(fused, gold, 3),
+        }
+        out["passages"] = sum(1 for _ in corpus.open())
+    out["encoder"] = args.encoder or "wordllama:l2_supercat"
+    out["cpus"] = os.cpu_count()
+    out["load"] = round(os.getloadavg()[0], 1)
+    out["python"] = platform.python_version()
+    for name, value in out.items():
+        if isinstance(value, dict):
+            print(
+                f"{name:>12}: " + ", ".join(f"{k}={v}" for k, v in value.items()), file=sys.stderr
+            )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

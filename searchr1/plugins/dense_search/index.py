@@ -1,0 +1,511 @@
+"""A dense index on disk: build it from a JSONL corpus (resumably), open it, search it.
+
+An index folder (what ``searchr1 index build CORPUS --out DIR`` writes)::
+
+    DIR/index.faiss        the FAISS index (inner product over unit vectors = cosine)
+    DIR/docs.jsonl         every passage as Search-R1's {"id", "contents"}, in index order
+    DIR/docs.offsets.npy   byte offset of each row of docs.jsonl (memory-mapped)
+    DIR/card.json          the index card, written last: encoder, dimension, prefixes, probe
+                           vector, kind, count, bytes, build time, corpus fingerprint
+    DIR/.build/            only while building: embedding shards and build state
+
+Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
+
+* ``flat``: exact search, ``4 d`` bytes (e5-base, d = 768: 3 KB; wiki-18's 21 M passages: 64 GB),
+  memory-mapped (every query reads all of it, so it wants that much page cache);
+* ``ivfpq``: inverted lists of product-quantised codes, ``d / 4`` bytes of code plus an 8-byte
+  id per passage, memory-mapped at query time (the lists stay in the page cache, not in the
+  process); approximate, its recall against ``flat`` is in docs/benchmarks.md;
+* ``hnsw``: a graph over the full vectors (``4 d`` + ~2 x 32 x 4 bytes): fast, not smaller.
+
+A build streams the corpus once, encoding :data:`SHARD_ROWS` passages at a time; after each
+shard its vectors and the build state (rows and corpus bytes done) are saved, so a build that
+dies is resumed from its last shard by running the same command again. The FAISS index is
+made from the shards at the end, then the card; a folder with a card is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from searchr1.kit.search.documents import DocumentError, row_title_text
+from searchr1.plugins.dense_search.encoders import (
+    PROBE_MIN_COSINE,
+    Encoder,
+    Prefixes,
+    load_encoder,
+    probe_cosine,
+    probe_vector,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: bump when the folder layout changes
+INDEX_FORMAT = 1
+KINDS = ("flat", "ivfpq", "hnsw")
+CARD, INDEX_FILE, DOCS, OFFSETS, BUILD = (
+    "card.json",
+    "index.faiss",
+    "docs.jsonl",
+    "docs.offsets.npy",
+    ".build",
+)
+#: passages encoded between two saves of the build state (what a crash can cost)
+SHARD_ROWS = 8192
+#: HNSW neighbours per node
+HNSW_M = 32
+
+
+class DenseIndexError(ValueError):
+    """A corpus, folder or index that cannot be used; the message names the file and what to
+    do (the CLI and the provider turn it into a user error)."""
+
+
+@dataclass(frozen=True)
+class IndexCard:
+    """``card.json``: what an index is and what it cost."""
+
+    encoder: str
+    dim: int
+    prefixes: dict[str, str]
+    probe: list[float]
+    kind: str
+    count: int
+    bytes: int
+    bytes_per_passage: float
+    build_seconds: float
+    corpus: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    format: int = INDEX_FORMAT
+
+    @classmethod
+    def read(cls, folder: Path) -> IndexCard:
+        path = folder / CARD
+        try:
+            raw = json.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            hint = (
+                " (a build was started there: run the same `searchr1 index build` again to "
+                "finish it)"
+                if (folder / BUILD).is_dir()
+                else " (make one with `searchr1 index build CORPUS.jsonl --out DIR`)"
+            )
+            raise DenseIndexError(
+                f"{folder}: not a finished dense index, no {CARD}{hint}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise DenseIndexError(f"{path}: unreadable index card ({exc})") from None
+        if not isinstance(raw, dict) or raw.get("format") != INDEX_FORMAT:
+            raise DenseIndexError(
+                f"{path}: index format {raw.get('format') if isinstance(raw, dict) else '?'} "
+                f"is not {INDEX_FORMAT}; rebuild it with this searchr1's `searchr1 index build`"
+            )
+        try:
+            return cls(**raw)
+        except TypeError as exc:
+            raise DenseIndexError(f"{path}: malformed index card ({exc})") from None
+
+    def summary(self) -> str:
+        return (
+            f"{self.kind} index of {self.count} passages, encoder {self.encoder} "
+            f"({self.dim}-d), {self.bytes_per_passage:.1f} bytes/passage"
+        )
+
+
+# ---------------------------------------------------------------------------- the corpus
+
+
+def corpus_fingerprint(corpus: Path) -> dict[str, Any]:
+    stat = corpus.stat()
+    return {"path": str(corpus.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _contents(row: dict[str, Any]) -> str:
+    """Search-R1's ``contents`` of a row of either layout (title in quotes on line one)."""
+    contents = row.get("contents")
+    if isinstance(contents, str):
+        return contents
+    title, text = row_title_text(row)
+    return f'"{title}"\n{text}' if title else text
+
+
+def _corpus_rows(
+    corpus: Path, start: int, first_line: int
+) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """``(byte offset after the row, its line number, {"id", "contents"})`` for each row from
+    byte ``start`` (line ``first_line``); DenseIndexError naming the file and line of a bad row."""
+    with corpus.open("rb") as fh:
+        fh.seek(start)
+        offset = start
+        for lineno, raw in enumerate(fh, start=first_line):
+            offset += len(raw)
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+                contents = _contents(row)
+            except json.JSONDecodeError as exc:
+                raise DenseIndexError(f"{corpus}:{lineno}: not valid JSON ({exc.msg})") from None
+            except DocumentError as exc:
+                raise DenseIndexError(f"{corpus}:{lineno}: {exc}") from None
+            # a row without an id gets its line number: stable while the corpus is unchanged
+            yield offset, lineno, {"id": str(row.get("id", lineno)), "contents": contents}
+
+
+# ---------------------------------------------------------------------------- building
+
+
+@dataclass
+class BuildState:
+    """``.build/state.json``: how far a build got (all of it saved after each shard)."""
+
+    corpus: dict[str, Any]
+    encoder: str
+    kind: str
+    rows: int = 0
+    corpus_offset: int = 0
+    corpus_lines: int = 0
+    docs_bytes: int = 0
+    shards: int = 0
+    seconds: float = 0.0
+
+    def same_build(self, other: BuildState) -> bool:
+        return (self.corpus, self.encoder, self.kind) == (other.corpus, other.encoder, other.kind)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One report of a running build (after every shard)."""
+
+    rows: int
+    bytes_done: int
+    bytes_total: int
+    seconds: float
+    resumed_from: int = 0
+    stage: str = "encode"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def build_index(
+    corpus: Path,
+    out: Path,
+    *,
+    encoder_name: str = "",
+    kind: str = "flat",
+    force: bool = False,
+    shard_rows: int = SHARD_ROWS,
+    on_progress: Callable[[Progress], None] | None = None,
+    encoder: Encoder | None = None,
+) -> tuple[IndexCard, str]:
+    """Build (or finish building) the index of ``corpus`` in ``out``; returns the card and
+    what happened (``"built"``, ``"resumed"``, ``"up to date"``). See the module docstring."""
+    import faiss  # noqa: F401 - a missing extra fails here, not after hours of encoding
+    import numpy as np
+
+    if kind not in KINDS:
+        raise DenseIndexError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
+    if not corpus.is_file():
+        raise DenseIndexError(f"{corpus}: no such corpus file")
+    encoder = encoder or load_encoder(encoder_name)
+    fingerprint = corpus_fingerprint(corpus)
+    want = BuildState(corpus=fingerprint, encoder=encoder.name, kind=kind)
+
+    if (out / CARD).is_file():
+        card = IndexCard.read(out)
+        if (
+            not force
+            and card.corpus == fingerprint
+            and card.encoder == encoder.name
+            and card.kind == kind
+        ):
+            return card, "up to date"
+        if not force:
+            raise DenseIndexError(
+                f"{out} already holds an index ({card.summary()}, built from "
+                f"{card.corpus.get('path')}); pass --force to replace it or choose another --out"
+            )
+        for name in (CARD, INDEX_FILE, DOCS, OFFSETS):
+            (out / name).unlink(missing_ok=True)
+    elif out.exists() and not out.is_dir():
+        raise DenseIndexError(f"--out {out}: exists and is not a folder")
+
+    build = out / BUILD
+    build.mkdir(parents=True, exist_ok=True)
+    state_path = build / "state.json"
+    state = want
+    resumed_from = 0
+    if state_path.is_file():
+        try:
+            saved = BuildState(**json.loads(state_path.read_text("utf-8")))
+        except (ValueError, TypeError):
+            saved = None
+        if saved is not None and saved.same_build(want) and not force:
+            state, resumed_from = saved, saved.rows
+    if resumed_from == 0:  # a fresh start: nothing of an older build is kept
+        shutil.rmtree(build)
+        build.mkdir(parents=True)
+        state = want
+    # a crash after a shard's rows were appended but before the state was saved leaves rows
+    # past docs_bytes and shard files past ``shards``: both are dropped and redone
+    docs_tmp = build / DOCS
+    with docs_tmp.open("ab") as fh:
+        fh.truncate(state.docs_bytes)
+    for stray in build.glob("emb-*.npy"):
+        if int(stray.stem.split("-")[1]) >= state.shards:
+            stray.unlink()
+
+    total = fingerprint["size"]
+    started = time.perf_counter() - state.seconds
+
+    def report(stage: str = "encode") -> None:
+        if on_progress is not None:
+            on_progress(
+                Progress(
+                    state.rows,
+                    state.corpus_offset,
+                    total,
+                    time.perf_counter() - started,
+                    resumed_from,
+                    stage,
+                )
+            )
+
+    report()
+    pending: list[dict[str, str]] = []
+    end_offset, end_line = state.corpus_offset, state.corpus_lines
+
+    def flush() -> None:
+        if not pending:
+            return
+        vectors = encoder.encode([r["contents"] for r in pending], query=False)
+        shard = build / f"emb-{state.shards:06d}.npy"
+        with open(shard.with_name(shard.name + ".tmp"), "wb") as fh:
+            np.save(fh, vectors.astype(np.float32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        shard.with_name(shard.name + ".tmp").replace(shard)
+        lines = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in pending)
+        with docs_tmp.open("ab") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+        state.rows += len(pending)
+        state.docs_bytes += len(lines)
+        state.corpus_offset, state.corpus_lines = end_offset, end_line
+        state.shards += 1
+        state.seconds = time.perf_counter() - started
+        _write_atomic(state_path, json.dumps(asdict(state)))
+        pending.clear()
+        report()
+
+    for end_offset, end_line, row in _corpus_rows(  # noqa: B007
+        corpus, state.corpus_offset, state.corpus_lines + 1
+    ):
+        pending.append(row)
+        if len(pending) >= shard_rows:
+            flush()
+    flush()
+    if state.rows == 0:
+        raise DenseIndexError(f"{corpus}: the corpus has no documents")
+
+    report("index")
+    index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
+    faiss.write_index(index, str(build / INDEX_FILE))
+    offsets = _offsets(docs_tmp)
+    np.save(build / OFFSETS, offsets)
+    for name in (INDEX_FILE, DOCS, OFFSETS):
+        (build / name).replace(out / name)
+    size = (out / INDEX_FILE).stat().st_size
+    card = IndexCard(
+        encoder=encoder.name,
+        dim=encoder.dim,
+        prefixes=asdict(encoder.prefixes),
+        probe=probe_vector(encoder),
+        kind=kind,
+        count=state.rows,
+        bytes=size,
+        bytes_per_passage=round(size / state.rows, 2),
+        build_seconds=round(time.perf_counter() - started, 3),
+        corpus=fingerprint,
+        params=params,
+    )
+    _write_atomic(out / CARD, json.dumps(asdict(card), indent=1))
+    shutil.rmtree(build, ignore_errors=True)
+    return card, ("resumed" if resumed_from else "built")
+
+
+def _offsets(docs: Path) -> np.ndarray:
+    from array import array
+
+    import numpy as np
+
+    starts = array("q", [0])  # 8 bytes a passage, not a Python int each (wiki-18: 168 MB)
+    with docs.open("rb") as fh:
+        for raw in fh:
+            starts.append(starts[-1] + len(raw))
+    return np.frombuffer(starts, dtype=np.int64)
+
+
+def _shards(build: Path, n: int) -> Iterator[np.ndarray]:
+    import numpy as np
+
+    for i in range(n):
+        yield np.load(build / f"emb-{i:06d}.npy", mmap_mode="r")
+
+
+def ivfpq_params(n: int, dim: int) -> dict[str, int]:
+    """Inverted lists ~4 sqrt(n) (at least 39 training points each), ``dim / 4`` one-byte PQ
+    codes (``dim / 8`` lost ~5 points of recall@1 on the offline world; see
+    docs/benchmarks.md); fewer bits per code when the corpus is too small to train 256
+    centroids each."""
+    nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
+    m = max(1, dim // 4)
+    while dim % m:
+        m -= 1
+    nbits = max(1, min(8, int(math.log2(max(2, n // 39)))))
+    return {"nlist": nlist, "m": m, "nbits": nbits}
+
+
+def _make_index(build: Path, shards: int, dim: int, kind: str, n: int) -> tuple[Any, dict]:
+    import faiss
+    import numpy as np
+
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+        params: dict[str, Any] = {}
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        params = {"M": HNSW_M, "efConstruction": 80}
+    else:
+        params = ivfpq_params(n, dim)
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(
+            quantizer,
+            dim,
+            params["nlist"],
+            params["m"],
+            params["nbits"],
+            faiss.METRIC_INNER_PRODUCT,
+        )
+        # train on an evenly spread sample (the corpus may be sorted by topic): 64 points per
+        # list, at most 1.5 M (wiki-18: 18 k lists -> 1.2 M of its 21 M passages)
+        want = min(n, max(64 * params["nlist"], 2 ** params["nbits"] * 64, 50_000), 1_500_000)
+        step = max(1, n // want)
+        sample = np.concatenate([np.asarray(s[::step]) for s in _shards(build, shards)])
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    for vectors in _shards(build, shards):
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index, params
+
+
+# ---------------------------------------------------------------------------- querying
+
+
+class DenseIndex:
+    """An opened index folder: its card, encoder, FAISS index and passages. ``search`` is safe
+    to call from several threads."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        encoder_name: str = "",
+        nprobe: int = 16,
+        ef_search: int = 64,
+        encoder: Encoder | None = None,
+    ):
+        import faiss
+        import numpy as np
+
+        self.folder = folder
+        self.card = card = IndexCard.read(folder)
+        if encoder_name.strip() and encoder_name.strip() != card.encoder:
+            raise DenseIndexError(
+                f"encoder {encoder_name.strip()!r} differs from {card.encoder!r}, the encoder "
+                f"that built {folder}: leave the encoder unset to use the index's own, or "
+                f"rebuild the index with `searchr1 index build ... --encoder {encoder_name.strip()}`"
+            )
+        self.encoder = encoder or load_encoder(card.encoder, Prefixes(**card.prefixes))
+        cosine = probe_cosine(self.encoder, card.probe)
+        if self.encoder.dim != card.dim or cosine < PROBE_MIN_COSINE:
+            raise DenseIndexError(
+                f"the encoder loaded as {self.encoder.name!r} ({self.encoder.dim}-d) is not the "
+                f"one that built {folder} ({card.encoder!r}, {card.dim}-d): its probe vector "
+                f"matches with cosine {cosine:.3f} < {PROBE_MIN_COSINE}. Load the same model "
+                "files, or rebuild the index with this encoder"
+            )
+        # memory-mapped: the vectors / inverted lists stay in the file and the OS page cache,
+        # shared by every process on the node that opens the same index
+        flags = faiss.IO_FLAG_READ_ONLY
+        if card.kind == "ivfpq":
+            flags |= faiss.IO_FLAG_MMAP
+        elif card.kind == "flat":
+            flags |= faiss.IO_FLAG_MMAP_IFC
+        self.index = faiss.read_index(str(folder / INDEX_FILE), flags)
+        if card.kind == "ivfpq":
+            faiss.extract_index_ivf(self.index).nprobe = nprobe
+        elif card.kind == "hnsw":
+            self.index.hnsw.efSearch = ef_search
+        self._offsets = np.load(folder / OFFSETS, mmap_mode="r")
+        self._fh = (folder / DOCS).open("rb")
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.card.count
+
+    def search(self, queries: list[str], top_k: int) -> list[list[tuple[dict, float]]]:
+        """One encode and one FAISS search for all ``queries``: per query, up to ``top_k``
+        ``({"id", "contents"}, score)`` best first (score = cosine)."""
+        import numpy as np
+
+        if not queries:
+            return []
+        vectors = self.encoder.encode(list(queries), query=True)
+        scores, ids = self.index.search(np.ascontiguousarray(vectors), min(top_k, len(self)))
+        return [
+            [
+                (self.document(int(i)), float(s))
+                for i, s in zip(row_ids, row_scores, strict=True)
+                if i >= 0
+            ]
+            for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def ids(self, queries: list[str], top_k: int) -> np.ndarray:
+        """The row numbers of the ``top_k`` best passages of each query (-1 pads)."""
+        import numpy as np
+
+        vectors = self.encoder.encode(list(queries), query=True)
+        return self.index.search(np.ascontiguousarray(vectors), min(top_k, len(self)))[1]
+
+    def document(self, i: int) -> dict[str, str]:
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        if hasattr(os, "pread"):
+            raw = os.pread(self._fh.fileno(), end - start, start)
+        else:  # pragma: no cover - Windows
+            with self._lock:
+                self._fh.seek(start)
+                raw = self._fh.read(end - start)
+        return json.loads(raw)
+
+    def close(self) -> None:
+        self._fh.close()
