@@ -143,6 +143,24 @@ def test_every_key_out_of_quota_means_the_environment_is_down(fake) -> None:
     assert any(e["event"] == "search_environment_down" for e in logs)
 
 
+def test_keys_throttled_for_a_few_seconds_are_not_a_down_environment(fake) -> None:
+    """Every key answered 429 with ``Retry-After: 2``: the service is throttling, so the
+    step guard must not read it as down (it would hold the update back for 30 s and more);
+    a 429 with a Retry-After past what the provider waits out is a down environment."""
+    base_url, server = fake
+    server.behaviour.all_status = 429
+    server.behaviour.retry_after = "2"
+    provider = make_provider(base_url, max_retries=0)
+    first, *_ = run_queries(provider, ["a", "b", "c"])
+    assert first.error == ERR_QUOTA
+    assert provider.metrics()["keys_available"] == 0  # every key benched right now
+    assert provider.available()
+    server.behaviour.retry_after = "3600"
+    provider = make_provider(base_url, max_retries=0)
+    run_queries(provider, ["a", "b", "c"])
+    assert not provider.available()
+
+
 def test_a_5xx_burst_is_retried_with_backoff(fake) -> None:
     base_url, server = fake
     server.behaviour.script = ["503", "502"]

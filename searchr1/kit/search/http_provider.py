@@ -170,8 +170,11 @@ class HttpSearchProvider(BaseSearchProvider):
     # ------------------------------------------------------------------ protocol
 
     def available(self) -> bool:
-        """False once every key is benched: the environment is down."""
-        return self.keys.available_count() > 0
+        """False once every key is benched for longer than a ``Retry-After`` this provider
+        waits out (:data:`MAX_RETRY_AFTER_S`): the environment is down. Keys a rate limit
+        benched for a few seconds are back before the next step's searches, so the guard
+        does not hold a step back for them (the step's success rate still counts)."""
+        return self.keys.available_count(within_s=MAX_RETRY_AFTER_S) > 0
 
     async def aclose(self) -> None:
         await self.http.aclose()

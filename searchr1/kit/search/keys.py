@@ -15,8 +15,9 @@ takes the next key that is not benched (:meth:`KeyPool.acquire`) and reports how
   again for twice as long (at most :data:`MAX_PROBE_S`), a success makes it healthy.
 
 Every bench and unbench is logged with the key's **index**, never the key. When every key is
-benched the pool is *exhausted*: the provider reports the environment as down
-(``available()`` is False) so the train loop stops rather than train on failures.
+benched past a short ``Retry-After`` the pool is *exhausted*: the provider reports the
+environment as down (``available()`` is False) so the train loop stops rather than train on
+failures; keys that a rate limit benched for a few seconds are throttled, not down.
 
 A pool created with no keys holds one anonymous slot (``None``): services without
 authentication go through the same code, and a 401 still marks them down.
@@ -78,9 +79,10 @@ class KeyPool:
     def anonymous(self) -> bool:
         return self._keys == [None]
 
-    def available_count(self) -> int:
-        now = self._clock()
-        return sum(1 for until in self._benched_until if until <= now)
+    def available_count(self, within_s: float = 0.0) -> int:
+        """Keys in rotation now, or back in it within ``within_s`` seconds."""
+        horizon = self._clock() + within_s
+        return sum(1 for until in self._benched_until if until <= horizon)
 
     def others_available(self, index: int) -> bool:
         """Whether a key other than ``index`` is in rotation now."""
