@@ -21,6 +21,7 @@ from searchr1.core.config_schema import Config
 from searchr1.core.disk import as_disk_error, free_bytes, used_bytes, warn_if_low_space
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger
+from searchr1.core.question_stream import cursor_problem
 from searchr1.core.types import Trainer
 
 KEEP = 3
@@ -129,13 +130,7 @@ def _state_problem(state: Any, resumable: bool) -> str | None:
     rng = state.get("python_rng")
     if not (isinstance(rng, list) and len(rng) == 3 and isinstance(rng[1], list)):
         return "'python_rng' is not a saved random state"
-    data = state.get("data")
-    if not (isinstance(data, dict) and all(isinstance(data.get(k), int) for k in _CURSOR)):
-        return "'data' is not a saved data cursor (epoch, cursor)"
-    return None
-
-
-_CURSOR = ("epoch", "cursor")
+    return cursor_problem(state.get("data"))
 
 
 def scan_checkpoints(

@@ -163,3 +163,23 @@ class QuestionStream:
             self._lanes = self._make_lanes(balanced=False)
             self._lanes[0].seek(int(state["epoch"]), int(state["cursor"]))
             self.drawn = 0
+
+
+def cursor_problem(state: Any) -> str | None:
+    """Why ``state`` is not a data cursor :meth:`QuestionStream.state` wrote, or None."""
+    if not isinstance(state, dict):
+        return "'data' is not a saved data cursor"
+    if "sources" in state:
+        sources = state["sources"]
+        if not isinstance(state.get("drawn"), int) or not (
+            isinstance(sources, dict)
+            and all(
+                isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
+                for v in sources.values()
+            )
+        ):
+            return "'data' is not a saved data cursor (drawn, per-source epoch and cursor)"
+        return None
+    if not all(isinstance(state.get(k), int) for k in ("epoch", "cursor")):
+        return "'data' is not a saved data cursor (epoch, cursor)"
+    return None
