@@ -266,6 +266,32 @@ def test_a_cursor_saved_before_balancing_continues_its_own_shuffle() -> None:
 # --------------------------------------------------------------------------- CLI
 
 
+def test_every_training_step_sees_every_source(tmp_path: Path, run_cli, scripted_plugin) -> None:
+    """Through ``searchr1 train``: 6 NQ and 2 HotpotQA questions, 2 questions a step: each of
+    4 steps trains on one of each (a single shuffle gives some steps two NQ questions), and
+    a resumed run continues the same per-source cursors."""
+    from train_configs import train_config
+
+    config = train_config(tmp_path, train="dump_trajectories = 4\n")
+    rows = [{"question": f"nq {i}?", "answers": ["France"], "data_source": "nq"} for i in range(6)]
+    rows += [
+        {"question": f"hop {i}?", "answers": ["France"], "data_source": "hotpot"} for i in range(2)
+    ]
+    _write_jsonl(tmp_path / "train.jsonl", rows)
+    run = tmp_path / "run"
+    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
+    assert (
+        run_cli("train", "--config", config, "--run-dir", run, "--resume", "--max-steps", "4").code
+        == 0
+    )
+    for step in range(1, 5):
+        dumped = [
+            json.loads(x)
+            for x in (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        ]
+        assert sorted({d["data_source"] for d in dumped}) == ["hotpot", "nq"], step
+
+
 def test_data_check_cli(tmp_path: Path, run_cli) -> None:
     f = _write_jsonl(
         tmp_path / "mix.jsonl",
