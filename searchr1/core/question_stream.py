@@ -23,6 +23,8 @@ class _Lane:
 
     indices: tuple[int, ...]
     key: str
+    #: the ``data_source`` it holds ("" for the one lane of unbalanced draws)
+    source: str = ""
     epoch: int = 0
     cursor: int = 0
     order: list[int] = field(default_factory=list, repr=False)
@@ -79,7 +81,9 @@ class QuestionStream:
             by_source.setdefault(q.data_source, []).append(i)
         if not balanced or len(by_source) == 1:
             return [_Lane(tuple(range(len(self.questions))), str(self.seed))]
-        return [_Lane(tuple(by_source[name]), f"{self.seed}/{name}") for name in sorted(by_source)]
+        return [
+            _Lane(tuple(by_source[name]), f"{self.seed}/{name}", name) for name in sorted(by_source)
+        ]
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -119,9 +123,7 @@ class QuestionStream:
         }
         if self.balanced:
             state["drawn"] = self.drawn
-            state["sources"] = {
-                lane.key.split("/", 1)[1]: [lane.epoch, lane.cursor] for lane in self._lanes
-            }
+            state["sources"] = {lane.source: [lane.epoch, lane.cursor] for lane in self._lanes}
         else:
             state["epoch"], state["cursor"] = self._lanes[0].epoch, self._lanes[0].cursor
         return state
@@ -149,7 +151,7 @@ class QuestionStream:
         if "sources" in state:
             self._lanes = self._make_lanes(balanced=True)
             saved = state["sources"]
-            names = [lane.key.split("/", 1)[1] for lane in self._lanes]
+            names = [lane.source for lane in self._lanes]
             if not self.balanced or sorted(saved) != names:
                 raise ValueError(
                     f"the checkpoint's data cursor is for the sources {sorted(saved)}, "
