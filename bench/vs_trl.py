@@ -100,11 +100,11 @@ def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from searchr1.core.answers import exact_match
     from searchr1.core.builtins import resolve
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
     from searchr1.core.protocols import make_protocol
-    from searchr1.kit.answers import exact_match
 
     config = load_config(None)
     path = resolve(BASE_MODEL)

@@ -103,9 +103,7 @@ class ZhihuSearchClient:
         **search_settings: Any,
     ):
         from searchr1.core.config_schema import SearchConfig
-        from searchr1.core.config_validate import shared_fields
         from searchr1.core.plugins import load_registry
-        from searchr1.plugins.zhihu_search import ZhihuSettings
 
         cfg = load_api_config(config)
         if cfg.search.provider != "zhihu":
@@ -115,16 +113,17 @@ class ZhihuSearchClient:
             )
         if top_k < 1:
             raise ConfigError([f"ZhihuSearchClient: top_k must be >= 1, got {top_k}"])
-        known = {f.name for f in dataclasses.fields(SearchConfig)} | set(
-            shared_fields(ZhihuSettings)
-        )
-        unknown = sorted(set(search_settings) - known)
-        if unknown:
-            raise ConfigError([f"ZhihuSearchClient: unknown search settings {unknown}"])
-        changes: dict[str, Any] = {"api_keys": [k.strip() for k in keys if k.strip()]}
-        changes.update(top_k=top_k, **search_settings)
+        own = {f.name for f in dataclasses.fields(SearchConfig)}
+        changes: dict[str, Any] = {k: v for k, v in search_settings.items() if k in own}
+        changes["top_k"] = top_k
+        # The rest is the provider's: its settings check names any unknown key.
+        table = cfg.plugin_table("search", "zhihu")
+        table.update((k, v) for k, v in search_settings.items() if k not in own)
+        if any(k.strip() for k in keys):
+            table["api_keys"] = [k.strip() for k in keys if k.strip()]
         if api_base:
-            changes["api_base"] = api_base
+            table["api_base"] = api_base
+        cfg = dataclasses.replace(cfg, plugins={**cfg.plugins, "search.zhihu": table})
         self.config = cfg.replace(search=changes)
         self.top_k = top_k
         self.provider: SearchProvider = load_registry().create(

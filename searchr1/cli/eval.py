@@ -2,7 +2,7 @@
 
 :func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
 since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.kit.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
+event loop (:func:`searchr1.core.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
@@ -92,8 +92,8 @@ async def _evaluate_all(
 ) -> dict[str, Any]:
     """Every requested model in turn, inside one event loop; closes the search provider
     in that loop (an async HTTP client must not outlive the loop it was used in)."""
+    from searchr1.core.evaluation import evaluate_async, write_records
     from searchr1.core.logs import get_logger
-    from searchr1.kit.evaluation import evaluate_async, write_records
 
     config, log = ctx.config, get_logger()
     results: dict[str, Any] = {}
@@ -130,9 +130,7 @@ async def _evaluate_all(
                 config,
                 greedy=not args.sample,
                 label=label,
-                on_progress=lambda done, total, label=label: log.info(
-                    "progress", task=f"eval {label}", done=done, total=total
-                ),
+                progress=f"eval {label}",
             )
             write_records(ctx.run_dir / f"eval_{label}.jsonl", result)
             log.info(
@@ -170,8 +168,8 @@ def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Q
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
     from searchr1.cli.args import open_run_from_args
-    from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
     from searchr1.core.data import load_questions
+    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
     from searchr1.core.protocols import make_protocol
     from searchr1.core.runs import build_components
 

@@ -39,5 +39,5 @@ def make_protocol(
 
 def extract_answers(protocol: str, text: str) -> list[str]:
     """Every final-answer occurrence in one turn's ``text`` under the protocol named
-    ``protocol`` (a trajectory's ``protocol`` field; ``""`` means ``tags``)."""
-    return protocol_class(protocol or "tags").extract_answers(text)
+    ``protocol`` (a trajectory's ``protocol`` field)."""
+    return protocol_class(protocol).extract_answers(text)

@@ -17,14 +17,13 @@ import pytest
 from cli_run import read_events
 from eval_world import QUESTIONS, write_world
 
-from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
 from searchr1.cli.main import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
+from searchr1.core.evaluation import evaluate, format_comparison, format_table, trust_warning
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
-from searchr1.kit.evaluation import evaluate
 
 
 class ScriptedPolicy:

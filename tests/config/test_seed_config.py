@@ -342,3 +342,19 @@ def test_the_seed_smoke_script_runs_with_changed_imports(project: Path) -> None:
         assert len(zhihu.records) == 11  # 2 + 3 + 4 + 2 searches, one key after another
         assert {r.key for r in zhihu.records} == {"key1", "key2", "key3"}
     assert stdout.getvalue() == SEED_OUTPUT
+
+
+def test_api_search_client_takes_provider_settings_and_names_an_unknown_one() -> None:
+    """``ZhihuSearchClient(..., timeout_seconds=...)`` sets the provider's own settings; a
+    misspelt one is refused with the key named (and a suggestion), before any search."""
+    from searchr1.api import ZhihuSearchClient
+    from searchr1.core.errors import ConfigError
+
+    client = ZhihuSearchClient(keys=["k1", " k2 "], top_k=2, timeout_seconds=3.5, search_db="all")
+    table = client.config.plugin_table("search", "zhihu")
+    assert table["api_keys"] == ["k1", "k2"] and table["timeout_seconds"] == 3.5
+    assert client.provider.options.search_db == "all"
+    with pytest.raises(
+        ConfigError, match=r"search\.zhihu\.timeout_second.*did you mean 'timeout_seconds'"
+    ):
+        ZhihuSearchClient(keys=["k1"], timeout_second=3.5)

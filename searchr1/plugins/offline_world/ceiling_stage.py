@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from searchr1.core.builtins import asset_name, is_builtin
 from searchr1.core.config_schema import Config
+from searchr1.core.evaluation import heldout_eval, heldout_questions
 from searchr1.core.logs import get_logger
 from searchr1.core.types import StageRun
-from searchr1.kit.evaluation import heldout_eval, heldout_questions
 
 
 class CeilingStage:

@@ -15,7 +15,7 @@ So its EM is the share of held-out questions that the configured search (``top_k
 BM25 index, the observation budget, the search budget) makes answerable: the distance from
 the trained policy to it is what learning can still gain; what it misses no policy can get.
 
-It runs through :func:`searchr1.kit.evaluation.evaluate_async` with the run's search provider,
+It runs through :func:`searchr1.core.evaluation.evaluate_async` with the run's search provider,
 agent protocol, reward and sampling settings, so its numbers are computed exactly like the
 policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
 offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from searchr1.kit.answers import normalize_answer
+from searchr1.core.answers import normalize_answer
 from searchr1.kit.scripted import ScriptedSampler
 from searchr1.plugins.offline_world.generate import WorldQuestion
 
@@ -98,12 +98,11 @@ def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Evaluate the ideal agent on the configured held-out set and print the eval table."""
-    from searchr1.cli.eval_tables import format_table
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
+    from searchr1.core.evaluation import evaluate_async, format_table
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
-    from searchr1.kit.evaluation import evaluate_async
     from searchr1.kit.tokenizers import load_tokenizer
 
     parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")

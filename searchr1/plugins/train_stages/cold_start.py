@@ -28,11 +28,11 @@ from searchr1.core.builtins import asset_name, is_builtin, known_assets
 from searchr1.core.config_schema import Config, setting
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.evaluation import heldout_eval, heldout_questions
 from searchr1.core.logs import get_logger
 from searchr1.core.step import adam_params
 from searchr1.core.step_metrics import merge_train_metrics, peak_rss_gb
 from searchr1.core.types import Datum, LossFn, Question, Sampler, StageRun
-from searchr1.kit.evaluation import heldout_eval, heldout_questions
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ last step (``"after"``): ``eval_heldout_<when>.jsonl`` and one ``eval/heldout_em
 from __future__ import annotations
 
 from searchr1.core.config_schema import Config
+from searchr1.core.evaluation import heldout_eval, heldout_questions
 from searchr1.core.types import StageRun
-from searchr1.kit.evaluation import heldout_eval, heldout_questions
 
 
 class HeldoutEval:

@@ -2,7 +2,7 @@
 
     turn 1: search the question's own text
     turn 2: answer the first golden answer the results contain (normalised exact match,
-            searchr1.kit.answers.normalize_answer), else "unknown"
+            searchr1.core.answers.normalize_answer), else "unknown"
 
 A :class:`~searchr1.kit.scripted.ScriptedSampler`. "unknown" scores
 wrong and is dropped, so only searches that found the answer are imitated."""
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from searchr1.core.answers import normalize_answer
 from searchr1.core.types import Question
-from searchr1.kit.answers import normalize_answer
 from searchr1.kit.scripted import ScriptedSampler
 
 #: what the teacher answers when the results do not hold a golden answer

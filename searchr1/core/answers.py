@@ -1,7 +1,7 @@
 """Answer extraction, normalisation, exact match and F1 (``docs/protocols.md`` §4). Pure functions
 over strings (no tokenizer, no torch, no knowledge of protocols), used by rewards, eval and the
-protocols, which read their own answer format with :func:`answer_elements` (``tags``) or
-:func:`answer_lines` (``tool_calls``).
+protocols, which read their own answer format with :func:`answer_elements` (``<answer>``
+elements) or :func:`answer_lines` (``Answer:`` lines).
 """
 
 from __future__ import annotations

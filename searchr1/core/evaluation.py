@@ -1,5 +1,5 @@
 """Deterministic evaluation: training's rollout, search and reward, greedy by default, in file
-order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.kit.answers`,
+order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.core.answers`,
 SQuAD / Search-R1 normalisation) stay comparable with the Search-R1 paper whatever the
 reward. Macro EM weighs every source equally, micro EM every question."""
 
@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
@@ -24,7 +26,6 @@ from searchr1.core.types import (
     StageRun,
     Trajectory,
 )
-from searchr1.kit.answers import exact_match, f1_score
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
@@ -170,9 +171,11 @@ async def evaluate_async(
     greedy: bool = True,
     label: str = "eval",
     chunk_size: int = EVAL_CHUNK,
-    on_progress: Any = None,
+    progress: str | None = None,
 ) -> EvalResult:
-    """Roll out every question once, in order, and score it."""
+    """Roll out every question once, in order, and score it; with ``progress`` (a task name),
+    log a ``progress`` event after each chunk."""
+    from searchr1.core.logs import get_logger
     from searchr1.core.rollout import rollout_questions
 
     sampling = eval_sampling(config, protocol, greedy=greedy)
@@ -191,8 +194,8 @@ async def evaluate_async(
         )
         for question, group in zip(chunk, groups, strict=True):
             records.append(score_trajectory(question, group[0], reward))
-        if on_progress is not None:
-            on_progress(len(records), len(questions))
+        if progress is not None:
+            get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)
     return EvalResult(label=label, metrics=metrics, records=records)
 
@@ -215,6 +218,67 @@ def write_records(path: Path, result: EvalResult) -> None:
         for record in result.records:
             f.write(json.dumps({"label": result.label, **record.to_dict()}, ensure_ascii=False))
             f.write("\n")
+
+
+def _pct(value: float) -> str:
+    return "   -" if value is None or math.isnan(value) else f"{100 * value:5.1f}"
+
+
+def format_table(result: EvalResult) -> str:
+    """The per-source table ``searchr1 eval`` prints for one model."""
+    m = result.metrics
+    head = f"{'data_source':<16} {'n':>5} {'EM':>6} {'F1':>6} {'format':>6} {'search/q':>8} {'search ok':>9}"
+    lines = [f"== {result.label}", head, "-" * len(head)]
+
+    def row(name: str, g: Mapping[str, Any]) -> str:
+        return (
+            f"{name:<16} {g['n']:>5} {_pct(g['em']):>6} {_pct(g['f1']):>6} "
+            f"{_pct(g['format_rate']):>6} {g['search_calls_mean']:>8.2f} "
+            f"{_pct(g['search_success_rate']):>9}"
+        )
+
+    for source, g in m["per_source"].items():
+        lines.append(row(source or "(none)", g))
+    lines.append("-" * len(head))
+    lines.append(row("micro (all)", m))
+    lines.append(f"{'macro EM':<16} {'':>5} {_pct(m['macro_em']):>6}")
+    lines.extend(trust_warning(result))
+    return "\n".join(lines)
+
+
+def trust_warning(result: EvalResult) -> list[str]:
+    """A warning line when search failed too often for the scores to mean anything."""
+    m = result.metrics
+    if m["trustworthy"]:
+        return []
+    return [
+        f"WARNING: {result.label}: search success {100 * m['search_success_rate']:.1f}% "
+        f"< {100 * m['min_success_rate']:.0f}% ({m['search_errors']} of {m['search_calls']} "
+        "searches failed): these scores are NOT trustworthy"
+    ]
+
+
+def format_comparison(results: Iterable[EvalResult]) -> str:
+    """One column per evaluated model (``base``, ``step_20``, ...): EM per source, macro and
+    micro EM, format rate and search success."""
+    results = list(results)
+    sources = sorted({s for r in results for s in r.metrics["per_source"]})
+    width = max(10, *(len(r.label) for r in results))
+    lines = [f"{'EM':<16}" + "".join(f" {r.label:>{width}}" for r in results)]
+    lines.append("-" * len(lines[0]))
+    for s in sources:
+        cells = [r.metrics["per_source"].get(s, {}).get("em", float("nan")) for r in results]
+        lines.append(f"{s or '(none)':<16}" + "".join(f" {_pct(c):>{width}}" for c in cells))
+    lines.append("-" * len(lines[0]))
+    for key, name in (
+        ("macro_em", "macro EM"),
+        ("micro_em", "micro EM"),
+        ("f1", "F1"),
+        ("format_rate", "format"),
+        ("search_success_rate", "search ok"),
+    ):
+        lines.append(f"{name:<16}" + "".join(f" {_pct(r.metrics[key]):>{width}}" for r in results))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- during training
@@ -264,9 +328,7 @@ def heldout_eval(
             questions,
             run.config,
             label=f"heldout-{when}",
-            on_progress=lambda done, total: get_logger().info(
-                "progress", task=f"held-out eval {when}", done=done, total=total
-            ),
+            progress=f"held-out eval {when}",
         )
     )
     run.search.metrics(reset=True)  # eval searches are not a training step's
