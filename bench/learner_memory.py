@@ -11,9 +11,10 @@ seed-like datums: ``--datums`` rows of a long prompt, two sampled turns of 16 to
 the union of trained columns over the micro-batch is ~1.5x each row's trained tokens, as in
 the issue's probe), all in one micro-batch.
 
-Each path runs in its own subprocess: ``old`` (``learner_logit_chunk = 0``: B x K x V logits
-over the union K of trained columns) and ``new`` (each row's trained positions, ``--chunk``
-positions per vocabulary projection). A warm-up step on two datums comes first (first-call
+Each path runs in its own subprocess: ``old`` (the learner's fallback for a model whose
+logits the chunked path does not reproduce: the model's own forward, B x K x V logits over the
+union K of trained columns) and ``new`` (each row's trained positions, ``--chunk`` positions
+per vocabulary projection). A warm-up step on two datums comes first (first-call
 costs, optimizer state); then the peak is reset (``/proc/self/clear_refs`` on Linux, so
 ``VmHWM`` restarts at the current RSS; on CUDA ``reset_peak_memory_stats``) and the timed
 steps run. ``extra_mb`` = peak minus the memory in use just before the first timed step.
@@ -162,8 +163,10 @@ def run_path(args: Any) -> dict[str, Any]:
         temperature=1.0,
         pad_token_id=0,
         chunk_tokens=65536,  # the whole batch in one micro-batch, as the reference setup's up to 64k
-        logit_chunk=0 if args.mode == "old" else args.chunk,
+        logit_chunk=args.chunk,
     )
+    if args.mode == "old":
+        learner._chunked_ok = False  # as after a failed logits check: the fallback path
     batch = datums(args.datums, args.prompt, args.vocab)
     loss = NamedLoss("importance_sampling", importance_sampling)
     adam = AdamParams(learning_rate=1e-6)

@@ -74,7 +74,7 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
         optimizer={"lr": LR},
     )
     local: dict[str, object] = {"threads": threads} if threads else {}
-    if old_learner:  # the unchunked learner: B x K x V logits over union columns, no shared prompts
+    if old_learner:  # one vocabulary projection for all trained positions, no shared prompts
         local.update(learner_logit_chunk=0, learner_share_prefixes=False)
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument(
         "--old-learner",
         action="store_true",
-        help="searchr1's unchunked learner (learner_logit_chunk = 0, no shared prefixes)",
+        help="searchr1's learner unchunked (learner_logit_chunk = 0, no shared prefixes)",
     )
     args = parser.parse_args()
     steps = 2 if args.quick else 6

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
-from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
+from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criteria, report_only
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, UserError
@@ -164,7 +164,7 @@ class _Smoke:
     ) -> list[Criterion]:
         """Print warnings, channel diagnoses and the criteria; return the criteria."""
         searched = int(metrics.get("calls", 0)) - int(metrics.get("invalid_queries", 0))
-        criteria = seed_criteria(
+        criteria = reference_criteria(
             trajectories,
             results,
             protocol=protocol_class(self.config.rollout.protocol),

@@ -1,7 +1,7 @@
 """The verdict of ``searchr1 smoke``: the reference setup's smoke criteria
 (``docs/reference-setup.md`` §2), one line each.
 
-:func:`seed_criteria` makes them four named checks over one group: search success is a
+:func:`reference_criteria` makes them four named checks over one group: search success is a
 channel (exit 1), the other three describe the model's behaviour (exit 3). :func:`key_warnings`
 applies the troubleshooting rule for keys (§3): some out of quota is a warning naming their
 indexes (rotate), every key limited a failure (stop and wait).
@@ -45,7 +45,7 @@ def report_only(criteria: Sequence[Criterion], keys: Sequence[str]) -> list[Crit
     return [replace(c, required=False) if c.key in keys else c for c in criteria]
 
 
-def seed_criteria(
+def reference_criteria(
     trajectories: Sequence[Trajectory],
     results: Sequence[RewardResult],
     *,

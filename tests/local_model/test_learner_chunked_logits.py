@@ -1,5 +1,6 @@
 """The learner's chunked vocabulary projection over each row's trained positions gives the
-old path's values and gradients (B x K x V logits over the union of trained columns), in
+model's own forward's values and gradients (B x K x V logits over the union of trained
+columns, the learner's fallback), in
 float64 (two orders of the same sums: see ``numerics``), on tiny random models of real architectures, including ones that rescale logits after
 ``lm_head`` (Gemma soft-capping, Cohere's logit_scale, Granite's logits_scaling) and tied
 embeddings; a model that scales in a way the learner does not know falls back."""
@@ -157,24 +158,36 @@ def _learner(model: Any, logit_chunk: int) -> Learner:
     )
 
 
-def test_unknown_logit_scaling_falls_back_to_the_models_own_logits() -> None:
+def _own_forward_loss(model: Any) -> float:
+    """:func:`_loss` from the model's own full forward, one datum at a time."""
+    total = 0.0
+    with torch.no_grad():
+        for d in _datums():
+            logits_TV = model(input_ids=torch.tensor([d.input_tokens])).logits[0] / 0.7
+            logprobs_T = logits_TV.log_softmax(-1).gather(
+                -1, torch.tensor(d.target_tokens)[:, None]
+            )[:, 0]
+            total += float(-(logprobs_T * torch.tensor(d.advantages, dtype=torch.float64)).sum())
+    return total
+
+
+@pytest.mark.parametrize("logit_chunk", [2, 0])  # 0: one projection for all positions
+def test_unknown_logit_scaling_falls_back_to_the_models_own_logits(logit_chunk: int) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = _HalvedLlama(_config("llama")).double()
-    reference = _learner(model, logit_chunk=0)  # the old path: the model's own forward
-    result_ref = reference.forward_backward(_datums(), _loss)
-    learner = _learner(model, logit_chunk=2)
+    learner = _learner(model, logit_chunk=logit_chunk)
     result = learner.forward_backward(_datums(), _loss)
     assert learner._chunked_ok is False
-    assert result.loss == pytest.approx(result_ref.loss, rel=1e-6)
-    # A model it does know takes the chunked path, with the same loss as the old one.
+    assert result.loss == pytest.approx(_own_forward_loss(model), rel=1e-9)
+    # A model it does know takes the chunked path, with the model's own loss.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         plain = tf.LlamaForCausalLM(_config("llama")).double()
-    known = _learner(plain, logit_chunk=2)
+    known = _learner(plain, logit_chunk=logit_chunk)
     loss_known = known.forward_backward(_datums(), _loss).loss
     assert known._chunked_ok is True
-    assert loss_known == pytest.approx(_learner(plain, 0).forward_backward(_datums(), _loss).loss)
+    assert loss_known == pytest.approx(_own_forward_loss(plain), rel=1e-9)
     assert abs(loss_known - result.loss) > 1e-3  # the halving really changes the loss
 
 

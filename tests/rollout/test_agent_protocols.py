@@ -10,7 +10,7 @@ from fakes import template_tokenizer, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.cli.smoke_verdict import seed_criteria
+from searchr1.cli.smoke_verdict import reference_criteria
 from searchr1.core.agent_protocol import Action
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
@@ -179,7 +179,6 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> No
     monkeypatch.setitem(entries, "final", Registration("agent_protocol", "final", Final, "test"))
     text = "<answer>not this</answer>\nFINAL=Lyon"
     assert extract_answers("final", text) == ["Lyon"]
-    assert extract_answers("", text) == ["not this"]  # old records: tags
     with pytest.raises(PluginError, match="no agent protocol of that name is installed"):
         extract_answers("xml", text)
 
@@ -198,8 +197,14 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> No
         trajectory("final"), turns=(Turn((), (), f"{text}\n{text}", "answer"),)
     )
     assert components(twice, ["Lyon"])["format"] == 0.0  # two FINAL= lines
+    # A trajectory that names no protocol (built by hand, an old record) is read as tags.
+    final_only = dataclasses.replace(
+        trajectory("final"), turns=(Turn((), (), "FINAL=Lyon", "answer"),)
+    )
+    assert components(final_only, ["Lyon"])["format"] == 1.0
+    assert components(dataclasses.replace(final_only, protocol=""), ["Lyon"])["format"] == 0.0
 
-    criteria = seed_criteria(
+    criteria = reference_criteria(
         [trajectory("final")], [RewardResult(1.0, {"format": 1.0})], protocol=Final,
         max_search_calls=4, search_success=1.0, min_success_rate=0.9, search_calls_made=1,
     )  # fmt: skip

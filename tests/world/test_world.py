@@ -1,5 +1,5 @@
 """The offline world: deterministic, held-out entities unseen in training, every answer
-findable by the ``local`` search provider, cold-start transcripts the protocol parses, and the
+findable by the ``local`` search provider, warm-start transcripts the protocol parses, and the
 shipped example config equal to the embedded default."""
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def _segments(mask: list[bool]) -> list[tuple[int, int]]:
     return out
 
 
-def test_cold_start_transcripts_parse_with_the_protocol(episodes, protocol, world: World):
+def test_warm_start_transcripts_parse_with_the_protocol(episodes, protocol, world: World):
     from searchr1.core.types import Question
 
     for ep in episodes:
@@ -184,7 +184,7 @@ def test_cold_start_transcripts_parse_with_the_protocol(episodes, protocol, worl
 @pytest.mark.parametrize(
     ("template", "call"), [("qwen3", '{"name": "search"'), ("qwen3_5", "<function=search>")]
 )
-def test_cold_start_turns_use_the_call_format_the_protocol_parses(
+def test_warm_start_turns_use_the_call_format_the_protocol_parses(
     world: World, config, template, call
 ):
     """Under ``tool_calls`` the scripted agent writes calls the way the model's own template
@@ -216,7 +216,7 @@ def test_cold_start_turns_use_the_call_format_the_protocol_parses(
     assert calls > 0
 
 
-def test_cold_start_acts_like_an_untrained_agent(episodes):
+def test_warm_start_acts_like_an_untrained_agent(episodes):
     """Searches only some of the time, sometimes with a vague query, sometimes answers
     right; the RL run has something to learn."""
     searched = [ep for ep in episodes if ep.turns[0].query is not None]
@@ -259,7 +259,7 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     from searchr1.core.builtins import resolve
     from searchr1.plugins.offline_world.assets import SHIPPED_WARM_START
 
-    rebuild = "run python -m searchr1.plugins.offline_world.cold_start --shipped"
+    rebuild = "run python -m searchr1.plugins.offline_world.warm_start_recipe --shipped"
     assert (SHIPPED_WARM_START / "config.json").is_file(), rebuild
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = resolve("builtin:tiny")

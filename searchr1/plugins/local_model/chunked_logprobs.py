@@ -1,14 +1,13 @@
 """Log-probs of trained tokens without a batch x positions x vocabulary logits tensor.
 
 :class:`~searchr1.plugins.local_model.learner.Learner` calls :func:`chunked_token_logprobs`
-for every micro-batch (``[model.local] learner_logit_chunk`` > 0, the default). The
-decoder runs over every position as before, but only the final hidden states of trained
-positions (each row's own, no union of columns across rows) reach the vocabulary
-projection, and that projection runs ``chunk`` positions at a time under activation
-checkpointing: in backward each chunk's logits are recomputed from its hidden states, so the
-extra memory is a few ``chunk x V`` tensors whatever the micro-batch (with a 248,320
-vocabulary, 256 positions are 254 MB per fp32 copy, against 0.9 GB per copy for 19 datums x
-50 union columns on the old path).
+for every micro-batch. The decoder runs over every position, but only the final hidden
+states of trained positions (each row's own, no union of columns across rows) reach the
+vocabulary projection, and that projection runs ``chunk`` positions at a time
+(``[model.local] learner_logit_chunk``; 0 = all at once) under activation checkpointing: in
+backward each chunk's logits are recomputed from its hidden states, so the extra memory is a
+few ``chunk x V`` tensors whatever the micro-batch (with a 248,320 vocabulary, 256 positions
+are 254 MB per fp32 copy).
 
 The model's own logit scaling after ``lm_head`` is applied by :func:`logit_scaling`, from
 the transformers architectures that have one (read from their modeling code, transformers
@@ -20,8 +19,9 @@ Mistral, ...); one that scales otherwise (e.g. Mistral-Large-4's, Inkling2's or
 MuseSpark's soft-caps, not handled here) is caught by
 :func:`matches_model_logits`, which the learner runs once on the first micro-batch: it
 compares this path with the model's own ``logits_to_keep`` forward, and on a mismatch the
-learner keeps the old path (:func:`~searchr1.plugins.local_model.learner.trained_token_logprobs`)
-and logs ``learner_logits_fallback``.
+learner takes that forward instead
+(:func:`~searchr1.plugins.local_model.learner.trained_token_logprobs`) and logs
+``learner_logits_fallback``.
 """
 
 from __future__ import annotations
@@ -154,9 +154,8 @@ def project_logprobs(
 ) -> torch.Tensor:
     """Log-probs of ``targets_N`` from final hidden states ``hidden_NH``: ``model``'s head
     and logit scaling, ``chunk`` positions at a time (:func:`chunked_token_logprobs`; also
-    called by :mod:`~searchr1.plugins.local_model.shared_prefix`)."""
-    if chunk < 1:
-        raise ValueError(f"[model.local] learner_logit_chunk must be >= 1 here, got {chunk}")
+    called by :mod:`~searchr1.plugins.local_model.shared_prefix`); ``chunk`` 0 = all at once."""
+    chunk = chunk if chunk > 0 else max(1, hidden_NH.shape[0])
     lm = causal_lm(model)
     head = lm.get_output_embeddings()
     if head is None:

@@ -70,9 +70,8 @@ def configure_cpu_threads(threads: int = 0) -> int:
     so a run's numerics (the reduction order of every op) do not depend on what else happens
     to be running when it starts. On an oversubscribed machine (more busy threads than cores,
     e.g. a box shared with other jobs) set ``[model.local] threads = 1``: OpenMP threads wait
-    for each other at every op, so one descheduled thread stalls all of them; on the 2-core
-    development machine under a load of 10, a decoding step took 12x longer with 2 threads
-    than with 1 (docs/benchmarks.md)."""
+    for each other at every op, so one descheduled thread stalls all of them
+    (docs/benchmarks.md measures it)."""
     import torch
 
     if threads <= 0:

@@ -7,17 +7,15 @@ Log-probs are computed at the sampler's temperature (``[model] temperature``), s
 ratios are exactly 1 up to float error. Only trained positions (advantage != 0) are projected
 onto the vocabulary, each row's own, in chunks recomputed in backward
 (:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that share an untrained
-prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`);
-``logit_chunk = 0`` keeps the older path (:func:`trained_token_logprobs`: B x K x V logits
-over the union K of trained columns), which is also the fallback for a model whose logits the
-chunked path does not reproduce.
+prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
+A model whose logits the chunked path does not reproduce takes :func:`trained_token_logprobs`
+instead (the model's own forward: B x K x V logits over the union K of trained columns).
 
 Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
 scored and differentiated is the same network the sampler ran (eval mode). With dropout on
-(the reference setup's ``lora.dropout = 0.05``) the learner scores a randomly thinned network, and on
-the tiny model with a non-zero adapter the on-policy ratio already reached 1.10 (max
-|learner - sampler| log-prob 0.139), using half of PPO's 0.2 clip on noise (with a larger
-adapter, ``bench/mismatch.py``: ratios from 0.05 to 13). Dropout applied identically on both
+(the reference setup's ``lora.dropout = 0.05``) the learner scores a randomly thinned
+network, so on-policy ratios move off 1 by noise alone and spend PPO's clip on it
+(``bench/mismatch.py`` measures how far). Dropout applied identically on both
 sides would need the sampler to replay the learner's masks; turning it off is what TRL's
 ``disable_dropout`` and the Megatron/FSDP RL trainers do for the actor. So ``lora.dropout``
 has no effect on a local run; the learner logs ``learner_dropout_off`` once at start.
@@ -195,16 +193,16 @@ class Learner:
         self.temperature = temperature
         self.pad_token_id = pad_token_id
         self.chunk_tokens = chunk_tokens
-        # Trained positions per vocabulary-projection chunk (chunked_logprobs.py); 0 = the
-        # old path: logits for the union of trained columns over the micro-batch, B x K x V.
+        # Trained positions per vocabulary-projection chunk (chunked_logprobs.py); 0 = all
+        # of a micro-batch's in one projection.
         self.logit_chunk = logit_chunk
         # Whether the chunked path reproduces this model's own logits: checked once, on the
         # first micro-batch (None until then).
-        self._chunked_ok: bool | None = None if logit_chunk > 0 else False
+        self._chunked_ok: bool | None = None
         # Rows sharing an untrained prefix (a group's prompt) run it once (shared_prefix.py):
         # None until checked against the unshared path on a first micro-batch that shares.
         self._shared_ok: bool | None = (
-            None if share_prefixes and logit_chunk > 0 and can_share_prefixes(model) else False
+            None if share_prefixes and can_share_prefixes(model) else False
         )
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:

@@ -24,8 +24,7 @@ Optional settings live in ``[model.local]``::
                                 #   set 1 on an oversubscribed, shared machine)
     learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
     learner_logit_chunk = 256     # trained positions per vocabulary projection (chunk x V
-                                  #   logits at a time, chunked_logprobs.py); 0 = the old
-                                  #   B x K x V logits over the union of trained columns
+                                  #   logits at a time, chunked_logprobs.py); 0 = all at once
     learner_share_prefixes = true # rows sharing an untrained prefix (a group's prompt) run
                                   #   it once in the learner (shared_prefix.py)
     gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA

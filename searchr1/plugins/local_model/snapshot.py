@@ -20,12 +20,12 @@ that version:
   made after :meth:`pin` samples the pinned version.
 
 Until the first :meth:`pin` nothing is copied or swapped: a synchronous run
-(``max_staleness = 0``) works exactly as before.
+(``max_staleness = 0``) never pins.
 
 Memory: the frozen base weights are shared; the cost is one copy of the adapter's trainable
 tensors (two for a moment, between a ``publish`` and the next ``pin``) -- for a rank-32
 all-linear adapter of a 7B model about 160 MB in bf16 each. The sampler's retained KV caches
-are no longer dropped when training starts (they stay valid for the pinned weights), so on a
+stay alive while the learner trains (they are valid for the pinned weights), so on a
 GPU the learner's activations and the sampler's caches are resident together; lower
 ``[model.local] max_batch_tokens`` if a pipelined run runs out of memory.
 """

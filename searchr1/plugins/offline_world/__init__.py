@@ -22,8 +22,8 @@ Modules, in the order a build uses them:
 - ``tiny_base``: the untrained ``builtin:tiny`` (a tokenizer trained on the world's texts);
 - ``scripted_agent``: scripted trajectories of an untrained search agent;
 - ``finetune``: the supervised fine-tune on those trajectories;
-- ``cold_start``: the whole warm-start recipe (``python -m
-  searchr1.plugins.offline_world.cold_start``), whose output ships in ``warm_start/``;
+- ``warm_start_recipe``: the whole warm-start recipe (``python -m
+  searchr1.plugins.offline_world.warm_start_recipe``), whose output ships in ``warm_start/``;
 - ``ceiling_stage``: the ``ceiling`` train stage;
 - ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
 """

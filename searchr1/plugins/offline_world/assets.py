@@ -9,7 +9,7 @@ opened:
 - ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder). The weights ship
   inside the package (``searchr1/plugins/offline_world/warm_start/``) because fine-tuning them
   takes far longer than a first run may; they are reproduced by ``python -m
-  searchr1.plugins.offline_world.cold_start --shipped --out
+  searchr1.plugins.offline_world.warm_start_recipe --shipped --out
   searchr1/plugins/offline_world/warm_start`` (about 20 minutes on 2 idle cores). Without
   shipped weights the builder runs that recipe itself;
 - ``tiny-random``: :func:`~searchr1.plugins.offline_world.tiny_model.build_tiny_model` on the
@@ -67,7 +67,7 @@ def build_tiny(folder: Path) -> None:
                 shutil.copy2(item, folder / item.name)
         return
     from searchr1.core.logs import get_logger
-    from searchr1.plugins.offline_world.cold_start import build_shipped
+    from searchr1.plugins.offline_world.warm_start_recipe import build_shipped
 
     get_logger().warning(
         "tiny.building", reason=f"no shipped warm start in {SHIPPED_WARM_START}", folder=str(folder)

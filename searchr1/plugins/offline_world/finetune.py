@@ -68,7 +68,7 @@ def finetune(
         if (step + 1) % log_every == 0 or step + 1 == steps:
             recent = losses[-log_every:]
             log.info(
-                "cold_start.step",
+                "warm_start.step",
                 step=step + 1,
                 loss=round(sum(recent) / len(recent), 4),
                 elapsed_s=round(time.monotonic() - start, 1),

@@ -2,7 +2,7 @@
 
 The offline demo (``searchr1 train`` with no config) needs questions that no model can answer
 from memory, so every name here is invented from syllables and every fact is drawn from a
-seeded RNG. :func:`generate_world` builds the world in memory (the cold start reads its
+seeded RNG. :func:`generate_world` builds the world in memory (the warm start reads its
 structure); :func:`write_world` writes the files the rest of searchr1 reads:
 
 - ``corpus.jsonl``: one short document per entity, Search-R1's ``{"id", "contents"}`` layout

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 
 
 #: every step waits on the service and on search in turn, so overlapping the next step's
-#: rollouts with this step's training pays (``bench/pipeline.py``: 1.6x s/step with service
-#: and search latency, learning intact)
+#: rollouts with this step's training pays (``bench/pipeline.py`` measures it)
 PIPELINED = (
     1,
     "the next step's rollouts run while the service trains this one (docs/benchmarks.md, "

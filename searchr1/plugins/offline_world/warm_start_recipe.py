@@ -16,7 +16,7 @@ recipe, one step per module of this package:
 
 :func:`build_shipped` runs when no shipped weights exist; regenerate them with::
 
-    python -m searchr1.plugins.offline_world.cold_start --shipped \\
+    python -m searchr1.plugins.offline_world.warm_start_recipe --shipped \\
         --out searchr1/plugins/offline_world/warm_start
 """
 
@@ -130,7 +130,7 @@ def build_warm_start(
         episodes = asyncio.run(collect())
     lengths = sorted(len(e.tokens) for e in episodes)
     log.info(
-        "cold_start.episodes",
+        "warm_start.episodes",
         count=len(episodes),
         tokens_median=lengths[len(lengths) // 2],
         tokens_max=lengths[-1],
@@ -163,7 +163,7 @@ def build_shipped(out_dir: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m searchr1.plugins.offline_world.cold_start --out DIR``: rebuild the warm start."""
+    """``python -m searchr1.plugins.offline_world.warm_start_recipe --out DIR``: rebuild it."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder to write the model to")
     parser.add_argument("--seed", type=int, default=0)
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from searchr1.core.logs import setup_logging
 
-    setup_logging("cold_start")
+    setup_logging("warm_start")
     if args.shipped:
         build_shipped(args.out)
         print(f"warm start written to {args.out}")
