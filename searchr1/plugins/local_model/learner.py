@@ -446,6 +446,23 @@ class Learner:
         self._chunked_ok = ok
         return ok
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_state(self, path: str, sampler_gen: Any = None) -> None:
+        """The adapter, optimizer and step into the folder ``path`` (:mod:`.state`), with the
+        sampler's random stream when there is one."""
+        import searchr1.plugins.local_model.state as state
+
+        with self.model_lock:
+            state.save_state(path, self.model, self.optimizer, self.step, sampler_gen)
+
+    def load_state(self, path: str, sampler_gen: Any = None) -> None:
+        """What :meth:`save_state` wrote, back into the model and optimizer."""
+        import searchr1.plugins.local_model.state as state
+
+        with self.model_lock:
+            self.step = state.load_state(path, self.model, self.optimizer, sampler_gen)
+
     # ------------------------------------------------------------------ optimizer
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:

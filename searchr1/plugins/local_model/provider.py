@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.config_schema import setting
+from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.logs import get_logger
 from searchr1.core.types import (
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     import torch
 
     from searchr1.core.config_schema import Config
+    from searchr1.plugins.local_model.learner import Learner
 
 log = get_logger()
 
@@ -102,7 +104,6 @@ class LocalModelProvider:
         the learner computes log-probs. ``max_batch_tokens`` is the sampler's token budget
         when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`)."""
         from searchr1.plugins.local_model.budget import row_overhead_tokens
-        from searchr1.plugins.local_model.learner import Learner
         from searchr1.plugins.local_model.sampler import BatchedSampler
         from searchr1.plugins.local_model.snapshot import SamplerWeights
 
@@ -113,24 +114,23 @@ class LocalModelProvider:
         # The sampler enters the model through this (a drop-in for the lock): it swaps in
         # the pinned adapter version once snapshot_sampler() was called.
         self.sampler_weights = SamplerWeights(model, self.model_lock)
-        config = model.config
-        self.context_length = int(getattr(config, "max_position_embeddings", 1 << 30))
-        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
-        pad = tokenizer.pad_token_id
-        eos_ids = _eos_ids(model, tokenizer)
-        pad_id = pad if pad is not None else (min(eos_ids) if eos_ids else 0)
+        self.learner = make_learner(
+            model, tokenizer, device, self.model_lock, temperature, settings
+        )
+        self.context_length = self.learner.context_length
+        self.vocab_size = self.learner.vocab_size
         self.sampler = BatchedSampler(
             model,
             tokenizer,
             device=device,
             model_lock=self.sampler_weights,  # type: ignore[arg-type]
             context_length=self.context_length,
-            eos_token_ids=eos_ids,
-            pad_token_id=pad_id,
+            eos_token_ids=_eos_ids(model, tokenizer),
+            pad_token_id=self.learner.pad_token_id,
             vocab_size=self.vocab_size,
             max_batch_rows=settings.max_batch_rows,
             max_batch_tokens=settings.max_batch_tokens or max_batch_tokens,
-            row_tokens=row_overhead_tokens(config, next(model.parameters()).dtype),
+            row_tokens=row_overhead_tokens(model.config, next(model.parameters()).dtype),
             prefill_chunk_tokens=settings.prefill_chunk_tokens,
             reuse=settings.reuse_caches,
             batch_wait_s=settings.batch_wait_ms / 1000.0,
@@ -140,81 +140,13 @@ class LocalModelProvider:
             may_join=self.sampler_weights.running_pinned,
         )
         self.sampler_weights.on_new_version = self.sampler.retained.clear
-        self.learner = Learner(
-            model,
-            device=device,
-            model_lock=self.model_lock,
-            context_length=self.context_length,
-            vocab_size=self.vocab_size,
-            temperature=temperature,
-            pad_token_id=pad_id,
-            chunk_tokens=settings.learner_chunk_tokens,
-            logit_chunk=settings.learner_logit_chunk,
-            share_prefixes=settings.learner_share_prefixes,
-        )
 
     @classmethod
     def from_config(cls, config: Config) -> LocalModelProvider:
-        """Load ``[model] base_model`` (a hub id, a folder or ``builtin:NAME``) on the chosen
-        device and dtype, attach a LoRA adapter from ``[lora]`` and freeze the base."""
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        from searchr1.core.builtins import resolve
-        from searchr1.core.config_validate import plugin_settings
-        from searchr1.kit.tokenizers import load_tokenizer
-        from searchr1.plugins.local_model.budget import token_budget
-        from searchr1.plugins.local_model.device import (
-            choose_device,
-            choose_dtype,
-            configure_cpu_threads,
-        )
-        from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
-        from searchr1.plugins.local_model.lora_coverage import (
-            coverage_line,
-            decoder_layers,
-            peft_adapted,
-        )
-
+        """Load the model with a LoRA adapter (:func:`load_lora_model`) for sampling and
+        training in this process."""
         settings = plugin_settings(config, "model", "local", LocalSettings)
-        device = choose_device(settings.device)
-        dtype = choose_dtype(settings.dtype, device)
-        threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
-        tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-        path = resolve(config.model.base_model)
-        try:
-            base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
-        except OSError as exc:
-            raise ConfigValueError(
-                f"model.base_model = {config.model.base_model!r}: cannot load a causal LM from "
-                f"{path!r}: {exc}"
-            ) from exc
-        base.to(device)
-        warn_if_slow_kernels(base.config, device)
-        layers = decoder_layers(base)  # before peft wraps them: the model's own modules
-        # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.run.seed)
-            model = attach_lora(base, config)
-        # Which layer types the adapter reaches: a hybrid model (Qwen3.5) with attention-only
-        # targets trains a quarter of its layers, which nothing else would show.
-        log.info(
-            "lora_coverage",
-            message=coverage_line(layers, peft_adapted(model, layers)),
-            target_modules=list(config.lora.target_modules),
-        )
-        if _checkpointing(settings.gradient_checkpointing, device):
-            _enable_checkpointing(model.get_base_model())
-        budget = token_budget(settings.max_batch_tokens, base.config, dtype, device)
-        log.info(
-            "local_model_loaded",
-            base_model=config.model.base_model,
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
-            threads=threads,
-            trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
-            max_batch_tokens=budget,
-        )
+        model, tokenizer, device, budget = load_lora_model(config, settings)
         return cls(
             model,
             tokenizer,
@@ -272,29 +204,106 @@ class LocalModelProvider:
         self.sampler_weights.pin()
 
     def save_state(self, path: str) -> None:
-        import searchr1.plugins.local_model.state as state
-
-        with self.model_lock:
-            state.save_state(
-                path,
-                self.model,
-                self.learner.optimizer,
-                self.learner.step,
-                self.sampler._generator,
-            )
+        self.learner.save_state(path, self.sampler._generator)
 
     def load_state(self, path: str) -> None:
-        import searchr1.plugins.local_model.state as state
-
         self.sampler.forget()
         self.sampler_weights.reset()
-        with self.model_lock:
-            self.learner.step = state.load_state(
-                path, self.model, self.learner.optimizer, self.sampler._generator
-            )
+        self.learner.load_state(path, self.sampler._generator)
 
     def close(self) -> None:
         self.sampler.close()
+
+
+def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, torch.device, int]:
+    """Load ``[model] base_model`` (a hub id, a folder or ``builtin:NAME``) on the chosen
+    device and dtype, attach a LoRA adapter from ``[lora]`` and freeze the base; returns the
+    peft model, its tokenizer, the device and the sampler's token budget (:mod:`.budget`)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchr1.core.builtins import resolve
+    from searchr1.kit.tokenizers import load_tokenizer
+    from searchr1.plugins.local_model.budget import token_budget
+    from searchr1.plugins.local_model.device import (
+        choose_device,
+        choose_dtype,
+        configure_cpu_threads,
+    )
+    from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
+    from searchr1.plugins.local_model.lora_coverage import (
+        coverage_line,
+        decoder_layers,
+        peft_adapted,
+    )
+
+    device = choose_device(settings.device)
+    dtype = choose_dtype(settings.dtype, device)
+    threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
+    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    path = resolve(config.model.base_model)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
+    except OSError as exc:
+        raise ConfigValueError(
+            f"model.base_model = {config.model.base_model!r}: cannot load a causal LM from "
+            f"{path!r}: {exc}"
+        ) from exc
+    base.to(device)
+    warn_if_slow_kernels(base.config, device)
+    layers = decoder_layers(base)  # before peft wraps them: the model's own modules
+    # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.run.seed)
+        model = attach_lora(base, config)
+    # Which layer types the adapter reaches: a hybrid model (Qwen3.5) with attention-only
+    # targets trains a quarter of its layers, which nothing else would show.
+    log.info(
+        "lora_coverage",
+        message=coverage_line(layers, peft_adapted(model, layers)),
+        target_modules=list(config.lora.target_modules),
+    )
+    if _checkpointing(settings.gradient_checkpointing, device):
+        _enable_checkpointing(model.get_base_model())
+    budget = token_budget(settings.max_batch_tokens, base.config, dtype, device)
+    log.info(
+        "local_model_loaded",
+        base_model=config.model.base_model,
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        threads=threads,
+        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        max_batch_tokens=budget,
+    )
+    return model, tokenizer, device, budget
+
+
+def make_learner(
+    model: Any,
+    tokenizer: Any,
+    device: torch.device,
+    model_lock: threading.Lock,
+    temperature: float,
+    settings: LocalSettings,
+) -> Learner:
+    """The learner of ``model`` (a peft model from :func:`load_lora_model`), computing
+    log-probs at ``temperature`` with the ``learner_*`` settings of ``[model.local]``."""
+    from searchr1.plugins.local_model.learner import Learner
+
+    pad = tokenizer.pad_token_id
+    eos_ids = _eos_ids(model, tokenizer)
+    return Learner(
+        model,
+        device=device,
+        model_lock=model_lock,
+        context_length=int(getattr(model.config, "max_position_embeddings", 1 << 30)),
+        vocab_size=int(model.get_input_embeddings().weight.shape[0]),
+        temperature=temperature,
+        pad_token_id=pad if pad is not None else (min(eos_ids) if eos_ids else 0),
+        chunk_tokens=settings.learner_chunk_tokens,
+        logit_chunk=settings.learner_logit_chunk,
+        share_prefixes=settings.learner_share_prefixes,
+    )
 
 
 def attach_lora(base: Any, config: Config) -> Any:

@@ -1,13 +1,13 @@
 """Checkpoints of the local provider: adapter (peft format), optimizer state and step.
 
-Called by :meth:`LocalModelProvider.save_state` / ``load_state`` (the train loop saves every
+Called by :meth:`Learner.save_state` / ``load_state`` (the train loop saves every
 ``train.save_every`` steps and loads on resume). Layout of the folder ``path``::
 
     adapter/              adapter_config.json + adapter_model.safetensors
                           (``PeftModel.from_pretrained(base, path + "/adapter")`` loads it)
     optimizer.pt          AdamW state_dict
     trainer_state.json    {"step": N, "format": 1}
-    rng.pt                torch CPU RNG and the sampler's stream, so dropout and unseeded
+    rng.pt                torch CPU RNG and the in-process sampler's stream, so dropout and unseeded
                           sampling continue as they would have
 
 Resuming gives bit-identical next-step losses on the CPU: the adapter is stored in float32
@@ -33,8 +33,11 @@ def save_state(path: str | Path, model: Any, optimizer: Any, step: int, sampler_
     # (a path gives a RuntimeError without an errno).
     with (folder / "optimizer.pt").open("wb") as fh:
         torch.save(optimizer.state_dict(), fh)
+    rng = {"torch": torch.get_rng_state()}
+    if sampler_gen is not None:  # a sampler in this process (not a server's)
+        rng["sampler"] = sampler_gen.get_state()
     with (folder / "rng.pt").open("wb") as fh:
-        torch.save({"torch": torch.get_rng_state(), "sampler": sampler_gen.get_state()}, fh)
+        torch.save(rng, fh)
     (folder / "trainer_state.json").write_text(json.dumps({"step": step, "format": FORMAT}))
 
 
@@ -77,5 +80,6 @@ def load_state(path: str | Path, model: Any, optimizer: Any, sampler_gen: Any) -
     if rng_file.is_file():
         rng = torch.load(rng_file, weights_only=True)
         torch.set_rng_state(rng["torch"])
-        sampler_gen.set_state(rng["sampler"])
+        if sampler_gen is not None and "sampler" in rng:
+            sampler_gen.set_state(rng["sampler"])
     return int(state["step"])

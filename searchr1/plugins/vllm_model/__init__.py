@@ -10,7 +10,7 @@ own torch and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU ho
 Modules: ``settings`` (``[model.vllm]``), ``server`` (launch, readiness, shutdown of a local
 server), ``client`` (the HTTP calls: completions, adapter load/unload, on one pooled
 :class:`searchr1.kit.http.HttpClient` in its own event-loop thread), ``provider`` (VllmModelProvider, which
-subclasses the local provider and swaps its sampler for the server). Importing this package
+composes the server's sampling with the local learner). Importing this package
 stays cheap: torch, transformers and httpx are imported when the factory runs.
 """
 

@@ -1,10 +1,11 @@
-"""``VllmModelProvider``: the local provider's training, with sampling on a vLLM server.
+"""``VllmModelProvider``: a vLLM server's sampling composed with the local learner.
 
 Created once per run by the ``vllm`` factory (``[model] provider = "vllm"``) through
-:meth:`VllmModelProvider.from_config`. It *is* a
-:class:`~searchr1.plugins.local_model.provider.LocalModelProvider` (same model load, LoRA,
-learner, optimizer, checkpoints and resume, so the learner's sampler/learner mismatch metrics
-come for free) whose :meth:`sample` goes to the server instead of the in-process sampler.
+:meth:`VllmModelProvider.from_config`. Training is the local provider's own
+:class:`~searchr1.plugins.local_model.learner.Learner` on the model
+:func:`~searchr1.plugins.local_model.provider.load_lora_model` loads (same LoRA, optimizer,
+checkpoints and resume, and the learner's sampler/learner mismatch metrics); :meth:`sample`
+goes to the server.
 
 The policy the server samples from is always the trainer's current adapter: at start, after
 each :meth:`optim_step` and after :meth:`load_state`, the adapter is saved into a new folder
@@ -28,8 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.logs import get_logger
-from searchr1.core.types import AdamParams, SampledSequence, SamplingParams
-from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.core.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    SampledSequence,
+    SamplingParams,
+    TrainerCapabilities,
+)
+from searchr1.plugins.local_model.learner import Learner
+from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.vllm_model.client import VllmClient, VllmError
 from searchr1.plugins.vllm_model.server import (
     VllmServer,
@@ -51,7 +61,7 @@ class _Adapter:
     local_dir: Path
 
 
-class VllmModelProvider(LocalModelProvider):
+class VllmModelProvider:
     """The ``vllm`` provider's :class:`~searchr1.core.types.Sampler` (on the vLLM server) and
     :class:`~searchr1.core.types.Trainer` (the local learner, with its declared capabilities:
     any loss, a snapshot sampler that pins one served adapter, the learner's temperature)."""
@@ -64,10 +74,24 @@ class VllmModelProvider(LocalModelProvider):
     max_model_len: int = 0
     keep_server_log: bool = False
 
+    def __init__(self, learner: Learner, tokenizer: Any) -> None:
+        """``learner`` trains the peft model whose adapter the server samples with."""
+        self.learner = learner
+        self.model = learner.model
+        self.model_lock = learner.model_lock
+        self.vocab_size = learner.vocab_size
+        self._tokenizer = tokenizer
+        self._token = secrets.token_hex(3)
+        self._version = 0
+        self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
+        self._retired_lock = threading.Lock()
+        self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
+
     @classmethod
     def from_config(cls, config: Config) -> VllmModelProvider:
-        """Check ``[model.vllm]``, load the model for training (as ``local``), reach or launch
-        the server, and publish the initial adapter."""
+        """Check ``[model.vllm]``, load the model for training (``[model.local]``'s device,
+        dtype and learner settings), reach or launch the server, and publish the initial
+        adapter."""
         from searchr1.core.config_validate import plugin_settings
         from searchr1.core.errors import ConfigError
 
@@ -76,8 +100,11 @@ class VllmModelProvider(LocalModelProvider):
         if problems:
             raise ConfigError([f"{config.source}: {problem}" for problem in problems])
         # top_p < 1 is announced before the run (the factory's advise, vllm_model/__init__.py)
-        provider = super().from_config(config)
-        assert isinstance(provider, VllmModelProvider)
+        local = plugin_settings(config, "model", "local", LocalSettings)
+        model, tokenizer, device, _ = load_lora_model(config, local)
+        lock = threading.Lock()
+        learner = make_learner(model, tokenizer, device, lock, config.model.temperature, local)
+        provider = cls(learner, tokenizer)
         with _sigterm_raises():
             try:
                 provider._connect(config, settings)
@@ -88,12 +115,6 @@ class VllmModelProvider(LocalModelProvider):
         return provider
 
     def _connect(self, config: Config, settings: VllmSettings) -> None:
-        self._settings = settings
-        self._token = secrets.token_hex(3)
-        self._version = 0
-        self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
-        self._retired_lock = threading.Lock()
-        self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
         self._adapters = Path(settings.adapters_dir) if settings.adapters_dir else self._workdir
         self._server_adapters = settings.server_adapters_dir or str(self._adapters)
         self._adapters.mkdir(parents=True, exist_ok=True)
@@ -108,7 +129,7 @@ class VllmModelProvider(LocalModelProvider):
                 port=port,
                 dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len
-                or min(config.rollout.max_trajectory_tokens, self.context_length),
+                or min(config.rollout.max_trajectory_tokens, self.learner.context_length),
                 lora_rank=config.lora.rank,
                 seed=config.run.seed,
                 extra=settings.server_args,
@@ -187,6 +208,20 @@ class VllmModelProvider(LocalModelProvider):
 
     # ------------------------------------------------------------------ Sampler, Trainer
 
+    @property
+    def capabilities(self) -> TrainerCapabilities:
+        """Any loss (the learner calls it), a snapshot sampler, and the learner's
+        temperature (the rollout's)."""
+        return TrainerCapabilities(
+            snapshot_sampler=self.snapshot_sampler,
+            learner_temperature=float(self.learner.temperature),
+        )
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer of the base model (chat template included)."""
+        return self._tokenizer
+
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
@@ -225,14 +260,22 @@ class VllmModelProvider(LocalModelProvider):
             raise ValueError(f"sample(): {problem}")
         return prompt
 
+    def forward_backward(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
+    ) -> ForwardBackwardResult:
+        return self.learner.forward_backward(datums, loss_fn, loss_scale)
+
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """The learner's AdamW step, then the new adapter goes to the server."""
-        metrics = dict(super().optim_step(adam))
+        metrics = dict(self.learner.optim_step(adam))
         metrics["adapter_sync_s"] = self.publish_adapter()
         return metrics
 
+    def save_state(self, path: str) -> None:
+        self.learner.save_state(path)
+
     def load_state(self, path: str) -> None:
-        super().load_state(path)
+        self.learner.load_state(path)
         self.pinned = None  # the loaded weights are the newest: sample them
         if self.client is not None:
             self.publish_adapter()
@@ -244,7 +287,7 @@ class VllmModelProvider(LocalModelProvider):
             if self.client is not None:
                 if self.adapter is not None and self.server is None:
                     self._drop(self.adapter)
-                    for old in getattr(self, "_retired", []):
+                    for old in self._retired:
                         self._drop(old)
                 self.client.close()
         finally:
@@ -255,10 +298,7 @@ class VllmModelProvider(LocalModelProvider):
                     if not self.keep_server_log:
                         self.server.log_path.unlink(missing_ok=True)
             finally:
-                workdir = getattr(self, "_workdir", None)
-                if workdir is not None:
-                    shutil.rmtree(workdir, ignore_errors=True)
-                super().close()
+                shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def _served_path(base_model: str) -> str:
