@@ -6,52 +6,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from arch_models import build_family
-from cli_run import read_events
+from cli_run import make_config, read_events
 from numerics import LOGPROB_TOL_F32
 
-CONFIG = """
-[run]
-seed = 1
-dir = "{runs}"
-[model]
-provider = "local"
-base_model = "{model}"
-temperature = 1.0
-top_p = 1.0
-max_new_tokens = 16
-[lora]
-rank = 4
-alpha = 8
-dropout = 0.0
-target_modules = "all-linear"
-[rollout]
-protocol = "tags"
-questions_per_batch = 1
-group_size = 2
-max_search_calls = 1
-max_assistant_turns = 2
-max_trajectory_tokens = 384
-max_observation_tokens = 64
-[search]
-provider = "local"
-top_k = 1
-[search.local]
-corpus = "builtin:world/corpus.jsonl"
-[train]
-max_steps = 1
-save_every = 1
-max_datum_tokens = 512
-max_micro_batch_tokens = 2048
-[data]
-train = "builtin:world/train.jsonl"
-"""
+
+def _run(tmp_path: Path, model: Path | str) -> dict[str, dict[str, Any]]:
+    """One training step of ``model`` with an all-linear adapter, runs under ``tmp_path``."""
+    return {
+        "run": {"dir": str(tmp_path / "runs")},
+        "model": {"base_model": str(model), "temperature": 1.0, "top_p": 1.0},
+        "lora": {"target_modules": "all-linear"},
+        "train": {"max_steps": 1, "save_every": 1, "max_micro_batch_tokens": 2048},
+    }
 
 
 def _config(config_file, tmp_path: Path, model: Path | str) -> Path:  # noqa: ANN001
-    return config_file(CONFIG.format(runs=tmp_path / "runs", model=model))
+    return config_file(make_config(_run(tmp_path, model)))
 
 
 def test_smoke_and_one_train_step_on_tiny_qwen3_5(tmp_path: Path, config_file, run_cli) -> None:  # noqa: ANN001
@@ -83,8 +57,7 @@ def _smoke_and_train(family: str, tmp_path: Path, config_file, run_cli) -> None:
 
     run = tmp_path / "train"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    events = read_events(run)
-    metrics = [e for e in events if e["event"] == "metrics"]
+    metrics = read_events(run, "metrics")
     assert metrics and metrics[-1]["step"] == 1
     adapter = json.loads(next(run.rglob("adapter_config.json")).read_text())
     targets = {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]}
@@ -97,8 +70,9 @@ def _smoke_and_train(family: str, tmp_path: Path, config_file, run_cli) -> None:
 
 def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, config_file, run_cli) -> None:  # noqa: ANN001
     model = build_family("llama", tmp_path / "llama")
-    text = CONFIG.format(runs=tmp_path / "runs", model=model)
-    config = config_file(text.replace('"all-linear"', '["in_proj_qkv", "q_proj"]'))
+    config = config_file(
+        make_config(_run(tmp_path, model), lora={"target_modules": ["in_proj_qkv", "q_proj"]})
+    )
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
     out = smoke.out
     assert smoke.code == 1
@@ -143,16 +117,17 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
     plugin = ChecksumRewardPlugin()
     monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
     model = build_family("qwen3_5", tmp_path / "qwen3_5")
-    text = CONFIG.format(runs=tmp_path / "runs", model=model)
-    text = text.replace("max_steps = 1\nsave_every = 1\n", "max_steps = 3\nsave_every = 3\n")
-    text = text.replace("[train]\n", "[train]\nmax_staleness = 1\n")
-    text = text.replace("group_size = 2\n", "group_size = 4\n")
-    text = text.replace("[search]\n", '[reward]\nname = "token_checksum"\n[search]\n')
-    config = config_file(text)
+    config = config_file(
+        make_config(
+            _run(tmp_path, model),
+            train={"max_steps": 3, "save_every": 3, "max_staleness": 1},
+            rollout={"group_size": 4},
+            reward={"name": "token_checksum"},
+        )
+    )
     run = tmp_path / "train"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    events = read_events(run)
-    metrics = [e for e in events if e["event"] == "metrics"]
+    metrics = read_events(run, "metrics")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert [m["staleness/max"] for m in metrics] == [0.0, 1.0, 1.0]
     trained = [m for m in metrics if m["tokens/trained"] > 0]  # (a tied group trains nothing)

@@ -7,7 +7,8 @@ the config field that chose it, and the train loop reads the trainer's declared 
 from __future__ import annotations
 
 import pytest
-from train_configs import events, train_config
+from cli_run import read_events
+from train_configs import train_config
 
 from searchr1.core.errors import ConfigError
 from searchr1.core.trainer_checks import check_loss, require_trainer
@@ -73,7 +74,7 @@ def test_pipelined_steps_use_the_snapshot_sampler_only_when_declared(
     (model,) = scripted_plugin.created
     # Declared: once before each of the two rollouts and once after the last step.
     assert model.snapshots == (3 if declared else 0)
-    logged = events(run)
+    logged = read_events(run)
     assert [e["step"] for e in logged if e["event"] == "metrics"] == [1, 2]
     (ratio,) = [e["message"] for e in logged if e["event"] == "importance_ratio"]
     if declared:  # the declared learner temperature, equal to the sampler's

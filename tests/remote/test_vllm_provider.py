@@ -247,11 +247,6 @@ def _set(text: str, key: str, value: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    events = read_events(run_dir)
-    return [e for e in events if e.get("event") == "metrics"]
-
-
 def test_smoke_train_and_resume_on_the_offline_world(
     api_base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -266,7 +261,7 @@ def test_smoke_train_and_resume_on_the_offline_world(
     assert (
         cli(["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "3"]) == 0
     )
-    steps = _metrics(run_dir)
+    steps = read_events(run_dir, "metrics")
     assert [m["step"] for m in steps] == [1, 2, 3]
     trained = [m for m in steps if m["tokens/trained"] > 0]
     assert trained  # (a step whose groups all tie trains nothing and makes no optim_step)
@@ -298,7 +293,7 @@ def test_smoke_train_and_resume_on_the_offline_world(
     events = read_events(run_dir)
     resumed = [e for e in events if e.get("event") == "resumed"]
     assert resumed and resumed[-1]["step"] == 3
-    assert [m["step"] for m in _metrics(run_dir)] == [1, 2, 3, 4]
+    assert [m["step"] for m in read_events(run_dir, "metrics")] == [1, 2, 3, 4]
     assert not list((tmp_path / "adapters").iterdir())  # every run unloaded and removed its own
 
 
@@ -358,7 +353,7 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
     run_dir = tmp_path / "runs" / "pipelined"
     args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "4"]
     assert cli(args) == 0
-    steps = _metrics(run_dir)
+    steps = read_events(run_dir, "metrics")
     assert [m["step"] for m in steps] == [1, 2, 3, 4]
     assert max(m["staleness/max"] for m in steps) == 1  # some step learned on stale samples
     for m in steps:

@@ -5,52 +5,38 @@ serving that index on loopback (a real server process)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_run import make_config, read_events
 
 # each test trains the tiny model for two steps (~20-40 s on 2 cores)
 pytestmark = pytest.mark.slow
 
-CONFIG = """
-[run]
-seed = 1
-[model]
-provider = "local"
-base_model = "builtin:tiny"
-max_new_tokens = 24
-[lora]
-rank = 4
-alpha = 8
-[rollout]
-protocol = "tags"
-questions_per_batch = 2
-group_size = 3
-max_search_calls = 2
-max_assistant_turns = 3
-max_trajectory_tokens = 448
-max_observation_tokens = 96
-dynamic_sampling = false
-[search]
-top_k = 2
-{search}
-[train]
-max_steps = 2
-save_every = 2
-eval_before_after = false
-max_datum_tokens = 512
-max_micro_batch_tokens = 2048
-[data]
-train = "builtin:world/train.jsonl"
-[smoke]
-question = "Who founded Nungen Guild?"
-answers = ["Vazil Nesfir"]
-report_only = ["both_signs", "searches_in_range"]
-"""
+#: the run both tests train, on the search provider each test adds
+RUN = {
+    "model": {"max_new_tokens": 24},
+    "lora": {"dropout": None},
+    "rollout": {
+        "questions_per_batch": 2,
+        "group_size": 3,
+        "max_search_calls": 2,
+        "max_assistant_turns": 3,
+        "max_trajectory_tokens": 448,
+        "max_observation_tokens": 96,
+        "dynamic_sampling": False,
+    },
+    "search": {"top_k": 2, "local": None},
+    "train": {"eval_before_after": False, "max_micro_batch_tokens": 2048},
+    "smoke": {
+        "question": "Who founded Nungen Guild?",
+        "answers": ["Vazil Nesfir"],
+        "report_only": ["both_signs", "searches_in_range"],
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +50,7 @@ def world_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _searches(run: Path) -> tuple[float, float]:
     """Search calls and success rate summed over the run's step metrics."""
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if x]
-    metrics = [e for e in events if e["event"] == "metrics"]
+    metrics = read_events(run, "metrics")
     assert [m["step"] for m in metrics] == [1, 2]
     calls = sum(m["search/calls"] for m in metrics)
     return calls, min(m["search/success_rate"] for m in metrics if m["search/calls"])
@@ -74,8 +59,8 @@ def _searches(run: Path) -> tuple[float, float]:
 def test_the_offline_demo_trains_on_the_dense_provider(
     tmp_path: Path, world_index: Path, config_file, run_cli
 ) -> None:  # noqa: ANN001
-    search = f'provider = "dense"\n[search.dense]\nindex = "{world_index}"'
-    config = config_file(CONFIG.format(search=search))
+    dense = {"provider": "dense", "dense": {"index": str(world_index)}}
+    config = config_file(make_config(RUN, search=dense))
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
     assert smoke.code == 0, smoke.out + smoke.err
     assert "search probe: ok (2 results)" in smoke.out
@@ -113,8 +98,8 @@ def test_search_r1_provider_trains_against_serve_retriever(
                 break
         assert lines and lines[-1].startswith("listening on http://127.0.0.1:"), lines
         base = lines[-1].split()[-1].removesuffix("/retrieve")
-        search = f'provider = "search_r1"\n[search.search_r1]\napi_base = "{base}"'
-        config = config_file(CONFIG.format(search=search))
+        search = {"provider": "search_r1", "search_r1": {"api_base": base}}
+        config = config_file(make_config(RUN, search=search))
         result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
         assert result.code == 0, result.err
         calls, success = _searches(tmp_path / "run")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cli_run import read_events
 from search_fakes import start_fake_zhihu
-from train_configs import events, train_config
+from train_configs import train_config
 
 KEYS = ["zk-good-0000-secret", "zk-dead-1111-secret", "zk-good-2222-secret"]
 #: the searching trajectory of every group asks three questions, then answers
@@ -38,10 +39,6 @@ def zhihu_config(tmp_path: Path, base_url: str, search: str = "", train: str = "
     return config
 
 
-def step_metrics(run: Path) -> list[dict]:
-    return [e for e in events(run) if e["event"] == "metrics"]
-
-
 def test_a_dead_key_among_good_ones_is_benched_and_the_run_keeps_its_pace(
     tmp_path: Path, run_cli, scripted_plugin
 ) -> None:
@@ -57,15 +54,15 @@ def test_a_dead_key_among_good_ones_is_benched_and_the_run_keeps_its_pace(
         result = run_cli("train", "--config", config, "--run-dir", run, "--max-steps", "3")
         dead_calls = [r for r in server.records if r.key == KEYS[1]]
     assert result.code == 0, result.err + result.out
-    metrics = step_metrics(run)
+    metrics = read_events(run, "metrics")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     # every failure on the dead key was asked again on a good key: no failed search, no guard
     assert all(m["search/success_rate"] == 1.0 for m in metrics)
-    assert not [e for e in events(run) if e["event"] == "guard/no_update"]
+    assert not read_events(run, "guard/no_update")
     assert sum(m["search/key_retries"] for m in metrics) == len(dead_calls) == 3
     assert sum(m["search/calls"] for m in metrics) == 18  # 3 steps x 2 groups x 3 searches
     assert metrics[-1]["search/keys_available"] == 2  # benched after 3 failures in a row
-    (benched,) = [e for e in events(run) if e["event"] == "search_key_benched"]
+    (benched,) = read_events(run, "search_key_benched")
     assert benched["key_index"] == 1 and "Code 1001" in benched["reason"]
     assert benched["benched_for_s"] == 60
     log = (run / "events.jsonl").read_text() + result.out + result.err
@@ -81,13 +78,13 @@ def test_a_rerun_and_a_resumed_run_reuse_the_answers_kept_on_disk(
         assert run_cli("train", "--config", config, "--run-dir", first).code == 0
         paid_first = len(server.records)
         assert paid_first == 3  # three distinct queries; the run cache answers the repeats
-        assert sum(m["search/cost"] for m in step_metrics(first)) == 3 * 0.015
+        assert sum(m["search/cost"] for m in read_events(first, "metrics")) == 3 * 0.015
 
         # a rerun in a new folder: every query is answered from disk, nothing is paid
         rerun = tmp_path / "rerun"
         assert run_cli("train", "--config", config, "--run-dir", rerun).code == 0
         assert len(server.records) == paid_first
-        metrics = step_metrics(rerun)
+        metrics = read_events(rerun, "metrics")
         assert sum(m["search/disk_hits"] for m in metrics) == 3
         assert sum(m["search/paid_calls"] for m in metrics) == 0
         assert metrics[-1]["search/cost_total"] == 0
@@ -98,7 +95,7 @@ def test_a_rerun_and_a_resumed_run_reuse_the_answers_kept_on_disk(
         )
         assert resumed.code == 0, resumed.err
         assert len(server.records) == paid_first
-        assert [m["step"] for m in step_metrics(first)] == [1, 2, 3, 4]
+        assert [m["step"] for m in read_events(first, "metrics")] == [1, 2, 3, 4]
 
         # the report sums what every logged step paid: 3 calls by the first run, none after
         assert run_cli("report", first, "--out", tmp_path / "report", "--no-png").code == 0

@@ -192,16 +192,12 @@ def _write_config(tmp_path: Path, model: Path, **values: object) -> Path:
     return write_config(tmp_path, text)
 
 
-def _events(run: Path) -> list[dict]:
-    return read_events(run)
-
-
 def test_train_runs_the_cold_start_before_rl_and_resume_skips_it(tmp_path: Path) -> None:
     model = build_family("llama", tmp_path / "llama")
     config = _write_config(tmp_path, model)
     run = tmp_path / "run"
     assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
-    events = _events(run)
+    events = read_events(run)
     steps = [e for e in events if e["event"] == "cold_start.step"]
     assert [e["step"] for e in steps] == [1, 2, 3, 4]
     # Every question of the user's data is answerable from its corpus: all kept.
@@ -217,7 +213,7 @@ def test_train_runs_the_cold_start_before_rl_and_resume_skips_it(tmp_path: Path)
     # A resumed run continues RL; the stage is never repeated.
     config.write_text(config.read_text().replace("max_steps = 1", "max_steps = 2"))
     assert cli(["train", "--config", str(config), "--run-dir", str(run), "--resume"]) == 0
-    resumed = _events(run)[len(events) :]
+    resumed = read_events(run)[len(events) :]
     assert not [e for e in resumed if e["event"].startswith("cold_start")]
     assert [e["step"] for e in resumed if e["event"] == "metrics"] == [2]
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import read_events
+from cli_run import make_config, read_events
+from train_configs import TINY_TRAIN
 
 from searchr1.cli import main as cli
 from searchr1.core.config import parse_config
@@ -20,8 +21,6 @@ from searchr1.core.types import MetricSink
 
 CANARY_ENV = "sk-canary-from-env-7f3a9c"
 CANARY_LITERAL = "sk-canary-literal-2b8e61"
-TRAIN_TEST = Path(__file__).with_name("test_train_loop.py").read_text()
-FAST_CONFIG = re.search(r'CONFIG = """(.*?)"""', TRAIN_TEST, re.S).group(1)
 
 
 class Recorder:
@@ -72,10 +71,6 @@ class TestSinks:
         raise ConnectionError("tracker.example: connection refused")
 
 
-def _events(run_dir: Path) -> list[dict]:
-    return read_events(run_dir)
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[Recorder]]:
     """One real 2-step run of the tiny model with TensorBoard, a recording sink, a sink that
@@ -83,12 +78,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[R
     from searchr1.core import runs
 
     tmp = tmp_path_factory.mktemp("sinks")
-    config = FAST_CONFIG.replace("max_steps = 4", "max_steps = 2").replace(
-        "[search]\n", f'[search]\napi_keys = "{CANARY_LITERAL}"\n'
-    )
-    config += (
-        '[log]\nsinks = ["tensorboard", "recorder", "broken", "unreachable"]\n'
-        '[log.recorder]\ntoken = "${RECORDER_TOKEN}"\n'
+    config = make_config(
+        TINY_TRAIN,
+        train={"max_steps": 2},
+        search={"api_keys": CANARY_LITERAL},
+        log={
+            "sinks": ["tensorboard", "recorder", "broken", "unreachable"],
+            "recorder": {"token": "${RECORDER_TOKEN}"},
+        },
     )
     (tmp / "config.toml").write_text(config)
     mp = pytest.MonkeyPatch()
@@ -112,7 +109,7 @@ def test_tensorboard_event_files_hold_every_step(trained) -> None:
     assert rc == 0
     acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
-    metrics = {e["step"]: e for e in _events(run_dir) if e["event"] == "metrics"}
+    metrics = {e["step"]: e for e in read_events(run_dir, "metrics")}
     got = {e.step: e.value for e in acc.Scalars("reward/mean")}
     assert sorted(got) == [1, 2]
     for step, value in got.items():
@@ -131,7 +128,7 @@ def test_tensorboard_event_files_hold_every_step(trained) -> None:
 def test_failing_sinks_warn_once_and_training_finishes(trained) -> None:
     run_dir, rc, _ = trained
     assert rc == 0
-    events = _events(run_dir)
+    events = read_events(run_dir)
     assert [e["steps"] for e in events if e["event"] == "train_done"] == [2]
     failed = [e for e in events if e["event"] == "sink_failed"]
     assert [(e["sink"], e["method"]) for e in failed] == [

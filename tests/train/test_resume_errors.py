@@ -15,48 +15,26 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_run import Result, read_events
+from cli_run import Result, make_config, read_events
 
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
 from searchr1.core.question_stream import QuestionStream
 
-CONFIG = """
-[run]
-seed = 1
-dir = "runs"
-[model]
-provider = "local"
-base_model = "builtin:tiny"
-max_new_tokens = 16
-[lora]
-rank = 4
-alpha = 8
-dropout = 0.0
-[rollout]
-protocol = "tags"
-questions_per_batch = 1
-group_size = 2
-max_search_calls = 1
-max_assistant_turns = 2
-max_trajectory_tokens = 384
-max_observation_tokens = 64
-[search]
-provider = "local"
-top_k = 1
-[search.local]
-corpus = "builtin:world/corpus.jsonl"
-[train]
-max_steps = 2
-save_every = 1
-max_datum_tokens = 512
-max_micro_batch_datums = 4
-max_micro_batch_tokens = 1024
-dump_trajectories = 0
-[data]
-train = "DATA"
-"""
+
+def _config(data: str, **run: str) -> str:
+    """A two-step run on the questions in ``data``, ``[run]`` changed by ``run``."""
+    return make_config(
+        run={"dir": "runs", **run},
+        train={
+            "save_every": 1,
+            "max_micro_batch_datums": 4,
+            "max_micro_batch_tokens": 1024,
+            "dump_trajectories": 0,
+        },
+        data={"train": data},
+    )
 
 
 class _StateWriter:
@@ -79,7 +57,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
     _write_data(tmp_path / "a.jsonl", 5)
     _write_data(tmp_path / "b.jsonl", 7)
-    (tmp_path / "config.toml").write_text(CONFIG.replace("DATA", "a.jsonl"))
+    (tmp_path / "config.toml").write_text(_config("a.jsonl"))
     return tmp_path
 
 
@@ -118,7 +96,7 @@ def test_resume_of_a_folder_without_checkpoints_is_an_error(project: Path, run_c
 def test_resume_with_other_data_names_both_files(project: Path, run_cli):
     run_dir = project / "runs" / "train-1"
     _checkpoint(project, run_dir, 2, data="a.jsonl")
-    (project / "config.toml").write_text(CONFIG.replace("DATA", "b.jsonl"))
+    (project / "config.toml").write_text(_config("b.jsonl"))
     rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2
     assert "'a.jsonl'" in err and "'b.jsonl'" in err and "data.train" in err
@@ -192,7 +170,7 @@ def test_eval_checkpoint_with_damaged_trainer_json(project: Path, run_cli):
 def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
     """End to end on the tiny model: two checkpoints, the newer one's trainer.json broken;
     ``--resume`` says so, continues from step 1 and finishes with exit 0."""
-    (project / "config.toml").write_text(CONFIG.replace("DATA", "builtin:world/train.jsonl"))
+    (project / "config.toml").write_text(_config("builtin:world/train.jsonl"))
     run = [sys.executable, "-m", "searchr1.cli", "train", "--config", "config.toml"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     first = subprocess.run(
@@ -219,21 +197,18 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains(project: Path):
 
 
 def test_run_dir_a_path_cannot_hold(project: Path, run_cli):
-    (project / "config.toml").write_text(
-        CONFIG.replace("DATA", "a.jsonl").replace('dir = "runs"', 'dir = "a\\u0000b"')
-    )
+    (project / "config.toml").write_text(_config("a.jsonl", dir="a\x00b"))
     rc, err = _code_and_err(run_cli("train", "--config", "config.toml"))
     assert rc == 2
     assert "run.dir" in err and "cannot create the run folder" in err
 
 
 def test_resume_of_a_named_run_uses_its_folder(project: Path, run_cli):
-    named = CONFIG.replace('dir = "runs"', 'dir = "runs"\nname = "exp"')
-    (project / "config.toml").write_text(named.replace("DATA", "a.jsonl"))
+    (project / "config.toml").write_text(_config("a.jsonl", name="exp"))
     rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2 and "run.name = 'exp'" in err and "nothing to resume" in err
     _checkpoint(project, project / "runs" / "exp", 1, data="a.jsonl")
-    (project / "config.toml").write_text(named.replace("DATA", "b.jsonl"))
+    (project / "config.toml").write_text(_config("b.jsonl", name="exp"))
     rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
     assert rc == 2 and "runs/exp/checkpoints/step_000001" in err  # that run, not a new one
 

@@ -13,10 +13,6 @@ from arch_models import build_family
 from cli_run import read_events, write_config
 
 
-def _events(run_dir: Path) -> list[dict]:
-    return read_events(run_dir)
-
-
 def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
     tmp_path: Path, config_file, run_cli, scripted_plugin
 ) -> None:
@@ -39,7 +35,7 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
     )
     run_dir = tmp_path / "run"
     assert run_cli("train", "--config", config, "--run-dir", run_dir).code == 0
-    events = _events(run_dir)
+    events = read_events(run_dir)
     alerts = [e for e in events if e["event"] == "health_alert"]
     # once each, not once per step: every turn is cut at max_new_tokens = 4, so every
     # trajectory gets -0.1 and every group is degenerate
@@ -134,7 +130,7 @@ def test_the_model_load_logs_which_layer_types_lora_covers(
     ).replace(lora={"target_modules": ("q_proj", "k_proj", "v_proj", "o_proj")})
     setup_logging("r", tmp_path / "events.jsonl")
     LocalModelProvider.from_config(config).close()
-    (line,) = [e for e in _events(tmp_path) if e["event"] == "lora_coverage"]
+    (line,) = read_events(tmp_path, "lora_coverage")
     assert line["message"] == (
         "LoRA adapter over 4 layers: linear_attention: none of its 3 layers; full_attention: "
         "1 of 1 layers (q_proj, k_proj, v_proj, o_proj)"

@@ -11,52 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_run import read_events
+from cli_run import make_config, read_events
 from numerics import LOGPROB_TOL_F32
+from train_configs import TINY_TRAIN as RUN
 
 # every test trains the tiny model in a `searchr1 train` process (20-70 s each on 2 cores)
 pytestmark = pytest.mark.slow
 
-CONFIG = """
-[run]
-seed = 1
-[model]
-provider = "local"
-base_model = "builtin:tiny"
-temperature = 0.7
-top_p = 1.0
-max_new_tokens = 24
-[lora]
-rank = 4
-alpha = 8
-dropout = 0.0
-[rollout]
-protocol = "tags"
-questions_per_batch = 2
-group_size = 3
-max_search_calls = 2
-max_assistant_turns = 3
-max_trajectory_tokens = 448
-max_observation_tokens = 96
-dynamic_sampling = true
-max_extra_draws = 6
-[search]
-provider = "local"
-top_k = 2
-[search.local]
-corpus = "builtin:world/corpus.jsonl"
-[train]
-max_steps = 4
-save_every = 2
-max_datum_tokens = 512
-max_micro_batch_datums = 4
-max_micro_batch_tokens = 1024
-dump_trajectories = 64
-[optimizer]
-lr = 5e-3
-[data]
-train = "builtin:world/train.jsonl"
-"""
 
 STEP_KEYS = (
     "reward/mean",
@@ -90,13 +51,11 @@ def _train(*args: str, cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def _events(run_dir: Path) -> list[dict]:
-    return read_events(run_dir) if (run_dir / "events.jsonl").exists() else []
-
-
 def _step_metrics(run_dir: Path) -> dict[int, dict]:
-    """The last metrics event logged for each step."""
-    return {e["step"]: e for e in _events(run_dir) if e["event"] == "metrics"}
+    """The last metrics event logged for each step (none before the run logs anything)."""
+    if not (run_dir / "events.jsonl").exists():
+        return {}
+    return {e["step"]: e for e in read_events(run_dir, "metrics")}
 
 
 def _comparable(m: dict) -> dict:
@@ -117,7 +76,7 @@ def _comparable(m: dict) -> dict:
 def _pipelined(tmp_path: Path, staleness: int) -> Path:
     """The test config with ``[train] max_staleness`` set (0: left at its default)."""
     path = tmp_path / "config.toml"
-    path.write_text(CONFIG.replace("[train]\n", f"[train]\nmax_staleness = {staleness}\n"))
+    path.write_text(make_config(RUN, train={"max_staleness": staleness}))
     return path
 
 
@@ -231,7 +190,7 @@ def test_pipelined_steps_record_versions_and_bound_staleness(uninterrupted_runs)
     if steps[3]["tokens/trained"]:
         assert steps[3]["mismatch/logprob_diff_max"] < LOGPROB_TOL_F32
     # ... which is not a sampler/learner drift: no mismatch alert on the stale steps
-    alerts = [e for e in _events(run) if e["event"] == "health_alert" and e["kind"] == "mismatch"]
+    alerts = [e for e in read_events(run, "health_alert") if e["kind"] == "mismatch"]
     assert not [a for a in alerts if steps[a["step"]]["staleness/max"] > 0]
     assert (
         json.loads((run / "checkpoints" / "step_000004" / "trainer.json").read_text())["step"] == 4
@@ -263,7 +222,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(
     resumed = _train("--config", str(config), "--run-dir", str(run_dir), "--resume", cwd=tmp_path)
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
-    assert any(e["event"] == "resumed" and e["step"] == 2 for e in _events(run_dir))
+    assert any(e["event"] == "resumed" and e["step"] == 2 for e in read_events(run_dir))
     expected, got = _step_metrics(uninterrupted), _step_metrics(run_dir)
     for step in (3, 4):
         a, b = _comparable(expected[step]), _comparable(got[step])
@@ -277,11 +236,7 @@ def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
     tmp_path: Path, config_file, sig: signal.Signals, code: int
 ) -> None:
     run_dir = tmp_path / "run"
-    config = config_file(
-        CONFIG.replace("max_steps = 4", "max_steps = 50").replace(
-            "save_every = 2", "save_every = 100"
-        )
-    )
+    config = config_file(make_config(RUN, train={"max_steps": 50, "save_every": 100}))
     proc = _train("--config", str(config), "--run-dir", str(run_dir), cwd=tmp_path)
     deadline = time.monotonic() + 600
     while 1 not in _step_metrics(run_dir):
@@ -297,22 +252,25 @@ def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
     last = max(_step_metrics(run_dir))
     assert last < 50
     assert (run_dir / "checkpoints" / f"step_{last:06d}" / "trainer.json").is_file()
-    assert any(e["event"] == "stop_requested" for e in _events(run_dir))
+    assert any(e["event"] == "stop_requested" for e in read_events(run_dir))
 
 
 def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file) -> None:
     from search_fakes import Behaviour, start_fake_zhihu
 
     with start_fake_zhihu(Behaviour(all_status=503)) as (base_url, server):
-        cfg = CONFIG
-        cfg = cfg.replace(
-            '[search]\nprovider = "local"',
-            f'[search]\nprovider = "zhihu"\napi_base = "{base_url}"\napi_keys = "k-one-1234,k-two-5678"\nmax_retries = 1\ntimeout_seconds = 2',
+        cfg = make_config(
+            RUN,
+            search={
+                "provider": "zhihu",
+                "api_base": base_url,
+                "api_keys": "k-one-1234,k-two-5678",
+                "max_retries": 1,
+                "timeout_seconds": 2,
+            },
+            train={"guard_max_waits": 1, "guard_backoff_seconds": 0.05},
+            rollout={"questions_per_batch": 4},
         )
-        cfg = cfg.replace(
-            "[train]\n", "[train]\nguard_max_waits = 1\nguard_backoff_seconds = 0.05\n"
-        )
-        cfg = cfg.replace("questions_per_batch = 2", "questions_per_batch = 4")
         proc = _train(
             "--config", str(config_file(cfg)), "--run-dir", str(tmp_path / "run"), cwd=tmp_path
         )
@@ -320,7 +278,7 @@ def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file
         assert server.records, "the policy never searched; the guard was not exercised"
     assert proc.returncode == 3, out
     assert "training stopped" in out and "search success rate" in out
-    events = _events(tmp_path / "run")
+    events = read_events(tmp_path / "run")
     assert [e["attempt"] for e in events if e["event"] == "guard/no_update"] == [1, 2]
     assert not any(e["event"] == "metrics" for e in events), "an update was applied"
     assert not (tmp_path / "run" / "checkpoints").exists()

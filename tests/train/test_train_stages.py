@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from train_configs import QUESTIONS, events, train_config
+from cli_run import read_events
+from train_configs import QUESTIONS, train_config
 
 from searchr1.core.hookspecs import hookimpl
 
@@ -72,7 +73,7 @@ def test_a_third_party_stage_runs_around_the_steps_and_resume_skips_it(
     assert recorder == ["check", "before:2", "after:2"]
     assert (run / "checkpoints" / "step_000000").is_dir()  # its True: checkpoint 0
     # The built-in stages are not listed, so no held-out eval runs although it is configured.
-    assert not [e for e in events(run) if e["event"] == "eval/heldout_em"]
+    assert not read_events(run, "eval/heldout_em")
 
     # Resumed at max_steps: checked again, never run before the steps, and no step ran, so
     # nothing after them either.
@@ -110,5 +111,5 @@ def test_the_heldout_file_is_read_once_for_every_stage_that_uses_it(
     result = run_cli("train", "--config", config, "--run-dir", run)
     assert result.code == 0, result.err
     assert result.err.count("skipped 1 malformed rows") == 1, result.err
-    evals = [e["when"] for e in events(run) if e["event"] == "eval/heldout_em"]
+    evals = [e["when"] for e in read_events(run, "eval/heldout_em")]
     assert evals == ["before", "cold_start", "after"]
