@@ -154,8 +154,6 @@ def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Q
     ``--limit-per-source``."""
     if limit is None:
         return list(questions)
-    if limit < 1:
-        raise ValueError(f"--limit-per-source must be >= 1, got {limit}")
     taken: Counter[str] = Counter()
     out: list[Question] = []
     for q in questions:

@@ -150,16 +150,6 @@ class EvalResult:
 # --------------------------------------------------------------------------- running
 
 
-def eval_sampling(config: Config, protocol: AgentProtocol, *, greedy: bool = True) -> Any:
-    """The rollout's sampling, greedy by default; seeded by ``run.seed`` when sampling."""
-    from searchr1.core.rollout import sampling_params
-
-    params = sampling_params(config, protocol, greedy=greedy)
-    if params.seed is None:
-        params = dataclasses.replace(params, seed=config.run.seed)
-    return params
-
-
 async def evaluate_async(
     model: Sampler,
     search: SearchProvider,
@@ -173,12 +163,15 @@ async def evaluate_async(
     chunk_size: int = EVAL_CHUNK,
     progress: str | None = None,
 ) -> EvalResult:
-    """Roll out every question once, in order, and score it; with ``progress`` (a task name),
-    log a ``progress`` event after each chunk."""
+    """Roll out every question once, in order, and score it, with the rollout's sampling
+    (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
+    name), log a ``progress`` event after each chunk."""
     from searchr1.core.logs import get_logger
-    from searchr1.core.rollout import rollout_questions
+    from searchr1.core.rollout import rollout_questions, sampling_params
 
-    sampling = eval_sampling(config, protocol, greedy=greedy)
+    sampling = sampling_params(config, protocol, greedy=greedy)
+    if sampling.seed is None:
+        sampling = dataclasses.replace(sampling, seed=config.run.seed)
     records: list[EvalRecord] = []
     for start in range(0, len(questions), chunk_size):
         chunk = list(questions[start : start + chunk_size])

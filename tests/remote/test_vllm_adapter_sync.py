@@ -128,6 +128,10 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
         samples = _sample(provider)
         assert [s.tokens for s in samples] == [tuple(SAMPLED)] * 2
         assert fake_vllm.completions == [first]
+        with pytest.raises(
+            ValueError, match=r"server's context \(model.vllm.max_model_len\) is 64"
+        ):
+            asyncio.run(provider.sample([1] * 64, 1, SamplingParams(max_tokens=8)))
 
         metrics = _step(provider)
         assert metrics["adapter_sync_s"] > 0 and provider.learner.step == 1

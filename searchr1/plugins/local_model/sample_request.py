@@ -36,10 +36,11 @@ def check_request(
     *,
     vocab_size: int,
     context_length: int,
+    context: str = "the model's context",
 ) -> list[int]:
     """The prompt as a list of ints; ValueError naming the argument for anything a batch
-    could not run (an empty prompt, ids outside the vocabulary, a prompt that fills the
-    context, out-of-range sampling parameters)."""
+    could not run (an empty prompt, ids outside the vocabulary, a prompt that fills
+    ``context``, out-of-range sampling parameters)."""
     prompt = [int(t) for t in prompt_tokens]
     if not prompt:
         raise ValueError("sample(): prompt_tokens is empty")
@@ -63,7 +64,7 @@ def check_request(
         )
     if len(prompt) >= context_length:
         raise ValueError(
-            f"sample(): the prompt has {len(prompt)} tokens, the model's context is "
+            f"sample(): the prompt has {len(prompt)} tokens, {context} is "
             f"{context_length}; nothing can be generated"
         )
     return prompt

@@ -40,6 +40,7 @@ from searchr1.core.types import (
 )
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
+from searchr1.plugins.local_model.sample_request import check_request
 from searchr1.plugins.vllm_model.client import VllmClient, VllmError
 from searchr1.plugins.vllm_model.server import (
     VllmServer,
@@ -229,36 +230,17 @@ class VllmModelProvider:
         completions request (the server batches it with every other request in flight)."""
         if self.client is None or self.adapter is None:
             raise RuntimeError("the vllm model provider is closed")
-        prompt = self._check(prompt_tokens, num_samples, params)
+        prompt = check_request(
+            prompt_tokens,
+            num_samples,
+            params,
+            vocab_size=self.vocab_size,
+            context_length=self.max_model_len,
+            context="the vLLM server's context (model.vllm.max_model_len)",
+        )
         max_tokens = min(params.max_tokens, self.max_model_len - len(prompt))
         adapter = self.pinned or self.adapter
         return await self.client.complete(adapter.name, prompt, num_samples, params, max_tokens)
-
-    def _check(
-        self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
-    ) -> list[int]:
-        """The local sampler's rules for a request, and the server's context."""
-        prompt = [int(t) for t in prompt_tokens]
-        problem = None
-        if not prompt:
-            problem = "prompt_tokens is empty"
-        elif num_samples < 1:
-            problem = f"num_samples must be >= 1, got {num_samples}"
-        elif params.max_tokens < 1:
-            problem = f"SamplingParams.max_tokens must be >= 1, got {params.max_tokens}"
-        elif params.temperature < 0 or not 0.0 < params.top_p <= 1.0:
-            problem = f"temperature {params.temperature} / top_p {params.top_p} out of range"
-        elif any(not 0 <= t < self.vocab_size for t in prompt):
-            bad = [t for t in prompt if not 0 <= t < self.vocab_size][:5]
-            problem = f"prompt_tokens holds ids outside the vocabulary ({self.vocab_size}): {bad}"
-        elif len(prompt) >= self.max_model_len:
-            problem = (
-                f"the prompt has {len(prompt)} tokens, the vLLM server's context is "
-                f"{self.max_model_len} (model.vllm.max_model_len); nothing can be generated"
-            )
-        if problem is not None:
-            raise ValueError(f"sample(): {problem}")
-        return prompt
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
