@@ -137,11 +137,11 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
     from samples one version old (a reward that varies per trajectory, so groups train)."""
     from remote_cli import ChecksumRewardPlugin
 
-    from searchr1.core import plugins, runs
+    from searchr1.core import plugins
 
     real = plugins.load_registry
     plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
     model = build_family("qwen3_5", tmp_path / "qwen3_5")
     text = CONFIG.format(runs=tmp_path / "runs", model=model)
     text = text.replace("max_steps = 1\nsave_every = 1\n", "max_steps = 3\nsave_every = 3\n")

@@ -65,8 +65,6 @@ class ColdStartResult:
 class ColdStart:
     """The stage; settings are read when created (before the model loads)."""
 
-    settings = ColdStartSettings  # declared, so config check reads the table and the loss name
-
     def __init__(self, config: Config):
         self.cs = plugin_settings(config, "train", "cold_start", ColdStartSettings)
         self.spec = self.cs.data or config.data.train
