@@ -23,7 +23,7 @@ import hashlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,7 @@ def report_malformed(loaded: LoadedQuestions, where: str) -> None:
     )
 
 
-def _reader_for(p: Path, where: str) -> Callable[[Path], Iterable[DataRow]]:
+def _reader_for(p: Path, where: str) -> Callable[[Path], list[DataRow]]:
     """The reader of ``p``'s suffix; another suffix is an error listing the known ones
     (guessing a layout would turn a wrong file into a pile of bad rows)."""
     read = READERS.get(p.suffix.lower())
@@ -222,7 +222,7 @@ def _row(number: int, record: Any) -> DataRow:
         return number, str(exc)
 
 
-READERS: dict[str, Callable[[Path], Iterable[DataRow]]] = {
+READERS: dict[str, Callable[[Path], list[DataRow]]] = {
     ".jsonl": read_json_rows,
     ".json": read_json_rows,
     ".parquet": read_parquet_rows,
