@@ -463,3 +463,43 @@ def test_every_factory_attribute_is_documented() -> None:
     for attr in declared:
         assert f"* `{attr}=`" in section.group(1), f"docs/plugins.md: {attr}="
         assert f"``{attr}``" in hook_doc, f"hookspecs: {attr}"
+
+
+def test_a_protocol_injected_for_a_run_is_the_one_train_uses(
+    tmp_path: Path, run_cli, scripted_plugin, monkeypatch
+) -> None:
+    """The run's registry (not the installed plugins) gives ``train`` its protocol: a
+    protocol only an injected plugin registers renders every prompt of the run."""
+    from train_configs import train_config
+
+    from searchr1.core import plugins
+    from searchr1.core.types import RewardResult
+    from searchr1.plugins.agent_protocols.tags import TagsProtocol
+
+    built: list[str] = []
+
+    class MarkedTags(TagsProtocol):
+        name = "marked_tags"
+
+        def __init__(self, tokenizer, *, enable_thinking=False):  # type: ignore[no-untyped-def]
+            super().__init__(tokenizer, enable_thinking=enable_thinking)
+            built.append(self.name)
+
+    class Injected:
+        @hookimpl
+        def register_agent_protocols(self, register):  # type: ignore[no-untyped-def]
+            register(MarkedTags.name, MarkedTags)
+
+        @hookimpl
+        def register_rewards(self, register):  # type: ignore[no-untyped-def]
+            register("flat", lambda config: lambda t, golden: RewardResult(0.0, {}))
+
+    with_scripted = plugins.load_registry
+    monkeypatch.setattr(
+        plugins, "load_registry", lambda extra=(): with_scripted([Injected(), *extra])
+    )
+    config = train_config(tmp_path, extra='[reward]\nname = "flat"\n')
+    config.write_text(config.read_text().replace('protocol = "tags"', 'protocol = "marked_tags"'))
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert built == ["marked_tags"]  # one protocol per run, from the run's registry
