@@ -66,7 +66,7 @@ def _serve(latency: float, urls: Any, stop: Any) -> None:
     """Child process: ``POST /retrieve`` over the world's corpus, ``latency`` s per request."""
     import threading
 
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
 
     index = Bm25Index.open(Path(resolve(CORPUS)), LocalSearchSettings(corpus=CORPUS))

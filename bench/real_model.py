@@ -40,7 +40,7 @@ CONFIG = ROOT / "examples" / "real-model.toml"
 def heldout_subset(n: int, out: Path) -> Path:
     """The first ``n // 2`` one-hop and ``n - n // 2`` two-hop questions of the world's
     held-out set, as a JSONL file."""
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     want = {"world_1hop": n // 2, "world_2hop": n - n // 2}
     rows = []
@@ -92,7 +92,7 @@ def ceiling_em(config: Path) -> float:
 
     cfg = load_config(config)
     registry = load_registry()
-    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model))
+    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model), load_registry())
     agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)
     questions = list(load_questions(cfg.data.eval).questions)
     search = registry.create("search_provider", cfg.search.provider, cfg)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from searchr1.core.builtins import resolve
+from searchr1.core.assets import resolve
 from searchr1.plugins.dense_search.index import DenseIndex, build_index
 from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
 

@@ -101,16 +101,17 @@ def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from searchr1.core.answers import exact_match
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
+    from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
 
     config = load_config(None)
     path = resolve(BASE_MODEL)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    protocol = make_protocol(config, tokenizer)
+    protocol = make_protocol(config, tokenizer, load_registry())
     questions = list(load_questions(config.data.train).questions)[: QUESTIONS * (steps + 1)]
     data = Dataset.from_list(
         [{"prompt": protocol.render_prompt(q), "golden": list(q.golden_answers)} for q in questions]

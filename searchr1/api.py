@@ -46,6 +46,7 @@ from typing import Any
 from searchr1.core.config import load_config, load_dotenv_files
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import Registry
 from searchr1.core.types import Question, SearchProvider, SearchResponse, Trajectory
 
 __all__ = [
@@ -57,7 +58,9 @@ __all__ = [
 ]
 
 
-def load_api_config(config: Config | str | os.PathLike[str] | None = None) -> Config:
+def load_api_config(
+    config: Config | str | os.PathLike[str] | None = None, registry: Registry | None = None
+) -> Config:
     """The config the API runs: ``config`` itself, the file it names, or the CLI's default
     (``$SEARCHR1_CONFIG``, ``./config.toml``, the embedded offline demo)."""
     from searchr1.defaults import default_config_path
@@ -65,7 +68,7 @@ def load_api_config(config: Config | str | os.PathLike[str] | None = None) -> Co
     if isinstance(config, Config):
         return config
     path = config if config is not None else default_config_path()[0]
-    loaded = load_config(path)
+    loaded = load_config(path, registry=registry)
     _quiet_logging(loaded)
     return loaded
 
@@ -105,7 +108,8 @@ class ZhihuSearchClient:
         from searchr1.core.config_schema import SearchConfig
         from searchr1.core.plugins import load_registry
 
-        cfg = load_api_config(config)
+        registry = load_registry()
+        cfg = load_api_config(config, registry)
         if cfg.search.provider != "zhihu":
             extras = {k: v for k, v in cfg.section_extras.items() if k != "search"}
             cfg = dataclasses.replace(
@@ -126,9 +130,7 @@ class ZhihuSearchClient:
         cfg = dataclasses.replace(cfg, plugins={**cfg.plugins, "search.zhihu": table})
         self.config = cfg.replace(search=changes)
         self.top_k = top_k
-        self.provider: SearchProvider = load_registry().create(
-            "search_provider", "zhihu", self.config
-        )
+        self.provider: SearchProvider = registry.create("search_provider", "zhihu", self.config)
 
     async def search(self, query: str, top_k: int | None = None) -> SearchResponse:
         """One search (a failure comes back as ``SearchResponse.error``, never raised)."""
@@ -199,13 +201,13 @@ async def run_rollout_group(
 
     if group_size < 1:
         raise ConfigError([f"run_rollout_group: group_size must be >= 1, got {group_size}"])
-    cfg = load_api_config(config)
+    registry = load_registry()
+    cfg = load_api_config(config, registry)
     if max_search_calls is not None:
         cfg = cfg.replace(rollout={"max_search_calls": int(max_search_calls)})
     if golden_answers is None:
         golden_answers = DEFAULT_ANSWERS if question.strip() == DEFAULT_QUESTION else ()
     answers = tuple(golden_answers)
-    registry = load_registry()
     if isinstance(search_client, ZhihuSearchClient):
         search: SearchProvider = search_client.provider
     elif search_client is not None:
@@ -216,7 +218,7 @@ async def run_rollout_group(
     # Providers may block (loading weights, logging in): keep the caller's loop free.
     model = await asyncio.to_thread(create_model, registry, cfg)
     try:
-        protocol = make_protocol(cfg, model.sampler.tokenizer)
+        protocol = make_protocol(cfg, model.sampler.tokenizer, registry)
         (trajectories,) = await rollout_questions(
             model.sampler,
             search,

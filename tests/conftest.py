@@ -30,7 +30,13 @@ def scripted_plugin(monkeypatch: pytest.MonkeyPatch) -> ScriptedPlugin:
 
     plugin = ScriptedPlugin()
     real = plugins.load_registry
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+
+    def load(extra_plugins=()):  # type: ignore[no-untyped-def]
+        return real([plugin, *extra_plugins])
+
+    # the CLI loads the run's registry (plugins.load_registry); open_run's own default too
+    monkeypatch.setattr(plugins, "load_registry", load)
+    monkeypatch.setattr(runs, "load_registry", load)
     return plugin
 
 

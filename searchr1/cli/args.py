@@ -63,9 +63,11 @@ def open_run_from_args(
     ``--resume`` passed on, and the terminal console when stdout is a TTY."""
     from searchr1.cli.console import tty_screen
     from searchr1.core.config import load_config
+    from searchr1.core.plugins import load_registry
     from searchr1.core.runs import open_run
 
-    config = config or load_config(getattr(args, "config", None))
+    registry = load_registry()
+    config = config or load_config(getattr(args, "config", None), registry=registry)
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:
         config = config.replace(train={"max_steps": max_steps})
@@ -77,5 +79,6 @@ def open_run_from_args(
         command,
         run_dir=getattr(args, "run_dir", None),
         resume=bool(getattr(args, "resume", False)),
+        registry=registry,
         **log_kwargs,
     )

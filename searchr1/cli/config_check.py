@@ -17,6 +17,7 @@ from searchr1.cli.args import CONFIG_HELP
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
+    from searchr1.core.plugins import Registry
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -26,8 +27,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from searchr1.core.config_validate import advice, check_plugin_choices, relocations
     from searchr1.core.plugins import load_registry
 
-    config = load_config(args.config)
     registry = load_registry()
+    config = load_config(args.config, registry=registry)
     check_plugin_choices(config, registry)  # one ConfigError listing every bad name or table
     for warning in data_problems(config):
         print(f"searchr1: warning: {warning} (train and eval would stop here)", file=sys.stderr)
@@ -38,7 +39,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
     for line in relocations(config, registry):
         print(f"# {line}")
-    for line in [*config.warnings, *advice(config, registry), *_token_fit(config)]:
+    for line in [*config.warnings, *advice(config, registry), *_token_fit(config, registry)]:
         print(f"# warning: {line}")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
     return 0
@@ -49,7 +50,7 @@ def data_problems(config: Config) -> list[str]:
     a config is often checked before its data is downloaded."""
     from pathlib import Path
 
-    from searchr1.core.builtins import is_builtin, resolve
+    from searchr1.core.assets import is_builtin, resolve
     from searchr1.core.config_validate import locator
 
     where = locator(config)
@@ -71,7 +72,7 @@ def data_problems(config: Config) -> list[str]:
     return problems
 
 
-def _token_fit(config: Config) -> list[str]:
+def _token_fit(config: Config, registry: Registry) -> list[str]:
     """:func:`~searchr1.kit.token_limits.turn_fit_warnings` for the smoke question, when the
     tokenizer is local (no download: a check must not need the network); a note otherwise."""
     from searchr1.cli.smoke import smoke_question
@@ -85,7 +86,7 @@ def _token_fit(config: Config) -> list[str]:
         print(f"# token fit not checked: the tokenizer {why}")
         return []
     try:
-        protocol = make_protocol(config, tokenizer)
+        protocol = make_protocol(config, tokenizer, registry)
     except ConfigValueError as exc:  # e.g. tool_calls on a tokenizer without a chat template
         return [str(exc)]
     return turn_fit_warnings(config, protocol, smoke_question(argparse.Namespace(), config))

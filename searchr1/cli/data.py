@@ -50,7 +50,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "file",
-        help="QA file in any registered data format: JSONL, JSON, parquet, ... "
-        "(builtin:... allowed)",
+        help="QA file: .jsonl, .json or .parquet (builtin:... allowed)",
     )
     c.set_defaults(func=cmd_data_check)

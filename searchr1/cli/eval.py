@@ -188,7 +188,7 @@ def main(args: argparse.Namespace) -> int:
     # Built outside any event loop: a provider factory may run its own (asset builders do).
     comps = build_components(ctx, need_loss=False)
     try:
-        protocol = make_protocol(config, comps.model.sampler.tokenizer)
+        protocol = make_protocol(config, comps.model.sampler.tokenizer, ctx.registry)
         results = asyncio.run(
             _evaluate_all(args, ctx, comps, protocol, questions, targets, data_path)
         )

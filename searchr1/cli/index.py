@@ -25,7 +25,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise UserError(
             f"searchr1 index build needs {exc.name}: pip install 'searchr1[dense]'"
         ) from None
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     try:
         corpus = Path(resolve(args.corpus))

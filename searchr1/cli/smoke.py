@@ -36,7 +36,6 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
@@ -84,7 +83,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         print(f"could not start the providers: {_say(exc)}")
         print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
         return 1
-    smoke = _Smoke(components, config, question, group_size, ctx.run_dir)
+    smoke = _Smoke(components, config, question, group_size, ctx)
     try:
         return smoke.run()
     finally:
@@ -105,11 +104,9 @@ def smoke_question(args: argparse.Namespace, config: Config) -> Question:
 
 
 class _Smoke:
-    def __init__(
-        self, components: Any, config: Any, question: Question, group_size: int, run_dir: Path
-    ):
+    def __init__(self, components: Any, config: Any, question: Question, group_size: int, ctx: Any):
         self.c, self.config, self.question = components, config, question
-        self.group_size, self.run_dir = group_size, run_dir
+        self.group_size, self.run_dir, self.registry = group_size, ctx.run_dir, ctx.registry
         self.problems: list[str] = []  # diagnoses that make the exit code non-zero
         self.warnings: list[str] = []
 
@@ -167,7 +164,7 @@ class _Smoke:
         criteria = reference_criteria(
             trajectories,
             results,
-            protocol=protocol_class(self.config.rollout.protocol),
+            protocol=protocol_class(self.config.rollout.protocol, self.registry),
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,
@@ -216,7 +213,7 @@ class _Smoke:
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            protocol = make_protocol(self.config, self.c.model.sampler.tokenizer)
+            protocol = make_protocol(self.config, self.c.model.sampler.tokenizer, self.registry)
             print(protocol.describe(self.question))
             try:
                 (trajectories,) = await rollout_questions(

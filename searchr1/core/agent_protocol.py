@@ -8,12 +8,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from searchr1.core.types import Question, SearchResponse, Tokenizer
-
-if TYPE_CHECKING:
-    from searchr1.core.call_format import CallFormat
 
 ActionKind = Literal["search", "answer", "invalid"]
 
@@ -72,18 +69,10 @@ class AgentProtocol(ABC):
     #: markup the parser reads; kept by :meth:`decode` even if the tokenizer marks it special
     tags: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        *,
-        enable_thinking: bool = False,
-        call_formats: Sequence[CallFormat] = (),
-    ):
+    def __init__(self, tokenizer: Tokenizer, *, enable_thinking: bool = False):
         self.tokenizer = tokenizer
         #: ``[rollout] enable_thinking``, for protocols that render through the chat template
         self.enable_thinking = enable_thinking
-        #: registered call formats (hook ``register_call_formats``); empty: the installed ones
-        self.call_formats: tuple[CallFormat, ...] = tuple(call_formats)
         self.stop_token_ids: tuple[int, ...] = special_stop_ids(tokenizer)
 
     def encode(self, text: str) -> list[int]:

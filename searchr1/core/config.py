@@ -42,7 +42,7 @@ from searchr1.core.config_validate import (
     url_problems,
 )
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import installed_registry
+from searchr1.core.plugins import load_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
@@ -56,10 +56,14 @@ def default_config_text() -> str:
 
 
 def load_config(
-    path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
 ) -> Config:
     """Load, interpolate and validate ``path`` (None: the embedded default). ``env``
-    replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first."""
+    replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first.
+    ``registry``: the run's plugins (None: the installed ones, loaded now)."""
     if path is None:
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
@@ -74,7 +78,7 @@ def load_config(
     if env is None:
         notes = load_dotenv_files(base)
         env = os.environ
-    config = parse_config(text, source=source, env=env)
+    config = parse_config(text, source=source, env=env, registry=registry)
     return dataclasses.replace(config, warnings=(*notes, *config.warnings)) if notes else config
 
 
@@ -121,7 +125,7 @@ def parse_config(
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
-    registry = registry or installed_registry()
+    registry = registry or load_registry()
 
     lines = key_lines(text)
     problems: list[str] = []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import REDACTED, SECTIONS, Config, mask_secrets
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, installed_registry
+from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, load_registry
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registration, Registry
@@ -233,21 +233,11 @@ _URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
 
 # --------------------------------------------------------------------------- what plugins declare
 
-#: the optional attributes of a registered factory that this module reads
-FACTORY_ATTRIBUTES = (
-    "settings",
-    "infer_provider",
-    "default",
-    "defaults",
-    "secret_variables",
-    "advise",
-)
-
 
 def declared_settings(reg: Registration) -> dict[str, type]:
     """``table -> dataclass``: ``factory.settings`` is one dataclass (table
     ``[section.<name>]``) or such a mapping."""
-    declared = getattr(reg.factory, "settings", None)
+    declared = reg.settings
     if declared is None:
         return {}
     if isinstance(declared, Mapping):
@@ -349,8 +339,7 @@ def _infer_provider(
 ) -> tuple[str, str]:
     claims = []
     for reg in registry.entries[kind].values():
-        infer = getattr(reg.factory, "infer_provider", None)
-        why = infer(dict(table)) if callable(infer) else None
+        why = reg.infer_provider(dict(table)) if reg.infer_provider else None
         if why:
             claims.append((reg.name, str(why)))
     if len(claims) > 1:
@@ -362,11 +351,7 @@ def _infer_provider(
         return "", ""
     if claims:
         return claims[0]
-    defaults = [
-        (reg.name, str(reg.factory.default))
-        for reg in registry.entries[kind].values()
-        if getattr(reg.factory, "default", None)
-    ]
+    defaults = [(reg.name, reg.default) for reg in registry.entries[kind].values() if reg.default]
     if len(defaults) == 1:
         name, why = defaults[0]
         return name, f"no installed plugin claims [{section}], so the default: {why}"
@@ -391,7 +376,7 @@ def _declared_defaults(
         table = raw.get(section)
         name = table.get(key) if isinstance(table, dict) else None
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
-        declared = getattr(reg.factory, "defaults", None) if reg is not None else None
+        declared = reg.defaults if reg is not None else None
         for dotted, (value, why) in dict(declared or {}).items():
             target, _, field_name = dotted.partition(".")
             current = raw.get(target)
@@ -471,7 +456,7 @@ def secret_variable_names(raw: Mapping[str, Any], registry: Registry) -> dict[st
         table = raw.get(section)
         name = table.get(key) if isinstance(table, dict) else None
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
-        declared = getattr(reg.factory, "secret_variables", None) if reg is not None else None
+        declared = reg.secret_variables if reg is not None else None
         for field_name, var in dict(declared or {}).items():
             out[f"{section}.{field_name}"] = var
             out[f"{section}.{name}.{field_name}"] = var
@@ -508,7 +493,7 @@ def relocations(config: Config, registry: Registry) -> list[str]:
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: section settings the chosen provider does not read, and
     each chosen ``factory.advise(config)``. A failing ``advise`` is ignored: the load reports it."""
-    registry = registry or installed_registry()
+    registry = registry or load_registry()
     out: list[str] = []
     for kind, (section, key) in _chosen_kinds().items():
         chosen = _chosen(config, registry, kind, section, key)
@@ -522,7 +507,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                 )
     for kind, (section, key) in _chosen_kinds().items():
         reg = registry.entries[kind].get(_chosen(config, registry, kind, section, key))
-        advise = getattr(reg.factory, "advise", None) if reg is not None else None
+        advise = reg.advise if reg is not None else None
         if not callable(advise):
             continue
         try:

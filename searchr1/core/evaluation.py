@@ -283,7 +283,7 @@ def heldout_questions(config: Config) -> list[Question]:
     version, however many stages ask, so skipped rows are reported once."""
     if not (config.train.eval_before_after and config.data.eval):
         return []
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.core.data import load_questions
 
     spec = config.data.eval

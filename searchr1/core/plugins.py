@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -15,7 +15,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
-from searchr1.core.types import Asset, DataFormat, FileFormat
+from searchr1.core.types import Asset
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -34,8 +34,6 @@ KINDS: dict[str, tuple[str, str]] = {
     "step_monitor": ("register_step_monitors", "train.monitors"),
     "train_stage": ("register_train_stages", "train.stages"),
     "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
-    # never chosen by name: a tool-calling protocol uses the one its chat template writes
-    "call_format": ("register_call_formats", ""),
 }
 
 #: the kinds whose config field lists every name to create (not one name)
@@ -44,10 +42,25 @@ CHOSEN_BY_LIST = frozenset({"metric_sink", "step_monitor", "train_stage"})
 
 @dataclass(frozen=True)
 class Registration:
+    """One registered factory and what it declares (docs/plugins.md, "What a factory may
+    declare"); a hook passes the declarations as keywords: ``register(name, factory, ...)``."""
+
     kind: str
     name: str
     factory: Callable[..., Any]
     plugin: str
+    #: the settings dataclass of table ``[section.<name>]``, or ``{table: dataclass}``
+    settings: type | Mapping[str, type] | None = None
+    #: non-empty: the choice when the config names none, and why (shown by ``config check``)
+    default: str = ""
+    #: ``{"section.field": (value, why)}`` applied when this factory is chosen
+    defaults: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    #: ``infer_provider(table)``: why this factory is meant by a section naming none, or None
+    infer_provider: Callable[[dict[str, Any]], str | None] | None = None
+    #: ``{field: ENV_VARIABLE}`` a literal secret should move to
+    secret_variables: Mapping[str, str] = field(default_factory=dict)
+    #: ``advise(config)``: warning lines before the run
+    advise: Callable[[Any], Iterable[str]] | None = None
 
 
 @dataclass
@@ -63,29 +76,6 @@ class Registry:
     #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
     assets: dict[str, Asset] = field(default_factory=dict)
     asset_plugins: dict[str, str] = field(default_factory=dict)
-    #: model file formats by suffix (hook ``register_file_formats``) and the plugin of each
-    file_formats: dict[str, FileFormat] = field(default_factory=dict)
-    format_plugins: dict[str, str] = field(default_factory=dict)
-    #: QA file formats by suffix (hook ``register_data_formats``) and the plugin of each
-    data_formats: dict[str, DataFormat] = field(default_factory=dict)
-    data_format_plugins: dict[str, str] = field(default_factory=dict)
-
-    def add_file_format(self, suffix: str, fmt: FileFormat, plugin: str) -> None:
-        suffix = _checked_suffix(suffix, fmt, FileFormat, plugin, "file format", "version, convert")
-        _claim(
-            self.file_formats, self.format_plugins, suffix, fmt, plugin, f"file format {suffix!r}"
-        )
-
-    def add_data_format(self, suffix: str, fmt: DataFormat, plugin: str) -> None:
-        suffix = _checked_suffix(suffix, fmt, DataFormat, plugin, "data format", "read")
-        _claim(
-            self.data_formats,
-            self.data_format_plugins,
-            suffix,
-            fmt,
-            plugin,
-            f"data format {suffix!r}",
-        )
 
     def add_asset(self, name: str, asset: Asset, plugin: str) -> None:
         if not isinstance(name, str) or not name or "/" in name:
@@ -95,9 +85,18 @@ class Registry:
                 f"plugin {plugin!r} registered asset {name!r} as {type(asset).__name__}; "
                 "register a searchr1.core.types.Asset(version, build)"
             )
-        _claim(self.assets, self.asset_plugins, name, asset, plugin, f"asset 'builtin:{name}'")
+        existing = self.asset_plugins.get(name)
+        if existing is not None and existing != plugin:
+            raise PluginError(
+                f"asset 'builtin:{name}' is registered twice: by plugin {existing!r} and by "
+                f"{plugin!r}; uninstall one of them"
+            )
+        self.assets[name] = asset
+        self.asset_plugins[name] = plugin
 
-    def add(self, kind: str, name: str, factory: Callable[..., Any], plugin: str) -> None:
+    def add(
+        self, kind: str, name: str, factory: Callable[..., Any], plugin: str, **declared: Any
+    ) -> None:
         if not isinstance(name, str) or not name:
             raise PluginError(f"plugin {plugin!r} registered a {kind} with an empty name")
         if not callable(factory):
@@ -108,7 +107,7 @@ class Registry:
                 f"{kind} {name!r} is registered twice: by plugin {existing.plugin!r} and by "
                 f"{plugin!r}; uninstall one of them"
             )
-        self.entries[kind][name] = Registration(kind, name, factory, plugin)
+        self.entries[kind][name] = Registration(kind, name, factory, plugin, **declared)
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])
@@ -117,7 +116,7 @@ class Registry:
         """The registration for ``name``, or a PluginError listing those available. An
         empty name (a config built in code) is the factory declared ``default``."""
         if not name:
-            defaults = [r for r in self.entries[kind].values() if getattr(r.factory, "default", "")]
+            defaults = [r for r in self.entries[kind].values() if r.default]
             if len(defaults) == 1:
                 return defaults[0]
         try:
@@ -158,49 +157,6 @@ class Registry:
         except Exception as exc:
             exc.add_note(f"(while creating {kind} {name!r} from plugin {reg.plugin!r})")
             raise
-
-
-#: the installed plugins' registry per ``$SEARCHR1_LOAD_PLUGINS`` value (see installed_registry)
-_INSTALLED: dict[str | None, Registry] = {}
-
-
-def installed_registry() -> Registry:
-    """The installed plugins' registry, loaded once per process and
-    ``$SEARCHR1_LOAD_PLUGINS`` value, for lookups far from the CLI's registry (config
-    parsing, a reward reading a trajectory's protocol, a path resolved while a model loads)."""
-    wanted = os.environ.get(LOAD_PLUGINS_VAR)
-    if wanted not in _INSTALLED:
-        _INSTALLED[wanted] = load_registry()
-    return _INSTALLED[wanted]
-
-
-def _checked_suffix(
-    suffix: str, value: Any, cls: type, plugin: str, label: str, fields: str
-) -> str:
-    """``suffix`` folded to lower case, once it is a dotted suffix and ``value`` a ``cls``;
-    a PluginError naming the plugin otherwise (file and data formats are chosen alike)."""
-    if not isinstance(suffix, str) or not suffix.startswith(".") or len(suffix) < 2:
-        raise PluginError(f"plugin {plugin!r} registered a {label} for {suffix!r}")
-    if not isinstance(value, cls):
-        raise PluginError(
-            f"plugin {plugin!r} registered {label} {suffix!r} as {type(value).__name__}; "
-            f"register a searchr1.core.types.{cls.__name__}({fields})"
-        )
-    return suffix.lower()
-
-
-def _claim(
-    values: dict[str, Any], owners: dict[str, str], key: str, value: Any, plugin: str, label: str
-) -> None:
-    """Record ``value`` under ``key`` for ``plugin``; another plugin's claim is a PluginError."""
-    existing = owners.get(key)
-    if existing is not None and existing != plugin:
-        raise PluginError(
-            f"{label} is registered twice: by plugin {existing!r} and by {plugin!r}; "
-            "uninstall one of them"
-        )
-    values[key] = value
-    owners[key] = plugin
 
 
 def _plugin_manager() -> pluggy.PluginManager:
@@ -279,21 +235,17 @@ def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry
                 factory: Callable[..., Any],
                 _k: str = kind,
                 _p: str = impl.plugin_name,
+                **declared: Any,
             ) -> None:
-                registry.add(_k, name, factory, _p)
+                registry.add(_k, name, factory, _p, **declared)
 
             _call_hook(impl, hook_name, register)
-    for hook_name, add in (
-        ("register_assets", registry.add_asset),
-        ("register_file_formats", registry.add_file_format),
-        ("register_data_formats", registry.add_data_format),
-    ):
-        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+    for impl in pm.hook.register_assets.get_hookimpls():
 
-            def register_one(key: str, value: Any, _add=add, _p: str = impl.plugin_name) -> None:
-                _add(key, value, _p)
+        def register_asset(name: str, asset: Asset, _p: str = impl.plugin_name) -> None:
+            registry.add_asset(name, asset, _p)
 
-            _call_hook(impl, hook_name, register_one)
+        _call_hook(impl, "register_assets", register_asset)
     return registry
 
 

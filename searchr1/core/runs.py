@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.builtins import cache_dir
+from searchr1.core.assets import cache_dir
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, check_plugin_choices
@@ -81,11 +81,12 @@ def open_run(
     *,
     run_dir: str | None = None,
     resume: bool = False,
+    registry: Registry | None = None,
     **log_kwargs: Any,
 ) -> RunContext:
-    """Load the plugins, choose the run folder and start logging into it. Plugin names
-    are resolved before the folder is created."""
-    registry = load_registry()
+    """Choose the run folder and start logging into it, with ``registry``'s plugins (None:
+    the installed ones). Plugin names are resolved before the folder is created."""
+    registry = registry or load_registry()
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
     run_id = run_dir_path.name

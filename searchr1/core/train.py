@@ -42,7 +42,7 @@ def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
     checkpoint = resume_point(ctx, stream) if resume else None
     components = build_components(ctx)
     capabilities = components.trainer.capabilities
-    protocol = make_protocol(cfg, components.model.sampler.tokenizer)
+    protocol = make_protocol(cfg, components.model.sampler.tokenizer, ctx.registry)
     log.info(
         "importance_ratio",
         message=ratio_basis(cfg.model.temperature, capabilities.learner_temperature),

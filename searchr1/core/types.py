@@ -6,7 +6,7 @@ its shape (``logprobs_T``: one value per position)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -499,29 +499,3 @@ class Asset:
     version: str
     build: Callable[[Path], None]
     ceiling: Callable[[Config, Any, Any], Sampler | None] | None = None
-
-
-@dataclass(frozen=True)
-class FileFormat:
-    """A model file format, registered under its suffix. ``convert(file, folder)`` fills an
-    empty cache folder once; the cache key is the file's absolute path, size, mtime and
-    ``version`` (bump it when the conversion changes)."""
-
-    version: str
-    convert: Callable[[Path, Path], None]
-
-
-#: one numbered row of a QA file: the question it holds, or why it holds none
-DataRow = tuple[int, Question | str]
-
-
-@dataclass(frozen=True)
-class DataFormat:
-    """A QA file format, registered under its suffix. ``read(file)`` yields one
-    ``(row_number, question_or_reason)`` pair per row, numbered from 1 as a person counts
-    them (a JSONL line, a table index): a :class:`Question` (its ``metadata["row"]`` set), or
-    the reason the row cannot be one, which :func:`searchr1.core.data.load_questions` skips and
-    reports. A file that cannot be read at all raises ValueError; the core adds the config
-    field and path to its message."""
-
-    read: Callable[[Path], Iterable[DataRow]]

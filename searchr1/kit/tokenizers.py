@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.builtins import resolve
 from searchr1.core.errors import ConfigValueError
+from searchr1.kit.gguf import model_path
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -18,7 +18,7 @@ def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -
     from transformers import AutoTokenizer  # heavy: only when a provider is built
 
     try:
-        return AutoTokenizer.from_pretrained(resolve(name))
+        return AutoTokenizer.from_pretrained(model_path(name))
     except Exception as exc:  # transformers raises OSError, ValueError, hub errors...
         raise ConfigValueError(
             f"{field} = {name!r}: cannot load a tokenizer ({type(exc).__name__}: {exc})"
@@ -45,6 +45,6 @@ def local_tokenizer(config: Config) -> tuple[Any | None, str]:
     name = str(config.plugin_table("model", config.model.provider).get("tokenizer") or "")
     name = name or config.model.base_model
     try:
-        return AutoTokenizer.from_pretrained(resolve(name), local_files_only=True), name
+        return AutoTokenizer.from_pretrained(model_path(name), local_files_only=True), name
     except Exception as exc:  # not local (a hub id never downloaded), or not a tokenizer
         return None, f"{name!r} is not on this machine ({type(exc).__name__})"

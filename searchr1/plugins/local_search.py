@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.builtins import cache_dir, resolve
+from searchr1.core.assets import cache_dir, resolve
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigError
@@ -300,11 +300,11 @@ def _create(config: Config) -> LocalBM25Search:
     return LocalBM25Search.from_config(config)
 
 
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create.settings = LocalSearchSettings  # type: ignore[attr-defined]
-_create.default = "BM25 over [search.local] corpus on this machine"  # type: ignore[attr-defined]
-
-
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("local", _create)
+    register(
+        "local",
+        _create,
+        settings=LocalSearchSettings,
+        default="BM25 over [search.local] corpus on this machine",
+    )

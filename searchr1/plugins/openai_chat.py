@@ -53,13 +53,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.call_format import CallFormat
 from searchr1.core.config_schema import setting
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
-from searchr1.kit.call_format_probe import detect_call_format
 from searchr1.kit.http import (
     HttpClient,
     HttpError,
@@ -69,7 +67,11 @@ from searchr1.kit.http import (
     default_decide,
     safe_url,
 )
-from searchr1.plugins.agent_protocols.call_formats import JsonCallFormat
+from searchr1.plugins.agent_protocols.call_formats import (
+    CallFormat,
+    JsonCallFormat,
+    detect_call_format,
+)
 from searchr1.plugins.chatml import (
     parse_chatml,
     render_choice,
@@ -190,8 +192,7 @@ class OpenAIChatProvider:
     def call_format(self) -> CallFormat:
         """The tool-call format of the local tokenizer's chat template (JSON when it has none
         searchr1 knows: then only the tags protocol can be used, which writes no calls)."""
-        from searchr1.core.protocols import call_formats
-        from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL
+        from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 
         def render(messages: list[dict[str, Any]]) -> str:
             return self._tokenizer.apply_chat_template(
@@ -199,7 +200,7 @@ class OpenAIChatProvider:
             )
 
         try:
-            return detect_call_format(render, call_formats())
+            return detect_call_format(render, ToolCallsProtocol.call_formats)
         except ConfigValueError:
             return JsonCallFormat()
 
@@ -305,11 +306,6 @@ def _create(config: Config) -> Model:
     return Model(sampler=OpenAIChatProvider.from_config(config))
 
 
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create.settings = ChatSettings  # type: ignore[attr-defined]
-_create.secret_variables = {"api_key": "OPENAI_API_KEY"}  # type: ignore[attr-defined]
-
-
 def _decide(response: Any) -> Verdict:
     """401/403 go back to :meth:`OpenAIChatProvider._post` (which names the key variable);
     the rest as :func:`searchr1.kit.http.default_decide`."""
@@ -320,4 +316,9 @@ def _decide(response: Any) -> Verdict:
 
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
-    register("openai_chat", _create)
+    register(
+        "openai_chat",
+        _create,
+        settings=ChatSettings,
+        secret_variables={"api_key": "OPENAI_API_KEY"},
+    )

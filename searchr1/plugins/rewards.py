@@ -19,12 +19,13 @@ format_penalty = -0.1``, ``correct_reward = 1.0``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.protocols import extract_answers
 from searchr1.core.types import RewardResult, Trajectory
 
@@ -38,11 +39,16 @@ class RewardSettings:
     correct_reward: float = 1.0
 
 
-def components(trajectory: Trajectory, golden_answers: Sequence[str]) -> dict[str, float]:
-    """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring)."""
+def components(
+    trajectory: Trajectory, golden_answers: Sequence[str], registry: Registry
+) -> dict[str, float]:
+    """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring); its
+    answers are read by the protocol ``registry`` registers under its ``protocol`` name."""
     # Per turn: a turn's reasoning (e.g. a think block the prompt opened) is its own.
     protocol = trajectory.protocol or "tags"  # a hand-built trajectory names none
-    answers = [a for turn in trajectory.turns for a in extract_answers(protocol, turn.text)]
+    answers = [
+        a for turn in trajectory.turns for a in extract_answers(protocol, turn.text, registry)
+    ]
     format_ok = (
         trajectory.final_answer is not None
         and bool(trajectory.final_answer.strip())
@@ -63,9 +69,11 @@ class FormatAnswerReward:
     settings: RewardSettings
     use_format: bool = True
     use_answer: bool = True
+    #: the installed plugins, whose protocols read a trajectory's answers
+    registry: Registry = field(default_factory=load_registry, repr=False)
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
-        parts = components(trajectory, golden_answers)
+        parts = components(trajectory, golden_answers, self.registry)
         reward = 0.0
         if self.use_format and not parts["format"]:
             reward = self.settings.format_penalty

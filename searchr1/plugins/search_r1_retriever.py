@@ -173,12 +173,8 @@ class SearchR1Retriever(HttpSearchProvider):
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("search_r1", _create)
+    register("search_r1", _create, settings=SearchR1Settings)
 
 
 def _create(config: Config) -> SearchR1Retriever:
     return SearchR1Retriever(config)
-
-
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create.settings = SearchR1Settings  # type: ignore[attr-defined]

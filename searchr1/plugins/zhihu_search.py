@@ -154,11 +154,8 @@ def _create(config: Config) -> ZhihuSearch:
     return ZhihuSearch(config)
 
 
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create.settings = ZhihuSettings  # type: ignore[attr-defined]
-_create.secret_variables = {"api_keys": "ZHIHU_SEARCH_KEYS"}  # type: ignore[attr-defined]
-
-
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("zhihu", _create)
+    register(
+        "zhihu", _create, settings=ZhihuSettings, secret_variables={"api_keys": "ZHIHU_SEARCH_KEYS"}
+    )

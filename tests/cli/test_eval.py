@@ -86,13 +86,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_scores_per_source_and_search_flag(world: Path) -> None:
     from transformers import AutoTokenizer
 
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     config = load_config(world)
     registry = load_registry()
     tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
-    protocol = make_protocol(config, tokenizer)
-    model = ScriptedPolicy(lambda tok: make_protocol(config, tok), tokenizer)
+    protocol = make_protocol(config, tokenizer, load_registry())
+    model = ScriptedPolicy(lambda tok: make_protocol(config, tok, load_registry()), tokenizer)
     search = FailingOn(registry.create("search_provider", "local", config), "mayor")
     reward = registry.create("reward", "format_answer", config)
     questions = load_questions(config.data.eval).questions

@@ -13,7 +13,7 @@ import pytest
 
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import setting
-from searchr1.core.config_validate import advice, installed_registry, plugin_settings, relocations
+from searchr1.core.config_validate import advice, plugin_settings, relocations
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
@@ -43,7 +43,7 @@ def test_a_setting_in_the_old_place_is_read_by_the_chosen_plugin() -> None:
     )
     zhihu = plugin_settings(config, "search", "zhihu", ZhihuSettings)
     assert zhihu.api_keys == ("zk-1111", "zk-2222") and zhihu.timeout_seconds == 4.0
-    assert relocations(config, installed_registry()) == [
+    assert relocations(config, load_registry()) == [
         "model.api_base: now [model.taotoken] api_base (read from the old place)",
         "model.api_key: now [model.taotoken] api_key (read from the old place)",
         "search.api_keys: now [search.zhihu] api_keys (read from the old place)",
@@ -99,12 +99,14 @@ def _claiming_plugin() -> SimpleNamespace:
     def make(config):  # type: ignore[no-untyped-def]
         raise NotImplementedError
 
-    make.settings = Settings  # type: ignore[attr-defined]
-    make.infer_provider = lambda table: "it sets api_key" if "api_key" in table else None  # type: ignore[attr-defined]
-
     @hookimpl
     def register_model_providers(register):  # type: ignore[no-untyped-def]
-        register("rival", make)
+        register(
+            "rival",
+            make,
+            settings=Settings,
+            infer_provider=lambda table: "it sets api_key" if "api_key" in table else None,
+        )
 
     return SimpleNamespace(
         __name__="rival_plugin", register_model_providers=register_model_providers
@@ -131,7 +133,7 @@ def test_two_plugins_claiming_one_file_is_a_config_error() -> None:
 
 
 def test_no_core_config_module_names_a_built_in_plugin() -> None:
-    registry = installed_registry()
+    registry = load_registry()
     providers = [
         reg
         for kind in ("model_provider", "search_provider")

@@ -27,7 +27,7 @@ class ModelNotFound(LookupError):
 
 def resolve_model(name: str) -> str:
     """The local folder of ``name`` (a ``builtin:`` model or a path)."""
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     if not name:
         raise ModelNotFound("base_model is required")

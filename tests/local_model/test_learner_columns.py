@@ -7,7 +7,7 @@ import torch
 from numerics import assert_same64, assert_same_grads64
 from transformers import AutoModelForCausalLM
 
-from searchr1.core.builtins import resolve
+from searchr1.core.assets import resolve
 from searchr1.plugins.local_model.learner import token_logprobs, trained_token_logprobs
 
 

@@ -111,11 +111,11 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
     from samples one version old (a reward that varies per trajectory, so groups train)."""
     from remote_cli import ChecksumRewardPlugin
 
-    from searchr1.core import plugins, runs
+    from searchr1.core import plugins
 
     real = plugins.load_registry
     plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
     model = build_family("qwen3_5", tmp_path / "qwen3_5")
     config = config_file(
         make_config(

@@ -14,6 +14,7 @@ from numerics import RTOL64, assert_same64, assert_same_grads64
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins import local_model
 from searchr1.plugins.local_model.provider import LocalModelProvider
@@ -219,10 +220,9 @@ def test_too_long_datum_names_its_trajectory(model_dir: Path) -> None:
 
 
 def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
-    found: dict = {}
-    local_model.register_model_providers(lambda name, f: found.__setitem__(name, f))
-    assert set(found) == {"local"}
-    model = found["local"](_config(model_dir))
+    reg = load_registry().get("model_provider", "local")
+    assert reg.plugin == "local_model" and reg.settings is local_model.LocalSettings
+    model = reg.factory(_config(model_dir))
     provider = model.sampler
     assert model.trainer is provider  # one object samples and trains the same weights
     assert provider.capabilities.losses is None  # any loss: the learner calls it
@@ -232,12 +232,12 @@ def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
     assert sum(t.numel() for t in provider.model.parameters() if t.requires_grad) > 0
     provider.close()
     with pytest.raises(ValueError, match="lora.target_modules.*q_prj"):
-        found["local"](_config(model_dir, target_modules=("q_prj",)))
+        reg.factory(_config(model_dir, target_modules=("q_prj",)))
     bad = dataclasses.replace(_config(model_dir), plugins={"model.local": {"max_batch_row": 4}})
     with pytest.raises(ConfigError, match="max_batch_rows"):
-        found["local"](bad)
+        reg.factory(bad)
     with pytest.raises(ValueError, match="model.base_model"):
-        found["local"](_config(model_dir).replace(model={"base_model": str(model_dir / "no")}))
+        reg.factory(_config(model_dir).replace(model={"base_model": str(model_dir / "no")}))
 
 
 def test_gradient_checkpointing_gives_the_same_gradient(model_dir: Path) -> None:

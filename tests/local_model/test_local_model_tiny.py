@@ -117,7 +117,7 @@ def test_vocab_size_too_small_is_an_error() -> None:
 
 
 def test_builtin_tiny_random_asset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = Path(resolve("builtin:tiny-random"))

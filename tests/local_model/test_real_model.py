@@ -37,16 +37,16 @@ def test_a_gguf_file_as_base_model_is_converted_once_and_answers_like_the_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from searchr1.core.builtins import resolve
+    from searchr1.kit.gguf import model_path
 
     gguf = _gguf_file()
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
-    folder = Path(resolve(str(gguf)))
+    folder = Path(model_path(str(gguf)))
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in folder.iterdir()
     }
     stamp = (folder / ".complete").stat().st_mtime_ns
-    assert Path(resolve(str(gguf))) == folder  # cached: the second use converts nothing
+    assert Path(model_path(str(gguf))) == folder  # cached: the second use converts nothing
     assert (folder / ".complete").stat().st_mtime_ns == stamp
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -68,7 +68,7 @@ def test_the_missing_gguf_reader_names_the_extra(
     import sys
 
     from searchr1.core.errors import ConfigValueError
-    from searchr1.plugins.real_models.gguf import convert_gguf
+    from searchr1.kit.gguf import convert_gguf
 
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"GGUF")
@@ -91,7 +91,7 @@ def test_the_missing_model_wheel_names_what_to_install(monkeypatch: pytest.Monke
 def _small_real_model_config(tmp_path: Path) -> Path:
     """``examples/real-model.toml`` cut to minutes: 4 held-out questions, a short cold start,
     two RL steps of 2 x 2 trajectories."""
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     heldout = tmp_path / "heldout.jsonl"
     lines = Path(resolve("builtin:world/heldout.jsonl")).read_text().splitlines()

@@ -82,75 +82,26 @@ def test_assets_come_from_plugins_and_clash_by_name() -> None:
         load_registry(extra_plugins=[NotAnAsset()])
 
 
-def test_file_formats_come_from_plugins_and_clash_by_suffix() -> None:
-    from searchr1.core.types import FileFormat
+def test_a_registration_is_typed_and_an_unknown_declaration_names_the_plugin() -> None:
+    from dataclasses import FrozenInstanceError
 
-    assert load_registry().format_plugins[".gguf"] == "real_models"
+    from searchr1.core.plugins import Registration
 
-    class Clash:
+    reg = load_registry().get("model_provider", "taotoken")
+    assert isinstance(reg, Registration) and reg.plugin == "remote_model"
+    assert reg.secret_variables == {"api_key": "TAOTOKEN_API_KEY"}
+    assert reg.infer_provider is not None and reg.infer_provider({"api_key": "k"})
+    assert reg.defaults["train.max_staleness"][0] == 1
+    with pytest.raises(FrozenInstanceError):
+        reg.default = "x"  # type: ignore[misc]
+
+    class Typo:
         @hookimpl
-        def register_file_formats(self, register):
-            register(".GGUF", FileFormat("9", lambda file, folder: None))  # suffixes fold case
+        def register_loss_fns(self, register):
+            register("mine", lambda config: None, setings=object)
 
-    with pytest.raises(PluginError, match="file format '.gguf' is registered twice"):
-        load_registry(extra_plugins=[Clash()])
-
-    class NotAFormat:
-        @hookimpl
-        def register_file_formats(self, register):
-            register(".zip", lambda file, folder: None)
-
-    with pytest.raises(PluginError, match=r"register a searchr1.core.types.FileFormat"):
-        load_registry(extra_plugins=[NotAFormat()])
-
-    class NoDot:
-        @hookimpl
-        def register_file_formats(self, register):
-            register("zip", FileFormat("1", lambda file, folder: None))
-
-    with pytest.raises(PluginError, match="registered a file format for 'zip'"):
-        load_registry(extra_plugins=[NoDot()])
-
-
-def test_data_formats_come_from_plugins_and_clash_by_suffix(tmp_path: Path) -> None:
-    from searchr1.core.data import DataError, load_questions
-    from searchr1.core.types import DataFormat
-
-    registry = load_registry()
-    assert {s: registry.data_format_plugins[s] for s in (".jsonl", ".json", ".parquet")} == {
-        ".jsonl": "qa_files",
-        ".json": "qa_files",
-        ".parquet": "qa_files",
-    }
-
-    class Clash:
-        @hookimpl
-        def register_data_formats(self, register):
-            register(".JSONL", DataFormat(lambda path: []))  # suffixes fold case
-
-    with pytest.raises(PluginError, match="data format '.jsonl' is registered twice"):
-        load_registry(extra_plugins=[Clash()])
-
-    class NotAFormat:
-        @hookimpl
-        def register_data_formats(self, register):
-            register(".csv", lambda path: [])
-
-    with pytest.raises(PluginError, match=r"register a searchr1.core.types.DataFormat"):
-        load_registry(extra_plugins=[NotAFormat()])
-
-    # A suffix no format claims is refused, listing those that are registered.
-    notes = tmp_path / "questions.txt"
-    notes.write_text('{"question": "q?", "answers": ["a"]}\n')
-    with pytest.raises(DataError, match=r"data\.train = .*'\.txt' files.*\.json, \.jsonl"):
-        load_questions(str(notes), field_name="data.train")
-
-    # A whole-file failure a format raises as ValueError names the config field.
-    def unreadable(path):
-        raise ValueError("not a spreadsheet")
-
-    with pytest.raises(DataError, match=r"data\.eval = .*questions\.txt.*: not a spreadsheet"):
-        load_questions(str(notes), field_name="data.eval", formats={".txt": DataFormat(unreadable)})
+    with pytest.raises(PluginError, match=r"plugin 'Typo'.*register_loss_fns.*'setings'"):
+        load_registry(extra_plugins=[Typo()])
 
 
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:
@@ -167,14 +118,15 @@ def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path
     assert config.data.eval.startswith("builtin:world/")
     assert CeilingStage(config).questions
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    protocol = make_protocol(config, tokenizer)
-    own = teacher_for(config, tokenizer, protocol, config.data.train, [])
+    registry = load_registry()
+    protocol = make_protocol(config, tokenizer, registry)
+    own = teacher_for(config, tokenizer, protocol, config.data.train, [], registry.assets)
     assert not isinstance(own, ScriptedTeacher)
     other_file = tmp_path / "questions.jsonl"
     other_file.write_text('{"question": "q?", "answers": ["a"]}\n')
     other = config.replace(data={"eval": str(other_file)})
     assert CeilingStage(other).questions == []
-    generic = teacher_for(other, tokenizer, protocol, str(other_file), [])
+    generic = teacher_for(other, tokenizer, protocol, str(other_file), [], registry.assets)
     assert isinstance(generic, ScriptedTeacher)
 
 
@@ -200,12 +152,8 @@ def test_plugin_raising_in_hook_is_named() -> None:
 
 def test_every_hook_is_documented_with_signature_and_example() -> None:
     doc = (ROOT / "docs" / "plugins.md").read_text()
-    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {
-        "register_assets",
-        "register_file_formats",
-        "register_data_formats",
-    }
-    assert {"register_agent_protocols", "register_call_formats"} <= set(HOOKS)
+    assert set(HOOKS) == {hook for hook, _ in KINDS.values()} | {"register_assets"}
+    assert "register_agent_protocols" in HOOKS
     for hook in HOOKS:
         section = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S)
         assert section, f"docs/plugins.md has no '## {hook}' section"
@@ -227,13 +175,6 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
             monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
             _read_documented_asset(registry)
             continue
-        if hook == "register_file_formats":
-            monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
-            _convert_documented_format(registry, tmp_path, monkeypatch)
-            continue
-        if hook == "register_data_formats":
-            _read_documented_data_format(registry, tmp_path, monkeypatch)
-            continue
         kind = next(k for k, (h, _) in KINDS.items() if h == hook)
         mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
         assert mine
@@ -244,8 +185,8 @@ def test_every_documented_example_runs(tmp_path: Path, monkeypatch) -> None:
         if kind == "train_stage":
             _drive_stage(registry, mine[0].factory)
         if kind == "agent_protocol":
-            _drive_protocol(registry, mine[0].name)
-        if kind == "call_format":
+            assert {r.name for r in mine} == {"final_line", "marker_tool_calls"}
+            _drive_protocol(registry, "final_line")
             _drive_call_format(registry)
 
 
@@ -262,7 +203,9 @@ def _drive_protocol(registry, name: str) -> None:
     from searchr1.core.protocols import make_protocol
     from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
-    config = parse_config(f'[rollout]\nprotocol = "{name}"\n', source="t.toml", env={})
+    config = parse_config(
+        f'[rollout]\nprotocol = "{name}"\n', source="t.toml", env={}, registry=registry
+    )
     protocol = make_protocol(config, build_tokenizer(BUILTIN_TEXT, 1024), registry)
     assert protocol.name == name
     assert protocol.extract_answers("thinking\nFINAL: Paris") == ["Paris"]
@@ -277,7 +220,9 @@ def _drive_call_format(registry) -> None:
 
     tokenizer = build_tokenizer(BUILTIN_TEXT, 1024)
     tokenizer.chat_template = MARKER_TEMPLATE
-    config = parse_config('[rollout]\nprotocol = "tool_calls"\n', source="t.toml", env={})
+    config = parse_config(
+        '[rollout]\nprotocol = "marker_tool_calls"\n', source="t.toml", env={}, registry=registry
+    )
     protocol = make_protocol(config, tokenizer, registry)
     assert protocol.call_format.name == "marker_list"
     assert protocol.stop_strings == ("]",)
@@ -286,12 +231,13 @@ def _drive_call_format(registry) -> None:
     assert protocol.call_format.render("search", {"query": "x"}) == (
         '[TOOL_CALLS][{"name": "search", "arguments": {"query": "x"}}]'
     )
+    built_in = config.replace(rollout={"protocol": "tool_calls"})
     with pytest.raises(ConfigValueError, match="no installed plugin knows"):
-        make_protocol(config, tokenizer)  # the installed plugins alone do not know it
+        make_protocol(built_in, tokenizer, registry)  # the built-in protocol does not know it
 
 
 def _read_documented_asset(registry) -> None:
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.core.data import load_questions
 
     mine = [n for n, p in registry.asset_plugins.items() if p == "SimpleNamespace"]
@@ -301,47 +247,6 @@ def _read_documented_asset(registry) -> None:
     questions = load_questions(path, field_name="data.eval").questions
     assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
     assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
-
-
-def _convert_documented_format(registry, tmp_path: Path, monkeypatch) -> None:
-    """A path with the documented suffix resolves to the folder its converter wrote, once."""
-    import shutil
-
-    from searchr1.core import plugins
-    from searchr1.core.builtins import resolve
-
-    assert registry.format_plugins[".ckptzip"] == "SimpleNamespace"
-    checkpoint = tmp_path / "ckpt"
-    checkpoint.mkdir()
-    (checkpoint / "config.json").write_text("{}")
-    archive = shutil.make_archive(str(tmp_path / "policy"), "zip", checkpoint)
-    packed = tmp_path / "policy.ckptzip"
-    Path(archive).rename(packed)
-    monkeypatch.setitem(plugins._INSTALLED, os.environ.get(plugins.LOAD_PLUGINS_VAR), registry)
-    folder = Path(resolve(str(packed)))
-    assert (folder / "config.json").read_text() == "{}"
-    assert folder.is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
-    assert resolve(str(packed)) == str(folder)  # converted once, reused
-    assert resolve(str(checkpoint)) == str(checkpoint)  # other paths are left alone
-
-
-def _read_documented_data_format(registry, tmp_path: Path, monkeypatch) -> None:
-    """A [data] file with the documented suffix is read by its format, with no change to the
-    core: valid rows become questions, the others malformed rows with their reasons."""
-    from searchr1.core import plugins
-    from searchr1.core.data import DataError, load_questions
-
-    assert registry.data_format_plugins[".tsv"] == "SimpleNamespace"
-    quiz = tmp_path / "quiz.tsv"
-    quiz.write_text("What is the capital of France?\tParis\tparis\nno answer here\n")
-    with pytest.raises(DataError, match=r"data\.eval = .*no data format reads '\.tsv' files"):
-        load_questions(str(quiz), field_name="data.eval")  # the installed plugins alone
-    monkeypatch.setitem(plugins._INSTALLED, os.environ.get(plugins.LOAD_PLUGINS_VAR), registry)
-    loaded = load_questions(str(quiz), field_name="data.eval", allow_empty=True)
-    assert [(q.question, q.golden_answers) for q in loaded] == [
-        ("What is the capital of France?", ("Paris", "paris"))
-    ]
-    assert [(m.row, m.reason) for m in loaded.malformed] == [(2, "expected question<TAB>answer")]
 
 
 def _drive_monitor(monitor: object) -> None:
@@ -462,9 +367,8 @@ def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -
     )
     assert out.returncode == 0, out.stderr
     for kind, (_, field_name) in KINDS.items():
-        chosen = f"chosen by {field_name}" if field_name else "the one the chat template writes"
-        assert f"{kind} ({chosen}):" in out.stdout
-    assert re.search(r"xml\s+from plugin agent_protocols", out.stdout)
+        assert f"{kind} (chosen by {field_name}):" in out.stdout
+    assert re.search(r"tool_calls\s+from plugin agent_protocols", out.stdout)
     assert re.search(r"echo\s+from plugin example", out.stdout)
     assert re.search(r"importance_sampling\s+from plugin losses", out.stdout)
     assert re.search(r"world\s+from plugin offline_world", out.stdout)
@@ -542,14 +446,60 @@ def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, ru
 
 
 def test_every_factory_attribute_is_documented() -> None:
-    """Each optional factory attribute the core reads is described in docs/plugins.md and in
+    """Each optional declaration of a registration is described in docs/plugins.md and in
     the model provider hook's docstring."""
-    from searchr1.core.config_validate import FACTORY_ATTRIBUTES
+    from dataclasses import fields
+
+    from searchr1.core.plugins import Registration
 
     doc = (ROOT / "docs" / "plugins.md").read_text()
     section = re.search(r"^## What a factory may declare\n(.*?)(?=^## |\Z)", doc, re.M | re.S)
     assert section, "docs/plugins.md has no '## What a factory may declare' section"
     hook_doc = hookspecs.register_model_providers.__doc__ or ""
-    for attr in FACTORY_ATTRIBUTES:
-        assert f"`factory.{attr}" in section.group(1), f"docs/plugins.md: factory.{attr}"
-        assert f"``factory.{attr}" in hook_doc, f"hookspecs: factory.{attr}"
+    declared = [f.name for f in fields(Registration)][4:]
+    assert declared == [
+        "settings", "default", "defaults", "infer_provider", "secret_variables", "advise"
+    ]  # fmt: skip
+    for attr in declared:
+        assert f"* `{attr}=`" in section.group(1), f"docs/plugins.md: {attr}="
+        assert f"``{attr}``" in hook_doc, f"hookspecs: {attr}"
+
+
+def test_a_protocol_injected_for_a_run_is_the_one_train_uses(
+    tmp_path: Path, run_cli, scripted_plugin, monkeypatch
+) -> None:
+    """The run's registry (not the installed plugins) gives ``train`` its protocol: a
+    protocol only an injected plugin registers renders every prompt of the run."""
+    from train_configs import train_config
+
+    from searchr1.core import plugins
+    from searchr1.core.types import RewardResult
+    from searchr1.plugins.agent_protocols.tags import TagsProtocol
+
+    built: list[str] = []
+
+    class MarkedTags(TagsProtocol):
+        name = "marked_tags"
+
+        def __init__(self, tokenizer, *, enable_thinking=False):  # type: ignore[no-untyped-def]
+            super().__init__(tokenizer, enable_thinking=enable_thinking)
+            built.append(self.name)
+
+    class Injected:
+        @hookimpl
+        def register_agent_protocols(self, register):  # type: ignore[no-untyped-def]
+            register(MarkedTags.name, MarkedTags)
+
+        @hookimpl
+        def register_rewards(self, register):  # type: ignore[no-untyped-def]
+            register("flat", lambda config: lambda t, golden: RewardResult(0.0, {}))
+
+    with_scripted = plugins.load_registry
+    monkeypatch.setattr(
+        plugins, "load_registry", lambda extra=(): with_scripted([Injected(), *extra])
+    )
+    config = train_config(tmp_path, extra='[reward]\nname = "flat"\n')
+    config.write_text(config.read_text().replace('protocol = "tags"', 'protocol = "marked_tags"'))
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert built == ["marked_tags"]  # one protocol per run, from the run's registry

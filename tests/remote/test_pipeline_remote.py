@@ -21,11 +21,11 @@ def test_pipelined_steps_train_through_the_remote_service(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from searchr1.cli.main import main as cli
-    from searchr1.core import plugins, runs
+    from searchr1.core import plugins
 
     real = plugins.load_registry
     plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
     monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
     with FakePyTrio() as fake:
         config = write_cli_config(

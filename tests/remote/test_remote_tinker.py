@@ -139,11 +139,11 @@ def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, m
     """``searchr1 train`` with ``provider = "tinker"``: the train loop's deferred reads, the
     pipelined step and the checkpoint record work end to end, and ``--resume`` continues."""
     from searchr1.cli.main import main as cli
-    from searchr1.core import plugins, runs
+    from searchr1.core import plugins
 
     real = plugins.load_registry
     plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): real([plugin, *extra]))
+    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
     monkeypatch.setenv("TINKER_API_KEY", API_KEY)
     config = write_cli_config(
         tmp_path / "cfg",

@@ -14,7 +14,8 @@ from searchr1.cli.smoke_verdict import reference_criteria
 from searchr1.core.agent_protocol import Action
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
-from searchr1.core.plugins import Registration, installed_registry
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import extract_answers, make_protocol
 from searchr1.core.types import (
     Question,
@@ -91,11 +92,12 @@ def test_tool_calls_needs_a_chat_template() -> None:
 
 def test_make_protocol_follows_config() -> None:
     tok = tiny_tokenizer()
-    assert make_protocol(Config(), tok).name == "tool_calls"  # the default
+    registry = load_registry()
+    assert make_protocol(Config(), tok, registry).name == "tool_calls"  # the default
     cfg = Config().replace(rollout={"protocol": "tool_calls"})
-    assert isinstance(make_protocol(cfg, tok), ToolCallsProtocol)
+    assert isinstance(make_protocol(cfg, tok, registry), ToolCallsProtocol)
     with pytest.raises(PluginError, match="rollout.protocol = 'xml': no agent protocol"):
-        make_protocol(Config().replace(rollout={"protocol": "xml"}), tok)
+        make_protocol(Config().replace(rollout={"protocol": "xml"}), tok, registry)
 
 
 # ------------------------------------------------------------------ parsing
@@ -163,7 +165,7 @@ def test_extract_answers_counts_every_occurrence(tags, tools) -> None:
     assert tools.extract_answers("Answer: a\nthinking\n  Answer:   b  \nAnswer:") == ["a", "b", ""]
 
 
-def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> None:
+def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
     """The format reward and smoke's verdict ask the protocol, so a protocol added to the
     registry is honoured by both without either naming it."""
 
@@ -175,12 +177,16 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> No
         def extract_answers(cls, text: str) -> list[str]:
             return [line[6:] for line in text.splitlines() if line.startswith("FINAL=")]
 
-    entries = installed_registry().entries["agent_protocol"]
-    monkeypatch.setitem(entries, "final", Registration("agent_protocol", "final", Final, "test"))
+    class Plugin:
+        @hookimpl
+        def register_agent_protocols(self, register):  # type: ignore[no-untyped-def]
+            register(Final.name, Final)
+
+    registry = load_registry(extra_plugins=[Plugin()])
     text = "<answer>not this</answer>\nFINAL=Lyon"
-    assert extract_answers("final", text) == ["Lyon"]
+    assert extract_answers("final", text, registry) == ["Lyon"]
     with pytest.raises(PluginError, match="no agent protocol of that name is installed"):
-        extract_answers("xml", text)
+        extract_answers("xml", text, registry)
 
     def trajectory(protocol: str) -> Trajectory:
         turn = Turn((), (), text, "answer")
@@ -191,18 +197,21 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke(monkeypatch) -> No
             protocol=protocol,
         )  # fmt: skip
 
-    assert components(trajectory("final"), ["Lyon"])["format"] == 1.0
-    assert components(trajectory("tags"), ["Lyon"])["format"] == 1.0  # one <answer> element
+    assert components(trajectory("final"), ["Lyon"], registry)["format"] == 1.0
+    assert (
+        components(trajectory("tags"), ["Lyon"], registry)["format"] == 1.0
+    )  # one <answer> element
     twice = dataclasses.replace(
         trajectory("final"), turns=(Turn((), (), f"{text}\n{text}", "answer"),)
     )
-    assert components(twice, ["Lyon"])["format"] == 0.0  # two FINAL= lines
+    assert components(twice, ["Lyon"], registry)["format"] == 0.0  # two FINAL= lines
     # A trajectory that names no protocol (built by hand, an old record) is read as tags.
     final_only = dataclasses.replace(
         trajectory("final"), turns=(Turn((), (), "FINAL=Lyon", "answer"),)
     )
-    assert components(final_only, ["Lyon"])["format"] == 1.0
-    assert components(dataclasses.replace(final_only, protocol=""), ["Lyon"])["format"] == 0.0
+    assert components(final_only, ["Lyon"], registry)["format"] == 1.0
+    no_protocol = dataclasses.replace(final_only, protocol="")
+    assert components(no_protocol, ["Lyon"], registry)["format"] == 0.0
 
     criteria = reference_criteria(
         [trajectory("final")], [RewardResult(1.0, {"format": 1.0})], protocol=Final,

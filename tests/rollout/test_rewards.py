@@ -178,9 +178,10 @@ def test_exact_match_agrees_with_search_r1_on_ascii(prediction: str, golden: str
 
 def test_normalize_answer_and_extract() -> None:
     assert normalize_answer("  The  Little   Prince! ") == "little prince"
-    assert extract_answers("tags", "<answer>a</answer><answer> b </answer>") == ["a", "b"]
-    assert extract_answers("tool_calls", "x\nAnswer: y\n") == ["y"]
+    registry = load_registry()
+    assert extract_answers("tags", "<answer>a</answer><answer> b </answer>", registry) == ["a", "b"]
+    assert extract_answers("tool_calls", "x\nAnswer: y\n", registry) == ["y"]
     with pytest.raises(PluginError, match="no agent protocol of that name"):
-        extract_answers("xml", "")
+        extract_answers("xml", "", registry)
     assert f1_score("paris france", ["Paris"]) == pytest.approx(2 / 3)
     assert f1_score("lyon", ["Paris", "Lyon"]) == 1.0 and f1_score(None, ["x"]) == 0.0

@@ -297,7 +297,7 @@ def test_search_r1_provider_reads_the_server_like_the_dense_provider(
 
 def test_ivfpq_index_is_smaller_and_memory_mapped(tmp_path: Path) -> None:
     # enough passages to train product quantisation: 1500 of the offline world's
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     world = Path(resolve("builtin:world/corpus.jsonl")).read_text("utf-8").splitlines()
     corpus = tmp_path / "corpus.jsonl"
@@ -349,7 +349,7 @@ def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) ->
     import subprocess
     import time
 
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     world = Path(resolve("builtin:world/corpus.jsonl")).read_text("utf-8").splitlines()
     corpus = tmp_path / "corpus.jsonl"

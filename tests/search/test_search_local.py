@@ -14,6 +14,7 @@ import searchr1.plugins.local_search as local_search
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.plugins.local_search import LocalBM25Search
 
 ROWS = [
@@ -172,8 +173,7 @@ def test_provider_survives_a_new_event_loop_per_call(corpus: Path) -> None:
 def test_registered_as_local_through_the_entry_point() -> None:
     names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="searchr1")}
     assert names.get("local_search") == "searchr1.plugins.local_search"
-    registered: dict = {}
-    local_search.register_search_providers(lambda name, factory: registered.update({name: factory}))
-    assert list(registered) == ["local"]
-    assert registered["local"].settings is local_search.LocalSearchSettings
-    assert registered["local"].default  # the search provider a file that names none gets
+    reg = load_registry().get("search_provider", "local")
+    assert reg.plugin == "local_search"
+    assert reg.settings is local_search.LocalSearchSettings
+    assert reg.default  # the search provider a file that names none gets

@@ -18,6 +18,7 @@ from fakes import template_tokenizer, tiny_tokenizer
 from searchr1.cli.main import main as cli
 from searchr1.core.config import load_config
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.types import LossInputs, Question
@@ -72,7 +73,7 @@ def _search_config(files: dict[str, Path], protocol: str) -> object:
 def _teacher_trajectories(tmp_path: Path, protocol_name: str, tokenizer: object) -> list:
     files = write_user_data(tmp_path / "data")
     config = _search_config(files, protocol_name)
-    protocol = make_protocol(config, tokenizer)
+    protocol = make_protocol(config, tokenizer, load_registry())
     questions = [Question(f"q{i}", q, (a,)) for i, (q, a, _) in enumerate(FACTS[:2])]
     questions.append(UNANSWERABLE)
     teacher = ScriptedTeacher(tokenizer, protocol, questions)

@@ -141,6 +141,20 @@ def test_missing_file_names_the_config_field(tmp_path: Path) -> None:
         load_questions("builtin:no-such-asset/x.jsonl", field_name="data.eval")
 
 
+def test_an_unknown_suffix_or_an_unreadable_file_names_the_config_field(tmp_path: Path) -> None:
+    notes = _write_jsonl(tmp_path / "questions.txt", [{"question": "q?", "answers": ["a"]}])
+    with pytest.raises(
+        DataError, match=r"data\.train = .*'\.txt' files.*\.json, \.jsonl, \.parquet"
+    ):
+        load_questions(str(notes), field_name="data.train")
+    broken = tmp_path / "questions.PARQUET"  # suffixes fold case
+    broken.write_text("not parquet")
+    with pytest.raises(
+        DataError, match=r"data\.eval = .*questions\.PARQUET.*not a readable parquet"
+    ):
+        load_questions(str(broken), field_name="data.eval")
+
+
 def test_no_valid_rows_raises_unless_allowed(tmp_path: Path) -> None:
     f = _write_jsonl(tmp_path / "empty.jsonl", [{"q": 1}, "oops"])
     with pytest.raises(DataError, match=r"no valid question in 2 rows.*row 1"):

@@ -75,7 +75,7 @@ class TestSinks:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[Recorder]]:
     """One real 2-step run of the tiny model with TensorBoard, a recording sink, a sink that
     always raises and one that cannot connect; the config holds two canary secrets."""
-    from searchr1.core import runs
+    from searchr1.core import plugins
 
     tmp = tmp_path_factory.mktemp("sinks")
     config = make_config(
@@ -90,7 +90,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[R
     (tmp / "config.toml").write_text(config)
     mp = pytest.MonkeyPatch()
     real = load_registry
-    mp.setattr(runs, "load_registry", lambda extra=(): real([TestSinks(), *extra]))
+    mp.setattr(plugins, "load_registry", lambda extra=(): real([TestSinks(), *extra]))
     mp.setenv("RECORDER_TOKEN", CANARY_ENV)
     Recorder.instances.clear()
     try:

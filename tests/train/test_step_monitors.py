@@ -56,11 +56,11 @@ def _train(tmp_path: Path, train: str, extra: str = "") -> list[dict]:
 @pytest.fixture
 def documented_monitor(scripted_plugin, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every registry a command loads also holds the documented monitor (a third party's)."""
-    from searchr1.core import runs
+    from searchr1.core import plugins
 
-    with_scripted = runs.load_registry
+    with_scripted = plugins.load_registry
     module = _documented_monitor()
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): with_scripted([module, *extra]))
+    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): with_scripted([module, *extra]))
 
 
 def test_a_documented_monitor_reports_metrics_alerts_state_and_totals(

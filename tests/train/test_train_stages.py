@@ -36,7 +36,7 @@ class Recorder:
 @pytest.fixture
 def recorder(scripted_plugin, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every registry a command loads also holds ``recorder`` and a broken ``half`` stage."""
-    from searchr1.core import runs
+    from searchr1.core import plugins
 
     calls: list[str] = []
 
@@ -48,8 +48,10 @@ def recorder(scripted_plugin, monkeypatch: pytest.MonkeyPatch) -> list[str]:
             register("recorder", lambda config: Recorder(calls))
             register("half", lambda config: object())
 
-    with_scripted = runs.load_registry
-    monkeypatch.setattr(runs, "load_registry", lambda extra=(): with_scripted([Plugin(), *extra]))
+    with_scripted = plugins.load_registry
+    monkeypatch.setattr(
+        plugins, "load_registry", lambda extra=(): with_scripted([Plugin(), *extra])
+    )
     return calls
 
 

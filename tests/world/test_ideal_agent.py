@@ -28,7 +28,7 @@ def _ceiling(config_text: str | None, tmp_path: Path) -> dict:
     config = load_config(str(path) if path else None)
     registry = load_registry()
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    protocol = make_protocol(config, tokenizer)
+    protocol = make_protocol(config, tokenizer, load_registry())
     agent = ideal_agent_for(config, tokenizer, protocol)
     assert agent is not None
     questions = list(load_questions(config.data.eval, field_name="data.eval").questions)[:N]

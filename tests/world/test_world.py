@@ -15,6 +15,7 @@ import pytest
 
 from searchr1.core.config import default_config_text, load_config
 from searchr1.core.data import load_questions
+from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.plugins.local_search import LocalBM25Search
 from searchr1.plugins.offline_world.generate import (
@@ -125,9 +126,9 @@ def protocol(world: World, config, tmp_path_factory: pytest.TempPathFactory):
     from searchr1.core.protocols import protocol_class
     from searchr1.plugins.offline_world.tiny_model import build_tokenizer
 
-    texts = tokenizer_texts(world, protocol_class(config.rollout.protocol))
+    texts = tokenizer_texts(world, protocol_class(config.rollout.protocol, load_registry()))
     tokenizer = build_tokenizer(texts, MODEL_SIZES["vocab_size"])
-    return make_protocol(config, tokenizer)
+    return make_protocol(config, tokenizer, load_registry())
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +233,7 @@ def test_warm_start_acts_like_an_untrained_agent(episodes):
 
 
 def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_dir: Path):
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
 
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = Path(resolve("builtin:world/heldout.jsonl"))
@@ -256,7 +257,7 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     ``from_pretrained``; its tokenizer spells world names in a few tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.plugins.offline_world.assets import SHIPPED_WARM_START
 
     rebuild = "run python -m searchr1.plugins.offline_world.warm_start_recipe --shipped"

@@ -67,7 +67,7 @@ class QueryCache:
 def answer_store_path() -> Path:
     """``$SEARCHR1_SEARCH_CACHE`` when set, else ``search/answers.sqlite`` in the cache folder
     (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``)."""
-    from searchr1.core.builtins import cache_dir
+    from searchr1.core.assets import cache_dir
 
     given = os.environ.get("SEARCHR1_SEARCH_CACHE")
     return Path(given) if given else cache_dir() / "search" / "answers.sqlite"

@@ -8,8 +8,8 @@ Protocols (``[rollout] protocol``):
   calls, in the call format the template itself writes, with a final ``Answer:`` line;
   reasoning inside ``<think>`` blocks is never an action (:mod:`.thinking`).
 
-Call formats (:mod:`.call_formats`): ``json`` (Qwen3, Qwen2.5, Hermes) and ``xml`` (Qwen3.5,
-Qwen3-Coder). Both protocols produce the same :class:`~searchr1.core.types.Trajectory` record
+The tool-call formats ``tool_calls`` knows (:mod:`.call_formats`): ``json`` (Qwen3, Qwen2.5,
+Hermes) and ``xml`` (Qwen3.5, Qwen3-Coder). Both protocols produce the same :class:`~searchr1.core.types.Trajectory` record
 through :mod:`searchr1.core.rollout`.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.plugins.agent_protocols.call_formats import JsonCallFormat, XmlCallFormat
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
@@ -27,9 +26,3 @@ from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 def register_agent_protocols(register: Callable[..., None]) -> None:
     register(TagsProtocol.name, TagsProtocol)
     register(ToolCallsProtocol.name, ToolCallsProtocol)
-
-
-@hookimpl
-def register_call_formats(register: Callable[..., None]) -> None:
-    register(JsonCallFormat.name, JsonCallFormat)
-    register(XmlCallFormat.name, XmlCallFormat)

@@ -11,7 +11,7 @@ Prompt rendering, for a :class:`~searchr1.core.types.Question` ``q``::
 
 The model calls search with a ``<tool_call>...</tool_call>`` block written the way its own
 chat template writes calls: the format is read off the template at construction
-(:mod:`searchr1.core.call_format`; the built-ins are Qwen3's JSON and Qwen3.5's XML), and a
+(:attr:`ToolCallsProtocol.call_formats`: Qwen3's JSON and Qwen3.5's XML; a subclass adds more), and a
 template whose format is unknown is refused there, not discovered as -0.1 rewards. Sampling
 stops at ``</tool_call>``. The environment closes the assistant message and adds the
 observation as a ``role: tool`` message, rendered by the same chat template (for Qwen:
@@ -34,11 +34,16 @@ from typing import Any
 
 from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
 from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
-from searchr1.core.call_format import CALL_CLOSE, CALL_OPEN, CallFormat
 from searchr1.core.errors import ConfigValueError
-from searchr1.core.protocols import call_formats as installed_call_formats
 from searchr1.core.types import Question
-from searchr1.kit.call_format_probe import detect_call_format
+from searchr1.plugins.agent_protocols.call_formats import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    CallFormat,
+    JsonCallFormat,
+    XmlCallFormat,
+    detect_call_format,
+)
 from searchr1.plugins.agent_protocols.thinking import (
     THINK_CLOSE,
     THINK_OPEN,
@@ -81,22 +86,19 @@ class ToolCallsProtocol(AgentProtocol):
     answer_format = "one final `Answer: <short answer>` line"
     stop_strings = (CALL_CLOSE,)  # replaced by the detected format's closing tag
     tags = (THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
+    #: the formats a chat template may write calls in, tried in order (at most one matches);
+    #: a subclass adds a family: ``call_formats = (*ToolCallsProtocol.call_formats, Mine())``
+    call_formats: tuple[CallFormat, ...] = (JsonCallFormat(), XmlCallFormat())
 
-    def __init__(
-        self,
-        tokenizer: Any,
-        *,
-        enable_thinking: bool = False,
-        call_formats: Sequence[CallFormat] = (),
-    ):
-        super().__init__(tokenizer, enable_thinking=enable_thinking, call_formats=call_formats)
+    def __init__(self, tokenizer: Any, *, enable_thinking: bool = False):
+        super().__init__(tokenizer, enable_thinking=enable_thinking)
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigValueError(
                 'rollout.protocol = "tool_calls" needs a tokenizer with a chat template; this '
                 'model\'s tokenizer has none (a base model?): use protocol = "tags"'
             )
         self.call_format: CallFormat = detect_call_format(
-            lambda m: self._template(m, False), self.call_formats or installed_call_formats()
+            lambda m: self._template(m, False), self.call_formats
         )
         self.stop_strings = (self.call_format.close,)
         self.tags = tuple(

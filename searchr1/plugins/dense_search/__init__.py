@@ -191,11 +191,6 @@ def advise(config: Config) -> list[str]:
     return out
 
 
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create.settings = DenseSearchSettings  # type: ignore[attr-defined]
-_create.advise = advise  # type: ignore[attr-defined]
-
-
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("dense", _create)
+    register("dense", _create, settings=DenseSearchSettings, advise=advise)

@@ -14,7 +14,7 @@ between a trajectory's turns), ``budget`` (the sampler's token budget), ``lora_c
 (which layer types the adapter reaches), ``learner``
 (log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
 CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
-:mod:`searchr1.core.builtins` (the ``offline_world`` plugin registers the tiny models).
+:mod:`searchr1.core.assets` (the ``offline_world`` plugin registers the tiny models).
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ def lora_advice(config: Config) -> list[str]:
     return out + coverage_warnings(config)
 
 
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-_create_local.settings = LocalSettings  # type: ignore[attr-defined]
-_create_local.default = "the model runs in this process"  # type: ignore[attr-defined]
-_create_local.advise = lora_advice  # type: ignore[attr-defined]
-
-
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
-    register("local", _create_local)
+    register(
+        "local",
+        _create_local,
+        settings=LocalSettings,
+        default="the model runs in this process",
+        advise=lora_advice,
+    )

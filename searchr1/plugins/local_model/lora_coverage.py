@@ -173,11 +173,11 @@ def coverage_warnings(config: Config) -> list[str]:
     ``config.json`` is on this machine (a ``builtin:`` asset, a folder, a cached hub id);
     none otherwise (the load logs the coverage, ``lora_coverage``, once it is here). Called
     before the run, by ``config check``, ``smoke`` and ``train``."""
-    from searchr1.core.builtins import resolve
+    from searchr1.kit.gguf import model_path
 
     name = config.model.base_model
     try:
-        layers = meta_layers(resolve(name))
+        layers = meta_layers(model_path(name))
     except Exception:  # a builtin: asset that cannot be built is the load's error to report
         return []
     return missing_layer_types(layers or [], config.lora.target_modules, name)

@@ -222,7 +222,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from searchr1.core.builtins import resolve
+    from searchr1.kit.gguf import model_path
     from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.local_model.budget import token_budget
     from searchr1.plugins.local_model.device import (
@@ -241,7 +241,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     dtype = choose_dtype(settings.dtype, device)
     threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    path = resolve(config.model.base_model)
+    path = model_path(config.model.base_model)
     try:
         base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
     except OSError as exc:

@@ -25,9 +25,6 @@ def _health(config: Config) -> HealthMonitor:
     return HealthMonitor(plugin_settings(config, "train", "health", HealthSettings))
 
 
-_health.settings = HealthSettings  # type: ignore[attr-defined]
-
-
 def _run_notices(config: Config) -> RunNotices:
     return RunNotices(config)
 
@@ -36,5 +33,5 @@ def _run_notices(config: Config) -> RunNotices:
 def register_step_monitors(
     register: Callable[[str, Callable[[Config], StepMonitor]], None],
 ) -> None:
-    register("health", _health)
+    register("health", _health, settings=HealthSettings)
     register("run_notices", _run_notices)

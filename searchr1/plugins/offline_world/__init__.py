@@ -12,7 +12,7 @@ config (``searchr1 train`` with no ``--config``) names:
 
 Importing this package stays cheap (the hook runs at every start-up): torch, transformers and
 tokenizers are imported only when an asset is built. The ``local`` model provider does not
-import this package; it opens ``builtin:`` paths through :mod:`searchr1.core.builtins`.
+import this package; it opens ``builtin:`` paths through :mod:`searchr1.core.assets`.
 
 Modules, in the order a build uses them:
 

@@ -5,7 +5,7 @@ this run's search provider, protocol and limits."""
 
 from __future__ import annotations
 
-from searchr1.core.builtins import asset_name, is_builtin
+from searchr1.core.assets import asset_name, is_builtin
 from searchr1.core.config_schema import Config
 from searchr1.core.evaluation import heldout_eval, heldout_questions
 from searchr1.core.logs import get_logger

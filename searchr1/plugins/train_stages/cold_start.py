@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
+from searchr1.core.assets import asset_name, is_builtin
 from searchr1.core.batching import BatchLimits, pack_micro_batches
-from searchr1.core.builtins import asset_name, is_builtin, known_assets
 from searchr1.core.config_schema import Config, setting
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.datums import trajectory_to_datum
@@ -32,7 +33,7 @@ from searchr1.core.evaluation import heldout_eval, heldout_questions
 from searchr1.core.logs import get_logger
 from searchr1.core.step import adam_params
 from searchr1.core.step_metrics import merge_train_metrics, peak_rss_gb
-from searchr1.core.types import Datum, LossFn, Question, Sampler, StageRun
+from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler, StageRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +64,6 @@ class ColdStartResult:
 
 class ColdStart:
     """The stage; settings are read when created (before the model loads)."""
-
-    settings = ColdStartSettings  # declared, so config check reads the table and the loss name
 
     def __init__(self, config: Config):
         self.cs = plugin_settings(config, "train", "cold_start", ColdStartSettings)
@@ -103,13 +102,18 @@ class ColdStart:
 
 
 def teacher_for(
-    config: Config, tokenizer: Any, protocol: Any, spec: str, questions: list[Question]
+    config: Config,
+    tokenizer: Any,
+    protocol: Any,
+    spec: str,
+    questions: list[Question],
+    assets: Mapping[str, Asset],
 ) -> Sampler:
     """The ``Asset.ceiling`` agent of ``spec``'s ``builtin:`` asset for this protocol, else
     :class:`~searchr1.plugins.train_stages.scripted_teacher.ScriptedTeacher`."""
     from searchr1.plugins.train_stages.scripted_teacher import ScriptedTeacher
 
-    asset = known_assets().get(asset_name(spec)) if is_builtin(spec) else None
+    asset = assets.get(asset_name(spec)) if is_builtin(spec) else None
     own = asset.ceiling(config, tokenizer, protocol) if asset and asset.ceiling else None
     return own if own is not None else ScriptedTeacher(tokenizer, protocol, questions)
 
@@ -125,7 +129,9 @@ def run_cold_start(
     log, cfg, protocol = get_logger(), run.config, run.protocol
     questions = list(load_questions(spec, field_name=field).questions)
     stream = QuestionStream(questions, cfg.run.seed + 1)
-    teacher = teacher_for(cfg, run.sampler.tokenizer, protocol, spec, questions)
+    teacher = teacher_for(
+        cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets
+    )
     limits = BatchLimits(
         cfg.train.max_datum_tokens,
         cfg.train.max_micro_batch_datums,

@@ -39,7 +39,13 @@ def _create_vllm(config: Config) -> Model:
 
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
-    register("vllm", _create_vllm)
+    register(
+        "vllm",
+        _create_vllm,
+        # the learner is the local provider's, so [model.local] (device, dtype) is read as well
+        settings={"vllm": VllmSettings, "local": LocalSettings},
+        advise=vllm_advice,
+    )
 
 
 def vllm_advice(config: Config) -> list[str]:
@@ -54,9 +60,3 @@ def vllm_advice(config: Config) -> list[str]:
             f"ratios sit below 1 by the kept mass (see mismatch/*); top_p = 1.0 matches exactly",
         )
     return out
-
-
-# What the core reads off the factory (docs/plugins.md, "What a factory may declare"): the
-# learner is the local provider's, so [model.local] (device, dtype) is read as well.
-_create_vllm.settings = {"vllm": VllmSettings, "local": LocalSettings}  # type: ignore[attr-defined]
-_create_vllm.advise = vllm_advice  # type: ignore[attr-defined]

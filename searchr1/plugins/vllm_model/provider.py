@@ -285,9 +285,9 @@ class VllmModelProvider:
 
 def _served_path(base_model: str) -> str:
     """The model folder a launched server loads (``builtin:`` assets resolved here)."""
-    from searchr1.core.builtins import resolve
+    from searchr1.kit.gguf import model_path
 
-    return resolve(base_model)
+    return model_path(base_model)
 
 
 def _base_max_model_len(models: list[dict[str, Any]], where: str) -> int:

@@ -1,10 +1,8 @@
-"""GGUF model files (llama.cpp's format) as ``from_pretrained``-loadable folders.
-
-``[model] base_model`` may name a ``.gguf`` file: this plugin registers the format (hook
-``register_file_formats``), so :func:`searchr1.core.builtins.resolve` converts it once into
-the cache (:func:`convert_gguf`) and every provider then loads the folder like any Hugging
-Face checkpoint. Built-in assets that ship a GGUF file (e.g.
-``builtin:smollm2-135m-instruct``) call the same function from their builder.
+"""Model paths: :func:`model_path` resolves a ``[model] base_model`` value, where a ``.gguf``
+file (llama.cpp's format) becomes a ``from_pretrained``-loadable folder, converted once into
+the cache (:func:`convert_gguf`), so every provider loads it like any Hugging Face checkpoint.
+Built-in assets that ship a GGUF file (e.g. ``builtin:smollm2-135m-instruct``) call the same
+function from their builder.
 
 transformers reads GGUF itself (``from_pretrained(folder, gguf_file=name)``, needs the
 ``gguf`` package) and dequantizes every tensor to the requested dtype. The loaded model cannot
@@ -15,12 +13,36 @@ ordinary safetensors next to the tokenizer (its chat template included).
 
 from __future__ import annotations
 
+from hashlib import sha256
 from pathlib import Path
 
+from searchr1.core.assets import build, cache_dir, resolve
 from searchr1.core.errors import ConfigValueError
+from searchr1.core.types import Asset
 
 #: What to install when the ``gguf`` reader is missing.
 GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
+#: bump when the converted folder changes
+GGUF_VERSION = "1"
+
+
+def model_path(spec: str) -> str:
+    """A real path for a model ``spec``: a ``builtin:`` asset's folder, the folder a ``.gguf``
+    file converts to (once; an edited or replaced file is converted again), else ``spec``."""
+    if not spec.lower().endswith(".gguf"):
+        return resolve(spec)
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path.suffix} file {str(path)!r} does not exist")
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{GGUF_VERSION}"
+    folder = cache_dir() / f"gguf-{path.stem}-{sha256(key.encode()).hexdigest()[:12]}"
+    if not (folder / ".complete").exists():
+        from searchr1.core.logs import get_logger
+
+        get_logger().info("gguf.converting", file=str(path), folder=str(folder))
+        build(folder, Asset(GGUF_VERSION, lambda tmp: convert_gguf(path, tmp)))
+    return str(folder)
 
 
 def convert_gguf(gguf_file: Path, folder: Path, *, field: str = "model.base_model") -> None:
