@@ -5,10 +5,10 @@ variables win unless exported but empty) and raises :class:`ConfigError` listing
 problems with file and line. No file: the embedded offline default
 (``searchr1/defaults/offline.toml``). Relative paths resolve against the working directory.
 
-Secrets (values from secret-named variables, ``*_KEY(S)``, ``*_TOKEN``, ...; plugin fields
-marked ``secret``) collect in :attr:`Config.secrets`, masked by value wherever they reappear
-(logs, errors, ``to_dict``). Schema: :mod:`searchr1.core.config_schema`; checks:
-:mod:`searchr1.core.config_validate`."""
+Secrets (the values of secret-named variables and of secret fields: schema fields marked
+``secret``, secret-named keys of plugin tables; :mod:`searchr1.core.secrets`) collect in
+:attr:`Config.secrets`, masked by value wherever they reappear (logs, errors, ``to_dict``).
+Schema: :mod:`searchr1.core.config_schema`; checks: :mod:`searchr1.core.config_validate`."""
 
 from __future__ import annotations
 
@@ -22,27 +22,20 @@ from typing import TYPE_CHECKING, Any
 
 import tomli
 
-from searchr1.core.config_schema import (
-    SECRET_KEY_RE,
-    SECTIONS,
-    Config,
-    mask_secrets,
-)
+from searchr1.core.config_schema import SECTIONS, Config
 from searchr1.core.config_validate import (
     check_table,
     cross_checks,
     declared_settings,
     infer_choices,
     key_lines,
-    literal_secret_warnings,
     secret_variable_names,
-    section_extras,
-    shared_secret_fields,
     unknown_name,
-    url_problems,
+    url_problem,
 )
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import installed_registry
+from searchr1.core.secrets import is_secret_name, redact_text, secret_parts
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
@@ -122,25 +115,39 @@ def parse_config(
     except tomli.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
     registry = registry or installed_registry()
-
     lines = key_lines(text)
-    problems: list[str] = []
 
     def where(dotted: str) -> str:
-        line = lines.get(dotted)
-        return f"{source}:{line}" if line else source
+        return f"{source}:{lines[dotted]}" if dotted in lines else source
 
+    problems: list[str] = []
     secrets: set[str] = set()
     variables: dict[str, str] = {}
-    secret_fields = shared_secret_fields(registry)
-    secrets.update(secret_variable_values(raw, "", env, secret_fields))
-    raw = interpolate(raw, "", env, problems, where, secrets, variables)
+    # a plugin table's secret: a secret-named key, or a field a plugin declares secret
+    plugin_secrets = {
+        f.name
+        for kind in registry.entries.values()
+        for reg in kind.values()
+        for cls in declared_settings(reg).values()
+        if dataclasses.is_dataclass(cls)
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
+    }
+
+    def is_secret(dotted: str) -> bool:
+        section, _, key = dotted.partition(".")
+        if "." in key:  # [section.plugin] key
+            return key.rpartition(".")[2] in plugin_secrets or is_secret_name(key)
+        schema = {f.name: f for f in dataclasses.fields(SECTIONS.get(section, Config))}
+        return key in schema and bool(schema[key].metadata.get("secret"))
+
+    leaves: dict[str, Any] = {}
+    raw = _interpolate(raw, "", env, problems, where, secrets, variables, is_secret, leaves)
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
     moved = _stage_tables(raw, registry, where)
     choices = infer_choices(raw, registry, where, problems)
-    extras = section_extras(raw, registry, where, problems)
 
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -153,43 +160,32 @@ def parse_config(
             problems.append(f"{where(section)}: {section} must be a table ([{section}])")
             table = {}
         known = {f.name for f in dataclasses.fields(cls)}
-        for key, value in table.items():
-            if key not in known and isinstance(value, dict):
-                plugins[f"{section}.{key}"] = value
-        mine = extras.get(section, {})
-        values = check_table(
-            {
-                k: v
-                for k, v in table.items()
-                if (k in known or not isinstance(v, dict)) and k not in mine
-            },
-            cls,
-            section,
-            problems,
-            where,
-        )
-        sections[section] = cls(**values)
+        own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
+        plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
+        sections[section] = cls(**check_table(own, cls, section, problems, where))
 
     if not problems:
         cross_checks(sections, problems, where)
-    problems.extend(url_problems(raw, where))
-    found = _plugin_secrets(extras, plugins, secret_fields)
-    for value in found.values():
-        secrets.update(_secret_parts(value))
+    literal = []
+    for dotted, value in leaves.items():
+        bad_url = url_problem(dotted, value)
+        if bad_url:
+            problems.append(f"{where(dotted)}: {dotted} = {value!r} {bad_url}")
+        found = secret_parts(value) if is_secret(dotted) else set()
+        secrets |= found
+        literal += [dotted] if found and dotted not in variables else []
     if problems:
         # A message may quote a value that holds a secret (a key inside a URL).
-        raise ConfigError([mask_secrets(p, secrets) for p in problems])
+        raise ConfigError([redact_text(p, secrets) for p in problems])
     names = secret_variable_names(raw, registry)
-    _alias_variables(variables, extras, raw, registry)
     return Config(
         **sections,
         plugins=plugins,
-        section_extras=extras,
         source=source,
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
         choices=choices,
-        warnings=(*literal_secret_warnings(found, variables, where, names), *moved),
+        warnings=(*_literal_secret_warnings(literal, where, names), *moved),
         explicit=explicit,
     )
 
@@ -208,69 +204,25 @@ def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[s
     return out
 
 
-def _plugin_secrets(
-    extras: Mapping[str, Mapping[str, Any]],
-    plugins: Mapping[str, Mapping[str, Any]],
-    secret_fields: frozenset[str],
-) -> dict[str, Any]:
-    """``dotted place -> value`` of every secret a plugin reads (section or plugin table)."""
-    found: dict[str, Any] = {}
-    for section, table in extras.items():
-        for key, value in table.items():
-            if f"{section}.{key}" in secret_fields:
-                found[f"{section}.{key}"] = value
-    for prefix, table in plugins.items():
-        for key, value in table.items():
-            dotted = f"{prefix}.{key}"
-            if dotted in secret_fields or (SECRET_KEY_RE.match(key) and isinstance(value, str)):
-                found[dotted] = value
-    return found
-
-
-def _secret_parts(value: Any) -> set[str]:
-    """A secret value and, for a list or a comma/newline separated string, each part."""
-    items = value if isinstance(value, list | tuple) else [value]
-    out: set[str] = set()
-    for item in items:
-        if isinstance(item, str) and item.strip():
-            out.add(item)
-            out.update(p.strip() for p in re.split(r"[,\n]", item) if p.strip())
+def _literal_secret_warnings(dotted: list[str], where: Any, names: Mapping[str, str]) -> list[str]:
+    """A warning per secret written literally, not as ``${VAR}``, naming the variable it
+    should move to (``factory.secret_variables``, else the field's name in capitals)."""
+    out = []
+    for place in dotted:
+        var = names.get(place) or place.replace(".", "_").upper()
+        section, key = place.rsplit(".", 1)
+        out.append(
+            f"{where(place)}: {place} holds a literal secret: a config file is easy to commit "
+            f'and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... in a .env '
+            f"file next to the config (never committed)"
+        )
     return out
 
 
-def _alias_variables(
-    variables: dict[str, str],
-    extras: Mapping[str, Mapping[str, Any]],
-    raw: Mapping[str, Any],
-    registry: Registry,
-) -> None:
-    """Record a section-table setting's variable under the chosen plugin's table too
-    (``model.api_key`` -> ``model.<provider>.api_key``), where the plugin looks it up."""
-    from searchr1.core.plugins import KINDS
-
-    for kind, (_, field_name) in KINDS.items():
-        section, _, key = field_name.partition(".")
-        table = raw.get(section)
-        chosen = table.get(key) if isinstance(table, dict) else None
-        reg = registry.entries[kind].get(chosen) if isinstance(chosen, str) else None
-        if reg is None:
-            continue
-        for name in extras.get(section, {}):
-            var = variables.get(f"{section}.{name}")
-            for table_name in declared_settings(reg):
-                if var:
-                    variables.setdefault(f"{section}.{table_name}.{name}", var)
-
-
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: a secret variable name: a KEY(S)/TOKEN/PASSWORD part or SECRET/PASSWORD anywhere. Parts,
-#: not substrings: ``MAX_TOKENS`` is no secret (masking "2048" would blank every 2048 logged)
-_SECRET_VAR_RE = re.compile(
-    r"(?:^|_)(?:API_?)?(?:KEYS?|TOKEN|PASS|PASSWD)(?:_|$)|SECRET|PASSWORD", re.IGNORECASE
-)
 
 
-def interpolate(
+def _interpolate(
     value: Any,
     dotted: str,
     env: Mapping[str, str],
@@ -278,19 +230,23 @@ def interpolate(
     where: Any,
     secrets: set[str],
     variables: dict[str, str],
+    is_secret: Any,
+    leaves: dict[str, Any],
 ) -> Any:
-    """``value`` with ``${VAR}`` filled from ``env``; records secrets and which variable
-    filled each dotted field."""
+    """``value`` with ``${VAR}`` filled from ``env``; records the secrets a variable brings
+    (a secret-named variable, or any variable filling a secret field), which variable filled
+    each dotted field, and every non-table value by its dotted place (``leaves``)."""
     if isinstance(value, dict):
+        args = (env, problems, where, secrets, variables, is_secret, leaves)
         return {
-            k: interpolate(
-                v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets, variables
-            )
-            for k, v in value.items()
+            k: _interpolate(v, f"{dotted}.{k}" if dotted else k, *args) for k, v in value.items()
         }
     if isinstance(value, list):
-        return [interpolate(v, dotted, env, problems, where, secrets, variables) for v in value]
+        args = (env, problems, where, secrets, variables, is_secret, {})
+        leaves[dotted] = [_interpolate(v, dotted, *args) for v in value]
+        return leaves[dotted]
     if not isinstance(value, str):
+        leaves[dotted] = value
         return value
 
     def fill(match: re.Match[str]) -> str:
@@ -308,11 +264,12 @@ def interpolate(
                 f"{fix} next to the config"
             )
             return ""
-        if _SECRET_VAR_RE.search(var):
-            secrets.update(_secret_parts(got))
+        if is_secret_name(var) or is_secret(dotted):
+            secrets.update(secret_parts(got.strip()))
         return got
 
-    return _VAR_RE.sub(fill, value)
+    leaves[dotted] = _VAR_RE.sub(fill, value)
+    return leaves[dotted]
 
 
 def load_dotenv_files(config_dir: Path) -> list[str]:
@@ -342,27 +299,3 @@ def load_dotenv_files(config_dir: Path) -> list[str]:
                     ]
                 ) from None
     return warnings
-
-
-def secret_variable_values(
-    value: Any, dotted: str, env: Mapping[str, str], secret_fields: frozenset[str]
-) -> set[str]:
-    """Resolved values of every ``${VAR}`` feeding a secret field, also split at commas
-    and newlines, so each key is masked wherever it reappears."""
-    if isinstance(value, dict):
-        found: set[str] = set()
-        for k, v in value.items():
-            found |= secret_variable_values(v, f"{dotted}.{k}" if dotted else k, env, secret_fields)
-        return found
-    if isinstance(value, list):
-        return {s for v in value for s in secret_variable_values(v, dotted, env, secret_fields)}
-    if not isinstance(value, str):
-        return set()
-    key = dotted.rsplit(".", 1)[-1]
-    in_plugin_table = dotted.count(".") >= 2
-    if dotted not in secret_fields and not (in_plugin_table and SECRET_KEY_RE.match(key)):
-        return set()
-    found = set()
-    for var in _VAR_RE.findall(value):
-        found |= _secret_parts(env.get(var, "").strip())
-    return found

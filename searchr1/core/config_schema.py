@@ -1,38 +1,22 @@
 """The config schema: one frozen dataclass per ``config.toml`` section, and :class:`Config`.
 
 A setting only one plugin reads lives in that plugin's table (``[model.<provider>]``), as a
-settings dataclass of the same shape (``docs/plugins.md``). Field metadata carries the checks
-(:func:`searchr1.core.config_validate.check_table`), ``secret`` (out of ``repr()``, masked,
-redacted from logs) and, for plugin settings, ``also_in_section`` (``[model] api_key`` for
-``[model.<provider>] api_key``). The dataclasses are the schema: a new setting is one field."""
+settings dataclass of the same shape (``docs/plugins.md``); a plugin setting named like a
+field of its section (``[model] api_key``) takes that field's value unless the plugin table
+sets it. Field metadata carries the checks (:func:`searchr1.core.config_validate.check_table`)
+and ``secret`` (out of ``repr()``, masked, redacted from logs). The dataclasses are the
+schema: a new setting is one field."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchr1.core.secrets import masked, redact_value
 from searchr1.defaults import DEFAULT_NAMES
-
-REDACTED = "***"
-#: a plugin table's secret key; exact forms, not substrings (``max_tokens`` is no secret)
-SECRET_KEY_RE = re.compile(
-    r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
-)
-
-
-def mask_secrets(text: str, secrets: Collection[str]) -> str:
-    """``text`` with secrets replaced by ``***``: a whole equal value, and any secret of 4+
-    characters inside it (a key in a URL). Longest first, so a key containing another is
-    masked whole."""
-    if text in secrets:
-        return REDACTED
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def setting(default: Any, **checks: Any) -> Any:
@@ -65,6 +49,10 @@ class ModelConfig:
     temperature: float = _f(0.8, gt=0.0)
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     max_new_tokens: int = _f(2048, min=1)
+    api_base: str = _f("", help="the model service's URL (remote providers)")
+    api_key: str = _f("", secret=True, help='the service\'s key, e.g. "${TAOTOKEN_API_KEY}"')
+    device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps (in-process providers)")
+    dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
 
 
 @dataclass(frozen=True)
@@ -113,6 +101,23 @@ class SearchConfig:
     )
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
+    # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
+    api_keys: tuple[str, ...] = _f((), secret=True, split=True, help="comma separated keys")
+    api_base: str = _f("", help="empty = the provider's default address")
+    timeout_seconds: float = _f(10.0, gt=0.0)
+    max_retries: int = _f(2, min=0)
+    key_cooldown_seconds: float = _f(
+        math.inf, gt=0.0, inf_ok=True, help="a key limited (429) is benched this long"
+    )
+    key_max_failures: int = _f(
+        3,
+        min=1,
+        help="unusable answers in a row (API error in a 200, malformed body) of one key, "
+        "while another key works, that bench it",
+    )
+    key_probe_seconds: float = _f(
+        60.0, gt=0.0, help="a key benched for failing is tried again after this; doubles"
+    )
 
 
 @dataclass(frozen=True)
@@ -227,8 +232,6 @@ class Config:
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.my_engine")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
-    #: section -> its own table's keys that belong to the chosen plugin's settings
-    section_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     source: str = "<defaults>"
     #: every secret value (for log redaction); never printed
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
@@ -246,68 +249,28 @@ class Config:
         return dict(self.plugins.get(f"{section}.{name}", {}))
 
     def replace(self, **sections: Any) -> Config:
-        """A copy with fields changed: ``cfg.replace(train={"max_steps": 2})``; a key the
-        schema lacks goes to :attr:`section_extras`."""
-        changes: dict[str, Any] = {}
-        extras = {k: dict(v) for k, v in self.section_extras.items()}
-        for name, value in sections.items():
-            if isinstance(value, Mapping) and name in SECTIONS:
-                known = {f.name for f in dataclasses.fields(SECTIONS[name])}
-                own = {k: v for k, v in value.items() if k in known}
-                rest = {k: v for k, v in value.items() if k not in known}
-                changes[name] = dataclasses.replace(getattr(self, name), **own)
-                if rest:
-                    extras.setdefault(name, {}).update(rest)
-            else:
-                changes[name] = value
-        return dataclasses.replace(self, **changes, section_extras=extras)
+        """A copy with fields changed: ``cfg.replace(train={"max_steps": 2})``."""
+        changes = {
+            name: dataclasses.replace(getattr(self, name), **value)
+            if isinstance(value, Mapping) and name in SECTIONS
+            else value
+            for name, value in sections.items()
+        }
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
         out: dict[str, Any] = {}
         for section in SECTIONS:
             obj = getattr(self, section)
-            table: dict[str, Any] = {}
+            out[section] = {}
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
-                if redact and f.metadata.get("secret") and value:
-                    value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
-                elif redact:
-                    value = _redact_values(value, self.secrets)
-                table[f.name] = list(value) if isinstance(value, tuple) else value
-            out[section] = table
+                value = list(value) if isinstance(value, tuple) else value
+                out[section][f.name] = (
+                    masked(value) if redact and f.metadata.get("secret") and value else value
+                )
         for key, table in self.plugins.items():
             section, name = key.split(".", 1)
             out[section][name] = dict(table)
-        for section, extras in self.section_extras.items():
-            # shown where they were written (config check says where each is read)
-            for k, v in extras.items():
-                value = list(v) if isinstance(v, tuple) else v
-                if redact:
-                    secret = SECRET_KEY_RE.match(k) and value
-                    value = _masked(value) if secret else _redact_values(value, self.secrets)
-                out[section][k] = value
-        if redact:
-            for table in out.values():
-                for name, sub in table.items():
-                    if isinstance(sub, dict):
-                        table[name] = _redact_values(sub, self.secrets)
-        return out
-
-
-def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
-    """``value`` with secrets masked by value, and whole values of secret-named keys."""
-    if isinstance(value, dict):
-        return {
-            k: _masked(v) if SECRET_KEY_RE.match(k) and v else _redact_values(v, secrets)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return type(value)(_redact_values(v, secrets) for v in value)
-    if isinstance(value, str):
-        return mask_secrets(value, secrets)
-    return value
-
-
-def _masked(value: Any) -> Any:
-    return [REDACTED] * len(value) if isinstance(value, list | tuple) else REDACTED
+        return redact_value(out, self.secrets, by_name=True) if redact else out
