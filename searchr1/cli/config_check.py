@@ -48,9 +48,8 @@ def data_problems(config: Config) -> list[str]:
     from pathlib import Path
 
     from searchr1.core.builtins import is_builtin, resolve
-    from searchr1.core.config_validate import locator
 
-    where = locator(config)
+    where = config.where
     problems = []
     for field_name in ("train", "eval"):
         path = getattr(config.data, field_name)

@@ -29,7 +29,6 @@ from searchr1.core.config_validate import (
     declared_settings,
     infer_choices,
     key_lines,
-    secret_variable_names,
     unknown_name,
     url_problem,
 )
@@ -62,13 +61,20 @@ def load_config(
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
         text, source, base = _read_config_text(p), str(p), p.resolve().parent
-        _reject_empty(text, source)
-    notes: list[str] = []
-    if env is None:
-        notes = load_dotenv_files(base)
-        env = os.environ
-    config = parse_config(text, source=source, env=env)
-    return dataclasses.replace(config, warnings=(*notes, *config.warnings)) if notes else config
+        if not re.sub(r"(?m)^\s*(#.*)?$", "", text).strip():  # only blanks and comments
+            raise ConfigError(
+                [
+                    f"{source}: the config file is empty (no settings), so every field would "
+                    f"take its built-in schema default (the default model provider with "
+                    f"base_model = 'builtin:tiny', the default search provider with no corpus, "
+                    f"no data.train) - that is not the offline demo and cannot train. Fill it "
+                    f"in (config.toml.example shows every setting), or run without this file "
+                    f"to get the embedded offline demo."
+                ]
+            )
+    notes = load_dotenv_files(base) if env is None else []
+    config = parse_config(text, source=source, env=os.environ if env is None else env)
+    return dataclasses.replace(config, warnings=(*notes, *config.warnings))
 
 
 def _read_config_text(path: Path) -> str:
@@ -86,23 +92,7 @@ def _read_config_text(path: Path) -> str:
         ) from None
 
 
-def _reject_empty(text: str, source: str) -> None:
-    """An empty file would run on schema defaults, which is no runnable setup: say so."""
-    try:
-        empty = not tomli.loads(text)
-    except tomli.TOMLDecodeError:
-        return  # parse_config reports the syntax error with its line
-    if empty:
-        raise ConfigError(
-            [
-                f"{source}: the config file is empty (no settings), so every field would take "
-                f"its built-in schema default (the default model provider with base_model = "
-                f"'builtin:tiny', the default search provider with no corpus, no data.train) - "
-                f"that is not the offline demo and cannot train. Fill it in (config.toml.example "
-                f"shows every setting), or run without this file to get the embedded offline "
-                f"demo."
-            ]
-        )
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def parse_config(
@@ -116,14 +106,13 @@ def parse_config(
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
     registry = registry or installed_registry()
     lines = key_lines(text)
-
-    def where(dotted: str) -> str:
-        return f"{source}:{lines[dotted]}" if dotted in lines else source
-
+    where = Config(source=source, lines=lines).where
     problems: list[str] = []
     secrets: set[str] = set()
+    #: dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
-    # a plugin table's secret: a secret-named key, or a field a plugin declares secret
+    leaves: dict[str, Any] = {}
+    # a plugin table's secret: a secret-named key, or a field some plugin declares secret
     plugin_secrets = {
         f.name
         for kind in registry.entries.values()
@@ -137,120 +126,12 @@ def parse_config(
     def is_secret(dotted: str) -> bool:
         section, _, key = dotted.partition(".")
         if "." in key:  # [section.plugin] key
-            return key.rpartition(".")[2] in plugin_secrets or is_secret_name(key)
+            name = key.rpartition(".")[2]
+            return name in plugin_secrets or is_secret_name(name)
         schema = {f.name: f for f in dataclasses.fields(SECTIONS.get(section, Config))}
         return key in schema and bool(schema[key].metadata.get("secret"))
 
-    leaves: dict[str, Any] = {}
-    raw = _interpolate(raw, "", env, problems, where, secrets, variables, is_secret, leaves)
-    explicit = frozenset(
-        f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
-    )
-    moved = _stage_tables(raw, registry, where)
-    choices = infer_choices(raw, registry, where, problems)
-
-    sections: dict[str, Any] = {}
-    plugins: dict[str, dict[str, Any]] = {}
-    for key in raw:
-        if key not in SECTIONS:
-            problems.append(unknown_name(where(key), key, key, list(SECTIONS), "section"))
-    for section, cls in SECTIONS.items():
-        table = raw.get(section, {})
-        if not isinstance(table, dict):
-            problems.append(f"{where(section)}: {section} must be a table ([{section}])")
-            table = {}
-        known = {f.name for f in dataclasses.fields(cls)}
-        own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
-        plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
-        sections[section] = cls(**check_table(own, cls, section, problems, where))
-
-    if not problems:
-        cross_checks(sections, problems, where)
-    literal = []
-    for dotted, value in leaves.items():
-        bad_url = url_problem(dotted, value)
-        if bad_url:
-            problems.append(f"{where(dotted)}: {dotted} = {value!r} {bad_url}")
-        found = secret_parts(value) if is_secret(dotted) else set()
-        secrets |= found
-        literal += [dotted] if found and dotted not in variables else []
-    if problems:
-        # A message may quote a value that holds a secret (a key inside a URL).
-        raise ConfigError([redact_text(p, secrets) for p in problems])
-    names = secret_variable_names(raw, registry)
-    return Config(
-        **sections,
-        plugins=plugins,
-        source=source,
-        secrets=frozenset(s for s in secrets if s),
-        variables=variables,
-        choices=choices,
-        warnings=(*_literal_secret_warnings(literal, where, names), *moved),
-        explicit=explicit,
-    )
-
-
-def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[str]:
-    """Read a top-level table named after a train stage as ``[train.<name>]`` (where stage
-    settings live) and say so; with both tables the top-level one stays an unknown section."""
-    out = []
-    for name in registry.names("train_stage"):
-        if name in SECTIONS or not isinstance(raw.get(name), dict):
-            continue
-        train = raw.setdefault("train", {})
-        if isinstance(train, dict) and name not in train:
-            train[name] = raw.pop(name)
-            out.append(f"{where(name)}: [{name}] is read as [train.{name}]; rename the table")
-    return out
-
-
-def _literal_secret_warnings(dotted: list[str], where: Any, names: Mapping[str, str]) -> list[str]:
-    """A warning per secret written literally, not as ``${VAR}``, naming the variable it
-    should move to (``factory.secret_variables``, else the field's name in capitals)."""
-    out = []
-    for place in dotted:
-        var = names.get(place) or place.replace(".", "_").upper()
-        section, key = place.rsplit(".", 1)
-        out.append(
-            f"{where(place)}: {place} holds a literal secret: a config file is easy to commit "
-            f'and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... in a .env '
-            f"file next to the config (never committed)"
-        )
-    return out
-
-
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def _interpolate(
-    value: Any,
-    dotted: str,
-    env: Mapping[str, str],
-    problems: list[str],
-    where: Any,
-    secrets: set[str],
-    variables: dict[str, str],
-    is_secret: Any,
-    leaves: dict[str, Any],
-) -> Any:
-    """``value`` with ``${VAR}`` filled from ``env``; records the secrets a variable brings
-    (a secret-named variable, or any variable filling a secret field), which variable filled
-    each dotted field, and every non-table value by its dotted place (``leaves``)."""
-    if isinstance(value, dict):
-        args = (env, problems, where, secrets, variables, is_secret, leaves)
-        return {
-            k: _interpolate(v, f"{dotted}.{k}" if dotted else k, *args) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        args = (env, problems, where, secrets, variables, is_secret, {})
-        leaves[dotted] = [_interpolate(v, dotted, *args) for v in value]
-        return leaves[dotted]
-    if not isinstance(value, str):
-        leaves[dotted] = value
-        return value
-
-    def fill(match: re.Match[str]) -> str:
-        var = match.group(1)
+    def fill(var: str, dotted: str) -> str:
         variables.setdefault(dotted, var)
         got = env.get(var, "")
         if not got.strip():
@@ -268,8 +149,82 @@ def _interpolate(
             secrets.update(secret_parts(got.strip()))
         return got
 
-    leaves[dotted] = _VAR_RE.sub(fill, value)
-    return leaves[dotted]
+    def fill_in(value: Any, dotted: str) -> Any:
+        if isinstance(value, dict):
+            return {k: fill_in(v, f"{dotted}.{k}" if dotted else k) for k, v in value.items()}
+        if isinstance(value, list):
+            value = [fill_in(v, dotted) for v in value]
+        elif isinstance(value, str):
+            value = _VAR_RE.sub(lambda match: fill(match.group(1), dotted), value)
+        leaves[dotted] = value
+        return value
+
+    raw = fill_in(raw, "")
+    explicit = frozenset(
+        f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
+    )
+    moved = _stage_tables(raw, registry, where)
+    choices, names = infer_choices(raw, registry, where, problems)
+    sections: dict[str, Any] = {}
+    plugins: dict[str, dict[str, Any]] = {}
+    for key in raw:
+        if key not in SECTIONS:
+            problems.append(unknown_name(where(key), key, key, list(SECTIONS), "section"))
+    for section, cls in SECTIONS.items():
+        table = raw.get(section, {})
+        if not isinstance(table, dict):
+            problems.append(f"{where(section)}: {section} must be a table ([{section}])")
+            table = {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
+        plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
+        sections[section] = cls(**check_table(own, cls, section, problems, where))
+    if not problems:
+        cross_checks(sections, problems, where)
+
+    warnings = []
+    for dotted, value in leaves.items():
+        bad_url = url_problem(dotted, value)
+        if bad_url:
+            problems.append(f"{where(dotted)}: {dotted} = {value!r} {bad_url}")
+        found = secret_parts(value) if is_secret(dotted) else set()
+        secrets |= found
+        if found and dotted not in variables:
+            var = names.get(dotted) or dotted.replace(".", "_").upper()
+            section, key = dotted.rsplit(".", 1)
+            warnings.append(
+                f"{where(dotted)}: {dotted} holds a literal secret: a config file is easy to "
+                f'commit and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... '
+                f"in a .env file next to the config (never committed)"
+            )
+    if problems:
+        # A message may quote a value that holds a secret (a key inside a URL).
+        raise ConfigError([redact_text(p, secrets) for p in problems])
+    return Config(
+        **sections,
+        plugins=plugins,
+        source=source,
+        secrets=frozenset(secrets),
+        variables=variables,
+        choices=choices,
+        warnings=(*warnings, *moved),
+        explicit=explicit,
+        lines=lines,
+    )
+
+
+def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[str]:
+    """Read a top-level table named after a train stage as ``[train.<name>]`` (where stage
+    settings live) and say so; with both tables the top-level one stays an unknown section."""
+    out = []
+    for name in registry.names("train_stage"):
+        if name in SECTIONS or not isinstance(raw.get(name), dict):
+            continue
+        train = raw.setdefault("train", {})
+        if isinstance(train, dict) and name not in train:
+            train[name] = raw.pop(name)
+            out.append(f"{where(name)}: [{name}] is read as [train.{name}]; rename the table")
+    return out
 
 
 def load_dotenv_files(config_dir: Path) -> list[str]:
@@ -279,23 +234,20 @@ def load_dotenv_files(config_dir: Path) -> list[str]:
     from dotenv import dotenv_values, load_dotenv
 
     warnings: list[str] = []
-    for folder in dict.fromkeys([config_dir, Path.cwd()]):
-        env_file = folder / ".env"
-        if env_file.is_file():
-            try:
-                for name, value in dotenv_values(env_file).items():
-                    if value and os.environ.get(name) == "":
-                        os.environ[name] = value
-                        warnings.append(
-                            f"{name} is exported but empty in the environment; using its value "
-                            f"from {env_file} (run `unset {name}` to silence this)"
-                        )
-                load_dotenv(env_file, override=False)
-            except UnicodeDecodeError as exc:
-                raise ConfigError(
-                    [
-                        f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
-                        f"as UTF-8"
-                    ]
-                ) from None
+    for env_file in dict.fromkeys([config_dir / ".env", Path.cwd() / ".env"]):
+        if not env_file.is_file():
+            continue
+        try:
+            for name, value in dotenv_values(env_file).items():
+                if value and os.environ.get(name) == "":
+                    os.environ[name] = value
+                    warnings.append(
+                        f"{name} is exported but empty in the environment; using its value "
+                        f"from {env_file} (run `unset {name}` to silence this)"
+                    )
+            load_dotenv(env_file, override=False)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                [f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"]
+            ) from None
     return warnings

@@ -40,11 +40,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    provider: str = _f(
-        "",
-        help="model provider plugin name; when absent from the file: the provider whose plugin "
-        "claims the file's [model] table, else the one its plugin declares the default",
-    )
+    #: when absent from the file: the provider whose plugin claims the file's [model] table,
+    #: else the one its plugin declares the default
+    provider: str = _f("", help="model provider plugin name")
     base_model: str = _f("builtin:tiny")
     temperature: float = _f(0.8, gt=0.0)
     top_p: float = _f(0.95, gt=0.0, max=1.0)
@@ -72,10 +70,7 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f(
-        DEFAULT_NAMES["rollout.protocol"],
-        help="agent protocol name (the plugins command lists them)",
-    )
+    protocol: str = _f(DEFAULT_NAMES["rollout.protocol"], help="agent protocol name")
     enable_thinking: bool = _f(False, help="passed to the chat template (tool-calling protocols)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
@@ -88,17 +83,11 @@ class SearchConfig:
     top_k: int = _f(3, min=1, max=100)
     max_concurrency: int = _f(16, min=1)
     cache: bool = _f(True, help="answer a repeated query of this run from memory")
-    disk_cache: bool = _f(
-        True,
-        help="keep a keyed (billed) service's answers on disk and reuse them in later runs "
-        "(--no-cache turns it off)",
-    )
-    cache_ttl_hours: float = _f(
-        168.0, gt=0.0, inf_ok=True, help="answers kept on disk older than this are asked again"
-    )
-    cost_per_call: float = _f(
-        0.0, min=0.0, help="price of one paid call (any currency); 0 = cost not reported"
-    )
+    #: keep a keyed (billed) service's answers on disk for later runs (--no-cache: off)
+    disk_cache: bool = _f(True)
+    #: answers kept on disk older than this are asked again
+    cache_ttl_hours: float = _f(168.0, gt=0.0, inf_ok=True)
+    cost_per_call: float = _f(0.0, min=0.0, help="price of one paid call; 0 = not reported")
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
     # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
@@ -106,18 +95,12 @@ class SearchConfig:
     api_base: str = _f("", help="empty = the provider's default address")
     timeout_seconds: float = _f(10.0, gt=0.0)
     max_retries: int = _f(2, min=0)
-    key_cooldown_seconds: float = _f(
-        math.inf, gt=0.0, inf_ok=True, help="a key limited (429) is benched this long"
-    )
-    key_max_failures: int = _f(
-        3,
-        min=1,
-        help="unusable answers in a row (API error in a 200, malformed body) of one key, "
-        "while another key works, that bench it",
-    )
-    key_probe_seconds: float = _f(
-        60.0, gt=0.0, help="a key benched for failing is tried again after this; doubles"
-    )
+    #: a key limited (429) is benched this long (inf: the run)
+    key_cooldown_seconds: float = _f(math.inf, gt=0.0, inf_ok=True)
+    #: unusable answers in a row (API error in a 200, malformed body) of one key, while
+    #: another key works, that bench it; tried again after key_probe_seconds (doubling)
+    key_max_failures: int = _f(3, min=1)
+    key_probe_seconds: float = _f(60.0, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -129,12 +112,9 @@ class RewardConfig:
 class TrainConfig:
     max_steps: int = _f(20, min=0)
     save_every: int = _f(5, min=1)
-    max_staleness: int = _f(
-        0,
-        min=0,
-        help="0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: "
-        "the model provider's declared default, else 0",
-    )
+    #: 0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: the
+    #: model provider's declared default, else 0
+    max_staleness: int = _f(0, min=0)
     loss_fn: str = _f(DEFAULT_NAMES["train.loss_fn"])
     max_datum_tokens: int = _f(8192, min=16)
     max_micro_batch_datums: int = _f(32, min=1)
@@ -175,12 +155,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    sinks: tuple[str, ...] = _f(
-        (),
-        split=True,
-        unique=True,
-        help="metric sinks besides events.jsonl (always on), by registered name",
-    )
+    #: metric sinks besides events.jsonl (always on), by registered name
+    sinks: tuple[str, ...] = _f((), split=True, unique=True)
 
 
 @dataclass(frozen=True)
@@ -190,29 +166,13 @@ class SmokeConfig:
 
     question: str = _f("", help="empty = the reference setup's question (needs real search)")
     answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
+    #: behaviour criteria smoke prints but does not require (an untrained model's config)
     report_only: tuple[str, ...] = _f(
         (),
         split=True,
         unique=True,
         each_choice=("both_signs", "searches_in_range", "answer_format"),
-        help="behaviour criteria smoke prints but does not require (an untrained model's "
-        "config): both_signs, searches_in_range, answer_format",
     )
-
-
-SECTIONS: dict[str, type] = {
-    "run": RunConfig,
-    "model": ModelConfig,
-    "lora": LoraConfig,
-    "rollout": RolloutConfig,
-    "search": SearchConfig,
-    "reward": RewardConfig,
-    "train": TrainConfig,
-    "optimizer": OptimizerConfig,
-    "data": DataConfig,
-    "log": LogConfig,
-    "smoke": SmokeConfig,
-}
 
 
 @dataclass(frozen=True)
@@ -243,6 +203,12 @@ class Config:
     warnings: tuple[str, ...] = ()
     #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: dotted field (and section) -> its line in the file
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+
+    def where(self, dotted: str) -> str:
+        """``file:line`` of ``dotted`` (the file alone when the line is not known)."""
+        return f"{self.source}:{self.lines[dotted]}" if dotted in self.lines else self.source
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""
@@ -274,3 +240,11 @@ class Config:
             section, name = key.split(".", 1)
             out[section][name] = dict(table)
         return redact_value(out, self.secrets, by_name=True) if redact else out
+
+
+#: section name -> its schema dataclass, in file order
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if dataclasses.is_dataclass(f.default_factory)
+}

@@ -15,7 +15,6 @@ import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import Config
@@ -215,11 +214,9 @@ def url_problem(dotted: str, value: Any) -> str | None:
             f"has scheme {parts.scheme!r}; only http:// and https:// work "
             f"(did you mean https://{rest}?)"
         )
-    return (
-        None
-        if parts.hostname
-        else "has no host; write the whole address, e.g. https://example.com/api"
-    )
+    if not parts.hostname:
+        return "has no host; write the whole address, e.g. https://example.com/api"
+    return None
 
 
 # --------------------------------------------------------------------------- what plugins declare
@@ -257,22 +254,15 @@ def _label(kind: str, section: str) -> str:
     return "provider" if section == "model" else kind.replace("_", " ")
 
 
-def _reg(
-    registry: Registry, kind: str, raw: Mapping[str, Any], section: str, key: str
-) -> Registration | None:
-    """The registration ``raw`` chooses for ``kind`` (None when it names none known)."""
-    table = raw.get(section)
-    name = table.get(key) if isinstance(table, dict) else None
-    return registry.entries[kind].get(name) if isinstance(name, str) else None
-
-
 def infer_choices(
     raw: dict[str, Any], registry: Registry, where: Where, problems: list[str]
-) -> dict[str, str]:
+) -> tuple[dict[str, str], dict[str, str]]:
     """Fill in ``raw`` each omitted provider (the one whose ``infer_provider`` claims the
-    table, else the ``default``) and the chosen plugins' ``factory.defaults``; return
-    ``dotted field -> why`` (printed by config check)."""
+    table, else the ``default``) and the chosen plugins' ``factory.defaults``. Return
+    ``dotted field -> why`` (printed by config check) and ``dotted secret -> variable`` a
+    literal should move to (the chosen plugins' ``factory.secret_variables``)."""
     reasons: dict[str, str] = {}
+    variables: dict[str, str] = {}
     for kind, (section, key) in chosen_kinds().items():
         table = raw.get(section) if isinstance(raw.get(section), dict) else {}
         if key != "provider" or key in table:
@@ -290,9 +280,13 @@ def infer_choices(
         "and ends with one `Answer: ...` line (the reference setup's format)"
     )
     for kind, (section, key) in chosen_kinds().items():
-        reg = _reg(registry, kind, raw, section, key)
+        name = raw[section].get(key) if isinstance(raw.get(section), dict) else None
+        reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
             continue
+        declared = getattr(reg.factory, "secret_variables", None)
+        for field_name, var in dict(declared or {}).items():
+            variables[f"{section}.{field_name}"] = variables[f"{section}.{name}.{field_name}"] = var
         for dotted, (value, why) in dict(getattr(reg.factory, "defaults", None) or {}).items():
             target, _, field_name = dotted.partition(".")
             current = raw.setdefault(target, {})
@@ -306,7 +300,7 @@ def infer_choices(
         if "max_staleness" in (raw.get("train") if isinstance(raw.get("train"), dict) else {})
         else "not set; 0: synchronous steps (the model provider declares no other default)",
     )
-    return reasons
+    return reasons, variables
 
 
 def _infer_provider(
@@ -333,26 +327,16 @@ def _infer_provider(
         return found[0]
     names = " and ".join(repr(n) for n, _ in found)
     if claims:
-        problem = f"the plugins of {names} each claim it; write provider = ... in [{section}] to choose one"
+        problem = f"the plugins of {names} each claim it; write provider = ... in [{section}] to "
+        problem += "choose one"
     elif defaults:
-        problem = f"{names} are each declared the default {kind.replace('_', ' ')}; write provider = ... in [{section}]"
+        problem = f"{names} are each declared the default {kind.replace('_', ' ')}; write "
+        problem += f"provider = ... in [{section}]"
     else:
-        problem = "no installed plugin claims it or is the default; write provider = ... (the `plugins` command lists them)"
+        problem = "no installed plugin claims it or is the default; write provider = ... (the "
+        problem += "`plugins` command lists them)"
     problems.append(f"{where(section)}: [{section}] sets no provider and {problem}")
     return "", ""
-
-
-def secret_variable_names(raw: Mapping[str, Any], registry: Registry) -> dict[str, str]:
-    """``dotted secret -> variable`` a literal should move to (``factory.secret_variables``)."""
-    out: dict[str, str] = {}
-    for kind, (section, key) in chosen_kinds().items():
-        reg = _reg(registry, kind, raw, section, key)
-        if reg is None:
-            continue
-        declared = getattr(reg.factory, "secret_variables", None)
-        for field_name, var in dict(declared or {}).items():
-            out[f"{section}.{field_name}"] = out[f"{section}.{reg.name}.{field_name}"] = var
-    return out
 
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
@@ -414,21 +398,12 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def locator(config: Config, text: str | None = None) -> Where:
-    """``where(dotted) -> "file:line"`` (just the source when not from a readable file)."""
-    try:
-        lines = key_lines(Path(config.source).read_text("utf-8-sig") if text is None else text)
-    except (OSError, UnicodeDecodeError):
-        lines = {}
-    return lambda dotted: f"{config.source}:{lines[dotted]}" if dotted in lines else config.source
-
-
 def check_plugin_choices(config: Config, registry: Registry) -> None:
     """Raise one ConfigError listing every unregistered plugin name, unowned
     ``[section.name]`` table, and bad setting of a chosen plugin's declared tables (checked
     like the core's own sections; a field naming a plugin, metadata ``names=KIND``, against
     the registry), so ``config check`` finds them before any run."""
-    where = locator(config)
+    where = config.where
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
     for kind, (_, field_name) in KINDS.items():
