@@ -48,7 +48,7 @@ class ModelConfig:
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     max_new_tokens: int = _f(2048, min=1)
     api_base: str = _f("", help="the model service's URL (remote providers)")
-    api_key: str = _f("", secret=True, help='the service\'s key, e.g. "${TAOTOKEN_API_KEY}"')
+    api_key: str = _f("", secret=True, help='the service\'s key, e.g. "${MY_API_KEY}"')
     device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps (in-process providers)")
     dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
 

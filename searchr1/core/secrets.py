@@ -1,7 +1,7 @@
 """Secrets: which names hold one, and masking their values wherever they reappear (log
 events, config dumps, error messages, HTTP errors).
 
-A name is secret when its last part is a credential word (``api_key``, ``ZHIHU_SEARCH_KEYS``,
+A name is secret when its last part is a credential word (``api_key``, ``SEARCH_KEYS``,
 ``HF_TOKEN``, ``accessToken``, ``Authorization``, ``X-Api-Key``, ``Cookie``) or it holds SECRET/PASSWORD
 anywhere. Parts, not substrings: ``MAX_TOKENS`` or ``key_cooldown_seconds`` is no secret
 (masking "2048" would blank every 2048 logged). Values are masked by value: every value
