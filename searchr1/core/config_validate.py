@@ -65,11 +65,11 @@ def plugin_settings(
 ) -> S:
     """A plugin's ``[section.name]`` table as a ``cls`` instance, checked by
     :func:`check_table` (a bad value falls back to its default) and ``checks``; all problems
-    raise at once in one :class:`ConfigError`. A field named like a field of ``[section]``
-    (``[model] api_key``, ``[search] timeout_seconds``) takes the section's value when the
-    file or code sets it; the plugin's table wins."""
+    raise at once in one :class:`ConfigError`. A field named like a ``provider`` field of
+    ``[section]`` (``[model] api_key``) takes the section's value when the file or code sets
+    it; the plugin's table wins."""
     problems: list[str] = []
-    table = {k: v for k, v in _set_fields(config, section).items() if k in _names(cls)}
+    table = {k: v for k, v in _provider_fields(config, section).items() if k in _names(cls)}
     table.update(config.plugin_table(section, name))
     values = check_table(table, cls, f"{section}.{name}", problems, lambda _: config.source)
     settings = cls(**values)
@@ -80,14 +80,18 @@ def plugin_settings(
     return settings
 
 
-def _set_fields(config: Config, section: str) -> dict[str, Any]:
-    """The fields of ``[section]`` the file sets or that differ from their default."""
+def _provider_fields(config: Config, section: str) -> dict[str, Any]:
+    """The ``provider`` fields of ``[section]`` the file sets or that differ from their
+    default (set in code)."""
     obj = getattr(config, section)
     return {
         f.name: getattr(obj, f.name)
         for f in dataclasses.fields(obj)
-        if f"{section}.{f.name}" in config.explicit
-        or getattr(obj, f.name) != getattr(type(obj)(), f.name)
+        if f.metadata.get("provider")
+        and (
+            f"{section}.{f.name}" in config.explicit
+            or getattr(obj, f.name) != getattr(type(obj)(), f.name)
+        )
     }
 
 
@@ -340,8 +344,8 @@ def _infer_provider(
 
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
-    """Warnings before the run: settings of a section the chosen plugin does not read
-    although other plugins do, and each chosen ``factory.advise(config)``. A failing
+    """Warnings before the run: ``provider`` fields set that the chosen provider does not
+    read although other plugins do, and each chosen ``factory.advise(config)``. A failing
     ``advise`` is ignored: the load reports it."""
     registry = registry or installed_registry()
     out: list[str] = []
@@ -353,7 +357,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
         except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
             reg = None
         reads = {n for cls in declared_settings(reg).values() for n in _names(cls)}
-        for name in _set_fields(config, section):
+        for name in _provider_fields(config, section):
             owners = sorted(
                 r.name
                 for r in registry.entries[kind].values()

@@ -59,6 +59,20 @@ def test_the_plugin_table_wins_over_the_section() -> None:
     assert plugin_settings(config, "search", "zhihu", ZhihuSettings).timeout_seconds == 7.0
 
 
+def test_only_provider_fields_of_a_section_reach_a_plugin_setting_of_that_name() -> None:
+    """[search] timeout_seconds is the search provider's; [search] top_k is the loop's, so a
+    plugin setting also called top_k keeps its own default (as [train] loss_fn does not
+    become a stage's loss_fn)."""
+
+    @dataclass(frozen=True)
+    class Engine:
+        top_k: int = 7
+        timeout_seconds: float = 30.0
+
+    config = parse_config("[search]\ntop_k = 5\ntimeout_seconds = 4\n", source="c.toml", env={})
+    assert plugin_settings(config, "search", "engine", Engine) == Engine(7, 4.0)
+
+
 def test_a_section_value_is_checked_where_it_is_written() -> None:
     with pytest.raises(ConfigError, match=r"c\.toml:4: search\.timeout_seconds = -1 must be > 0"):
         parse_config(
