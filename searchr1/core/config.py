@@ -109,7 +109,7 @@ def parse_config(
     where = Config(source=source, lines=lines).where
     problems: list[str] = []
     secrets: set[str] = set()
-    #: dotted field -> the variable that filled it; every non-table value by its dotted place
+    # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
     leaves: dict[str, Any] = {}
     # a plugin table's secret: a secret-named key, or a field some plugin declares secret
@@ -128,8 +128,8 @@ def parse_config(
         if "." in key:  # [section.plugin] key
             name = key.rpartition(".")[2]
             return name in plugin_secrets or is_secret_name(name)
-        schema = {f.name: f for f in dataclasses.fields(SECTIONS.get(section, Config))}
-        return key in schema and bool(schema[key].metadata.get("secret"))
+        fields = dataclasses.fields(SECTIONS[section]) if section in SECTIONS else ()
+        return any(f.name == key and f.metadata.get("secret") for f in fields)
 
     def fill(var: str, dotted: str) -> str:
         variables.setdefault(dotted, var)
