@@ -78,7 +78,8 @@ def _quiet_logging(config: Config) -> None:
     reference setup's script prints its own lines on stdout."""
     import structlog
 
-    from searchr1.core.logs import get_logger, register_secrets, setup_logging
+    from searchr1.core.logs import get_logger, setup_logging
+    from searchr1.core.secrets import register_secrets
 
     register_secrets(config.secrets)
     if not structlog.is_configured():
@@ -106,26 +107,18 @@ class ZhihuSearchClient:
         **search_settings: Any,
     ):
         from searchr1.core.config_schema import SearchConfig
-        from searchr1.core.config_validate import shared_fields
         from searchr1.core.plugins import load_registry
-        from searchr1.plugins.zhihu_search import ZhihuSettings
 
         registry = load_registry()
         cfg = load_api_config(config, registry)
         if cfg.search.provider != "zhihu":
-            extras = {k: v for k, v in cfg.section_extras.items() if k != "search"}
-            cfg = dataclasses.replace(
-                cfg, search=SearchConfig(provider="zhihu"), section_extras=extras
-            )
+            cfg = dataclasses.replace(cfg, search=SearchConfig(provider="zhihu"))
         if top_k < 1:
             raise ConfigError([f"ZhihuSearchClient: top_k must be >= 1, got {top_k}"])
-        known = {f.name for f in dataclasses.fields(SearchConfig)} | set(
-            shared_fields(ZhihuSettings)
-        )
-        unknown = sorted(set(search_settings) - known)
+        unknown = sorted(set(search_settings) - {f.name for f in dataclasses.fields(SearchConfig)})
         if unknown:
             raise ConfigError([f"ZhihuSearchClient: unknown search settings {unknown}"])
-        changes: dict[str, Any] = {"api_keys": [k.strip() for k in keys if k.strip()]}
+        changes: dict[str, Any] = {"api_keys": tuple(k.strip() for k in keys if k.strip())}
         changes.update(top_k=top_k, **search_settings)
         if api_base:
             changes["api_base"] = api_base
