@@ -78,7 +78,8 @@ def _quiet_logging(config: Config) -> None:
     reference setup's script prints its own lines on stdout."""
     import structlog
 
-    from searchr1.core.logs import get_logger, register_secrets, setup_logging
+    from searchr1.core.logs import get_logger, setup_logging
+    from searchr1.core.secrets import register_secrets
 
     register_secrets(config.secrets)
     if not structlog.is_configured():
@@ -111,22 +112,17 @@ class ZhihuSearchClient:
         registry = load_registry()
         cfg = load_api_config(config, registry)
         if cfg.search.provider != "zhihu":
-            extras = {k: v for k, v in cfg.section_extras.items() if k != "search"}
-            cfg = dataclasses.replace(
-                cfg, search=SearchConfig(provider="zhihu"), section_extras=extras
-            )
+            cfg = dataclasses.replace(cfg, search=SearchConfig(provider="zhihu"))
         if top_k < 1:
             raise ConfigError([f"ZhihuSearchClient: top_k must be >= 1, got {top_k}"])
         own = {f.name for f in dataclasses.fields(SearchConfig)}
         changes: dict[str, Any] = {k: v for k, v in search_settings.items() if k in own}
-        changes["top_k"] = top_k
-        # The rest is the provider's: its settings check names any unknown key.
+        changes.update(api_keys=tuple(k.strip() for k in keys if k.strip()), top_k=top_k)
+        # The rest is the provider's ([search.zhihu]): its settings check names any unknown key.
         table = cfg.plugin_table("search", "zhihu")
         table.update((k, v) for k, v in search_settings.items() if k not in own)
-        if any(k.strip() for k in keys):
-            table["api_keys"] = [k.strip() for k in keys if k.strip()]
         if api_base:
-            table["api_base"] = api_base
+            changes["api_base"] = api_base
         cfg = dataclasses.replace(cfg, plugins={**cfg.plugins, "search.zhihu": table})
         self.config = cfg.replace(search=changes)
         self.top_k = top_k

@@ -24,7 +24,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_validate import advice, check_plugin_choices, relocations
+    from searchr1.core.config_validate import advice, check_plugin_choices
     from searchr1.core.plugins import load_registry
 
     registry = load_registry()
@@ -37,8 +37,6 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     for dotted, reason in config.choices.items():
         section, key = dotted.split(".", 1)
         print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
-    for line in relocations(config, registry):
-        print(f"# {line}")
     for line in [*config.warnings, *advice(config, registry), *_token_fit(config, registry)]:
         print(f"# warning: {line}")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
@@ -51,9 +49,8 @@ def data_problems(config: Config) -> list[str]:
     from pathlib import Path
 
     from searchr1.core.assets import is_builtin, resolve
-    from searchr1.core.config_validate import locator
 
-    where = locator(config)
+    where = config.where
     problems = []
     for field_name in ("train", "eval"):
         path = getattr(config.data, field_name)

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             raise disk_error(refused) from exc
     except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
-        from searchr1.core.logs import redact_text
+        from searchr1.core.secrets import redact_text
 
         text = redact_text(str(exc))  # a message may quote a value holding a key
         print(

@@ -43,9 +43,10 @@ from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criter
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, UserError
-from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.logs import get_logger
 from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class
+from searchr1.core.secrets import redact_text
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
 from searchr1.kit.token_limits import limit_hits
@@ -298,11 +299,9 @@ def _say(exc: BaseException) -> str:
 def search_key_count(config: Config) -> int:
     """How many keys the search provider's ``api_keys`` holds (in its table or in
     ``[search]``); 0 for a provider without keys."""
-    table = {
-        **config.section_extras.get("search", {}),
-        **config.plugin_table("search", config.search.provider),
-    }
-    keys = table.get("api_keys", ())
+    keys = config.plugin_table("search", config.search.provider).get(
+        "api_keys", config.search.api_keys
+    )
     if isinstance(keys, str):
         keys = re.split(r"[,\n]", keys)
     return sum(1 for key in keys if isinstance(key, str) and key.strip())

@@ -5,10 +5,10 @@ variables win unless exported but empty) and raises :class:`ConfigError` listing
 problems with file and line. No file: the embedded offline default
 (``searchr1/defaults/offline.toml``). Relative paths resolve against the working directory.
 
-Secrets (values from secret-named variables, ``*_KEY(S)``, ``*_TOKEN``, ...; plugin fields
-marked ``secret``) collect in :attr:`Config.secrets`, masked by value wherever they reappear
-(logs, errors, ``to_dict``). Schema: :mod:`searchr1.core.config_schema`; checks:
-:mod:`searchr1.core.config_validate`."""
+Secrets (the values of secret-named variables and of secret fields: schema fields marked
+``secret``, secret-named keys of plugin tables; :mod:`searchr1.core.secrets`) collect in
+:attr:`Config.secrets`, masked by value wherever they reappear (logs, errors, ``to_dict``).
+Schema: :mod:`searchr1.core.config_schema`; checks: :mod:`searchr1.core.config_validate`."""
 
 from __future__ import annotations
 
@@ -22,27 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import tomli
 
-from searchr1.core.config_schema import (
-    SECRET_KEY_RE,
-    SECTIONS,
-    Config,
-    mask_secrets,
-)
+from searchr1.core.config_schema import SECTIONS, Config
 from searchr1.core.config_validate import (
     check_table,
     cross_checks,
     declared_settings,
     infer_choices,
     key_lines,
-    literal_secret_warnings,
-    secret_variable_names,
-    section_extras,
-    shared_secret_fields,
     unknown_name,
-    url_problems,
+    url_problem,
 )
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
+from searchr1.core.secrets import is_secret_name, redact_text, secret_parts
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
@@ -73,13 +65,21 @@ def load_config(
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
         text, source, base = _read_config_text(p), str(p), p.resolve().parent
-        _reject_empty(text, source)
-    notes: list[str] = []
-    if env is None:
-        notes = load_dotenv_files(base)
-        env = os.environ
+        if not re.sub(r"(?m)^\s*(#.*)?$", "", text).strip():  # only blanks and comments
+            raise ConfigError(
+                [
+                    f"{source}: the config file is empty (no settings), so every field would "
+                    f"take its built-in schema default (the default model provider with "
+                    f"base_model = 'builtin:tiny', the default search provider with no corpus, "
+                    f"no data.train) - that is not the offline demo and cannot train. Fill it "
+                    f"in (config.toml.example shows every setting), or run without this file "
+                    f"to get the embedded offline demo."
+                ]
+            )
+    notes = load_dotenv_files(base) if env is None else []
+    env = os.environ if env is None else env
     config = parse_config(text, source=source, env=env, registry=registry)
-    return dataclasses.replace(config, warnings=(*notes, *config.warnings)) if notes else config
+    return dataclasses.replace(config, warnings=(*notes, *config.warnings))
 
 
 def _read_config_text(path: Path) -> str:
@@ -97,23 +97,7 @@ def _read_config_text(path: Path) -> str:
         ) from None
 
 
-def _reject_empty(text: str, source: str) -> None:
-    """An empty file would run on schema defaults, which is no runnable setup: say so."""
-    try:
-        empty = not tomli.loads(text)
-    except tomli.TOMLDecodeError:
-        return  # parse_config reports the syntax error with its line
-    if empty:
-        raise ConfigError(
-            [
-                f"{source}: the config file is empty (no settings), so every field would take "
-                f"its built-in schema default (the default model provider with base_model = "
-                f"'builtin:tiny', the default search provider with no corpus, no data.train) - "
-                f"that is not the offline demo and cannot train. Fill it in (config.toml.example "
-                f"shows every setting), or run without this file to get the embedded offline "
-                f"demo."
-            ]
-        )
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def parse_config(
@@ -126,26 +110,66 @@ def parse_config(
     except tomli.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
     registry = registry or load_registry()
-
     lines = key_lines(text)
+    where = Config(source=source, lines=lines).where
     problems: list[str] = []
-
-    def where(dotted: str) -> str:
-        line = lines.get(dotted)
-        return f"{source}:{line}" if line else source
-
     secrets: set[str] = set()
+    # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
-    secret_fields = shared_secret_fields(registry)
-    secrets.update(secret_variable_values(raw, "", env, secret_fields))
-    raw = interpolate(raw, "", env, problems, where, secrets, variables)
+    leaves: dict[str, Any] = {}
+    # a plugin table's secret: a secret-named key, or a field some plugin declares secret
+    plugin_secrets = {
+        f.name
+        for kind in registry.entries.values()
+        for reg in kind.values()
+        for cls in declared_settings(reg).values()
+        if dataclasses.is_dataclass(cls)
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
+    }
+
+    def is_secret(dotted: str) -> bool:
+        section, _, key = dotted.partition(".")
+        if "." in key:  # [section.plugin] key
+            name = key.rpartition(".")[2]
+            return name in plugin_secrets or is_secret_name(name)
+        fields = dataclasses.fields(SECTIONS[section]) if section in SECTIONS else ()
+        return any(f.name == key and f.metadata.get("secret") for f in fields)
+
+    def fill(var: str, dotted: str) -> str:
+        variables.setdefault(dotted, var)
+        got = env.get(var, "")
+        if not got.strip():
+            if var not in env:
+                state, fix = "is not set", "set it in the environment or in a .env file"
+            else:
+                state = "is exported but empty"
+                fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
+            problems.append(
+                f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
+                f"{fix} next to the config"
+            )
+            return ""
+        if is_secret_name(var) or is_secret(dotted):
+            secrets.update(secret_parts(got.strip()))
+        return got
+
+    def fill_in(value: Any, dotted: str) -> Any:
+        if isinstance(value, dict):
+            return {k: fill_in(v, f"{dotted}.{k}" if dotted else k) for k, v in value.items()}
+        if isinstance(value, list):
+            value = [fill_in(v, dotted) for v in value]
+        elif isinstance(value, str):
+            value = _VAR_RE.sub(lambda match: fill(match.group(1), dotted), value)
+        leaves[dotted] = value
+        return value
+
+    raw = fill_in(raw, "")
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
     moved = _stage_tables(raw, registry, where)
-    choices = infer_choices(raw, registry, where, problems)
-    extras = section_extras(raw, registry, where, problems)
-
+    choices, names = infer_choices(raw, registry, where, problems)
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
     for key in raw:
@@ -157,44 +181,40 @@ def parse_config(
             problems.append(f"{where(section)}: {section} must be a table ([{section}])")
             table = {}
         known = {f.name for f in dataclasses.fields(cls)}
-        for key, value in table.items():
-            if key not in known and isinstance(value, dict):
-                plugins[f"{section}.{key}"] = value
-        mine = extras.get(section, {})
-        values = check_table(
-            {
-                k: v
-                for k, v in table.items()
-                if (k in known or not isinstance(v, dict)) and k not in mine
-            },
-            cls,
-            section,
-            problems,
-            where,
-        )
-        sections[section] = cls(**values)
-
+        own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
+        plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
+        sections[section] = cls(**check_table(own, cls, section, problems, where))
     if not problems:
         cross_checks(sections, problems, where)
-    problems.extend(url_problems(raw, where))
-    found = _plugin_secrets(extras, plugins, secret_fields)
-    for value in found.values():
-        secrets.update(_secret_parts(value))
+
+    warnings = []
+    for dotted, value in leaves.items():
+        bad_url = url_problem(dotted, value)
+        if bad_url:
+            problems.append(f"{where(dotted)}: {dotted} = {value!r} {bad_url}")
+        found = secret_parts(value) if is_secret(dotted) else set()
+        secrets |= found
+        if found and dotted not in variables:
+            var = names.get(dotted) or dotted.replace(".", "_").upper()
+            section, key = dotted.rsplit(".", 1)
+            warnings.append(
+                f"{where(dotted)}: {dotted} holds a literal secret: a config file is easy to "
+                f'commit and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... '
+                f"in a .env file next to the config (never committed)"
+            )
     if problems:
         # A message may quote a value that holds a secret (a key inside a URL).
-        raise ConfigError([mask_secrets(p, secrets) for p in problems])
-    names = secret_variable_names(raw, registry)
-    _alias_variables(variables, extras, raw, registry)
+        raise ConfigError([redact_text(p, secrets) for p in problems])
     return Config(
         **sections,
         plugins=plugins,
-        section_extras=extras,
         source=source,
-        secrets=frozenset(s for s in secrets if s),
+        secrets=frozenset(secrets),
         variables=variables,
         choices=choices,
-        warnings=(*literal_secret_warnings(found, variables, where, names), *moved),
+        warnings=(*warnings, *moved),
         explicit=explicit,
+        lines=lines,
     )
 
 
@@ -212,113 +232,6 @@ def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[s
     return out
 
 
-def _plugin_secrets(
-    extras: Mapping[str, Mapping[str, Any]],
-    plugins: Mapping[str, Mapping[str, Any]],
-    secret_fields: frozenset[str],
-) -> dict[str, Any]:
-    """``dotted place -> value`` of every secret a plugin reads (section or plugin table)."""
-    found: dict[str, Any] = {}
-    for section, table in extras.items():
-        for key, value in table.items():
-            if f"{section}.{key}" in secret_fields:
-                found[f"{section}.{key}"] = value
-    for prefix, table in plugins.items():
-        for key, value in table.items():
-            dotted = f"{prefix}.{key}"
-            if dotted in secret_fields or (SECRET_KEY_RE.match(key) and isinstance(value, str)):
-                found[dotted] = value
-    return found
-
-
-def _secret_parts(value: Any) -> set[str]:
-    """A secret value and, for a list or a comma/newline separated string, each part."""
-    items = value if isinstance(value, list | tuple) else [value]
-    out: set[str] = set()
-    for item in items:
-        if isinstance(item, str) and item.strip():
-            out.add(item)
-            out.update(p.strip() for p in re.split(r"[,\n]", item) if p.strip())
-    return out
-
-
-def _alias_variables(
-    variables: dict[str, str],
-    extras: Mapping[str, Mapping[str, Any]],
-    raw: Mapping[str, Any],
-    registry: Registry,
-) -> None:
-    """Record a section-table setting's variable under the chosen plugin's table too
-    (``model.api_key`` -> ``model.<provider>.api_key``), where the plugin looks it up."""
-    from searchr1.core.plugins import KINDS
-
-    for kind, (_, field_name) in KINDS.items():
-        section, _, key = field_name.partition(".")
-        table = raw.get(section)
-        chosen = table.get(key) if isinstance(table, dict) else None
-        reg = registry.entries[kind].get(chosen) if isinstance(chosen, str) else None
-        if reg is None:
-            continue
-        for name in extras.get(section, {}):
-            var = variables.get(f"{section}.{name}")
-            for table_name in declared_settings(reg):
-                if var:
-                    variables.setdefault(f"{section}.{table_name}.{name}", var)
-
-
-_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-#: a secret variable name: a KEY(S)/TOKEN/PASSWORD part or SECRET/PASSWORD anywhere. Parts,
-#: not substrings: ``MAX_TOKENS`` is no secret (masking "2048" would blank every 2048 logged)
-_SECRET_VAR_RE = re.compile(
-    r"(?:^|_)(?:API_?)?(?:KEYS?|TOKEN|PASS|PASSWD)(?:_|$)|SECRET|PASSWORD", re.IGNORECASE
-)
-
-
-def interpolate(
-    value: Any,
-    dotted: str,
-    env: Mapping[str, str],
-    problems: list[str],
-    where: Any,
-    secrets: set[str],
-    variables: dict[str, str],
-) -> Any:
-    """``value`` with ``${VAR}`` filled from ``env``; records secrets and which variable
-    filled each dotted field."""
-    if isinstance(value, dict):
-        return {
-            k: interpolate(
-                v, f"{dotted}.{k}" if dotted else k, env, problems, where, secrets, variables
-            )
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [interpolate(v, dotted, env, problems, where, secrets, variables) for v in value]
-    if not isinstance(value, str):
-        return value
-
-    def fill(match: re.Match[str]) -> str:
-        var = match.group(1)
-        variables.setdefault(dotted, var)
-        got = env.get(var, "")
-        if not got.strip():
-            if var not in env:
-                state, fix = "is not set", "set it in the environment or in a .env file"
-            else:
-                state = "is exported but empty"
-                fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
-            problems.append(
-                f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
-                f"{fix} next to the config"
-            )
-            return ""
-        if _SECRET_VAR_RE.search(var):
-            secrets.update(_secret_parts(got))
-        return got
-
-    return _VAR_RE.sub(fill, value)
-
-
 def load_dotenv_files(config_dir: Path) -> list[str]:
     """Load ``.env`` files into ``os.environ`` (set variables win) and return warnings. An
     exported but **empty** variable is filled from ``.env`` with a warning: it is almost
@@ -326,47 +239,20 @@ def load_dotenv_files(config_dir: Path) -> list[str]:
     from dotenv import dotenv_values, load_dotenv
 
     warnings: list[str] = []
-    for folder in dict.fromkeys([config_dir, Path.cwd()]):
-        env_file = folder / ".env"
-        if env_file.is_file():
-            try:
-                for name, value in dotenv_values(env_file).items():
-                    if value and os.environ.get(name) == "":
-                        os.environ[name] = value
-                        warnings.append(
-                            f"{name} is exported but empty in the environment; using its value "
-                            f"from {env_file} (run `unset {name}` to silence this)"
-                        )
-                load_dotenv(env_file, override=False)
-            except UnicodeDecodeError as exc:
-                raise ConfigError(
-                    [
-                        f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it "
-                        f"as UTF-8"
-                    ]
-                ) from None
+    for env_file in dict.fromkeys([config_dir / ".env", Path.cwd() / ".env"]):
+        if not env_file.is_file():
+            continue
+        try:
+            for name, value in dotenv_values(env_file).items():
+                if value and os.environ.get(name) == "":
+                    os.environ[name] = value
+                    warnings.append(
+                        f"{name} is exported but empty in the environment; using its value "
+                        f"from {env_file} (run `unset {name}` to silence this)"
+                    )
+            load_dotenv(env_file, override=False)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                [f"{env_file}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"]
+            ) from None
     return warnings
-
-
-def secret_variable_values(
-    value: Any, dotted: str, env: Mapping[str, str], secret_fields: frozenset[str]
-) -> set[str]:
-    """Resolved values of every ``${VAR}`` feeding a secret field, also split at commas
-    and newlines, so each key is masked wherever it reappears."""
-    if isinstance(value, dict):
-        found: set[str] = set()
-        for k, v in value.items():
-            found |= secret_variable_values(v, f"{dotted}.{k}" if dotted else k, env, secret_fields)
-        return found
-    if isinstance(value, list):
-        return {s for v in value for s in secret_variable_values(v, dotted, env, secret_fields)}
-    if not isinstance(value, str):
-        return set()
-    key = dotted.rsplit(".", 1)[-1]
-    in_plugin_table = dotted.count(".") >= 2
-    if dotted not in secret_fields and not (in_plugin_table and SECRET_KEY_RE.match(key)):
-        return set()
-    found = set()
-    for var in _VAR_RE.findall(value):
-        found |= _secret_parts(env.get(var, "").strip())
-    return found

@@ -3,36 +3,21 @@
 A setting only one plugin reads lives in that plugin's table (``[model.<provider>]``), as a
 settings dataclass of the same shape (``docs/plugins.md``). Field metadata carries the checks
 (:func:`searchr1.core.config_validate.check_table`), ``secret`` (out of ``repr()``, masked,
-redacted from logs) and, for plugin settings, ``also_in_section`` (``[model] api_key`` for
-``[model.<provider>] api_key``). The dataclasses are the schema: a new setting is one field."""
+redacted from logs) and ``provider``: a field the chosen provider reads (``[model] api_key``,
+where the reference setup writes it), through its own setting of the same name, unless its
+table ``[model.<provider>]`` sets that. The dataclasses are the schema: a new setting is one
+field."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Collection, Mapping
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchr1.core.secrets import masked, redact_value
 from searchr1.defaults import DEFAULT_NAMES
-
-REDACTED = "***"
-#: a plugin table's secret key; exact forms, not substrings (``max_tokens`` is no secret)
-SECRET_KEY_RE = re.compile(
-    r"^(?:.*_)?(?:api_?keys?|keys?|token|secret|password|passwd)$", re.IGNORECASE
-)
-
-
-def mask_secrets(text: str, secrets: Collection[str]) -> str:
-    """``text`` with secrets replaced by ``***``: a whole equal value, and any secret of 4+
-    characters inside it (a key in a URL). Longest first, so a key containing another is
-    masked whole."""
-    if text in secrets:
-        return REDACTED
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def setting(default: Any, **checks: Any) -> Any:
@@ -56,15 +41,19 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    provider: str = _f(
-        "",
-        help="model provider plugin name; when absent from the file: the provider whose plugin "
-        "claims the file's [model] table, else the one its plugin declares the default",
-    )
+    #: when absent from the file: the provider whose plugin claims the file's [model] table,
+    #: else the one its plugin declares the default
+    provider: str = _f("", help="model provider plugin name")
     base_model: str = _f("builtin:tiny")
     temperature: float = _f(0.8, gt=0.0)
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     max_new_tokens: int = _f(2048, min=1)
+    api_base: str = _f("", provider=True, help="the model service's URL")
+    api_key: str = _f("", provider=True, secret=True, help='e.g. "${MY_API_KEY}"')
+    device: str = _f("auto", provider=True, help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = _f(
+        "auto", provider=True, choices=("auto", "float32", "bfloat16", "float16", "float64")
+    )
 
 
 @dataclass(frozen=True)
@@ -84,10 +73,7 @@ class RolloutConfig:
     max_search_calls: int = _f(4, min=0)
     max_assistant_turns: int = _f(6, min=1)
     max_trajectory_tokens: int = _f(8192, min=16)
-    protocol: str = _f(
-        DEFAULT_NAMES["rollout.protocol"],
-        help="agent protocol name (the plugins command lists them)",
-    )
+    protocol: str = _f(DEFAULT_NAMES["rollout.protocol"], help="agent protocol name")
     enable_thinking: bool = _f(False, help="passed to the chat template (tool-calling protocols)")
     max_observation_tokens: int = _f(512, min=8)
     dynamic_sampling: bool = _f(False)
@@ -100,19 +86,24 @@ class SearchConfig:
     top_k: int = _f(3, min=1, max=100)
     max_concurrency: int = _f(16, min=1)
     cache: bool = _f(True, help="answer a repeated query of this run from memory")
-    disk_cache: bool = _f(
-        True,
-        help="keep a keyed (billed) service's answers on disk and reuse them in later runs "
-        "(--no-cache turns it off)",
-    )
-    cache_ttl_hours: float = _f(
-        168.0, gt=0.0, inf_ok=True, help="answers kept on disk older than this are asked again"
-    )
-    cost_per_call: float = _f(
-        0.0, min=0.0, help="price of one paid call (any currency); 0 = cost not reported"
-    )
+    #: keep a keyed (billed) service's answers on disk for later runs (--no-cache: off)
+    disk_cache: bool = _f(True)
+    #: answers kept on disk older than this are asked again
+    cache_ttl_hours: float = _f(168.0, gt=0.0, inf_ok=True)
+    cost_per_call: float = _f(0.0, min=0.0, help="price of one paid call; 0 = not reported")
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
+    # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
+    api_keys: tuple[str, ...] = _f((), provider=True, secret=True, split=True)
+    api_base: str = _f("", provider=True, help="empty = the provider's default address")
+    timeout_seconds: float = _f(10.0, provider=True, gt=0.0)
+    max_retries: int = _f(2, provider=True, min=0)
+    #: a key limited (429) is benched this long (inf: the run)
+    key_cooldown_seconds: float = _f(math.inf, provider=True, gt=0.0, inf_ok=True)
+    #: unusable answers in a row (API error in a 200, malformed body) of one key, while
+    #: another key works, that bench it; tried again after key_probe_seconds (doubling)
+    key_max_failures: int = _f(3, provider=True, min=1)
+    key_probe_seconds: float = _f(60.0, provider=True, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -124,12 +115,9 @@ class RewardConfig:
 class TrainConfig:
     max_steps: int = _f(20, min=0)
     save_every: int = _f(5, min=1)
-    max_staleness: int = _f(
-        0,
-        min=0,
-        help="0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: "
-        "the model provider's declared default, else 0",
-    )
+    #: 0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: the
+    #: model provider's declared default, else 0
+    max_staleness: int = _f(0, min=0)
     loss_fn: str = _f(DEFAULT_NAMES["train.loss_fn"])
     max_datum_tokens: int = _f(8192, min=16)
     max_micro_batch_datums: int = _f(32, min=1)
@@ -170,12 +158,8 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    sinks: tuple[str, ...] = _f(
-        (),
-        split=True,
-        unique=True,
-        help="metric sinks besides events.jsonl (always on), by registered name",
-    )
+    #: metric sinks besides events.jsonl (always on), by registered name
+    sinks: tuple[str, ...] = _f((), split=True, unique=True)
 
 
 @dataclass(frozen=True)
@@ -185,29 +169,13 @@ class SmokeConfig:
 
     question: str = _f("", help="empty = the reference setup's question (needs real search)")
     answers: tuple[str, ...] = _f((), split=True, help="golden answers of [smoke] question")
+    #: behaviour criteria smoke prints but does not require (an untrained model's config)
     report_only: tuple[str, ...] = _f(
         (),
         split=True,
         unique=True,
         each_choice=("both_signs", "searches_in_range", "answer_format"),
-        help="behaviour criteria smoke prints but does not require (an untrained model's "
-        "config): both_signs, searches_in_range, answer_format",
     )
-
-
-SECTIONS: dict[str, type] = {
-    "run": RunConfig,
-    "model": ModelConfig,
-    "lora": LoraConfig,
-    "rollout": RolloutConfig,
-    "search": SearchConfig,
-    "reward": RewardConfig,
-    "train": TrainConfig,
-    "optimizer": OptimizerConfig,
-    "data": DataConfig,
-    "log": LogConfig,
-    "smoke": SmokeConfig,
-}
 
 
 @dataclass(frozen=True)
@@ -227,8 +195,6 @@ class Config:
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
     #: plugin sub-tables, keyed "section.name" (e.g. "search.my_engine")
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
-    #: section -> its own table's keys that belong to the chosen plugin's settings
-    section_extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
     source: str = "<defaults>"
     #: every secret value (for log redaction); never printed
     secrets: frozenset[str] = field(default_factory=frozenset, repr=False)
@@ -240,74 +206,48 @@ class Config:
     warnings: tuple[str, ...] = ()
     #: the dotted fields the file sets (so a warning can tell "set" from "defaulted")
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: dotted field (and section) -> its line in the file
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+
+    def where(self, dotted: str) -> str:
+        """``file:line`` of ``dotted`` (the file alone when the line is not known)."""
+        return f"{self.source}:{self.lines[dotted]}" if dotted in self.lines else self.source
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""
         return dict(self.plugins.get(f"{section}.{name}", {}))
 
     def replace(self, **sections: Any) -> Config:
-        """A copy with fields changed: ``cfg.replace(train={"max_steps": 2})``; a key the
-        schema lacks goes to :attr:`section_extras`."""
-        changes: dict[str, Any] = {}
-        extras = {k: dict(v) for k, v in self.section_extras.items()}
-        for name, value in sections.items():
-            if isinstance(value, Mapping) and name in SECTIONS:
-                known = {f.name for f in dataclasses.fields(SECTIONS[name])}
-                own = {k: v for k, v in value.items() if k in known}
-                rest = {k: v for k, v in value.items() if k not in known}
-                changes[name] = dataclasses.replace(getattr(self, name), **own)
-                if rest:
-                    extras.setdefault(name, {}).update(rest)
-            else:
-                changes[name] = value
-        return dataclasses.replace(self, **changes, section_extras=extras)
+        """A copy with fields changed: ``cfg.replace(train={"max_steps": 2})``."""
+        changes = {
+            name: dataclasses.replace(getattr(self, name), **value)
+            if isinstance(value, Mapping) and name in SECTIONS
+            else value
+            for name, value in sections.items()
+        }
+        return dataclasses.replace(self, **changes)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
         """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
         out: dict[str, Any] = {}
         for section in SECTIONS:
             obj = getattr(self, section)
-            table: dict[str, Any] = {}
+            out[section] = {}
             for f in dataclasses.fields(obj):
                 value = getattr(obj, f.name)
-                if redact and f.metadata.get("secret") and value:
-                    value = [REDACTED] * len(value) if isinstance(value, tuple) else REDACTED
-                elif redact:
-                    value = _redact_values(value, self.secrets)
-                table[f.name] = list(value) if isinstance(value, tuple) else value
-            out[section] = table
+                value = list(value) if isinstance(value, tuple) else value
+                out[section][f.name] = (
+                    masked(value) if redact and f.metadata.get("secret") and value else value
+                )
         for key, table in self.plugins.items():
             section, name = key.split(".", 1)
             out[section][name] = dict(table)
-        for section, extras in self.section_extras.items():
-            # shown where they were written (config check says where each is read)
-            for k, v in extras.items():
-                value = list(v) if isinstance(v, tuple) else v
-                if redact:
-                    secret = SECRET_KEY_RE.match(k) and value
-                    value = _masked(value) if secret else _redact_values(value, self.secrets)
-                out[section][k] = value
-        if redact:
-            for table in out.values():
-                for name, sub in table.items():
-                    if isinstance(sub, dict):
-                        table[name] = _redact_values(sub, self.secrets)
-        return out
+        return redact_value(out, self.secrets, by_name=True) if redact else out
 
 
-def _redact_values(value: Any, secrets: frozenset[str]) -> Any:
-    """``value`` with secrets masked by value, and whole values of secret-named keys."""
-    if isinstance(value, dict):
-        return {
-            k: _masked(v) if SECRET_KEY_RE.match(k) and v else _redact_values(v, secrets)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return type(value)(_redact_values(v, secrets) for v in value)
-    if isinstance(value, str):
-        return mask_secrets(value, secrets)
-    return value
-
-
-def _masked(value: Any) -> Any:
-    return [REDACTED] * len(value) if isinstance(value, list | tuple) else REDACTED
+#: section name -> its schema dataclass, in file order
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if dataclasses.is_dataclass(f.default_factory)
+}

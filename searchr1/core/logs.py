@@ -13,7 +13,6 @@ import atexit
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,41 +20,11 @@ from typing import IO, Any, Protocol
 
 import structlog
 
-_BEARER_RE = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-~+/=]{6,}", re.IGNORECASE)
-_secrets: set[str] = set()
-
-
-def register_secrets(values: Iterable[str]) -> None:
-    """Add values that must never appear in any log line (e.g. keys a provider reads)."""
-    _secrets.update(v for v in values if v and len(v) >= 4)
-
-
-def redact_text(text: str) -> str:
-    """``text`` with every registered secret and bearer token replaced by ``***``."""
-    for secret in sorted(_secrets, key=len, reverse=True):
-        if secret in text:
-            text = text.replace(secret, "***")
-    return _BEARER_RE.sub(r"\1***", text)
-
-
-def _redact(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, dict):
-        return {k: _redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_redact(v) for v in value)
-    if isinstance(value, BaseException):
-        return redact_text(f"{type(value).__name__}: {value}")
-    return value
-
-
-#: public name for plugins and the sink layer: ``value`` with secrets replaced, recursively
-redact_value = _redact
+from searchr1.core.secrets import redact_value, register_secrets
 
 
 def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    return {k: _redact(v) for k, v in event_dict.items()}
+    return redact_value(event_dict)
 
 
 class _JsonLinesFile:

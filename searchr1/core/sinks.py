@@ -13,8 +13,9 @@ from typing import Any
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, UserError
-from searchr1.core.logs import get_logger, redact_text, redact_value
+from searchr1.core.logs import get_logger
 from searchr1.core.plugins import PluginError, Registry
+from searchr1.core.secrets import redact_text, redact_value
 from searchr1.core.types import MetricSink
 
 #: events (besides ``metrics``) whose numbers go to the sinks, with the scalar prefix used

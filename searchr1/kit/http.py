@@ -24,7 +24,7 @@ What one call does (:meth:`HttpClient.send`):
   when the retries, the deadline or the server's patience ran out. Both say the method, the
   URL without its query string or user info, the number of attempts and the last failure;
   header values and query values that look like credentials are cut out of the body excerpt,
-  as are the secrets registered with :mod:`searchr1.core.logs`.
+  as are the secrets registered with :mod:`searchr1.core.secrets`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
-import re
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
@@ -42,7 +41,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from searchr1.core.errors import SearchR1Error
-from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.logs import get_logger
+from searchr1.core.secrets import is_secret_name, redact_text
 from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
@@ -54,9 +54,6 @@ RequestBuilder = Callable[[httpx.AsyncClient], httpx.Request]
 #: told ``("attempt", 0)``, ``("timeout", 0)``, ``("connection_error", 0)`` and
 #: ``("retry", delay_s)`` as they happen (metrics)
 EventHook = Callable[[str, float], None]
-
-#: header and query names whose values are never shown (matched as substrings, any case)
-_SECRET_NAMES = re.compile(r"auth|key|token|secret|signature|password|cookie", re.I)
 
 
 class Verdict(enum.Enum):
@@ -367,15 +364,9 @@ def _excerpt(response: httpx.Response, request: httpx.Request) -> str:
 def _scrub(text: str, request: httpx.Request) -> str:
     """``text`` without the credential-like header and query values of ``request`` (a server
     that echoes the key back must not put it into our error) and registered secrets."""
-    values = [v for k, v in request.headers.items() if _SECRET_NAMES.search(k)]
-    values += [v for k, v in request.url.params.multi_items() if _SECRET_NAMES.search(k)]
-    for value in values:
-        # the whole value and its last word (the credential of "Bearer <key>"); 4+ characters,
-        # so that a short flag value does not blank out half the message
-        for part in sorted({value.strip(), *value.split()[-1:]}, key=len, reverse=True):
-            if len(part) >= 4 and part in text:
-                text = text.replace(part, "***")
-    for part in (request.url.userinfo.decode(errors="replace"), request.url.password or ""):
-        if len(part) >= 4 and part in text:
-            text = text.replace(part, "***")
-    return redact_text(text)
+    pairs = [*request.headers.items(), *request.url.params.multi_items()]
+    values = [v for k, v in pairs if is_secret_name(k)]
+    # the whole value and its last word (the credential of "Bearer <key>"), and the user info
+    secrets = {p for v in values for p in (v.strip(), *v.split()[-1:])}
+    secrets |= {request.url.userinfo.decode(errors="replace"), request.url.password or ""}
+    return redact_text(text, secrets)

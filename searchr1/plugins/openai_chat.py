@@ -95,8 +95,8 @@ class ChatSettings:
     """``[model.openai_chat]`` (all optional but ``api_base``)."""
 
     #: the server (TaoToken: https://taotoken.net/api, vLLM: http://host:8000)
-    api_base: str = setting("", also_in_section=True)
-    api_key: str = setting("", secret=True, also_in_section=True)
+    api_base: str = setting("")
+    api_key: str = setting("", secret=True)
     #: model name sent to the API; empty = [model] base_model
     model: str = ""
     #: local tokenizer (folder, hub id or builtin:); empty = [model] base_model
@@ -175,7 +175,8 @@ class OpenAIChatProvider:
             model=settings.model or config.model.base_model,
             tokenizer=provider_tokenizer(config, "openai_chat", settings.tokenizer),
             settings=settings,
-            key_name=config.variables.get("model.openai_chat.api_key", "model.api_key"),
+            key_name=config.variables.get("model.openai_chat.api_key")
+            or config.variables.get("model.api_key", "model.api_key"),
         )
 
     @property

@@ -32,7 +32,7 @@ import httpx
 
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.logs import redact_text
+from searchr1.core.secrets import redact_text
 from searchr1.core.types import SearchResponse, SearchResult
 from searchr1.kit.search.http_provider import (
     HttpSearchProvider,

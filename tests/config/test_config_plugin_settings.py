@@ -1,6 +1,7 @@
-"""Plugins own their settings: a key of a section's own table that a plugin declares is read
-by the chosen plugin, the provider a file leaves out is the one a plugin claims or declares
-the default, and the core config modules name no built-in plugin."""
+"""Plugins own their settings: a plugin setting named like a field of its section (the
+reference skeleton's ``[model] api_key``, ``[search] api_keys``) takes the section's value
+unless the plugin's table sets it, the provider a file leaves out is the one a plugin claims
+or declares the default, and the core config modules name no built-in plugin."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import setting
-from searchr1.core.config_validate import advice, plugin_settings, relocations
+from searchr1.core.config_validate import advice, plugin_settings
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
@@ -22,7 +23,7 @@ from searchr1.plugins.zhihu_search import ZhihuSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"TAOTOKEN_API_KEY": "sk-test-abcdef123456", "ZHIHU_SEARCH_KEYS": "zk-1111,zk-2222"}
-OLD_PLACE = """
+SKELETON = """
 [model]
 api_base = "https://taotoken.net/api"
 api_key = "${TAOTOKEN_API_KEY}"
@@ -33,8 +34,8 @@ timeout_seconds = 4
 """
 
 
-def test_a_setting_in_the_old_place_is_read_by_the_chosen_plugin() -> None:
-    config = parse_config(OLD_PLACE, source="c.toml", env=ENV)
+def test_a_section_setting_is_read_by_the_chosen_plugin() -> None:
+    config = parse_config(SKELETON, source="c.toml", env=ENV)
     assert config.model.provider == "taotoken"
     remote = plugin_settings(config, "model", "taotoken", RemoteSettings)
     assert (remote.api_base, remote.api_key) == (
@@ -43,25 +44,36 @@ def test_a_setting_in_the_old_place_is_read_by_the_chosen_plugin() -> None:
     )
     zhihu = plugin_settings(config, "search", "zhihu", ZhihuSettings)
     assert zhihu.api_keys == ("zk-1111", "zk-2222") and zhihu.timeout_seconds == 4.0
-    assert relocations(config, load_registry()) == [
-        "model.api_base: now [model.taotoken] api_base (read from the old place)",
-        "model.api_key: now [model.taotoken] api_key (read from the old place)",
-        "search.api_keys: now [search.zhihu] api_keys (read from the old place)",
-        "search.timeout_seconds: now [search.zhihu] timeout_seconds (read from the old place)",
-    ]
-    # the variable behind the key is known under the new place too (errors name it)
-    assert config.variables["model.taotoken.api_key"] == "TAOTOKEN_API_KEY"
+    # the skeleton's keys are fields of their sections, not moved anywhere
+    assert config.model.api_key == ENV["TAOTOKEN_API_KEY"] and config.search.max_retries == 2
+    assert config.search.api_keys == ("zk-1111", "zk-2222")
+    # the variable behind the key is known (errors name it)
+    assert config.variables["model.api_key"] == "TAOTOKEN_API_KEY"
     dumped = repr(config.to_dict(redact=True)) + repr(config)
     assert "sk-test-abcdef123456" not in dumped and "zk-2222" not in dumped
 
 
-def test_the_plugin_table_wins_over_the_old_place() -> None:
-    text = OLD_PLACE + "[search.zhihu]\ntimeout_seconds = 7\n"
+def test_the_plugin_table_wins_over_the_section() -> None:
+    text = SKELETON + "[search.zhihu]\ntimeout_seconds = 7\n"
     config = parse_config(text, source="c.toml", env=ENV)
     assert plugin_settings(config, "search", "zhihu", ZhihuSettings).timeout_seconds == 7.0
 
 
-def test_an_old_place_value_is_checked_where_it_is_written() -> None:
+def test_only_provider_fields_of_a_section_reach_a_plugin_setting_of_that_name() -> None:
+    """[search] timeout_seconds is the search provider's; [search] top_k is the loop's, so a
+    plugin setting also called top_k keeps its own default (as [train] loss_fn does not
+    become a stage's loss_fn)."""
+
+    @dataclass(frozen=True)
+    class Engine:
+        top_k: int = 7
+        timeout_seconds: float = 30.0
+
+    config = parse_config("[search]\ntop_k = 5\ntimeout_seconds = 4\n", source="c.toml", env={})
+    assert plugin_settings(config, "search", "engine", Engine) == Engine(7, 4.0)
+
+
+def test_a_section_value_is_checked_where_it_is_written() -> None:
     with pytest.raises(ConfigError, match=r"c\.toml:4: search\.timeout_seconds = -1 must be > 0"):
         parse_config(
             '[search]\nprovider = "zhihu"\n\ntimeout_seconds = -1\n', source="c.toml", env={}
@@ -94,7 +106,7 @@ def test_the_default_provider_is_declared_by_a_plugin() -> None:
 def _claiming_plugin() -> SimpleNamespace:
     @dataclass(frozen=True)
     class Settings:
-        api_key: str = setting("", secret=True, also_in_section=True)
+        api_key: str = setting("", secret=True)
 
     def make(config):  # type: ignore[no-untyped-def]
         raise NotImplementedError
@@ -129,7 +141,7 @@ def test_two_plugins_claiming_one_file_is_a_config_error() -> None:
         env={"K": "k-1"},
         registry=registry,
     )
-    assert config.section_extras["model"]["api_key"] == "k-1" and "k-1" in config.secrets
+    assert config.model.api_key == "k-1" and "k-1" in config.secrets
 
 
 def test_no_core_config_module_names_a_built_in_plugin() -> None:

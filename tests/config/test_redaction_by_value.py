@@ -123,3 +123,23 @@ def test_only_secret_looking_variable_names_are_masked_by_value(
     assert main(["config", "check", "--config", str(tmp_path / "c.toml")]) == 0
     out = capsys.readouterr().out
     assert 'stopwords = "*** and 2048"' in out and "max_new_tokens = 2048" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        # config keys and variables (the config's two old rules) ...
+        ("api_key", True), ("api_keys", True), ("ZHIHU_SEARCH_KEYS", True), ("HF_TOKEN", True),
+        ("DB_PASSWORD", True), ("client_secret", True), ("AWS_ACCESS_KEY_ID", True),
+        ("MAX_TOKENS", False), ("max_new_tokens", False), ("key_cooldown_seconds", False),
+        ("key_probe_seconds", False), ("tokenizer", False), ("api_base", False),
+        # ... and HTTP header and query names (the HTTP client's old rule)
+        ("Authorization", True), ("X-Api-Key", True), ("apiKey", True), ("accessToken", True),
+        ("Cookie", True), ("X-Amz-Signature", True), ("Content-Type", False),
+        ("User-Agent", False), ("monkey", False),
+    ],
+)  # fmt: skip
+def test_one_rule_names_a_secret_in_a_config_a_variable_and_a_request(name, secret) -> None:
+    from searchr1.core.secrets import is_secret_name
+
+    assert is_secret_name(name) is secret

@@ -345,16 +345,18 @@ def test_the_seed_smoke_script_runs_with_changed_imports(project: Path) -> None:
 
 
 def test_api_search_client_takes_provider_settings_and_names_an_unknown_one() -> None:
-    """``ZhihuSearchClient(..., timeout_seconds=...)`` sets the provider's own settings; a
-    misspelt one is refused with the key named (and a suggestion), before any search."""
+    """``ZhihuSearchClient(...)`` takes ``[search]`` settings (``timeout_seconds=``) and the
+    provider's own (``search_db=``); a misspelt one is refused with the key named (and a
+    suggestion), before any search."""
     from searchr1.api import ZhihuSearchClient
     from searchr1.core.errors import ConfigError
 
     client = ZhihuSearchClient(keys=["k1", " k2 "], top_k=2, timeout_seconds=3.5, search_db="all")
-    table = client.config.plugin_table("search", "zhihu")
-    assert table["api_keys"] == ["k1", "k2"] and table["timeout_seconds"] == 3.5
-    assert client.provider.options.search_db == "all"
-    with pytest.raises(
-        ConfigError, match=r"search\.zhihu\.timeout_second.*did you mean 'timeout_seconds'"
-    ):
-        ZhihuSearchClient(keys=["k1"], timeout_second=3.5)
+    assert client.config.search.api_keys == ("k1", "k2")
+    assert client.config.search.timeout_seconds == 3.5
+    assert (
+        client.provider.options.search_db == "all"
+        and client.provider.options.timeout_seconds == 3.5
+    )
+    with pytest.raises(ConfigError, match=r"search\.zhihu\.search_bd.*did you mean 'search_db'"):
+        ZhihuSearchClient(keys=["k1"], search_bd="all")

@@ -39,7 +39,7 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config_schema import SearchConfig, setting
-from searchr1.core.logs import redact_text
+from searchr1.core.secrets import redact_text
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
@@ -101,29 +101,18 @@ class _Tries:
 
 @dataclass(frozen=True)
 class HttpSearchSettings:
-    """The HTTP settings of one search service (``[search.<provider>]``, or ``[search]``)."""
+    """The HTTP settings of one search service: the ``[search]`` fields of the same names
+    (:class:`~searchr1.core.config_schema.SearchConfig` says what each means), overridden by
+    ``[search.<provider>]``."""
 
-    api_keys: tuple[str, ...] = setting((), secret=True, split=True, also_in_section=True)
+    api_keys: tuple[str, ...] = setting((), secret=True, split=True)
     #: empty = the provider's ``default_api_base``
-    api_base: str = setting("", also_in_section=True)
-    timeout_seconds: float = setting(10.0, gt=0.0, also_in_section=True)
-    max_retries: int = setting(2, min=0, also_in_section=True)
-    key_cooldown_seconds: float = setting(
-        math.inf, gt=0.0, inf_ok=True, also_in_section=True, help="inf = benched for the run"
-    )
-    key_max_failures: int = setting(
-        3,
-        min=1,
-        also_in_section=True,
-        help="unusable answers in a row (API error in a 200, malformed body) of one key, "
-        "while another key works, that bench it",
-    )
-    key_probe_seconds: float = setting(
-        60.0,
-        gt=0.0,
-        also_in_section=True,
-        help="a key benched for failing is tried again after this; doubles per failed probe",
-    )
+    api_base: str = setting("")
+    timeout_seconds: float = setting(10.0, gt=0.0)
+    max_retries: int = setting(2, min=0)
+    key_cooldown_seconds: float = setting(math.inf, gt=0.0, inf_ok=True)
+    key_max_failures: int = setting(3, min=1)
+    key_probe_seconds: float = setting(60.0, gt=0.0)
 
 
 class HttpSearchProvider(BaseSearchProvider):

@@ -67,10 +67,8 @@ class LocalSettings:
     :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` may also be
     written in ``[model]``."""
 
-    device: str = setting("auto", also_in_section=True, help="auto | cpu | cuda | cuda:N | mps")
-    dtype: str = setting(
-        "auto", also_in_section=True, choices=("auto", "float32", "bfloat16", "float16", "float64")
-    )
+    device: str = setting("auto", help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = setting("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.disk import write_text_atomic
-from searchr1.core.logs import redact_text
+from searchr1.core.secrets import redact_text
 from searchr1.plugins.remote_model.errors import RemoteServiceError
 
 CHECKPOINT_FILE = "remote_checkpoint.json"

@@ -58,7 +58,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.logs import get_logger, redact_text
+from searchr1.core.logs import get_logger
+from searchr1.core.secrets import redact_text
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import (
     AdamParams,

@@ -31,8 +31,8 @@ class RemoteSettings:
     """
 
     #: the service's base URL (TaoToken: https://taotoken.net/api)
-    api_base: str = setting("", also_in_section=True)
-    api_key: str = setting("", secret=True, also_in_section=True)
+    api_base: str = setting("")
+    api_key: str = setting("", secret=True)
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
     #: local tokenizer (path or hub name); empty = ``[model] base_model``
     tokenizer: str = ""
@@ -82,7 +82,8 @@ def load_settings(config: Config, provider_name: str, default_sdk: str) -> Remot
 def api_key_variable(config: Config, provider_name: str) -> str:
     """What to call the API key in an error: the environment variable that filled the key
     (``api_key = "${VAR}"``) when there is one, else ``model.api_key``."""
-    return config.variables.get(f"model.{provider_name}.api_key", "model.api_key")
+    own = config.variables.get(f"model.{provider_name}.api_key")
+    return own or config.variables.get("model.api_key", "model.api_key")
 
 
 def infer_taotoken(model_table: Mapping[str, Any]) -> str | None:

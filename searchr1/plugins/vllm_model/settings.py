@@ -31,8 +31,8 @@ from searchr1.core.config_schema import setting
 
 @dataclass(frozen=True)
 class VllmSettings:
-    api_base: str = setting("", also_in_section=True)
-    api_key: str = setting("", secret=True, also_in_section=True)
+    api_base: str = setting("")
+    api_key: str = setting("", secret=True)
     python: str = ""
     server_args: tuple[str, ...] = ()
     max_model_len: int = field(default=0, metadata={"min": 0})
