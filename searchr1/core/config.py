@@ -138,7 +138,7 @@ def parse_config(
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
-    moved = _stage_tables(raw, registry, where)
+    moved = _stage_tables(raw, where)
     choices = infer_choices(raw, registry, where, problems)
     extras = section_extras(raw, registry, where, problems)
 
@@ -189,16 +189,37 @@ def parse_config(
         secrets=frozenset(s for s in secrets if s),
         variables=variables,
         choices=choices,
-        warnings=(*literal_secret_warnings(found, variables, where, names), *moved),
+        warnings=(
+            *literal_secret_warnings(found, variables, where, names),
+            *moved,
+            *_unused_names(sections["train"], where),
+        ),
         explicit=explicit,
     )
 
 
-def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[str]:
-    """Read a top-level table named after a train stage as ``[train.<name>]`` (where stage
-    settings live) and say so; with both tables the top-level one stays an unknown section."""
+#: what ``[train] stages`` and ``monitors`` listed by default; all of it now runs when its
+#: own settings ask, and any other name does nothing
+_BUILT_IN_STEPS = frozenset({"heldout_eval", "ceiling", "cold_start", "health", "run_notices"})
+
+
+def _unused_names(train: Any, where: Any) -> list[str]:
+    """A warning per ``[train] stages``/``monitors`` name that now does nothing."""
+    return [
+        f"{where(f'train.{key}')}: train.{key} lists {name!r}, which does nothing: the "
+        f"held-out eval, cold start and health checks are part of train, and train runs no "
+        f"other stage or monitor; remove it"
+        for key in ("stages", "monitors")
+        for name in getattr(train, key)
+        if name not in _BUILT_IN_STEPS
+    ]
+
+
+def _stage_tables(raw: dict[str, Any], where: Any) -> list[str]:
+    """Read a top-level ``[cold_start]`` table as ``[train.cold_start]`` and say so; with both
+    tables the top-level one stays an unknown section."""
     out = []
-    for name in registry.names("train_stage"):
+    for name in ("cold_start",):
         if name in SECTIONS or not isinstance(raw.get(name), dict):
             continue
         train = raw.setdefault("train", {})

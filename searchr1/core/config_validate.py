@@ -535,7 +535,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 # --------------------------------------------------------------------------- names and files
 
 #: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss"})}
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "cold_start", "health"})}
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -624,28 +624,33 @@ def _not_installed(loc: str, dotted: str, name: str, kind: str, names: list[str]
 
 
 def _chosen_settings_problems(config: Config, registry: Registry, where: Any) -> list[str]:
-    """Each chosen plugin's declared settings tables checked like the core's own sections
-    (unknown keys, types, ranges), and a field naming a plugin (metadata ``names=KIND``)
+    """Each chosen plugin's declared settings tables, and ``[train.cold_start]`` and
+    ``[train.health]``, checked like the core's own sections (unknown keys, types, ranges),
+    and a field naming a plugin (metadata ``names=KIND``)
     checked against the registry, so ``config check`` finds them before any run."""
+    from searchr1.core.config_schema import ColdStartSettings, HealthSettings
+
     out: list[str] = []
+    core_tables = [("train", {"cold_start": ColdStartSettings, "health": HealthSettings})]
     for kind, field_name, _, chosen in _named_choices(config, registry):
         section = field_name.partition(".")[0]
         for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
             reg = registry.entries[kind].get(name) if isinstance(name, str) else None
-            for table, cls in declared_settings(reg).items() if reg else ():
-                if not dataclasses.is_dataclass(cls):
-                    continue
-                prefix = f"{section}.{table}"
-                values = check_table(config.plugin_table(section, table), cls, prefix, out, where)
-                for f in dataclasses.fields(cls):
-                    wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
-                    if wanted and isinstance(value, str) and value not in registry.names(wanted):
-                        dotted = f"{prefix}.{f.name}"
-                        out.append(
-                            _not_installed(
-                                where(dotted), dotted, value, wanted, registry.names(wanted)
-                            )
-                        )
+            if reg:
+                core_tables.append((section, declared_settings(reg)))
+    for section, declared in core_tables:
+        for table, cls in declared.items():
+            if not dataclasses.is_dataclass(cls):
+                continue
+            prefix = f"{section}.{table}"
+            values = check_table(config.plugin_table(section, table), cls, prefix, out, where)
+            for f in dataclasses.fields(cls):
+                wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
+                if wanted and isinstance(value, str) and value not in registry.names(wanted):
+                    dotted = f"{prefix}.{f.name}"
+                    out.append(
+                        _not_installed(where(dotted), dotted, value, wanted, registry.names(wanted))
+                    )
     return [mask_secrets(p, config.secrets) for p in out]
 
 

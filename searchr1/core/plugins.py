@@ -29,17 +29,15 @@ KINDS: dict[str, tuple[str, str]] = {
     "search_provider": ("register_search_providers", "search.provider"),
     "reward": ("register_rewards", "reward.name"),
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
-    # chosen by a list (CHOSEN_BY_LIST): every name in [log] sinks, [train] monitors, stages
+    # chosen by a list (CHOSEN_BY_LIST): every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
-    "step_monitor": ("register_step_monitors", "train.monitors"),
-    "train_stage": ("register_train_stages", "train.stages"),
     "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
     # never chosen by name: a tool-calling protocol uses the one its chat template writes
     "call_format": ("register_call_formats", ""),
 }
 
 #: the kinds whose config field lists every name to create (not one name)
-CHOSEN_BY_LIST = frozenset({"metric_sink", "step_monitor", "train_stage"})
+CHOSEN_BY_LIST = frozenset({"metric_sink"})
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from functools import cached_property
 from typing import Any
 
 from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
+from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
 from searchr1.core.call_format import CALL_CLOSE, CALL_OPEN, CallFormat
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.protocols import call_formats as installed_call_formats
 from searchr1.core.types import Question
-from searchr1.kit.answers import ANSWER_LINE_RE, answer_lines
 from searchr1.kit.call_format_probe import detect_call_format
 from searchr1.plugins.agent_protocols.thinking import (
     THINK_CLOSE,
