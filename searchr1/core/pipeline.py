@@ -122,14 +122,8 @@ async def run_steps(
             t0 = time.perf_counter()
             learned = await asyncio.to_thread(learn, item)
             t1 = time.perf_counter()
-            timing = window_metrics(
-                item,
-                start=window,
-                learn_start=t0,
-                learn_end=t1,
-                rollout_busy=clock.busy(window, t1),
-                overlap=clock.busy(t0, t1),
-            )
+            busy, overlap = clock.busy(window, t1), clock.busy(t0, t1)
+            timing = window_metrics(item, window, t0, t1, rollout_busy=busy, overlap=overlap)
             finish(item, learned, timing)
             learned_last = item
             window = time.perf_counter()

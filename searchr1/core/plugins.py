@@ -130,22 +130,6 @@ class Registry:
                 f"installed.{did_you_mean} Available: {', '.join(available) or '(none)'}."
             ) from None
 
-    def create_listed(self, kind: str, names: Iterable[str], contract: type, *args: Any) -> list:
-        """One object per name of a kind chosen by a list; one that is not a ``contract``
-        (a runtime-checkable Protocol) is a PluginError naming the methods it lacks."""
-        out = []
-        for name in names:
-            obj = self.create(kind, name, *args)
-            if not isinstance(obj, contract):
-                methods = [m for m in vars(contract) if not m.startswith("_")]
-                missing = [m for m in methods if not callable(getattr(obj, m, None))]
-                raise PluginError(
-                    f"{kind.replace('_', ' ')} {name!r} (plugin {self.get(kind, name).plugin!r}) "
-                    f"returned a {type(obj).__name__} without {', '.join(missing)}"
-                )
-            out.append(obj)
-        return out
-
     def create(self, kind: str, name: str, *args: Any) -> Any:
         """Call the factory registered as ``name``; errors name the plugin."""
         reg = self.get(kind, name)

@@ -84,7 +84,13 @@ class Run:
             self.reward = reg.create("reward", cfg.reward.name, cfg)
             if need_loss:
                 self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
-            self.model = create_model(reg, cfg)
+            self.model = reg.create("model_provider", cfg.model.provider, cfg)
+            if not isinstance(self.model, Model):  # the factory's return type, not an ability
+                raise PluginError(
+                    f"model.provider = {cfg.model.provider!r}: its factory returned a "
+                    f"{type(self.model).__name__}, not a searchr1.core.types.Model(sampler=..., "
+                    f"trainer=...); see docs/plugins.md"
+                )
             try:
                 if self.loss is not None:
                     trainer = require_trainer(self.model, cfg.model.provider)
@@ -109,18 +115,6 @@ class Run:
         """Release the model (the search provider is closed in the event loop that used it:
         ``await run.search.aclose()``)."""
         self.model.close()
-
-
-def create_model(registry: Registry, config: Config) -> Model:
-    """The ``[model] provider``'s Model; any other return is a PluginError."""
-    model = registry.create("model_provider", config.model.provider, config)
-    if not isinstance(model, Model):  # the factory's return type, not an ability
-        raise PluginError(
-            f"model.provider = {config.model.provider!r}: its factory returned a "
-            f"{type(model).__name__}, not a searchr1.core.types.Model(sampler=..., "
-            f"trainer=...); see docs/plugins.md"
-        )
-    return model
 
 
 def new_run_id(command: str) -> str:

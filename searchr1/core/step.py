@@ -227,16 +227,19 @@ def step_metrics(
 
 def window_metrics(
     batch: Batch,
-    *,
     start: float,
     learn_start: float,
     learn_end: float,
-    rollout_busy: float,
-    overlap: float,
+    *,
+    rollout_busy: float | None = None,
+    overlap: float = 0.0,
 ) -> dict[str, float]:
-    """The step's window, from the end of the previous step to the end of this step's
-    learning: staleness of its trajectories, idle fractions of trainer and sampler, seconds
-    of rollouts that overlapped learning, and ``time/step``."""
+    """The step's window, from ``start`` (the end of the previous step) to the end of this
+    step's learning: staleness of its trajectories, idle fractions of trainer and sampler
+    (``rollout_busy``: seconds of rollouts in the window, by default all of ``start`` to
+    ``learn_start``), seconds of rollouts that overlapped learning, and ``time/step``."""
+    if rollout_busy is None:
+        rollout_busy = learn_start - start
     window = max(learn_end - start, 1e-9)
     trained_on = batch.step - 1
     stale = [trained_on - t.policy_version for g in batch.groups for t in g.trajectories] or [

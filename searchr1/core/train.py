@@ -113,19 +113,11 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
 
                 if cfg.train.max_staleness == 0:
                     for step in range(start + 1, cfg.train.max_steps + 1):
-                        t_start = time.perf_counter()
+                        t0 = time.perf_counter()
                         batch = loop.run(collect(run, stream, step, policy_version=step - 1))
-                        t_learn = time.perf_counter()
+                        t1 = time.perf_counter()
                         learned = learn_batch(batch)
-                        timing = window_metrics(
-                            batch,
-                            start=t_start,
-                            learn_start=t_learn,
-                            learn_end=time.perf_counter(),
-                            rollout_busy=t_learn - t_start,
-                            overlap=0.0,
-                        )
-                        finish(batch, learned, timing)
+                        finish(batch, learned, window_metrics(batch, t0, t1, time.perf_counter()))
                         if stop.requested:
                             break
                 else:
