@@ -104,7 +104,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
 
                 recorded: list[Batch] = []  # the latest recorded step
 
-                def finish(batch: Batch, learned: Learned, timing: dict[str, float]) -> None:
+                def record_step(batch: Batch, learned: Learned, timing: dict[str, float]) -> None:
                     last.clear()
                     last.update(record(run, health, batch, learned, timing))
                     recorded[:] = [batch]
@@ -117,7 +117,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         batch = loop.run(collect(run, stream, step, policy_version=step - 1))
                         t1 = time.perf_counter()
                         learned = learn_batch(batch)
-                        finish(batch, learned, window_metrics(batch, t0, t1, time.perf_counter()))
+                        timing = window_metrics(batch, t0, t1, time.perf_counter())
+                        record_step(batch, learned, timing)
                         if stop.requested:
                             break
                 else:
@@ -128,7 +129,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                             max_staleness=cfg.train.max_staleness,
                             collect=lambda s, v: collect(run, stream, s, v),
                             learn=learn_batch,
-                            finish=finish,
+                            finish=record_step,
                             is_barrier=saves,
                             stopping=lambda: stop.requested,
                             snapshot=run.trainer.capabilities.snapshot_sampler,
