@@ -192,27 +192,40 @@ def parse_config(
         warnings=(
             *literal_secret_warnings(found, variables, where, names),
             *moved,
-            *_unused_names(sections["train"], where),
+            *_unused_names(sections["train"], explicit, where),
         ),
         explicit=explicit,
     )
 
 
-#: what ``[train] stages`` and ``monitors`` listed by default; all of it now runs when its
-#: own settings ask, and any other name does nothing
-_BUILT_IN_STEPS = frozenset({"heldout_eval", "ceiling", "cold_start", "health", "run_notices"})
+#: what ``[train] stages`` and ``monitors`` listed by default, all of it now run by ``train``
+#: whenever its own settings ask
+_BUILT_IN = {
+    "stages": ("heldout_eval", "ceiling", "cold_start"),
+    "monitors": ("health", "run_notices"),
+}
 
 
-def _unused_names(train: Any, where: Any) -> list[str]:
-    """A warning per ``[train] stages``/``monitors`` name that now does nothing."""
-    return [
-        f"{where(f'train.{key}')}: train.{key} lists {name!r}, which does nothing: the "
-        f"held-out eval, cold start and health checks are part of train, and train runs no "
-        f"other stage or monitor; remove it"
-        for key in ("stages", "monitors")
-        for name in getattr(train, key)
-        if name not in _BUILT_IN_STEPS
-    ]
+def _unused_names(train: Any, explicit: frozenset[str], where: Any) -> list[str]:
+    """A warning per written ``[train] stages``/``monitors`` list: a name in it does nothing,
+    and leaving a built-in one out no longer turns it off."""
+    out = []
+    for key, built_in in _BUILT_IN.items():
+        listed = getattr(train, key)
+        unknown = [name for name in listed if name not in built_in]
+        left_out = [name for name in built_in if name not in listed]
+        if f"train.{key}" not in explicit or not (unknown or left_out):
+            continue
+        parts = [f"lists {', '.join(map(repr, unknown))}, which does nothing"] if unknown else []
+        if left_out:
+            parts.append(f"leaves out {', '.join(map(repr, left_out))} (run anyway)")
+        out.append(
+            f"{where(f'train.{key}')}: train.{key} {' and '.join(parts)}: train runs the "
+            f"held-out eval, cold start and health checks when their own settings ask "
+            f"([train] eval_before_after, [train.cold_start] steps, [train.health]) and no "
+            f"other stage or monitor; remove the key"
+        )
+    return out
 
 
 def _stage_tables(raw: dict[str, Any], where: Any) -> list[str]:

@@ -57,8 +57,9 @@ def test_stage_and_monitor_lists_are_accepted_and_a_name_that_does_nothing_is_wa
     result = run_cli("train", "--config", config, "--run-dir", run)
     assert result.code == 0, result.err
     said = result.out + result.err
-    assert "train.stages lists 'recorder', which does nothing" in said, said
-    assert "'heldout_eval'" not in said  # a name whose work train does itself
+    assert "train.stages lists 'recorder', which does nothing and leaves out 'ceiling', " in said
+    assert "train.monitors leaves out 'health', 'run_notices' (run anyway)" in said, said
+    assert "'heldout_eval'" not in said  # listed, and train runs it itself
     got = events(run)
     metrics = [e for e in got if e["event"] == "metrics"]
     assert len(metrics) == 2 and all("health/response_tokens" in m for m in metrics)
