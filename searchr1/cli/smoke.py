@@ -42,7 +42,7 @@ from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, report_only, seed_criteria
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
-from searchr1.core.errors import ConfigError, ConfigValueError, UserError
+from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger, redact_text
 from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class
@@ -77,8 +77,8 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     print(f"search keys: {search_key_count(config)}")
     try:
         run.start()
-    except (ConfigError, ConfigValueError, PluginError):
-        raise  # the CLI prints these naming the field (exit 2), e.g. an unknown call format
+    except (ConfigError, PluginError):
+        raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
         print(f"could not start the providers: {_say(exc)}")
         print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
@@ -211,7 +211,8 @@ class _Smoke:
             probe = await search.search(self.question.question, self.config.search.top_k)
             trajectories: list[Trajectory] = []
             model_error: Exception | None = None
-            # The description shows the prompt and call format.
+            # Outside the model-channel try: a template whose tool-call format is unknown is
+            # the config's problem (exit 2). The description shows the prompt and call format.
             protocol = self.c.protocol
             print(protocol.describe(self.question))
             try:

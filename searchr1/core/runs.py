@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,6 @@ class Run:
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)
-    protocol: AgentProtocol = field(init=False)
     #: ``train.loss_fn``; None unless started with ``need_loss``
     loss: LossFn | None = field(init=False, default=None)
 
@@ -57,6 +57,14 @@ class Run:
         if self.run_dir is None:
             raise RuntimeError("this run has no folder: open it with open_run")
         return self.run_dir
+
+    @cached_property
+    def protocol(self) -> AgentProtocol:
+        """The ``[rollout] protocol`` bound to the model's tokenizer, made at first use (a
+        chat template whose tool-call format is unknown is a ConfigError then)."""
+        from searchr1.core.protocols import make_protocol
+
+        return make_protocol(self.config, self.sampler.tokenizer, self.registry)
 
     @property
     def sampler(self) -> Sampler:
@@ -72,12 +80,10 @@ class Run:
 
     def start(self, *, need_loss: bool = False, search: SearchProvider | None = None) -> Run:
         """Create the search provider (or use ``search``, left open for the caller), reward,
-        loss (``need_loss``), model and protocol. With ``need_loss``, a model without a
+        loss (``need_loss``) and model. With ``need_loss``, a model without a
         trainer, or a loss its trainer cannot train, is refused before any rollout
         (:func:`~searchr1.core.trainer_checks.require_trainer`); on any failure what was
         opened is closed."""
-        from searchr1.core.protocols import make_protocol
-
         cfg, reg = self.config, self.registry
         self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
         try:
@@ -91,8 +97,8 @@ class Run:
                     f"{type(self.model).__name__}, not a searchr1.core.types.Model(sampler=..., "
                     f"trainer=...); see docs/plugins.md"
                 )
-            try:
-                if self.loss is not None:
+            if self.loss is not None:
+                try:
                     trainer = require_trainer(self.model, cfg.model.provider)
                     check_loss(
                         trainer.capabilities,
@@ -100,10 +106,9 @@ class Run:
                         field="train.loss_fn",
                         provider=cfg.model.provider,
                     )
-                self.protocol = make_protocol(cfg, self.model.sampler.tokenizer, reg)
-            except BaseException:
-                self.model.close()
-                raise
+                except BaseException:
+                    self.model.close()
+                    raise
         except BaseException:
             # The search provider may hold connections; a failed start must not leak them.
             if search is None:

@@ -111,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = load_config(args.config)
     run = Run(config, load_registry()).start()
-    run.close()  # the agent plays through the model's tokenizer and protocol only
     agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
+    run.close()  # the agent plays through the model's tokenizer and protocol only
     if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
         parser.error(
             f"data.eval = {config.data.eval!r} and rollout.protocol = "
