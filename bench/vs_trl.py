@@ -79,8 +79,8 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
-    ctx = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
-    train(ctx)
+    run = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
+    train(run)
     from searchr1.core.logs import read_jsonl
 
     events = read_jsonl(run_dir / "events.jsonl")[0]
@@ -100,12 +100,12 @@ def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from searchr1.core.answers import exact_match
     from searchr1.core.assets import resolve
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
-    from searchr1.kit.answers import exact_match
 
     config = load_config(None)
     path = resolve(BASE_MODEL)

@@ -2,7 +2,7 @@
 
 :func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
 since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.kit.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
+event loop (:func:`searchr1.core.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
@@ -26,6 +26,7 @@ from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.runs import Run
     from searchr1.core.types import Question
 
 BASE = "base"
@@ -83,32 +84,30 @@ def _nearby_runs(path: Path) -> str:
 
 async def _evaluate_all(
     args: argparse.Namespace,
-    ctx: Any,
-    comps: Any,
-    protocol: Any,
+    run: Run,
     questions: list[Any],
     targets: list[tuple[str, str | None]],
     data_path: str,
 ) -> dict[str, Any]:
     """Every requested model in turn, inside one event loop; closes the search provider
     in that loop (an async HTTP client must not outlive the loop it was used in)."""
+    from searchr1.core.evaluation import evaluate_async, write_records
     from searchr1.core.logs import get_logger
-    from searchr1.kit.evaluation import evaluate_async, write_records
 
-    config, log = ctx.config, get_logger()
+    config, log = run.config, get_logger()
     results: dict[str, Any] = {}
     try:
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
-                if comps.model.trainer is None:
+                if run.model.trainer is None:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
                         f"only samples: it has no trainer to load a checkpoint into; evaluate "
                         f"'base' with it, or choose the provider that saved the checkpoint"
                     )
                 try:
-                    comps.model.trainer.load_state(folder)
+                    run.model.trainer.load_state(folder)
                 except NotImplementedError as exc:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
@@ -122,10 +121,10 @@ async def _evaluate_all(
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
-                comps.model.sampler,
-                comps.search,
-                protocol,
-                comps.reward,
+                run.sampler,
+                run.search,
+                run.protocol,
+                run.reward,
                 questions,
                 config,
                 greedy=not args.sample,
@@ -134,7 +133,7 @@ async def _evaluate_all(
                     "progress", task=f"eval {label}", done=done, total=total
                 ),
             )
-            write_records(ctx.run_dir / f"eval_{label}.jsonl", result)
+            write_records(run.folder / f"eval_{label}.jsonl", result)
             log.info(
                 "eval_result",
                 label=label,
@@ -146,7 +145,7 @@ async def _evaluate_all(
             )
             results[label] = result
     finally:
-        await comps.search.aclose()
+        await run.search.aclose()
     return results
 
 
@@ -172,8 +171,6 @@ def main(args: argparse.Namespace) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.cli.eval_tables import format_comparison, format_table, trust_warning
     from searchr1.core.data import load_questions
-    from searchr1.core.protocols import make_protocol
-    from searchr1.core.runs import build_components
 
     if args.limit_per_source is not None and args.limit_per_source < 1:
         raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
@@ -181,8 +178,8 @@ def main(args: argparse.Namespace) -> int:
     labels = [label for label, _ in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
-    ctx = open_run_from_args(args, "eval")
-    config = ctx.config
+    run = open_run_from_args(args, "eval")
+    config = run.config
     data_path = args.data or config.data.eval
     loaded = load_questions(
         data_path, field_name="--data" if args.data else "data.eval", report=True
@@ -190,14 +187,11 @@ def main(args: argparse.Namespace) -> int:
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
     # Built outside any event loop: a provider factory may run its own (asset builders do).
-    comps = build_components(ctx, need_loss=False)
+    run.start()
     try:
-        protocol = make_protocol(config, comps.model.sampler.tokenizer, ctx.registry)
-        results = asyncio.run(
-            _evaluate_all(args, ctx, comps, protocol, questions, targets, data_path)
-        )
+        results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path))
     finally:
-        comps.model.close()
+        run.close()
 
     ordered = [results[label] for label in labels]
     summary = {
@@ -208,7 +202,7 @@ def main(args: argparse.Namespace) -> int:
         "greedy": not args.sample,
         "results": {r.label: r.metrics for r in ordered},
     }
-    write_text_atomic(ctx.run_dir / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
     print()
     for r in ordered:
         print(format_table(r))
@@ -219,7 +213,7 @@ def main(args: argparse.Namespace) -> int:
     for r in ordered:
         for line in trust_warning(r):
             print(line)
-    print(f"records: {ctx.run_dir}/eval_<label>.jsonl; summary: {ctx.run_dir}/eval_summary.json")
+    print(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
     return 0
 
 

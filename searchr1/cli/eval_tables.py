@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from searchr1.kit.evaluation import EvalResult
+from searchr1.core.evaluation import EvalResult
 
 
 def _pct(value: float) -> str:

@@ -7,7 +7,7 @@ depend on the choice:
   non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
   ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0;
 * ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
-  normalisation (:func:`searchr1.kit.answers.normalize_answer`), else 0.0;
+  normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
 * ``f1``: the best token F1 against the golden answers (a metric, never part of a reward).
 
 Rewards (``docs/protocols.md`` §4): ``format_answer`` = ``format_penalty`` (-0.1) when the
@@ -22,12 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.protocols import extract_answers
 from searchr1.core.types import RewardResult, Trajectory
-from searchr1.kit.answers import exact_match, f1_score
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config

@@ -21,10 +21,10 @@ from searchr1.cli.eval_tables import format_comparison, format_table, trust_warn
 from searchr1.cli.main import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
+from searchr1.core.evaluation import evaluate
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
-from searchr1.kit.evaluation import evaluate
 
 
 class ScriptedPolicy:

@@ -20,9 +20,9 @@ from smoke_configs import (
     write_config,
 )
 
+from searchr1.core.answers import exact_match
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import extract_answers
-from searchr1.kit.answers import exact_match
 
 #: the reference setup's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
 #: answers France / Paris / None / France (trajectory 2 asks a fifth search and is stopped)

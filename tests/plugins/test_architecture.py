@@ -30,8 +30,7 @@ BUILTIN_NAMES = (
     "taotoken", "tinker", "pytrio", "vllm", "zhihu", "local_model", "local_search",
     "openai_chat", "search_r1", "offline_world", "real_models", "smollm", "gguf", "chatml",
     "wandb", "swanlab", "tensorboard", "bm25", "format_answer", "importance_sampling",
-    "cross_entropy", "ideal_agent", "run_notices", "cold_start", "heldout_eval",
-    "scripted_teacher", "qa_files",
+    "cross_entropy", "ideal_agent", "qa_files",
 )  # fmt: skip
 
 

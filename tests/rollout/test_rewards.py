@@ -11,6 +11,7 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from searchr1.core.answers import exact_match, f1_score, normalize_answer
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, PluginError
@@ -18,7 +19,6 @@ from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import extract_answers
 from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import Question, Trajectory, Turn
-from searchr1.kit.answers import exact_match, f1_score, normalize_answer
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 

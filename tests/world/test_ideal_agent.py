@@ -11,9 +11,9 @@ import pytest
 
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
+from searchr1.core.evaluation import evaluate_async
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
-from searchr1.kit.evaluation import evaluate_async
 from searchr1.kit.tokenizers import load_tokenizer
 from searchr1.plugins.offline_world.ideal_agent import UNKNOWN, ideal_agent_for
 

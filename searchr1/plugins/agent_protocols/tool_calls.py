@@ -33,9 +33,9 @@ from functools import cached_property
 from typing import Any
 
 from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
+from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.types import Question
-from searchr1.kit.answers import ANSWER_LINE_RE, answer_lines
 from searchr1.plugins.agent_protocols.call_formats import (
     CALL_CLOSE,
     CALL_OPEN,
