@@ -201,15 +201,15 @@ def run_mode(
     real = plugins.load_registry
     runs.load_registry = lambda extra=(): real([plugin, *extra])  # type: ignore[assignment]
     try:
-        ctx = runs.open_run(config, "train", run_dir=str(tmp / f"staleness{staleness}"))
+        run = runs.open_run(config, "train", run_dir=str(tmp / f"staleness{staleness}"))
         t0 = time.perf_counter()
-        train(ctx)
+        train(run)
         wall = time.perf_counter() - t0
     finally:
         runs.load_registry = real  # type: ignore[assignment]
     from searchr1.core.logs import read_jsonl
 
-    events = read_jsonl(ctx.run_dir / "events.jsonl")[0]
+    events = read_jsonl(run.folder / "events.jsonl")[0]
     metrics = [e for e in events if e.get("event") == "metrics"]
     later = metrics[1:] or metrics
 

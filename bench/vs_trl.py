@@ -79,8 +79,8 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
-    ctx = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
-    train(ctx)
+    run = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
+    train(run)
     from searchr1.core.logs import read_jsonl
 
     events = read_jsonl(run_dir / "events.jsonl")[0]

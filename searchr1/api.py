@@ -190,9 +190,8 @@ async def run_rollout_group(
     read its rates. The model provider is created from the config for this call and closed
     after it."""
     from searchr1.core.plugins import load_registry
-    from searchr1.core.protocols import make_protocol
     from searchr1.core.rollout import rollout_questions
-    from searchr1.core.runs import create_model
+    from searchr1.core.runs import Run
     from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
 
     if group_size < 1:
@@ -204,32 +203,27 @@ async def run_rollout_group(
     if golden_answers is None:
         golden_answers = DEFAULT_ANSWERS if question.strip() == DEFAULT_QUESTION else ()
     answers = tuple(golden_answers)
-    if isinstance(search_client, ZhihuSearchClient):
-        search: SearchProvider = search_client.provider
-    elif search_client is not None:
-        search = search_client
-    else:
-        search = registry.create("search_provider", cfg.search.provider, cfg)
-    reward = registry.create("reward", cfg.reward.name, cfg)
+    given = (
+        search_client.provider if isinstance(search_client, ZhihuSearchClient) else search_client
+    )
     # Providers may block (loading weights, logging in): keep the caller's loop free.
-    model = await asyncio.to_thread(create_model, registry, cfg)
+    run = await asyncio.to_thread(Run(cfg, registry).start, search=given)
     try:
-        protocol = make_protocol(cfg, model.sampler.tokenizer, registry)
         (trajectories,) = await rollout_questions(
-            model.sampler,
-            search,
-            protocol,
+            run.sampler,
+            run.search,
+            run.protocol,
             [Question(id="api", question=question, golden_answers=answers)],
             cfg,
             group_size=group_size,
         )
     finally:
-        await asyncio.to_thread(model.close)
+        await asyncio.to_thread(run.close)
         if search_client is None:
-            await search.aclose()
+            await run.search.aclose()
     results = []
     for traj in trajectories:
-        scored = reward(traj, answers)
+        scored = run.reward(traj, answers)
         results.append(
             TrajectoryResult(
                 reward=scored.reward,

@@ -70,7 +70,7 @@ def _reset_logging():
 
     from searchr1.core import logs
 
-    logs.close_sinks()  # metric sinks and the console's bars of an in-process run
+    logs.close_console()  # the console's bars of an in-process run
     sink, logs._file_sink = logs._file_sink, None
     if sink is not None:
         sink.close()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from searchr1.core.runs import Run
 
 CONFIG_HELP = (
     "config.toml (default: $SEARCHR1_CONFIG when that file exists, else ./config.toml when it "
@@ -57,7 +60,7 @@ def add_no_cache_arg(p: argparse.ArgumentParser) -> None:
 
 def open_run_from_args(
     args: argparse.Namespace, command: str, *, config: Any = None, **log_kwargs: Any
-) -> Any:
+) -> Run:
     """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
     ``--config`` (or ``config``, already loaded), ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and
     ``--resume`` passed on, and the terminal console when stdout is a TTY."""

@@ -4,7 +4,7 @@ Plugin names and tables are checked against the installed plugins (one error lis
 all, exit 2); a data file that does not exist is a warning, since a config is often checked
 before its data is downloaded. When the tokenizer is on this machine, the smoke question's
 first prompt and one well-formed search turn are rendered and checked against
-``max_trajectory_tokens`` and ``max_new_tokens`` (:mod:`searchr1.kit.token_limits`).
+``max_trajectory_tokens`` and ``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ def data_problems(config: Config) -> list[str]:
 
 
 def _token_fit(config: Config, registry: Registry) -> list[str]:
-    """:func:`~searchr1.kit.token_limits.turn_fit_warnings` for the smoke question, when the
+    """:func:`~searchr1.core.token_limits.turn_fit_warnings` for the smoke question, when the
     tokenizer is local (no download: a check must not need the network); a note otherwise."""
     from searchr1.cli.smoke import smoke_question
     from searchr1.core.errors import ConfigValueError
     from searchr1.core.protocols import make_protocol
-    from searchr1.kit.token_limits import turn_fit_warnings
+    from searchr1.core.token_limits import turn_fit_warnings
     from searchr1.kit.tokenizers import local_tokenizer
 
     tokenizer, why = local_tokenizer(config)

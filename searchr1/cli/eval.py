@@ -26,6 +26,7 @@ from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.runs import Run
     from searchr1.core.types import Question
 
 BASE = "base"
@@ -83,9 +84,7 @@ def _nearby_runs(path: Path) -> str:
 
 async def _evaluate_all(
     args: argparse.Namespace,
-    ctx: Any,
-    comps: Any,
-    protocol: Any,
+    run: Run,
     questions: list[Any],
     targets: list[tuple[str, str | None]],
     data_path: str,
@@ -95,20 +94,20 @@ async def _evaluate_all(
     from searchr1.core.evaluation import evaluate_async, write_records
     from searchr1.core.logs import get_logger
 
-    config, log = ctx.config, get_logger()
+    config, log = run.config, get_logger()
     results: dict[str, Any] = {}
     try:
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
-                if comps.model.trainer is None:
+                if run.model.trainer is None:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
                         f"only samples: it has no trainer to load a checkpoint into; evaluate "
                         f"'base' with it, or choose the provider that saved the checkpoint"
                     )
                 try:
-                    comps.model.trainer.load_state(folder)
+                    run.model.trainer.load_state(folder)
                 except NotImplementedError as exc:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
@@ -122,17 +121,17 @@ async def _evaluate_all(
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
-                comps.model.sampler,
-                comps.search,
-                protocol,
-                comps.reward,
+                run.sampler,
+                run.search,
+                run.protocol,
+                run.reward,
                 questions,
                 config,
                 greedy=not args.sample,
                 label=label,
                 progress=f"eval {label}",
             )
-            write_records(ctx.run_dir / f"eval_{label}.jsonl", result)
+            write_records(run.folder / f"eval_{label}.jsonl", result)
             log.info(
                 "eval_result",
                 label=label,
@@ -144,7 +143,7 @@ async def _evaluate_all(
             )
             results[label] = result
     finally:
-        await comps.search.aclose()
+        await run.search.aclose()
     return results
 
 
@@ -168,8 +167,6 @@ def main(args: argparse.Namespace) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.core.data import load_questions
     from searchr1.core.evaluation import format_comparison, format_table, trust_warning
-    from searchr1.core.protocols import make_protocol
-    from searchr1.core.runs import build_components
 
     if args.limit_per_source is not None and args.limit_per_source < 1:
         raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
@@ -177,8 +174,8 @@ def main(args: argparse.Namespace) -> int:
     labels = [label for label, _ in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
-    ctx = open_run_from_args(args, "eval")
-    config = ctx.config
+    run = open_run_from_args(args, "eval")
+    config = run.config
     data_path = args.data or config.data.eval
     loaded = load_questions(
         data_path, field_name="--data" if args.data else "data.eval", report=True
@@ -186,14 +183,11 @@ def main(args: argparse.Namespace) -> int:
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
     # Built outside any event loop: a provider factory may run its own (asset builders do).
-    comps = build_components(ctx, need_loss=False)
+    run.start()
     try:
-        protocol = make_protocol(config, comps.model.sampler.tokenizer, ctx.registry)
-        results = asyncio.run(
-            _evaluate_all(args, ctx, comps, protocol, questions, targets, data_path)
-        )
+        results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path))
     finally:
-        comps.model.close()
+        run.close()
 
     ordered = [results[label] for label in labels]
     summary = {
@@ -204,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
         "greedy": not args.sample,
         "results": {r.label: r.metrics for r in ordered},
     }
-    write_text_atomic(ctx.run_dir / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
     print()
     for r in ordered:
         print(format_table(r))
@@ -215,7 +209,7 @@ def main(args: argparse.Namespace) -> int:
     for r in ordered:
         for line in trust_warning(r):
             print(line)
-    print(f"records: {ctx.run_dir}/eval_<label>.jsonl; summary: {ctx.run_dir}/eval_summary.json")
+    print(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
     return 0
 
 

@@ -46,10 +46,11 @@ from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.plugins import PluginError
 from searchr1.core.protocols import protocol_class
+from searchr1.core.runs import Run
 from searchr1.core.secrets import redact_text
+from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
-from searchr1.kit.token_limits import limit_hits
 
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
 EXIT_CHANNEL_BROKEN = 1
@@ -60,7 +61,6 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
     from searchr1.cli.args import open_run_from_args
-    from searchr1.core.runs import build_components
 
     if getattr(args, "question", None) and not getattr(args, "answer", None):
         raise UserError(
@@ -68,27 +68,27 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "scored against); without --question smoke asks [smoke] question of the config, or the "
             "reference setup's question (docs/reference-setup.md)"
         )
-    ctx = open_run_from_args(args, "smoke", config=config)
+    run = open_run_from_args(args, "smoke", config=config)
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
-    config = ctx.config
+    config = run.config
     if max_search is not None:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
     question = smoke_question(args, config)
     print(f"search keys: {search_key_count(config)}")
     try:
-        components = build_components(ctx, need_loss=False)
+        run.start()
     except (ConfigError, PluginError):
         raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
         print(f"could not start the providers: {_say(exc)}")
         print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
         return 1
-    smoke = _Smoke(components, config, question, group_size, ctx)
+    smoke = _Smoke(run, config, question, group_size)
     try:
         return smoke.run()
     finally:
-        components.model.close()
+        run.close()
 
 
 def smoke_question(args: argparse.Namespace, config: Config) -> Question:
@@ -105,9 +105,10 @@ def smoke_question(args: argparse.Namespace, config: Config) -> Question:
 
 
 class _Smoke:
-    def __init__(self, components: Any, config: Any, question: Question, group_size: int, ctx: Any):
-        self.c, self.config, self.question = components, config, question
-        self.group_size, self.run_dir, self.registry = group_size, ctx.run_dir, ctx.registry
+    def __init__(self, run: Run, config: Config, question: Question, group_size: int):
+        """``config``: the run's, with smoke's own ``--max-search-calls``."""
+        self.c, self.config, self.question = run, config, question
+        self.group_size, self.run_dir = group_size, run.folder
         self.problems: list[str] = []  # diagnoses that make the exit code non-zero
         self.warnings: list[str] = []
 
@@ -165,7 +166,7 @@ class _Smoke:
         criteria = reference_criteria(
             trajectories,
             results,
-            protocol=protocol_class(self.config.rollout.protocol, self.registry),
+            protocol=protocol_class(self.config.rollout.protocol, self.c.registry),
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,
@@ -204,7 +205,6 @@ class _Smoke:
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
         """Probe the search channel once, then roll out one group (same event loop, so the
         provider's HTTP client is closed on the loop that opened it)."""
-        from searchr1.core.protocols import make_protocol
         from searchr1.core.rollout import RolloutConfigError, rollout_questions
 
         search: SearchProvider = self.c.search
@@ -214,7 +214,7 @@ class _Smoke:
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            protocol = make_protocol(self.config, self.c.model.sampler.tokenizer, self.registry)
+            protocol = self.c.protocol
             print(protocol.describe(self.question))
             try:
                 (trajectories,) = await rollout_questions(

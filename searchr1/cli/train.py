@@ -23,9 +23,9 @@ def main(args: argparse.Namespace) -> int:
     from searchr1.core.logs import get_logger
     from searchr1.core.train import train
 
-    ctx = open_run_from_args(args, "train")
+    run = open_run_from_args(args, "train")
     try:
-        train(ctx, resume=bool(getattr(args, "resume", False)))
+        train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
         print(f"searchr1: training stopped: {exc}")
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
         print(
             f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`{resume_command(ctx.run_dir, ctx.config.source)}`",
+            f"`{resume_command(run.folder, run.config.source)}`",
             file=sys.stderr,
         )
         return stop.exit_code

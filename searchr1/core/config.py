@@ -168,7 +168,7 @@ def parse_config(
     explicit = frozenset(
         f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
     )
-    moved = _stage_tables(raw, registry, where)
+    moved = _stage_tables(raw, where)
     choices, names = infer_choices(raw, registry, where, problems)
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
@@ -212,17 +212,47 @@ def parse_config(
         secrets=frozenset(secrets),
         variables=variables,
         choices=choices,
-        warnings=(*warnings, *moved),
+        warnings=(*warnings, *moved, *_unused_names(sections["train"], explicit, where)),
         explicit=explicit,
         lines=lines,
     )
 
 
-def _stage_tables(raw: dict[str, Any], registry: Registry, where: Any) -> list[str]:
-    """Read a top-level table named after a train stage as ``[train.<name>]`` (where stage
-    settings live) and say so; with both tables the top-level one stays an unknown section."""
+#: what ``[train] stages`` and ``monitors`` listed by default, all of it now run by ``train``
+#: whenever its own settings ask
+_BUILT_IN = {
+    "stages": ("heldout_eval", "ceiling", "cold_start"),
+    "monitors": ("health", "run_notices"),
+}
+
+
+def _unused_names(train: Any, explicit: frozenset[str], where: Any) -> list[str]:
+    """A warning per written ``[train] stages``/``monitors`` list: a name in it does nothing,
+    and leaving a built-in one out no longer turns it off."""
     out = []
-    for name in registry.names("train_stage"):
+    for key, built_in in _BUILT_IN.items():
+        listed = getattr(train, key)
+        unknown = [name for name in listed if name not in built_in]
+        left_out = [name for name in built_in if name not in listed]
+        if f"train.{key}" not in explicit or not (unknown or left_out):
+            continue
+        parts = [f"lists {', '.join(map(repr, unknown))}, which does nothing"] if unknown else []
+        if left_out:
+            parts.append(f"leaves out {', '.join(map(repr, left_out))} (run anyway)")
+        out.append(
+            f"{where(f'train.{key}')}: train.{key} {' and '.join(parts)}: train runs the "
+            f"held-out eval, cold start and health checks when their own settings ask "
+            f"([train] eval_before_after, [train.cold_start] steps, [train.health]) and no "
+            f"other stage or monitor; remove the key"
+        )
+    return out
+
+
+def _stage_tables(raw: dict[str, Any], where: Any) -> list[str]:
+    """Read a top-level ``[cold_start]`` table as ``[train.cold_start]`` and say so; with both
+    tables the top-level one stays an unknown section."""
+    out = []
+    for name in ("cold_start",):
         if name in SECTIONS or not isinstance(raw.get(name), dict):
             continue
         train = raw.setdefault("train", {})

@@ -127,18 +127,45 @@ class TrainConfig:
     guard_backoff_seconds: float = _f(30.0, min=0.0)
     dump_trajectories: int = _f(4, min=0)
     eval_before_after: bool = _f(False)
-    monitors: tuple[str, ...] = _f(
-        DEFAULT_NAMES["train.monitors"],
-        split=True,
-        unique=True,
-        help="step monitors (per-step metrics and alerts, advice only), by registered name",
+    # Read, not used: the held-out eval, cold start and health checks run when their own
+    # settings ask; a name other than theirs is warned about (config.py, _unused_names).
+    monitors: tuple[str, ...] = _f((), split=True, unique=True)
+    stages: tuple[str, ...] = _f((), split=True, unique=True)
+
+
+@dataclass(frozen=True)
+class ColdStartSettings:
+    """``[train.cold_start]``."""
+
+    steps: int = setting(0, min=0, help="supervised steps before RL; 0 = off")
+    questions_per_step: int = setting(16, min=1)
+    lr: float = setting(1e-4, gt=0.0)
+    loss_fn: str = setting(
+        DEFAULT_NAMES["train.cold_start.loss_fn"],
+        names="loss_fn",
+        help="a registered loss; -sum(A * logprob) by default",
     )
-    stages: tuple[str, ...] = _f(
-        DEFAULT_NAMES["train.stages"],
-        split=True,
-        unique=True,
-        help="train stages run before the first step and after the last, in this order",
-    )
+    data: str = setting("", help="QA file the teacher plays; empty = data.train")
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """``[train.health]``; every key optional."""
+
+    #: steps whose mean response length is the baseline of ``health/response_growth``
+    baseline_steps: int = field(default=3, metadata={"min": 1})
+    #: weight of the newest step in the moving averages of format rate and entropy
+    ema: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
+    #: alert when a moving average falls below this share of its running peak
+    cliff_fraction: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
+    #: alert when the response length exceeds this multiple of the baseline (0 = never)
+    max_length_growth: float = field(default=3.0, metadata={"min": 0.0})
+    #: n of the repeated n-gram rate
+    ngram: int = field(default=4, metadata={"min": 1})
+    #: alert when mismatch/k3 (mean KL estimate, sampler vs learner) exceeds this
+    mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
+    #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse
+    mismatch_warn_ratio: float = field(default=2.0, metadata={"min": 1.0})
 
 
 @dataclass(frozen=True)

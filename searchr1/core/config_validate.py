@@ -371,7 +371,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 # --------------------------------------------------------------------------- names and files
 
 #: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss"})}
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "cold_start", "health"})}
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -397,9 +397,13 @@ def check_plugin_choices(config: Config, registry: Registry) -> None:
     ``[section.name]`` table, and bad setting of a chosen plugin's declared tables (checked
     like the core's own sections; a field naming a plugin, metadata ``names=KIND``, against
     the registry), so ``config check`` finds them before any run."""
+    from searchr1.core.config_schema import ColdStartSettings, HealthSettings
+
     where = config.where
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
+    # the core's own sub-tables first, then each chosen plugin's declared ones
+    declared = [("train", {"cold_start": ColdStartSettings, "health": HealthSettings})]
     for kind, (_, field_name) in KINDS.items():
         section, _, key = field_name.partition(".")
         chosen = getattr(getattr(config, section, None), key, None)
@@ -410,17 +414,18 @@ def check_plugin_choices(config: Config, registry: Registry) -> None:
             reg = registry.entries[kind].get(name)
             if reg is None:
                 problems.append(_not_installed(where, field_name, name, kind, registry))
-            for table, cls in declared_settings(reg).items():
-                if not dataclasses.is_dataclass(cls):
-                    continue
-                prefix = f"{section}.{table}"
-                found = config.plugin_table(section, table)
-                values = check_table(found, cls, prefix, problems, where)
-                for f in dataclasses.fields(cls):
-                    wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
-                    if wanted and isinstance(value, str) and value not in registry.names(wanted):
-                        dotted = f"{prefix}.{f.name}"
-                        problems.append(_not_installed(where, dotted, value, wanted, registry))
+            declared.append((section, declared_settings(reg)))
+    for section, settings in declared:
+        for table, cls in settings.items():
+            if not dataclasses.is_dataclass(cls):
+                continue
+            prefix = f"{section}.{table}"
+            values = check_table(config.plugin_table(section, table), cls, prefix, problems, where)
+            for f in dataclasses.fields(cls):
+                wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
+                if wanted and isinstance(value, str) and value not in registry.names(wanted):
+                    dotted = f"{prefix}.{f.name}"
+                    problems.append(_not_installed(where, dotted, value, wanted, registry))
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))

@@ -23,13 +23,13 @@ from searchr1.core.types import (
     RewardFn,
     Sampler,
     SearchProvider,
-    StageRun,
     Trajectory,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
     from searchr1.core.config_schema import Config
+    from searchr1.core.runs import Run
 
 #: questions per ``rollout_questions`` call: bounds memory; fixed so batching is machine-independent
 EVAL_CHUNK = 32
@@ -278,42 +278,43 @@ def format_comparison(results: Iterable[EvalResult]) -> str:
 
 
 def heldout_questions(config: Config) -> list[Question]:
-    """``data.eval``'s questions when ``train.eval_before_after``, else none; a stage loads
-    them when created, so a bad path fails before the (slow) model load. Read once per file
-    version, however many stages ask, so skipped rows are reported once."""
+    """``data.eval``'s questions when ``train.eval_before_after``, else none; ``train`` reads
+    them before the (slow) model load, so a bad path fails first."""
     if not (config.train.eval_before_after and config.data.eval):
         return []
-    from searchr1.core.assets import resolve
     from searchr1.core.data import load_questions
 
-    spec = config.data.eval
-    try:
-        st = Path(resolve(spec)).stat()
-        key: tuple[Any, ...] | None = (spec, st.st_size, st.st_mtime_ns)
-    except OSError:  # missing: load_questions names the field and the path
-        key = None
-    if key is None or key not in _HELDOUT:
-        loaded = load_questions(spec, field_name="data.eval", report=True).questions
-        if key is None:
-            return list(loaded)
-        _HELDOUT[key] = loaded
-    return list(_HELDOUT[key])
+    return list(load_questions(config.data.eval, field_name="data.eval", report=True).questions)
 
 
-#: held-out questions by (data.eval, size, mtime) for this process (see heldout_questions)
-_HELDOUT: dict[tuple[Any, ...], tuple[Question, ...]] = {}
+def ceiling_agent(run: Run) -> Sampler | None:
+    """The ceiling agent of ``data.eval``'s ``builtin:`` asset (:attr:`Asset.ceiling`) for
+    this run's protocol, or None: what a perfect searcher scores on the held-out set."""
+    from searchr1.core.assets import asset_name, is_builtin
+
+    spec = run.config.data.eval
+    asset = run.registry.assets.get(asset_name(spec)) if is_builtin(spec) else None
+    if asset is None or asset.ceiling is None:
+        return None
+    return asset.ceiling(run.config, run.sampler.tokenizer, run.protocol)
 
 
-def heldout_eval(
-    run: StageRun, questions: Sequence[Question], when: str, *, step: int = 0, sampler: Any = None
-) -> EvalResult:
+async def heldout_eval(
+    run: Run,
+    questions: Sequence[Question],
+    when: str,
+    *,
+    step: int = 0,
+    sampler: Sampler | None = None,
+) -> EvalResult | None:
     """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
-    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event."""
+    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event. A scripted
+    ``sampler`` that cannot play the protocol (ValueError) is skipped with a warning."""
     from searchr1.core.logs import get_logger
 
     t0 = time.perf_counter()
-    result = run.run(
-        evaluate_async(
+    try:
+        result = await evaluate_async(
             sampler or run.sampler,
             run.search,
             run.protocol,
@@ -323,25 +324,32 @@ def heldout_eval(
             label=f"heldout-{when}",
             progress=f"held-out eval {when}",
         )
-    )
-    run.search.metrics(reset=True)  # eval searches are not a training step's
+    except ValueError as exc:
+        if sampler is None:
+            raise
+        get_logger().warning(f"{when}_skipped", reason=str(exc))
+        return None
+    finally:
+        run.search.metrics(reset=True)  # eval searches are not a training step's
     m = result.metrics
-    write_records(run.run_dir / f"eval_heldout_{when}.jsonl", result)
-    per_source = {
-        f"em/{source}": float(v.get("em", 0.0)) for source, v in m.get("per_source", {}).items()
+    write_records(run.folder / f"eval_heldout_{when}.jsonl", result)
+    numbers = {
+        "value": m["em"],
+        "f1": m.get("f1"),
+        "format_rate": m.get("format_rate"),
+        "search_calls_mean": m.get("search_calls_mean"),
+        "search_success_rate": m.get("search_success_rate"),
+        "n": m.get("n"),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "peak_rss_gb": peak_rss_gb(),
+        **{f"em/{source}": float(v.get("em", 0.0)) for source, v in m["per_source"].items()},
     }
-    get_logger().info(
-        "eval/heldout_em",
-        when=when,
-        step=step,
-        value=m["em"],
-        f1=m.get("f1"),
-        format_rate=m.get("format_rate"),
-        search_calls_mean=m.get("search_calls_mean"),
-        search_success_rate=m.get("search_success_rate"),
-        n=m.get("n"),
-        seconds=round(time.perf_counter() - t0, 2),
-        peak_rss_gb=peak_rss_gb(),
-        **per_source,
+    get_logger().info("eval/heldout_em", when=when, step=step, **numbers)
+    run.sinks.scalars(
+        step,
+        {
+            ("eval/heldout_em" if k == "value" else f"eval/heldout_{k}"): v
+            for k, v in numbers.items()
+        },
     )
     return result

@@ -20,8 +20,6 @@ from searchr1.core.types import (
     ModelFactory,
     RewardFactory,
     SearchFactory,
-    StepMonitorFactory,
-    TrainStageFactory,
 )
 
 PROJECT = "searchr1"
@@ -76,23 +74,6 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
     ``factory(config, run_dir)`` returns a :class:`~searchr1.core.types.MetricSink`; one per
     ``[log] sinks`` name per ``train`` run, before the model loads.
     docs/plugins.md, ## register_metric_sinks"""
-
-
-@hookspec
-def register_step_monitors(register: Callable[[str, StepMonitorFactory], None]) -> None:
-    """Register step monitors: ``register("my_monitor", factory)``.
-
-    ``factory(config)`` returns a :class:`~searchr1.core.types.StepMonitor`; one per
-    ``[train] monitors`` name per ``train`` run. docs/plugins.md, ## register_step_monitors"""
-
-
-@hookspec
-def register_train_stages(register: Callable[[str, TrainStageFactory], None]) -> None:
-    """Register train stages: ``register("my_stage", factory)``.
-
-    ``factory(config)`` returns a :class:`~searchr1.core.types.TrainStage`; one per
-    ``[train] stages`` name per ``train`` run, before the model loads.
-    docs/plugins.md, ## register_train_stages"""
 
 
 @hookspec

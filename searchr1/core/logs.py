@@ -94,16 +94,6 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     return rows, bad
 
 
-class EventHub(Protocol):
-    """The shape of :class:`searchr1.core.sinks.SinkHub` (sinks imports this module)."""
-
-    def event(self, event: dict[str, Any]) -> None: ...
-
-    def trajectories(self, step: int, records: Iterable[dict[str, Any]]) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class Screen(Protocol):
     """Draws events for a person: the last processor and the logger that prints (:meth:`msg`)."""
 
@@ -118,41 +108,16 @@ class Screen(Protocol):
 ScreenFactory = Callable[[IO[str], "int | None"], Screen]
 
 _file_sink: _JsonLinesFile | None = None
-_hub: EventHub | None = None
 _console: Screen | None = None
 
 
-def _sinks_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """Hand the (already redacted) event to the metric sinks, if any are attached."""
-    if _hub is not None:
-        _hub.event(event_dict)
-    return event_dict
-
-
-def attach_sinks(hub: EventHub) -> None:
-    """Connect the run's metric sinks to the event stream (``open_run``, train only)."""
-    global _hub
-    close_sinks()
-    _hub = hub
-
-
-def log_trajectories(step: int, records: Iterable[dict[str, Any]]) -> None:
-    """Send a few dumped trajectory records to the metric sinks as redacted text."""
-    if _hub is not None:
-        _hub.trajectories(step, records)
-
-
-def close_sinks() -> None:
-    """Flush and close the metric sinks and the console's progress bar (end of a run)."""
-    global _hub
-    hub, _hub = _hub, None
-    if hub is not None:
-        hub.close()
+def close_console() -> None:
+    """Close the console's progress bar (end of a command)."""
     if _console is not None:
         _console.close()
 
 
-atexit.register(close_sinks)
+atexit.register(close_console)
 
 
 def setup_logging(
@@ -167,7 +132,7 @@ def setup_logging(
     """Configure structlog for one command: events go to ``events_path`` and, on
     ``stream`` (stdout), to ``screen(stream, total_steps)`` when given, else as JSON lines."""
     global _file_sink, _console
-    close_sinks()
+    close_console()
     register_secrets(secrets)
     stream = stream or sys.stdout
     if _file_sink is not None:
@@ -183,7 +148,6 @@ def setup_logging(
     if events_path is not None:
         _file_sink = _JsonLinesFile(events_path)
         processors.append(_file_sink)
-    processors.append(_sinks_processor)
     if screen is not None:
         _console = drawn = screen(stream, total_steps)
         processors.append(drawn)

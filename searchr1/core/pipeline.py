@@ -1,16 +1,18 @@
-"""The step scheduler: step ``s + 1``'s rollouts run while step ``s`` is learned.
+"""The pipelined driver of ``train`` (``train.max_staleness > 0``): step ``s + 1``'s rollouts
+run while step ``s`` is learned, over the same ``collect``, ``learn`` and ``record`` as the
+plain loop of :func:`searchr1.core.train.train`.
 
 Two coroutines share the event loop: the **collector** rolls out step after step, the
 **learner** takes collected steps strictly in order, runs ``learn`` in a worker thread and
-then ``finish`` back in the loop.
+then ``finish`` (record, checkpoint) back in the loop.
 
 The *policy version* is the number of optimizer steps the weights have taken. Step ``s`` is
 learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_staleness``
-exists. ``max_staleness = 0`` is the synchronous loop; ``1`` rolls out step ``s + 1`` on
-version ``s - 1`` while step ``s`` trains (with ``k >= 2`` the version depends on timing, so
-runs are not bit-reproducible). The importance ratio divides by the log-probs the sampler
-recorded, so stale data stays correct; monitors get each step's staleness to tell drift from lag. A slow
-group is never dropped (that biases training toward fast questions): the collector waits.
+exists. ``0`` is the plain loop's order; ``1`` rolls out step ``s + 1`` on version ``s - 1`` while step ``s`` trains (with
+``k >= 2`` the version depends on timing, so runs are not bit-reproducible). The importance
+ratio divides by the log-probs the sampler recorded, so stale data stays correct; the health
+checks get each step's staleness to tell drift from lag. A slow group is never dropped (that
+biases training toward fast questions): the collector waits.
 
 A trainer that declares ``snapshot_sampler`` gets it called at the start of every rollout
 when ``max_staleness > 0``, so a rollout samples one version however the learner moves.
@@ -18,10 +20,8 @@ when ``max_staleness > 0``, so a rollout samples one version however the learner
 finished, so a run resumed from that checkpoint repeats the uninterrupted run. On a stop the
 rollout in flight is finished and discarded.
 
-Metrics merged into each step's ``metrics`` event, over the window from the end of the
-previous step to the end of this step's learning: ``staleness/mean``, ``staleness/max``,
-``pipeline/trainer_idle_frac``, ``pipeline/sampler_idle_frac``, ``pipeline/overlap_s``,
-``time/step``.
+Each step's window metrics (:func:`searchr1.core.step.window_metrics`) span from the end of
+the previous step to the end of this step's learning.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from searchr1.core.step import CollectedStep, Learned
+from searchr1.core.step import Batch, Learned, window_metrics
 
-Collect = Callable[[int, int], Awaitable[CollectedStep]]  # (step, policy version)
-Learn = Callable[[CollectedStep], Learned]  # blocking; runs in a worker thread
-Finish = Callable[[CollectedStep, Learned, dict[str, float]], None]
+Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
+Learn = Callable[[Batch], Learned]  # blocking; runs in a worker thread
+Finish = Callable[[Batch, Learned, dict[str, float]], None]
 
 
 @dataclass
@@ -73,7 +73,7 @@ async def run_steps(
     is_barrier: Callable[[int], bool],
     stopping: Callable[[], bool],
     snapshot: Callable[[], None] | None,
-) -> CollectedStep | None:
+) -> Batch | None:
     """Collect and learn steps ``first..last``; returns the last learned step (None if none).
 
     Stops early after the step during which ``stopping()`` turned true. An exception in
@@ -81,7 +81,7 @@ async def run_steps(
     ``learn`` or ``finish`` stops the collector first."""
     version = first - 1
     changed = asyncio.Condition()
-    queue: asyncio.Queue[CollectedStep | _Done] = asyncio.Queue()
+    queue: asyncio.Queue[Batch | _Done] = asyncio.Queue()
     clock = BusyClock()
 
     def may_start(step: int) -> bool:
@@ -110,7 +110,7 @@ async def run_steps(
             queue.put_nowait(_Done(exc))
 
     task = asyncio.create_task(collector(), name="searchr1-collector")
-    learned_last: CollectedStep | None = None
+    learned_last: Batch | None = None
     try:
         window = time.perf_counter()
         while True:
@@ -122,7 +122,9 @@ async def run_steps(
             t0 = time.perf_counter()
             learned = await asyncio.to_thread(learn, item)
             t1 = time.perf_counter()
-            finish(item, learned, _window_metrics(item, clock, window, t0, t1))
+            busy, overlap = clock.busy(window, t1), clock.busy(t0, t1)
+            timing = window_metrics(item, window, t0, t1, rollout_busy=busy, overlap=overlap)
+            finish(item, learned, timing)
             learned_last = item
             window = time.perf_counter()
             async with changed:
@@ -142,21 +144,3 @@ async def run_steps(
     if snapshot is not None and max_staleness > 0:
         snapshot()  # what samples next (the held-out eval "after") sees the trained weights
     return learned_last
-
-
-def _window_metrics(
-    collected: CollectedStep, clock: BusyClock, start: float, t0: float, t1: float
-) -> dict[str, float]:
-    window = max(t1 - start, 1e-9)
-    trained_on = collected.step - 1
-    stale = [trained_on - t.policy_version for g in collected.groups for t in g.trajectories] or [
-        trained_on - collected.policy_version
-    ]
-    return {
-        "staleness/mean": sum(stale) / len(stale),
-        "staleness/max": float(max(stale)),
-        "pipeline/trainer_idle_frac": min(1.0, max(0.0, 1.0 - (t1 - t0) / window)),
-        "pipeline/sampler_idle_frac": min(1.0, max(0.0, 1.0 - clock.busy(start, t1) / window)),
-        "pipeline/overlap_s": clock.busy(t0, t1),
-        "time/step": window,
-    }

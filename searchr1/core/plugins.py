@@ -29,15 +29,13 @@ KINDS: dict[str, tuple[str, str]] = {
     "search_provider": ("register_search_providers", "search.provider"),
     "reward": ("register_rewards", "reward.name"),
     "loss_fn": ("register_loss_fns", "train.loss_fn"),
-    # chosen by a list (CHOSEN_BY_LIST): every name in [log] sinks, [train] monitors, stages
+    # chosen by a list (CHOSEN_BY_LIST): every name in [log] sinks
     "metric_sink": ("register_metric_sinks", "log.sinks"),
-    "step_monitor": ("register_step_monitors", "train.monitors"),
-    "train_stage": ("register_train_stages", "train.stages"),
     "agent_protocol": ("register_agent_protocols", "rollout.protocol"),
 }
 
 #: the kinds whose config field lists every name to create (not one name)
-CHOSEN_BY_LIST = frozenset({"metric_sink", "step_monitor", "train_stage"})
+CHOSEN_BY_LIST = frozenset({"metric_sink"})
 
 
 @dataclass(frozen=True)
@@ -130,22 +128,6 @@ class Registry:
                 f"{field_name} = {name!r}: no {kind.replace('_', ' ')} of that name is "
                 f"installed.{did_you_mean} Available: {', '.join(available) or '(none)'}."
             ) from None
-
-    def create_listed(self, kind: str, names: Iterable[str], contract: type, *args: Any) -> list:
-        """One object per name of a kind chosen by a list; one that is not a ``contract``
-        (a runtime-checkable Protocol) is a PluginError naming the methods it lacks."""
-        out = []
-        for name in names:
-            obj = self.create(kind, name, *args)
-            if not isinstance(obj, contract):
-                methods = [m for m in vars(contract) if not m.startswith("_")]
-                missing = [m for m in methods if not callable(getattr(obj, m, None))]
-                raise PluginError(
-                    f"{kind.replace('_', ' ')} {name!r} (plugin {self.get(kind, name).plugin!r}) "
-                    f"returned a {type(obj).__name__} without {', '.join(missing)}"
-                )
-            out.append(obj)
-        return out
 
     def create(self, kind: str, name: str, *args: Any) -> Any:
         """Call the factory registered as ``name``; errors name the plugin."""

@@ -9,31 +9,35 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomli
 
 from searchr1.core.checkpoint import Checkpoint, resume_checkpoint
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger
+from searchr1.core.question_stream import QuestionStream
+
+if TYPE_CHECKING:
+    from searchr1.core.runs import Run
 
 
-def resume_point(ctx: Any, stream: Any) -> Checkpoint:
-    """The checkpoint to continue ``ctx``'s run from, with ``stream`` moved to its cursor."""
-    checkpoint, warnings = resume_checkpoint(ctx.run_dir)
+def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
+    """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor."""
+    checkpoint, warnings = resume_checkpoint(run.folder)
     for warning in warnings:
         get_logger().warning("checkpoint_damaged", detail=warning)
         print(f"searchr1: warning: {warning}", file=sys.stderr)
     if checkpoint is None:
         raise UserError(
-            f"--resume: nothing to resume: {ctx.run_dir} has no checkpoint "
+            f"--resume: nothing to resume: {run.folder} has no checkpoint "
             f"(checkpoints/step_*/); leave out --resume to start a new run there, or give the "
             f"--run-dir of the run to continue"
         )
     try:
         stream.load_state(checkpoint.state["data"])
     except ValueError as exc:
-        raise UserError(_data_mismatch(ctx.config, checkpoint, exc)) from None
+        raise UserError(_data_mismatch(run.config, checkpoint, exc)) from None
     return checkpoint
 
 
@@ -61,10 +65,10 @@ def _checkpoint_data_train(folder: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_model_state(components: Any, checkpoint: Checkpoint) -> None:
+def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     """Load the trainer's saved state; a missing or unreadable file is a UserError."""
     try:
-        components.trainer.load_state(str(checkpoint.model_dir))
+        run.trainer.load_state(str(checkpoint.model_dir))
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise UserError(
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "

@@ -1,15 +1,19 @@
-"""One command's run: its folder, logging, plugins and the four plugin instances chosen
-**by name** in the config (model, search provider, reward, loss).
+"""One command's :class:`Run`: its config, folder, logging, plugins, and (once started) the
+plugin instances chosen **by name** in the config (model, search provider, reward, loss) with
+the agent protocol. ``train``, ``smoke``, ``eval``, the Python API and the offline world's ideal
+agent all build theirs here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.assets import cache_dir
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.config_schema import Config
@@ -22,47 +26,100 @@ from searchr1.core.disk import (
     tracked_run,
 )
 from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
-from searchr1.core.logs import attach_sinks, get_logger, setup_logging
+from searchr1.core.logs import get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
-from searchr1.core.sinks import open_sinks
+from searchr1.core.sinks import SinkHub, open_sinks
 from searchr1.core.trainer_checks import check_loss, require_trainer
-from searchr1.core.types import LossFn, Model, RewardFn, SearchProvider, Trainer
-
-
-@dataclass(frozen=True)
-class RunContext:
-    config: Config
-    run_dir: Path
-    run_id: str
-    registry: Registry
+from searchr1.core.types import LossFn, Model, RewardFn, Sampler, SearchProvider, Trainer
 
 
 @dataclass
-class Components:
-    model: Model
-    search: SearchProvider
-    reward: RewardFn
-    loss: LossFn
+class Run:
+    """One run: :func:`open_run` gives it a folder and logging; :meth:`start` creates what the
+    config names (model last: slowest), so a command can check its own inputs in between,
+    before the model loads. Without a folder (``run_dir`` None) it is a run of the Python API
+    or a script."""
+
+    config: Config
+    registry: Registry
+    run_dir: Path | None = None
+    #: the ``[log] sinks`` (``train`` only) the loop sends its numbers to
+    sinks: SinkHub = field(default_factory=SinkHub)
+    model: Model = field(init=False)
+    search: SearchProvider = field(init=False)
+    reward: RewardFn = field(init=False)
+    #: ``train.loss_fn``; None unless started with ``need_loss``
+    loss: LossFn | None = field(init=False, default=None)
+
+    @property
+    def folder(self) -> Path:
+        """The run folder (a run opened by :func:`open_run` always has one)."""
+        if self.run_dir is None:
+            raise RuntimeError("this run has no folder: open it with open_run")
+        return self.run_dir
+
+    @cached_property
+    def protocol(self) -> AgentProtocol:
+        """The ``[rollout] protocol`` bound to the model's tokenizer, made at first use (a
+        chat template whose tool-call format is unknown is a ConfigError then)."""
+        from searchr1.core.protocols import make_protocol
+
+        return make_protocol(self.config, self.sampler.tokenizer, self.registry)
+
+    @property
+    def sampler(self) -> Sampler:
+        return self.model.sampler
 
     @property
     def trainer(self) -> Trainer:
-        """The model's trainer (``build_components(need_loss=True)`` refuses a model
-        without one, naming the provider)."""
+        """The model's trainer (``start(need_loss=True)`` refuses a model without one,
+        naming the provider)."""
         if self.model.trainer is None:
             raise ConfigError(["model.provider: the model only samples; training needs a trainer"])
         return self.model.trainer
 
+    def start(self, *, need_loss: bool = False, search: SearchProvider | None = None) -> Run:
+        """Create the search provider (or use ``search``, left open for the caller), reward,
+        loss (``need_loss``) and model. With ``need_loss``, a model without a
+        trainer, or a loss its trainer cannot train, is refused before any rollout
+        (:func:`~searchr1.core.trainer_checks.require_trainer`); on any failure what was
+        opened is closed."""
+        cfg, reg = self.config, self.registry
+        self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
+        try:
+            self.reward = reg.create("reward", cfg.reward.name, cfg)
+            if need_loss:
+                self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
+            self.model = reg.create("model_provider", cfg.model.provider, cfg)
+            if not isinstance(self.model, Model):  # the factory's return type, not an ability
+                raise PluginError(
+                    f"model.provider = {cfg.model.provider!r}: its factory returned a "
+                    f"{type(self.model).__name__}, not a searchr1.core.types.Model(sampler=..., "
+                    f"trainer=...); see docs/plugins.md"
+                )
+            if self.loss is not None:
+                try:
+                    trainer = require_trainer(self.model, cfg.model.provider)
+                    check_loss(
+                        trainer.capabilities,
+                        self.loss,
+                        field="train.loss_fn",
+                        provider=cfg.model.provider,
+                    )
+                except BaseException:
+                    self.model.close()
+                    raise
+        except BaseException:
+            # The search provider may hold connections; a failed start must not leak them.
+            if search is None:
+                asyncio.run(self.search.aclose())
+            raise
+        return self
 
-def create_model(registry: Registry, config: Config) -> Model:
-    """The ``[model] provider``'s Model; any other return is a PluginError."""
-    model = registry.create("model_provider", config.model.provider, config)
-    if not isinstance(model, Model):  # the factory's return type, not an ability
-        raise PluginError(
-            f"model.provider = {config.model.provider!r}: its factory returned a "
-            f"{type(model).__name__}, not a searchr1.core.types.Model(sampler=..., "
-            f"trainer=...); see docs/plugins.md"
-        )
-    return model
+    def close(self) -> None:
+        """Release the model (the search provider is closed in the event loop that used it:
+        ``await run.search.aclose()``)."""
+        self.model.close()
 
 
 def new_run_id(command: str) -> str:
@@ -83,9 +140,10 @@ def open_run(
     resume: bool = False,
     registry: Registry | None = None,
     **log_kwargs: Any,
-) -> RunContext:
+) -> Run:
     """Choose the run folder and start logging into it, with ``registry``'s plugins (None:
-    the installed ones). Plugin names are resolved before the folder is created."""
+    the installed ones). Plugin names are resolved before the folder is created;
+    :meth:`Run.start` creates the plugins."""
     registry = registry or load_registry()
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
     run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
@@ -94,13 +152,13 @@ def open_run(
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     setup_logging(run_id, run_dir_path / "events.jsonl", secrets=config.secrets, **log_kwargs)
-    if command == "train":  # metric sinks: [log] sinks (events.jsonl is always on)
-        attach_sinks(open_sinks(config, registry, run_dir_path))
+    # metric sinks: [log] sinks (events.jsonl is always on)
+    sinks = open_sinks(config, registry, run_dir_path) if command == "train" else SinkHub()
     get_logger().info(
         "run_start", command=command, run_dir=str(run_dir_path), config_source=config.source
     )
     announce_config(config, registry)
-    return RunContext(config=config, run_dir=run_dir_path, run_id=run_id, registry=registry)
+    return Run(config, registry, run_dir_path, sinks)
 
 
 def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
@@ -192,30 +250,3 @@ def _is_under(path: Path, folder: Path) -> bool:
         return path.absolute().is_relative_to(folder.absolute())
     except (OSError, ValueError):
         return False
-
-
-def build_components(ctx: RunContext, *, need_loss: bool = True) -> Components:
-    """Create the four plugins named in the config (model last: slowest). With
-    ``need_loss``, a model without a trainer, or a loss its trainer cannot train, is refused
-    before any rollout (:func:`~searchr1.core.trainer_checks.require_trainer`); the model is
-    closed then."""
-    cfg, reg = ctx.config, ctx.registry
-    search = reg.create("search_provider", cfg.search.provider, cfg)
-    try:
-        reward = reg.create("reward", cfg.reward.name, cfg)
-        loss = reg.create("loss_fn", cfg.train.loss_fn, cfg) if need_loss else None
-        model = create_model(reg, cfg)
-        if loss is not None:
-            try:
-                trainer = require_trainer(model, cfg.model.provider)
-                check_loss(
-                    trainer.capabilities, loss, field="train.loss_fn", provider=cfg.model.provider
-                )
-            except BaseException:
-                model.close()
-                raise
-    except BaseException:
-        # The search provider may hold connections; a failed start must not leak them.
-        asyncio.run(search.aclose())
-        raise
-    return Components(model=model, search=search, reward=reward, loss=loss)  # type: ignore[arg-type]

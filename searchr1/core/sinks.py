@@ -18,10 +18,6 @@ from searchr1.core.plugins import PluginError, Registry
 from searchr1.core.secrets import redact_text, redact_value
 from searchr1.core.types import MetricSink
 
-#: events (besides ``metrics``) whose numbers go to the sinks, with the scalar prefix used
-_EVAL_EVENTS = {"eval/heldout_em": "eval/heldout_"}
-_META_KEYS = frozenset({"event", "level", "timestamp", "run_id", "step", "logger"})
-
 
 @dataclass
 class _Guarded:
@@ -52,7 +48,9 @@ def _warn_failed(name: str, method: str, exc: BaseException) -> None:
 
 @dataclass
 class SinkHub:
-    """The run's open sinks; the logging layer calls it, it calls each sink (guarded)."""
+    """The run's open sinks (none outside ``train``); the train loop calls it with each
+    step's metrics, the held-out evals' numbers and a few trajectories, it calls each sink
+    (guarded)."""
 
     sinks: list[_Guarded] = field(default_factory=list)
 
@@ -64,19 +62,13 @@ class SinkHub:
         for s in self.sinks:
             s.call("log_hparams", config)
 
-    def event(self, event: Mapping[str, Any]) -> None:
-        """Route one (already redacted) log event to the sinks, when it carries numbers."""
-        name, step = event.get("event"), event.get("step")
-        if not self.sinks or not isinstance(step, int):
-            return
-        if name == "metrics":
-            scalars = _numbers(event, "")
-        elif name in _EVAL_EVENTS:
-            scalars = _numbers(event, _EVAL_EVENTS[name])
-            if "value" in event:
-                scalars[name] = scalars.pop(f"{_EVAL_EVENTS[name]}value")
-        else:
-            return
+    def scalars(self, step: int, values: Mapping[str, Any]) -> None:
+        """The numbers of ``values`` (strings and booleans left out) as scalars of ``step``."""
+        scalars = {
+            k: float(v)
+            for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
         if scalars:
             for s in self.sinks:
                 s.call("log_scalars", step, scalars)
@@ -99,14 +91,6 @@ class SinkHub:
             s.call("close")
             if s.failures > 1:
                 get_logger().warning("sink_failures", sink=s.name, failures=s.failures)
-
-
-def _numbers(event: Mapping[str, Any], prefix: str) -> dict[str, float]:
-    return {
-        f"{prefix}{k}": float(v)
-        for k, v in event.items()
-        if k not in _META_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
-    }
 
 
 def open_sinks(config: Config, registry: Registry, run_dir: Path) -> SinkHub:

@@ -1,116 +1,157 @@
-"""``searchr1 train``: the Search-R1 loop; one step is :mod:`searchr1.core.step`.
+"""``searchr1 train``: the Search-R1 loop, top to bottom.
 
-Before step 1 (not when resuming) each ``[train] stages`` plugin runs, in order; when one
-trained the weights, checkpoint 0 follows. After the last step they run again. Steps run via
-:func:`searchr1.core.pipeline.run_steps`; with ``train.max_staleness = k > 0`` rollouts run on
-weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save
-a checkpoint and exit 130/143; ``--resume`` continues with the same data cursor and RNG states."""
+::
+
+    eval "before" (train.eval_before_after and data.eval), the asset's ceiling agent too
+    cold start ([train.cold_start] steps > 0), eval "cold_start", checkpoint 0
+    for step in start + 1 .. max_steps:
+        batch   = collect(...)     rollouts, rewards, advantages  (searchr1.core.step)
+        learned = learn(...)       one optimizer step
+        record(...)                health checks, metrics, checkpoint every save_every
+    eval "after"
+
+On ``--resume`` the loop continues after the checkpoint's step with the same data cursor and
+RNG states; nothing before the loop runs again. With ``train.max_staleness = k > 0``
+:func:`searchr1.core.pipeline.run_steps` drives the same three functions, rolling out on
+weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save a
+checkpoint and exit 130/143."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from typing import Any
 
 from searchr1.core.checkpoint import restore_rng
+from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
+from searchr1.core.data import load_questions
 from searchr1.core.errors import Interrupted
-from searchr1.core.logs import close_sinks, get_logger
+from searchr1.core.evaluation import ceiling_agent, heldout_eval, heldout_questions
+from searchr1.core.health import Health
+from searchr1.core.logs import close_console, get_logger
 from searchr1.core.pipeline import run_steps
+from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
-from searchr1.core.runs import RunContext, build_components
-from searchr1.core.step import Step
+from searchr1.core.runs import Run
+from searchr1.core.step import (
+    Batch,
+    Learned,
+    adam_params,
+    collect,
+    learn,
+    record,
+    save,
+    window_metrics,
+)
 from searchr1.core.step_metrics import ratio_basis
-from searchr1.core.step_monitors import open_monitors
-from searchr1.core.types import StageRun, TrainStage
 
 
-def train(ctx: RunContext, *, resume: bool = False) -> dict[str, Any]:
-    """Run the loop of ``ctx.config``; returns the last step's metrics."""
-    from searchr1.core.data import load_questions
-    from searchr1.core.protocols import make_protocol
-    from searchr1.core.question_stream import QuestionStream
-
-    cfg, log = ctx.config, get_logger()
-    # Data first: a bad data path should fail before the (slow) model load.
+def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
+    """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics."""
+    cfg, log = run.config, get_logger()
+    # What the config names is read and checked before the (slow) model load.
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
-    monitors = open_monitors(cfg, ctx.registry)  # [train] monitors, with their settings
-    # stages read their data now, before the (slow) model load
-    stages = ctx.registry.create_listed("train_stage", cfg.train.stages, TrainStage, cfg)
-    # The checkpoint and its data cursor are checked before the (slow) model load too.
-    checkpoint = resume_point(ctx, stream) if resume else None
-    components = build_components(ctx)
-    capabilities = components.trainer.capabilities
-    protocol = make_protocol(cfg, components.model.sampler.tokenizer, ctx.registry)
+    health = Health.for_config(cfg)
+    heldout = heldout_questions(cfg)
+    warm_up = cold_start_settings(cfg)
+    checkpoint = resume_point(run, stream) if resume else None
+    run.start(need_loss=True)
+    loss = run.loss
+    assert loss is not None  # start(need_loss=True) created it
+    warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
     log.info(
         "importance_ratio",
-        message=ratio_basis(cfg.model.temperature, capabilities.learner_temperature),
+        message=ratio_basis(cfg.model.temperature, run.trainer.capabilities.learner_temperature),
     )
-
-    start_step = 0
+    start = 0
     if checkpoint is not None:
-        load_model_state(components, checkpoint)
-        monitors.load_state(checkpoint.state)
+        load_model_state(run, checkpoint)
+        health.load_state(checkpoint.state)
         restore_rng(checkpoint)
-        start_step = checkpoint.step
-        log.info("resumed", step=start_step, checkpoint=str(checkpoint.path))
+        start = checkpoint.step
+        log.info("resumed", step=start, checkpoint=str(checkpoint.path))
+
+    def saves(step: int) -> bool:
+        t = cfg.train
+        return step > start and (step % t.save_every == 0 or step == t.max_steps)
 
     stop = _StopFlag()
     last: dict[str, Any] = {}
-    step = start_step
+    step = start
     try:
-        with asyncio.Runner() as runner:
-            c = components
-            run = StageRun(
-                cfg, ctx.run_dir, ctx.registry, c.model.sampler, c.trainer, c.search, c.reward,
-                protocol, runner.run,
-            )  # fmt: skip
+        with asyncio.Runner() as loop:
             try:
-                for stage in stages:
-                    stage.check(run)  # e.g. a loss the trainer cannot train: before any rollout
-                if checkpoint is None:
-                    trained = [stage.before_steps(run) for stage in stages]
-                    if any(trained):  # --resume starts after it
-                        Step(c, protocol, stream, ctx, monitors, 0).save(stream.state(), 0)
-                steps = Step(c, protocol, stream, ctx, monitors, start_step)
-                step = runner.run(_run_steps(steps, stop))
-                last = steps.last_metrics
-                if step == cfg.train.max_steps and step > start_step:
-                    for stage in stages:
-                        stage.after_steps(run, step)
+                if checkpoint is None and heldout:
+                    loop.run(heldout_eval(run, heldout, "before"))
+                    ceiling = ceiling_agent(run)
+                    if ceiling is not None:
+                        loop.run(heldout_eval(run, heldout, "ceiling", sampler=ceiling))
+                if checkpoint is None and warm_up_loss is not None:
+                    loop.run(cold_start(run, warm_up, warm_up_loss))
+                    if heldout:
+                        loop.run(heldout_eval(run, heldout, "cold_start"))
+                    save(run, health, stream.state(), 0)  # --resume starts after it
+
+                adam = adam_params(cfg)
+                scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
+
+                def learn_batch(batch: Batch) -> Learned:
+                    datums = batch.datums(cfg.train.max_datum_tokens)
+                    return learn(run, datums, loss, loss_scale=scale, adam=adam)
+
+                recorded: list[Batch] = []  # the latest recorded step
+
+                def record_step(batch: Batch, learned: Learned, timing: dict[str, float]) -> None:
+                    last.clear()
+                    last.update(record(run, health, batch, learned, timing))
+                    recorded[:] = [batch]
+                    if saves(batch.step):
+                        save(run, health, batch.cursor, batch.step)
+
+                if cfg.train.max_staleness == 0:
+                    for step in range(start + 1, cfg.train.max_steps + 1):
+                        t0 = time.perf_counter()
+                        batch = loop.run(collect(run, stream, step, policy_version=step - 1))
+                        t1 = time.perf_counter()
+                        learned = learn_batch(batch)
+                        timing = window_metrics(batch, t0, t1, time.perf_counter())
+                        record_step(batch, learned, timing)
+                        if stop.requested:
+                            break
+                else:
+                    loop.run(
+                        run_steps(
+                            first=start + 1,
+                            last=cfg.train.max_steps,
+                            max_staleness=cfg.train.max_staleness,
+                            collect=lambda s, v: collect(run, stream, s, v),
+                            learn=learn_batch,
+                            finish=record_step,
+                            is_barrier=saves,
+                            stopping=lambda: stop.requested,
+                            snapshot=run.trainer.capabilities.snapshot_sampler,
+                        )
+                    )
+                step = recorded[0].step if recorded else start
+                if stop.requested and recorded and not saves(step):
+                    save(run, health, recorded[0].cursor, step)
+                if step == cfg.train.max_steps and step > start and heldout:
+                    loop.run(heldout_eval(run, heldout, "after", step=step))
             finally:
                 # An async HTTP client must be closed in the loop it was used in.
-                runner.run(components.search.aclose())
+                loop.run(run.search.aclose())
     finally:
-        components.model.close()
+        run.close()
+        run.sinks.close()
         stop.restore()
-    log.info("train_done", steps=step, stopped_early=stop.requested, **monitors.totals())
-    close_sinks()
+    log.info("train_done", steps=step, stopped_early=stop.requested, **health.totals())
+    close_console()
     if stop.signum is not None:
-        raise Interrupted(stop.signum, step, saved=step > start_step)
+        raise Interrupted(stop.signum, step, saved=step > start)
     return last
-
-
-async def _run_steps(step: Step, stop: _StopFlag) -> int:
-    """Steps ``start_step + 1 .. max_steps``; returns the last step learned."""
-    cfg = step.ctx.config
-    last = await run_steps(
-        first=step.start_step + 1,
-        last=cfg.train.max_steps,
-        max_staleness=cfg.train.max_staleness,
-        collect=step.collect,
-        learn=step.learn,
-        finish=step.finish,
-        is_barrier=step.writes_checkpoint,
-        stopping=lambda: stop.requested,
-        snapshot=step.c.trainer.capabilities.snapshot_sampler,
-    )
-    if last is None:
-        return step.start_step
-    if stop.requested and not step.writes_checkpoint(last.step):
-        step.save(last.cursor, last.step)
-    return last.step
 
 
 class _StopFlag:

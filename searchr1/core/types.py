@@ -399,84 +399,6 @@ class ScoredGroup:
     degenerate: bool
 
 
-@dataclass(frozen=True)
-class Alert:
-    """A step monitor's warning, logged as ``health_alert``: a short ``kind`` and a sentence."""
-
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One learned step, as step monitors see it."""
-
-    step: int
-    #: the groups the step trained on
-    groups: Sequence[ScoredGroup]
-    #: the step's first draw, the unbiased sample of the policy
-    trajectories: Sequence[Trajectory]
-    rewards: Sequence[RewardResult]
-    #: the learner's merged metrics (``mismatch/*``, ``tokens``, ...)
-    train_metrics: Mapping[str, float]
-    #: the step's ``staleness/max``
-    staleness: float
-
-
-@runtime_checkable
-class StepMonitor(Protocol):
-    """Watches training one step at a time: advice, never part of the update. ``observe``
-    runs after each update; ``state`` is checkpointed under the monitor's name.
-    docs/plugins.md, ## register_step_monitors"""
-
-    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
-        """The step's metrics (joined to its ``metrics`` event) and alerts."""
-
-    def state(self) -> dict[str, Any]:
-        """What a resumed run needs (JSON-serializable)."""
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state`; ``{}`` when the checkpoint has none."""
-
-    def totals(self) -> dict[str, Any]:
-        """Run-long numbers for ``train_done``."""
-
-
-@dataclass(frozen=True)
-class StageRun:
-    """What ``searchr1 train`` hands a train stage: the run's plugins, its folder, and
-    ``run(coroutine)``, which runs a coroutine in train's event loop (async search clients
-    belong to it)."""
-
-    config: Config
-    run_dir: Path
-    registry: Any
-    sampler: Sampler
-    trainer: Trainer
-    search: SearchProvider
-    reward: RewardFn
-    protocol: Any
-    run: Callable[[Any], Any]
-
-
-@runtime_checkable
-class TrainStage(Protocol):
-    """Work around the RL steps, listed in ``[train] stages`` and run in that order: a
-    held-out eval, a scripted ceiling, a supervised warm-up. docs/plugins.md,
-    ## register_train_stages"""
-
-    def check(self, run: StageRun) -> None:
-        """Called for every stage before any runs, on fresh and resumed runs: raise a
-        ConfigError for a setting this run cannot honour (before any rollout)."""
-
-    def before_steps(self, run: StageRun) -> bool:
-        """Before step 1 of a fresh run (never on ``--resume``). True when it trained the
-        weights: the core then writes checkpoint 0, so a resume never repeats it."""
-
-    def after_steps(self, run: StageRun, step: int) -> None:
-        """After the run's last step ``step == train.max_steps`` (not when stopped early)."""
-
-
 # --------------------------------------------------------------------------- factories
 
 # A factory gets the validated Config (its table: ``config.plugin_table(kind, name)``).
@@ -485,8 +407,6 @@ SearchFactory = Callable[["Config"], SearchProvider]
 RewardFactory = Callable[["Config"], RewardFn]
 LossFactory = Callable[["Config"], LossFn]
 MetricSinkFactory = Callable[["Config", Path], MetricSink]
-StepMonitorFactory = Callable[["Config"], StepMonitor]
-TrainStageFactory = Callable[["Config"], TrainStage]
 
 
 @dataclass(frozen=True)
@@ -494,7 +414,7 @@ class Asset:
     """A ``builtin:NAME`` asset. ``build(folder)`` fills an empty folder, once per
     ``version`` (bump it when the files change). Optional ``ceiling(config, tokenizer,
     protocol)`` returns a scripted :class:`Sampler` that answers its questions perfectly (or
-    None), for stages that imitate or measure a perfect agent."""
+    None): the cold start imitates it, and ``train`` evaluates it on the asset's held-out set."""
 
     version: str
     build: Callable[[Path], None]

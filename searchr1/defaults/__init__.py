@@ -12,9 +12,7 @@ DEFAULT_NAMES: dict[str, str | tuple[str, ...]] = {
     "rollout.protocol": "tool_calls",
     "reward.name": "format_answer",
     "train.loss_fn": "importance_sampling",
-    # lists: every step monitor named runs; every stage, in order
-    "train.monitors": ("health", "run_notices"),
-    "train.stages": ("heldout_eval", "ceiling", "cold_start"),
+    "train.cold_start.loss_fn": "cross_entropy",
 }
 
 DEFAULT_QUESTION = "Who is the author of The Little Prince and where was he born?"

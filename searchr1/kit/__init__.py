@@ -7,6 +7,4 @@ package holds what several plugins share and a third-party plugin may reuse:
   name the URL but never a secret (:mod:`.retry` holds its arithmetic);
 * :mod:`.search` - a base class for search providers (input checks, the run cache, per-call
   metrics) and one for HTTP search services (key rotation and benching on top of :mod:`.http`).
-* :mod:`.token_limits` - did ``max_new_tokens`` or ``max_trajectory_tokens`` cut a turn or a
-  trajectory, and can one well-formed turn fit at all (a step monitor, smoke, config check).
 """

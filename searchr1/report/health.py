@@ -4,7 +4,7 @@ and mismatch signals (first step, last step, range), the held-out EM against the
 world's ceiling, what the importance ratio compares, and small charts of the signals.
 
 Called by :func:`searchr1.report.page.render_page`. The numbers are those the train loop logs
-(the step monitors' :mod:`searchr1.plugins.monitors.health`, ``mismatch/*`` from the learner); a run logged before they
+(the health checks, :mod:`searchr1.core.health`, ``mismatch/*`` from the learner); a run logged before they
 existed gets a short "not logged" note instead.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from cli_run import read_events
 
 from searchr1.cli.console import Console, tty_screen
-from searchr1.core.logs import close_sinks, get_logger, log_metrics, setup_logging
+from searchr1.core.logs import close_console, get_logger, log_metrics, setup_logging
 
 # a metrics event as the train loop logs it (abridged: the real one has ~50 keys)
 STEP = {
@@ -50,7 +50,7 @@ def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> 
     get_logger().info("eval/heldout_em", when="before", step=0, value=0.119, f1=0.2, n=200)
     log_metrics(1, {**STEP, "time/step": 12.0})
     log_metrics(2, {**STEP, "time/step": 14.0, "reward/mean": 0.5})
-    close_sinks()
+    close_console()
     lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
     steps = [line for line in lines if line.startswith("step ")]
     assert steps[0] == (
@@ -121,7 +121,7 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
     log.info("eval/heldout_em", when="cold_start", step=1, value=0.25, n=320)
     log_metrics(2, {**STEP, "time/step": 12.0})
     log.info("eval/heldout_em", when="after", step=2, value=0.334, n=320)
-    close_sinks()
+    close_console()
     lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
     steps = [line for line in lines if line.startswith("step ")]
     assert "EM 11.9%" in steps[0] and "100.0%" not in steps[0]
@@ -179,7 +179,7 @@ def test_the_step_line_shows_the_search_cost_of_the_step_and_the_run(tmp_path: P
     log_metrics(1, {**STEP, "search/cost": 0.09})
     log_metrics(2, {**STEP, "search/cost": 0.03})
     log_metrics(3, STEP)  # no cost_per_call: no cost shown
-    close_sinks()
+    close_console()
     steps = [line for line in _plain(stream.getvalue()).splitlines() if line.startswith("step ")]
     assert "search cost 0.09 (run 0.09)" in steps[0]
     assert "search cost 0.03 (run 0.12)" in steps[1]

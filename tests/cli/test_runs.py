@@ -11,7 +11,7 @@ from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
-from searchr1.core.runs import RunContext, build_components
+from searchr1.core.runs import Run
 from searchr1.core.types import SearchResponse
 
 
@@ -47,18 +47,18 @@ class _Plugin:
 
 def test_failed_model_start_closes_the_search_provider(tmp_path: Path) -> None:
     config = Config().replace(model={"provider": "broken"}, search={"provider": "recording"})
-    ctx = RunContext(config, tmp_path, "t", load_registry(extra_plugins=[_Plugin()]))
+    run = Run(config, load_registry(extra_plugins=[_Plugin()]), tmp_path)
     with pytest.raises(OSError, match="nowhere"):
-        build_components(ctx)
+        run.start(need_loss=True)
     assert _Search.closed
 
 
 def test_a_factory_that_returns_no_model_is_named(tmp_path: Path) -> None:
     _Search.closed = False
     config = Config().replace(model={"provider": "bare"}, search={"provider": "recording"})
-    ctx = RunContext(config, tmp_path, "t", load_registry(extra_plugins=[_Plugin()]))
+    run = Run(config, load_registry(extra_plugins=[_Plugin()]), tmp_path)
     with pytest.raises(
         PluginError, match="model.provider = 'bare'.*not a searchr1.core.types.Model"
     ):
-        build_components(ctx, need_loss=False)
+        run.start()
     assert _Search.closed

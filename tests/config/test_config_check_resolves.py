@@ -155,7 +155,7 @@ def test_api_base_with_a_wrong_scheme_is_named(value: str, expect: str) -> None:
 
 
 def test_config_check_names_a_typo_in_a_chosen_plugins_table(project: Path, capsys) -> None:
-    """A chosen plugin's declared settings (a provider's, a train stage's) are checked like the
+    """A chosen plugin's declared settings (a provider's) and the cold start's are checked like the
     core's own sections, with the line; an unchosen plugin's table is left alone."""
     text = (
         '[model]\nprovider = "local"\n[model.local]\ndevcie = "cpu"\n'

@@ -1,5 +1,5 @@
 """Issue 18: a loss carries its name and settings, and a remote provider's declared losses
-refuse one it cannot train with when the run is built (``build_components``), before any
+refuse one it cannot train with when the run is built (``Run.start``), before any
 rollout -- not at the first ``forward_backward`` after a whole rollout. Real ``tinker`` SDK
 against the loopback fake (``tests/helpers/fake_tinker_service.py``)."""
 
@@ -20,7 +20,7 @@ from searchr1.core.config_schema import Config  # noqa: E402
 from searchr1.core.errors import ConfigError  # noqa: E402
 from searchr1.core.hookspecs import hookimpl  # noqa: E402
 from searchr1.core.plugins import load_registry  # noqa: E402
-from searchr1.core.runs import RunContext, build_components  # noqa: E402
+from searchr1.core.runs import Run  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def fake():
         yield service
 
 
-def context(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) -> RunContext:
+def new_run(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) -> Run:
     config = Config().replace(
         model={
             "provider": "tinker",
@@ -54,7 +54,7 @@ def context(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) ->
         )
     )
     registry = load_registry(extra_plugins=[plugin])
-    return RunContext(config=config, run_dir=tmp_path, run_id="t", registry=registry)
+    return Run(config, registry, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_unsupported_remote_loss_fails_when_the_run_is_built(
 ):
     finished = len(fake.finished)
     with pytest.raises(ConfigError, match=message):
-        build_components(context(fake, tmp_path, loss_fn, table))
+        new_run(fake, tmp_path, loss_fn, table).start(need_loss=True)
     # Nothing was sampled or trained, and the provider that refused closed its session.
     assert fake.count("POST /api/v1/asample") == 0
     assert fake.count("POST /api/v1/create_model") == 0
@@ -77,10 +77,10 @@ def test_unsupported_remote_loss_fails_when_the_run_is_built(
 
 
 def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_path):
-    ctx = context(fake, tmp_path, "cispo", {"clip_low": 0.1, "clip_high": 0.3})
-    components = build_components(ctx)
+    run = new_run(fake, tmp_path, "cispo", {"clip_low": 0.1, "clip_high": 0.3})
+    run.start(need_loss=True)
     try:
-        assert components.loss.name == "cispo"
-        assert components.loss.settings == {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0}
+        assert run.loss.name == "cispo"
+        assert run.loss.settings == {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0}
     finally:
-        components.model.close()
+        run.close()

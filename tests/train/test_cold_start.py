@@ -1,4 +1,4 @@
-"""The cold-start stage on a user's own QA data and corpus: the scripted teacher, the masks of
+"""The cold start on a user's own QA data and corpus: the scripted teacher, the masks of
 its datums, the supervised loss, and ``searchr1 train`` with ``[train.cold_start]`` end to end on a
 tiny random Llama (a real transformers architecture, loaded by path)."""
 
@@ -21,10 +21,10 @@ from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions, sampling_params
+from searchr1.core.scripted import UNKNOWN, ScriptedTeacher
 from searchr1.core.types import LossInputs, Question
 from searchr1.plugins.local_search import LocalBM25Search
 from searchr1.plugins.losses import cross_entropy
-from searchr1.plugins.train_stages.scripted_teacher import UNKNOWN, ScriptedTeacher
 
 FACTS = [
     ("Who painted the Blue Door?", "Marta Quell", "The Blue Door is a painting by Marta Quell."),

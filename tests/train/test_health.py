@@ -7,15 +7,16 @@ import random
 
 import pytest
 
-from searchr1.core.step_metrics import ratio_basis
-from searchr1.core.types import RewardResult, StepRecord, Trajectory
-from searchr1.plugins.monitors.health import (
+from searchr1.core.config_schema import HealthSettings
+from searchr1.core.health import (
     HealthMonitor,
-    HealthSettings,
+    StepRecord,
     mismatch_alerts,
     policy_metrics,
     repeated_ngram_rate,
 )
+from searchr1.core.step_metrics import ratio_basis
+from searchr1.core.types import RewardResult, Trajectory
 
 
 def _traj(
@@ -140,3 +141,23 @@ def test_ratio_basis_says_what_is_compared() -> None:
     assert "both at temperature 0.8" in ratio_basis(0.8, 0.8)
     remote = ratio_basis(0.8, None)
     assert "the service's own" in remote and "at 0.8" in remote and "mismatch/" in remote
+
+
+def test_a_checkpoint_state_with_health_under_its_name_resumes_the_health_checks() -> None:
+    """A checkpoint keeps the health state under ``health`` and the notices under
+    ``run_notices``; one without the notices (an older run) starts them afresh."""
+    from searchr1.core.config import parse_config
+    from searchr1.core.health import Health
+
+    saved = {
+        "step": 4,
+        "python_rng": [],
+        "data": {},
+        "health": {"length_baseline": [12.0], "ema": {"health/entropy": 1.5}},
+    }
+    health = Health.for_config(parse_config("", source="t.toml", env={}))
+    health.load_state(saved)
+    state = health.state()
+    assert state["health"]["length_baseline"] == [12.0]
+    assert state["health"]["ema"] == {"health/entropy": 1.5}
+    assert state["run_notices"] == {"counts": {}, "raised": []}

@@ -236,12 +236,12 @@ def test_tensorboard_keeps_one_point_per_step_after_a_resume(tmp_path: Path) -> 
     cfg = parse_config('[log]\nsinks = ["tensorboard"]\n', source="c.toml", env={})
     first = open_sinks(cfg, load_registry(), tmp_path / "run")
     for step in (1, 2, 3, 4):
-        first.event({"event": "metrics", "step": step, "reward/mean": 0.1 * step})
+        first.scalars(step, {"reward/mean": 0.1 * step})
     first.close()
     time.sleep(1.1)  # event files are named by the second they were opened in
     resumed = open_sinks(cfg, load_registry(), tmp_path / "run")
     for step in (3, 4):
-        resumed.event({"event": "metrics", "step": step, "reward/mean": 0.9})
+        resumed.scalars(step, {"reward/mean": 0.9})
     resumed.close()
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()

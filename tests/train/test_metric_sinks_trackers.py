@@ -1,5 +1,5 @@
 """The optional W&B and SwanLab sinks, run in their offline modes (no network here) through
-the same path training uses (``open_sinks`` then the logging layer), and read back from the
+the same path training uses (``open_sinks``, then the loop's calls), and read back from the
 files they wrote. Skipped, with the install line, where the extra is not installed."""
 
 from __future__ import annotations
@@ -14,13 +14,7 @@ from tracker_logs import records
 
 from searchr1.core.config import parse_config
 from searchr1.core.errors import UserError
-from searchr1.core.logs import (
-    attach_sinks,
-    close_sinks,
-    log_metrics,
-    log_trajectories,
-    setup_logging,
-)
+from searchr1.core.logs import setup_logging
 from searchr1.core.plugins import load_registry
 from searchr1.core.sinks import open_sinks
 
@@ -51,14 +45,12 @@ def _run(sink: str, tmp_path: Path, table: str) -> Path:
         secrets=cfg.secrets,
         stream=io.StringIO(),
     )
-    attach_sinks(open_sinks(cfg, load_registry(), run_dir))
-    log_metrics(1, {"reward/mean": 0.25, "search_rate": 0.5, "note": f"key {CANARY}"})
-    log_trajectories(1, [{**TRAJECTORY, "question": f"leak {CANARY}?"}])
-    log_metrics(2, {"reward/mean": 0.75, "search_rate": 0.625})
-    from searchr1.core.logs import get_logger
-
-    get_logger().info("eval/heldout_em", when="after", step=2, value=0.5, n=10)
-    close_sinks()
+    sinks = open_sinks(cfg, load_registry(), run_dir)
+    sinks.scalars(1, {"reward/mean": 0.25, "search_rate": 0.5, "note": f"key {CANARY}"})
+    sinks.trajectories(1, [{**TRAJECTORY, "question": f"leak {CANARY}?"}])
+    sinks.scalars(2, {"reward/mean": 0.75, "search_rate": 0.625})
+    sinks.scalars(2, {"eval/heldout_em": 0.5, "eval/heldout_n": 10})
+    sinks.close()
     return run_dir
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.pipeline import run_steps
-from searchr1.core.step import CollectedStep, Learned
+from searchr1.core.step import Batch, Learned
 
 
 class Recorder:
@@ -35,22 +35,22 @@ class Recorder:
         with self._lock:
             self.events.append((what, step, time.perf_counter()))
 
-    async def collect(self, step: int, version: int) -> CollectedStep:
+    async def collect(self, step: int, version: int) -> Batch:
         self._log("collect_start", step)
         self.versions[step] = version
         await asyncio.sleep(self.collect_s)
         if step == self.fail_at:
             raise EnvironmentDown(f"step {step}: search down")
         self._log("collect_end", step)
-        return CollectedStep(step, [], [], 0, {}, {"cursor": step}, version, self.collect_s)
+        return Batch(step, [], [], 0, {}, {"cursor": step}, version, self.collect_s)
 
-    def learn(self, collected: CollectedStep) -> Learned:
+    def learn(self, collected: Batch) -> Learned:
         self._log("learn_start", collected.step)
         time.sleep(self.learn_s)
         self._log("learn_end", collected.step)
         return Learned(0.0, {}, {}, 1, self.learn_s)
 
-    def finish(self, collected: CollectedStep, _learned: Learned, m: dict[str, float]) -> None:
+    def finish(self, collected: Batch, _learned: Learned, m: dict[str, float]) -> None:
         self.metrics[collected.step] = m
         if collected.step == self.stop_after_learning:
             self.stopped = True
@@ -159,7 +159,7 @@ def test_a_collect_error_is_raised_after_the_steps_before_it_trained() -> None:
 def test_a_learn_error_stops_the_collector() -> None:
     r = Recorder()
 
-    def broken(collected: CollectedStep) -> Learned:
+    def broken(collected: Batch) -> Learned:
         raise RuntimeError("service gone")
 
     r.learn = broken  # type: ignore[method-assign]

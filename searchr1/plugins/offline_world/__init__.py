@@ -1,11 +1,11 @@
 """The ``offline_world`` plugin: the offline demo's generated world and its tiny model.
 
 Registered through the ``searchr1`` entry point (``offline_world``) like any third-party
-plugin. It registers assets and one train stage. The assets are what the embedded default
+plugin. It registers assets. The assets are what the embedded default
 config (``searchr1 train`` with no ``--config``) names:
 
 - ``builtin:world/{corpus,train,heldout}.jsonl``: the generated world, with its ceiling (the
-  scripted ideal agent; the ``ceiling`` train stage evaluates it once before the first step);
+  scripted ideal agent; ``train`` evaluates it once before the first step);
 - ``builtin:tiny``: the warm-started tiny model the demo trains;
 - ``builtin:tiny-random``: the same architecture with random weights and a tokenizer trained
   on built-in text, which tests and benchmarks load through any model provider.
@@ -24,7 +24,6 @@ Modules, in the order a build uses them:
 - ``finetune``: the supervised fine-tune on those trajectories;
 - ``warm_start_recipe``: the whole warm-start recipe (``python -m
   searchr1.plugins.offline_world.warm_start_recipe``), whose output ships in ``warm_start/``;
-- ``ceiling_stage``: the ``ceiling`` train stage;
 - ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
 """
 
@@ -33,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Asset, TrainStageFactory
+from searchr1.core.types import Asset
 
 
 @hookimpl
@@ -51,10 +50,3 @@ def register_assets(register: Callable[[str, Asset], None]) -> None:
     register("world", Asset(WORLD_VERSION, build_world, ceiling=world_ceiling))
     register("tiny", Asset(TINY_VERSION, build_tiny))
     register("tiny-random", Asset(TINY_RANDOM_VERSION, build_tiny_random))
-
-
-@hookimpl
-def register_train_stages(register: Callable[[str, TrainStageFactory], None]) -> None:
-    from searchr1.plugins.offline_world.ceiling_stage import CeilingStage
-
-    register("ceiling", CeilingStage)

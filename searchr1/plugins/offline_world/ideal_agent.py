@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
-from searchr1.kit.scripted import ScriptedSampler
+from searchr1.core.scripted import ScriptedSampler
 from searchr1.plugins.offline_world.generate import WorldQuestion
 
 #: what the agent answers when the results do not hold the answer
@@ -88,9 +88,9 @@ def world_questions() -> list[WorldQuestion]:
 
 def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
     """The ideal agent when the agent protocol is ``tags`` (the one the offline world's
-    tokenizer and warm start speak), else None. It plays every question of the world: the
-    ``ceiling`` stage asks for it for the world's held-out set, the cold start (through
-    ``Asset.ceiling``) for the world's training set."""
+    tokenizer and warm start speak), else None. It plays every question of the world: through
+    ``Asset.ceiling``, ``train`` evaluates it on the world's held-out set and the cold start
+    imitates it on the world's training set."""
     if getattr(protocol, "name", None) != "tags":
         return None
     return IdealAgent(tokenizer, protocol, world_questions())
@@ -102,8 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from searchr1.core.data import load_questions
     from searchr1.core.evaluation import evaluate_async, format_table
     from searchr1.core.plugins import load_registry
-    from searchr1.core.protocols import make_protocol
-    from searchr1.kit.tokenizers import load_tokenizer
+    from searchr1.core.runs import Run
 
     parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")
     parser.add_argument("--config", help="default: the embedded offline demo config")
@@ -111,9 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     registry = load_registry()
     config = load_config(args.config, registry=registry)
-    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    protocol = make_protocol(config, tokenizer, registry)
-    agent = ideal_agent_for(config, tokenizer, protocol)
+    run = Run(config, registry).start()
+    agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
+    run.close()  # the agent plays through the model's tokenizer and protocol only
     if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
         parser.error(
             f"data.eval = {config.data.eval!r} and rollout.protocol = "
@@ -122,18 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
     if args.limit:
         questions = questions[: args.limit]
-    search = registry.create("search_provider", config.search.provider, config)
-    reward = registry.create("reward", config.reward.name, config)
 
-    async def run() -> Any:
+    async def evaluate() -> Any:
         try:
             return await evaluate_async(
-                agent, search, protocol, reward, questions, config, label="ideal-agent"
+                agent, run.search, run.protocol, run.reward, questions, config, label="ideal-agent"
             )
         finally:
-            await search.aclose()
+            await run.search.aclose()
 
-    print(format_table(asyncio.run(run())))
+    print(format_table(asyncio.run(evaluate())))
     return 0
 
 

@@ -1,9 +1,9 @@
-"""The ``health`` step monitor: is the policy collapsing, rambling, repeating itself, or
-drifting away from what the learner scores?
-
-One :class:`HealthMonitor` per run (settings from ``[train.health]``) reads each step's
-first-draw trajectories, rewards and the merged training metrics and returns the ``health/*``
-metrics and its alerts (logged as ``health_alert`` warnings). The report
+"""The run's health checks, asked once per step (:class:`Health`): is the policy collapsing,
+rambling, repeating itself, or drifting away from what the learner scores (:class:`HealthMonitor`,
+settings in ``[train.health]``), and the run notices, conditions worth one warning per run
+(:class:`RunNotices`). Their metrics join the step's ``metrics`` event, their alerts are logged
+as ``health_alert`` warnings, their state is checkpointed (so a resumed run reports what the
+uninterrupted one would have) and their counts go into ``train_done``. The report
 (:mod:`searchr1.report.health`) shows the same metrics and alerts at the top of the page.
 
 Metrics (all over the step's first draw, the unbiased sample of the policy):
@@ -39,27 +39,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.types import Alert, RewardResult, StepRecord, Trajectory
+from searchr1.core.config_schema import Config, HealthSettings
+from searchr1.core.token_limits import limit_hits
+from searchr1.core.types import RewardResult, ScoredGroup, Trajectory
 
 
 @dataclass(frozen=True)
-class HealthSettings:
-    """``[train.health]``; every key optional."""
+class Alert:
+    """A health warning, logged as ``health_alert``: a short ``kind`` and a sentence."""
 
-    #: steps whose mean response length is the baseline of ``health/response_growth``
-    baseline_steps: int = field(default=3, metadata={"min": 1})
-    #: weight of the newest step in the moving averages of format rate and entropy
-    ema: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
-    #: alert when a moving average falls below this share of its running peak
-    cliff_fraction: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
-    #: alert when the response length exceeds this multiple of the baseline (0 = never)
-    max_length_growth: float = field(default=3.0, metadata={"min": 0.0})
-    #: n of the repeated n-gram rate
-    ngram: int = field(default=4, metadata={"min": 1})
-    #: alert when mismatch/k3 (mean KL estimate, sampler vs learner) exceeds this
-    mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
-    #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse
-    mismatch_warn_ratio: float = field(default=2.0, metadata={"min": 1.0})
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One learned step, as the health checks see it."""
+
+    step: int
+    #: the groups the step trained on
+    groups: Sequence[ScoredGroup]
+    #: the step's first draw, the unbiased sample of the policy
+    trajectories: Sequence[Trajectory]
+    rewards: Sequence[RewardResult]
+    #: the learner's merged metrics (``mismatch/*``, ``tokens``, ...)
+    train_metrics: Mapping[str, float]
+    #: the step's ``staleness/max``
+    staleness: float
 
 
 def repeated_ngram_rate(tokens: Sequence[int], n: int) -> tuple[int, int]:
@@ -200,9 +206,6 @@ class HealthMonitor:
         self.peak = {str(k): float(v) for k, v in state.get("peak", {}).items()}
         self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
 
-    def totals(self) -> dict[str, Any]:
-        return {}
-
 
 def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Alert]:
     """An alert when the step's sampler/learner mismatch passes the thresholds (none when
@@ -227,3 +230,103 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
             f"bf16, a different sampling engine, temperature. Consider [train.loss] ratio_cap",
         )
     ]
+
+
+@dataclass
+class RunNotices:
+    """Once-per-run warnings: ``no_tokens_trained`` (every kept group degenerate, so the
+    update changed nothing), ``max_new_tokens`` and ``max_trajectory_tokens``
+    (:mod:`searchr1.core.token_limits`), each raised the first step it happens and counted."""
+
+    config: Config
+    counts: dict[str, int] = field(default_factory=dict)
+    raised: set[str] = field(default_factory=set)
+
+    def observe(self, record: StepRecord) -> list[Alert]:
+        """This step's notices."""
+        cfg, step, groups = self.config, record.step, record.groups
+        out: list[Alert] = []
+        if groups and all(g.degenerate for g in groups):
+            hint = (
+                "raise rollout.max_extra_draws (dynamic sampling draws fresh questions for "
+                "degenerate groups)"
+                if cfg.rollout.dynamic_sampling
+                else "set rollout.dynamic_sampling = true (fresh questions replace degenerate "
+                "groups)"
+            )
+            out += self._count(
+                "no_tokens_trained",
+                1,
+                f"step {step} trained no token: all {len(groups)} of its groups were "
+                f"degenerate (every trajectory of a group got the same reward, so every "
+                f"advantage is 0) and the update changed nothing. {hint[0].upper()}{hint[1:]}, "
+                f"or raise rollout.group_size or model.temperature",
+            )
+        hits = limit_hits(
+            record.trajectories,
+            max_new_tokens=cfg.model.max_new_tokens,
+            max_trajectory_tokens=cfg.rollout.max_trajectory_tokens,
+        )
+        sentences = iter(hits.sentences())
+        if hits.turns_cut:
+            out += self._count("max_new_tokens", hits.turns_cut, f"step {step}: {next(sentences)}")
+        if hits.trajectories_cut:
+            out += self._count(
+                "max_trajectory_tokens", hits.trajectories_cut, f"step {step}: {next(sentences)}"
+            )
+        return out
+
+    def _count(self, kind: str, n: int, message: str) -> list[Alert]:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+        if kind in self.raised:
+            return []
+        self.raised.add(kind)
+        return [Alert(kind, f"{message} (warned once per run; the total is in train_done)")]
+
+    def state(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "raised": sorted(self.raised)}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.counts = {str(k): int(v) for k, v in state.get("counts", {}).items()}
+        self.raised = {str(k) for k in state.get("raised", [])}
+
+    def totals(self) -> dict[str, int]:
+        """The run's counts (only those that happened), for ``train_done``."""
+        names = {
+            "no_tokens_trained": "steps_without_training",
+            "max_new_tokens": "turns_cut_at_max_new_tokens",
+            "max_trajectory_tokens": "trajectories_cut_at_max_trajectory_tokens",
+        }
+        return {names[k]: v for k, v in self.counts.items()}
+
+
+@dataclass
+class Health:
+    """The health checks and run notices of one ``train`` run, called once per step."""
+
+    monitor: HealthMonitor
+    notices: RunNotices
+
+    @classmethod
+    def for_config(cls, config: Config) -> Health:
+        from searchr1.core.config_validate import plugin_settings
+
+        settings = plugin_settings(config, "train", "health", HealthSettings)
+        return cls(HealthMonitor(settings), RunNotices(config))
+
+    def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
+        """The step's ``health/*`` metrics and every alert (health checks first)."""
+        metrics, alerts = self.monitor.observe(record)
+        return metrics, alerts + self.notices.observe(record)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (under ``health`` and ``run_notices``)."""
+        return {"health": self.monitor.state(), "run_notices": self.notices.state()}
+
+    def load_state(self, saved: Mapping[str, Any]) -> None:
+        self.monitor.load_state(saved.get("health") or {})
+        self.notices.load_state(saved.get("run_notices") or {})
+
+    def totals(self) -> dict[str, int]:
+        """The run's notice counts (only those that happened), for ``train_done``."""
+        return self.notices.totals()

@@ -1,0 +1,162 @@
+"""The cold start: supervised fine-tuning of the LoRA on scripted search trajectories, before
+RL, on fresh runs with ``[train.cold_start] steps > 0`` (``train`` calls it before step 1).
+
+An instruct model asked to use a search tool usually never does, so every RL group is
+degenerate and GRPO gets no signal. It runs::
+
+    teacher    = the data asset's ceiling agent (Asset.ceiling), else ScriptedTeacher
+    for step in 1..steps:
+        trajectories = rollout(teacher, questions_per_step fresh questions, group_size 1)
+                       through the run's search provider, protocol, chat template and limits
+        kept         = those the reward scores above 0
+        datums       = trajectory_to_datum(t, advantage 1): the RL masks
+        learn(datums, loss_fn, 1 / trained tokens): the RL step's pack -> forward_backward
+                       -> optim_step
+
+The loss (by default ``-sum_t A_t lp_t``) is a registered loss run by the
+model's trainer, so any training provider works. ``train`` then runs the held-out eval
+``"cold_start"`` and writes checkpoint 0, so ``--resume`` never repeats it. A top-level
+``[cold_start]`` table is read as ``[train.cold_start]``."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from searchr1.core.assets import asset_name, is_builtin
+from searchr1.core.config_schema import ColdStartSettings, Config
+from searchr1.core.config_validate import plugin_settings
+from searchr1.core.data import load_questions
+from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.logs import get_logger
+from searchr1.core.question_stream import QuestionStream
+from searchr1.core.rollout import rollout_questions, sampling_params
+from searchr1.core.runs import Run
+from searchr1.core.scripted import ScriptedTeacher
+from searchr1.core.step import adam_params, learn
+from searchr1.core.step_metrics import peak_rss_gb
+from searchr1.core.trainer_checks import check_loss
+from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
+
+
+@dataclasses.dataclass(frozen=True)
+class ColdStartResult:
+    """What the cold start did, for the ``cold_start_done`` event and the benchmark."""
+
+    steps: int
+    trajectories: int
+    kept: int
+    tokens: float
+    loss_first: float
+    loss_last: float
+    seconds: float
+
+
+def cold_start_settings(config: Config) -> ColdStartSettings:
+    """``[train.cold_start]``, checked (read before the model loads)."""
+    return plugin_settings(config, "train", "cold_start", ColdStartSettings)
+
+
+def cold_start_loss(run: Run, cs: ColdStartSettings) -> LossFn:
+    """The loss ``train.cold_start.loss_fn`` names, refused unless the run's trainer can
+    train it (before any rollout, so a bad name never costs an eval)."""
+    loss = run.registry.create("loss_fn", cs.loss_fn, run.config)
+    check_loss(
+        run.trainer.capabilities,
+        loss,
+        field="train.cold_start.loss_fn",
+        provider=run.config.model.provider,
+    )
+    return loss
+
+
+def teacher_for(
+    config: Config,
+    tokenizer: Any,
+    protocol: Any,
+    spec: str,
+    questions: list[Question],
+    assets: Mapping[str, Asset],
+) -> Sampler:
+    """The ``Asset.ceiling`` agent of ``spec``'s ``builtin:`` asset for this protocol, else
+    :class:`~searchr1.core.scripted.ScriptedTeacher`."""
+    asset = assets.get(asset_name(spec)) if is_builtin(spec) else None
+    own = asset.ceiling(config, tokenizer, protocol) if asset and asset.ceiling else None
+    return own if own is not None else ScriptedTeacher(tokenizer, protocol, questions)
+
+
+async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdStartResult:
+    """Run the cold start on the run's trainer with ``loss_fn``, in train's event loop."""
+    log, cfg, protocol = get_logger(), run.config, run.protocol
+    spec = cs.data or cfg.data.train
+    field = "train.cold_start.data" if cs.data else "data.train"
+    questions = list(load_questions(spec, field_name=field).questions)
+    stream = QuestionStream(questions, cfg.run.seed + 1)
+    teacher = teacher_for(
+        cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets
+    )
+    sampling = dataclasses.replace(sampling_params(cfg, protocol, greedy=True), seed=cfg.run.seed)
+    adam = dataclasses.replace(adam_params(cfg), learning_rate=cs.lr)
+    t0 = time.perf_counter()
+    total = kept_total = 0
+    tokens_total = 0.0
+    losses: list[float] = []
+    for step in range(1, cs.steps + 1):
+        batch = stream.next_batch(cs.questions_per_step)
+        groups = await rollout_questions(
+            teacher,
+            run.search,
+            protocol,
+            batch,
+            cfg,
+            group_size=1,
+            sampling=sampling,
+            id_prefix=f"cs{step}/",
+        )
+        run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
+        datums: list[Datum] = []
+        for question, (trajectory,) in zip(batch, groups, strict=True):
+            if run.reward(trajectory, question.golden_answers).reward > 0:
+                datums.append(trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens))
+        total += len(batch)
+        kept_total += len(datums)
+        if not datums:
+            log.warning(
+                "cold_start.nothing_kept",
+                step=step,
+                reason="no scripted trajectory of this step found its answer (the reward "
+                "scored every one <= 0); check that [search] returns the answers of "
+                f"{spec!r}",
+            )
+            continue
+        tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
+        learned = learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
+        # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
+        metrics = learned.train_metrics
+        loss = metrics["nll_sum"] / tokens if "nll_sum" in metrics else learned.loss
+        losses.append(loss)
+        tokens_total += tokens
+        log.info(
+            "cold_start.step",
+            step=step,
+            steps=cs.steps,
+            loss=round(loss, 4),
+            kept=len(datums),
+            trajectories=len(batch),
+            tokens=tokens,
+            seconds=round(time.perf_counter() - t0, 1),
+        )
+        log.info("progress", task="cold start", done=step, total=cs.steps)
+    result = ColdStartResult(
+        steps=cs.steps,
+        trajectories=total,
+        kept=kept_total,
+        tokens=tokens_total,
+        loss_first=losses[0] if losses else float("nan"),
+        loss_last=losses[-1] if losses else float("nan"),
+        seconds=time.perf_counter() - t0,
+    )
+    log.info("cold_start_done", **dataclasses.asdict(result), peak_rss_gb=peak_rss_gb())
+    return result
