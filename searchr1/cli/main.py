@@ -8,12 +8,15 @@ as a traceback, and the command exits with its class's ``exit_code`` (2 for what
 fix: config, plugins, data). A write the filesystem refuses (disk full, over quota, read-only,
 an I/O error, no permission) is turned here, in one place, into a
 :class:`~searchr1.core.errors.DiskError` (exit code 4) naming the path, the free space, the
-last complete checkpoint and the command that continues the run.
+last complete checkpoint and the command that continues the run. A reader that closes the
+pipe early (``searchr1 plugins | head -1``) ends the command quietly, as it ends other Unix
+tools.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -32,13 +35,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="searchr1", description="Train LLM search agents with reinforcement learning."
     )
+    parser.add_argument("--version", action="version", version=f"searchr1 {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
     return parser
 
 
+def package_version() -> str:
+    """The installed distribution's version (``unknown`` when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("searchr1")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+#: the exit code of a command whose reader closed its output, as a shell reports a tool that
+#: SIGPIPE ended (128 + 13)
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _run_command(argv)
+        sys.stdout.flush()  # a pipe closed early fails here, inside the handler, not at exit
+        return code
+    except BrokenPipeError:
+        # stdout goes to /dev/null so the interpreter's own flush at exit fails no more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage error (2) or --help (0), already printed by argparse

@@ -17,6 +17,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         files = build_report(args.run_dir, args.out, pngs=not args.no_png)
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from exc
+    except (FileExistsError, NotADirectoryError) as exc:  # the output folder cannot be made
+        flag = f"--out {args.out}" if args.out else f"{args.run_dir}/report (the default --out)"
+        raise UserError(
+            f"{flag}: cannot make the report folder there ({exc.strerror}: {exc.filename}); "
+            "give --out a folder path: a missing folder is made, a file is never replaced"
+        ) from exc
     print(f"report: {files.html}")
     for png in files.pngs:
         print(f"chart:  {png}")

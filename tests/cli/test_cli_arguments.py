@@ -1,9 +1,14 @@
-"""Command-line numbers are checked (exit code 2 naming the flag), and dropped data rows are
-shown on the console, not only counted in a file."""
+"""Command-line numbers are checked (exit code 2 naming the flag), a reader that closes the
+output early ends a command quietly, ``--version`` names the installed version, and dropped
+data rows are shown on the console, not only counted in a file."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -39,6 +44,36 @@ def test_usage_errors_return_2_in_process(project: Path, run_cli) -> None:
     typo = run_cli("trian")
     assert typo.code == 2 and "invalid choice" in typo.err
     assert run_cli("--help").code == 0
+
+
+def test_version_prints_the_installed_version(project: Path, run_cli) -> None:
+    result = run_cli("--version")
+    assert result.code == 0
+    assert result.out.strip() == f"searchr1 {version('searchr1')}"
+
+
+@pytest.mark.parametrize("argv", [["plugins"], ["config", "check"]])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(project: Path, argv) -> None:
+    """``searchr1 plugins | head -1``: the reader is gone before the command writes (its end
+    of the pipe closed), so every write meets a broken pipe, as the tail of a long output
+    does behind ``head``."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k != "SEARCHR1_CONFIG"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "searchr1.cli", *argv],
+            cwd=project,
+            env=env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 141  # what a shell reports for a tool SIGPIPE ended
 
 
 def test_a_bom_at_the_start_of_a_jsonl_file_loses_no_row(tmp_path: Path) -> None:

@@ -199,6 +199,22 @@ def test_report_cli(tmp_path: Path, run_cli) -> None:
     assert missing.code == 2 and "not a folder" in missing.err
 
 
+@pytest.mark.parametrize("out", ["file.txt", "file.txt/report"])
+def test_report_out_that_is_or_lies_under_a_file_names_the_flag(
+    tmp_path: Path, run_cli, out: str
+) -> None:
+    run = make_run(tmp_path / "run")
+    (tmp_path / "file.txt").write_text("kept\n")
+
+    result = run_cli("report", run, "--out", tmp_path / out, "--no-png")
+
+    assert result.code == 2
+    assert "Traceback" not in result.err
+    assert result.err.startswith(f"searchr1: error: --out {tmp_path / out}: cannot make the report")
+    assert result.err.count("\n") == 1  # one line
+    assert (tmp_path / "file.txt").read_text() == "kept\n"
+
+
 # --------------------------------------------------------------------------- browser
 
 
