@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_run import make_config, write_config
 from fakes import ScriptedModel
 from train_configs import train_config
 
@@ -226,3 +227,38 @@ def test_an_events_line_cut_short_is_skipped_and_counted_by_the_report(
     rows, cut = read_jsonl(events)
     assert cut == 1
     assert sorted({e["step"] for e in rows if e["event"] == "metrics"}) == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_run_folder_without_write_permission_names_the_resume_command(
+    tmp_path: Path, run_cli
+) -> None:
+    """``chmod -R a-w`` on a run folder, then ``train --resume``: exit 4 naming the file and
+    the command that continues the run once the folder is writable again (a child process
+    without the capabilities that let root ignore file modes)."""
+    config = write_config(tmp_path, make_config())  # the real tiny model, two steps
+    run = tmp_path / "run"
+    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
+    setup_logging("closed")
+    modes = {path: path.stat().st_mode for path in [run, *run.rglob("*")]}
+    for path in modes:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "searchr1.cli", "train", "--resume"]
+            + ["--config", str(config), "--run-dir", str(run), "--max-steps", "4"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=_without_file_mode_override if os.geteuid() == 0 else None,
+        )
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+
+    assert done.returncode == EXIT_DISK, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert f"cannot access {run}/events.jsonl: Permission denied (EACCES)" in done.stderr
+    assert f"last complete checkpoint: {run}/checkpoints/step_000002 (step 2)" in done.stderr
+    assert f"searchr1 train --resume --run-dir {run} --config {config}" in done.stderr
