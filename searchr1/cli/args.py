@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from searchr1.core.plugins import Registry
     from searchr1.core.runs import Run
 
 CONFIG_HELP = (
@@ -59,7 +60,12 @@ def add_no_cache_arg(p: argparse.ArgumentParser) -> None:
 
 
 def open_run_from_args(
-    args: argparse.Namespace, command: str, *, config: Any = None, **log_kwargs: Any
+    args: argparse.Namespace,
+    command: str,
+    *,
+    config: Any = None,
+    registry: Registry | None = None,
+    **log_kwargs: Any,
 ) -> Run:
     """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
     ``--config`` (or ``config``, already loaded), ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and
@@ -69,7 +75,7 @@ def open_run_from_args(
     from searchr1.core.plugins import load_registry
     from searchr1.core.runs import open_run
 
-    registry = load_registry()
+    registry = registry or load_registry()
     config = config or load_config(getattr(args, "config", None), registry=registry)
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:

@@ -7,6 +7,10 @@ question's trajectory and scores) and ``eval_summary.json`` into the run folder,
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
 
+A checkpoint is evaluated with the model, rollout (protocol included) and search settings it
+was trained with, read from the ``config.toml`` saved beside it (:func:`checkpoint_config`),
+unless ``--config`` is given; then every field where the two differ is warned about.
+
 A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
 only, so it cannot load checkpoints.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +32,8 @@ from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.config_schema import Config
+    from searchr1.core.plugins import Registry
     from searchr1.core.runs import Run
     from searchr1.core.types import Question
 
@@ -80,6 +88,125 @@ def _nearby_runs(path: Path) -> str:
     """A hint when ``path`` holds run folders (the user gave ``runs/`` itself)."""
     runs = sorted(str(p.parent) for p in path.glob("*/checkpoints") if p.is_dir())[:3]
     return f"; run folders inside it: {', '.join(runs)}" if runs else ""
+
+
+#: the sections a checkpoint is evaluated with from its own saved config
+SAVED_SECTIONS = ("model", "rollout", "search")
+
+
+def saved_config_path(targets: Sequence[tuple[str, str | None]]) -> Path | None:
+    """The ``config.toml`` saved beside the first train checkpoint among ``targets`` (its
+    model folder's parent holds ``trainer.json``), or None (only ``base``, or model state
+    folders)."""
+    for _, folder in targets:
+        if folder is None:
+            continue
+        checkpoint = Path(folder).parent
+        if (checkpoint / "trainer.json").is_file() and (checkpoint / "config.toml").is_file():
+            return checkpoint / "config.toml"
+    return None
+
+
+def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested table."""
+    if not isinstance(doc, dict):
+        return {prefix: doc}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
+    """One line per field of :data:`SAVED_SECTIONS` where ``given`` and the checkpoint's
+    saved config (redacted TOML, as saved) differ, in the given config's order."""
+    from searchr1.core.checkpoint import _toml_safe
+
+    ours = _leaves(_toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
+    theirs = _leaves({s: saved.get(s, {}) for s in SAVED_SECTIONS})
+    return [
+        f"eval: --config differs from the checkpoint's config at {key}: "
+        f"{ours.get(key)!r} (--config) vs {theirs.get(key)!r} (checkpoint)"
+        for key in dict.fromkeys([*ours, *theirs])
+        if ours.get(key) != theirs.get(key)
+    ]
+
+
+def checkpoint_config(
+    current: Config, saved_path: Path, saved: dict[str, Any], registry: Registry
+) -> Config:
+    """``current`` with the model, rollout and search settings (their plugin tables
+    included) of the checkpoint's saved config. A secret, saved as ``***``, keeps the value
+    ``current`` has (its ``${VAR}``), or is left out."""
+    import tomli_w
+
+    from searchr1.core.checkpoint import _toml_safe
+    from searchr1.core.config import parse_config
+    from searchr1.core.secrets import REDACTED
+
+    plain = _toml_safe(current.to_dict(redact=False))
+
+    def unmask(table: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                out[key] = unmask(value, mine.get(key) if isinstance(mine.get(key), dict) else {})
+            elif value == REDACTED or (isinstance(value, list) and REDACTED in value):
+                if key in mine:
+                    out[key] = mine[key]
+            else:
+                out[key] = value
+        return out
+
+    doc = {**plain, **{s: unmask(saved.get(s, {}), plain.get(s, {})) for s in SAVED_SECTIONS}}
+    parsed = parse_config(
+        tomli_w.dumps(doc), source=str(saved_path), env=os.environ, registry=registry
+    )
+    plugins = {
+        key: table
+        for key, table in current.plugins.items()
+        if key.split(".", 1)[0] not in SAVED_SECTIONS
+    }
+    plugins.update(
+        (key, table)
+        for key, table in parsed.plugins.items()
+        if key.split(".", 1)[0] in SAVED_SECTIONS
+    )
+    return current.replace(
+        model=parsed.model,
+        rollout=parsed.rollout,
+        search=parsed.search,
+        plugins=plugins,
+        secrets=current.secrets | parsed.secrets,
+    )
+
+
+def _eval_config(
+    args: argparse.Namespace, targets: Sequence[tuple[str, str | None]], registry: Registry
+) -> Config | None:
+    """The config to evaluate ``targets`` with: the checkpoint's saved settings unless
+    ``--config`` was given (then a warning per difference); None: ``--config`` as is."""
+    import tomli
+
+    from searchr1.core.config import load_config
+
+    saved_path = saved_config_path(targets)
+    if saved_path is None:
+        return None
+    try:
+        saved = tomli.loads(saved_path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomli.TOMLDecodeError) as exc:
+        raise UserError(f"--checkpoint: cannot read the saved config {saved_path}: {exc}") from None
+    current = load_config(args.config, registry=registry)
+    if args.config_reason == "--config":
+        for line in config_differences(current, saved):
+            print(f"searchr1: warning: {line}", file=sys.stderr)
+        return current
+    print(
+        f"eval: model, rollout and search settings from the checkpoint's {saved_path} "
+        "(give --config to use another config's)"
+    )
+    return checkpoint_config(current, saved_path, saved, registry)
 
 
 async def _evaluate_all(
@@ -174,7 +301,12 @@ def main(args: argparse.Namespace) -> int:
     labels = [label for label, _ in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
-    run = open_run_from_args(args, "eval")
+    from searchr1.core.plugins import load_registry
+
+    registry = load_registry()
+    run = open_run_from_args(
+        args, "eval", config=_eval_config(args, targets, registry), registry=registry
+    )
     config = run.config
     data_path = args.data or config.data.eval
     loaded = load_questions(

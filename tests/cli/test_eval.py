@@ -263,3 +263,44 @@ def test_hosted_model_eval_over_loopback_chat_server(
     )
     assert API_KEY not in (tmp_path / "hosted" / "events.jsonl").read_text()
     assert API_KEY not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_checkpoint_is_evaluated_with_its_saved_config(
+    tmp_path: Path, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline demo's tiny model trained two steps, then evaluated where ./config.toml
+    names another base model of the same shape: without --config the checkpoint's own
+    settings are used (the same records as the training config gives); with that other
+    config given, each differing field is warned about."""
+    from cli_run import make_config, write_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
+    trained = write_config(tmp_path, make_config(), "train.toml")
+    other = write_config(tmp_path, make_config(model={"base_model": "builtin:tiny-random"}))
+    assert run_cli("train", "--config", trained, "--run-dir", "run").code == 0
+    ask = ("--checkpoint", "run", "--data", "builtin:world/train.jsonl", "--limit-per-source", "2")
+
+    saved = run_cli("eval", *ask, "--run-dir", "e-saved")
+    given = run_cli("eval", *ask, "--config", other, "--run-dir", "e-other")
+    same = run_cli("eval", *ask, "--config", trained, "--run-dir", "e-same")
+
+    assert saved.code == given.code == same.code == 0, (saved.err, given.err, same.err)
+    assert "config: config.toml (./config.toml exists" in saved.out  # the default it replaced
+    checkpoint_config = Path("run/checkpoints/step_000002/config.toml")
+    assert (
+        f"eval: model, rollout and search settings from the checkpoint's {checkpoint_config}"
+        in (saved.out)
+    )
+    assert "differs" not in saved.err + same.err
+    warnings = [line for line in given.err.splitlines() if "differs" in line]
+    assert warnings == [
+        "searchr1: warning: eval: --config differs from the checkpoint's config at "
+        "model.base_model: 'builtin:tiny-random' (--config) vs 'builtin:tiny' (checkpoint)"
+    ]
+    records = {
+        name: (tmp_path / name / "eval_step_2.jsonl").read_text()
+        for name in ("e-saved", "e-other", "e-same")
+    }
+    assert records["e-saved"] == records["e-same"] != records["e-other"]
