@@ -1,9 +1,11 @@
 """Plugin loading and lookup by name: every ``searchr1`` entry point (built-ins register
-exactly like third-party packages), each hook implementation checked against its spec."""
+exactly like third-party packages) and every module ``$SEARCHR1_PLUGINS`` names (a plugin
+under development, not packaged), each hook implementation checked against its spec."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +24,13 @@ ENTRY_POINT_GROUP = "searchr1"
 #: Comma list of the third-party plugins (entry-point names) to load; unset loads every
 #: installed one, empty loads none. Built-in plugins always load.
 LOAD_PLUGINS_VAR = "SEARCHR1_LOAD_PLUGINS"
+
+#: Comma list of importable module names (``PYTHONPATH=. SEARCHR1_PLUGINS=my_search``)
+#: registered like entry points: a plugin loaded for development without packaging it.
+MODULES_VAR = "SEARCHR1_PLUGINS"
+
+#: where a loaded plugin came from, as ``searchr1 plugins`` shows it
+BUILT_IN, THIRD_PARTY, DEVELOPMENT = "built-in", "third-party", "development"
 
 #: plugin kind -> (hook name, config field that chooses it)
 KINDS: dict[str, tuple[str, str]] = {
@@ -69,6 +78,8 @@ class Registry:
         default_factory=lambda: {kind: {} for kind in KINDS}
     )
     plugins: list[str] = field(default_factory=list)
+    #: plugin name -> :data:`BUILT_IN`, :data:`THIRD_PARTY` or :data:`DEVELOPMENT`
+    origins: dict[str, str] = field(default_factory=dict)
     #: installed third-party plugins that ``$SEARCHR1_LOAD_PLUGINS`` left unloaded
     skipped: list[str] = field(default_factory=list)
     #: ``builtin:NAME`` assets (hook ``register_assets``) and the plugin of each
@@ -160,9 +171,10 @@ def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
     return ep.module.split(".")[0] == __name__.split(".")[0]
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
-    """Register the entry points to load; returns those left out. A listed name nothing
-    provides is a PluginError, so a typo never silently drops a plugin."""
+def _load_entry_points(pm: pluggy.PluginManager, origins: dict[str, str]) -> list[str]:
+    """Register the entry points to load (each one's origin into ``origins``); returns those
+    left out. A listed name nothing provides is a PluginError, so a typo never silently drops
+    a plugin."""
     wanted = _wanted_plugins()
     eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
     if wanted is not None:
@@ -190,25 +202,54 @@ def _load_entry_points(pm: pluggy.PluginManager) -> list[str]:
                 f"import: {type(exc).__name__}: {exc}"
             ) from exc
         pm.register(module, name=ep.name)
+        origins[ep.name] = BUILT_IN if _is_builtin(ep) else THIRD_PARTY
     return sorted(set(skipped))
 
 
+def _load_development_modules(pm: pluggy.PluginManager, origins: dict[str, str]) -> None:
+    """Import and register each module ``$SEARCHR1_PLUGINS`` names, under its module name;
+    one that fails to import is a PluginError naming it and the variable."""
+    for name in (n.strip() for n in os.environ.get(MODULES_VAR, "").split(",")):
+        if not name or pm.get_plugin(name) is not None:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, ModuleNotFoundError) and exc.name == name.split(".")[0]:
+                hint = (
+                    f"; is the folder holding it on PYTHONPATH (for example "
+                    f"PYTHONPATH=. {MODULES_VAR}={name} searchr1 plugins)?"
+                )
+            raise PluginError(
+                f"${MODULES_VAR} names module {name!r}, which failed to import: "
+                f"{type(exc).__name__}: {exc}{hint}"
+            ) from exc
+        pm.register(module, name=name)
+        origins[name] = DEVELOPMENT
+
+
 def load_registry(extra_plugins: Iterable[ModuleType | object] = ()) -> Registry:
-    """Load installed plugins (plus ``extra_plugins``, for tests); an import error or bad
-    hook is a PluginError naming the plugin."""
+    """Load installed plugins, the modules ``$SEARCHR1_PLUGINS`` names and ``extra_plugins``
+    (for tests); an import error or bad hook is a PluginError naming the plugin."""
     pm = _plugin_manager()
-    skipped = _load_entry_points(pm)
+    origins: dict[str, str] = {}
+    skipped = _load_entry_points(pm, origins)
+    _load_development_modules(pm, origins)
     for plugin in extra_plugins:
         name = getattr(plugin, "__name__", None) or type(plugin).__name__
         if pm.get_plugin(name) is None:
             pm.register(plugin, name=name)
+            origins[name] = DEVELOPMENT
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         raise PluginError(f"plugin {name!r} implements an unknown hook: {exc}") from exc
 
-    registry = Registry(plugins=sorted(n for n, _ in pm.list_name_plugin()), skipped=skipped)
+    registry = Registry(
+        plugins=sorted(n for n, _ in pm.list_name_plugin()), origins=origins, skipped=skipped
+    )
     for kind, (hook_name, _) in KINDS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
 

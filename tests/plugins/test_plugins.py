@@ -402,6 +402,7 @@ def test_load_plugins_list_selects_third_party_plugins(stray_plugins: Path, monk
     registry = load_registry()
     assert registry.get("reward", "stray_reward").plugin == "stray"
     assert "broken" in registry.skipped and "stray" not in registry.skipped
+    assert registry.origins["stray"] == "third-party" and registry.origins["losses"] == "built-in"
     assert "importance_sampling" in registry.names("loss_fn")
 
 
@@ -420,6 +421,82 @@ def test_plugins_command_says_what_the_variable_left_out(stray_plugins: Path, ru
     assert result.code == 0
     assert re.search(r"installed but not in \$SEARCHR1_LOAD_PLUGINS: broken, .*stray", out)
     assert "stray_reward" not in out
+
+
+DEV_SEARCH = """
+from pathlib import Path
+
+from searchr1.core.hookspecs import hookimpl
+from searchr1.core.types import SearchResponse, SearchResult
+
+QUERIES = Path(__file__).with_name("queries.txt")
+
+
+class EchoSearch:
+    async def search(self, query, top_k):
+        with QUERIES.open("a") as fh:
+            fh.write(query + "\\n")
+        return SearchResponse(results=(SearchResult(title="echo", text=query),))
+
+    def metrics(self, reset=False):
+        return {}
+
+    def available(self):
+        return True
+
+    async def aclose(self):
+        pass
+
+
+@hookimpl
+def register_search_providers(register):
+    register("echo_dev", lambda config: EchoSearch())
+"""
+
+
+def test_a_module_named_in_searchr1_plugins_loads_without_packaging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli
+) -> None:
+    """The development loop of docs/plugins.md: a module in a plain folder, named in
+    $SEARCHR1_PLUGINS, listed by ``searchr1 plugins`` and used by a real training step."""
+    from cli_run import make_config, write_config
+
+    (tmp_path / "my_dev_search.py").write_text(DEV_SEARCH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SEARCHR1_PLUGINS", "my_dev_search")
+    try:
+        listed = run_cli("plugins")
+        config = write_config(tmp_path, make_config(search={"provider": "echo_dev", "local": None}))
+        trained = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    finally:
+        sys.modules.pop("my_dev_search", None)
+
+    assert listed.code == 0, listed.err
+    assert re.search(
+        r"echo_dev\s+from plugin my_dev_search \(development, \$SEARCHR1_PLUGINS\)", listed.out
+    ), listed.out
+    assert re.search(r"importance_sampling\s+from plugin losses \(built-in\)", listed.out)
+    assert "my_dev_search (development, $SEARCHR1_PLUGINS)" in listed.out
+    assert trained.code == 0, trained.err
+    assert (tmp_path / "queries.txt").read_text().strip()  # the rollouts searched through it
+
+
+def test_a_module_in_searchr1_plugins_that_cannot_be_imported_is_named(
+    monkeypatch: pytest.MonkeyPatch, run_cli
+) -> None:
+    monkeypatch.setenv("SEARCHR1_PLUGINS", "my_search, no_such_plugin_module")
+    monkeypatch.setitem(sys.modules, "my_search", SimpleNamespace(__name__="my_search"))
+
+    result = run_cli("plugins")
+
+    assert result.code == 2
+    assert "Traceback" not in result.err
+    assert (
+        "searchr1: error: $SEARCHR1_PLUGINS names module 'no_such_plugin_module', which failed "
+        "to import: ModuleNotFoundError: No module named 'no_such_plugin_module'; is the folder "
+        "holding it on PYTHONPATH (for example PYTHONPATH=. "
+        "SEARCHR1_PLUGINS=no_such_plugin_module searchr1 plugins)?"
+    ) in result.err
 
 
 def test_every_factory_attribute_is_documented() -> None:
