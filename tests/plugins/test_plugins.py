@@ -467,7 +467,9 @@ def test_a_module_named_in_searchr1_plugins_loads_without_packaging(
     try:
         listed = run_cli("plugins")
         config = write_config(tmp_path, make_config(search={"provider": "echo_dev", "local": None}))
-        trained = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+        trained = run_cli(
+            "train", "--config", config, "--run-dir", tmp_path / "run", "--max-steps", "1"
+        )
     finally:
         sys.modules.pop("my_dev_search", None)
 
