@@ -53,10 +53,13 @@ def reference_criteria(
     max_search_calls: int,
     search_success: float,
     min_success_rate: float,
-    search_calls_made: int,
+    search_calls: int,
 ) -> list[Criterion]:
-    """The four criteria over one group (an empty group fails the first three);
-    ``protocol`` (instance or class) names the answer format."""
+    """The four criteria over one group (an empty group fails the first three), judged by
+    what the trajectories did: their searches, and their answers read by ``protocol``
+    (instance or class; :meth:`AgentProtocol.answered_in_format`), whatever the search
+    provider's metrics or the reward's components say. ``search_calls`` and
+    ``search_success``: the searches judged (the trajectories' and smoke's probe)."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
     detail = f"{pos} positive, {neg} negative of {len(rewards)}"
@@ -82,18 +85,18 @@ def reference_criteria(
             key="searches_in_range",
         )
     )
-    formatted = sum(1 for r in results if r.components.get("format", 0.0) > 0.0)
+    formatted = sum(protocol.answered_in_format(t) for t in trajectories)
     ends = sorted({t.end_reason for t in trajectories})
     out.append(
         Criterion(
             f"answers in the {protocol.name} format ({protocol.answer_format})",
             formatted > 0,
-            f"{formatted} of {len(results)} answered in the format"
+            f"{formatted} of {len(trajectories)} answered in the format"
             + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),
             key="answer_format",
         )
     )
-    if search_calls_made > 0:
+    if search_calls > 0:
         out.append(
             Criterion(
                 f"search success >= {min_success_rate:.0%}",

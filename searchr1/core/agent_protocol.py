@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from searchr1.core.types import Question, SearchResponse, Tokenizer
+from searchr1.core.types import Question, SearchResponse, Tokenizer, Trajectory
 
 ActionKind = Literal["search", "answer", "invalid"]
 
@@ -133,6 +133,16 @@ class AgentProtocol(ABC):
     def extract_answers(cls, text: str) -> list[str]:
         """Every final answer in one turn's text (the format reward needs exactly one). A
         class method so rewards need no tokenizer."""
+
+    @classmethod
+    def answered_in_format(cls, trajectory: Trajectory) -> bool:
+        """The one rule for "answered in this protocol's format" (the format reward, smoke,
+        eval): a non-empty final answer, and exactly one non-empty answer across the
+        trajectory's turns as :meth:`extract_answers` reads them (a turn's reasoning is its
+        own, so answers are read per turn)."""
+        answers = [a for turn in trajectory.turns for a in cls.extract_answers(turn.text)]
+        final = (trajectory.final_answer or "").strip()
+        return bool(final) and len(answers) == 1 and bool(answers[0])
 
     def observation_text(self, response: SearchResponse) -> str:
         """The observation body for one search response (before truncation)."""

@@ -65,14 +65,13 @@ class EvalRecord:
         }
 
 
-def score_trajectory(question: Question, traj: Trajectory, reward: RewardFn) -> EvalRecord:
-    """Score one finished trajectory with the run's reward and EM/F1."""
+def score_trajectory(
+    question: Question, traj: Trajectory, reward: RewardFn, protocol: AgentProtocol
+) -> EvalRecord:
+    """Score one finished trajectory with the run's reward and EM/F1; the answer format is
+    the protocol's rule (:meth:`AgentProtocol.answered_in_format`), whatever the reward."""
     result = reward(traj, question.golden_answers)
-    # The reward's "format" component wins when present; else well-formed = ended answered.
-    if "format" in result.components:
-        format_ok = result.components["format"] > 0
-    else:
-        format_ok = traj.end_reason == "answered" and traj.final_answer is not None
+    format_ok = protocol.answered_in_format(traj)
     return EvalRecord(
         question_id=question.id,
         data_source=question.data_source,
@@ -186,7 +185,7 @@ async def evaluate_async(
             id_prefix=f"{label}/",
         )
         for question, group in zip(chunk, groups, strict=True):
-            records.append(score_trajectory(question, group[0], reward))
+            records.append(score_trajectory(question, group[0], reward, protocol))
         if progress is not None:
             get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)

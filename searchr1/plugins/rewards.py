@@ -26,7 +26,7 @@ from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import Registry, load_registry
-from searchr1.core.protocols import extract_answers
+from searchr1.core.protocols import protocol_class
 from searchr1.core.types import RewardResult, Trajectory
 
 if TYPE_CHECKING:
@@ -44,17 +44,8 @@ def components(
 ) -> dict[str, float]:
     """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring); its
     answers are read by the protocol ``registry`` registers under its ``protocol`` name."""
-    # Per turn: a turn's reasoning (e.g. a think block the prompt opened) is its own.
     protocol = trajectory.protocol or "tags"  # a hand-built trajectory names none
-    answers = [
-        a for turn in trajectory.turns for a in extract_answers(protocol, turn.text, registry)
-    ]
-    format_ok = (
-        trajectory.final_answer is not None
-        and bool(trajectory.final_answer.strip())
-        and len(answers) == 1
-        and bool(answers[0])
-    )
+    format_ok = protocol_class(protocol, registry).answered_in_format(trajectory)
     return {
         "format": float(format_ok),
         "correct": float(exact_match(trajectory.final_answer, golden_answers)),

@@ -310,3 +310,45 @@ def test_a_smoke_question_needs_its_answers(config_file, run_cli):
     err = check.err
     assert check.code == 2
     assert "smoke.question is set but smoke.answers is empty" in err
+
+
+def _docs_example(hook: str) -> str:
+    """The python example of ``## hook`` in docs/plugins.md, as a plugin author copies it."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
+    body = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", body, flags=re.S)[-1]
+
+
+def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories_did(
+    tmp_path, run_cli, scripted_plugin, monkeypatch
+):
+    """The docs' EchoSearch reports ``calls = 0`` and its reward has no ``format`` component:
+    smoke counts the searches from the trajectories and reads the answer format with the
+    protocol, so the search example passes, and the reward example fails only the criterion
+    it really misses (no positive reward), not the search channel."""
+    import sys
+
+    (tmp_path / "my_search.py").write_text(_docs_example("register_search_providers"))
+    (tmp_path / "my_reward.py").write_text(_docs_example("register_rewards"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SEARCHR1_PLUGINS", "my_search,my_reward")
+    echo = '[search]\nprovider = "echo"\n'
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    try:
+        code, out = smoke(run_cli, write_config(tmp_path / "a", scripted(SCRIPTS), echo))
+        reward = echo + '[reward]\nname = "no_repeat"\n'
+        code_r, out_r = smoke(run_cli, write_config(tmp_path / "b", scripted(SCRIPTS), reward))
+    finally:
+        sys.modules.pop("my_search", None)
+        sys.modules.pop("my_reward", None)
+
+    assert code == 0, out
+    assert "search success >= 90%: ok (100.00%)" in out and "smoke: PASS" in out
+    assert "verdict: answers in the tags format (one <answer>...</answer> element): ok" in out
+    assert code_r == 3, out_r  # criteria not met; the channel works
+    assert "search success >= 90%: ok" in out_r and "answers in the tags format" in out_r
+    assert "verdict: rewards of both signs: FAILED" in out_r
+    assert "(3 of 4 answered in the format)" in out_r
