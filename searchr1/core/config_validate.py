@@ -360,6 +360,15 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"those as [{section}] provider"
                 )
         advisers.append(reg.advise if reg is not None else None)
+        table = config.plugin_table(section, reg.name) if reg is not None else {}
+        if reg is not None and table and not declared_settings(reg):
+            out.append(
+                f"{config.where(f'{section}.{reg.name}')}: [{section}.{reg.name}] sets "
+                f"{', '.join(sorted(table))}, which {_label(kind, section)} {reg.name!r} (plugin "
+                f"{reg.plugin!r}) does not declare, so none of them is checked (a typo would "
+                f"pass); the plugin declares its settings with register(..., settings=...) "
+                f'(docs/plugins.md, "What a factory may declare")'
+            )
     for advise in filter(callable, advisers):
         try:
             out.extend(str(line) for line in advise(config))

@@ -88,6 +88,6 @@ def _factory(
 def register_rewards(
     register: Callable[[str, Callable[[Config], FormatAnswerReward]], None],
 ) -> None:
-    register("format_answer", _factory("format_answer", True, True))
-    register("format", _factory("format", True, False))
-    register("answer", _factory("answer", False, True))
+    register("format_answer", _factory("format_answer", True, True), settings=RewardSettings)
+    register("format", _factory("format", True, False), settings=RewardSettings)
+    register("answer", _factory("answer", False, True), settings=RewardSettings)
