@@ -312,15 +312,6 @@ def test_a_smoke_question_needs_its_answers(config_file, run_cli):
     assert "smoke.question is set but smoke.answers is empty" in err
 
 
-def _docs_example(hook: str) -> str:
-    """The python example of ``## hook`` in docs/plugins.md, as a plugin author copies it."""
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
-    body = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S).group(1)
-    return re.findall(r"```python\n(.*?)```", body, flags=re.S)[-1]
-
-
 def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories_did(
     tmp_path, run_cli, scripted_plugin, monkeypatch
 ):
@@ -330,8 +321,10 @@ def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories
     it really misses (no positive reward), not the search channel."""
     import sys
 
-    (tmp_path / "my_search.py").write_text(_docs_example("register_search_providers"))
-    (tmp_path / "my_reward.py").write_text(_docs_example("register_rewards"))
+    from cli_run import docs_example
+
+    (tmp_path / "my_search.py").write_text(docs_example("register_search_providers"))
+    (tmp_path / "my_reward.py").write_text(docs_example("register_rewards"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("SEARCHR1_PLUGINS", "my_search,my_reward")
     echo = '[search]\nprovider = "echo"\n'

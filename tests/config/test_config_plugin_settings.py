@@ -161,31 +161,6 @@ def test_no_core_config_module_names_a_built_in_plugin() -> None:
                 assert not re.search(rf"\b{name}\b", text, re.I), f"{path.name}: {name}"
 
 
-UNDECLARED_SEARCH = """
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import SearchResponse
-
-
-class Quiet:
-    async def search(self, query, top_k):
-        return SearchResponse()
-
-    def metrics(self, reset=False):
-        return {}
-
-    def available(self):
-        return True
-
-    async def aclose(self):
-        pass
-
-
-@hookimpl
-def register_search_providers(register):
-    register("quiet", lambda config: Quiet())
-"""
-
-
 def test_keys_in_the_table_of_a_plugin_that_declares_no_settings_are_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli
 ) -> None:
@@ -193,14 +168,13 @@ def test_keys_in_the_table_of_a_plugin_that_declares_no_settings_are_named(
     which keys go unchecked instead of passing a typo silently."""
     import sys
 
-    from cli_run import make_config, write_config
+    from cli_run import docs_example, make_config, write_config
 
-    (tmp_path / "quiet_search.py").write_text(UNDECLARED_SEARCH)
+    # the docs' search example declares no settings
+    (tmp_path / "quiet_search.py").write_text(docs_example("register_search_providers"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("SEARCHR1_PLUGINS", "quiet_search")
-    text = make_config(
-        search={"provider": "quiet", "local": None, "quiet": {"top": 3, "urll": "x"}}
-    )
+    text = make_config(search={"provider": "echo", "local": None, "echo": {"top": 3, "urll": "x"}})
     try:
         result = run_cli("config", "check", "--config", write_config(tmp_path, text))
     finally:
@@ -208,7 +182,7 @@ def test_keys_in_the_table_of_a_plugin_that_declares_no_settings_are_named(
 
     assert result.code == 0, result.err
     assert re.search(
-        r"# warning: .*config\.toml:\d+: \[search\.quiet\] sets top, urll, which search provider "
-        r"'quiet' \(plugin 'quiet_search'\) does not declare, so none of them is checked",
+        r"# warning: .*config\.toml:\d+: \[search\.echo\] sets top, urll, which search provider "
+        r"'echo' \(plugin 'quiet_search'\) does not declare, so none of them is checked",
         result.out,
     ), result.out

@@ -5,6 +5,7 @@ command run in this process, and the events a run logged (:func:`read_events`)."
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,3 +96,10 @@ def read_events(run_dir: Path, event: str | None = None) -> list[dict[str, Any]]
     rows, cut = read_jsonl(run_dir / "events.jsonl")
     assert cut == 0, f"{run_dir / 'events.jsonl'}: {cut} line(s) cut short"
     return [e for e in rows if event is None or e.get("event") == event]
+
+
+def docs_example(hook: str) -> str:
+    """The last python example of ``## hook`` in docs/plugins.md, as a plugin author copies it."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "plugins.md").read_text()
+    body = re.search(rf"^## {hook}\n(.*?)(?=^## |\Z)", doc, flags=re.M | re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", body, flags=re.S)[-1]
