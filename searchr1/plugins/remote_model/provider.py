@@ -33,7 +33,8 @@ LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read 
 ``target_modules`` (:func:`~searchr1.plugins.remote_model.conversions.lora_groups`);
 ``alpha`` and ``dropout`` are the service's own (not sent).
 :func:`searchr1.plugins.remote_model.advice.advise` names each of these, and a sampling
-temperature the service does not train at, in a warning when a run starts.
+temperature the service does not train at, in a warning when a run starts; the provider logs
+the temperature note again when it logs in (``remote_temperature_not_1``).
 
 Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
 the SDK, and they are safe to retry: each training event carries an id that the service
@@ -75,6 +76,7 @@ from searchr1.core.types import (
     TrainerCapabilities,
 )
 from searchr1.kit.tokenizers import provider_tokenizer
+from searchr1.plugins.remote_model.advice import temperature_note
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
 from searchr1.plugins.remote_model.conversions import (
     LOSSES_REASON,
@@ -130,6 +132,14 @@ class RemoteModelProvider:
         self._seed = config.run.seed
         self._settings = settings
         self._key_name = api_key_variable(config, provider_name)
+        if config.model.temperature != 1.0:
+            # Said again here, not only in the config advice: the Python API opens no run
+            # folder and prints no advice, and the reference setup runs at 0.8.
+            log.warning(
+                "remote_temperature_not_1",
+                temperature=config.model.temperature,
+                detail=temperature_note(config),
+            )
         self._sdk = import_sdk(settings.sdk)
         self._tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
         try:
