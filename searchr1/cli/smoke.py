@@ -321,15 +321,14 @@ def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
     if not isinstance(exc, OSError | TimeoutError) and provider == "local":
         # The model itself failed (an architecture the code path does not handle, a
         # transformers version mismatch, a broken config.json): name it and the model.
+        failed = f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}"
         if "target_modules" in str(exc):
             return (
-                f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
-                f'likely fix: set [lora] target_modules = "all-linear" (fits every family) or '
-                f"to projection names the message lists"
+                f'{failed}; likely fix: set [lora] target_modules = "all-linear" (fits every '
+                f"family) or to projection names the message lists"
             )
         return (
-            f"the model {base_model!r} failed inside provider {provider!r}: {_say(exc)}; "
-            f"likely fix: check that this transformers version supports the model's "
+            f"{failed}; likely fix: check that this transformers version supports the model's "
             f"architecture (pip install -U transformers), that [model] base_model points at a "
             f'complete causal LM folder, and that [lora] target_modules fit it ("all-linear" '
             f"fits every family)"

@@ -9,16 +9,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
-from searchr1.core.types import Question, SampledSequence, SamplingParams
+from searchr1.core.types import SampledSequence, SamplingParams
 
 
 class ScriptedSampler:
-    """A Sampler writing :meth:`next_turn` as its turn; subclasses decide it from the
-    conversation so far."""
+    """A Sampler writing :meth:`next_turn` as its turn for the ``questions`` it was given
+    (anything with a ``question`` text); subclasses decide it from the conversation so far."""
 
-    def __init__(self, tokenizer: Any, protocol: Any):
+    #: who it is and which questions it plays, for the error about any other question
+    role, plays = "the scripted sampler", "among those it was given"
+
+    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[Any]):
         self._tokenizer = tokenizer
         self.protocol = protocol
+        # Longest first, so a question that contains another is located as itself.
+        self._questions = sorted(
+            {q.question.strip(): q for q in questions}.items(), key=lambda kv: -len(kv[0])
+        )
 
     @property
     def tokenizer(self) -> Any:
@@ -27,6 +34,17 @@ class ScriptedSampler:
     def next_turn(self, prompt_text: str) -> str:
         """The next turn's text after ``prompt_text`` (prompt, turns, results)."""
         raise NotImplementedError
+
+    def _locate(self, prompt_text: str) -> tuple[Any, str]:
+        """The question ``prompt_text`` asks and the text after it (turns and results)."""
+        for text, question in self._questions:
+            at = prompt_text.find(text)
+            if at >= 0:
+                return question, prompt_text[at + len(text) :]
+        raise ValueError(
+            f"{self.role} was asked about a question that is not {self.plays} (prompt starts "
+            f"{prompt_text[:120]!r})"
+        )
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
@@ -51,12 +69,7 @@ class ScriptedTeacher(ScriptedSampler):
     answer the results contain (normalised exact match), else :data:`UNKNOWN`, which scores
     wrong and is dropped, so only searches that found the answer are imitated."""
 
-    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[Question]):
-        super().__init__(tokenizer, protocol)
-        # Longest first, so a question that contains another is located as itself.
-        self._questions = sorted(
-            {q.question.strip(): q for q in questions}.items(), key=lambda kv: -len(kv[0])
-        )
+    role = "the scripted teacher"
 
     def next_turn(self, prompt_text: str) -> str:
         question, read = self._locate(prompt_text)
@@ -68,13 +81,3 @@ class ScriptedTeacher(ScriptedSampler):
             if normalize_answer(answer) and normalize_answer(answer) in results:
                 return self.protocol.assistant_turn_text(answer=answer)
         return self.protocol.assistant_turn_text(answer=UNKNOWN)
-
-    def _locate(self, prompt_text: str) -> tuple[Question, str]:
-        for text, question in self._questions:
-            at = prompt_text.find(text)
-            if at >= 0:
-                return question, prompt_text[at + len(text) :]
-        raise ValueError(
-            f"the scripted teacher was asked about a question it was not given (prompt starts "
-            f"{prompt_text[:120]!r})"
-        )

@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -44,9 +44,6 @@ from searchr1.core.errors import SearchR1Error
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import is_secret_name, redact_text
 from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
-
-if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
 
 #: builds the request of one attempt (called again for every attempt, so per-attempt headers
 #: such as a timestamp or the next key of a pool are fresh)
@@ -92,12 +89,6 @@ def safe_url(url: str | httpx.URL) -> str:
         host = f"[{host}]"
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def api_key_variable(config: Config) -> str:
-    """What to call ``[model] api_key`` in an error: the environment variable that filled it
-    (``api_key = "${VAR}"``) when there is one, else ``model.api_key``. Never the key."""
-    return config.variables.get("model.api_key", "model.api_key")
 
 
 @dataclass(frozen=True)

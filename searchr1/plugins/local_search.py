@@ -296,15 +296,11 @@ def local_settings(config: Config) -> LocalSearchSettings:
     return plugin_settings(config, "search", "local", LocalSearchSettings, needs_a_corpus)
 
 
-def _create(config: Config) -> LocalBM25Search:
-    return LocalBM25Search.from_config(config)
-
-
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register(
         "local",
-        _create,
+        LocalBM25Search.from_config,
         settings=LocalSearchSettings,
         default="BM25 over [search.local] corpus on this machine",
     )

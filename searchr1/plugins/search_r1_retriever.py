@@ -173,8 +173,4 @@ class SearchR1Retriever(HttpSearchProvider):
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("search_r1", _create, settings=SearchR1Settings)
-
-
-def _create(config: Config) -> SearchR1Retriever:
-    return SearchR1Retriever(config)
+    register("search_r1", SearchR1Retriever, settings=SearchR1Settings)

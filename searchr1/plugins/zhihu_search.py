@@ -150,12 +150,11 @@ class ZhihuSearch(HttpSearchProvider):
         return SearchResponse(results=fetched.value or (), error=fetched.error)
 
 
-def _create(config: Config) -> ZhihuSearch:
-    return ZhihuSearch(config)
-
-
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register(
-        "zhihu", _create, settings=ZhihuSettings, secret_variables={"api_keys": "ZHIHU_SEARCH_KEYS"}
+        "zhihu",
+        ZhihuSearch,
+        settings=ZhihuSettings,
+        secret_variables={"api_keys": "ZHIHU_SEARCH_KEYS"},
     )

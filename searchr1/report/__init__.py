@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from searchr1.core.disk import write_text_atomic
-from searchr1.report.runlog import RunLog, load_run
-
-__all__ = ["ReportFiles", "build_report", "load_run", "RunLog"]
+from searchr1.report.runlog import load_run
 
 
 @dataclass(frozen=True)

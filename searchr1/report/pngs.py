@@ -11,24 +11,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from searchr1.core.disk import atomic_write
-from searchr1.report.charts import CHARTS, PALETTE, ChartSpec
+from searchr1.report.charts import CHARTS, PALETTE
 
 Series = Sequence[tuple[float, float]]
 
 
-def write_pngs(
-    out_dir: Path,
-    series: Mapping[str, Series],
-    specs: Sequence[ChartSpec] = CHARTS,
-) -> list[Path]:
-    """One ``<slug>.png`` per chart that has data; returns the files written."""
+def write_pngs(out_dir: Path, series: Mapping[str, Series]) -> list[Path]:
+    """One ``<slug>.png`` per chart of :data:`CHARTS` that has data; returns the files
+    written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
-    for spec in specs:
+    for spec in CHARTS:
         present = [(k, sorted(series[k])) for k in spec.keys if series.get(k)]
         if not present:
             continue

@@ -67,7 +67,7 @@ def make_config(fake: FakePyTrio, tmp_path: Path, **taotoken: object) -> Config:
 
 @pytest.fixture
 def provider(fake, tmp_path):
-    p = RemoteModelProvider.from_config(make_config(fake, tmp_path))
+    p = RemoteModelProvider(make_config(fake, tmp_path))
     yield p
     p.close()
 
@@ -90,7 +90,7 @@ def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
 
 
 def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
-    from searchr1.plugins.remote_model.loss_contract import loss_config
+    from searchr1.plugins.remote_model.conversions import loss_config
 
     capped = NamedLoss("ppo", ppo, {"clip_low": 0.2, "clip_high": 0.3, "ratio_cap": 2.0})
     with pytest.raises(ConfigError, match=r"'ppo' is built with ratio_cap = 2.*\[train.loss\]"):
@@ -113,9 +113,7 @@ def test_key_revoked_mid_run_stops_with_a_clear_error(provider, fake):
 
 
 def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):
-    provider = RemoteModelProvider.from_config(
-        make_config(fake, tmp_path, request_timeout_seconds=1)
-    )
+    provider = RemoteModelProvider(make_config(fake, tmp_path, request_timeout_seconds=1))
     try:
         datums = make_datums(725)
         # init the trainer before timing one call (reading the loss awaits the call)
@@ -165,7 +163,7 @@ def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step
     config = make_config(fake, tmp_path, retry_timeout_seconds=1.0)
     datums = make_datums(725, seed=9)
     ckpt = str(tmp_path / "ckpt" / "step-000001")
-    first = RemoteModelProvider.from_config(config)
+    first = RemoteModelProvider(config)
     try:
         first.forward_backward(datums, IS_LOSS)
         first.optim_step(ADAM)
@@ -179,7 +177,7 @@ def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step
             first.forward_backward(datums, IS_LOSS)
     finally:
         first.close()
-    resumed = RemoteModelProvider.from_config(config)
+    resumed = RemoteModelProvider(config)
     try:
         resumed.load_state(ckpt)
         assert resumed.forward_backward(datums, IS_LOSS).loss == pytest.approx(expected, abs=1e-5)
@@ -194,19 +192,19 @@ def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step
 def test_missing_sdk_says_how_to_install(fake, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pytrio", None)
     with pytest.raises(MissingSDKError, match=r"pip install 'searchr1\[remote\]'"):
-        RemoteModelProvider.from_config(make_config(fake, tmp_path))
+        RemoteModelProvider(make_config(fake, tmp_path))
 
 
 def test_config_problems_are_reported_together(fake, tmp_path):
     config = make_config(fake, tmp_path, retry_timout_seconds=1.0)
     config = config.replace(model={"api_key": ""}, lora={"rank": 2})
     with pytest.raises(ConfigError) as info:
-        RemoteModelProvider.from_config(config)
+        RemoteModelProvider(config)
     text = str(info.value)
     assert "retry_timeout_seconds" in text  # did-you-mean for the typo
     config = make_config(fake, tmp_path).replace(model={"api_key": ""}, lora={"rank": 2})
     with pytest.raises(ConfigError) as info:
-        RemoteModelProvider.from_config(config)
+        RemoteModelProvider(config)
     assert "model.api_key is empty" in str(info.value)
     assert "lora.rank = 2" in str(info.value)
 

@@ -35,7 +35,7 @@ def fake():
 def provider(fake, tmp_path):
     fake.clear_faults()
     fake.api_key = API_KEY
-    p = RemoteModelProvider.from_config(make_config(fake, tmp_path))
+    p = RemoteModelProvider(make_config(fake, tmp_path))
     yield p
     p.close()
     fake.clear_faults()

@@ -62,7 +62,7 @@ class Backend:
         )
 
     def open(self, config: Config | None = None) -> RemoteModelProvider:
-        return RemoteModelProvider.from_config(
+        return RemoteModelProvider(
             config or self.config(), provider_name=self.name, default_sdk=self.sdk
         )
 

@@ -55,7 +55,7 @@ def make_config(fake: FakeTinker, **table: object) -> Config:
 
 
 def open_provider(fake: FakeTinker, **table: object) -> RemoteModelProvider:
-    return RemoteModelProvider.from_config(
+    return RemoteModelProvider(
         make_config(fake, **table), provider_name="tinker", default_sdk="tinker"
     )
 

@@ -9,17 +9,3 @@
 * :mod:`.keys` (key health and benching), :mod:`.cache` (the run cache and the answers kept
   on disk), :mod:`.metrics`, :mod:`.documents` - the parts.
 """
-
-from searchr1.kit.search.base import BaseSearchProvider
-from searchr1.kit.search.cache import AnswerStore, QueryCache, normalise_query
-from searchr1.kit.search.keys import KeyPool
-from searchr1.kit.search.metrics import SearchMetrics
-
-__all__ = [
-    "AnswerStore",
-    "BaseSearchProvider",
-    "KeyPool",
-    "QueryCache",
-    "SearchMetrics",
-    "normalise_query",
-]

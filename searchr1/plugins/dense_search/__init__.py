@@ -167,10 +167,6 @@ class DenseSearch(BaseSearchProvider):
                     future.set_result(SearchResponse(error=fallback))
 
 
-def _create(config: Config) -> DenseSearch:
-    return DenseSearch.from_config(config)
-
-
 def advise(config: Config) -> list[str]:
     """What ``config check`` can say without loading anything: a missing ``[dense]`` extra, an
     index folder that is not a finished index."""
@@ -193,4 +189,4 @@ def advise(config: Config) -> list[str]:
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("dense", _create, settings=DenseSearchSettings, advise=advise)
+    register("dense", DenseSearch.from_config, settings=DenseSearchSettings, advise=advise)

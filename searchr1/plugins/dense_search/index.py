@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.disk import atomic_write, write_text_atomic
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
     PROBE_MIN_COSINE,
@@ -195,15 +196,6 @@ class Progress:
     stage: str = "encode"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-
-
 def build_index(
     corpus: Path,
     out: Path,
@@ -297,11 +289,8 @@ def build_index(
             return
         vectors = encoder.encode([r["contents"] for r in pending], query=False)
         shard = build / f"emb-{state.shards:06d}.npy"
-        with open(shard.with_name(shard.name + ".tmp"), "wb") as fh:
+        with atomic_write(shard, "wb") as fh:
             np.save(fh, vectors.astype(np.float32))
-            fh.flush()
-            os.fsync(fh.fileno())
-        shard.with_name(shard.name + ".tmp").replace(shard)
         lines = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in pending)
         with docs_tmp.open("ab") as fh:
             fh.write(lines)
@@ -312,7 +301,7 @@ def build_index(
         state.corpus_offset, state.corpus_lines = end_offset, end_line
         state.shards += 1
         state.seconds = time.perf_counter() - started
-        _write_atomic(state_path, json.dumps(asdict(state)))
+        write_text_atomic(state_path, json.dumps(asdict(state)))
         pending.clear()
         report()
 
@@ -347,7 +336,7 @@ def build_index(
         corpus=fingerprint,
         params=params,
     )
-    _write_atomic(out / CARD, json.dumps(asdict(card), indent=1))
+    write_text_atomic(out / CARD, json.dumps(asdict(card), indent=1))
     shutil.rmtree(build, ignore_errors=True)
     return card, ("resumed" if resumed_from else "built")
 

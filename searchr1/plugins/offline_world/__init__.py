@@ -44,9 +44,9 @@ def register_assets(register: Callable[[str, Asset], None]) -> None:
         build_tiny,
         build_tiny_random,
         build_world,
-        world_ceiling,
     )
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
-    register("world", Asset(WORLD_VERSION, build_world, ceiling=world_ceiling))
+    register("world", Asset(WORLD_VERSION, build_world, ceiling=ideal_agent_for))
     register("tiny", Asset(TINY_VERSION, build_tiny))
     register("tiny-random", Asset(TINY_RANDOM_VERSION, build_tiny_random))

@@ -16,8 +16,8 @@ opened:
   built-in text, random weights (seconds).
 
 ``world`` also offers its ceiling: the scripted ideal agent
-(:mod:`searchr1.plugins.offline_world.ideal_agent`), which ``searchr1 train`` evaluates at step
-0 when ``data.eval`` is ``builtin:world/...``.
+(:func:`searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`), which ``searchr1 train``
+evaluates at step 0 when ``data.eval`` is ``builtin:world/...``.
 
 Bump a version whenever its builder's output changes, so stale caches are rebuilt (the cache
 folder is named ``NAME-VERSION``; module paths play no part).
@@ -27,22 +27,8 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
-from searchr1.core.types import Sampler
 from searchr1.plugins.offline_world.generate import WORLD_SEED
-
-__all__ = [
-    "SHIPPED_WARM_START",
-    "TINY_RANDOM_VERSION",
-    "TINY_VERSION",
-    "WORLD_SEED",
-    "WORLD_VERSION",
-    "build_tiny",
-    "build_tiny_random",
-    "build_world",
-    "world_ceiling",
-]
 
 WORLD_VERSION = "1"
 TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
@@ -80,12 +66,3 @@ def build_tiny_random(folder: Path) -> None:
     from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
     build_tiny_model(Path(folder), BUILTIN_TEXT, vocab_size=1024, seed=0)
-
-
-def world_ceiling(config: Any, tokenizer: Any, protocol: Any) -> Sampler | None:
-    """The ``ceiling`` of ``builtin:world``: the scripted ideal agent for this run, or None
-    where it does not apply (see
-    :func:`~searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`)."""
-    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
-
-    return ideal_agent_for(config, tokenizer, protocol)

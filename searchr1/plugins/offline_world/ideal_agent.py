@@ -32,7 +32,6 @@ from typing import Any
 
 from searchr1.core.answers import normalize_answer
 from searchr1.core.scripted import ScriptedSampler
-from searchr1.plugins.offline_world.generate import WorldQuestion
 
 #: what the agent answers when the results do not hold the answer
 UNKNOWN = "unknown"
@@ -41,11 +40,8 @@ UNKNOWN = "unknown"
 class IdealAgent(ScriptedSampler):
     """A scripted sampler over the world's questions (no trainer comes with it)."""
 
-    def __init__(self, tokenizer: Any, protocol: Any, questions: Sequence[WorldQuestion]):
-        super().__init__(tokenizer, protocol)
-        self.by_text = {}
-        for q in questions:
-            self.by_text.setdefault(q.question.strip(), q)
+    role = "the ideal agent"
+    plays = "in the offline world (it only plays builtin:world questions)"
 
     def next_turn(self, prompt_text: str) -> str:
         """The ideal next assistant turn after ``prompt_text`` (prompt, turns, results)."""
@@ -67,24 +63,6 @@ class IdealAgent(ScriptedSampler):
         found = normalize_answer(question.answer) in normalize_answer(results)
         return self.protocol.assistant_turn_text(answer=question.answer if found else UNKNOWN)
 
-    def _locate(self, prompt_text: str) -> tuple[WorldQuestion, str]:
-        for text, question in self.by_text.items():
-            at = prompt_text.find(text)
-            if at >= 0:
-                return question, prompt_text[at + len(text) :]
-        raise ValueError(
-            "the ideal agent was asked about a question that is not in the offline world "
-            f"(prompt starts {prompt_text[:120]!r}); it only plays builtin:world questions"
-        )
-
-
-def world_questions() -> list[WorldQuestion]:
-    """Every question of the shipped offline world (train and held-out)."""
-    from searchr1.plugins.offline_world.generate import WORLD_SEED, generate_world
-
-    world = generate_world(WORLD_SEED)
-    return [*world.train, *world.heldout]
-
 
 def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | None:
     """The ideal agent when the agent protocol is ``tags`` (the one the offline world's
@@ -93,7 +71,10 @@ def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | 
     imitates it on the world's training set."""
     if getattr(protocol, "name", None) != "tags":
         return None
-    return IdealAgent(tokenizer, protocol, world_questions())
+    from searchr1.plugins.offline_world.generate import WORLD_SEED, generate_world
+
+    world = generate_world(WORLD_SEED)
+    return IdealAgent(tokenizer, protocol, [*world.train, *world.heldout])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

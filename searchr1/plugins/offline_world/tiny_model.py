@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from searchr1.plugins.agent_protocols.tags import INSTRUCTION
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
@@ -85,13 +87,7 @@ CHAT_TEMPLATE = (
 #: Built-in text for ``builtin:tiny-random``: plain English plus the agent protocol, so the
 #: tokenizer has merges for both and tests need no generated world.
 BUILTIN_TEXT: tuple[str, ...] = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first "
-    "every time you get new information. After reasoning, if you find you lack some knowledge, "
-    "you can call a search engine by <search> query </search> and it will return the top "
-    "searched results between <information> and </information>. You can search as many times "
-    "as you want. If you find no further external knowledge needed, you can directly provide "
-    "the answer inside <answer> and </answer>, without detailed illustrations. For example, "
-    "<answer> Beijing </answer>. Question: who wrote the novel?",
+    INSTRUCTION + "Question: who wrote the novel?",
     "<think> I need to find the capital of the country first. </think> <search> capital of "
     "the country </search> <information> Doc 1(Title: Capital) The capital city is a large "
     "city on the river. Doc 2(Title: River) The river runs north to the sea. </information> "

@@ -37,14 +37,7 @@ from searchr1.plugins.offline_world.scripted_agent import Episode, script_episod
 from searchr1.plugins.offline_world.tiny_base import build_base
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
-
-
-def offline_config() -> Config:
-    """The embedded default config (the protocol, search and limits the demo trains with)."""
-    from searchr1.core.config import load_config
-
-    return load_config(None, env={})
+    pass
 
 
 #: Seed of the *reading* world: a second generated world, disjoint from the demo's facts,
@@ -89,7 +82,8 @@ def build_warm_start(
 
     log = get_logger()
     out_dir = Path(out_dir)
-    config, registry = offline_config(), load_registry()
+    # the embedded default config: the protocol, search and limits the demo trains with
+    config, registry = load_config(None, env={}), load_registry()
     world = generate_world(WORLD_SEED)
     reading = generate_world(READING_WORLD_SEED)
     resolve(config.plugin_table("search", "local")["corpus"])  # the same corpus the run reads

@@ -44,9 +44,7 @@ def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
     def create(config: Config) -> Model:
         from searchr1.plugins.remote_model.provider import RemoteModelProvider
 
-        provider = RemoteModelProvider.from_config(
-            config, provider_name=provider_name, default_sdk=default_sdk
-        )
+        provider = RemoteModelProvider(config, provider_name=provider_name, default_sdk=default_sdk)
         return Model(sampler=provider, trainer=provider)
 
     return create

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from searchr1.plugins.remote_model.conversions import ATTENTION, MLP
+
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
-
-_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
-_MLP = ("gate_proj", "up_proj", "down_proj")
 
 
 def advise(config: Config) -> list[str]:
@@ -54,13 +53,13 @@ def _lora_notes(config: Config, provider: str) -> list[str]:
             f"no such parameter): the service applies its own dropout (if any)"
         )
     targets = set(lora.target_modules)
-    groups = {"attention": _ATTN, "MLP": _MLP, "unembedding": ("lm_head",)}
+    groups = {"attention": ATTENTION, "MLP": MLP, "unembedding": ("lm_head",)}
     partial = [
         f"{name} ({', '.join(mods)})"
         for name, mods in groups.items()
         if targets & set(mods) and not set(mods) <= targets
     ]
-    unknown = sorted(targets - set(_ATTN) - set(_MLP) - {"lm_head"})
+    unknown = sorted(targets - set(ATTENTION) - set(MLP) - {"lm_head"})
     if partial:
         out.append(
             f"lora.target_modules = {list(lora.target_modules)} is mapped to whole layer groups "

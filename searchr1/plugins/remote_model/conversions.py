@@ -1,17 +1,76 @@
-"""searchr1's values as the SDK's request types, and the SDK's samples as searchr1's.
+"""searchr1's values as the SDK's request types, and the SDK's answers as searchr1's.
 
-Pure functions, called by :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider`
-for every request. Both SDKs (``pytrio``, ``tinker``) take the same shapes, so nothing here
-depends on which one is in use beyond the module passed in.
+Pure functions and constants, used by
+:class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider` for every request. Both
+SDKs (``pytrio``, ``tinker``) take the same shapes, so nothing here depends on which one is in
+use beyond the module passed in.
+
+A remote service cannot run a Python loss: it is sent :attr:`LossFn.name` and a
+``loss_fn_config`` built from :attr:`LossFn.settings` (:func:`loss_config`).
+:data:`REMOTE_LOSSES` and :data:`LOSSES_REASON` are what the provider's ``capabilities``
+declares, so the core refuses any other loss when the run is built
+(:func:`searchr1.core.trainer_checks.check_loss`, before any rollout) with a ConfigError
+naming the config field that chose it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.types import Datum, SampledSequence, SamplingParams, StopReason, Tokenizer
+from searchr1.core.step_metrics import mismatch_from_logprobs
+from searchr1.core.types import (
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    SampledSequence,
+    SamplingParams,
+    StopReason,
+    Tokenizer,
+)
 from searchr1.plugins.remote_model.errors import RemoteServiceError
+
+#: the ``[lora] target_modules`` of each layer group the service adapts as a whole
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+#: the policy losses a Tinker-shaped service computes by name, each with the settings of
+#: ``[train.loss]`` it can be told; any other setting must be 0 (``ratio_cap``: the service
+#: applies no truncated importance-sampling cap)
+REMOTE_LOSSES: Mapping[str, frozenset[str]] = {
+    "importance_sampling": frozenset(),
+    "ppo": frozenset({"clip_low", "clip_high"}),
+    "cispo": frozenset({"clip_low", "clip_high"}),
+}
+
+#: why only those, for the error that refuses another loss or setting
+LOSSES_REASON = (
+    "it sends the loss's name and clip bounds to a remote service, which computes the loss "
+    "itself and applies no truncated importance-sampling cap"
+)
+
+
+def loss_config(loss_fn: LossFn) -> dict[str, float] | None:
+    """Clip bounds of ppo/cispo as Tinker's ``loss_fn_config`` (ratio thresholds: the ratio is
+    clipped to ``[clip_low_threshold, clip_high_threshold]``); None for a loss without them."""
+    settings = loss_fn.settings
+    if "clip_low" in settings and "clip_high" in settings:
+        return {
+            "clip_low_threshold": 1.0 - float(settings["clip_low"]),
+            "clip_high_threshold": 1.0 + float(settings["clip_high"]),
+        }
+    return None
+
+
+def lora_groups(targets: Sequence[str]) -> dict[str, bool]:
+    """``target_modules`` as the SDK's ``train_attn`` / ``train_mlp`` / ``train_unembed``."""
+    return {
+        "train_attn": any(m in targets for m in ATTENTION),
+        "train_mlp": any(m in targets for m in MLP),
+        "train_unembed": "lm_head" in targets,
+    }
 
 
 def sdk_datum(sdk: ModuleType, datum: Datum, loss_scale: float) -> Any:
@@ -72,3 +131,56 @@ def to_sequence(seq: Any) -> SampledSequence:
     return SampledSequence(
         tokens=tokens, logprobs=logprobs, stop_reason=stop_reason(seq.stop_reason)
     )
+
+
+def forward_result(
+    output: Any, datums: Sequence[Datum], loss_scale: float
+) -> ForwardBackwardResult:
+    """The service's loss (unscaled back, as the local provider reports it) plus the metrics
+    the local provider reports, recomputed from the per-token log-probs the service returns:
+    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean``, ``logprob_diff_max``
+    (largest |learner - sampler| log-prob on trained positions) and the ``mismatch/*``
+    metrics (:func:`searchr1.core.step_metrics.mismatch_from_logprobs`)."""
+    raw = {str(k): v for k, v in (getattr(output, "metrics", None) or {}).items()}
+    loss = float(raw.get("loss_sum", raw.get("loss:sum", 0.0))) / loss_scale
+    tokens = ratio_sum = ratio_max = diff_max = 0.0
+    learner_lps: list[float] = []
+    sampler_lps: list[float] = []
+    outputs = list(getattr(output, "loss_fn_outputs", None) or [])
+    for datum, out in zip(datums, outputs, strict=False):
+        logprobs = out.get("logprobs") if isinstance(out, Mapping) else None
+        if logprobs is None:
+            continue
+        values = _floats(logprobs)
+        for lp, old, adv in zip(values, datum.sampler_logprobs, datum.advantages, strict=False):
+            if adv != 0.0:
+                ratio = math.exp(lp - old)
+                tokens += 1.0
+                ratio_sum += ratio
+                ratio_max = max(ratio_max, ratio)
+                diff_max = max(diff_max, abs(lp - old))
+                learner_lps.append(lp)
+                sampler_lps.append(old)
+    metrics: dict[str, float] = {"datums": float(len(datums)), "loss": loss}
+    if tokens:
+        metrics.update(
+            tokens=tokens,
+            ratio_sum=ratio_sum,
+            ratio_max=ratio_max,
+            ratio_mean=ratio_sum / tokens,
+            logprob_diff_max=diff_max,
+        )
+        metrics.update(mismatch_from_logprobs(learner_lps, sampler_lps))
+    else:  # the service returned no log-probs: count trained positions ourselves
+        metrics["tokens"] = float(sum(1 for d in datums for a in d.advantages if a != 0.0))
+    return ForwardBackwardResult(loss=loss, metrics=metrics)
+
+
+def _floats(values: Any) -> list[float]:
+    """Per-token values as floats: a numpy array (PyTRIO), an SDK ``TensorData`` (tinker:
+    ``tolist()`` there gives the raw ``data`` list) or a plain list."""
+    to_numpy = getattr(values, "to_numpy", None)
+    if callable(to_numpy):
+        values = to_numpy()
+    flat = values.tolist() if hasattr(values, "tolist") else list(values)
+    return [float(v) for v in flat]

@@ -7,8 +7,8 @@ the ``local`` provider; what changes is where the work happens:
   (:func:`searchr1.plugins.remote_model.sdk.sample`).
 * ``forward_backward(datums, loss_fn, loss_scale)`` -> one ``TrainingClient.forward_backward``
   call with ``loss_fn.name`` and the clip bounds from ``loss_fn.settings`` (the service
-  computes the loss; :mod:`~searchr1.plugins.remote_model.loss_contract`). Each ``Datum``
-  becomes an SDK ``Datum`` (:func:`~searchr1.plugins.remote_model.conversions.sdk_datum`,
+  computes the loss; :func:`~searchr1.plugins.remote_model.conversions.loss_config`). Each
+  ``Datum`` becomes an SDK ``Datum`` (:func:`~searchr1.plugins.remote_model.conversions.sdk_datum`,
   which applies ``loss_scale`` to the advantages). The returned ``loss`` is divided back by
   ``loss_scale`` so it means the same as the local provider's. The call is submitted and
   its result returned still in flight (:class:`PendingResult`): it is awaited when
@@ -20,7 +20,7 @@ the ``local`` provider; what changes is where the work happens:
   With tinker, whose calls all return futures run in submission order, the sampler save is
   submitted right behind ``optim_step`` too, so a whole step waits once.
 * ``capabilities`` -> the losses the service knows by name and the settings it can be told
-  (:mod:`~searchr1.plugins.remote_model.loss_contract`: another loss, or a ``ratio_cap`` it
+  (:data:`~searchr1.plugins.remote_model.conversions.REMOTE_LOSSES`: another loss, or a ``ratio_cap`` it
   cannot apply, is a ConfigError when the run is built, before any rollout), a snapshot
   sampler (one sampling client kept), and no learner temperature (the service's own).
 * ``save_state(folder)`` -> ``TrainingClient.save_state(name)`` (weights + optimizer state stay
@@ -29,7 +29,12 @@ the ``local`` provider; what changes is where the work happens:
   ``load_state(folder)`` starts a new training run from that URI with its optimizer state
   (``create_training_client_from_state_with_optimizer``).
 
-LoRA: see :mod:`searchr1.plugins.remote_model.login`.
+LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read off
+``target_modules`` (:func:`~searchr1.plugins.remote_model.conversions.lora_groups`);
+``alpha`` and ``dropout`` are the service's own (not sent).
+:func:`searchr1.plugins.remote_model.advice.advise` names each of these, and a sampling
+temperature the service does not train at, in a warning when a run starts; the provider logs
+the temperature note again when it logs in (``remote_temperature_not_1``).
 
 Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
 the SDK, and they are safe to retry: each training event carries an id that the service
@@ -53,9 +58,8 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.logs import get_logger
@@ -71,21 +75,35 @@ from searchr1.core.types import (
     Tokenizer,
     TrainerCapabilities,
 )
-from searchr1.plugins.remote_model.calls import ServiceCalls
+from searchr1.kit.tokenizers import provider_tokenizer
+from searchr1.plugins.remote_model.advice import temperature_note
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
-from searchr1.plugins.remote_model.conversions import sampling_kwargs, sdk_datum, to_sequence
+from searchr1.plugins.remote_model.conversions import (
+    LOSSES_REASON,
+    REMOTE_LOSSES,
+    forward_result,
+    lora_groups,
+    loss_config,
+    sampling_kwargs,
+    sdk_datum,
+    to_sequence,
+)
 from searchr1.plugins.remote_model.errors import (
     RemoteModelError,
     RemoteServiceError,
     RemoteStepError,
+    translate,
 )
-from searchr1.plugins.remote_model.forward_result import forward_result
-from searchr1.plugins.remote_model.login import log_in, lora_groups
-from searchr1.plugins.remote_model.loss_contract import LOSSES_REASON, REMOTE_LOSSES, loss_config
 from searchr1.plugins.remote_model.pending import PendingResult
-from searchr1.plugins.remote_model.sdk import close_service, queues_sampler_save
+from searchr1.plugins.remote_model.sdk import (
+    close_service,
+    import_sdk,
+    open_service,
+    queues_sampler_save,
+    resolve,
+)
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
-from searchr1.plugins.remote_model.settings import RemoteSettings
+from searchr1.plugins.remote_model.settings import api_key_variable, load_settings
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -94,37 +112,40 @@ T = TypeVar("T")
 log = get_logger()
 
 
-class RemoteModelProvider(ServiceCalls):
+class RemoteModelProvider:
     """The ``taotoken``/``tinker`` providers' :class:`~searchr1.core.types.Sampler` and
     :class:`~searchr1.core.types.Trainer` in one object: sampling and LoRA training run on
     a remote service."""
 
     def __init__(
-        self,
-        *,
-        sdk: ModuleType,
-        service: Any,
-        tokenizer: Tokenizer,
-        provider_name: str,
-        api_base: str,
-        base_model: str,
-        lora_rank: int,
-        lora_targets: Sequence[str],
-        seed: int,
-        settings: RemoteSettings,
-        key_name: str,
+        self, config: Config, *, provider_name: str = "taotoken", default_sdk: str = "pytrio"
     ):
-        self._sdk = sdk
-        self._service = service
-        self._tokenizer = tokenizer
+        """Log in: check the config (ConfigError for a missing ``api_base`` / ``api_key``),
+        import the SDK (MissingSDKError), load the tokenizer and open the service session
+        (RemoteAuthError when the key is rejected); then the provider is ready to sample."""
+        settings = load_settings(config, provider_name, default_sdk)
         self.provider_name = provider_name
-        self.api_base = api_base
-        self.base_model = base_model
-        self.lora_rank = lora_rank
-        self._lora_groups = lora_groups(lora_targets)
-        self._seed = seed
+        self.api_base = settings.api_base.strip()
+        self.base_model = config.model.base_model
+        self.lora_rank = config.lora.rank
+        self._lora_groups = lora_groups(config.lora.target_modules)
+        self._seed = config.run.seed
         self._settings = settings
-        self._key_name = key_name
+        self._key_name = api_key_variable(config, provider_name)
+        if config.model.temperature != 1.0:
+            # Said again here, not only in the config advice: the Python API opens no run
+            # folder and prints no advice, and the reference setup runs at 0.8.
+            log.warning(
+                "remote_temperature_not_1",
+                temperature=config.model.temperature,
+                detail=temperature_note(config),
+            )
+        self._sdk = import_sdk(settings.sdk)
+        self._tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
+        try:
+            self._service = open_service(self._sdk, self.api_base, settings.api_key, settings)
+        except Exception as exc:
+            raise self._translate(exc, "login") from exc
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
         self._pinned: Any = None  # the one a pipelined rollout samples (snapshot_sampler)
@@ -133,38 +154,48 @@ class RemoteModelProvider(ServiceCalls):
         self._broken: str | None = None
         #: forward_backward results submitted but not yet awaited (settled by optim_step)
         self._pending: list[PendingResult] = []
-
-    # ------------------------------------------------------------------ construction
-
-    @classmethod
-    def from_config(
-        cls, config: Config, *, provider_name: str = "taotoken", default_sdk: str = "pytrio"
-    ) -> RemoteModelProvider:
-        """Log in (:func:`~searchr1.plugins.remote_model.login.log_in`: ConfigError,
-        MissingSDKError, RemoteAuthError) and return a provider ready to sample."""
-        login = log_in(config, provider_name, default_sdk)
-        provider = cls(
-            sdk=login.sdk,
-            service=login.service,
-            tokenizer=login.tokenizer,
-            provider_name=provider_name,
-            api_base=login.api_base,
-            base_model=config.model.base_model,
-            lora_rank=config.lora.rank,
-            lora_targets=config.lora.target_modules,
-            seed=config.run.seed,
-            settings=login.settings,
-            key_name=login.key_name,
-        )
         log.info(
             "remote_model_ready",
             provider=provider_name,
-            sdk=login.settings.sdk,
-            api_base=login.api_base,
-            base_model=config.model.base_model,
-            lora_rank=config.lora.rank,
+            sdk=settings.sdk,
+            api_base=self.api_base,
+            base_model=self.base_model,
+            lora_rank=self.lora_rank,
         )
-        return provider
+
+    # ------------------------------------------------------------------ service calls
+
+    def _call(self, operation: str, fn: Callable[[], T]) -> T:
+        """Run one SDK call; translate its failure into a RemoteModelError."""
+        try:
+            return fn()
+        except RemoteModelError:
+            raise
+        except TimeoutError as exc:  # concurrent.futures.TimeoutError is this one since 3.11
+            raise RemoteServiceError(
+                f"remote {operation} at {self.api_base}: no answer within "
+                f"[model.{self.provider_name}] result_timeout_seconds = "
+                f"{self._settings.result_timeout_seconds} s (the service is slow or failing "
+                f"and the SDK kept retrying); raise it if the service queues work for longer"
+            ) from exc
+        except Exception as exc:
+            raise self._translate(exc, operation) from exc
+
+    def _wait(self, future: Any) -> Any:
+        """The answer of a submitted call (or the client a tinker future resolves to), waiting
+        at most ``result_timeout_seconds``: tinker retries a failing result poll forever."""
+        return resolve(future, self._settings.result_timeout_seconds or None)
+
+    def _translate(self, exc: BaseException, operation: str) -> RemoteModelError:
+        """:func:`~searchr1.plugins.remote_model.errors.translate` with this provider's
+        service URL, key name and retry budget."""
+        return translate(
+            exc,
+            operation=operation,
+            api_base=self.api_base,
+            key_name=self._key_name,
+            retry_seconds=self._settings.retry_timeout_seconds,
+        )
 
     # ------------------------------------------------------------------ clients
 

@@ -1,7 +1,7 @@
 """``[model.taotoken]`` / ``[model.tinker]``: the remote adapter's own settings.
 
-Read once by :meth:`RemoteModelProvider.from_config`. Every field has a default but the
-service's address and key; ``api_base`` and ``api_key`` may also be written in ``[model]``
+Read once when :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider` logs
+in. Every field has a default but the service's address and key; ``api_base`` and ``api_key`` may also be written in ``[model]``
 itself (the reference setup writes them there), which is also how the ``taotoken`` plugin
 recognises a file that names no provider (:func:`infer_taotoken`).
 """
