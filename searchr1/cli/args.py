@@ -76,7 +76,9 @@ def open_run_from_args(
     from searchr1.core.runs import open_run
 
     registry = registry or load_registry()
-    config = config or load_config(getattr(args, "config", None), registry=registry)
+    config = config or load_config(
+        getattr(args, "config", None), registry=registry, check_plugins=True
+    )
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:
         config = config.replace(train={"max_steps": max_steps})

@@ -312,13 +312,13 @@ def test_a_smoke_question_needs_its_answers(config_file, run_cli):
     assert "smoke.question is set but smoke.answers is empty" in err
 
 
-def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories_did(
+def test_the_docs_search_and_reward_examples_pass_smoke(
     tmp_path, run_cli, scripted_plugin, monkeypatch
 ):
     """The docs' EchoSearch reports ``calls = 0`` and its reward has no ``format`` component:
     smoke counts the searches from the trajectories and reads the answer format with the
-    protocol, so the search example passes, and the reward example fails only the criterion
-    it really misses (no positive reward), not the search channel."""
+    protocol, so both examples pass, the reward as the documented shaping term added to the
+    default reward (``[reward] terms``): trajectory 0 repeats its query, 1.0 - 0.5."""
     import sys
 
     from cli_run import docs_example
@@ -328,12 +328,14 @@ def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("SEARCHR1_PLUGINS", "my_search,my_reward")
     echo = '[search]\nprovider = "echo"\n'
+    repeats = [["<search> little prince author </search>"] * 2 + ["<answer> France </answer>"],
+               *SCRIPTS[1:]]  # fmt: skip
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     try:
         code, out = smoke(run_cli, write_config(tmp_path / "a", scripted(SCRIPTS), echo))
-        reward = echo + '[reward]\nname = "no_repeat"\n'
-        code_r, out_r = smoke(run_cli, write_config(tmp_path / "b", scripted(SCRIPTS), reward))
+        reward = echo + '[reward]\nterms = ["no_repeat"]\n'
+        code_r, out_r = smoke(run_cli, write_config(tmp_path / "b", scripted(repeats), reward))
     finally:
         sys.modules.pop("my_search", None)
         sys.modules.pop("my_reward", None)
@@ -341,7 +343,9 @@ def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories
     assert code == 0, out
     assert "search success >= 90%: ok (100.00%)" in out and "smoke: PASS" in out
     assert "verdict: answers in the tags format (one <answer>...</answer> element): ok" in out
-    assert code_r == 3, out_r  # criteria not met; the channel works
-    assert "search success >= 90%: ok" in out_r and "answers in the tags format" in out_r
-    assert "verdict: rewards of both signs: FAILED" in out_r
-    assert "(3 of 4 answered in the format)" in out_r
+    assert code_r == 0, out_r
+    assert [r for _, r, _, _ in TRAJECTORY_LINE.findall(out_r)] == ["0.5", "0.0", "-0.1", "1.0"]
+    assert "verdict: rewards of both signs: ok" in out_r and "smoke: PASS" in out_r
+    dumped = (tmp_path / "b" / "run" / "smoke_trajectories.jsonl").read_text().splitlines()
+    first = json.loads(dumped[0])["components"]
+    assert (first["correct"], first["no_repeat"], first["no_repeat/repeated"]) == (1.0, -0.5, 1.0)
