@@ -54,61 +54,67 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def settings_text(config: Config, registry: Registry) -> str:
     """Every table of the plugins ``config`` chooses (and the core's ``[train.cold_start]``,
     ``[train.health]``) as TOML: each declared setting with its value for this config, a
-    comment saying whether the file sets it and its default; secrets redacted."""
-    import dataclasses
-
-    import tomli_w
-
+    comment saying where the value comes from and its default; secrets redacted. A chosen
+    plugin that declares no settings is named as such (its table, if any, is not checked)."""
     from searchr1.core.config_schema import ColdStartSettings, HealthSettings
-    from searchr1.core.config_validate import chosen_names, declared_settings, plugin_settings
+    from searchr1.core.config_validate import chosen_names, declared_settings
     from searchr1.core.plugins import KINDS
-    from searchr1.core.secrets import REDACTED, redact_value
 
-    tables: list[tuple[str, str, type, str]] = [
-        ("train", "cold_start", ColdStartSettings, "the cold start (core)"),
-        ("train", "health", HealthSettings, "the health checks (core)"),
-    ]
-    seen: set[str] = set()
+    out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
+    out += _table_lines(config, "train", "cold_start", ColdStartSettings, "the cold start (core)")
+    out += _table_lines(config, "train", "health", HealthSettings, "the health checks (core)")
+    seen: set[tuple[str, str]] = set()
     for kind, (_, field_name) in KINDS.items():
         section = field_name.partition(".")[0]
         for _, name in chosen_names(config, kind):
             reg = registry.entries[kind].get(name) if isinstance(name, str) else None
-            if reg is None or f"{kind}.{name}" in seen:
+            if reg is None or (kind, name) in seen:
                 continue
-            seen.add(f"{kind}.{name}")
-            what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, "
-            what += f"{registry.origins.get(reg.plugin, 'development')})"
+            seen.add((kind, name))
+            origin = registry.origins.get(reg.plugin, "development")
+            what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
             declared = declared_settings(reg)
             if not declared:
-                lines = f"\n# {what}: declares no settings\n"
-                tables.append((section, name, type(None), lines))
+                out += ["", f"# {what}: declares no settings"]
             for table, cls in declared.items():
-                tables.append((section, table, cls, what))
-    out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
-    for section, table, cls, what in tables:
-        if not dataclasses.is_dataclass(cls):
-            out.append(what.rstrip("\n"))
-            continue
-        values = plugin_settings(config, section, table, cls)
-        written = config.plugin_table(section, table)
-        out += ["", f"[{section}.{table}]  # {what}"]
-        for f in dataclasses.fields(cls):
-            value = getattr(values, f.name)
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            secret = f.metadata.get("secret")
-            shown = REDACTED if secret and value else redact_value(value, config.secrets)
-            line = tomli_w.dumps({f.name: list(shown) if isinstance(shown, tuple) else shown})
-            if f.name in written:
-                note = f"set in {config.where(f'{section}.{table}.{f.name}')}"
-            elif value != default:
-                note = f"from [{section}] {f.name}"
-            else:
-                note = "default"
-            if note != "default":
-                note += f"; default {REDACTED if secret and default else repr(default)}"
-            helps = f"; {f.metadata['help']}" if f.metadata.get("help") else ""
-            out.append(f"{line.rstrip()}  # {note}{helps}")
+                out += _table_lines(config, section, table, cls, what)
     return "\n".join(out) + "\n"
+
+
+def _table_lines(config: Config, section: str, table: str, cls: type, what: str) -> list[str]:
+    """``[section.table]`` and one ``key = value  # where it comes from`` line per field."""
+    import dataclasses
+
+    import tomli_w
+
+    from searchr1.core.config_validate import plugin_settings
+    from searchr1.core.secrets import REDACTED, redact_value
+
+    if not dataclasses.is_dataclass(cls):
+        return []
+    values = plugin_settings(config, section, table, cls)
+    written = config.plugin_table(section, table)
+    out = ["", f"[{section}.{table}]  # {what}"]
+    for f in dataclasses.fields(cls):
+        value = getattr(values, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        secret = f.metadata.get("secret")
+        shown = REDACTED if secret and value else redact_value(value, config.secrets)
+        if shown is None:  # TOML has no null
+            out.append(f"# {f.name} = (unset)")
+            continue
+        line = tomli_w.dumps({f.name: list(shown) if isinstance(shown, tuple) else shown})
+        if f.name in written:
+            note = f"set in {config.where(f'{section}.{table}.{f.name}')}"
+        elif value != default:
+            note = f"from [{section}] {f.name}"
+        else:
+            note = "default"
+        if note != "default":
+            note += f"; default {REDACTED if secret and default else repr(default)}"
+        helps = f"; {f.metadata['help']}" if f.metadata.get("help") else ""
+        out.append(f"{line.rstrip()}  # {note}{helps}")
+    return out
 
 
 #: the words of a warning about something ``searchr1 train`` refuses

@@ -77,8 +77,8 @@ def cmd_data_get(args: argparse.Namespace) -> int:
         write_questions(loaded, target)
         print(summary(loaded).replace(str(loaded.path), str(target), 1), flush=True)
     train, test = (out / f"{s}.jsonl" for s in splits)
-    print(f'use it: [data] train = "{train}", eval = "{test}" (the test set is large: ')
-    print("  searchr1 eval --limit-per-source N takes the first N of each source)")
+    print(f'use it: [data] train = "{train}" in the config; evaluate with')
+    print(f"  searchr1 eval --data {test} --limit-per-source 100 (the first 100 of each source)")
     return 0
 
 
