@@ -197,8 +197,12 @@ def parse_config(
         own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
         plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
         sections[section] = cls(**check_table(own, cls, section, problems, where))
-    if not problems:
-        cross_checks(sections, problems, where)
+    # Cross-field rules too, except those naming a field whose own value was refused (it
+    # stands at its default here, so the rule would judge a value nobody wrote).
+    refused = {m.group(1) for p in problems if (m := re.match(r"^.*?: ([a-z_]+\.[a-z_]+) ", p))}
+    crossed: list[str] = []
+    cross_checks(sections, crossed, where)
+    problems += [p for p in crossed if not any(name in p for name in refused)]
 
     warnings = []
     for dotted, value in leaves.items():

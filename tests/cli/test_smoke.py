@@ -377,6 +377,7 @@ def test_every_docs_plugin_example_runs_the_development_loop_through_smoke(
     for name in ("echo", "no_repeat", "reinforce", "my_service", "scalars_file", "final_line",
                  "marker_tool_calls", "quiz"):  # fmt: skip
         assert re.search(rf"^  {name} +from plugin doc_\w+ \(development", listed, re.M), name
+    assert "with defaults: searchr1 config check --plugins" in listed
     assert check.code == 0, check.err
     assert "train would stop" not in check.out + check.err
     assert "# search provider 'echo' (plugin doc_search, development): declares no settings" in (

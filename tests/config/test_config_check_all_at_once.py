@@ -1,5 +1,5 @@
 """``searchr1 config check``: every problem of a file in one run, in file order (core keys,
-plugin names and plugin tables together), and every setting of the chosen plugins with its
+cross-field rules, plugin names and plugin tables together), and every setting of the chosen plugins with its
 default (``--plugins``)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ MISTAKES = """\
 [model]
 provider = "locl"
 temprature = 0.5
+max_new_tokens = 9000
 [rollout]
 group_size = 1
 [search]
@@ -31,10 +32,11 @@ def test_config_check_reports_every_problem_at_once_in_file_order(config_file, r
     assert result.code == 2
     problems = [line for line in result.err.splitlines() if re.search(r"config\.toml:\d+: ", line)]
     lines = [int(re.search(r"config\.toml:(\d+): ", p).group(1)) for p in problems]
-    assert lines == [2, 3, 5, 9, 10, 13, 14, 16], result.err
+    assert lines == [2, 3, 4, 6, 10, 11, 14, 15, 17], result.err
     expected = [
         "model.provider = 'locl': no model provider of that name is installed; did you mean 'local'?",
         "unknown key 'model.temprature'; did you mean 'temperature'?",
+        "model.max_new_tokens (9000) is larger than rollout.max_trajectory_tokens (8192)",
         "rollout.group_size = 1 must be >= 2",
         "unknown key 'search.local.corpuss'; did you mean 'corpus'?",
         "[search.bing]: no installed plugin is called 'bing'",
