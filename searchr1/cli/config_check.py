@@ -1,12 +1,14 @@
 """``searchr1 config check``: validate a config and print it resolved, secrets redacted.
 
-Every problem is reported in one run, in file order: the core sections, plugin names and
-the chosen plugins' tables (one error, exit 2). What only ``train`` needs is a warning (a
-config may be meant for smoke or eval), said before train would stop: a training QA file,
-data files that do not exist (a config is often checked before its data is downloaded), and
-each chosen plugin's ``advise`` (a remote provider names a loss its service cannot train). When the tokenizer is on this machine, the smoke question's
-first prompt and one well-formed search turn are rendered and checked against
-``max_trajectory_tokens`` and ``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
+Every problem is reported in one run, in file order: the core sections, cross-field rules,
+plugin names and the chosen plugins' tables (one error, exit 2). What only ``train`` needs is
+a warning (a config may be meant for smoke or eval), said before train would stop: a
+training QA file, data files that do not exist (a config is often checked before its data is
+downloaded), and each chosen plugin's ``advise`` (a remote provider names a loss its service
+cannot train). ``--plugins`` adds every setting of the chosen plugins' tables with its
+default. When the tokenizer is on this machine, the smoke question's first prompt and one
+well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
+``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations

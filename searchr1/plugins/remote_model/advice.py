@@ -38,13 +38,17 @@ def _loss_notes(config: Config) -> list[str]:
     if cold_start.steps:
         chosen.append(("train.cold_start.loss_fn", cold_start.loss_fn))
     provider, known = config.model.provider, ", ".join(REMOTE_LOSSES)
-    return [
-        f"{config.where(field if field in config.lines else 'train.cold_start')}: train would "
-        f"stop here: {field} = {name!r}: model.provider = {provider!r} trains only {known} ({LOSSES_REASON}); choose one of them"
-        + (" or set [train.cold_start] steps = 0" if "cold_start" in field else "")
-        for field, name in chosen
-        if name not in REMOTE_LOSSES
-    ]
+    out = []
+    for field, name in chosen:
+        if name in REMOTE_LOSSES:
+            continue
+        where = config.where(field if field in config.lines else "train.cold_start")
+        off = " or set [train.cold_start] steps = 0" if "cold_start" in field else ""
+        out.append(
+            f"{where}: train would stop here: {field} = {name!r}: model.provider = "
+            f"{provider!r} trains only {known} ({LOSSES_REASON}); choose one of them{off}"
+        )
+    return out
 
 
 def temperature_note(config: Config) -> str:
