@@ -117,8 +117,9 @@ def download(repo: str, filename: str, folder: Path, revision: str) -> Path:
         raise UserError(
             f"data get: could not download {url} ({type(exc).__name__}: {reason}). This "
             f"command needs the Hugging Face hub (or a mirror named by $HF_ENDPOINT). Without "
-            f"it, download {filename} of the dataset {repo} on a machine that has it and run "
-            f"`searchr1 data get ... --from DIR` on the folder holding it"
+            f"it, download the dataset's files ({DEFAULT_ENDPOINT}/datasets/{repo}) on a "
+            f"machine that has it and run `searchr1 data get --from DIR ...` on the folder "
+            f"holding them"
         ) from None
 
 
