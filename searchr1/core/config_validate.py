@@ -360,15 +360,18 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"those as [{section}] provider"
                 )
         advisers.append(reg.advise if reg is not None else None)
-        table = config.plugin_table(section, reg.name) if reg is not None else {}
-        if reg is not None and table and not declared_settings(reg):
-            out.append(
-                f"{config.where(f'{section}.{reg.name}')}: [{section}.{reg.name}] sets "
-                f"{', '.join(sorted(table))}, which {_label(kind, section)} {reg.name!r} (plugin "
-                f"{reg.plugin!r}) does not declare, so none of them is checked (a typo would "
-                f"pass); the plugin declares its settings with register(..., settings=...) "
-                f'(docs/plugins.md, "What a factory may declare")'
-            )
+        # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
+        also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
+        for one in [reg, *(registry.entries[kind].get(n) for n in also)]:
+            table = config.plugin_table(section, one.name) if one is not None else {}
+            if one is not None and table and not declared_settings(one):
+                out.append(
+                    f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
+                    f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
+                    f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
+                    f"typo would pass); the plugin declares its settings with register(..., "
+                    f'settings=...) (docs/plugins.md, "What a factory may declare")'
+                )
     for advise in filter(callable, advisers):
         try:
             out.extend(str(line) for line in advise(config))
