@@ -40,12 +40,14 @@ def whole_number(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def add_run_args(p: argparse.ArgumentParser) -> None:
-    """The flags of a command that opens a run folder (``train``, ``smoke``)."""
+def add_run_args(p: argparse.ArgumentParser, *, steps: bool = True) -> None:
+    """The flags of a command that opens a run folder (``train``, ``smoke``); ``steps``:
+    ``--resume`` and ``--max-steps`` too (a command that takes training steps)."""
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--run-dir", help="folder for this run's logs and checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    p.add_argument("--max-steps", type=whole_number(0), help="override train.max_steps")
+    if steps:
+        p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+        p.add_argument("--max-steps", type=whole_number(0), help="override train.max_steps")
     add_no_cache_arg(p)
 
 
@@ -76,7 +78,9 @@ def open_run_from_args(
     from searchr1.core.runs import open_run
 
     registry = registry or load_registry()
-    config = config or load_config(getattr(args, "config", None), registry=registry)
+    config = config or load_config(
+        getattr(args, "config", None), registry=registry, check_plugins=True
+    )
     max_steps = getattr(args, "max_steps", None)
     if max_steps is not None:
         config = config.replace(train={"max_steps": max_steps})

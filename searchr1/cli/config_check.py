@@ -1,10 +1,14 @@
 """``searchr1 config check``: validate a config and print it resolved, secrets redacted.
 
-Plugin names and tables are checked against the installed plugins (one error listing them
-all, exit 2); a data file that does not exist is a warning, since a config is often checked
-before its data is downloaded. When the tokenizer is on this machine, the smoke question's
-first prompt and one well-formed search turn are rendered and checked against
-``max_trajectory_tokens`` and ``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
+Every problem is reported in one run, in file order: the core sections, cross-field rules,
+plugin names and the chosen plugins' tables (one error, exit 2). What only ``train`` needs is
+a warning (a config may be meant for smoke or eval), said before train would stop: a
+training QA file, data files that do not exist (a config is often checked before its data is
+downloaded), and each chosen plugin's ``advise`` (a remote provider names a loss its service
+cannot train). ``--plugins`` adds every setting of the chosen plugins' tables with its
+default. When the tokenizer is on this machine, the smoke question's first prompt and one
+well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
+``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
 """
 
 from __future__ import annotations
@@ -24,47 +28,131 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_validate import advice, check_plugin_choices
+    from searchr1.core.config_validate import advice
     from searchr1.core.plugins import load_registry
 
     registry = load_registry()
-    config = load_config(args.config, registry=registry)
-    check_plugin_choices(config, registry)  # one ConfigError listing every bad name or table
-    for warning in data_problems(config):
-        print(f"searchr1: warning: {warning} (train and eval would stop here)", file=sys.stderr)
+    # one ConfigError listing every problem, plugin names and tables included, in file order
+    config = load_config(args.config, registry=registry, check_plugins=True)
+    data = data_problems(config)
+    for warning in data:
+        print(f"searchr1: warning: {warning}", file=sys.stderr)
+    notes = [*config.warnings, *advice(config, registry)]
+    stops = sum(STOPS in line for line in [*notes, *data])
     why = getattr(args, "config_reason", "")
-    print(f"# {config.source}: OK (secrets redacted)" + (f"; chosen: {why}" if why else ""))
+    verdict = f"OK for smoke and eval; {stops} warning(s) say {STOPS}" if stops else "OK"
+    print(f"# {config.source}: {verdict} (secrets redacted)" + (f"; chosen: {why}" if why else ""))
     for dotted, reason in config.choices.items():
         section, key = dotted.split(".", 1)
         print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
-    for line in [*config.warnings, *advice(config, registry), *_token_fit(config, registry)]:
+    for line in [*notes, *_token_fit(config, registry)]:
         print(f"# warning: {line}")
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
+    if getattr(args, "plugins", False):
+        print(settings_text(config, registry), end="")
     return 0
 
 
+def settings_text(config: Config, registry: Registry) -> str:
+    """Every table of the plugins ``config`` chooses (and the core's ``[train.cold_start]``,
+    ``[train.health]``) as TOML: each declared setting with its value for this config, a
+    comment saying where the value comes from and its default; secrets redacted. A chosen
+    plugin that declares no settings is named as such (its table, if any, is not checked)."""
+    from searchr1.core.config_schema import ColdStartSettings, HealthSettings
+    from searchr1.core.config_validate import chosen_names, declared_settings
+    from searchr1.core.plugins import KINDS
+
+    out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
+    out += _table_lines(config, "train", "cold_start", ColdStartSettings, "the cold start (core)")
+    out += _table_lines(config, "train", "health", HealthSettings, "the health checks (core)")
+    seen: set[tuple[str, str]] = set()
+    for kind, (_, field_name) in KINDS.items():
+        section = field_name.partition(".")[0]
+        for _, name in chosen_names(config, kind):
+            reg = registry.entries[kind].get(name) if isinstance(name, str) else None
+            if reg is None or (kind, name) in seen:
+                continue
+            seen.add((kind, name))
+            origin = registry.origins.get(reg.plugin, "development")
+            what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
+            declared = declared_settings(reg)
+            if not declared:
+                out += ["", f"# {what}: declares no settings"]
+            for table, cls in declared.items():
+                out += _table_lines(config, section, table, cls, what)
+    return "\n".join(out) + "\n"
+
+
+def _table_lines(config: Config, section: str, table: str, cls: type, what: str) -> list[str]:
+    """``[section.table]`` and one ``key = value  # where it comes from`` line per field."""
+    import dataclasses
+
+    import tomli_w
+
+    from searchr1.core.config_validate import plugin_settings
+    from searchr1.core.secrets import REDACTED, redact_value
+
+    if not dataclasses.is_dataclass(cls):
+        return []
+    values = plugin_settings(config, section, table, cls)
+    written = config.plugin_table(section, table)
+    out = ["", f"[{section}.{table}]  # {what}"]
+    for f in dataclasses.fields(cls):
+        value = getattr(values, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        secret = f.metadata.get("secret")
+        shown = REDACTED if secret and value else redact_value(value, config.secrets)
+        if shown is None:  # TOML has no null
+            out.append(f"# {f.name} = (unset)")
+            continue
+        line = tomli_w.dumps({f.name: list(shown) if isinstance(shown, tuple) else shown})
+        if f.name in written:
+            note = f"set in {config.where(f'{section}.{table}.{f.name}')}"
+        elif value != default:
+            note = f"from [{section}] {f.name}"
+        else:
+            note = "default"
+        if note != "default":
+            note += f"; default {REDACTED if secret and default else repr(default)}"
+        helps = f"; {f.metadata['help']}" if f.metadata.get("help") else ""
+        out.append(f"{line.rstrip()}  # {note}{helps}")
+    return out
+
+
+#: the words of a warning about something ``searchr1 train`` refuses
+STOPS = "train would stop here"
+
+
 def data_problems(config: Config) -> list[str]:
-    """A ``data.train`` / ``data.eval`` naming a missing file (empty is fine): warnings, since
-    a config is often checked before its data is downloaded."""
+    """An empty ``data.train`` (train has nothing to learn from) and a ``data.train`` /
+    ``data.eval`` naming a missing file: warnings, since a config is often checked before its
+    data is downloaded, or meant for smoke or eval only."""
     from pathlib import Path
 
     from searchr1.core.assets import is_builtin, resolve
 
     where = config.where
     problems = []
+    if not config.data.train:
+        problems.append(
+            f"{where('data')}: data.train is empty: {STOPS} (no training QA file); get "
+            f"Search-R1's NQ + HotpotQA with `searchr1 data get nq-hotpotqa` and set [data] "
+            f'train = "data/nq_hotpotqa/train.jsonl" (docs/reference-setup.md)'
+        )
     for field_name in ("train", "eval"):
         path = getattr(config.data, field_name)
         if not path:
             continue
+        stops = STOPS if field_name == "train" else "train and eval would stop here"
         try:
             real = Path(resolve(path)) if is_builtin(path) else Path(path)
         except FileNotFoundError as exc:
-            problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc}")
+            problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc} ({stops})")
             continue
         if not real.is_file():
             problems.append(
                 f"{where(f'data.{field_name}')}: data.{field_name} = {path!r}: file not found "
-                f"({real.resolve()}); relative paths are read from the working directory"
+                f"({real.resolve()}; relative paths are read from the working directory): {stops}"
             )
     return problems
 
@@ -94,5 +182,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     csub = p.add_subparsers(dest="config_command", required=True)
     c = csub.add_parser("check", help="validate and print the resolved config (redacted)")
     c.add_argument("--config", help=CONFIG_HELP)
+    c.add_argument(
+        "--plugins",
+        action="store_true",
+        help="also print every setting of the chosen plugins' tables, with its default",
+    )
     # its header line says which config and why, instead of main's "config:" line
     c.set_defaults(func=cmd_config_check, announce_config=False)

@@ -119,7 +119,8 @@ class Console:
         parts = [f"step {step:>{len(str(total or step))}}/{total}" if total else f"step {step}"]
         reward = m.get("reward/mean")
         parts.append(f"reward {reward:6.3f}" if isinstance(reward, int | float) else "reward -")
-        parts.append(f"format {_pct(m.get('reward/format'))}")
+        # the protocol's rule (health checks), whatever components the reward reports
+        parts.append(f"format {_pct(m.get('health/format_rate'))}")
         per = m.get("searches_per_trajectory")
         per_text = f" {per:.2f}/traj" if isinstance(per, int | float) else ""
         parts.append(f"search {_pct(m.get('search_rate'))}{per_text}")

@@ -1,16 +1,34 @@
 """``searchr1 data check FILE``: what a QA file holds before a run depends on it.
+``searchr1 data get nq-hotpotqa``: Search-R1's published training and test questions.
 
-Prints rows, per-source counts and every malformed row (row number and reason); exits 1
-when the file has no valid row, 2 when it cannot be read at all.
+``check`` prints rows, per-source counts and every malformed row (row number and reason);
+exits 1 when the file has no valid row, 2 when it cannot be read at all.
+
+``get`` downloads the ``train.parquet`` and ``test.parquet`` of the Hugging Face dataset
+``PeterJinGo/nq_hotpotqa_train`` (NQ + HotpotQA train; the seven QA test sets) through the
+hub client when ``huggingface_hub`` is installed (its cache, resume and ``HF_TOKEN``), else
+over plain HTTPS, from ``$HF_ENDPOINT`` (default ``https://huggingface.co``), and writes them
+as QA files in the flat layout (``{"id", "question", "golden_answers", "data_source"}``,
+:mod:`searchr1.core.data`). ``--from DIR`` converts files downloaded elsewhere. A hub it
+cannot reach is a :class:`~searchr1.core.errors.UserError` (exit 2) saying what to do.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from searchr1.core.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.data import LoadedQuestions
+
+#: name -> (hub dataset id, the files it holds, each converted to ``<split>.jsonl``)
+PUBLISHED = {"nq-hotpotqa": ("PeterJinGo/nq_hotpotqa_train", ("train", "test"))}
+DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 def cmd_data_check(args: argparse.Namespace) -> int:
@@ -42,6 +60,98 @@ def summary(loaded: LoadedQuestions) -> str:
     return "\n".join(lines)
 
 
+def cmd_data_get(args: argparse.Namespace) -> int:
+    from searchr1.core.data import load_questions
+
+    repo, splits = PUBLISHED[args.name]
+    out = Path(args.out)
+    for split in splits:
+        if args.source:
+            parquet = Path(args.source) / f"{split}.parquet"
+            if not parquet.is_file():
+                raise UserError(f"--from {args.source}: no {split}.parquet there ({parquet})")
+        else:
+            parquet = download(repo, f"{split}.parquet", out / "parquet", args.revision)
+        loaded = load_questions(str(parquet), field_name=f"{split}.parquet")
+        target = out / f"{split}.jsonl"
+        write_questions(loaded, target)
+        print(summary(loaded).replace(str(loaded.path), str(target), 1), flush=True)
+    train, test = (out / f"{s}.jsonl" for s in splits)
+    print(f'use it: [data] train = "{train}" in the config; evaluate with')
+    print(f"  searchr1 eval --data {test} --limit-per-source 100 (the first 100 of each source)")
+    return 0
+
+
+def write_questions(loaded: LoadedQuestions, target: Path) -> None:
+    """``loaded``'s questions as a flat-layout JSONL file, written whole or not at all."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    with part.open("w", encoding="utf-8") as fh:
+        for q in loaded.questions:
+            row = {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)}
+            fh.write(json.dumps({**row, "data_source": q.data_source}, ensure_ascii=False) + "\n")
+    part.replace(target)
+
+
+def download(repo: str, filename: str, folder: Path, revision: str) -> Path:
+    """``filename`` of hub dataset ``repo`` at ``revision`` as ``folder/filename``: through
+    ``huggingface_hub`` when installed, else one HTTPS GET; UserError when unreachable."""
+    endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    url = f"{endpoint}/datasets/{repo}/resolve/{revision}/{filename}"
+    print(f"downloading {url}", flush=True)
+    try:
+        import huggingface_hub
+    except ImportError:
+        huggingface_hub = None
+    try:
+        _probe(url)  # once, no retries: an offline machine hears at once, not after minutes
+        if huggingface_hub is not None:
+            path = huggingface_hub.hf_hub_download(
+                repo, filename, repo_type="dataset", revision=revision, local_dir=folder,
+                endpoint=endpoint,
+            )  # fmt: skip
+            return Path(path)
+        return _plain_download(url, folder / filename)
+    except Exception as exc:  # noqa: BLE001 - every failure of the network says the same
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise UserError(
+            f"data get: could not download {url} ({type(exc).__name__}: {reason}). This "
+            f"command needs the Hugging Face hub (or a mirror named by $HF_ENDPOINT). Without "
+            f"it, download the dataset's files ({DEFAULT_ENDPOINT}/datasets/{repo}) on a "
+            f"machine that has it and run `searchr1 data get --from DIR ...` on the folder "
+            f"holding them"
+        ) from None
+
+
+def _probe(url: str) -> None:
+    """One HEAD request; an error when the hub cannot be reached or refuses the file."""
+    import httpx
+
+    token = os.environ.get("HF_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    httpx.head(url, headers=headers, follow_redirects=True, timeout=20).raise_for_status()
+
+
+def _plain_download(url: str, target: Path) -> Path:
+    """One streamed GET into ``target`` (through a ``.part`` file), with ``$HF_TOKEN``."""
+    import httpx
+    from tqdm import tqdm
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    token = os.environ.get("HF_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as r:
+        r.raise_for_status()
+        total = int(r.headers.get("content-length") or 0) or None
+        with part.open("wb") as fh, tqdm(total=total, unit="B", unit_scale=True) as bar:
+            for chunk in r.iter_bytes():
+                fh.write(chunk)
+                bar.update(len(chunk))
+    part.replace(target)
+    return target
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("data", help="QA data utilities")
     dsub = p.add_subparsers(dest="data_command", required=True)
@@ -53,3 +163,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="QA file: .jsonl, .json or .parquet (builtin:... allowed)",
     )
     c.set_defaults(func=cmd_data_check)
+    g = dsub.add_parser(
+        "get",
+        help="download Search-R1's published QA sets and write them as QA files",
+        description="nq-hotpotqa: the train.parquet (NQ + HotpotQA) and test.parquet (seven "
+        "QA sets) of the Hugging Face dataset PeterJinGo/nq_hotpotqa_train, written as "
+        "OUT/train.jsonl and OUT/test.jsonl ($HF_ENDPOINT names a hub mirror).",
+    )
+    g.add_argument("name", choices=sorted(PUBLISHED), help="which published set")
+    g.add_argument(
+        "--out", default="data/nq_hotpotqa", help="folder written (default: %(default)s)"
+    )
+    g.add_argument("--revision", default="main", help="the dataset's git revision")
+    g.add_argument(
+        "--from",
+        dest="source",
+        help="convert train.parquet and test.parquet from this folder instead of downloading",
+    )
+    g.set_defaults(func=cmd_data_get)

@@ -28,6 +28,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print(f"plugins loaded: {', '.join(f'{p} ({origin(p)})' for p in registry.plugins)}")
     if registry.skipped:
         print(f"installed but not in ${LOAD_PLUGINS_VAR}: {', '.join(registry.skipped)}")
+    print(
+        "the settings of the plugins a config chooses, with defaults: searchr1 config check --plugins"
+    )
     return 0
 
 

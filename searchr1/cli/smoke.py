@@ -3,7 +3,8 @@
 
 One question (``--question``/``--answer``, else ``[smoke] question`` and ``answers``, else the
 reference setup's), ``--group-size`` trajectories (4), at most ``--max-search-calls``
-searches (4), through the configured providers, no parameter update. It prints::
+searches each (default: the config's ``rollout.max_search_calls``), through the configured
+providers, no parameter update, in a new run folder each time (``--run-dir`` names one). It prints::
 
     search keys: 3
     search probe: ok (3 results)
@@ -338,9 +339,15 @@ def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("smoke", help="one rollout group through the configured channels")
-    add_run_args(p)
+    add_run_args(p, steps=False)
     p.add_argument("--question", help="the question to ask")
     p.add_argument("--answer", action="append", help="a golden answer (repeatable)")
-    p.add_argument("--group-size", type=whole_number(1), default=4)
-    p.add_argument("--max-search-calls", type=whole_number(0), default=4)
+    p.add_argument(
+        "--group-size", type=whole_number(1), default=4, help="trajectories (default: 4)"
+    )
+    p.add_argument(
+        "--max-search-calls",
+        type=whole_number(0),
+        help="searches per trajectory at most (default: the config's rollout.max_search_calls)",
+    )
     p.set_defaults(func=main)

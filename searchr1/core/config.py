@@ -27,8 +27,10 @@ from searchr1.core.config_validate import (
     check_table,
     cross_checks,
     declared_settings,
+    in_file_order,
     infer_choices,
     key_lines,
+    plugin_problems,
     unknown_name,
     url_problem,
 )
@@ -52,10 +54,12 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     registry: Registry | None = None,
+    check_plugins: bool = False,
 ) -> Config:
     """Load, interpolate and validate ``path`` (None: the embedded default). ``env``
     replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first.
-    ``registry``: the run's plugins (None: the installed ones, loaded now)."""
+    ``registry``: the run's plugins (None: the installed ones, loaded now);
+    ``check_plugins``: see :func:`parse_config`."""
     if path is None:
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
@@ -78,7 +82,9 @@ def load_config(
             )
     notes = load_dotenv_files(base) if env is None else []
     env = os.environ if env is None else env
-    config = parse_config(text, source=source, env=env, registry=registry)
+    config = parse_config(
+        text, source=source, env=env, registry=registry, check_plugins=check_plugins
+    )
     return dataclasses.replace(config, warnings=(*notes, *config.warnings))
 
 
@@ -101,10 +107,17 @@ _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def parse_config(
-    text: str, *, source: str, env: Mapping[str, str], registry: Registry | None = None
+    text: str,
+    *,
+    source: str,
+    env: Mapping[str, str],
+    registry: Registry | None = None,
+    check_plugins: bool = False,
 ) -> Config:
     """Validate TOML text, raising ConfigError with every problem. ``registry``: the
-    installed plugins when None."""
+    installed plugins when None. ``check_plugins``: the plugin names and tables too
+    (:func:`~searchr1.core.config_validate.plugin_problems`), every problem in one error in
+    file order; otherwise a run checks them when it opens."""
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
@@ -184,8 +197,12 @@ def parse_config(
         own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
         plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
         sections[section] = cls(**check_table(own, cls, section, problems, where))
-    if not problems:
-        cross_checks(sections, problems, where)
+    # Cross-field rules too, except those naming a field whose own value was refused (it
+    # stands at its default here, so the rule would judge a value nobody wrote).
+    refused = {m.group(1) for p in problems if (m := re.match(r"^.*?: ([a-z_]+\.[a-z_]+) ", p))}
+    crossed: list[str] = []
+    cross_checks(sections, crossed, where)
+    problems += [p for p in crossed if not any(name in p for name in refused)]
 
     warnings = []
     for dotted, value in leaves.items():
@@ -202,10 +219,7 @@ def parse_config(
                 f'commit and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... '
                 f"in a .env file next to the config (never committed)"
             )
-    if problems:
-        # A message may quote a value that holds a secret (a key inside a URL).
-        raise ConfigError([redact_text(p, secrets) for p in problems])
-    return Config(
+    config = Config(
         **sections,
         plugins=plugins,
         source=source,
@@ -216,6 +230,12 @@ def parse_config(
         explicit=explicit,
         lines=lines,
     )
+    if check_plugins:  # on the values that passed (a bad one stands at its default)
+        problems += plugin_problems(config, registry)
+    if problems:
+        # A message may quote a value that holds a secret (a key inside a URL).
+        raise ConfigError(in_file_order([redact_text(p, secrets) for p in problems], source))
+    return config
 
 
 #: what ``[train] stages`` and ``monitors`` listed by default, all of it now run by ``train``

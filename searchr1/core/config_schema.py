@@ -109,6 +109,8 @@ class SearchConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     name: str = _f(DEFAULT_NAMES["reward.name"])
+    #: shaping terms added to ``name``'s reward, each a registered reward (core/rewards.py)
+    terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
 
 
 @dataclass(frozen=True)

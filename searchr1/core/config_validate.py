@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import CHOSEN_BY_LIST, KINDS, load_registry
+from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_registry
 from searchr1.core.secrets import REDACTED, redact_text
 
 if TYPE_CHECKING:
@@ -360,15 +360,18 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"those as [{section}] provider"
                 )
         advisers.append(reg.advise if reg is not None else None)
-        table = config.plugin_table(section, reg.name) if reg is not None else {}
-        if reg is not None and table and not declared_settings(reg):
-            out.append(
-                f"{config.where(f'{section}.{reg.name}')}: [{section}.{reg.name}] sets "
-                f"{', '.join(sorted(table))}, which {_label(kind, section)} {reg.name!r} (plugin "
-                f"{reg.plugin!r}) does not declare, so none of them is checked (a typo would "
-                f"pass); the plugin declares its settings with register(..., settings=...) "
-                f'(docs/plugins.md, "What a factory may declare")'
-            )
+        # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
+        also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
+        for one in [reg, *(registry.entries[kind].get(n) for n in also)]:
+            table = config.plugin_table(section, one.name) if one is not None else {}
+            if one is not None and table and not declared_settings(one):
+                out.append(
+                    f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
+                    f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
+                    f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
+                    f"typo would pass); the plugin declares its settings with register(..., "
+                    f'settings=...) (docs/plugins.md, "What a factory may declare")'
+                )
     for advise in filter(callable, advisers):
         try:
             out.extend(str(line) for line in advise(config))
@@ -402,10 +405,17 @@ def key_lines(text: str) -> dict[str, int]:
 
 
 def check_plugin_choices(config: Config, registry: Registry) -> None:
-    """Raise one ConfigError listing every unregistered plugin name, unowned
-    ``[section.name]`` table, and bad setting of a chosen plugin's declared tables (checked
-    like the core's own sections; a field naming a plugin, metadata ``names=KIND``, against
-    the registry), so ``config check`` finds them before any run."""
+    """Raise one ConfigError listing every :func:`plugin_problems`, so a typo is named
+    before any plugin starts."""
+    problems = plugin_problems(config, registry)
+    if problems:
+        raise ConfigError(problems)
+
+
+def plugin_problems(config: Config, registry: Registry) -> list[str]:
+    """Every unregistered plugin name, unowned ``[section.name]`` table, and bad setting of
+    a chosen plugin's declared tables (checked like the core's own sections; a field naming a
+    plugin, metadata ``names=KIND``, against the registry), secrets redacted."""
     from searchr1.core.config_schema import ColdStartSettings, HealthSettings
 
     where = config.where
@@ -414,15 +424,14 @@ def check_plugin_choices(config: Config, registry: Registry) -> None:
     # the core's own sub-tables first, then each chosen plugin's declared ones
     declared = [("train", {"cold_start": ColdStartSettings, "health": HealthSettings})]
     for kind, (_, field_name) in KINDS.items():
-        section, _, key = field_name.partition(".")
-        chosen = getattr(getattr(config, section, None), key, None)
+        section = field_name.partition(".")[0]
         tables.setdefault(section, set()).update(registry.names(kind))
-        for name in chosen if isinstance(chosen, list | tuple) else [chosen]:
+        for chooser, name in chosen_names(config, kind):
             if not isinstance(name, str) or not name:
                 continue  # an empty name is left to whoever infers or rejects it
             reg = registry.entries[kind].get(name)
             if reg is None:
-                problems.append(_not_installed(where, field_name, name, kind, registry))
+                problems.append(_not_installed(where, chooser, name, kind, registry))
             declared.append((section, declared_settings(reg)))
     for section, settings in declared:
         for table, cls in settings.items():
@@ -453,8 +462,33 @@ def check_plugin_choices(config: Config, registry: Registry) -> None:
             f"settings would be ignored; {mean}tables allowed in [{section}]: "
             + ", ".join(f"[{section}.{n}]" for n in allowed)
         )
-    if problems:
-        raise ConfigError([redact_text(p, config.secrets) for p in problems])
+    return [redact_text(p, config.secrets) for p in problems]
+
+
+def in_file_order(problems: Iterable[str], source: str) -> list[str]:
+    """``problems`` sorted by the line their ``source:line:`` prefix names (stable; one
+    without a line first: it concerns the whole file)."""
+    prefix = re.compile(rf"^{re.escape(source)}:(\d+):")
+
+    def line(problem: str) -> int:
+        found = prefix.match(problem)
+        return int(found.group(1)) if found else 0
+
+    return sorted(problems, key=line)
+
+
+def chosen_names(config: Config, kind: str) -> list[tuple[str, Any]]:
+    """``(field, name)`` of every plugin of ``kind`` the config chooses: by its field in
+    :data:`~searchr1.core.plugins.KINDS` (one name or a list), then by the kind's
+    :data:`~searchr1.core.plugins.ALSO_CHOSEN_BY` field."""
+    out: list[tuple[str, Any]] = []
+    for field_name in (KINDS[kind][1], ALSO_CHOSEN_BY.get(kind)):
+        if field_name is None:
+            continue
+        section, _, key = field_name.partition(".")
+        chosen = getattr(getattr(config, section, None), key, None)
+        out += [(field_name, n) for n in (chosen if isinstance(chosen, list | tuple) else [chosen])]
+    return out
 
 
 def _not_installed(where: Where, dotted: str, name: str, kind: str, registry: Registry) -> str:

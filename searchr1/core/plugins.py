@@ -46,6 +46,10 @@ KINDS: dict[str, tuple[str, str]] = {
 #: the kinds whose config field lists every name to create (not one name)
 CHOSEN_BY_LIST = frozenset({"metric_sink"})
 
+#: a second field that lists more plugins of a kind to create: the shaping terms added to the
+#: chosen reward (:mod:`searchr1.core.rewards`)
+ALSO_CHOSEN_BY: dict[str, str] = {"reward": "reward.terms"}
+
 
 @dataclass(frozen=True)
 class Registration:

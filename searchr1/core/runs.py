@@ -28,6 +28,7 @@ from searchr1.core.disk import (
 from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
 from searchr1.core.logs import get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
+from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
 from searchr1.core.trainer_checks import check_loss, require_trainer
 from searchr1.core.types import LossFn, Model, RewardFn, Sampler, SearchProvider, Trainer
@@ -87,7 +88,7 @@ class Run:
         cfg, reg = self.config, self.registry
         self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
         try:
-            self.reward = reg.create("reward", cfg.reward.name, cfg)
+            self.reward = create_reward(cfg, reg)
             if need_loss:
                 self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
             self.model = reg.create("model_provider", cfg.model.provider, cfg)

@@ -54,7 +54,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
-    health = Health.for_config(cfg)
+    health = Health.for_config(cfg, run.registry)
     heldout = heldout_questions(cfg)
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None

@@ -170,10 +170,14 @@ def _is_settings(config: Config) -> dict[str, float]:
 
 @hookimpl
 def register_loss_fns(register: Callable[[str, Callable[[Config], NamedLoss]], None]) -> None:
+    table = {"loss": ClipSettings}  # [train.loss], checked by config check like any table
     register(
         "importance_sampling",
         lambda config: NamedLoss("importance_sampling", importance_sampling, _is_settings(config)),
+        settings=table,
     )
-    register("ppo", lambda config: NamedLoss("ppo", ppo, _clip_settings(config)))
-    register("cispo", lambda config: NamedLoss("cispo", cispo, _clip_settings(config)))
+    register("ppo", lambda config: NamedLoss("ppo", ppo, _clip_settings(config)), settings=table)
+    register(
+        "cispo", lambda config: NamedLoss("cispo", cispo, _clip_settings(config)), settings=table
+    )
     register("cross_entropy", lambda config: NamedLoss("cross_entropy", cross_entropy))

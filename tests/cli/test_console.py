@@ -17,7 +17,8 @@ from searchr1.core.logs import close_console, get_logger, log_metrics, setup_log
 # a metrics event as the train loop logs it (abridged: the real one has ~50 keys)
 STEP = {
     "reward/mean": 0.4125,
-    "reward/format": 0.921875,
+    "reward/format": 0.5,  # a reward's component: not what the console shows as format
+    "health/format_rate": 0.921875,
     "reward/correct": 0.4,
     "search_rate": 0.625,
     "searches_per_trajectory": 1.21875,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 from search_fakes import Behaviour, start_fake_zhihu
@@ -312,36 +313,79 @@ def test_a_smoke_question_needs_its_answers(config_file, run_cli):
     assert "smoke.question is set but smoke.answers is empty" in err
 
 
-def test_the_docs_search_and_reward_examples_are_judged_by_what_the_trajectories_did(
+#: every hook's example in docs/plugins.md, as the module a plugin author saves it in
+DOCS_MODULES = {
+    "doc_search": "register_search_providers",
+    "doc_reward": "register_rewards",
+    "doc_loss": "register_loss_fns",
+    "doc_model": "register_model_providers",
+    "doc_sink": "register_metric_sinks",
+    "doc_protocol": "register_agent_protocols",
+    "doc_asset": "register_assets",
+}
+DOCS_EXAMPLES_CONFIG = """\
+[rollout]
+protocol = "final_line"
+max_trajectory_tokens = 512
+[search]
+provider = "echo"
+[reward]
+terms = ["no_repeat"]
+[train]
+loss_fn = "reinforce"
+max_datum_tokens = 512
+[log]
+sinks = ["scalars_file"]
+[data]
+train = "builtin:quiz/quiz.jsonl"
+"""
+
+
+def test_every_docs_plugin_example_runs_the_development_loop_through_smoke(
     tmp_path, run_cli, scripted_plugin, monkeypatch
 ):
-    """The docs' EchoSearch reports ``calls = 0`` and its reward has no ``format`` component:
-    smoke counts the searches from the trajectories and reads the answer format with the
-    protocol, so the search example passes, and the reward example fails only the criterion
-    it really misses (no positive reward), not the search channel."""
-    import sys
-
+    """docs/plugins.md's examples copied word for word into modules, loaded as the docs'
+    development loop says ($SEARCHR1_PLUGINS): ``plugins`` lists them, ``config check`` passes
+    a config choosing them (the quiz asset built as the training file), and ``smoke`` passes
+    with the echo search (no ``calls`` metric), the final_line protocol (answers on a
+    ``FINAL:`` line) and the no_repeat shaping term added to the default reward (trajectory 0
+    repeats its query: 1.0 - 0.5). The model provider example is a sketch (``MyProvider`` is
+    the author's own) and the scripted model stands in; the loss and the sink are chosen and
+    checked by name (smoke trains nothing and opens no sink)."""
     from cli_run import docs_example
 
-    (tmp_path / "my_search.py").write_text(docs_example("register_search_providers"))
-    (tmp_path / "my_reward.py").write_text(docs_example("register_rewards"))
+    for module, hook in DOCS_MODULES.items():
+        (tmp_path / f"{module}.py").write_text(docs_example(hook), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("SEARCHR1_PLUGINS", "my_search,my_reward")
-    echo = '[search]\nprovider = "echo"\n'
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+    monkeypatch.setenv("SEARCHR1_PLUGINS", ",".join(DOCS_MODULES))
+    monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+    for module in DOCS_MODULES:
+        monkeypatch.delitem(sys.modules, module, raising=False)  # imported afresh, dropped after
+    scripts = [[turn.replace("<answer>", "FINAL:").replace(" </answer>", "") for turn in t]
+               for t in [[SCRIPTS[0][0], *SCRIPTS[0][::2]], *SCRIPTS[1:]]]  # fmt: skip
+    assert scripts[0] == ["<search> little prince author </search>"] * 2 + ["FINAL: France"]
+    config = tmp_path / "config.toml"
+    config.write_text(f"{scripted(scripts)}\n{DOCS_EXAMPLES_CONFIG}", encoding="utf-8")
     try:
-        code, out = smoke(run_cli, write_config(tmp_path / "a", scripted(SCRIPTS), echo))
-        reward = echo + '[reward]\nname = "no_repeat"\n'
-        code_r, out_r = smoke(run_cli, write_config(tmp_path / "b", scripted(SCRIPTS), reward))
+        listed = run_cli("plugins").out
+        check = run_cli("config", "check", "--plugins", "--config", config)
+        code, out = smoke(run_cli, config)
     finally:
-        sys.modules.pop("my_search", None)
-        sys.modules.pop("my_reward", None)
+        for module in DOCS_MODULES:
+            sys.modules.pop(module, None)
 
+    for name in ("echo", "no_repeat", "reinforce", "my_service", "scalars_file", "final_line",
+                 "marker_tool_calls", "quiz"):  # fmt: skip
+        assert re.search(rf"^  {name} +from plugin doc_\w+ \(development", listed, re.M), name
+    assert "with defaults: searchr1 config check --plugins" in listed
+    assert check.code == 0, check.err
+    assert "train would stop" not in check.out + check.err
+    assert "# search provider 'echo' (plugin doc_search, development): declares no settings" in (
+        check.out
+    )
     assert code == 0, out
+    assert [r for _, r, _, _ in TRAJECTORY_LINE.findall(out)] == ["0.5", "0.0", "-0.1", "1.0"]
+    assert "verdict: answers in the final_line format (one `FINAL: <answer>` line): ok" in out
     assert "search success >= 90%: ok (100.00%)" in out and "smoke: PASS" in out
-    assert "verdict: answers in the tags format (one <answer>...</answer> element): ok" in out
-    assert code_r == 3, out_r  # criteria not met; the channel works
-    assert "search success >= 90%: ok" in out_r and "answers in the tags format" in out_r
-    assert "verdict: rewards of both signs: FAILED" in out_r
-    assert "(3 of 4 answered in the format)" in out_r
+    first = json.loads((tmp_path / "run" / "smoke_trajectories.jsonl").open().readline())
+    assert first["components"]["no_repeat"] == -0.5 and first["components"]["correct"] == 1.0

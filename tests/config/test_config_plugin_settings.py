@@ -170,19 +170,29 @@ def test_keys_in_the_table_of_a_plugin_that_declares_no_settings_are_named(
 
     from cli_run import docs_example, make_config, write_config
 
-    # the docs' search example declares no settings
+    # the docs' search and reward examples declare no settings; the reward is a shaping term
     (tmp_path / "quiet_search.py").write_text(docs_example("register_search_providers"))
+    (tmp_path / "quiet_reward.py").write_text(docs_example("register_rewards"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("SEARCHR1_PLUGINS", "quiet_search")
-    text = make_config(search={"provider": "echo", "local": None, "echo": {"top": 3, "urll": "x"}})
+    monkeypatch.setenv("SEARCHR1_PLUGINS", "quiet_search,quiet_reward")
+    text = make_config(
+        search={"provider": "echo", "local": None, "echo": {"top": 3, "urll": "x"}},
+        reward={"terms": ["no_repeat"], "no_repeat": {"penalti": 1.0}},
+    )
     try:
         result = run_cli("config", "check", "--config", write_config(tmp_path, text))
     finally:
         sys.modules.pop("quiet_search", None)
+        sys.modules.pop("quiet_reward", None)
 
     assert result.code == 0, result.err
     assert re.search(
         r"# warning: .*config\.toml:\d+: \[search\.echo\] sets top, urll, which search provider "
         r"'echo' \(plugin 'quiet_search'\) does not declare, so none of them is checked",
+        result.out,
+    ), result.out
+    assert re.search(
+        r"# warning: .*config\.toml:\d+: \[reward\.no_repeat\] sets penalti, which reward "
+        r"'no_repeat' \(plugin 'quiet_reward'\) does not declare",
         result.out,
     ), result.out

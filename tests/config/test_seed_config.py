@@ -106,13 +106,16 @@ def smoke_args(run_dir: Path) -> argparse.Namespace:
 
 def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, capsys) -> None:
     assert cli(["config", "check"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     lines = out.splitlines()
-    # item 4: ./config.toml runs without --config, and the first line says so
+    # item 4: ./config.toml runs without --config, and the first line says so; the skeleton
+    # has no [data] train, which config check says before train would stop
     assert lines[0] == (
-        "# config.toml: OK (secrets redacted); chosen: ./config.toml exists in the working "
-        "directory; no --config given"
+        "# config.toml: OK for smoke and eval; 1 warning(s) say train would stop here (secrets "
+        "redacted); chosen: ./config.toml exists in the working directory; no --config given"
     )
+    assert "data.train is empty: train would stop here" in err
+    assert "searchr1 data get nq-hotpotqa" in err
     # item 1: the provider and protocol the reference setup describes, each with its reason
     assert (
         "# model.provider = 'taotoken': not set; [model] sets api_base and api_key and no "
@@ -360,3 +363,22 @@ def test_api_search_client_takes_provider_settings_and_names_an_unknown_one() ->
     )
     with pytest.raises(ConfigError, match=r"search\.zhihu\.search_bd.*did you mean 'search_db'"):
         ZhihuSearchClient(keys=["k1"], search_bd="all")
+
+
+def test_skeleton_with_its_cold_start_uncommented_is_named_before_train(
+    project: Path, capsys
+) -> None:
+    """The skeleton's commented cold start, uncommented on TaoToken: config check says train
+    would stop (the service cannot run the cold start's cross-entropy loss), with the line."""
+    config = project / "config.toml"
+    config.write_text(config.read_text(encoding="utf-8") + "\n[train.cold_start]\nsteps = 16\n")
+    assert cli(["config", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "2 warning(s) say train would stop here" in out.splitlines()[0]
+    (line,) = [w for w in out.splitlines() if "train.cold_start.loss_fn" in w]
+    assert re.search(
+        r"config\.toml:\d+: train would stop here: train\.cold_start\.loss_fn = 'cross_entropy': "
+        r"model\.provider = 'taotoken' trains only importance_sampling, ppo, cispo",
+        line,
+    ), line
+    assert "set [train.cold_start] steps = 0" in line

@@ -20,6 +20,7 @@ from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import KINDS, PluginError, load_registry
+from searchr1.core.rewards import create_reward
 from searchr1.core.types import Trajectory, Turn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,31 +305,37 @@ def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch)
     registry = load_registry()
     assert registry.get("search_provider", "echo").plugin == "example"
     cfg = parse_config(
-        '[search]\nprovider = "echo"\n[search.echo]\nprefix = "got: "\n[reward]\nname = "no_repeat"\n',
+        '[search]\nprovider = "echo"\n[search.echo]\nprefix = "got: "\n[reward]\nterms = ["no_repeat"]\n',
         source="t.toml",
         env={},
     )
     search = registry.create("search_provider", cfg.search.provider, cfg)
     response = asyncio.run(search.search("little prince", 3))
     assert response.ok and response.results[0].text == "got: little prince"
-    reward = registry.create("reward", cfg.reward.name, cfg)
+    reward = create_reward(cfg, registry)  # the default reward plus the term
     turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="search", query="q")
+    answer = Turn(
+        sampled_tokens=(), sampled_logprobs=(), text="<answer>a</answer>", action="answer"
+    )
     traj = Trajectory(
         trajectory_id="t",
         question="?",
-        golden_answers=("a",),
+        golden_answers=("Paris",),
         tokens=(),
         generated_mask=(),
         logprobs=(),
         prompt_len=0,
-        turns=(turn, turn),
+        turns=(turn, turn, answer),
         end_reason="answered",
-        final_answer="a",
+        final_answer="Paris",
         final_text="",
         search_calls=2,
         search_errors=0,
     )
-    assert reward(traj, ["a"]).reward == -0.5
+    result = reward(traj, ["Paris"])
+    assert result.reward == 1.0 - 0.5  # right answer in the format, one repeated query
+    assert result.components["correct"] == 1.0 and result.components["no_repeat"] == -0.5
+    assert result.components["no_repeat/repeated"] == 1.0
 
 
 def test_plugins_command_lists_kinds_and_external_plugin(example_plugin: Path) -> None:

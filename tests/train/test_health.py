@@ -16,7 +16,8 @@ from searchr1.core.health import (
     repeated_ngram_rate,
 )
 from searchr1.core.step_metrics import ratio_basis
-from searchr1.core.types import RewardResult, Trajectory
+from searchr1.core.types import RewardResult, Trajectory, Turn
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
 
 
 def _traj(
@@ -26,8 +27,11 @@ def _traj(
     searches: int = 0,
     source: str = "nq",
     prompt: int = 3,
+    format_ok: bool = True,
 ) -> Trajectory:
+    """``format_ok``: its one turn answers in the tags format, else it writes two answers."""
     lps = logprobs if logprobs is not None else [-1.0] * len(sampled)
+    text = "<answer>a</answer>" if format_ok else "<answer>a</answer><answer>b</answer>"
     return Trajectory(
         trajectory_id="t",
         question="q",
@@ -36,7 +40,7 @@ def _traj(
         generated_mask=tuple([False] * prompt + [True] * len(sampled)),
         logprobs=tuple([0.0] * prompt + lps),
         prompt_len=prompt,
-        turns=(),
+        turns=(Turn((), (), text, "answer"),),
         end_reason="answered",
         final_answer="a",
         final_text="",
@@ -48,6 +52,10 @@ def _traj(
 
 def _reward(format_ok: bool) -> RewardResult:
     return RewardResult(reward=1.0 if format_ok else -0.1, components={"format": float(format_ok)})
+
+
+def _monitor(settings: HealthSettings) -> HealthMonitor:
+    return HealthMonitor(settings, TagsProtocol)
 
 
 def test_repeated_ngrams_count_only_repeats_within_the_sequence() -> None:
@@ -62,10 +70,10 @@ def test_policy_metrics_of_a_step() -> None:
     metrics = policy_metrics(
         [
             _traj(loop, [-0.5] * 16, searches=2, source="world_2hop"),
-            _traj(fresh, [-1.5] * 16, searches=1, source="world_1hop"),
+            _traj(fresh, [-1.5] * 16, searches=1, source="world_1hop", format_ok=False),
             _traj(fresh[:8], [-1.0] * 8, searches=3, source="world_2hop"),
         ],
-        [_reward(True), _reward(False), _reward(True)],
+        protocol=TagsProtocol,
     )
     assert metrics["health/response_tokens"] == pytest.approx(40 / 3)  # prompts not counted
     assert metrics["health/repeat_ngram_rate"] == pytest.approx(9 / (13 + 13 + 5))
@@ -73,9 +81,8 @@ def test_policy_metrics_of_a_step() -> None:
     assert metrics["health/format_rate"] == pytest.approx(2 / 3)
     assert metrics["health/searches/world_2hop"] == 2.5
     assert metrics["health/searches/world_1hop"] == 1.0
-    # A reward without a format component has no format rate (not a fake 0).
-    plain = [RewardResult(reward=1.0, components={})]
-    assert "health/format_rate" not in policy_metrics([_traj(fresh)], plain)
+    # The format rate is the protocol's rule, whatever the reward reports; no protocol, none.
+    assert "health/format_rate" not in policy_metrics([_traj(fresh)])
 
 
 def test_mean_negative_log_prob_of_samples_estimates_the_entropy() -> None:
@@ -83,19 +90,19 @@ def test_mean_negative_log_prob_of_samples_estimates_the_entropy() -> None:
     entropy = -sum(p * math.log(p) for p in probs)
     rng = random.Random(0)
     tokens = rng.choices(range(4), weights=probs, k=4000)
-    metrics = policy_metrics([_traj(tokens, [math.log(probs[t]) for t in tokens])], [_reward(True)])
+    metrics = policy_metrics([_traj(tokens, [math.log(probs[t]) for t in tokens])])
     assert metrics["health/entropy"] == pytest.approx(entropy, abs=0.03)
 
 
 def _step(monitor: HealthMonitor, length: int, format_ok: float, lp: float):
     n_ok = round(10 * format_ok)
-    trajs = [_traj(list(range(length)), [lp] * length) for _ in range(10)]
-    rewards = [_reward(i < n_ok) for i in range(10)]
+    trajs = [_traj(list(range(length)), [lp] * length, format_ok=i < n_ok) for i in range(10)]
+    rewards = [RewardResult(0.0) for _ in range(10)]  # no format component: the protocol's rule
     return monitor.observe(StepRecord(1, [], trajs, rewards, {}, 0.0))
 
 
 def test_format_cliff_alerts_once_and_length_growth_is_against_the_first_steps() -> None:
-    monitor = HealthMonitor(HealthSettings(baseline_steps=2, ema=0.5, max_length_growth=3.0))
+    monitor = _monitor(HealthSettings(baseline_steps=2, ema=0.5, max_length_growth=3.0))
     kinds = []
     for length, fmt in [(10, 0.8), (20, 0.9), (20, 0.9), (30, 0.2), (30, 0.1), (30, 0.1)]:
         metrics, alerts = _step(monitor, length, fmt, -1.0)
@@ -109,10 +116,10 @@ def test_format_cliff_alerts_once_and_length_growth_is_against_the_first_steps()
 
 def test_entropy_collapse_alerts_and_survives_a_resume() -> None:
     settings = HealthSettings(ema=0.5)
-    monitor = HealthMonitor(settings)
+    monitor = _monitor(settings)
     for _ in range(3):
         _step(monitor, 10, 1.0, -2.0)
-    resumed = HealthMonitor(settings)
+    resumed = _monitor(settings)
     resumed.load_state(monitor.state())
     for m in (monitor, resumed):
         _, alerts = _step(m, 10, 1.0, -0.1)

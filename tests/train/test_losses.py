@@ -81,7 +81,7 @@ def test_cispo_keeps_gradient_through_clipped_tokens() -> None:
 def _registered() -> dict:
     """What the plugin registers through its hook (the registry calls it the same way)."""
     found: dict = {}
-    losses.register_loss_fns(lambda name, factory: found.__setitem__(name, factory))
+    losses.register_loss_fns(lambda name, factory, **declared: found.__setitem__(name, factory))
     return found
 
 

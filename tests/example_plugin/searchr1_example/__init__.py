@@ -1,14 +1,15 @@
 """An example third-party plugin package for searchr1.
 
 It ships a search provider (``echo``: returns the query back as a document, and counts
-calls) and a reward (``no_repeat``: the default reward minus 0.5 when a trajectory sends the
-same query twice). Install it next to searchr1 and select them in config.toml::
+calls) and a reward (``no_repeat``: a shaping term, -0.5 when a trajectory sends the same
+query twice, else 0). Install it next to searchr1 and select them in config.toml (the term
+is added to the default reward)::
 
     [search]
     provider = "echo"
 
     [reward]
-    name = "no_repeat"
+    terms = ["no_repeat"]
 """
 
 from __future__ import annotations

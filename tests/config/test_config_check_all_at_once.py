@@ -1,0 +1,71 @@
+"""``searchr1 config check``: every problem of a file in one run, in file order (core keys,
+cross-field rules, plugin names and plugin tables together), and every setting of the chosen plugins with its
+default (``--plugins``)."""
+
+from __future__ import annotations
+
+import re
+
+MISTAKES = """\
+[model]
+provider = "locl"
+temprature = 0.5
+max_new_tokens = 9000
+[rollout]
+group_size = 1
+[search]
+provider = "local"
+[search.local]
+corpuss = "corpus.jsonl"
+[search.bing]
+depth = 1
+[reward]
+name = "format_answr"
+terms = ["no_repeats"]
+[train]
+max_stepz = 3
+"""
+
+
+def test_config_check_reports_every_problem_at_once_in_file_order(config_file, run_cli):
+    result = run_cli("config", "check", "--config", config_file(MISTAKES))
+    assert result.code == 2
+    problems = [line for line in result.err.splitlines() if re.search(r"config\.toml:\d+: ", line)]
+    lines = [int(re.search(r"config\.toml:(\d+): ", p).group(1)) for p in problems]
+    assert lines == [2, 3, 4, 6, 10, 11, 14, 15, 17], result.err
+    expected = [
+        "model.provider = 'locl': no model provider of that name is installed; did you mean 'local'?",
+        "unknown key 'model.temprature'; did you mean 'temperature'?",
+        "model.max_new_tokens (9000) is larger than rollout.max_trajectory_tokens (8192)",
+        "rollout.group_size = 1 must be >= 2",
+        "unknown key 'search.local.corpuss'; did you mean 'corpus'?",
+        "[search.bing]: no installed plugin is called 'bing'",
+        "reward.name = 'format_answr': no reward of that name is installed; did you mean 'format_answer'?",
+        "reward.terms = 'no_repeats': no reward of that name is installed",
+        "unknown key 'train.max_stepz'; did you mean 'max_steps'?",
+    ]  # fmt: skip
+    for problem, words in zip(problems, expected, strict=True):
+        assert words in problem, (words, problem)
+
+
+def test_config_check_plugins_prints_each_chosen_plugins_settings_with_defaults(
+    config_file, run_cli
+):
+    text = '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    text += '[model]\nbase_model = "builtin:tiny"\n'
+    result = run_cli("config", "check", "--plugins", "--config", config_file(text))
+    assert result.code == 0, result.err
+    out = result.out
+    assert "# the chosen plugins' settings: every key, its value here and its default" in out
+    section = out[out.index("[search.local]  # search provider 'local'") :]
+    assert re.search(
+        r'^corpus = "builtin:world/corpus.jsonl"  # set in \S+config\.toml:4', section, re.M
+    )
+    assert "[model.local]  # model provider 'local' (plugin " in out
+    assert "[reward.format_answer]  # reward 'format_answer'" in out
+    assert "format_penalty = -0.1  # default" in out
+    assert "[train.cold_start]  # the cold start (core)" in out
+    assert re.search(r"^steps = 0  # default; supervised steps before RL", out, re.M)
+    # without the flag, the core sections only
+    plain = run_cli("config", "check", "--config", config_file(text)).out
+    assert "[reward.format_answer]" not in plain
