@@ -60,7 +60,7 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
 def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Merge ``mismatch/*`` over learner batches: max of maxima, min of minima, means weighted
     by ``mismatch/tokens``; parts without them are skipped (none: the event lacks the keys).
-    Scoped keys (``mismatch/<scope>/<name>``, e.g. one vLLM server's ``mismatch/server1/k3``)
+    Scoped keys (``mismatch/<scope>/<name>``, e.g. one sampling server's ``mismatch/server1/k3``)
     are merged the same way within their scope."""
     scopes = {
         key.removesuffix("/tokens")
