@@ -1,9 +1,10 @@
 """The ``vllm`` provider's composition without vLLM: the local learner trains, and every
 weight change reaches the server as a new LoRA adapter the samples are then drawn from.
 
-A loopback HTTP server (``tests/helpers/fake_vllm.py``) speaks the part of vLLM's API the provider uses (``/health``,
-``/v1/models``, adapter load/unload, ``/v1/completions``) and records each call; it checks
-that a loaded adapter folder holds a peft adapter and that a completion names a loaded one.
+A loopback HTTP server (``tests/helpers/fake_vllm.py``) speaks the part of vLLM's API the
+provider uses (``/health``, ``/v1/models``, adapter load/unload, ``/v1/completions``) and
+records each call; it checks that a loaded adapter folder holds a peft adapter and that a
+completion names a loaded one. Several servers: ``tests/remote/test_vllm_servers.py``.
 Whether vLLM's samples match the learner is checked against a real server in
 ``tests/remote/test_vllm_provider.py`` (slow, needs the vLLM environment)."""
 

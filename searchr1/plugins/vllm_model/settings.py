@@ -82,9 +82,10 @@ def settings_problems(s: VllmSettings) -> list[str]:
         )
     if (s.api_base or s.api_bases) and not s.adapters_dir:
         problems.append(
-            "model.vllm.adapters_dir is empty: with api_base (a server this run did not launch) "
-            "the trained adapter must be written to a folder the server can read; set "
-            'adapters_dir (and server_adapters_dir when the server mounts it elsewhere, e.g. "/adapters")'
+            "model.vllm.adapters_dir is empty: with api_base or api_bases (servers this run did "
+            "not launch) the trained adapter must be written to a folder the servers can read; "
+            "set adapters_dir (and server_adapters_dir when they mount it elsewhere, e.g. "
+            '"/adapters")'
         )
     if s.server_adapters_dir and not s.adapters_dir:
         problems.append("model.vllm.server_adapters_dir needs model.vllm.adapters_dir as well")
