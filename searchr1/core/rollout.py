@@ -97,17 +97,21 @@ class _Rollout:
         self.top_k = config.search.top_k
         self.sampling = sampling
 
-    def _params(self, used: int, request_key: str) -> SamplingParams:
-        """``max_tokens`` shrunk to the budget left and, when a seed is fixed, a seed derived
-        from ``request_key``: a shared seed would give every ``num_samples=1`` request the same
-        random stream; a derived one keeps trajectories independent and reproducible."""
+    def _params(self, used: int, request_key: str, group_id: str) -> SamplingParams:
+        """``max_tokens`` shrunk to the budget left, the request's ``group_id`` and, when a
+        seed is fixed, a seed derived from ``request_key``: a shared seed would give every
+        ``num_samples=1`` request the same random stream; a derived one keeps trajectories
+        independent and reproducible."""
         left = self.limits.max_trajectory_tokens - used
         seed = self.sampling.seed
         if seed is not None:
             digest = hashlib.sha256(f"{seed}/{request_key}".encode()).digest()
             seed = int.from_bytes(digest[:7], "big")
         return dataclasses.replace(
-            self.sampling, max_tokens=min(self.sampling.max_tokens, left), seed=seed
+            self.sampling,
+            max_tokens=min(self.sampling.max_tokens, left),
+            seed=seed,
+            group_id=group_id,
         )
 
     async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
@@ -118,7 +122,7 @@ class _Rollout:
                 f"left in rollout.max_trajectory_tokens = {self.limits.max_trajectory_tokens}"
             )
         first = await self.model.sample(
-            prompt, group_size, self._params(len(prompt), f"{group_id}/first")
+            prompt, group_size, self._params(len(prompt), f"{group_id}/first", group_id)
         )
         if len(first) != group_size:
             raise RuntimeError(
@@ -196,7 +200,11 @@ class _Rollout:
             (sample,) = await self.model.sample(
                 list(state.tokens),
                 1,
-                self._params(len(state.tokens), f"{state.trajectory_id}/turn{len(state.turns)}"),
+                self._params(
+                    len(state.tokens),
+                    f"{state.trajectory_id}/turn{len(state.turns)}",
+                    state.group_id,
+                ),
             )
 
     async def _search(self, query: str) -> SearchResponse:

@@ -59,17 +59,34 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
 
 def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Merge ``mismatch/*`` over learner batches: max of maxima, min of minima, means weighted
-    by ``mismatch/tokens``; parts without them are skipped (none: the event lacks the keys)."""
-    have = [m for m in parts if m.get("mismatch/tokens", 0.0) > 0 and MISMATCH_MEANS[0] in m]
+    by ``mismatch/tokens``; parts without them are skipped (none: the event lacks the keys).
+    Scoped keys (``mismatch/<scope>/<name>``, e.g. one sampling server's ``mismatch/server1/k3``)
+    are merged the same way within their scope."""
+    scopes = {
+        key.removesuffix("/tokens")
+        for m in parts
+        for key in m
+        if key.startswith("mismatch/") and key.endswith("/tokens") and key.count("/") == 2
+    }
+    out = _merge_scope(parts, "mismatch")
+    for scope in sorted(scopes):
+        out.update(_merge_scope(parts, scope))
+    return out
+
+
+def _merge_scope(parts: Sequence[Mapping[str, float]], scope: str) -> dict[str, float]:
+    tokens_key = f"{scope}/tokens"
+    have = [m for m in parts if m.get(tokens_key, 0.0) > 0 and f"{scope}/kl_sample_train" in m]
     if not have:
-        return {"mismatch/tokens": 0.0} if any("mismatch/tokens" in m for m in parts) else {}
-    tokens = sum(m["mismatch/tokens"] for m in have)
-    out = {"mismatch/tokens": tokens}
-    for key in MISMATCH_MEANS:
-        out[key] = sum(m[key] * m["mismatch/tokens"] for m in have) / tokens
-    out["mismatch/logprob_diff_max"] = max(m["mismatch/logprob_diff_max"] for m in have)
-    out["mismatch/ratio_max"] = max(m["mismatch/ratio_max"] for m in have)
-    out["mismatch/ratio_min"] = min(m["mismatch/ratio_min"] for m in have)
+        return {tokens_key: 0.0} if any(tokens_key in m for m in parts) else {}
+    tokens = sum(m[tokens_key] for m in have)
+    out = {tokens_key: tokens}
+    for name in MISMATCH_MEANS:
+        key = f"{scope}/{name.removeprefix('mismatch/')}"
+        out[key] = sum(m[key] * m[tokens_key] for m in have) / tokens
+    for name, pick in (("logprob_diff_max", max), ("ratio_max", max), ("ratio_min", min)):
+        key = f"{scope}/{name}"
+        out[key] = pick(m[key] for m in have)
     return out
 
 

@@ -42,6 +42,10 @@ class SamplingParams:
     stop_strings: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    #: the trajectory group the request belongs to (the rollout sets it; a group's datums
+    #: carry ``trajectory_id = "<group_id>/<i>"``): a provider with several servers keeps a
+    #: group on one. Not a sampling parameter: it never changes the distribution.
+    group_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,100 +1,40 @@
 """The ``vllm`` provider's composition without vLLM: the local learner trains, and every
 weight change reaches the server as a new LoRA adapter the samples are then drawn from.
 
-A loopback HTTP server speaks the part of vLLM's API the provider uses (``/health``,
-``/v1/models``, adapter load/unload, ``/v1/completions``) and records each call; it checks
-that a loaded adapter folder holds a peft adapter and that a completion names a loaded one.
+A loopback HTTP server (``tests/helpers/fake_vllm.py``) speaks the part of vLLM's API the
+provider uses (``/health``, ``/v1/models``, adapter load/unload, ``/v1/completions``) and
+records each call; it checks that a loaded adapter folder holds a peft adapter and that a
+completion names a loaded one. Several servers: ``tests/remote/test_vllm_servers.py``.
 Whether vLLM's samples match the learner is checked against a real server in
 ``tests/remote/test_vllm_provider.py`` (slow, needs the vLLM environment)."""
 
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum, SamplingParams
 
 PROMPT = [1, 2, 3, 4]
-SAMPLED = [5, 6, 7]
-
-
-class FakeVllm(http.server.ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.loaded: dict[str, str] = {}
-        self.completions: list[str] = []  # the adapter each completion named
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: FakeVllm
-
-    def _answer(self, status: int, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        if self.path == "/health":
-            self._answer(200, {})
-            return
-        cards = [{"id": "base", "max_model_len": 64}]
-        cards += [{"id": name, "parent": "base"} for name in self.server.loaded]
-        self._answer(200, {"data": cards})
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        loaded = self.server.loaded
-        if self.path == "/v1/load_lora_adapter":
-            if not (Path(body["lora_path"]) / "adapter_config.json").is_file():
-                self._answer(400, {"error": {"message": "no adapter there"}})
-                return
-            loaded[body["lora_name"]] = body["lora_path"]
-        elif self.path == "/v1/unload_lora_adapter":
-            loaded.pop(body["lora_name"])
-        elif body["model"] not in loaded:
-            self._answer(404, {"error": {"message": f"model {body['model']} not found"}})
-            return
-        else:
-            self.server.completions.append(body["model"])
-            choice = {
-                "token_ids": SAMPLED,
-                "logprobs": {"token_logprobs": [-1.0] * len(SAMPLED)},
-                "finish_reason": "length",
-            }
-            self._answer(200, {"choices": [{"index": i, **choice} for i in range(body["n"])]})
-            return
-        self._answer(200, {})
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
 def fake_vllm() -> Iterator[FakeVllm]:
-    server = FakeVllm()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with fake_vllm_servers(1) as (server,):
+        yield server
 
 
 def _step(provider: Any) -> dict[str, float]:
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
-    tokens = PROMPT + SAMPLED
+    tokens = PROMPT + list(SAMPLED)
     pad = [0.0] * (len(PROMPT) - 1)
     datum = Datum(
         tuple(tokens[:-1]),
@@ -127,7 +67,7 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
         assert list(fake_vllm.loaded) == [first]  # version 0: the untrained adapter
         samples = _sample(provider)
         assert [s.tokens for s in samples] == [tuple(SAMPLED)] * 2
-        assert fake_vllm.completions == [first]
+        assert [c.model for c in fake_vllm.completions] == [first]
         with pytest.raises(
             ValueError, match=r"server's context \(model.vllm.max_model_len\) is 64"
         ):
@@ -139,7 +79,7 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
         assert list(fake_vllm.loaded) == [second]  # the old one unloaded, its folder gone
         assert not (tmp_path / "a" / first).exists()
         _sample(provider)
-        assert fake_vllm.completions[-1] == second
+        assert fake_vllm.completions[-1].model == second
 
         # Pipelined steps: the pinned adapter serves until the next pin.
         provider.snapshot_sampler()
@@ -147,11 +87,11 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
         third = provider.adapter.name
         assert set(fake_vllm.loaded) == {second, third}
         _sample(provider)
-        assert fake_vllm.completions[-1] == second
+        assert fake_vllm.completions[-1].model == second
         provider.snapshot_sampler()
         assert list(fake_vllm.loaded) == [third]
         _sample(provider)
-        assert fake_vllm.completions[-1] == third
+        assert fake_vllm.completions[-1].model == third
 
         # A checkpoint holds the learner's state; loading it publishes those weights.
         provider.save_state(str(tmp_path / "ckpt"))
@@ -160,7 +100,7 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
         provider.load_state(str(tmp_path / "ckpt"))
         assert provider.learner.step == 2 and provider.pinned is None
         _sample(provider)
-        assert fake_vllm.completions[-1] == provider.adapter.name
+        assert fake_vllm.completions[-1].model == provider.adapter.name
     finally:
         provider.close()
     assert fake_vllm.loaded == {}  # a server that outlives the run keeps none of its adapters

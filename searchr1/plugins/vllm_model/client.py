@@ -20,12 +20,20 @@ The server API used (vLLM 0.32; see also README "vLLM"):
   ``finish_reason`` (``stop`` | ``length``). The request's ``model`` names a loaded adapter.
 - ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}`` and
   ``POST /v1/unload_lora_adapter {"lora_name"}``; ``GET /health``; ``GET /v1/models``
-  (``max_model_len`` of the base model).
+  (``max_model_len`` of the base model; each loaded adapter as a card with ``id`` its name,
+  ``root`` its path and ``parent`` the base). A completion names the adapter it was served
+  with in its ``model`` field.
+
+An adapter the server accepted is checked in its model list before anything samples it, and a
+completion served under another name is an error: a load that reaches one replica of several
+behind one address, or never reaches the sampler, must fail loudly (TRL's data-parallel
+endpoint; verl #7495), not train on samples from other weights.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -55,7 +63,8 @@ class VllmAdapterError(VllmError):
 
 
 class VllmClient:
-    """One server's API. ``api_base`` is e.g. ``http://127.0.0.1:8000`` (no ``/v1``)."""
+    """One server's API. ``api_base`` is e.g. ``http://127.0.0.1:8000`` (no ``/v1``);
+    ``label`` names the server in errors (default: by its address)."""
 
     def __init__(
         self,
@@ -64,8 +73,12 @@ class VllmClient:
         request_timeout_s: float,
         max_connections: int,
         api_key: str = "",
+        label: str = "",
     ) -> None:
         self.api_base = api_base.rstrip("/").removesuffix("/v1")
+        self.name = (
+            f"{label} at {self.api_base}" if label else f"the vLLM server at {self.api_base}"
+        )
         self.request_timeout_s = request_timeout_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -87,7 +100,12 @@ class VllmClient:
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` in the client's loop and wait for it (from a thread without a loop,
         or from inside another loop's synchronous code, such as ``optim_step``)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self.submit(coro).result()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` in the client's loop; the future holds its result (several servers
+        are called at once this way)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     async def _in_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
@@ -115,12 +133,12 @@ class VllmClient:
         except HttpError as exc:
             if exc.kind == "timeout":
                 raise VllmTimeout(
-                    f"the vLLM server at {self.api_base} did not answer {method} {path} within "
+                    f"{self.name} did not answer {method} {path} within "
                     f"{timeout or self.request_timeout_s:g} s (model.vllm.request_timeout_s): "
                     f"{exc.cause}"
                 ) from exc
             raise VllmUnavailable(
-                f"the vLLM server at {self.api_base} is not reachable ({exc.method} {exc.url}: "
+                f"{self.name} is not reachable ({exc.method} {exc.url}: "
                 f"{exc.reason}); is it running? check model.vllm.api_base, or the server log "
                 f"when the provider launched it"
             ) from exc
@@ -137,26 +155,50 @@ class VllmClient:
         return self.call(probe())
 
     def models(self) -> list[dict[str, Any]]:
-        response = self.call(self._request("GET", "/v1/models"))
-        _raise_for_status(response, "GET /v1/models", self.api_base)
+        return self.call(self._models())
+
+    async def _models(self) -> list[dict[str, Any]]:
+        response = await self._request("GET", "/v1/models")
+        _raise_for_status(response, "GET /v1/models", self.name)
         return list(response.json().get("data", []))
 
     def load_adapter(self, name: str, path: str) -> None:
-        response = self.call(
-            self._request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        """Load adapter ``name`` from ``path`` (as the server sees it), then check that the
+        server lists it with that path: a load answered 200 that did not reach the model the
+        server samples from raises :class:`VllmAdapterError`."""
+        self.call(self.load_adapter_async(name, path))
+
+    async def load_adapter_async(self, name: str, path: str) -> None:
+        """:meth:`load_adapter` in the client's loop (``submit`` it)."""
+        response = await self._request(
+            "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
         )
         if response.status_code != 200:
             raise VllmAdapterError(
-                f"the vLLM server at {self.api_base} refused LoRA adapter {name!r} from "
+                f"{self.name} refused LoRA adapter {name!r} from "
                 f"{path!r} (HTTP {response.status_code}: {_error_text(response)}). Check that "
                 f"it runs with --enable-lora, --max-lora-rank >= [lora] rank and "
                 f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and that it can read that folder "
                 f"(model.vllm.server_adapters_dir when it mounts the adapters elsewhere)"
             )
+        cards = {str(c.get("id")): c for c in await self._models()}
+        card = cards.get(name)
+        if card is None or card.get("root", path) != path:
+            serves = sorted(n for n, c in cards.items() if c.get("parent"))
+            raise VllmAdapterError(
+                f"{self.name} accepted LoRA adapter {name!r} from {path!r} but "
+                + ("does not list it" if card is None else f"lists it from {card.get('root')!r}")
+                + f" (its adapters: {serves or 'none'}), so it would sample other weights. "
+                f"Is the address a load balancer over several vLLM replicas? Give each replica's "
+                f"own address in model.vllm.api_bases"
+            )
 
     def unload_adapter(self, name: str) -> None:
-        response = self.call(self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name}))
-        _raise_for_status(response, f"unloading LoRA adapter {name!r}", self.api_base)
+        self.call(self.unload_adapter_async(name))
+
+    async def unload_adapter_async(self, name: str) -> None:
+        response = await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+        _raise_for_status(response, f"unloading LoRA adapter {name!r}", self.name)
 
     async def complete(
         self,
@@ -169,8 +211,22 @@ class VllmClient:
         """``num_samples`` continuations of ``prompt`` from adapter (or model) ``model``."""
         body = completion_body(model, prompt, num_samples, params, max_tokens)
         response = await self._in_loop(self._request("POST", "/v1/completions", body))
-        _raise_for_status(response, "POST /v1/completions", self.api_base)
-        return parse_choices(response.json(), num_samples)
+        if response.status_code == 404:
+            raise VllmAdapterError(
+                f"{self.name} does not serve LoRA adapter {model!r} that this run loaded there "
+                f"(HTTP 404: {_error_text(response)}). Was the server restarted, or is the "
+                f"address a load balancer over several vLLM replicas? Give each replica's own "
+                f"address in model.vllm.api_bases"
+            )
+        _raise_for_status(response, "POST /v1/completions", self.name)
+        payload = response.json()
+        served = payload.get("model")
+        if served is not None and served != model:
+            raise VllmAdapterError(
+                f"{self.name} answered a request for LoRA adapter {model!r} with {served!r}: "
+                f"those samples come from other weights than the trained ones"
+            )
+        return parse_choices(payload, num_samples)
 
 
 def completion_body(
@@ -249,9 +305,8 @@ def _error_text(response: httpx.Response) -> str:
     return str(error)[:500]
 
 
-def _raise_for_status(response: httpx.Response, what: str, where: str) -> None:
+def _raise_for_status(response: httpx.Response, what: str, server: str) -> None:
     if response.status_code >= 400:
         raise VllmError(
-            f"vLLM server at {where}: {what} failed with HTTP {response.status_code}: "
-            f"{_error_text(response)}"
+            f"{server}: {what} failed with HTTP {response.status_code}: {_error_text(response)}"
         )

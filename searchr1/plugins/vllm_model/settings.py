@@ -7,6 +7,11 @@ checked there)::
     [model.vllm]
     api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
                              #   one (may also be written in [model])
+    api_bases = []           # several running servers (instead of api_base), e.g.
+                             #   ["http://vllm-0:8000", "http://vllm-1:8000"]; metrics and
+                             #   errors name them server0, server1, ... in this order
+    servers = 1              # how many servers to launch (with python); each gets its own
+                             #   GPUs: --tensor-parallel-size in server_args of them
     api_key = ""             # sent as a bearer token to a server run with --api-key (a secret;
                              #   may also be written in [model])
     python = ""              # the vLLM environment's Python that launches it, e.g.
@@ -32,6 +37,8 @@ from searchr1.core.config_schema import setting
 @dataclass(frozen=True)
 class VllmSettings:
     api_base: str = setting("")
+    api_bases: tuple[str, ...] = ()
+    servers: int = field(default=1, metadata={"min": 1})
     api_key: str = setting("", secret=True)
     python: str = ""
     server_args: tuple[str, ...] = ()
@@ -46,19 +53,39 @@ class VllmSettings:
 def settings_problems(s: VllmSettings) -> list[str]:
     """Problems that need more than one field (passed to ``plugin_settings`` as ``checks``)."""
     problems: list[str] = []
-    if not s.api_base and not s.python:
+    if not s.api_base and not s.api_bases and not s.python:
         problems.append(
             "[model.vllm]: set api_base (a running vLLM server, e.g. the compose `vllm` service "
-            'at "http://vllm:8000") or python (the Python of a vLLM environment, e.g. '
-            '".venv-vllm/bin/python" made by scripts/make-vllm-venv.sh) to launch one'
+            'at "http://vllm:8000"), api_bases (several) or python (the Python of a vLLM '
+            'environment, e.g. ".venv-vllm/bin/python" made by scripts/make-vllm-venv.sh) to '
+            "launch one"
         )
-    if s.api_base and not s.api_base.startswith(("http://", "https://")):
-        problems.append(f"model.vllm.api_base = {s.api_base!r} must start with http:// or https://")
-    if s.api_base and not s.adapters_dir:
+    if s.api_base and s.api_bases:
         problems.append(
-            "model.vllm.adapters_dir is empty: with api_base (a server this run did not launch) "
-            "the trained adapter must be written to a folder the server can read; set "
-            'adapters_dir (and server_adapters_dir when the server mounts it elsewhere, e.g. "/adapters")'
+            "model.vllm.api_base and model.vllm.api_bases are both set: list every server in "
+            "api_bases and leave api_base empty"
+        )
+    named = [("api_base", s.api_base)] + [(f"api_bases[{i}]", b) for i, b in enumerate(s.api_bases)]
+    for key, base in named:
+        if base and not base.startswith(("http://", "https://")):
+            problems.append(f"model.vllm.{key} = {base!r} must start with http:// or https://")
+    normalised = [base.rstrip("/").removesuffix("/v1") for base in s.api_bases]
+    repeated = sorted({base for base in normalised if normalised.count(base) > 1})
+    if repeated:
+        problems.append(
+            f"model.vllm.api_bases lists {', '.join(repeated)} more than once: each server once"
+        )
+    if s.servers > 1 and (s.api_base or s.api_bases):
+        problems.append(
+            f"model.vllm.servers = {s.servers} launches servers, but api_base/api_bases name "
+            f"running ones: list each running server in api_bases, or leave them empty to launch"
+        )
+    if (s.api_base or s.api_bases) and not s.adapters_dir:
+        problems.append(
+            "model.vllm.adapters_dir is empty: with api_base or api_bases (servers this run did "
+            "not launch) the trained adapter must be written to a folder the servers can read; "
+            "set adapters_dir (and server_adapters_dir when they mount it elsewhere, e.g. "
+            '"/adapters")'
         )
     if s.server_adapters_dir and not s.adapters_dir:
         problems.append("model.vllm.server_adapters_dir needs model.vllm.adapters_dir as well")

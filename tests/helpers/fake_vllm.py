@@ -1,0 +1,132 @@
+"""A loopback HTTP server speaking the part of vLLM's API the ``vllm`` provider uses.
+
+``/health``, ``/v1/models`` (the base model and each loaded adapter with its ``root``),
+``/v1/load_lora_adapter`` (checks the folder holds a peft adapter), ``/v1/unload_lora_adapter``
+and ``/v1/completions`` (404 for an adapter it has not loaded; the answer names the adapter
+in ``model``, as vLLM does). Every completion is recorded. Faults a test can switch on:
+
+- ``refuse_loads``: a load answers 404 (the adapter folder is not there for this server);
+- ``ignore_loads``: a load answers 200 but the server keeps serving what it had (the load
+  never reached the sampler: a replica behind a balancer, or verl #7495);
+- ``answer_as``: completions name another adapter than the one asked for.
+
+``sample_tokens`` / ``logprobs_for`` choose what a completion returns (default: fixed tokens
+with log-prob -1 each), so a test can hand out the learner's own log-probs, or shifted ones.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SAMPLED = (5, 6, 7)
+
+
+@dataclass(frozen=True)
+class Completion:
+    model: str
+    prompt: tuple[int, ...]
+    n: int
+
+
+class FakeVllm(http.server.ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.loaded: dict[str, str] = {}
+        self.completions: list[Completion] = []
+        self.refuse_loads = False
+        self.ignore_loads = False
+        self.answer_as: str | None = None
+        self.sample_tokens: tuple[int, ...] = SAMPLED
+        self.logprobs_for: Callable[[list[int], list[int]], list[float]] = lambda _p, t: (
+            [-1.0] * len(t)
+        )
+        self.lock = threading.Lock()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: FakeVllm
+
+    def _answer(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.path == "/health":
+            self._answer(200, {})
+            return
+        cards: list[dict[str, Any]] = [{"id": "base", "max_model_len": 64}]
+        cards += [
+            {"id": name, "root": path, "parent": "base"}
+            for name, path in self.server.loaded.items()
+        ]
+        self._answer(200, {"object": "list", "data": cards})
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/v1/load_lora_adapter":
+            if fake.refuse_loads or not (Path(body["lora_path"]) / "adapter_config.json").is_file():
+                self._answer(
+                    404, {"error": {"message": f"No adapter found for {body['lora_path']}"}}
+                )
+                return
+            if not fake.ignore_loads:
+                fake.loaded[body["lora_name"]] = body["lora_path"]
+            self._answer(200, "Success")
+            return
+        if self.path == "/v1/unload_lora_adapter":
+            if fake.loaded.pop(body["lora_name"], None) is None:
+                self._answer(404, {"error": {"message": f"{body['lora_name']} not found"}})
+                return
+            self._answer(200, "Success")
+            return
+        if body["model"] not in fake.loaded:
+            self._answer(
+                404, {"error": {"message": f"The model `{body['model']}` does not exist."}}
+            )
+            return
+        with fake.lock:
+            fake.completions.append(Completion(body["model"], tuple(body["prompt"]), body["n"]))
+        tokens = list(fake.sample_tokens)
+        choice = {
+            "token_ids": tokens,
+            "logprobs": {"token_logprobs": fake.logprobs_for(list(body["prompt"]), tokens)},
+            "finish_reason": "length",
+        }
+        self._answer(
+            200,
+            {
+                "model": fake.answer_as or body["model"],
+                "choices": [{"index": i, **choice} for i in range(body["n"])],
+            },
+        )
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def fake_vllm_servers(count: int) -> Iterator[list[FakeVllm]]:
+    """``count`` fake servers, each serving in its own thread until the block ends."""
+    servers = [FakeVllm() for _ in range(count)]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    try:
+        yield servers
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
