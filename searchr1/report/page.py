@@ -218,6 +218,16 @@ def _spend_html(log: RunLog) -> str:
     return f'<h2 id="spend">Search spend</h2>\n<p id="search-spend">{" · ".join(bits)}</p>'
 
 
+def _config_html(log: RunLog) -> str:
+    """The run's settings as its newest checkpoint saved them (secrets redacted)."""
+    if not log.config_text:
+        return ""
+    return (
+        '<h2 id="config">Config</h2>\n<details id="run-config"><summary>the newest checkpoint\'s '
+        f"config.toml</summary><pre>{escape(log.config_text)}</pre></details>"
+    )
+
+
 def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
     """The whole report page for one run."""
     main_keys = {k for spec in (*CHARTS, *HEALTH_CHARTS) for k in spec.keys}
@@ -265,6 +275,7 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <h2 id="samples">Sample trajectories</h2>
 {steps or '<p class="nodata">no trajectory dumps (train.dump_trajectories = 0?)</p>'}
 {f'<h2 id="eval-samples">Eval trajectories</h2>{evals}' if evals else ""}
+{_config_html(log)}
 <h2 id="more">More metrics</h2>
 {f'<details id="more-metrics"><summary>{len(extra_specs)} more logged metrics</summary><div class="grid">{extra}</div></details>' if extra else '<p class="nodata">none</p>'}
 <script>{_JS}</script>

@@ -55,6 +55,8 @@ class RunLog:
     alerts: list[dict[str, Any]] = field(default_factory=list)
     #: the train loop's start message on what the importance ratio compares
     ratio_basis: str = ""
+    #: the newest checkpoint's ``config.toml`` (secrets already redacted when it was saved)
+    config_text: str = ""
 
     @property
     def last_step(self) -> int | None:
@@ -86,6 +88,9 @@ def load_run(run_dir: Path) -> RunLog:
         rows, bad = read_jsonl(path)
         log.eval_records[path.stem.removeprefix("eval_")] = rows
         log.bad_lines += bad
+    saved = sorted((run_dir / "checkpoints").glob("step_*/config.toml"))
+    if saved:
+        log.config_text = saved[-1].read_text(encoding="utf-8", errors="replace")
     if not events_path.is_file() and not log.trajectories and not log.eval_records:
         raise FileNotFoundError(
             f"{run_dir}: no events.jsonl, trajectories/ or eval_*.jsonl (is it a run folder?)"

@@ -344,3 +344,18 @@ def test_report_of_a_real_training_run(tmp_path: Path) -> None:
         assert drawn.get(spec_keys, 0) > 50, (spec_keys, drawn)
     details = {a.get("id"): a for t, a in dom.tags if t == "details"}
     assert "open" in details["step-2-0"] and "open" in details["step-2"]
+
+
+def test_report_shows_the_config_the_run_saved(tmp_path: Path, run_cli, config_file) -> None:
+    """A trained run's report carries its settings (the newest checkpoint's redacted
+    config.toml), so a page read on its own says how the curves were made."""
+    from helpers.cli_run import make_config
+
+    config = config_file(make_config(rollout={"group_size": 3}, train={"max_steps": 1}))
+    run = tmp_path / "run"
+    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
+    html = build_report(run).html.read_text()
+    shown = html[html.index('<details id="run-config">') :]
+    shown = shown[: shown.index("</details>")]
+    assert "[rollout]" in shown and "group_size = 3" in shown
+    assert "max_steps = 1" in shown
