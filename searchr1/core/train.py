@@ -14,7 +14,11 @@ On ``--resume`` the loop continues after the checkpoint's step with the same dat
 RNG states; nothing before the loop runs again. With ``train.max_staleness = k > 0``
 :func:`searchr1.core.pipeline.run_steps` drives the same three functions, rolling out on
 weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save a
-checkpoint and exit 130/143."""
+checkpoint and exit 130/143.
+
+Under torchrun every rank runs this loop on its share of each step
+(:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
+and the ranks stop together at the first step boundary after any of them got a signal."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import Any
 from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.data import load_questions
+from searchr1.core.distributed import check_supported
 from searchr1.core.errors import Interrupted
 from searchr1.core.evaluation import ceiling_agent, heldout_eval, heldout_questions
 from searchr1.core.health import Health
@@ -55,12 +60,18 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     health = Health.for_config(cfg)
-    heldout = heldout_questions(cfg)
+    heldout = heldout_questions(cfg) if run.world.main else []
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None
     run.start(need_loss=True)
     loss = run.loss
     assert loss is not None  # start(need_loss=True) created it
+    check_supported(
+        run.world,
+        max_staleness=cfg.train.max_staleness,
+        data_parallel=run.trainer.capabilities.data_parallel,
+        provider=cfg.model.provider,
+    )
     warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
     log.info(
         "importance_ratio",
@@ -119,7 +130,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         learned = learn_batch(batch)
                         timing = window_metrics(batch, t0, t1, time.perf_counter())
                         record_step(batch, learned, timing)
-                        if stop.requested:
+                        if run.world.any(stop.requested):
+                            stop.requested = True
                             break
                 else:
                     loop.run(
