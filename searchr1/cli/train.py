@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from searchr1.cli.args import add_run_args, whole_number
+from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
+from searchr1.core.distributed import RankLost, World
 from searchr1.core.errors import EnvironmentDown, Interrupted
-
-if TYPE_CHECKING:
-    from searchr1.core.distributed import World
 
 
 def main(args: argparse.Namespace) -> int:
-    from searchr1.core.distributed import World
-
     nproc = getattr(args, "nproc", None)
     if nproc is not None and "WORLD_SIZE" not in os.environ:
         return _launch(nproc)
@@ -49,16 +45,28 @@ def _train(args: argparse.Namespace, world: World) -> int:
         train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
-        print(f"searchr1: training stopped: {exc}")
+        if world.main:  # every rank stops alike; one says so
+            print(f"searchr1: training stopped: {exc}")
         return exc.exit_code
     except Interrupted as stop:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
-        print(
-            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`{resume_command(run.folder, run.config.source)}`",
-            file=sys.stderr,
-        )
+        if world.main:
+            print(
+                f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue "
+                f"with `{resume_command(run.folder, run.config.source)}`",
+                file=sys.stderr,
+            )
         return stop.exit_code
+    except RankLost as exc:  # say where the run can continue from
+        last = latest_checkpoint(run.folder)
+        if last is None:
+            raise RankLost(
+                f"{exc}\nno complete checkpoint yet in {run.folder}: start the run again"
+            ) from None
+        raise RankLost(
+            f"{exc}\nlast complete checkpoint: {last.path} (step {last.step}); continue with "
+            f"`{resume_command(run.folder, run.config.source)}` (any number of processes)"
+        ) from None
     return 0
 
 

@@ -210,9 +210,9 @@ def _collective(fn: Any, *args: Any, size: int) -> None:
     try:
         fn(*args)
     except RuntimeError as exc:  # gloo/nccl: DistBackendError, "Connection closed by peer"
+        detail = (str(exc).splitlines() or [""])[0][:200]
         raise RankLost(
             f"another process of this torchrun job (world size {size}) stopped, so this one "
-            f"cannot continue; its own output above says why ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}). The last complete "
-            f"checkpoint is intact: continue with --resume (any number of processes)."
+            f"cannot continue; its output (or torchrun's report) says why "
+            f"[{type(exc).__name__}: {detail}]"
         ) from exc

@@ -89,7 +89,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         t = cfg.train
         return step > start and (step % t.save_every == 0 or step == t.max_steps)
 
-    stop = _StopFlag()
+    # torchrun passes a terminal's Ctrl-C on to its workers a second time: not "at once" there
+    stop = _StopFlag(second_interrupts=run.world.size == 1)
     last: dict[str, Any] = {}
     step = start
     try:
@@ -168,9 +169,10 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
 
 class _StopFlag:
     """SIGINT/SIGTERM ask the loop to stop after the current step (with a checkpoint); a
-    second SIGINT interrupts at once."""
+    second SIGINT interrupts at once (``second_interrupts``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, second_interrupts: bool = True) -> None:
+        self.second_interrupts = second_interrupts
         self.requested = False
         self.signum: int | None = None
         self._previous = {
@@ -178,7 +180,7 @@ class _StopFlag:
         }
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
+        if self.requested and signum == signal.SIGINT and self.second_interrupts:
             raise KeyboardInterrupt
         self.requested = True
         self.signum = signum
