@@ -5,11 +5,12 @@ data-parallel processes (``searchr1 train --nproc N``, torchrun + gloo on CPU, n
     python bench/scale.py --nproc 4 --steps 10 --threads 4
 
 The demo (``searchr1/defaults/offline.toml``: tiny model, 8 questions x 8 trajectories a
-step, dynamic sampling) with the held-out evals off and one checkpoint at the end. Each
-process gets ``--threads`` CPU threads (default: the cores / the processes, so both runs use
-the same cores); on one machine with few cores a second process adds no compute, only the
-gather of trajectories and the gradient all-reduce, so expect no speed-up there: the
-figures show the overhead; the gain needs a device (or cores) per process. s/step is the
+step, dynamic sampling) with the held-out evals off and one checkpoint at the end. By
+default both runs use every core: one process with ``cores`` torch threads, N processes
+with ``cores / N`` each (``--threads T``: T threads a process in both runs instead, which
+measures N times the cores against one). On one CPU the processes share the cores, so what
+N processes can win there is what one process leaves idle (the rollout's Python between
+forwards, one thread's poor scaling); the real gain needs a device per process. s/step is the
 mean ``time/step`` of the steps after the first; tokens/s is sampled tokens (every rank's)
 per second over the same steps. Ends with one JSON line.
 """
@@ -33,7 +34,7 @@ import tomli_w
 DEMO = Path(__file__).resolve().parents[1] / "searchr1" / "defaults" / "offline.toml"
 
 
-def run(folder: Path, nproc: int, steps: int, threads: int) -> dict[str, float]:
+def run(folder: Path, nproc: int, steps: int, threads: int) -> dict[str, Any]:
     """Train ``steps`` steps of the demo with ``nproc`` processes; the step figures."""
     config = tomllib.loads(DEMO.read_text())
     config["train"].update(max_steps=steps, save_every=steps, eval_before_after=False)
@@ -57,6 +58,7 @@ def run(folder: Path, nproc: int, steps: int, threads: int) -> dict[str, float]:
         "sampled_tokens_per_s": round(sum(m["tokens/sampled"] for m in metrics) / seconds, 1),
         "trained_tokens_per_s": round(sum(m["tokens/trained"] for m in metrics) / seconds, 1),
         "trajectories_per_step": statistics.fmean(m["trajectories"] for m in metrics),
+        "threads_per_process": threads,
     }
 
 
@@ -66,12 +68,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--threads", type=int, default=0, help="per process; 0: cores / nproc")
     args = parser.parse_args(argv)
-    cores = os.cpu_count() or 1
-    threads = args.threads or max(1, cores // args.nproc)
-    result: dict[str, Any] = {"bench": "scale", "cores": cores, "threads": threads}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    result: dict[str, Any] = {"bench": "scale", "cores": cores, "load_avg": os.getloadavg()[0]}
     result["machine"] = platform.processor() or platform.machine()
     with tempfile.TemporaryDirectory() as tmp:
         for nproc in (1, args.nproc):
+            threads = args.threads or max(1, cores // nproc)
             result[f"nproc_{nproc}"] = run(Path(tmp), nproc, args.steps, threads)
     one, many = result["nproc_1"], result[f"nproc_{args.nproc}"]
     result["speedup"] = round(one["s_per_step"] / many["s_per_step"], 2)

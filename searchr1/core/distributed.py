@@ -184,9 +184,10 @@ def merge_search_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, floa
 
 
 def check_supported(
-    world: World, *, max_staleness: int, data_parallel: bool, provider: str
+    world: World, *, max_staleness: int, data_parallel: bool | None, provider: str
 ) -> None:
-    """Refuse what this job cannot do with more than one rank, naming the setting."""
+    """Refuse what this job cannot do with more than one rank, naming the setting
+    (``data_parallel`` None: the trainer is not created yet, not checked)."""
     if world.size == 1:
         return
     problems = []
@@ -195,7 +196,7 @@ def check_supported(
             f"train.max_staleness = {max_staleness}: pipelined rollouts are not supported "
             f"under torchrun (WORLD_SIZE = {world.size}); set it to 0, or run one process"
         )
-    if not data_parallel:
+    if data_parallel is False:
         problems.append(
             f"model.provider = {provider!r}: its trainer does not all-reduce gradients across "
             f"torchrun ranks (WORLD_SIZE = {world.size}); use model.provider = 'local', or "

@@ -31,7 +31,7 @@ from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import check_supported
-from searchr1.core.errors import Interrupted
+from searchr1.core.errors import ConfigError, Interrupted
 from searchr1.core.evaluation import ceiling_agent, heldout_eval, heldout_questions
 from searchr1.core.health import Health
 from searchr1.core.logs import close_console, get_logger
@@ -63,15 +63,16 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     heldout = heldout_questions(cfg) if run.world.main else []
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None
+    ask = {"max_staleness": cfg.train.max_staleness, "provider": cfg.model.provider}
+    check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     run.start(need_loss=True)
     loss = run.loss
     assert loss is not None  # start(need_loss=True) created it
-    check_supported(
-        run.world,
-        max_staleness=cfg.train.max_staleness,
-        data_parallel=run.trainer.capabilities.data_parallel,
-        provider=cfg.model.provider,
-    )
+    try:
+        check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
+    except ConfigError:
+        run.close()
+        raise
     warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
     log.info(
         "importance_ratio",
