@@ -63,12 +63,15 @@ def _drawn(run_dir: Path, step: int) -> list[str]:
 def test_update_of_two_ranks_equals_the_one_process_update(tmp_path: Path) -> None:
     """Fixed datums (no sampling), float64: 2 ranks, each its share, give the one-process
     LoRA weights after two AdamW steps (the second with one datum: one rank has none)."""
+    import update_worker  # this folder's; one process: here, without torchrun
+
     model = build_small_tiny_model(tmp_path / "tiny")
-    worker = HERE / "update_worker.py"
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
-    env = _env(tmp_path)
-    subprocess.run([sys.executable, worker, model, one], check=True, env=env, timeout=300)
-    subprocess.run([*TORCHRUN, "2", worker, model, two], check=True, env=env, timeout=300)
+    update_worker.main(str(model), str(one))
+    worker = HERE / "update_worker.py"
+    subprocess.run(
+        [*TORCHRUN, "2", worker, model, two], check=True, env=_env(tmp_path), timeout=300
+    )
     a, b = torch.load(one), torch.load(two)
     assert a.keys() == b.keys() and a
     for name in a:
