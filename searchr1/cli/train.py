@@ -6,42 +6,95 @@ loop's two ways of stopping early into what a shell expects: the search environm
 (exit 3, with the reason) and SIGINT/SIGTERM after a checkpoint (exit 130/143, with the
 ``--resume`` command that continues). Both exit codes come from the error classes
 (:mod:`searchr1.core.errors`).
+
+Under torchrun (``torchrun --nproc-per-node N -m searchr1 train ...``) each process joins the
+job (:mod:`searchr1.core.distributed`); ``--nproc N`` starts that torchrun on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from searchr1.cli.args import add_run_args
+from searchr1.cli.args import add_run_args, whole_number
+from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
+from searchr1.core.distributed import RankLost, World
 from searchr1.core.errors import EnvironmentDown, Interrupted
 
 
 def main(args: argparse.Namespace) -> int:
+    nproc = getattr(args, "nproc", None)
+    if nproc is not None and "WORLD_SIZE" not in os.environ:
+        return _launch(nproc)
+    world = World.from_env()
+    try:
+        return _train(args, world)
+    finally:
+        world.close()
+
+
+def _train(args: argparse.Namespace, world: World) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.core.logs import get_logger
     from searchr1.core.train import train
 
-    run = open_run_from_args(args, "train")
+    run = open_run_from_args(args, "train", world=world)
     try:
         train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
-        print(f"searchr1: training stopped: {exc}")
+        if world.main:  # every rank stops alike; one says so
+            print(f"searchr1: training stopped: {exc}")
         return exc.exit_code
     except Interrupted as stop:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
-        print(
-            f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue with "
-            f"`{resume_command(run.folder, run.config.source)}`",
-            file=sys.stderr,
-        )
+        if world.main:
+            print(
+                f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue "
+                f"with `{resume_command(run.folder, run.config.source)}`",
+                file=sys.stderr,
+            )
         return stop.exit_code
+    except RankLost as exc:  # say where the run can continue from
+        last = latest_checkpoint(run.folder)
+        if last is None:
+            raise RankLost(
+                f"{exc}\nno complete checkpoint yet in {run.folder}: start the run again"
+            ) from None
+        raise RankLost(
+            f"{exc}\nlast complete checkpoint: {last.path} (step {last.step}); continue with "
+            f"`{resume_command(run.folder, run.config.source)}` (any number of processes)"
+        ) from None
     return 0
+
+
+def _launch(nproc: int) -> int:
+    """Run this same command under ``torchrun --standalone --nproc-per-node nproc`` (one
+    machine; several machines: run torchrun yourself, README "More than one GPU")."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            argv.append(arg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(nproc), "-m", "searchr1", *argv]
+    print("searchr1: starting " + " ".join(command[1:]), file=sys.stderr, flush=True)
+    os.execv(sys.executable, command)
+    return 0  # not reached
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="run the Search-R1 training loop")
     add_run_args(p)
+    p.add_argument(
+        "--nproc",
+        type=whole_number(1),
+        help="data-parallel processes on this machine (starts torchrun --standalone; one per "
+        "GPU); under torchrun already, ignored",
+    )
     p.set_defaults(func=main)

@@ -105,11 +105,12 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     losses: list[float] = []
     for step in range(1, cs.steps + 1):
         batch = stream.next_batch(cs.questions_per_step)
+        mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
         groups = await rollout_questions(
             teacher,
             run.search,
             protocol,
-            batch,
+            mine,
             cfg,
             group_size=1,
             sampling=sampling,
@@ -117,12 +118,15 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
         )
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
         datums: list[Datum] = []
-        for question, (trajectory,) in zip(batch, groups, strict=True):
+        for question, (trajectory,) in zip(mine, groups, strict=True):
             if run.reward(trajectory, question.golden_answers).reward > 0:
                 datums.append(trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens))
+        own_tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
+        counts = run.world.gather((len(datums), own_tokens))  # [(kept, tokens)] per rank
+        kept, tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
         total += len(batch)
-        kept_total += len(datums)
-        if not datums:
+        kept_total += kept
+        if not kept:
             log.warning(
                 "cold_start.nothing_kept",
                 step=step,
@@ -131,7 +135,6 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
                 f"{spec!r}",
             )
             continue
-        tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
         learned = learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
         # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
         metrics = learned.train_metrics
@@ -143,7 +146,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             step=step,
             steps=cs.steps,
             loss=round(loss, 4),
-            kept=len(datums),
+            kept=kept,
             trajectories=len(batch),
             tokens=tokens,
             seconds=round(time.perf_counter() - t0, 1),

@@ -247,6 +247,8 @@ class _Rollout:
 async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
     """Results in order; on the first exception cancel the rest and re-raise it (a broken
     model channel stops the batch at once)."""
+    if not coros:  # asyncio.wait refuses an empty set (a torchrun rank's empty share)
+        return []
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

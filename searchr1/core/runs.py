@@ -7,6 +7,7 @@ agent all build theirs here.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,6 +26,7 @@ from searchr1.core.disk import (
     track_run,
     tracked_run,
 )
+from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
 from searchr1.core.logs import get_logger, setup_logging
 from searchr1.core.plugins import Registry, load_registry
@@ -46,6 +48,8 @@ class Run:
     run_dir: Path | None = None
     #: the ``[log] sinks`` (``train`` only) the loop sends its numbers to
     sinks: SinkHub = field(default_factory=SinkHub)
+    #: the torchrun job this process is part of (one process: rank 0 of 1)
+    world: World = field(default_factory=World)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)
@@ -140,26 +144,53 @@ def open_run(
     run_dir: str | None = None,
     resume: bool = False,
     registry: Registry | None = None,
+    world: World | None = None,
     **log_kwargs: Any,
 ) -> Run:
     """Choose the run folder and start logging into it, with ``registry``'s plugins (None:
     the installed ones). Plugin names are resolved before the folder is created;
-    :meth:`Run.start` creates the plugins."""
+    :meth:`Run.start` creates the plugins. Under torchrun (``world``) rank 0 chooses the
+    folder and alone writes events.jsonl and the sinks; rank ``r`` logs to
+    ``ranks/rank<r>.jsonl`` there."""
     registry = registry or load_registry()
+    world = world or World()
     check_plugin_choices(config, registry)  # a typo is named before any plugin starts
-    run_dir_path = _choose_run_dir(config, command, given=run_dir, resume=resume)
+    chosen: Path | str | None = None
+    if world.main:
+        try:
+            chosen = _choose_run_dir(config, command, given=run_dir, resume=resume)
+        except UserError as exc:
+            world.broadcast(str(exc))  # the other ranks stop with the same message
+            raise
+    chosen = world.broadcast(chosen)
+    if isinstance(chosen, str):
+        raise UserError(chosen)
+    assert chosen is not None
+    run_dir_path = chosen
     run_id = run_dir_path.name
     track_run(run_dir_path, command, config.source)  # a disk error names its checkpoint
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
-    setup_logging(run_id, run_dir_path / "events.jsonl", secrets=config.secrets, **log_kwargs)
+    events = run_dir_path / "events.jsonl"
+    if not world.main:
+        (run_dir_path / "ranks").mkdir(exist_ok=True)
+        events = run_dir_path / "ranks" / f"rank{world.rank}.jsonl"
+        log_kwargs["stream"] = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the run
+        log_kwargs.pop("screen", None)
+    setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
     # metric sinks: [log] sinks (events.jsonl is always on)
-    sinks = open_sinks(config, registry, run_dir_path) if command == "train" else SinkHub()
+    train_sinks = command == "train" and world.main
+    sinks = open_sinks(config, registry, run_dir_path) if train_sinks else SinkHub()
     get_logger().info(
-        "run_start", command=command, run_dir=str(run_dir_path), config_source=config.source
+        "run_start",
+        command=command,
+        run_dir=str(run_dir_path),
+        config_source=config.source,
+        **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
     )
-    announce_config(config, registry)
-    return Run(config, registry, run_dir_path, sinks)
+    if world.main:
+        announce_config(config, registry)
+    return Run(config, registry, run_dir_path, sinks, world=world)
 
 
 def announce_config(config: Config, registry: Registry | None = None) -> list[str]:

@@ -14,7 +14,13 @@
              save_every
 
 N counts every trajectory of the batch (degenerate ones too), so dropping a group never
-inflates the others' weight. The cold start calls the same :func:`learn`."""
+inflates the others' weight. The cold start calls the same :func:`learn`.
+
+Under torchrun (:mod:`searchr1.core.distributed`) every rank rolls out its share of each
+draw and gathers the others', so the batch, dynamic sampling and the guard are the whole
+job's on every rank; a rank trains on the groups it rolled out (``Batch.owners``), the
+gradients are summed across ranks before the one optimizer step, and rank 0 alone records
+and saves."""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.disk import atomic_write
+from searchr1.core.distributed import merge_search_metrics
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.health import Health, StepRecord
 from searchr1.core.logs import get_logger, log_metrics
@@ -70,14 +77,19 @@ class Batch:
     cursor: dict[str, Any]
     policy_version: int
     seconds: float
+    #: the rank that rolled out each of ``groups`` (empty: all this process's)
+    owners: list[int] = field(default_factory=list)
+    #: this process's rank (torchrun; 0 in one process)
+    rank: int = 0
 
     def datums(self, max_tokens: int) -> list[Datum]:
-        """The trained sequences: every trajectory of an informative group with a non-zero
-        advantage."""
+        """The trained sequences: every trajectory of an informative group this rank rolled
+        out with a non-zero advantage."""
+        owners = self.owners or [self.rank] * len(self.groups)
         return [
             trajectory_to_datum(t, a, max_tokens)
-            for g in self.groups
-            if not g.degenerate
+            for g, owner in zip(self.groups, owners, strict=True)
+            if owner == self.rank and not g.degenerate
             for t, a in zip(g.trajectories, g.advantages, strict=True)
             if a != 0.0
         ]
@@ -98,13 +110,14 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
     """Roll out and score step ``step``'s groups; while search is broken the guard retries
     the same questions after a back-off, raising :class:`EnvironmentDown` after
     ``train.guard_max_waits`` retries."""
-    cfg, log = run.config, get_logger()
+    cfg, log, world = run.config, get_logger(), run.world
     cursor = stream.state()
     t0 = time.perf_counter()
     for attempt in range(cfg.train.guard_max_waits + 1):
-        first, groups, draws = await _collect_groups(run, stream, step, policy_version)
-        search_metrics = run.search.metrics(reset=True)
-        broken = _environment_problem(run, search_metrics)
+        first, groups, owners, draws = await _collect_groups(run, stream, step, policy_version)
+        search_metrics = merge_search_metrics(world.gather(run.search.metrics(reset=True)))
+        down = world.any(not run.search.available())
+        broken = _environment_problem(run, search_metrics, down)
         if broken is None:
             break
         log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
@@ -125,6 +138,8 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         cursor=stream.state(),
         policy_version=policy_version,
         seconds=time.perf_counter() - t0,
+        owners=owners,
+        rank=world.rank,
     )
 
 
@@ -132,8 +147,9 @@ def learn(
     run: Run, datums: Sequence[Datum], loss: LossFn, *, loss_scale: float, adam: AdamParams
 ) -> Learned:
     """Pack ``datums`` into micro-batches, ``forward_backward`` each with ``loss`` scaled by
-    ``loss_scale``, then one ``optim_step`` (none when nothing was packed). Blocking."""
-    cfg = run.config
+    ``loss_scale``, then one ``optim_step`` (none when no rank packed anything). Blocking.
+    Under torchrun the loss and metrics are every rank's."""
+    cfg, world = run.config, run.world
     t0 = time.perf_counter()
     limits = BatchLimits(
         cfg.train.max_datum_tokens,
@@ -145,14 +161,21 @@ def learn(
     results = [
         trainer.forward_backward(batch, loss, loss_scale=loss_scale) for batch in micro_batches
     ]
-    optim = trainer.optim_step(adam) if micro_batches else {}
+    # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
+    optim = trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
     # Read results only after optim_step: a remote trainer returns them in flight, and
     # reading one earlier would stall the micro-batches reaching the service back to back.
+    mine = (
+        sum((r.loss for r in results), 0.0),
+        merge_train_metrics([r.metrics for r in results]),
+        len(micro_batches),
+    )
+    parts = world.gather(mine)
     return Learned(
-        loss=sum((r.loss for r in results), 0.0),
-        train_metrics=merge_train_metrics([r.metrics for r in results]),
+        loss=sum(p[0] for p in parts),
+        train_metrics=merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1],
         optim=optim,
-        micro_batches=len(micro_batches),
+        micro_batches=sum(p[2] for p in parts),
         seconds=time.perf_counter() - t0,
     )
 
@@ -160,7 +183,10 @@ def learn(
 def record(
     run: Run, health: Health, batch: Batch, learned: Learned, timing: Mapping[str, float]
 ) -> dict[str, Any]:
-    """Health checks, the ``metrics`` event (returned), alerts and the trajectory dump."""
+    """Health checks, the ``metrics`` event (returned), alerts and the trajectory dump;
+    rank 0 alone under torchrun (others return ``{}``)."""
+    if not run.world.main:
+        return {}
     cfg, log = run.config, get_logger()
     trajectories, rewards = first_draw(batch)
     health_metrics, alerts = health.observe(
@@ -174,6 +200,8 @@ def record(
         )
     )
     metrics = step_metrics(batch, learned, health_metrics, timing)
+    if run.world.size > 1:
+        metrics["world_size"] = float(run.world.size)
     log_metrics(batch.step, metrics)
     run.sinks.scalars(batch.step, metrics)
     for alert in alerts:
@@ -184,7 +212,10 @@ def record(
 
 
 def save(run: Run, health: Health, cursor: dict[str, Any], step: int) -> None:
-    """Checkpoint ``step``: the trainer's state, the data cursor and the health state."""
+    """Checkpoint ``step``: the trainer's state, the data cursor and the health state
+    (rank 0 alone under torchrun: the adapter and optimizer are the same on every rank)."""
+    if not run.world.main:
+        return
     state = {**health.state(), "data": cursor}
     path = save_checkpoint(run.folder, step, run.trainer, run.config, state)
     get_logger().info("checkpoint", step=step, path=str(path))
@@ -206,6 +237,7 @@ def step_metrics(
     return {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", batch.search_metrics),
+        "trajectories": float(len(trajectories)),
         "degenerate_group_rate": sum(g.degenerate for g in batch.first) / len(batch.first),
         "reward/trained_mean": _mean_reward(batch.groups),
         "groups": float(len(batch.groups)),
@@ -264,14 +296,14 @@ def first_draw(batch: Batch) -> tuple[list[Trajectory], list[RewardResult]]:
 
 async def _collect_groups(
     run: Run, stream: QuestionStream, step: int, version: int
-) -> tuple[list[ScoredGroup], list[ScoredGroup], int]:
-    """``(first draw, groups to train on, extra questions drawn)``: degenerate groups are
-    replaced by fresh questions until questions_per_batch are informative or
-    ``rollout.max_extra_draws`` is spent."""
+) -> tuple[list[ScoredGroup], list[ScoredGroup], list[int], int]:
+    """``(first draw, groups to train on, the rank of each, extra questions drawn)``:
+    degenerate groups are replaced by fresh questions until questions_per_batch are
+    informative or ``rollout.max_extra_draws`` is spent."""
     cfg = run.config
     want = cfg.rollout.questions_per_batch
     draw = (run, step, version)
-    first = await _rollout_and_score(*draw, stream.next_batch(want), 0)
+    first, owners = await _rollout_shared(*draw, stream.next_batch(want), 0)
     groups = list(first)
     extra = 0
     while cfg.rollout.dynamic_sampling and extra < cfg.rollout.max_extra_draws:
@@ -280,12 +312,28 @@ async def _collect_groups(
             break
         n = min(missing, cfg.rollout.max_extra_draws - extra)
         extra += n
-        groups += await _rollout_and_score(*draw, stream.next_batch(n), extra)
+        more, more_owners = await _rollout_shared(*draw, stream.next_batch(n), extra)
+        groups += more
+        owners += more_owners
     if cfg.rollout.dynamic_sampling:
-        informative = [g for g in groups if not g.degenerate][:want]
-        degenerate = [g for g in groups if g.degenerate]
-        groups = informative + degenerate[: max(0, want - len(informative))]
-    return first, groups, extra
+        informative = [i for i, g in enumerate(groups) if not g.degenerate][:want]
+        degenerate = [i for i, g in enumerate(groups) if g.degenerate]
+        keep = informative + degenerate[: max(0, want - len(informative))]
+        groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
+    return first, groups, owners, extra
+
+
+async def _rollout_shared(
+    run: Run, step: int, version: int, questions: Sequence[Question], draw: int
+) -> tuple[list[ScoredGroup], list[int]]:
+    """The scored groups of ``questions``, in order, and the rank that rolled out each: this
+    rank rolls out its share (:meth:`~searchr1.core.distributed.World.shard`) and gathers
+    the others'."""
+    world = run.world
+    mine = await _rollout_and_score(run, step, version, world.shard(questions), draw)
+    parts = world.gather(mine)
+    parts[world.rank] = mine  # this rank's own objects, not copies
+    return [g for part in parts for g in part], [r for r, part in enumerate(parts) for _ in part]
 
 
 def _mean_reward(groups: Sequence[ScoredGroup]) -> float:
@@ -326,11 +374,12 @@ async def _rollout_and_score(
     return scored
 
 
-def _environment_problem(run: Run, search_metrics: dict[str, float]) -> str | None:
+def _environment_problem(run: Run, search_metrics: dict[str, float], down: bool) -> str | None:
     """Why this step's rollouts must not train the model, or None (a reward
-    curve means nothing when the search service was failing)."""
+    curve means nothing when the search service was failing). ``down``: the provider (of
+    some rank) reports itself unavailable."""
     cfg = run.config
-    if not run.search.available():
+    if down:
         return "the search provider is down (every key benched or the service unreachable)"
     calls = search_metrics.get("calls", 0.0)
     rate = search_metrics.get("success_rate", 1.0)

@@ -14,7 +14,11 @@ On ``--resume`` the loop continues after the checkpoint's step with the same dat
 RNG states; nothing before the loop runs again. With ``train.max_staleness = k > 0``
 :func:`searchr1.core.pipeline.run_steps` drives the same three functions, rolling out on
 weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save a
-checkpoint and exit 130/143."""
+checkpoint and exit 130/143.
+
+Under torchrun every rank runs this loop on its share of each step
+(:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
+and the ranks stop together at the first step boundary after any of them got a signal."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from typing import Any
 from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.data import load_questions
-from searchr1.core.errors import Interrupted
+from searchr1.core.distributed import check_supported
+from searchr1.core.errors import ConfigError, Interrupted
 from searchr1.core.evaluation import ceiling_agent, heldout_eval, heldout_questions
 from searchr1.core.health import Health
 from searchr1.core.logs import close_console, get_logger
@@ -55,12 +60,19 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     health = Health.for_config(cfg, run.registry)
-    heldout = heldout_questions(cfg)
+    heldout = heldout_questions(cfg) if run.world.main else []
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None
+    ask = {"max_staleness": cfg.train.max_staleness, "provider": cfg.model.provider}
+    check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     run.start(need_loss=True)
     loss = run.loss
     assert loss is not None  # start(need_loss=True) created it
+    try:
+        check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
+    except ConfigError:
+        run.close()
+        raise
     warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
     log.info(
         "importance_ratio",
@@ -78,7 +90,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         t = cfg.train
         return step > start and (step % t.save_every == 0 or step == t.max_steps)
 
-    stop = _StopFlag()
+    # torchrun passes a terminal's Ctrl-C on to its workers a second time: not "at once" there
+    stop = _StopFlag(second_interrupts=run.world.size == 1)
     last: dict[str, Any] = {}
     step = start
     try:
@@ -119,7 +132,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         learned = learn_batch(batch)
                         timing = window_metrics(batch, t0, t1, time.perf_counter())
                         record_step(batch, learned, timing)
-                        if stop.requested:
+                        if run.world.any(stop.requested):
+                            stop.requested = True
                             break
                 else:
                     loop.run(
@@ -156,9 +170,10 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
 
 class _StopFlag:
     """SIGINT/SIGTERM ask the loop to stop after the current step (with a checkpoint); a
-    second SIGINT interrupts at once."""
+    second SIGINT interrupts at once (``second_interrupts``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, second_interrupts: bool = True) -> None:
+        self.second_interrupts = second_interrupts
         self.requested = False
         self.signum: int | None = None
         self._previous = {
@@ -166,7 +181,7 @@ class _StopFlag:
         }
 
     def _handle(self, signum: int, _frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT:
+        if self.requested and signum == signal.SIGINT and self.second_interrupts:
             raise KeyboardInterrupt
         self.requested = True
         self.signum = signum

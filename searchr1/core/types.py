@@ -181,12 +181,16 @@ class TrainerCapabilities:
       next call; called at each rollout start when ``train.max_staleness > 0``. None: the
       sampler always follows the newest weights.
     * ``learner_temperature``: the temperature ``forward_backward`` scores at; None if unknown.
+    * ``data_parallel``: ``optim_step`` sums the gradients of every torchrun rank first
+      (:func:`searchr1.core.distributed.all_reduce_grads`); without it ``train`` refuses to
+      run under torchrun with more than one process.
     """
 
     losses: Mapping[str, frozenset[str]] | None = None
     losses_reason: str = ""
     snapshot_sampler: Callable[[], None] | None = None
     learner_temperature: float | None = None
+    data_parallel: bool = False
 
 
 class Trainer(Protocol):

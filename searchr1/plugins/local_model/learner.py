@@ -467,8 +467,12 @@ class Learner:
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         """One AdamW step over the LoRA parameters with ``adam``'s settings, an optional
-        global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step."""
+        global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step. Under
+        torchrun the gradients are first summed over the ranks (every rank calls this)."""
+        from searchr1.core.distributed import all_reduce_grads
+
         with self.model_lock:
+            all_reduce_grads(self.params)
             grads = [p.grad for p in self.params if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads) if grads else None
             grad_norm = float(norm) if norm is not None else 0.0

@@ -164,6 +164,7 @@ class LocalModelProvider:
         return TrainerCapabilities(
             snapshot_sampler=self.snapshot_sampler,
             learner_temperature=float(self.learner.temperature),
+            data_parallel=True,
         )
 
     @property
