@@ -40,6 +40,7 @@ from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
+    kl_metrics,
     merge_train_metrics,
     peak_rss_gb,
     prefixed,
@@ -158,9 +159,15 @@ def learn(
 
 
 def record(
-    run: Run, health: Health, batch: Batch, learned: Learned, timing: Mapping[str, float]
+    run: Run,
+    health: Health,
+    batch: Batch,
+    learned: Learned,
+    timing: Mapping[str, float],
+    extra: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Health checks, the ``metrics`` event (returned), alerts and the trajectory dump."""
+    """Health checks, the ``metrics`` event (returned; ``extra`` joins it: the periodic
+    held-out eval's ``eval/*``), alerts and the trajectory dump."""
     cfg, log = run.config, get_logger()
     trajectories, rewards = first_draw(batch)
     health_metrics, alerts = health.observe(
@@ -173,7 +180,7 @@ def record(
             timing["staleness/max"],
         )
     )
-    metrics = step_metrics(batch, learned, health_metrics, timing)
+    metrics = {**step_metrics(batch, learned, health_metrics, timing), **(extra or {})}
     log_metrics(batch.step, metrics)
     run.sinks.scalars(batch.step, metrics)
     for alert in alerts:
@@ -183,10 +190,19 @@ def record(
     return metrics
 
 
-def save(run: Run, health: Health, cursor: dict[str, Any], step: int) -> None:
-    """Checkpoint ``step``: the trainer's state, the data cursor and the health state."""
-    state = {**health.state(), "data": cursor}
-    path = save_checkpoint(run.folder, step, run.trainer, run.config, state)
+def save(
+    run: Run,
+    health: Health,
+    cursor: dict[str, Any],
+    step: int,
+    *,
+    name: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Checkpoint ``step``: the trainer's state, the data cursor and the health state (and
+    ``extra``), in ``checkpoints/<name>`` when ``name`` is given."""
+    state = {**health.state(), "data": cursor, **(extra or {})}
+    path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 
@@ -216,6 +232,7 @@ def step_metrics(
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
+        **kl_metrics(train_metrics),
         **health_metrics,
         **{f"optim/{k}": float(v) for k, v in learned.optim.items()},
         "time/rollout": batch.seconds,

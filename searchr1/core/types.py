@@ -110,6 +110,8 @@ class LossInputs:
 
     sampler_logprobs_T: torch.Tensor
     advantages_T: torch.Tensor
+    #: the reference policy's log-probs (``[train.loss] kl_coef > 0``); None otherwise
+    reference_logprobs_T: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -177,12 +179,18 @@ class TrainerCapabilities:
       next call; called at each rollout start when ``train.max_staleness > 0``. None: the
       sampler always follows the newest weights.
     * ``learner_temperature``: the temperature ``forward_backward`` scores at; None if unknown.
+    * ``kl_reference``: makes the current weights the KL term's reference policy (the train
+      loop calls it once, after a cold start; never called, the reference is the base model)
+      and declares that ``forward_backward`` gives a loss with ``kl_coef > 0`` the
+      reference's log-probs (:attr:`LossInputs.reference_logprobs_T`). None: it cannot, and
+      ``[train.loss] kl_coef > 0`` is refused before any rollout.
     """
 
     losses: Mapping[str, frozenset[str]] | None = None
     losses_reason: str = ""
     snapshot_sampler: Callable[[], None] | None = None
     learner_temperature: float | None = None
+    kl_reference: Callable[[], None] | None = None
 
 
 class Trainer(Protocol):
