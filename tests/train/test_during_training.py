@@ -63,6 +63,13 @@ def test_periodic_eval_keeps_the_best_checkpoint_and_kl_starts_at_zero(
     assert all(m["kl/mean"] >= 0.0 for m in metrics.values() if "kl/mean" in m)
     assert max(m.get("kl/mean", 0.0) for m in metrics.values()) > 1e-6
 
+    # the report draws the held-out EM curve from the metrics events
+    assert run_cli("report", run, "--out", tmp_path / "report", "--no-png").code == 0
+    assert (
+        "<figcaption>eval/heldout_em</figcaption>"
+        in (tmp_path / "report" / "index.html").read_text()
+    )
+
     best_step, best_em = _best_of(evals)
     saved = json.loads((run / "checkpoints" / "best" / "trainer.json").read_text())
     assert saved["step"] == best_step
