@@ -3,8 +3,8 @@
 ::
 
     eval "before" (train.eval_before_after and data.eval), the asset's ceiling agent too
-    cold start ([train.cold_start] steps > 0), eval "cold_start", checkpoint 0
-    KL reference pinned (a cold start ran and [train.loss] kl_coef > 0)
+    cold start ([train.cold_start] steps > 0), eval "cold_start", the KL reference pinned
+        ([train.loss] kl_coef > 0), checkpoint 0
     periodic eval of step 0 (train.eval_every > 0)
     for step in start + 1 .. max_steps:
         batch   = collect(...)     rollouts, rewards, advantages  (searchr1.core.step)
@@ -125,8 +125,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                     loop.run(cold_start(run, warm_up, warm_up_loss))
                     if heldout:
                         loop.run(heldout_eval(run, heldout, "cold_start"))
+                    pin_kl_reference(run, loss)  # before checkpoint 0, which saves it
                     save(run, health, stream.state(), 0)  # --resume starts after it
-                    pin_kl_reference(run, loss)
                 if checkpoint is None and periodic is not None:
                     loop.run(eval_step(0, stream.state()))
 
