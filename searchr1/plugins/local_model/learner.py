@@ -329,7 +329,7 @@ class Learner:
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
         reference_T = None
-        if float(loss_fn.settings.get("kl_coef", 0.0)) > 0:
+        if float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0)) > 0:
             # Before the policy's forward: the reference swaps adapter tensors, which must
             # not change under a graph that backward still needs.
             reference_T = self._reference_logprobs(
