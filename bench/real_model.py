@@ -1,12 +1,14 @@
 """A real pretrained model learns to search: base -> cold start -> RL on the offline world.
 
-Runs ``searchr1 train`` once, as a user would, with ``examples/real-model.toml``
-(SmolLM2-135M-Instruct, ``builtin:smollm2-135m-instruct``) and a held-out subset of the world
-(``--eval-questions``, half one-hop, half two-hop), then reads the run's events and eval
-records. One JSON line::
+Runs ``searchr1 train`` once per seed (``--seeds 0,1,2``; ``--seed`` for one), as a user
+would, with ``examples/real-model.toml`` (SmolLM2-135M-Instruct,
+``builtin:smollm2-135m-instruct``) and a held-out subset of the world (``--eval-questions``,
+half one-hop, half two-hop), then reads the run's events and eval records. One JSON line per
+seed::
 
-    stages.{base,cold_start,rl}: held-out em, format_rate, search_rate (share of questions
-                                 with >= 1 search), searches per question, eval seconds
+    stages.{base,cold_start,rl}: held-out em, em_per_source (one-hop / two-hop), format_rate,
+                                 search_rate (share of questions with >= 1 search),
+                                 searches per question, eval seconds
     ceiling_em                   the scripted ideal agent on the same questions
     seconds.{cold_start,rl,total} wall time of each stage and of the whole command
     tokens_per_s.{sampling,training}  RL rollout tokens / rollout seconds; trained tokens
@@ -16,7 +18,13 @@ records. One JSON line::
                                  stage's end (so the stage that grew it shows)
     rl_gain_points               (em after RL - em after cold start) * 100
 
+With several seeds, a last line ``{"bench": "real_model_seeds", ...}``: per stage, each
+seed's EM (overall and per source) with the mean and the spread (max - min), and each seed's
+peak RSS. ``--gradient-checkpointing`` and ``--learner-chunk-tokens`` set the learner's
+``[model.local]`` memory settings (to measure what they save).
+
     python bench/real_model.py                       # the documented run (docs/benchmarks.md)
+    python bench/real_model.py --seeds 0,1,2         # results over seeds
     python bench/real_model.py --cold-start-steps 4 --rl-steps 2 --eval-questions 8  # quick
 """
 
@@ -70,6 +78,11 @@ def stage(records_file: Path, event: dict) -> dict:
         "format_rate": round(event.get("format_rate") or 0.0, 4),
         "search_rate": round(len(searched) / len(records), 4) if records else 0.0,
         "searches_per_question": round(event.get("search_calls_mean") or 0.0, 3),
+        "em_per_source": {
+            key.removeprefix("em/"): round(value, 4)
+            for key, value in event.items()
+            if key.startswith("em/")
+        },
         "eval_seconds": event.get("seconds"),
         "n": event.get("n"),
         # the train process's peak so far, at the end of this eval (GiB)
@@ -115,14 +128,64 @@ def main() -> int:
     parser.add_argument("--rl-steps", type=int, default=None, help="default: config's")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", help="comma-separated seeds, one run each (e.g. 0,1,2)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        choices=("auto", "true", "false"),
+        help="[model.local] gradient_checkpointing (default: the config's)",
+    )
+    parser.add_argument(
+        "--learner-chunk-tokens", type=int, help="[model.local] learner_chunk_tokens"
+    )
     parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
     args = parser.parse_args()
-
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-real-model-"))
+    results = [run_seed(args, seed, work / f"seed_{seed}") for seed in seeds]
+    for result in results:
+        print(json.dumps(result), flush=True)
+    if len(results) > 1:
+        print(json.dumps(over_seeds(results)))
+    return 0
+
+
+def over_seeds(results: list[dict]) -> dict:
+    """Each stage's EM (overall and per source) per seed, with the mean and the spread."""
+
+    def summary(values: list[float]) -> dict:
+        return {
+            "per_seed": values,
+            "mean": round(sum(values) / len(values), 4),
+            "spread": round(max(values) - min(values), 4),
+        }
+
+    stages: dict[str, dict] = {}
+    for name in ("base", "cold_start", "rl"):
+        have = [r["stages"][name] for r in results if name in r["stages"]]
+        if len(have) != len(results):
+            continue
+        sources = sorted({s for h in have for s in h["em_per_source"]})
+        stages[name] = {
+            "em": summary([h["em"] for h in have]),
+            **{s: summary([h["em_per_source"].get(s, 0.0) for h in have]) for s in sources},
+            "format_rate": summary([h["format_rate"] for h in have]),
+        }
+    return {
+        "bench": "real_model_seeds",
+        "seeds": [r["seed"] for r in results],
+        "stages": stages,
+        "rl_gain_points": [r["rl_gain_points"] for r in results],
+        "peak_rss_gb": [r["peak_rss_gb"] for r in results],
+        "seconds_total": [r["seconds"]["total"] for r in results],
+    }
+
+
+def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
+    """One ``searchr1 train`` run of the example with ``seed``; its JSON result."""
     work.mkdir(parents=True, exist_ok=True)
     text = CONFIG.read_text()
     text = set_value(text, "run", "dir", json.dumps(str(work / "runs")))
-    text = set_value(text, "run", "seed", str(args.seed))
+    text = set_value(text, "run", "seed", str(seed))
     text = set_value(
         text,
         "data",
@@ -135,6 +198,16 @@ def main() -> int:
         text = set_value(text, "train", "max_steps", str(args.rl_steps))
         text = set_value(text, "train", "save_every", str(max(1, args.rl_steps)))
     text = set_value(text, "model.local", "threads", str(args.threads))
+    local = []
+    if args.gradient_checkpointing is not None:
+        value = args.gradient_checkpointing
+        local.append(f"gradient_checkpointing = {json.dumps(value) if value == 'auto' else value}")
+    if args.learner_chunk_tokens is not None:
+        text = set_value(
+            text, "model.local", "learner_chunk_tokens", str(args.learner_chunk_tokens)
+        )
+    if local:
+        text = text.replace("[model.local]\n", "[model.local]\n" + "\n".join(local) + "\n", 1)
     config = work / "config.toml"
     config.write_text(text)
 
@@ -165,8 +238,14 @@ def main() -> int:
     }
     rollout_s = sum(s.get("time/rollout", 0.0) for s in steps)
     train_s = sum(s.get("time/train", 0.0) for s in steps)
+    peaks = [
+        e.get("peak_rss_gb") or e.get("memory/peak_rss_gb") or 0.0
+        for e in events
+        if e.get("event") in ("eval/heldout_em", "cold_start_done", "metrics")
+    ]
     out = {
         "bench": "real_model",
+        "seed": seed,
         "model": "builtin:smollm2-135m-instruct",
         "eval_questions": args.eval_questions,
         "cold_start_steps": done["steps"],
@@ -190,7 +269,11 @@ def main() -> int:
             if train_s
             else None,
         },
-        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2),
+        # this seed's train process (the events' own peaks; RUSAGE_CHILDREN is the max over
+        # every seed run so far)
+        "peak_rss_gb": round(max(peaks), 2)
+        if peaks
+        else round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2),
         # the train process's peak so far at the end of each stage: where memory grew
         "peak_rss_gb_after": {
             "base_eval": evals.get("before", {}).get("peak_rss_gb"),
@@ -201,9 +284,10 @@ def main() -> int:
         "threads": args.threads,
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "run_dir": str(run_dir),
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "learner_chunk_tokens": args.learner_chunk_tokens,
     }
-    print(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":

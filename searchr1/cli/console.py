@@ -9,8 +9,10 @@ every event either way: the console picks what a person watches for.
   EM 11.9%  12.3 s/step  ETA 11:42`` (with ``[search] cost_per_call``, also ``search cost
   0.09 (run 0.27)``); the progress bar under it advances one step.
 * ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds). The step line's EM is
-  the model's latest one (``before``, then any later eval); the ``ceiling`` (the eval set's
-  ideal agent) gets a line of its own and never becomes the step line's EM.
+  the model's latest one (``before``, then the periodic ``step_N`` evals of ``[train]
+  eval_every``, ``after``); the ``ceiling`` (the eval set's ideal agent) gets a line of its
+  own and never becomes the step line's EM.
+* ``best_checkpoint`` (``[train] keep_best``): its message whole, in bold.
 * warnings and errors: a marked, coloured line with every field, never shortened.
 * anything else: ``time  event  key=value ...`` cut to the terminal's width.
 """
@@ -85,6 +87,8 @@ class Console:
             return self._step_line(event)
         if name == "eval/heldout_em":
             return self._eval_line(event)
+        if name == "best_checkpoint" and event.get("message"):  # never cut to the width
+            return self._paint(_BOLD, str(event["message"]))
         if name == "resumed" and isinstance(event.get("step"), int):
             self._start_step = event["step"]
         if name in _DONE_EVENTS:

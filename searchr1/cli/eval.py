@@ -45,13 +45,29 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
 
     Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
     ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
-    checkpoint), or a model state folder a provider's ``save_state`` wrote (labelled by its
-    name). Anything else is refused here, before any model is loaded."""
+    checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
+    labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
+    (labelled by its name). Anything else is refused here, before any model is loaded."""
     from searchr1.core.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
+    from searchr1.core.evaluation import BEST
 
     if spec == BASE:
         return BASE, None
     path = Path(spec)
+    best = spec.endswith(f":{BEST}") and not path.exists()
+    if best:
+        run_dir = Path(spec.removesuffix(f":{BEST}"))
+        path = run_dir / "checkpoints" / BEST
+        if not (path / "trainer.json").is_file():
+            raise UserError(
+                f"--checkpoint {spec!r}: {path} holds no checkpoint: "
+                + (
+                    "the run kept no best checkpoint (train it with [train] keep_best = true "
+                    "and eval_every > 0)"
+                    if (run_dir / "checkpoints").is_dir()
+                    else f"{run_dir} is not a run folder (no checkpoints/ in it)"
+                )
+            )
     if not path.is_dir():
         raise UserError(f"--checkpoint {spec!r}: not a folder")
     if (path / "checkpoints").is_dir():
@@ -67,7 +83,8 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
             checkpoint = read_checkpoint(path, resumable=False)
         except CheckpointError as exc:
             raise UserError(f"--checkpoint {spec!r}: {exc}") from None
-        return f"step_{checkpoint.step}", str(checkpoint.model_dir)
+        label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
+        return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
     if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
         return path.resolve().name, str(path)
     raise UserError(
@@ -357,6 +374,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         metavar="DIR",
         help="checkpoint folder to evaluate (repeatable; 'base' = the base model; "
+        "RUN:best = the run's best held-out checkpoint, [train] keep_best; "
         "default: base only). Several give a comparison table.",
     )
     p.add_argument(

@@ -2,9 +2,10 @@
 
 The loop itself is :func:`searchr1.core.train.train`; this command opens the run
 (:func:`searchr1.cli.args.open_run_from_args`: config, plugins, logging, ``--resume``) and turns the
-loop's two ways of stopping early into what a shell expects: the search environment down
-(exit 3, with the reason) and SIGINT/SIGTERM after a checkpoint (exit 130/143, with the
-``--resume`` command that continues). Both exit codes come from the error classes
+loop's ways of stopping early into what a shell expects: the search environment down
+(exit 3, with the reason), a health alert with ``[train.health] on_alert = "stop"`` (exit 5,
+naming the alert, after a checkpoint) and SIGINT/SIGTERM after a checkpoint (exit 130/143,
+with the ``--resume`` command that continues). Both exit codes come from the error classes
 (:mod:`searchr1.core.errors`).
 
 Under torchrun (``torchrun --nproc-per-node N -m searchr1 train ...``) each process joins the
@@ -21,7 +22,7 @@ from searchr1.cli.args import add_run_args, whole_number
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
 from searchr1.core.distributed import RankLost, World
-from searchr1.core.errors import EnvironmentDown, Interrupted
+from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted
 
 
 def main(args: argparse.Namespace) -> int:
@@ -47,6 +48,15 @@ def _train(args: argparse.Namespace, world: World) -> int:
         get_logger().error("train_stopped", reason=str(exc))
         if world.main:  # every rank stops alike; one says so
             print(f"searchr1: training stopped: {exc}")
+        return exc.exit_code
+    except HealthStop as exc:
+        get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
+        print(
+            f"searchr1: training stopped: {exc}; continue anyway with "
+            f"`{resume_command(run.folder, run.config.source)}` after raising the threshold "
+            f'or setting on_alert = "warn"',
+            file=sys.stderr,
+        )
         return exc.exit_code
     except Interrupted as stop:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"

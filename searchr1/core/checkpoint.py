@@ -43,16 +43,24 @@ def checkpoints_dir(run_dir: Path) -> Path:
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model: Trainer, config: Config, state: dict[str, Any]
+    run_dir: Path,
+    step: int,
+    model: Trainer,
+    config: Config,
+    state: dict[str, Any],
+    *,
+    name: str | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically and prune all but the newest ``KEEP``. Warns
     first when the free space is under twice the last checkpoint's size; a write the disk
-    refuses raises an ``OSError`` naming the checkpoint folder, with nothing of it left."""
+    refuses raises an ``OSError`` naming the checkpoint folder, with nothing of it left.
+    ``name``: the folder under ``checkpoints/`` instead of ``step_NNNNNN`` (``best``; never
+    pruned, never resumed from)."""
     import torch
 
     parent = checkpoints_dir(run_dir)
     parent.mkdir(parents=True, exist_ok=True)
-    final = parent / f"step_{step:06d}"
+    final = parent / (name or f"step_{step:06d}")
     previous = list_checkpoints(run_dir)
     low = warn_if_low_space(parent, previous[-1].path if previous else None)
     if low:

@@ -129,6 +129,13 @@ class TrainConfig:
     guard_backoff_seconds: float = _f(30.0, min=0.0)
     dump_trajectories: int = _f(4, min=0)
     eval_before_after: bool = _f(False)
+    #: held-out EM (data.eval) after every N-th step and at the last; 0 = off
+    eval_every: int = _f(0, min=0, help="held-out eval every N steps; 0 = off")
+    #: questions of data.eval each of those evals scores, taken in turn from every
+    #: data_source; 0 = all
+    eval_questions: int = _f(0, min=0, help="held-out subset per periodic eval; 0 = all")
+    #: keep the checkpoint with the best periodic held-out EM as checkpoints/best
+    keep_best: bool = _f(False, help="keep the best held-out EM's checkpoint (RUN:best)")
     # Read, not used: the held-out eval, cold start and health checks run when their own
     # settings ask; a name other than theirs is warned about (config.py, _unused_names).
     monitors: tuple[str, ...] = _f((), split=True, unique=True)
@@ -168,6 +175,9 @@ class HealthSettings:
     mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
     #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse
     mismatch_warn_ratio: float = field(default=2.0, metadata={"min": 1.0})
+    #: what a health alert does: "warn" logs it; "stop" also saves a checkpoint and ends
+    #: the run (exit code 5)
+    on_alert: str = field(default="warn", metadata={"choices": ("warn", "stop")})
 
 
 @dataclass(frozen=True)

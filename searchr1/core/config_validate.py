@@ -336,7 +336,7 @@ def _infer_provider(
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: ``provider`` fields set that the chosen provider does not
     read although other plugins do, and each chosen ``factory.advise(config)``. A failing
-    ``advise`` is ignored: the load reports it."""
+    ``advise`` is said as one warning line naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
     out: list[str] = []
     advisers = []
@@ -359,7 +359,8 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
-        advisers.append(reg.advise if reg is not None else None)
+        if reg is not None and callable(reg.advise):
+            advisers.append((reg, reg.advise))
         # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
         also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
         for one in [reg, *(registry.entries[kind].get(n) for n in also)]:
@@ -372,11 +373,14 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"typo would pass); the plugin declares its settings with register(..., "
                     f'settings=...) (docs/plugins.md, "What a factory may declare")'
                 )
-    for advise in filter(callable, advisers):
+    for reg, advise in advisers:
         try:
             out.extend(str(line) for line in advise(config))
-        except Exception:  # noqa: BLE001 - the factory's own load names the problem
-            continue
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop config check
+            out.append(
+                f"plugin {reg.plugin!r} ({reg.name!r}) could not advise on this config "
+                f"({type(exc).__name__}: {exc}); its warnings are missing"
+            )
     return out
 
 

@@ -11,6 +11,8 @@ Every error the CLI prints as a plain message (no traceback) derives from
     ├── EnvironmentDown    exit 3  the search environment stayed broken past the retries
     ├── DiskError          exit 4  a write the filesystem refused: full, over quota,
     │                              read-only, an I/O error, no permission
+    ├── HealthStop         exit 5  a health alert ended training ([train.health]
+    │                              on_alert = "stop"), after a checkpoint
     └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM
 
 A user-facing message must name the field, file or variable to fix. Kept out of the CLI so
@@ -25,6 +27,8 @@ import signal
 EXIT_ENVIRONMENT_DOWN = 3
 #: a write failed because of the disk, not searchr1 (see :class:`DiskError`).
 EXIT_DISK = 4
+#: ``searchr1 train`` stopped on a health alert (see :class:`HealthStop`).
+EXIT_HEALTH_STOP = 5
 
 
 class SearchR1Error(Exception):
@@ -85,3 +89,18 @@ class Interrupted(SearchR1Error):
     @property
     def exit_code(self) -> int:  # type: ignore[override]
         return 128 + self.signum
+
+
+class HealthStop(SearchR1Error):
+    """A health alert stopped training (``[train.health] on_alert = "stop"``) after the
+    step that raised it was checkpointed (exit code 5)."""
+
+    exit_code = EXIT_HEALTH_STOP
+
+    def __init__(self, kind: str, message: str, step: int):
+        self.kind, self.step = kind, step
+        super().__init__(
+            f"health alert {kind} at step {step}: {message}. The run stopped after saving "
+            f'checkpoint step {step} ([train.health] on_alert = "stop"; "warn" only logs '
+            f"alerts)"
+        )

@@ -277,9 +277,27 @@ def format_comparison(results: Iterable[EvalResult]) -> str:
 
 
 def heldout_questions(config: Config) -> list[Question]:
-    """``data.eval``'s questions when ``train.eval_before_after``, else none; ``train`` reads
-    them before the (slow) model load, so a bad path fails first."""
-    if not (config.train.eval_before_after and config.data.eval):
+    """``data.eval``'s questions when ``train.eval_before_after`` or ``train.eval_every``
+    asks for them, else none; ``train`` reads them before the (slow) model load, so a bad
+    path fails first. ConfigError when ``eval_every`` or ``keep_best`` is set without what
+    it needs."""
+    t = config.train
+    problems = []
+    if t.eval_every and not config.data.eval:
+        problems.append(
+            f"train.eval_every = {t.eval_every} needs a held-out QA file: set [data] eval "
+            f'(e.g. "builtin:world/heldout.jsonl"), or set train.eval_every = 0'
+        )
+    if t.keep_best and not t.eval_every:
+        problems.append(
+            "train.keep_best = true keeps the checkpoint with the best periodic held-out EM: "
+            "set train.eval_every (e.g. 5) and [data] eval, or set train.keep_best = false"
+        )
+    if problems:
+        from searchr1.core.errors import ConfigError
+
+        raise ConfigError([f"{config.source}: {p}" for p in problems])
+    if not ((t.eval_before_after or t.eval_every) and config.data.eval):
         return []
     from searchr1.core.data import load_questions
 
@@ -305,9 +323,11 @@ async def heldout_eval(
     *,
     step: int = 0,
     sampler: Sampler | None = None,
+    to_sinks: bool = True,
 ) -> EvalResult | None:
     """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
-    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event. A scripted
+    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event (also sent
+    to the metric sinks unless ``to_sinks`` is false: the caller sends them). A scripted
     ``sampler`` that cannot play the protocol (ValueError) is skipped with a warning."""
     from searchr1.core.logs import get_logger
 
@@ -344,11 +364,121 @@ async def heldout_eval(
         **{f"em/{source}": float(v.get("em", 0.0)) for source, v in m["per_source"].items()},
     }
     get_logger().info("eval/heldout_em", when=when, step=step, **numbers)
-    run.sinks.scalars(
-        step,
-        {
-            ("eval/heldout_em" if k == "value" else f"eval/heldout_{k}"): v
-            for k, v in numbers.items()
-        },
-    )
+    if to_sinks:
+        run.sinks.scalars(
+            step,
+            {
+                ("eval/heldout_em" if k == "value" else f"eval/heldout_{k}"): v
+                for k, v in numbers.items()
+            },
+        )
     return result
+
+
+def balanced_subset(questions: Sequence[Question], n: int) -> list[Question]:
+    """The first ``n`` questions (all when ``n`` is 0 or more than there are), taken in turn
+    from each ``data_source`` in file order, so a small subset scores every skill."""
+    if n <= 0 or n >= len(questions):
+        return list(questions)
+    by_source: dict[str, list[Question]] = defaultdict(list)
+    for q in questions:
+        by_source[q.data_source].append(q)
+    queues = [iter(qs) for qs in by_source.values()]
+    picked: list[Question] = []
+    while len(picked) < n:
+        for queue in queues:
+            q = next(queue, None)
+            if q is not None and len(picked) < n:
+                picked.append(q)
+    return picked
+
+
+#: the folder under ``checkpoints/`` that ``train.keep_best`` keeps (``searchr1 eval
+#: --checkpoint RUN:best``); the step checkpoints' pruning never touches it
+BEST = "best"
+
+
+@dataclass
+class PeriodicEval:
+    """``[train] eval_every``: held-out EM on a fixed subset (``eval_questions``, balanced
+    across data sources) at the start of RL (step 0), after every ``every``-th step and after
+    the last; with ``keep_best`` the best EM so far (the earliest step on a tie) and its step.
+    The best checkpoint's ``trainer.json`` records them under ``best_heldout``, so a resumed
+    run keeps the best so far (:meth:`resume`)."""
+
+    every: int
+    questions: list[Question]
+    keep_best: bool
+    best_step: int | None = None
+    best_em: float = -math.inf
+
+    @classmethod
+    def for_config(cls, config: Config, heldout: Sequence[Question]) -> PeriodicEval | None:
+        """None when ``train.eval_every`` is 0 (:func:`heldout_questions` checked the rest)."""
+        t = config.train
+        if not t.eval_every:
+            return None
+        return cls(t.eval_every, balanced_subset(heldout, t.eval_questions), t.keep_best)
+
+    def due(self, step: int, last: int) -> bool:
+        return step == 0 or step % self.every == 0 or step == last
+
+    async def evaluate(self, run: Run, step: int) -> dict[str, float]:
+        """Evaluate the current weights as step ``step``'s; returns the ``eval/*`` metrics
+        the step's ``metrics`` event carries. Updates the best (see :meth:`is_best`)."""
+        result = await heldout_eval(run, self.questions, f"step_{step}", step=step, to_sinks=False)
+        assert result is not None  # the run's own sampler: errors raise
+        m = result.metrics
+        em = float(m["em"])
+        if self.keep_best and em > self.best_em:
+            self.best_step, self.best_em = step, em
+        return {
+            "eval/heldout_em": em,
+            "eval/heldout_format_rate": float(m["format_rate"]),
+            "eval/heldout_search_calls_mean": float(m["search_calls_mean"]),
+            **{
+                f"eval/heldout_em/{source or 'none'}": float(v["em"])
+                for source, v in m["per_source"].items()
+            },
+        }
+
+    def is_best(self, step: int) -> bool:
+        """Whether step ``step``'s eval set a new best (its checkpoint becomes ``best``)."""
+        return self.keep_best and self.best_step == step
+
+    def state(self) -> dict[str, Any]:
+        """What the best checkpoint's ``trainer.json`` records as ``best_heldout``."""
+        return {"step": self.best_step, "em": self.best_em, "questions": len(self.questions)}
+
+    def resume(self, run_dir: Path) -> None:
+        """Take the best so far from ``checkpoints/best`` (left by the run being resumed)."""
+        meta = run_dir / "checkpoints" / BEST / "trainer.json"
+        if not (self.keep_best and meta.is_file()):
+            return
+        try:
+            saved = json.loads(meta.read_text("utf-8")).get("best_heldout") or {}
+            self.best_step, self.best_em = int(saved["step"]), float(saved["em"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            from searchr1.core.logs import get_logger
+
+            get_logger().warning(
+                "best_checkpoint_unreadable",
+                path=str(meta),
+                message="the best held-out EM so far is unknown; the next periodic eval "
+                "replaces checkpoints/best",
+            )
+
+    def summary(self, run_dir: Path) -> dict[str, Any]:
+        """The ``best_checkpoint`` event's fields (empty before any eval, or without
+        ``keep_best``)."""
+        if not self.keep_best or self.best_step is None:
+            return {}
+        return {
+            "step": self.best_step,
+            "em": self.best_em,
+            "questions": len(self.questions),
+            "path": str(run_dir / "checkpoints" / BEST),
+            "message": f"the best held-out EM ({100 * self.best_em:.1f}% on "
+            f"{len(self.questions)} questions) was at step {self.best_step}; evaluate it with "
+            f"searchr1 eval --checkpoint {run_dir}:best",
+        }

@@ -29,7 +29,9 @@ Metrics (all over the step's first draw, the unbiased sample of the policy):
 Alerts: the format rate or the entropy falls off a cliff (its moving average falls below
 ``cliff_fraction`` of its running peak), response length grows past ``max_length_growth``,
 and the sampler/learner mismatch passes ``mismatch_warn_k3`` or the ratio leaves
-``[1 / mismatch_warn_ratio, mismatch_warn_ratio]``.
+``[1 / mismatch_warn_ratio, mismatch_warn_ratio]``. With ``on_alert = "stop"`` the first of
+these alerts (not the run notices) sets :attr:`Health.stop_alert`: ``train`` saves a
+checkpoint of that step and ends with exit code 5 (:class:`~searchr1.core.errors.HealthStop`).
 """
 
 from __future__ import annotations
@@ -317,6 +319,8 @@ class Health:
 
     monitor: HealthMonitor
     notices: RunNotices
+    #: the health alert that ends the run (``on_alert = "stop"``); None while none did
+    stop_alert: Alert | None = None
 
     @classmethod
     def for_config(cls, config: Config, registry: Registry | None = None) -> Health:
@@ -333,6 +337,8 @@ class Health:
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """The step's ``health/*`` metrics and every alert (health checks first)."""
         metrics, alerts = self.monitor.observe(record)
+        if alerts and self.monitor.settings.on_alert == "stop" and self.stop_alert is None:
+            self.stop_alert = alerts[0]
         return metrics, alerts + self.notices.observe(record)
 
     def state(self) -> dict[str, Any]:

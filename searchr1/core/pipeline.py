@@ -4,7 +4,8 @@ plain loop of :func:`searchr1.core.train.train`.
 
 Two coroutines share the event loop: the **collector** rolls out step after step, the
 **learner** takes collected steps strictly in order, runs ``learn`` in a worker thread and
-then ``finish`` (record, checkpoint) back in the loop.
+then ``finish`` (periodic eval, record, checkpoint; awaited when it returns an awaitable)
+back in the loop.
 
 The *policy version* is the number of optimizer steps the weights have taken. Step ``s`` is
 learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_staleness``
@@ -35,7 +36,7 @@ from searchr1.core.step import Batch, Learned, window_metrics
 
 Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
 Learn = Callable[[Batch], Learned]  # blocking; runs in a worker thread
-Finish = Callable[[Batch, Learned, dict[str, float]], None]
+Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None] | None]
 
 
 @dataclass
@@ -124,7 +125,9 @@ async def run_steps(
             t1 = time.perf_counter()
             busy, overlap = clock.busy(window, t1), clock.busy(t0, t1)
             timing = window_metrics(item, window, t0, t1, rollout_busy=busy, overlap=overlap)
-            finish(item, learned, timing)
+            finished = finish(item, learned, timing)
+            if finished is not None:
+                await finished  # the periodic held-out eval runs in this loop
             learned_last = item
             window = time.perf_counter()
             async with changed:

@@ -47,6 +47,7 @@ from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
+    kl_metrics,
     merge_train_metrics,
     peak_rss_gb,
     prefixed,
@@ -181,10 +182,16 @@ def learn(
 
 
 def record(
-    run: Run, health: Health, batch: Batch, learned: Learned, timing: Mapping[str, float]
+    run: Run,
+    health: Health,
+    batch: Batch,
+    learned: Learned,
+    timing: Mapping[str, float],
+    extra: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Health checks, the ``metrics`` event (returned), alerts and the trajectory dump;
-    rank 0 alone under torchrun (others return ``{}``)."""
+    """Health checks, the ``metrics`` event (returned; ``extra`` joins it: the periodic
+    held-out eval's ``eval/*``), alerts and the trajectory dump; rank 0 alone under torchrun
+    (others return ``{}``)."""
     if not run.world.main:
         return {}
     cfg, log = run.config, get_logger()
@@ -199,7 +206,7 @@ def record(
             timing["staleness/max"],
         )
     )
-    metrics = step_metrics(batch, learned, health_metrics, timing)
+    metrics = {**step_metrics(batch, learned, health_metrics, timing), **(extra or {})}
     if run.world.size > 1:
         metrics["world_size"] = float(run.world.size)
     log_metrics(batch.step, metrics)
@@ -211,13 +218,22 @@ def record(
     return metrics
 
 
-def save(run: Run, health: Health, cursor: dict[str, Any], step: int) -> None:
-    """Checkpoint ``step``: the trainer's state, the data cursor and the health state
-    (rank 0 alone under torchrun: the adapter and optimizer are the same on every rank)."""
+def save(
+    run: Run,
+    health: Health,
+    cursor: dict[str, Any],
+    step: int,
+    *,
+    name: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """Checkpoint ``step``: the trainer's state, the data cursor and the health state (and
+    ``extra``), in ``checkpoints/<name>`` when ``name`` is given; rank 0 alone under torchrun
+    (the adapter and optimizer are the same on every rank)."""
     if not run.world.main:
         return
-    state = {**health.state(), "data": cursor}
-    path = save_checkpoint(run.folder, step, run.trainer, run.config, state)
+    state = {**health.state(), "data": cursor, **(extra or {})}
+    path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
 
 
@@ -248,6 +264,7 @@ def step_metrics(
         "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
         "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
+        **kl_metrics(train_metrics),
         **health_metrics,
         **{f"optim/{k}": float(v) for k, v in learned.optim.items()},
         "time/rollout": batch.seconds,

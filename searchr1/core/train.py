@@ -3,11 +3,15 @@
 ::
 
     eval "before" (train.eval_before_after and data.eval), the asset's ceiling agent too
-    cold start ([train.cold_start] steps > 0), eval "cold_start", checkpoint 0
+    cold start ([train.cold_start] steps > 0), eval "cold_start", the KL reference pinned
+        ([train.loss] kl_coef > 0), checkpoint 0
+    periodic eval of step 0 (train.eval_every > 0)
     for step in start + 1 .. max_steps:
         batch   = collect(...)     rollouts, rewards, advantages  (searchr1.core.step)
         learned = learn(...)       one optimizer step
+        periodic eval              every eval_every steps; a new best -> checkpoints/best
         record(...)                health checks, metrics, checkpoint every save_every
+        a health alert with [train.health] on_alert = "stop": checkpoint, end (exit 5)
     eval "after"
 
 On ``--resume`` the loop continues after the checkpoint's step with the same data cursor and
@@ -31,8 +35,14 @@ from searchr1.core.checkpoint import restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import check_supported
-from searchr1.core.errors import ConfigError, Interrupted
-from searchr1.core.evaluation import ceiling_agent, heldout_eval, heldout_questions
+from searchr1.core.errors import ConfigError, HealthStop, Interrupted
+from searchr1.core.evaluation import (
+    BEST,
+    PeriodicEval,
+    ceiling_agent,
+    heldout_eval,
+    heldout_questions,
+)
 from searchr1.core.health import Health
 from searchr1.core.logs import close_console, get_logger
 from searchr1.core.pipeline import run_steps
@@ -50,6 +60,7 @@ from searchr1.core.step import (
     window_metrics,
 )
 from searchr1.core.step_metrics import ratio_basis
+from searchr1.core.types import LossFn
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
@@ -60,7 +71,10 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
     health = Health.for_config(cfg, run.registry)
-    heldout = heldout_questions(cfg) if run.world.main else []
+    heldout = heldout_questions(cfg)
+    periodic = PeriodicEval.for_config(cfg, heldout) if run.world.main else None
+    if not cfg.train.eval_before_after or not run.world.main:
+        heldout = []  # eval_every's questions only; under torchrun rank 0 alone evaluates
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None
     ask = {"max_staleness": cfg.train.max_staleness, "provider": cfg.model.provider}
@@ -85,10 +99,28 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         restore_rng(checkpoint)
         start = checkpoint.step
         log.info("resumed", step=start, checkpoint=str(checkpoint.path))
+        if periodic is not None:
+            periodic.resume(run.folder)
 
     def saves(step: int) -> bool:
         t = cfg.train
         return step > start and (step % t.save_every == 0 or step == t.max_steps)
+
+    def evaluates(step: int) -> bool:
+        return periodic is not None and periodic.due(step, cfg.train.max_steps)
+
+    async def eval_step(step: int, cursor: dict[str, Any]) -> dict[str, float]:
+        """The periodic held-out eval of the weights after step ``step`` (when due); a new
+        best is saved as ``checkpoints/best``."""
+        if periodic is None or not evaluates(step):
+            return {}
+        snapshot = run.trainer.capabilities.snapshot_sampler
+        if snapshot is not None and cfg.train.max_staleness > 0:
+            snapshot()  # evaluate the newest weights, not the pinned rollout version
+        metrics = await periodic.evaluate(run, step)
+        if periodic.is_best(step):
+            save(run, health, cursor, step, name=BEST, extra={"best_heldout": periodic.state()})
+        return metrics
 
     # torchrun passes a terminal's Ctrl-C on to its workers a second time: not "at once" there
     stop = _StopFlag(second_interrupts=run.world.size == 1)
@@ -106,7 +138,10 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                     loop.run(cold_start(run, warm_up, warm_up_loss))
                     if heldout:
                         loop.run(heldout_eval(run, heldout, "cold_start"))
+                    pin_kl_reference(run, loss)  # before checkpoint 0, which saves it
                     save(run, health, stream.state(), 0)  # --resume starts after it
+                if checkpoint is None and periodic is not None:
+                    loop.run(eval_step(0, stream.state()))
 
                 adam = adam_params(cfg)
                 scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
@@ -117,9 +152,12 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
 
                 recorded: list[Batch] = []  # the latest recorded step
 
-                def record_step(batch: Batch, learned: Learned, timing: dict[str, float]) -> None:
+                async def record_step(
+                    batch: Batch, learned: Learned, timing: dict[str, float]
+                ) -> None:
+                    evaluated = await eval_step(batch.step, batch.cursor)
                     last.clear()
-                    last.update(record(run, health, batch, learned, timing))
+                    last.update(record(run, health, batch, learned, timing, evaluated))
                     recorded[:] = [batch]
                     if saves(batch.step):
                         save(run, health, batch.cursor, batch.step)
@@ -131,8 +169,9 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         t1 = time.perf_counter()
                         learned = learn_batch(batch)
                         timing = window_metrics(batch, t0, t1, time.perf_counter())
-                        record_step(batch, learned, timing)
-                        if run.world.any(stop.requested):
+                        loop.run(record_step(batch, learned, timing))
+                        # rank 0 alone sees health alerts: every rank stops at the same step
+                        if run.world.any(stop.requested or health.stop_alert is not None):
                             stop.requested = True
                             break
                 else:
@@ -144,13 +183,14 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                             collect=lambda s, v: collect(run, stream, s, v),
                             learn=learn_batch,
                             finish=record_step,
-                            is_barrier=saves,
-                            stopping=lambda: stop.requested,
+                            is_barrier=lambda s: saves(s) or evaluates(s),
+                            stopping=lambda: stop.requested or health.stop_alert is not None,
                             snapshot=run.trainer.capabilities.snapshot_sampler,
                         )
                     )
                 step = recorded[0].step if recorded else start
-                if stop.requested and recorded and not saves(step):
+                stopped = stop.requested or health.stop_alert is not None
+                if stopped and recorded and not saves(step):
                     save(run, health, recorded[0].cursor, step)
                 if step == cfg.train.max_steps and step > start and heldout:
                     loop.run(heldout_eval(run, heldout, "after", step=step))
@@ -161,11 +201,26 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         run.close()
         run.sinks.close()
         stop.restore()
-    log.info("train_done", steps=step, stopped_early=stop.requested, **health.totals())
+    best = periodic.summary(run.folder) if periodic is not None else {}
+    if best:
+        log.info("best_checkpoint", **best)
+    stopped_early = stop.requested or health.stop_alert is not None
+    log.info("train_done", steps=step, stopped_early=stopped_early, **health.totals())
     close_console()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start)
+    if health.stop_alert is not None:
+        raise HealthStop(health.stop_alert.kind, health.stop_alert.message, step)
     return last
+
+
+def pin_kl_reference(run: Run, loss: LossFn) -> None:
+    """After a cold start, the trained adapter becomes the KL term's reference policy (the
+    policy as RL begins); without one the reference stays the base model."""
+    pin = run.trainer.capabilities.kl_reference
+    if pin is not None and float(loss.settings.get("kl_coef", 0.0)) > 0:
+        pin()
+        get_logger().info("kl_reference", message="the cold-started adapter is the KL reference")
 
 
 class _StopFlag:

@@ -27,6 +27,16 @@ def check_loss(
     """Raise ConfigError (one problem per line) when ``capabilities`` cannot train
     ``loss_fn``, chosen by config field ``field``: an unknown name, or an unhonoured
     setting that is not 0."""
+    kl_coef = float(loss_fn.settings.get("kl_coef", 0.0))
+    if kl_coef > 0 and capabilities.kl_reference is None:
+        raise ConfigError(
+            [
+                f"train.loss.kl_coef = {kl_coef:g}: model.provider = {provider!r} cannot "
+                f"score the reference policy (the policy as RL began) that the KL term "
+                f"needs; set [train.loss] kl_coef = 0, or train with a provider that can "
+                f'(model.provider = "local")'
+            ]
+        )
     losses = capabilities.losses
     if losses is None:
         return

@@ -114,6 +114,8 @@ class LossInputs:
 
     sampler_logprobs_T: torch.Tensor
     advantages_T: torch.Tensor
+    #: the reference policy's log-probs (``[train.loss] kl_coef > 0``); None otherwise
+    reference_logprobs_T: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,11 @@ class TrainerCapabilities:
     * ``data_parallel``: ``optim_step`` sums the gradients of every torchrun rank first
       (:func:`searchr1.core.distributed.all_reduce_grads`); without it ``train`` refuses to
       run under torchrun with more than one process.
+    * ``kl_reference``: makes the current weights the KL term's reference policy (the train
+      loop calls it once, after a cold start; never called, the reference is the base model)
+      and declares that ``forward_backward`` gives a loss with ``kl_coef > 0`` the
+      reference's log-probs (:attr:`LossInputs.reference_logprobs_T`). None: it cannot, and
+      ``[train.loss] kl_coef > 0`` is refused before any rollout.
     """
 
     losses: Mapping[str, frozenset[str]] | None = None
@@ -191,6 +198,7 @@ class TrainerCapabilities:
     snapshot_sampler: Callable[[], None] | None = None
     learner_temperature: float | None = None
     data_parallel: bool = False
+    kl_reference: Callable[[], None] | None = None
 
 
 class Trainer(Protocol):

@@ -18,6 +18,17 @@ metrics shows whether it is needed (a cap of 2 to 5 is usual). ``truncated_token
 capped tokens. Local learners only: a remote service is sent the loss name and clip bounds
 (a remote provider refuses ``ratio_cap > 0`` when the run is built).
 
+KL toward the start policy (``[train.loss] kl_coef = beta``, off by default; verl's
+``kl_loss_coef``, TRL's ``beta``): every policy loss adds ``beta * sum_t k3_t`` over the trained
+tokens, with the k3 estimator ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` of
+``KL(policy || reference)`` on the sampled tokens (``>= 0``, 0 exactly where the two agree;
+its gradient ``(1 - exp(ref_t - lp_t)) * grad lp_t`` pulls ``lp_t`` toward ``ref_t``). The
+reference is the policy as RL began (``LossInputs.reference_logprobs_T``: the learner's
+reference policy, ``searchr1/plugins/local_model/reference.py``). It is summed like the
+policy term, so the step's ``1 / N`` scale applies to both. Metrics: ``kl_sum`` and
+``kl_max`` (the step reports ``kl/mean`` and ``kl/max``). Only trainers that declare
+``kl_reference`` take it (a remote service is refused before any rollout).
+
 Metrics are sums over trained positions (advantage != 0), so a provider can add them across
 micro-batches and divide by ``tokens`` once.
 """
@@ -57,6 +68,34 @@ def _ratio_metrics(
     return metrics
 
 
+def k3(logprobs_T: torch.Tensor, reference_logprobs_T: torch.Tensor) -> torch.Tensor:
+    """Per token ``exp(ref - lp) - (ref - lp) - 1`` (k3 estimator of ``KL(policy || ref)``
+    for tokens sampled from the policy); differentiable in ``logprobs_T`` only."""
+    d_T = reference_logprobs_T.detach() - logprobs_T
+    return d_T.exp() - d_T - 1.0
+
+
+def kl_penalty(
+    logprobs_T: torch.Tensor, inputs: LossInputs, kl_coef: float
+) -> tuple[torch.Tensor | float, dict[str, float]]:
+    """``(kl_coef * sum of k3 over trained tokens, {kl_sum, kl_max})``; ``(0, {})`` when
+    ``kl_coef`` is 0."""
+    if kl_coef <= 0:
+        return 0.0, {}
+    if inputs.reference_logprobs_T is None:
+        raise ValueError(
+            "[train.loss] kl_coef > 0 but the trainer gave no reference log-probs "
+            "(LossInputs.reference_logprobs_T); its provider must declare kl_reference"
+        )
+    trained_T = inputs.advantages_T != 0
+    k3_T = k3(logprobs_T, inputs.reference_logprobs_T) * trained_T
+    detached = k3_T.detach()
+    return kl_coef * k3_T.sum(), {
+        "kl_sum": float(detached.sum()),
+        "kl_max": float(detached.max()) if detached.numel() else 0.0,
+    }
+
+
 def truncated(ratio_T: torch.Tensor, ratio_cap: float) -> torch.Tensor:
     """``min(r, cap)`` in value, with the gradient of ``r`` scaled by ``min(r, cap) / r``: a
     capped token's gradient is ``cap * grad lp`` (truncated IS), not 0. ``cap <= 0``: ``r``."""
@@ -68,16 +107,18 @@ def truncated(ratio_T: torch.Tensor, ratio_cap: float) -> torch.Tensor:
 
 
 def importance_sampling(
-    logprobs_T: torch.Tensor, inputs: LossInputs, ratio_cap: float = 0.0
+    logprobs_T: torch.Tensor, inputs: LossInputs, ratio_cap: float = 0.0, kl_coef: float = 0.0
 ) -> LossOutput:
     """``loss = -sum_t r_t * A_t`` with ``r_t = exp(lp_t - lp_sampler_t)`` (``min(r_t, C)``
-    with ``ratio_cap = C``).
+    with ``ratio_cap = C``), plus the KL term (module docstring).
 
     The gradient is the off-policy corrected policy gradient
     ``-sum_t r_t * A_t * grad lp_t``; on-policy (``r = 1``) it is REINFORCE."""
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
-    loss = -(truncated(ratio_T, ratio_cap) * inputs.advantages_T).sum()
-    return LossOutput(loss, _ratio_metrics(ratio_T, inputs.advantages_T != 0, None, ratio_cap))
+    kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
+    loss = -(truncated(ratio_T, ratio_cap) * inputs.advantages_T).sum() + kl
+    metrics = _ratio_metrics(ratio_T, inputs.advantages_T != 0, None, ratio_cap)
+    return LossOutput(loss, {**metrics, **kl_metrics})
 
 
 def ppo(
@@ -86,20 +127,23 @@ def ppo(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     ratio_cap: float = 0.0,
+    kl_coef: float = 0.0,
 ) -> LossOutput:
     """``loss = -sum_t min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)``; with
     ``ratio_cap = C`` the unclipped term uses ``min(r_t, C)`` (bounding negative-advantage
-    tokens, which the clip leaves unbounded)."""
+    tokens, which the clip leaves unbounded); plus the KL term (module docstring)."""
     import torch
 
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
     unclipped_T = truncated(ratio_T, ratio_cap) * inputs.advantages_T
     clipped_ratio_T = ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high)
     clipped_T = clipped_ratio_T * inputs.advantages_T
-    loss = -torch.minimum(unclipped_T, clipped_T).sum()
+    kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
+    loss = -torch.minimum(unclipped_T, clipped_T).sum() + kl
     was_clipped_T = (clipped_T < unclipped_T).detach()
     trained_T = inputs.advantages_T != 0
-    return LossOutput(loss, _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap))
+    metrics = _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap)
+    return LossOutput(loss, {**metrics, **kl_metrics})
 
 
 def cispo(
@@ -108,18 +152,22 @@ def cispo(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     ratio_cap: float = 0.0,
+    kl_coef: float = 0.0,
 ) -> LossOutput:
-    """``loss = -sum_t sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * lp_t * A_t``.
+    """``loss = -sum_t sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * lp_t * A_t``, plus the KL
+    term (module docstring).
 
     The clipped ratio is a constant weight (stop-gradient), so every token keeps a gradient
     through ``lp_t`` even when its ratio is clipped. ``ratio_cap`` also bounds the weight
     (it only matters when set below ``1 + clip_high``)."""
     ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
     weight_T = truncated(ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high), ratio_cap).detach()
-    loss = -(weight_T * logprobs_T * inputs.advantages_T).sum()
+    kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
+    loss = -(weight_T * logprobs_T * inputs.advantages_T).sum() + kl
     was_clipped_T = (weight_T != ratio_T).detach()
     trained_T = inputs.advantages_T != 0
-    return LossOutput(loss, _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap))
+    metrics = _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap)
+    return LossOutput(loss, {**metrics, **kl_metrics})
 
 
 def cross_entropy(logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
@@ -135,12 +183,14 @@ def cross_entropy(logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
 
 @dataclass(frozen=True)
 class ClipSettings:
-    """``[train.loss]``: clip bounds of ppo and cispo, and the truncated-IS cap of every
-    loss (``ratio_cap``, 0 = off)."""
+    """``[train.loss]``: clip bounds of ppo and cispo, the truncated-IS cap of every loss
+    (``ratio_cap``, 0 = off) and the weight of every policy loss's KL term toward the start
+    policy (``kl_coef``, 0 = off)."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
     ratio_cap: float = field(default=0.0, metadata={"min": 0.0})
+    kl_coef: float = field(default=0.0, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -163,9 +213,10 @@ def _clip_settings(config: Config) -> dict[str, float]:
 
 
 def _is_settings(config: Config) -> dict[str, float]:
-    """``[train.loss]`` for :func:`importance_sampling`: only ``ratio_cap`` applies (the
+    """``[train.loss]`` for :func:`importance_sampling`: ``ratio_cap`` and ``kl_coef`` (the
     clip bounds are checked but have no meaning without a clip)."""
-    return {"ratio_cap": _clip_settings(config)["ratio_cap"]}
+    settings = _clip_settings(config)
+    return {"ratio_cap": settings["ratio_cap"], "kl_coef": settings["kl_coef"]}
 
 
 @hookimpl

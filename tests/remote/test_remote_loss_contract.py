@@ -81,6 +81,11 @@ def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_pat
     run.start(need_loss=True)
     try:
         assert run.loss.name == "cispo"
-        assert run.loss.settings == {"clip_low": 0.1, "clip_high": 0.3, "ratio_cap": 0.0}
+        assert run.loss.settings == {
+            "clip_low": 0.1,
+            "clip_high": 0.3,
+            "ratio_cap": 0.0,
+            "kl_coef": 0.0,
+        }
     finally:
         run.close()

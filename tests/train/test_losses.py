@@ -139,3 +139,66 @@ def test_ratio_cap_is_read_from_train_loss_for_every_loss() -> None:
     assert factories["importance_sampling"](Config())(lp, inputs).loss.item() == pytest.approx(-3)
     with pytest.raises(ConfigError, match="ratio_cap"):
         factories["ppo"](Config(plugins={"train.loss": {"ratio_cap": -1.0}}))
+
+
+# The reference policy's log-probs of the same four positions (the last is a prompt position).
+REFERENCE = [math.log(0.4), math.log(0.3), math.log(0.25), -1.0]
+
+
+@pytest.mark.parametrize("name", ["importance_sampling", "ppo", "cispo"])
+def test_kl_term_is_k3_to_the_reference_on_trained_tokens(name: str) -> None:
+    """``kl_coef * sum k3`` over trained tokens, in value and gradient, against the same maths
+    written out in float64; the prompt position (advantage 0) adds nothing."""
+    fn = getattr(losses, name)
+    lp, inputs = _inputs()
+    inputs = LossInputs(
+        inputs.sampler_logprobs_T,
+        inputs.advantages_T,
+        reference_logprobs_T=torch.tensor(REFERENCE, dtype=torch.float64),
+    )
+    plain = fn(lp, inputs)
+    plain.loss.backward()
+    plain_grad = lp.grad.clone()
+    lp.grad = None
+    beta = 0.3
+    out = fn(lp, inputs, kl_coef=beta)
+    out.loss.backward()
+    expected_k3 = [
+        math.exp(r - p) - (r - p) - 1.0 if a != 0 else 0.0
+        for p, r, a in zip(NEW, REFERENCE, ADV, strict=True)
+    ]
+    assert out.loss.item() - plain.loss.item() == pytest.approx(beta * sum(expected_k3), rel=1e-12)
+    assert out.metrics["kl_sum"] == pytest.approx(sum(expected_k3), rel=1e-12)
+    assert out.metrics["kl_max"] == pytest.approx(max(expected_k3), rel=1e-12)
+    # d k3 / d lp = 1 - exp(ref - lp): the KL term pulls lp toward the reference
+    kl_grad = [
+        beta * (1.0 - math.exp(r - p)) if a != 0 else 0.0
+        for p, r, a in zip(NEW, REFERENCE, ADV, strict=True)
+    ]
+    assert (lp.grad - plain_grad).tolist() == pytest.approx(kl_grad, rel=1e-12, abs=1e-15)
+    assert any(abs(g) > 1e-3 for g in kl_grad)  # kl_coef > 0 changed the gradient
+
+
+def test_kl_term_is_zero_where_the_policy_is_the_reference() -> None:
+    lp, inputs = _inputs()
+    inputs = LossInputs(inputs.sampler_logprobs_T, inputs.advantages_T, lp.detach().clone())
+    out = losses.importance_sampling(lp, inputs, kl_coef=1.0)
+    out.loss.backward()
+    assert out.metrics["kl_sum"] == 0.0
+    # the same gradient as without the term: -r*A
+    assert lp.grad.tolist() == pytest.approx([-2.0, -1.5, 0.5, 0.0])
+
+
+def test_kl_coef_without_reference_logprobs_is_an_error_naming_the_setting() -> None:
+    lp, inputs = _inputs()
+    with pytest.raises(ValueError, match=r"\[train.loss\] kl_coef"):
+        losses.importance_sampling(lp, inputs, kl_coef=0.1)
+
+
+def test_kl_coef_is_read_from_train_loss_for_every_policy_loss() -> None:
+    factories = _registered()
+    config = Config(plugins={"train.loss": {"kl_coef": 0.05}})
+    for name in ("importance_sampling", "ppo", "cispo"):
+        assert factories[name](config).settings["kl_coef"] == 0.05
+    with pytest.raises(ConfigError, match="kl_coef"):
+        factories["ppo"](Config(plugins={"train.loss": {"kl_coef": -0.1}}))

@@ -35,6 +35,10 @@ with ``d = learner - sampler`` log-prob (see :func:`mismatch_metrics`)::
 
 On-policy these read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer
 scores what the sampler sampled (dtype, kernels, temperature, an engine sampler).
+
+A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
+the same trained tokens (:mod:`.reference`: the adapter as RL began, or the adapter
+disabled), computed without gradient before the policy's forward.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from searchr1.plugins.local_model.chunked_logprobs import (
     chunked_token_logprobs,
     matches_model_logits,
 )
+from searchr1.plugins.local_model.reference import ReferencePolicy
 from searchr1.plugins.local_model.shared_prefix import (
     can_share_prefixes,
     prefix_groups,
@@ -209,6 +214,8 @@ class Learner:
             raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-5)
         self.step = 0
+        #: the KL term's reference policy (``[train.loss] kl_coef``)
+        self.reference = ReferencePolicy(model)
         dropout = dropout_probabilities(model)
         if dropout:
             from searchr1.core.logs import get_logger
@@ -320,7 +327,15 @@ class Learner:
         # trains. logprobs_T and the loss inputs are in row-major order of trained_BT.
         trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
-        if self._use_chunked(ids_BT, targets_BT, trained_BT):
+        use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
+        reference_T = None
+        if float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0)) > 0:
+            # Before the policy's forward: the reference swaps adapter tensors, which must
+            # not change under a graph that backward still needs.
+            reference_T = self._reference_logprobs(
+                use_chunked, ids_BT, mask_BT, targets_BT, trained_BT
+            )
+        if use_chunked:
             logprobs_T = self._shared_prefix_logprobs(
                 datums, ids_BT, mask_BT, targets_BT, trained_BT
             )
@@ -335,12 +350,37 @@ class Learner:
         inputs = LossInputs(
             sampler_logprobs_T=sampler_BT.to(dev)[trained_BT],
             advantages_T=adv_BT.to(dev)[trained_BT],
+            reference_logprobs_T=reference_T,
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
         # trained_BT selects exactly the trained positions (advantage != 0).
         mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
         return float(output.loss.detach()), dict(output.metrics), mismatch
+
+    def _reference_logprobs(
+        self,
+        use_chunked: bool,
+        ids_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        targets_BT: torch.Tensor,
+        trained_BT: torch.Tensor,
+    ) -> torch.Tensor:
+        """The reference policy's log-probs of the trained tokens (row-major order of
+        ``trained_BT``, as the policy's), without gradient."""
+        with torch.no_grad(), self.reference.active():
+            if use_chunked:
+                return self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
+            columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
+            logprobs_BK = trained_token_logprobs(
+                self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
+            )
+            return logprobs_BK[trained_BT[:, columns_K]]
+
+    def pin_reference(self) -> None:
+        """The current adapter becomes the KL term's reference policy (after a cold start)."""
+        with self.model_lock:
+            self.reference.pin()
 
     def _shared_prefix_logprobs(
         self,
@@ -455,6 +495,7 @@ class Learner:
 
         with self.model_lock:
             state.save_state(path, self.model, self.optimizer, self.step, sampler_gen)
+            self.reference.save(path)
 
     def load_state(self, path: str, sampler_gen: Any = None) -> None:
         """What :meth:`save_state` wrote, back into the model and optimizer."""
@@ -462,6 +503,7 @@ class Learner:
 
         with self.model_lock:
             self.step = state.load_state(path, self.model, self.optimizer, sampler_gen)
+            self.reference.load(path)
 
     # ------------------------------------------------------------------ optimizer
 

@@ -159,10 +159,11 @@ class LocalModelProvider:
 
     @property
     def capabilities(self) -> TrainerCapabilities:
-        """Any loss (the learner calls it), a snapshot sampler, and the learner's
-        temperature (the rollout's, so on-policy ratios are 1)."""
+        """Any loss (the learner calls it), a snapshot sampler, a KL reference, and the
+        learner's temperature (the rollout's, so on-policy ratios are 1)."""
         return TrainerCapabilities(
             snapshot_sampler=self.snapshot_sampler,
+            kl_reference=self.learner.pin_reference,
             learner_temperature=float(self.learner.temperature),
             data_parallel=True,
         )

@@ -30,7 +30,7 @@ def _loss_notes(config: Config) -> list[str]:
     :data:`REMOTE_LOSSES`), said before any model loads."""
     from searchr1.core.config_schema import ColdStartSettings
     from searchr1.core.config_validate import plugin_settings
-    from searchr1.plugins.remote_model.loss_contract import LOSSES_REASON, REMOTE_LOSSES
+    from searchr1.plugins.remote_model.conversions import LOSSES_REASON, REMOTE_LOSSES
 
     chosen = [("train.loss_fn", config.train.loss_fn)]
     cold_start = plugin_settings(config, "train", "cold_start", ColdStartSettings)

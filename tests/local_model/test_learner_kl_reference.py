@@ -1,0 +1,136 @@
+"""The KL term's reference policy in the local learner (tiny model, CPU, float64): the base model
+with the adapter disabled until a reference is pinned, the pinned adapter after, kept across
+a checkpoint; and a KL term that changes the gradient exactly where the policy left the
+reference."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from fakes import build_small_tiny_model
+from numerics import RTOL64
+
+from searchr1.core.config_schema import Config
+from searchr1.core.types import Datum, LossInputs, LossOutput
+from searchr1.plugins.local_model.learner import trained_token_logprobs
+from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.plugins.local_model.reference import REFERENCE_FILE
+from searchr1.plugins.losses import NamedLoss, importance_sampling
+
+TEMPERATURE = 0.8
+PROMPTS = [[5, 17, 33, 8, 90, 41, 7, 7, 12], [12, 7, 300, 52, 9, 9, 61]]
+PROMPT_LEN = 4
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_small_tiny_model(tmp_path_factory.mktemp("tiny"), max_position_embeddings=64)
+
+
+def _provider(model_dir: Path) -> LocalModelProvider:
+    config = Config().replace(
+        model={"base_model": str(model_dir), "temperature": TEMPERATURE, "dtype": "float64"},
+        lora={"rank": 4, "alpha": 8.0, "dropout": 0.0},
+    )
+    p = LocalModelProvider.from_config(dataclasses.replace(config, plugins={}))
+    # A trained-looking adapter: with B = 0 the adapter would change nothing.
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, param in p.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
+    return p
+
+
+def _datums() -> list[Datum]:
+    out = []
+    for i, tokens in enumerate(PROMPTS):
+        n = len(tokens) - 1
+        adv = [0.0] * (PROMPT_LEN - 1) + [1.0 if i else -1.0] * (n - PROMPT_LEN + 1)
+        out.append(Datum(tuple(tokens[:-1]), tuple(tokens[1:]), (0.0,) * n, tuple(adv), f"t{i}"))
+    return out
+
+
+class Recorded:
+    """An importance-sampling loss that keeps the reference log-probs it was given."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.reference: list[torch.Tensor] = []
+        self.loss = NamedLoss("importance_sampling", self._fn, {"kl_coef": kl_coef})
+
+    def _fn(self, logprobs_T: torch.Tensor, inputs: LossInputs, kl_coef: float) -> LossOutput:
+        if inputs.reference_logprobs_T is not None:
+            self.reference.append(inputs.reference_logprobs_T.clone())
+        return importance_sampling(logprobs_T, inputs, kl_coef=kl_coef)
+
+
+def _step(p: LocalModelProvider, kl_coef: float) -> tuple[dict, list[torch.Tensor], Recorded]:
+    """One forward_backward; its metrics, the LoRA gradients (then zeroed) and the loss."""
+    loss = Recorded(kl_coef)
+    result = p.forward_backward(_datums(), loss.loss)
+    grads = [q.grad.clone() for q in p.learner.params]
+    p.learner.optimizer.zero_grad(set_to_none=True)
+    return dict(result.metrics), grads, loss
+
+
+def _trained_logprobs(p: LocalModelProvider) -> torch.Tensor:
+    """The model's log-probs of every datum's trained tokens, row by row (no learner code)."""
+    out = []
+    with torch.no_grad():
+        for d in _datums():
+            ids = torch.tensor([d.input_tokens])
+            columns = torch.arange(PROMPT_LEN - 1, len(d))
+            lp = trained_token_logprobs(
+                p.model,
+                ids,
+                torch.ones_like(ids),
+                torch.tensor([d.target_tokens]),
+                TEMPERATURE,
+                columns,
+            )
+            out.append(lp[0])
+    return torch.cat(out)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.allclose(a, b, rtol=RTOL64, atol=RTOL64))
+
+
+def test_reference_is_the_base_until_pinned_then_the_pinned_adapter(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    p = _provider(model_dir)
+    with p.model.disable_adapter():
+        base = _trained_logprobs(p)
+    policy = _trained_logprobs(p)
+    assert not _close(base, policy)  # the adapter matters
+
+    # Not pinned: the reference is the base model, and the KL term adds its gradient.
+    metrics, grads_kl, loss = _step(p, kl_coef=0.5)
+    assert _close(torch.cat(loss.reference), base)
+    assert metrics["kl_sum"] > 1e-4
+    _, grads_plain, plain = _step(p, kl_coef=0.0)
+    assert plain.reference == []  # no reference forward without a KL term
+    assert any(not _close(a, b) for a, b in zip(grads_kl, grads_plain, strict=True))
+
+    # Pinned: the reference is this adapter; the KL term is 0 and leaves the gradient as is.
+    p.capabilities.kl_reference()
+    metrics, grads_pinned, loss = _step(p, kl_coef=0.5)
+    assert _close(torch.cat(loss.reference), policy)
+    assert metrics["kl_sum"] == pytest.approx(0.0, abs=1e-12)
+    assert all(_close(a, b) for a, b in zip(grads_pinned, grads_plain, strict=True))
+
+    # The adapter moves; the reference stays, and a checkpoint carries it to a new process.
+    with torch.no_grad():
+        for q in p.learner.params:
+            q.add_(0.05)
+    p.save_state(str(tmp_path / "state"))
+    assert (tmp_path / "state" / REFERENCE_FILE).is_file()
+    fresh = _provider(model_dir)
+    fresh.load_state(str(tmp_path / "state"))
+    metrics, _, loss = _step(fresh, kl_coef=0.5)
+    assert _close(torch.cat(loss.reference), policy)
+    assert metrics["kl_sum"] > 1e-4

@@ -1,0 +1,166 @@
+"""What ``searchr1 train`` does between its steps, through the CLI: the periodic held-out eval
+(``[train] eval_every``) and the best checkpoint (``keep_best``, ``searchr1 eval --checkpoint
+RUN:best``), the KL term toward the start policy (``[train.loss] kl_coef``), and a health alert
+that stops the run (``[train.health] on_alert = "stop"``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import make_config, read_events
+from train_configs import TINY_TRAIN, train_config
+
+HELDOUT = "builtin:world/heldout.jsonl"
+
+
+def _best_of(evals: list[dict]) -> tuple[int, float]:
+    """The earliest step with the highest held-out EM among the periodic evals."""
+    periodic = sorted((e["step"], e["value"]) for e in evals if e["when"].startswith("step_"))
+    best = max(value for _, value in periodic)
+    return next(step for step, value in periodic if value == best), best
+
+
+@pytest.mark.slow
+def test_periodic_eval_keeps_the_best_checkpoint_and_kl_starts_at_zero(
+    tmp_path: Path, config_file, run_cli
+) -> None:
+    """Three steps of the tiny model, held-out EM on 4 questions at steps 0, 2 and 3, the
+    best kept; KL to the start policy: 0 at step 1 (the policy is the start policy), then the
+    adapter moves away from it. A resume to step 4 keeps the best so far."""
+    run = tmp_path / "run"
+    train = {
+        "save_every": 10,
+        "eval_every": 2,
+        "eval_questions": 4,
+        "keep_best": True,
+        "loss": {"kl_coef": 0.5},
+    }
+    config = config_file(
+        make_config(TINY_TRAIN, train={**train, "max_steps": 3}, data={"eval": HELDOUT})
+    )
+    result = run_cli("train", "--config", config, "--run-dir", run)
+    assert result.code == 0, result.out + result.err
+
+    evals = read_events(run, "eval/heldout_em")
+    assert [(e["when"], e["step"], e["n"]) for e in evals] == [
+        ("step_0", 0, 4),
+        ("step_2", 2, 4),
+        ("step_3", 3, 4),
+    ]
+    # a balanced subset: both skills of the world in every periodic eval
+    assert {"em/world_1hop", "em/world_2hop"} <= set(evals[0])
+    metrics = {e["step"]: e for e in read_events(run, "metrics")}
+    assert "eval/heldout_em" not in metrics[1]
+    for e in evals[1:]:
+        m = metrics[e["step"]]
+        assert m["eval/heldout_em"] == e["value"]
+        assert m["eval/heldout_em/world_2hop"] == e["em/world_2hop"]
+
+    # KL: the first step scores the start policy itself; the update moves the adapter away
+    assert metrics[1]["kl/mean"] == pytest.approx(0.0, abs=1e-6)
+    assert all(m["kl/mean"] >= 0.0 for m in metrics.values() if "kl/mean" in m)
+    assert max(m.get("kl/mean", 0.0) for m in metrics.values()) > 1e-6
+
+    # the report draws the held-out EM curve from the metrics events
+    assert run_cli("report", run, "--out", tmp_path / "report", "--no-png").code == 0
+    assert (
+        "<figcaption>eval/heldout_em</figcaption>"
+        in (tmp_path / "report" / "index.html").read_text()
+    )
+
+    best_step, best_em = _best_of(evals)
+    saved = json.loads((run / "checkpoints" / "best" / "trainer.json").read_text())
+    assert saved["step"] == best_step
+    assert saved["best_heldout"]["em"] == best_em
+    (done,) = read_events(run, "best_checkpoint")
+    assert done["step"] == best_step and f"{run}:best" in done["message"]
+
+    # `searchr1 eval --checkpoint RUN:best` evaluates that checkpoint
+    result = run_cli(
+        "eval",
+        "--config",
+        config,
+        "--checkpoint",
+        f"{run}:best",
+        "--limit-per-source",
+        "1",
+        "--run-dir",
+        tmp_path / "eval",
+    )
+    assert result.code == 0, result.out + result.err
+    assert f"best_step_{best_step}" in result.out
+
+    # resumed to one more step: the best so far is kept, not restarted
+    more = config_file(
+        make_config(TINY_TRAIN, train={**train, "max_steps": 4}, data={"eval": HELDOUT}),
+        "more.toml",
+    )
+    result = run_cli("train", "--config", more, "--run-dir", run, "--resume")
+    assert result.code == 0, result.out + result.err
+    evals = read_events(run, "eval/heldout_em")
+    assert [e["when"] for e in evals][-1] == "step_4"
+    best_step, best_em = _best_of(evals)
+    saved = json.loads((run / "checkpoints" / "best" / "trainer.json").read_text())
+    assert (saved["step"], saved["best_heldout"]["em"]) == (best_step, best_em)
+
+
+def test_a_health_alert_with_on_alert_stop_checkpoints_and_exits_5(
+    tmp_path: Path, run_cli, scripted_plugin
+) -> None:
+    """A length-growth threshold under 1 trips at step 1: the run saves that step and stops
+    with exit code 5 and a message naming the alert and the setting."""
+    config = train_config(
+        tmp_path, extra='[train.health]\non_alert = "stop"\nmax_length_growth = 0.5\n'
+    )
+    run = tmp_path / "run"
+    result = run_cli("train", "--config", config, "--run-dir", run)
+    assert result.code == 5, result.out + result.err
+    assert "health alert length_growth at step 1" in result.err
+    assert 'on_alert = "stop"' in result.err
+    assert sorted(e["step"] for e in read_events(run, "metrics")) == [1]  # of max_steps = 2
+    assert (run / "checkpoints" / "step_000001" / "trainer.json").is_file()
+    (stopped,) = read_events(run, "train_stopped")
+    assert stopped["alert"] == "length_growth"
+
+
+def test_settings_that_cannot_work_are_refused_before_training(
+    tmp_path: Path, run_cli, scripted_plugin
+) -> None:
+    """eval_every without a held-out file, keep_best without eval_every, and a KL term on a
+    trainer that cannot score the reference policy: exit 2 naming the field; RUN:best of a
+    run that kept none names the setting."""
+    cases = {
+        "eval_every = 2\n": "train.eval_every = 2 needs a held-out QA file",
+        "keep_best = true\n": "train.keep_best = true",
+    }
+    for line, message in cases.items():
+        folder = tmp_path / f"case{len(line)}"
+        folder.mkdir()
+        config = train_config(folder, train=line)
+        result = run_cli("train", "--config", config, "--run-dir", folder / "run")
+        assert result.code == 2, result.out + result.err
+        assert message in result.out + result.err
+    # the scripted provider declares no kl_reference
+    (tmp_path / "kl").mkdir()
+    (tmp_path / "plain").mkdir()
+    config = train_config(tmp_path / "kl", extra="[train.loss]\nkl_coef = 0.1\n")
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "kl" / "run")
+    assert result.code == 2, result.out + result.err
+    assert "train.loss.kl_coef = 0.1" in result.out + result.err
+    assert not list((tmp_path / "kl" / "run").glob("checkpoints/step_*"))
+
+    result = run_cli(
+        "train", "--config", train_config(tmp_path / "plain"), "--run-dir", tmp_path / "r"
+    )
+    assert result.code == 0, result.out + result.err
+    result = run_cli(
+        "eval",
+        "--config",
+        tmp_path / "plain" / "config.toml",
+        "--checkpoint",
+        f"{tmp_path / 'r'}:best",
+    )
+    assert result.code == 2
+    assert "keep_best" in result.out + result.err
