@@ -312,10 +312,11 @@ class VllmModelProvider:
 
     @property
     def capabilities(self) -> TrainerCapabilities:
-        """Any loss (the learner calls it), a snapshot sampler, and the learner's
-        temperature (the rollout's)."""
+        """Any loss (the learner calls it), a snapshot sampler, the local learner's KL
+        reference, and the learner's temperature (the rollout's)."""
         return TrainerCapabilities(
             snapshot_sampler=self.snapshot_sampler,
+            kl_reference=self.learner.pin_reference,
             learner_temperature=float(self.learner.temperature),
         )
 
