@@ -7,8 +7,8 @@ question's trajectory and scores) and ``eval_summary.json`` into the run folder,
 ``eval_result`` event per model, and prints the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...).
 
-A checkpoint is evaluated with the model, rollout (protocol included) and search settings it
-was trained with, read from the ``config.toml`` saved beside it (:func:`checkpoint_config`),
+A checkpoint is evaluated with the model, LoRA, rollout (protocol included) and search settings
+it was trained with, read from the ``config.toml`` saved beside it (:func:`checkpoint_config`),
 unless ``--config`` is given; then every field where the two differ is warned about.
 
 A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
@@ -108,7 +108,7 @@ def _nearby_runs(path: Path) -> str:
 
 
 #: the sections a checkpoint is evaluated with from its own saved config
-SAVED_SECTIONS = ("model", "rollout", "search")
+SAVED_SECTIONS = ("model", "lora", "rollout", "search")
 
 
 def saved_config_path(targets: Sequence[tuple[str, str | None]]) -> Path | None:
@@ -152,7 +152,7 @@ def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
 def checkpoint_config(
     current: Config, saved_path: Path, saved: dict[str, Any], registry: Registry
 ) -> Config:
-    """``current`` with the model, rollout and search settings (their plugin tables
+    """``current`` with the model, LoRA, rollout and search settings (their plugin tables
     included) of the checkpoint's saved config. A secret, saved as ``***``, keeps the value
     ``current`` has (its ``${VAR}``), or is left out."""
     import tomli_w
@@ -191,6 +191,7 @@ def checkpoint_config(
     )
     return current.replace(
         model=parsed.model,
+        lora=parsed.lora,
         rollout=parsed.rollout,
         search=parsed.search,
         plugins=plugins,
@@ -220,7 +221,7 @@ def _eval_config(
             print(f"searchr1: warning: {line}", file=sys.stderr)
         return current
     print(
-        f"eval: model, rollout and search settings from the checkpoint's {saved_path} "
+        f"eval: model, LoRA, rollout and search settings from the checkpoint's {saved_path} "
         "(give --config to use another config's)"
     )
     return checkpoint_config(current, saved_path, saved, registry)

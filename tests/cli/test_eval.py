@@ -270,15 +270,20 @@ def test_checkpoint_is_evaluated_with_its_saved_config(
     tmp_path: Path, run_cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The offline demo's tiny model trained two steps, then evaluated where ./config.toml
-    names another base model of the same shape: without --config the checkpoint's own
-    settings are used (the same records as the training config gives); with that other
-    config given, each differing field is warned about."""
+    names another base model of the same shape and another LoRA rank: without --config the
+    checkpoint's own settings are used (the same records as the training config gives); with
+    another config given, each differing field is warned about."""
     from cli_run import make_config, write_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
     trained = write_config(tmp_path, make_config(), "train.toml")
-    other = write_config(tmp_path, make_config(model={"base_model": "builtin:tiny-random"}))
+    other = write_config(
+        tmp_path, make_config(model={"base_model": "builtin:tiny-random"}), "other.toml"
+    )
+    write_config(  # ./config.toml: its LoRA would not fit the checkpoint's adapter
+        tmp_path, make_config(model={"base_model": "builtin:tiny-random"}, lora={"rank": 8})
+    )
     assert run_cli("train", "--config", trained, "--run-dir", "run").code == 0
     ask = ("--checkpoint", "run", "--data", "builtin:world/train.jsonl", "--limit-per-source", "2")
 
@@ -290,8 +295,8 @@ def test_checkpoint_is_evaluated_with_its_saved_config(
     assert "config: config.toml (./config.toml exists" in saved.out  # the default it replaced
     checkpoint_config = Path("run/checkpoints/step_000002/config.toml")
     assert (
-        f"eval: model, rollout and search settings from the checkpoint's {checkpoint_config}"
-        in (saved.out)
+        f"eval: model, LoRA, rollout and search settings from the checkpoint's "
+        f"{checkpoint_config}" in (saved.out)
     )
     assert "differs" not in saved.err + same.err
     warnings = [line for line in given.err.splitlines() if "differs" in line]
