@@ -130,3 +130,21 @@ def fake_vllm_servers(count: int) -> Iterator[list[FakeVllm]]:
         for s in servers:
             s.shutdown()
             s.server_close()
+
+
+def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict[str, float]:
+    """One ``forward_backward`` + ``optim_step`` of ``provider`` on ``sampled`` after ``prompt``
+    (advantage 1): a new adapter version for the provider to publish."""
+    from searchr1.core.types import AdamParams, Datum
+    from searchr1.plugins.losses import NamedLoss, importance_sampling
+
+    tokens = prompt + list(sampled)
+    pad = [0.0] * (len(prompt) - 1)
+    datum = Datum(
+        tuple(tokens[:-1]),
+        tuple(tokens[1:]),
+        tuple(pad + [-1.0] * len(sampled)),
+        tuple(pad + [1.0] * len(sampled)),
+    )
+    provider.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
+    return dict(provider.optim_step(AdamParams(learning_rate=1e-3)))

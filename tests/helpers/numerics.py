@@ -18,9 +18,12 @@ below the error of a wrong path (a dropped temperature, a column mix-up or a det
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 
 import torch
+
+from searchr1.core.types import Datum
 
 RTOL64 = 1e-9
 
@@ -64,3 +67,24 @@ def assert_same_grads64(
         scale = float(g.abs().max())
         error = float((got[name] - g).abs().max())
         assert error <= rtol * scale + 1e-300, (name, error, scale)
+
+
+def random_datums(vocab: int, n: int = 5, seed: int = 0) -> list[Datum]:
+    """``n`` datums of random tokens and lengths: a prompt (advantage 0), then 'generated'
+    tokens with sampler log-probs in [-7, -5] and one advantage each (-1, 0.5 or 1)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt, gen = rng.randint(3, 10), rng.randint(4, 20)
+        seq = [rng.randrange(3, vocab) for _ in range(prompt + gen)]
+        adv = rng.choice([-1.0, 0.5, 1.0])
+        out.append(
+            Datum(
+                tuple(seq[:-1]),
+                tuple(seq[1:]),
+                tuple([0.0] * (prompt - 1) + [rng.uniform(-7, -5) for _ in range(gen)]),
+                tuple([0.0] * (prompt - 1) + [adv] * gen),
+                trajectory_id=f"traj-{seed}-{i}",
+            )
+        )
+    return out

@@ -4,13 +4,12 @@ checkpoints, config errors."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from pathlib import Path
 
 import pytest
 import torch
 from fakes import build_small_tiny_model
-from numerics import RTOL64, assert_same64, assert_same_grads64
+from numerics import RTOL64, assert_same64, assert_same_grads64, random_datums
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -42,24 +41,7 @@ def _provider(model_dir: Path, dtype: str = "float64", **lora: object) -> LocalM
     return LocalModelProvider.from_config(_config(model_dir, dtype, **lora))
 
 
-def _datums(vocab: int, n: int = 5, seed: int = 0) -> list[Datum]:
-    """Datums of different lengths: a prompt (advantage 0) then 'generated' tokens."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        prompt, gen = rng.randint(3, 10), rng.randint(4, 20)
-        seq = [rng.randrange(3, vocab) for _ in range(prompt + gen)]
-        adv = rng.choice([-1.0, 0.5, 1.0])
-        out.append(
-            Datum(
-                tuple(seq[:-1]),
-                tuple(seq[1:]),
-                tuple([0.0] * (prompt - 1) + [rng.uniform(-7, -5) for _ in range(gen)]),
-                tuple([0.0] * (prompt - 1) + [adv] * gen),
-                trajectory_id=f"traj-{i}",
-            )
-        )
-    return out
+_datums = random_datums
 
 
 def _grads(p: LocalModelProvider) -> dict[str, torch.Tensor]:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers
+from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers, train_on
 
 from searchr1.core.config_schema import Config
-from searchr1.core.types import AdamParams, Datum, SamplingParams
+from searchr1.core.types import SamplingParams
 
 PROMPT = [1, 2, 3, 4]
 
@@ -32,18 +32,7 @@ def fake_vllm() -> Iterator[FakeVllm]:
 
 
 def _step(provider: Any) -> dict[str, float]:
-    from searchr1.plugins.losses import NamedLoss, importance_sampling
-
-    tokens = PROMPT + list(SAMPLED)
-    pad = [0.0] * (len(PROMPT) - 1)
-    datum = Datum(
-        tuple(tokens[:-1]),
-        tuple(tokens[1:]),
-        tuple(pad + [-1.0] * len(SAMPLED)),
-        tuple(pad + [1.0] * len(SAMPLED)),
-    )
-    provider.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
-    return dict(provider.optim_step(AdamParams(learning_rate=1e-3)))
+    return train_on(provider, PROMPT, list(SAMPLED))
 
 
 def _sample(provider: Any) -> list[Any]:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers
+from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers, train_on
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.step_metrics import merge_train_metrics
-from searchr1.core.types import AdamParams, Datum, SamplingParams
+from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.vllm_model.client import VllmAdapterError
 from searchr1.plugins.vllm_model.server import VllmServerError, server_gpus
 
@@ -63,18 +63,7 @@ async def _rollout(provider: Any) -> list[list[Any]]:
 
 
 def _step(provider: Any) -> dict[str, float]:
-    from searchr1.plugins.losses import NamedLoss, importance_sampling
-
-    tokens = PROMPTS[0] + list(SAMPLED)
-    pad = [0.0] * (len(PROMPTS[0]) - 1)
-    datum = Datum(
-        tuple(tokens[:-1]),
-        tuple(tokens[1:]),
-        tuple(pad + [-1.0] * len(SAMPLED)),
-        tuple(pad + [1.0] * len(SAMPLED)),
-    )
-    provider.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
-    return dict(provider.optim_step(AdamParams(learning_rate=1e-3)))
+    return train_on(provider, PROMPTS[0], list(SAMPLED))
 
 
 def test_groups_spread_over_servers_and_every_server_gets_each_adapter(
