@@ -60,12 +60,6 @@ class LoadedQuestions:
     malformed: tuple[MalformedRow, ...] = ()
     total_rows: int = 0
 
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.questions)
-
     def per_source(self) -> dict[str, int]:
         """Valid questions per ``data_source`` (``""`` when the file has none), sorted."""
         return dict(sorted(Counter(q.data_source for q in self.questions).items()))

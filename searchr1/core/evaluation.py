@@ -5,7 +5,6 @@ reward. Macro EM weighs every source equally, micro EM every question."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import math
@@ -22,7 +21,6 @@ from searchr1.core.types import (
     Question,
     RewardFn,
     Sampler,
-    SearchProvider,
     Trajectory,
 )
 
@@ -150,33 +148,31 @@ class EvalResult:
 
 
 async def evaluate_async(
-    model: Sampler,
-    search: SearchProvider,
-    protocol: AgentProtocol,
-    reward: RewardFn,
+    run: Run,
     questions: Sequence[Question],
-    config: Config,
     *,
+    sampler: Sampler | None = None,
     greedy: bool = True,
     label: str = "eval",
-    chunk_size: int = EVAL_CHUNK,
     progress: str | None = None,
 ) -> EvalResult:
-    """Roll out every question once, in order, and score it, with the rollout's sampling
+    """Roll out every question once with ``sampler`` (default: the run's model), in order,
+    and score it with the run's search, protocol and reward, with the rollout's sampling
     (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
     name), log a ``progress`` event after each chunk."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rollout import rollout_questions, sampling_params
 
-    sampling = sampling_params(config, protocol, greedy=greedy)
-    if sampling.seed is None:
-        sampling = dataclasses.replace(sampling, seed=config.run.seed)
+    config, protocol = run.config, run.protocol
+    sampling = dataclasses.replace(
+        sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
+    )
     records: list[EvalRecord] = []
-    for start in range(0, len(questions), chunk_size):
-        chunk = list(questions[start : start + chunk_size])
+    for start in range(0, len(questions), EVAL_CHUNK):
+        chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(
-            model,
-            search,
+            sampler or run.sampler,
+            run.search,
             protocol,
             chunk,
             config,
@@ -185,16 +181,11 @@ async def evaluate_async(
             id_prefix=f"{label}/",
         )
         for question, group in zip(chunk, groups, strict=True):
-            records.append(score_trajectory(question, group[0], reward, protocol))
+            records.append(score_trajectory(question, group[0], run.reward, protocol))
         if progress is not None:
             get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)
     return EvalResult(label=label, metrics=metrics, records=records)
-
-
-def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
-    """:func:`evaluate_async` (same arguments) for callers without an event loop."""
-    return asyncio.run(evaluate_async(*args, **kwargs))
 
 
 # --------------------------------------------------------------------------- output
@@ -334,12 +325,9 @@ async def heldout_eval(
     t0 = time.perf_counter()
     try:
         result = await evaluate_async(
-            sampler or run.sampler,
-            run.search,
-            run.protocol,
-            run.reward,
+            run,
             questions,
-            run.config,
+            sampler=sampler,
             label=f"heldout-{when}",
             progress=f"held-out eval {when}",
         )

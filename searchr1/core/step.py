@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -365,10 +364,10 @@ async def _rollout_and_score(
     questions: Sequence[Question],
     draw: int,
 ) -> list[ScoredGroup]:
-    from searchr1.core.rollout import rollout_questions, sampling_params
+    from searchr1.core.rollout import derived_seed, rollout_questions, sampling_params
 
     cfg = run.config
-    seed = _seed(cfg.run.seed, step, draw)
+    seed = derived_seed(cfg.run.seed, f"{step}/{draw}")  # a sampling seed per step and draw
     sampling = dataclasses.replace(sampling_params(cfg, run.protocol), seed=seed)
     trajectory_groups = await rollout_questions(
         run.sampler,
@@ -419,12 +418,6 @@ def adam_params(cfg: Config) -> AdamParams:
         weight_decay=o.weight_decay,
         grad_clip_norm=o.grad_clip or None,
     )
-
-
-def _seed(base: int, step: int, draw: int) -> int:
-    """A sampling seed per (run seed, step, draw), independent of batching and resumes."""
-    digest = hashlib.sha256(f"{base}/{step}/{draw}".encode()).digest()
-    return int.from_bytes(digest[:7], "big")
 
 
 def _dump_trajectories(

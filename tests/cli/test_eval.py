@@ -8,6 +8,7 @@ CLI tests run the real ``builtin:tiny-random`` model end to end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Sequence
@@ -20,10 +21,11 @@ from eval_world import QUESTIONS, write_world
 from searchr1.cli.main import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
-from searchr1.core.evaluation import evaluate, format_comparison, format_table, trust_warning
+from searchr1.core.evaluation import evaluate_async, format_comparison, format_table, trust_warning
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
-from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
+from searchr1.core.runs import Run
+from searchr1.core.types import Model, SampledSequence, SamplingParams, SearchResponse
 
 
 class ScriptedPolicy:
@@ -91,13 +93,13 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
     config = load_config(world)
     registry = load_registry()
     tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
-    protocol = make_protocol(config, tokenizer, load_registry())
-    model = ScriptedPolicy(lambda tok: make_protocol(config, tok, load_registry()), tokenizer)
-    search = FailingOn(registry.create("search_provider", "local", config), "mayor")
-    reward = registry.create("reward", "format_answer", config)
+    run = Run(config, registry)
+    run.model = Model(ScriptedPolicy(lambda tok: make_protocol(config, tok, registry), tokenizer))
+    run.search = FailingOn(registry.create("search_provider", "local", config), "mayor")  # type: ignore[assignment]
+    run.reward = registry.create("reward", "format_answer", config)
     questions = load_questions(config.data.eval).questions
 
-    result = evaluate(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
+    result = asyncio.run(evaluate_async(run, questions, label="scripted"))
     m = result.metrics
 
     nq, hotpot = m["per_source"]["nq"], m["per_source"]["hotpotqa"]

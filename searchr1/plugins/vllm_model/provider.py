@@ -357,36 +357,28 @@ class VllmModelProvider:
     ) -> ForwardBackwardResult:
         """The learner's ``forward_backward``. With several servers the datums go to it per
         server (the loss is a sum over datums, so the gradient is the same), and each part's
-        ``mismatch/*`` is also reported as ``mismatch/server<k>/*``."""
+        ``mismatch/*`` is also reported as ``mismatch/server<k>/*``; the parts' metrics are
+        merged as the loop merges micro-batches (:func:`merge_train_metrics`)."""
         if len(self.clients) <= 1:
             return self.learner.forward_backward(datums, loss_fn, loss_scale)
         parts: dict[int | None, list[Datum]] = {}
         for d in datums:
             group = (d.trajectory_id or "").rpartition("/")[0]
             parts.setdefault(self.server_of(group) if group else None, []).append(d)
-        results = []
+        loss, metrics = 0.0, []
         for k, part in sorted(parts.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
             result = self.learner.forward_backward(part, loss_fn, loss_scale)
-            metrics = dict(result.metrics)
+            loss += result.loss
+            metrics.append(dict(result.metrics))
             if k is not None:
-                metrics.update(
+                metrics[-1].update(
                     {
                         f"mismatch/server{k}/{key.removeprefix('mismatch/')}": value
                         for key, value in result.metrics.items()
                         if key.startswith("mismatch/")
                     }
                 )
-            results.append((result.loss, metrics))
-        if len(results) == 1:
-            loss, metrics = results[0]
-            return ForwardBackwardResult(loss=loss, metrics=metrics)
-        merged = merge_train_metrics([m for _, m in results])
-        tokens = merged.get("tokens", 0.0)
-        if "ratio_sum" in merged:
-            merged["ratio_mean"] = merged["ratio_sum"] / tokens if tokens else 1.0
-        if "clipped_tokens" in merged:
-            merged["clip_fraction"] = merged["clipped_tokens"] / tokens if tokens else 0.0
-        return ForwardBackwardResult(loss=sum(loss for loss, _ in results), metrics=merged)
+        return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """The learner's AdamW step, then the new adapter goes to every server."""
