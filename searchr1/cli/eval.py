@@ -266,8 +266,12 @@ async def _evaluate_all(
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             result = await evaluate_async(
-                run,
+                run.sampler,
+                run.search,
+                run.protocol,
+                run.reward,
                 questions,
+                config,
                 greedy=not args.sample,
                 label=label,
                 progress=f"eval {label}",

@@ -21,6 +21,7 @@ from searchr1.core.types import (
     Question,
     RewardFn,
     Sampler,
+    SearchProvider,
     Trajectory,
 )
 
@@ -148,22 +149,23 @@ class EvalResult:
 
 
 async def evaluate_async(
-    run: Run,
+    model: Sampler,
+    search: SearchProvider,
+    protocol: AgentProtocol,
+    reward: RewardFn,
     questions: Sequence[Question],
+    config: Config,
     *,
-    sampler: Sampler | None = None,
     greedy: bool = True,
     label: str = "eval",
     progress: str | None = None,
 ) -> EvalResult:
-    """Roll out every question once with ``sampler`` (default: the run's model), in order,
-    and score it with the run's search, protocol and reward, with the rollout's sampling
+    """Roll out every question once, in order, and score it, with the rollout's sampling
     (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
     name), log a ``progress`` event after each chunk."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rollout import rollout_questions, sampling_params
 
-    config, protocol = run.config, run.protocol
     sampling = dataclasses.replace(
         sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
     )
@@ -171,8 +173,8 @@ async def evaluate_async(
     for start in range(0, len(questions), EVAL_CHUNK):
         chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(
-            sampler or run.sampler,
-            run.search,
+            model,
+            search,
             protocol,
             chunk,
             config,
@@ -181,7 +183,7 @@ async def evaluate_async(
             id_prefix=f"{label}/",
         )
         for question, group in zip(chunk, groups, strict=True):
-            records.append(score_trajectory(question, group[0], run.reward, protocol))
+            records.append(score_trajectory(question, group[0], reward, protocol))
         if progress is not None:
             get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)
@@ -325,9 +327,12 @@ async def heldout_eval(
     t0 = time.perf_counter()
     try:
         result = await evaluate_async(
-            run,
+            sampler or run.sampler,
+            run.search,
+            run.protocol,
+            run.reward,
             questions,
-            sampler=sampler,
+            run.config,
             label=f"heldout-{when}",
             progress=f"held-out eval {when}",
         )

@@ -183,10 +183,10 @@ def open_run(
     return Run(config, registry, run_dir_path, sinks, world=world)
 
 
-def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
+def announce_config(config: Config, registry: Registry) -> None:
     """Print (``warning: ...``) and log (``config_warning``) what the run should know:
     inferred provider/protocol, literal secrets, empty exported variables, plugin advice
-    (:func:`searchr1.core.config_validate.advice`). Returns the warnings."""
+    (:func:`searchr1.core.config_validate.advice`)."""
     log = get_logger()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
@@ -194,11 +194,9 @@ def announce_config(config: Config, registry: Registry | None = None) -> list[st
             value = getattr(getattr(config, section), key)
             print(f"{dotted} = {value!r}: {reason}")
             log.info("config_choice", field=dotted, value=value, reason=reason)
-    warnings = [*config.warnings, *advice(config, registry)]
-    for line in warnings:
+    for line in [*config.warnings, *advice(config, registry)]:
         print(f"warning: {line}")
         log.warning("config_warning", detail=line)
-    return warnings
 
 
 def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:

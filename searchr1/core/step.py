@@ -29,7 +29,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,18 +77,17 @@ class Batch:
     cursor: dict[str, Any]
     policy_version: int
     seconds: float
-    #: the rank that rolled out each of ``groups`` (empty: all this process's)
-    owners: list[int] = field(default_factory=list)
+    #: the rank that rolled out each of ``groups``
+    owners: list[int]
     #: this process's rank (torchrun; 0 in one process)
     rank: int = 0
 
     def datums(self, max_tokens: int) -> list[Datum]:
         """The trained sequences: every trajectory of an informative group this rank rolled
         out with a non-zero advantage."""
-        owners = self.owners or [self.rank] * len(self.groups)
         return [
             trajectory_to_datum(t, a, max_tokens)
-            for g, owner in zip(self.groups, owners, strict=True)
+            for g, owner in zip(self.groups, self.owners, strict=True)
             if owner == self.rank and not g.degenerate
             for t, a in zip(g.trajectories, g.advantages, strict=True)
             if a != 0.0

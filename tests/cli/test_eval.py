@@ -24,8 +24,7 @@ from searchr1.core.data import load_questions
 from searchr1.core.evaluation import evaluate_async, format_comparison, format_table, trust_warning
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
-from searchr1.core.runs import Run
-from searchr1.core.types import Model, SampledSequence, SamplingParams, SearchResponse
+from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
 
 
 class ScriptedPolicy:
@@ -93,13 +92,15 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
     config = load_config(world)
     registry = load_registry()
     tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
-    run = Run(config, registry)
-    run.model = Model(ScriptedPolicy(lambda tok: make_protocol(config, tok, registry), tokenizer))
-    run.search = FailingOn(registry.create("search_provider", "local", config), "mayor")  # type: ignore[assignment]
-    run.reward = registry.create("reward", "format_answer", config)
+    protocol = make_protocol(config, tokenizer, load_registry())
+    model = ScriptedPolicy(lambda tok: make_protocol(config, tok, load_registry()), tokenizer)
+    search = FailingOn(registry.create("search_provider", "local", config), "mayor")
+    reward = registry.create("reward", "format_answer", config)
     questions = load_questions(config.data.eval).questions
 
-    result = asyncio.run(evaluate_async(run, questions, label="scripted"))
+    result = asyncio.run(
+        evaluate_async(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
+    )
     m = result.metrics
 
     nq, hotpot = m["per_source"]["nq"], m["per_source"]["hotpotqa"]

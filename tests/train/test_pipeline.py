@@ -42,7 +42,7 @@ class Recorder:
         if step == self.fail_at:
             raise EnvironmentDown(f"step {step}: search down")
         self._log("collect_end", step)
-        return Batch(step, [], [], 0, {}, {"cursor": step}, version, self.collect_s)
+        return Batch(step, [], [], 0, {}, {"cursor": step}, version, self.collect_s, [])
 
     def learn(self, collected: Batch) -> Learned:
         self._log("learn_start", collected.step)

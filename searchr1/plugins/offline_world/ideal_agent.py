@@ -105,7 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     async def evaluate() -> Any:
         try:
-            return await evaluate_async(run, questions, sampler=agent, label="ideal-agent")
+            return await evaluate_async(
+                agent, run.search, run.protocol, run.reward, questions, config, label="ideal-agent"
+            )
         finally:
             await run.search.aclose()
 

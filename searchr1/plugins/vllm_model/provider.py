@@ -94,9 +94,6 @@ class VllmModelProvider:
     def __init__(self, learner: Learner, tokenizer: Any) -> None:
         """``learner`` trains the peft model whose adapter the servers sample with."""
         self.learner = learner
-        self.model = learner.model
-        self.model_lock = learner.model_lock
-        self.vocab_size = learner.vocab_size
         self._tokenizer = tokenizer
         self._token = secrets.token_hex(3)
         self._version = 0
@@ -195,7 +192,7 @@ class VllmModelProvider:
                 str(Path(settings.python).expanduser()),
                 model=_served_path(config.model.base_model),
                 port=port,
-                dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                dtype=str(next(self.learner.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len
                 or min(config.rollout.max_trajectory_tokens, self.learner.context_length),
                 lora_rank=config.lora.rank,
@@ -223,8 +220,8 @@ class VllmModelProvider:
         name = f"searchr1-{self._token}-{self._version}"
         local_dir = self._adapters / name
         server_path = f"{self._server_adapters.rstrip('/')}/{name}"
-        with self.model_lock:
-            self.model.save_pretrained(str(local_dir))
+        with self.learner.model_lock:
+            self.learner.model.save_pretrained(str(local_dir))
         try:
             self._load_everywhere(name, server_path)
         except BaseException:
@@ -337,7 +334,7 @@ class VllmModelProvider:
             prompt_tokens,
             num_samples,
             params,
-            vocab_size=self.vocab_size,
+            vocab_size=self.learner.vocab_size,
             context_length=self.max_model_len,
             context="the vLLM server's context (model.vllm.max_model_len)",
         )
