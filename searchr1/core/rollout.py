@@ -165,7 +165,6 @@ class _Rollout:
             action = self.protocol.parse_action(text)
             turn = Turn(
                 sampled_tokens=tuple(sample.tokens),
-                sampled_logprobs=tuple(float(x) for x in sample.logprobs),
                 text=text,
                 action=action.kind,
                 query=action.query,
