@@ -242,7 +242,7 @@ class HttpClient:
         is held for each attempt, never while waiting to retry. ``build`` may raise to end the
         call (its exception goes to the caller unchanged)."""
         policy = self.policy
-        emit = on_event or _ignore
+        emit = on_event or (lambda _event, _seconds: None)
         loop = asyncio.get_running_loop()
         deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
         attempts = retries = 0
@@ -325,10 +325,6 @@ class HttpClient:
             response=response,
             cause=cause,
         )
-
-
-def _ignore(_event: str, _seconds: float) -> None:
-    return None
 
 
 def _attempt_budget(

@@ -50,6 +50,7 @@ from searchr1.core.types import (
     SamplingParams,
     TrainerCapabilities,
 )
+from searchr1.kit.gguf import model_path
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
@@ -190,7 +191,7 @@ class VllmModelProvider:
             port = free_port()
             command = server_command(
                 str(Path(settings.python).expanduser()),
-                model=_served_path(config.model.base_model),
+                model=model_path(config.model.base_model),  # builtin: assets resolved
                 port=port,
                 dtype=str(next(self.learner.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len
@@ -412,13 +413,6 @@ class VllmModelProvider:
                             server.log_path.unlink(missing_ok=True)
                 finally:
                     shutil.rmtree(self._workdir, ignore_errors=True)
-
-
-def _served_path(base_model: str) -> str:
-    """The model folder a launched server loads (``builtin:`` assets resolved here)."""
-    from searchr1.kit.gguf import model_path
-
-    return model_path(base_model)
 
 
 def _base_max_model_len(models: list[dict[str, Any]], server: str) -> int:
