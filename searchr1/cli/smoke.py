@@ -46,7 +46,6 @@ from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.plugins import PluginError
-from searchr1.core.protocols import protocol_class
 from searchr1.core.runs import Run
 from searchr1.core.secrets import redact_text
 from searchr1.core.token_limits import limit_hits
@@ -169,7 +168,7 @@ class _Smoke:
         criteria = reference_criteria(
             trajectories,
             results,
-            protocol=protocol_class(self.config.rollout.protocol, self.c.registry),
+            protocol=self.c.protocol,
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,

@@ -49,7 +49,7 @@ def reference_criteria(
     trajectories: Sequence[Trajectory],
     results: Sequence[RewardResult],
     *,
-    protocol: type[AgentProtocol] | AgentProtocol,
+    protocol: AgentProtocol,
     max_search_calls: int,
     search_success: float,
     min_success_rate: float,
@@ -57,7 +57,7 @@ def reference_criteria(
 ) -> list[Criterion]:
     """The four criteria over one group (an empty group fails the first three), judged by
     what the trajectories did: their searches, and their answers read by ``protocol``
-    (instance or class; :meth:`AgentProtocol.answered_in_format`), whatever the search
+    (:meth:`AgentProtocol.answered_in_format`), whatever the search
     provider's metrics or the reward's components say. ``search_calls`` and
     ``search_success``: the searches judged (the trajectories' and smoke's probe)."""
     rewards = [r.reward for r in results]

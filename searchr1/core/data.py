@@ -24,7 +24,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,6 @@ class LoadedQuestions:
     questions: tuple[Question, ...]
     malformed: tuple[MalformedRow, ...] = ()
     total_rows: int = 0
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.questions)
 
     def per_source(self) -> dict[str, int]:
         """Valid questions per ``data_source`` (``""`` when the file has none), sorted."""
@@ -109,7 +103,7 @@ def load_questions(
             # Unique (dumps and eval records are keyed by id) and stable across reruns.
             seen_ids[q.id] += 1
             if seen_ids[q.id] > 1:
-                q = _with_id(q, f"{q.id}#{seen_ids[q.id]}")
+                q = replace(q, id=f"{q.id}#{seen_ids[q.id]}")
             questions.append(q)
     except ValueError as exc:
         raise DataError(f"{where}: {exc}") from exc
@@ -163,10 +157,6 @@ def _reader_for(p: Path, where: str) -> Callable[[Path], list[DataRow]]:
             f"{', '.join(sorted(READERS))}"
         )
     return read
-
-
-def _with_id(q: Question, new_id: str) -> Question:
-    return Question(new_id, q.question, q.golden_answers, q.data_source, q.metadata)
 
 
 # --------------------------------------------------------------------------- readers

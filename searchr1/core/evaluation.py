@@ -5,7 +5,6 @@ reward. Macro EM weighs every source equally, micro EM every question."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import math
@@ -159,7 +158,6 @@ async def evaluate_async(
     *,
     greedy: bool = True,
     label: str = "eval",
-    chunk_size: int = EVAL_CHUNK,
     progress: str | None = None,
 ) -> EvalResult:
     """Roll out every question once, in order, and score it, with the rollout's sampling
@@ -168,12 +166,12 @@ async def evaluate_async(
     from searchr1.core.logs import get_logger
     from searchr1.core.rollout import rollout_questions, sampling_params
 
-    sampling = sampling_params(config, protocol, greedy=greedy)
-    if sampling.seed is None:
-        sampling = dataclasses.replace(sampling, seed=config.run.seed)
+    sampling = dataclasses.replace(
+        sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
+    )
     records: list[EvalRecord] = []
-    for start in range(0, len(questions), chunk_size):
-        chunk = list(questions[start : start + chunk_size])
+    for start in range(0, len(questions), EVAL_CHUNK):
+        chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(
             model,
             search,
@@ -190,11 +188,6 @@ async def evaluate_async(
             get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)
     return EvalResult(label=label, metrics=metrics, records=records)
-
-
-def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
-    """:func:`evaluate_async` (same arguments) for callers without an event loop."""
-    return asyncio.run(evaluate_async(*args, **kwargs))
 
 
 # --------------------------------------------------------------------------- output

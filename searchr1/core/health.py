@@ -348,7 +348,3 @@ class Health:
     def load_state(self, saved: Mapping[str, Any]) -> None:
         self.monitor.load_state(saved.get("health") or {})
         self.notices.load_state(saved.get("run_notices") or {})
-
-    def totals(self) -> dict[str, int]:
-        """The run's notice counts (only those that happened), for ``train_done``."""
-        return self.notices.totals()

@@ -166,10 +166,10 @@ def setup_logging(
     structlog.contextvars.bind_contextvars(run_id=run_id)
 
 
-def get_logger(name: str | None = None) -> Any:
-    return structlog.get_logger(name) if name else structlog.get_logger()
+def get_logger() -> Any:
+    return structlog.get_logger()
 
 
-def log_metrics(step: int, metrics: dict[str, float], event: str = "metrics", **extra: Any) -> None:
+def log_metrics(step: int, metrics: dict[str, float]) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
-    get_logger().info(event, step=step, **extra, **metrics)
+    get_logger().info("metrics", step=step, **metrics)

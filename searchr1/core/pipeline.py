@@ -4,8 +4,7 @@ plain loop of :func:`searchr1.core.train.train`.
 
 Two coroutines share the event loop: the **collector** rolls out step after step, the
 **learner** takes collected steps strictly in order, runs ``learn`` in a worker thread and
-then ``finish`` (periodic eval, record, checkpoint; awaited when it returns an awaitable)
-back in the loop.
+then awaits ``finish`` (periodic eval, record, checkpoint) back in the loop.
 
 The *policy version* is the number of optimizer steps the weights have taken. Step ``s`` is
 learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_staleness``
@@ -36,7 +35,7 @@ from searchr1.core.step import Batch, Learned, window_metrics
 
 Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
 Learn = Callable[[Batch], Learned]  # blocking; runs in a worker thread
-Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None] | None]
+Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
 
 
 @dataclass
@@ -74,8 +73,8 @@ async def run_steps(
     is_barrier: Callable[[int], bool],
     stopping: Callable[[], bool],
     snapshot: Callable[[], None] | None,
-) -> Batch | None:
-    """Collect and learn steps ``first..last``; returns the last learned step (None if none).
+) -> None:
+    """Collect and learn steps ``first..last``.
 
     Stops early after the step during which ``stopping()`` turned true. An exception in
     ``collect`` is raised once every step collected before it has been learned; one in
@@ -111,7 +110,6 @@ async def run_steps(
             queue.put_nowait(_Done(exc))
 
     task = asyncio.create_task(collector(), name="searchr1-collector")
-    learned_last: Batch | None = None
     try:
         window = time.perf_counter()
         while True:
@@ -125,10 +123,7 @@ async def run_steps(
             t1 = time.perf_counter()
             busy, overlap = clock.busy(window, t1), clock.busy(t0, t1)
             timing = window_metrics(item, window, t0, t1, rollout_busy=busy, overlap=overlap)
-            finished = finish(item, learned, timing)
-            if finished is not None:
-                await finished  # the periodic held-out eval runs in this loop
-            learned_last = item
+            await finish(item, learned, timing)  # the periodic held-out eval runs in this loop
             window = time.perf_counter()
             async with changed:
                 version += 1
@@ -146,4 +141,3 @@ async def run_steps(
         await asyncio.gather(task, return_exceptions=True)
     if snapshot is not None and max_staleness > 0:
         snapshot()  # what samples next (the held-out eval "after") sees the trained weights
-    return learned_last

@@ -85,9 +85,6 @@ class QuestionStream:
             _Lane(tuple(by_source[name]), f"{self.seed}/{name}", name) for name in sorted(by_source)
         ]
 
-    def __len__(self) -> int:
-        return len(self.questions)
-
     @property
     def balanced(self) -> bool:
         """Whether sources are drawn in turn (the data has several)."""
@@ -128,26 +125,25 @@ class QuestionStream:
             state["epoch"], state["cursor"] = self._lanes[0].epoch, self._lanes[0].cursor
         return state
 
-    def load_state(self, state: Mapping[str, Any], *, strict: bool = True) -> None:
-        """Restore a cursor saved by :meth:`state`; with ``strict``, one recorded for another
-        data file or seed raises ``ValueError``. A cursor saved before sources were drawn in
-        turn continues that run's single shuffle, so it sees what it would have seen."""
-        if strict:
-            mismatches = [
-                f"{key} was {state.get(key)!r}, now {now!r}"
-                for key, now in (
-                    ("seed", self.seed),
-                    ("num_questions", len(self.questions)),
-                    ("fingerprint", self.fingerprint()),
-                )
-                if key in state and state[key] != now
-            ]
-            if mismatches:
-                raise ValueError(
-                    "the checkpoint's data cursor does not match this data: "
-                    + "; ".join(mismatches)
-                    + " (same data file and run.seed needed to resume)"
-                )
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a cursor saved by :meth:`state`; one recorded for another data file or
+        seed raises ``ValueError``. A cursor saved before sources were drawn in turn
+        continues that run's single shuffle, so it sees what it would have seen."""
+        mismatches = [
+            f"{key} was {state.get(key)!r}, now {now!r}"
+            for key, now in (
+                ("seed", self.seed),
+                ("num_questions", len(self.questions)),
+                ("fingerprint", self.fingerprint()),
+            )
+            if key in state and state[key] != now
+        ]
+        if mismatches:
+            raise ValueError(
+                "the checkpoint's data cursor does not match this data: "
+                + "; ".join(mismatches)
+                + " (same data file and run.seed needed to resume)"
+            )
         if "sources" in state:
             self._lanes = self._make_lanes(balanced=True)
             saved = state["sources"]

@@ -65,6 +65,13 @@ def sampling_params(
     )
 
 
+def derived_seed(seed: int, key: str) -> int:
+    """The seed of ``key`` (a request, a train step's draw) under ``seed``: independent of
+    batching, concurrency and resumes."""
+    digest = hashlib.sha256(f"{seed}/{key}".encode()).digest()
+    return int.from_bytes(digest[:7], "big")
+
+
 @dataclass
 class _State:
     """One trajectory in progress (owned by exactly one asyncio task)."""
@@ -105,8 +112,7 @@ class _Rollout:
         left = self.limits.max_trajectory_tokens - used
         seed = self.sampling.seed
         if seed is not None:
-            digest = hashlib.sha256(f"{seed}/{request_key}".encode()).digest()
-            seed = int.from_bytes(digest[:7], "big")
+            seed = derived_seed(seed, request_key)
         return dataclasses.replace(
             self.sampling,
             max_tokens=min(self.sampling.max_tokens, left),
@@ -159,7 +165,6 @@ class _Rollout:
             action = self.protocol.parse_action(text)
             turn = Turn(
                 sampled_tokens=tuple(sample.tokens),
-                sampled_logprobs=tuple(float(x) for x in sample.logprobs),
                 text=text,
                 action=action.kind,
                 query=action.query,

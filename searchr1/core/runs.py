@@ -127,16 +127,6 @@ class Run:
         self.model.close()
 
 
-def new_run_id(command: str) -> str:
-    return f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def latest_run_dir(parent: Path, command: str) -> Path | None:
-    """The most recently modified ``<command>-*`` run folder under ``parent``."""
-    runs = sorted(parent.glob(f"{command}-*"), key=lambda p: p.stat().st_mtime)
-    return runs[-1] if runs else None
-
-
 def open_run(
     config: Config,
     command: str,
@@ -193,10 +183,10 @@ def open_run(
     return Run(config, registry, run_dir_path, sinks, world=world)
 
 
-def announce_config(config: Config, registry: Registry | None = None) -> list[str]:
+def announce_config(config: Config, registry: Registry) -> None:
     """Print (``warning: ...``) and log (``config_warning``) what the run should know:
     inferred provider/protocol, literal secrets, empty exported variables, plugin advice
-    (:func:`searchr1.core.config_validate.advice`). Returns the warnings."""
+    (:func:`searchr1.core.config_validate.advice`)."""
     log = get_logger()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
@@ -204,11 +194,9 @@ def announce_config(config: Config, registry: Registry | None = None) -> list[st
             value = getattr(getattr(config, section), key)
             print(f"{dotted} = {value!r}: {reason}")
             log.info("config_choice", field=dotted, value=value, reason=reason)
-    warnings = [*config.warnings, *advice(config, registry)]
-    for line in warnings:
+    for line in [*config.warnings, *advice(config, registry)]:
         print(f"warning: {line}")
         log.warning("config_warning", detail=line)
-    return warnings
 
 
 def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:
@@ -221,16 +209,17 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
     elif resume and config.run.name:
         run_dir, origin = parent / config.run.name, f"run.name = {config.run.name!r}"
     elif resume:
-        found = latest_run_dir(parent, command) if parent.is_dir() else None
-        if found is None:
+        # the most recently modified <command>-* run folder
+        runs = sorted(parent.glob(f"{command}-*"), key=lambda p: p.stat().st_mtime)
+        if not runs:
             raise UserError(
                 f"--resume: nothing to resume: no earlier {command}-* run folder in "
                 f"{str(parent)!r} (run.dir). Leave out --resume to start a new run, or name "
                 f"the run to continue with --run-dir."
             )
-        run_dir, origin = found, f"run.dir = {str(parent)!r}"
+        run_dir, origin = runs[-1], f"run.dir = {str(parent)!r}"
     else:
-        run_dir = parent / (config.run.name or new_run_id(command))
+        run_dir = parent / (config.run.name or f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
         origin = f"run.dir = {str(parent)!r}"
     if resume and not run_dir.is_dir():
         raise UserError(

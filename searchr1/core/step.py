@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,18 +77,17 @@ class Batch:
     cursor: dict[str, Any]
     policy_version: int
     seconds: float
-    #: the rank that rolled out each of ``groups`` (empty: all this process's)
-    owners: list[int] = field(default_factory=list)
+    #: the rank that rolled out each of ``groups``
+    owners: list[int]
     #: this process's rank (torchrun; 0 in one process)
     rank: int = 0
 
     def datums(self, max_tokens: int) -> list[Datum]:
         """The trained sequences: every trajectory of an informative group this rank rolled
         out with a non-zero advantage."""
-        owners = self.owners or [self.rank] * len(self.groups)
         return [
             trajectory_to_datum(t, a, max_tokens)
-            for g, owner in zip(self.groups, owners, strict=True)
+            for g, owner in zip(self.groups, self.owners, strict=True)
             if owner == self.rank and not g.degenerate
             for t, a in zip(g.trajectories, g.advantages, strict=True)
             if a != 0.0
@@ -365,10 +363,10 @@ async def _rollout_and_score(
     questions: Sequence[Question],
     draw: int,
 ) -> list[ScoredGroup]:
-    from searchr1.core.rollout import rollout_questions, sampling_params
+    from searchr1.core.rollout import derived_seed, rollout_questions, sampling_params
 
     cfg = run.config
-    seed = _seed(cfg.run.seed, step, draw)
+    seed = derived_seed(cfg.run.seed, f"{step}/{draw}")  # a sampling seed per step and draw
     sampling = dataclasses.replace(sampling_params(cfg, run.protocol), seed=seed)
     trajectory_groups = await rollout_questions(
         run.sampler,
@@ -419,12 +417,6 @@ def adam_params(cfg: Config) -> AdamParams:
         weight_decay=o.weight_decay,
         grad_clip_norm=o.grad_clip or None,
     )
-
-
-def _seed(base: int, step: int, draw: int) -> int:
-    """A sampling seed per (run seed, step, draw), independent of batching and resumes."""
-    digest = hashlib.sha256(f"{base}/{step}/{draw}".encode()).digest()
-    return int.from_bytes(digest[:7], "big")
 
 
 def _dump_trajectories(

@@ -205,7 +205,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     if best:
         log.info("best_checkpoint", **best)
     stopped_early = stop.requested or health.stop_alert is not None
-    log.info("train_done", steps=step, stopped_early=stopped_early, **health.totals())
+    log.info("train_done", steps=step, stopped_early=stopped_early, **health.notices.totals())
     close_console()
     if stop.signum is not None:
         raise Interrupted(stop.signum, step, saved=step > start)

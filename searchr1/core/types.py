@@ -302,7 +302,6 @@ class Turn:
     """One assistant turn and the observation the environment answered with."""
 
     sampled_tokens: tuple[int, ...]
-    sampled_logprobs: tuple[float, ...]
     text: str
     action: Literal["search", "answer", "invalid", "none"]
     query: str | None = None

@@ -217,7 +217,6 @@ class HttpClient:
         timeout: float | None = None,
         decide: Callable[[httpx.Response], Verdict] = default_decide,
         limiter: AbstractAsyncContextManager[Any] | None = None,
-        policy: RetryPolicy | None = None,
     ) -> httpx.Response:
         """One call (``url`` absolute or relative to ``base_url``); see :meth:`send`.
         ``timeout`` overrides the httpx timeout for this call only."""
@@ -228,7 +227,7 @@ class HttpClient:
                 method, url, json=json, params=params, headers=headers, **extra
             )
 
-        return await self.send(build, decide=decide, limiter=limiter, policy=policy)
+        return await self.send(build, decide=decide, limiter=limiter)
 
     async def send(
         self,
@@ -237,14 +236,13 @@ class HttpClient:
         decide: Callable[[httpx.Response], Verdict] = default_decide,
         limiter: AbstractAsyncContextManager[Any] | None = None,
         on_event: EventHook | None = None,
-        policy: RetryPolicy | None = None,
     ) -> httpx.Response:
         """Send ``build(client)`` until ``decide`` accepts a response; raise
         :class:`HttpRejected` or :class:`HttpGaveUp` otherwise. ``limiter`` (e.g. a semaphore)
         is held for each attempt, never while waiting to retry. ``build`` may raise to end the
         call (its exception goes to the caller unchanged)."""
-        policy = policy or self.policy
-        emit = on_event or _ignore
+        policy = self.policy
+        emit = on_event or (lambda _event, _seconds: None)
         loop = asyncio.get_running_loop()
         deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
         attempts = retries = 0
@@ -327,10 +325,6 @@ class HttpClient:
             response=response,
             cause=cause,
         )
-
-
-def _ignore(_event: str, _seconds: float) -> None:
-    return None
 
 
 def _attempt_budget(

@@ -33,8 +33,8 @@ How a text-level API meets the token-level contract (the honest version):
   is asked to keep it (vLLM: ``include_stop_str_in_output = true``). A sample that ended on its
   own gets the end-of-message token (``<|im_end|>``) the local sampler would have kept.
 * **Log-probs are not available** at the local-token level (the server's tokens are not the
-  local tokenizer's): every returned log-prob is 0.0 and :attr:`OpenAIChatProvider.
-  logprobs_available` is False. Nothing in evaluation reads them, and nothing trains on them.
+  local tokenizer's): every returned log-prob is 0.0. Nothing in evaluation reads them, and
+  nothing trains on them.
 
 HTTP goes through :class:`searchr1.kit.http.HttpClient`, one per provider: its connections
 are reused across samples of one event loop, and transient failures (408, 409, 429, 5xx,
@@ -119,8 +119,6 @@ class ChatSettings:
 class OpenAIChatProvider:
     """A :class:`~searchr1.core.types.Sampler` over ``POST {api_base}/v1/chat/completions``."""
 
-    logprobs_available = False
-
     def __init__(
         self,
         *,
@@ -135,7 +133,6 @@ class OpenAIChatProvider:
         self.url = (
             f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
         )
-        self._api_key = api_key
         self.model = model
         self._tokenizer = tokenizer
         self._settings = settings

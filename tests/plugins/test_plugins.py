@@ -313,10 +313,8 @@ def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch)
     response = asyncio.run(search.search("little prince", 3))
     assert response.ok and response.results[0].text == "got: little prince"
     reward = create_reward(cfg, registry)  # the default reward plus the term
-    turn = Turn(sampled_tokens=(), sampled_logprobs=(), text="", action="search", query="q")
-    answer = Turn(
-        sampled_tokens=(), sampled_logprobs=(), text="<answer>a</answer>", action="answer"
-    )
+    turn = Turn(sampled_tokens=(), text="", action="search", query="q")
+    answer = Turn(sampled_tokens=(), text="<answer>a</answer>", action="answer")
     traj = Trajectory(
         trajectory_id="t",
         question="?",

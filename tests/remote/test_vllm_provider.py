@@ -131,7 +131,7 @@ def _learner_diffs(provider: Any, prompts: list[list[int]], groups: list[Any]) -
             ids = torch.tensor([prompt + list(s.tokens)])
             with torch.no_grad():
                 lp = token_logprobs(
-                    provider.model,
+                    provider.learner.model,
                     ids[:, :-1],
                     torch.ones_like(ids[:, :-1]),
                     ids[:, 1:],

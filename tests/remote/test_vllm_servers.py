@@ -174,7 +174,7 @@ def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: P
         ids = torch.tensor([prompt + tokens])
         with torch.no_grad():
             lp = token_logprobs(
-                provider.model,
+                provider.learner.model,
                 ids[:, :-1],
                 torch.ones_like(ids[:, :-1]),
                 ids[:, 1:],

@@ -189,7 +189,7 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
         extract_answers("xml", text, registry)
 
     def trajectory(protocol: str) -> Trajectory:
-        turn = Turn((), (), text, "answer")
+        turn = Turn((), text, "answer")
         return Trajectory(
             trajectory_id="t", question="q", golden_answers=("Lyon",), tokens=(),
             generated_mask=(), logprobs=(), prompt_len=0, turns=(turn,), end_reason="answered",
@@ -201,14 +201,10 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
     assert (
         components(trajectory("tags"), ["Lyon"], registry)["format"] == 1.0
     )  # one <answer> element
-    twice = dataclasses.replace(
-        trajectory("final"), turns=(Turn((), (), f"{text}\n{text}", "answer"),)
-    )
+    twice = dataclasses.replace(trajectory("final"), turns=(Turn((), f"{text}\n{text}", "answer"),))
     assert components(twice, ["Lyon"], registry)["format"] == 0.0  # two FINAL= lines
     # A trajectory that names no protocol (built by hand, an old record) is read as tags.
-    final_only = dataclasses.replace(
-        trajectory("final"), turns=(Turn((), (), "FINAL=Lyon", "answer"),)
-    )
+    final_only = dataclasses.replace(trajectory("final"), turns=(Turn((), "FINAL=Lyon", "answer"),))
     assert components(final_only, ["Lyon"], registry)["format"] == 1.0
     no_protocol = dataclasses.replace(final_only, protocol="")
     assert components(no_protocol, ["Lyon"], registry)["format"] == 0.0

@@ -30,7 +30,7 @@ def reward(name: str = "format_answer", config: Config | None = None):
 
 
 def traj(protocol: str, texts: list[str], final: str | None) -> Trajectory:
-    turns = tuple(Turn((), (), t, "answer" if final is not None else "invalid") for t in texts)
+    turns = tuple(Turn((), t, "answer" if final is not None else "invalid") for t in texts)
     return Trajectory(
         trajectory_id="t", question="q", golden_answers=GOLDEN, tokens=(), generated_mask=(),
         logprobs=(), prompt_len=0, turns=turns,

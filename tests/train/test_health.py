@@ -40,7 +40,7 @@ def _traj(
         generated_mask=tuple([False] * prompt + [True] * len(sampled)),
         logprobs=tuple([0.0] * prompt + lps),
         prompt_len=prompt,
-        turns=(Turn((), (), text, "answer"),),
+        turns=(Turn((), text, "answer"),),
         end_reason="answered",
         final_answer="a",
         final_text="",

@@ -83,7 +83,7 @@ def test_question_files_layout_and_sizes(world_dir: Path):
     heldout = load_questions(str(world_dir / "heldout.jsonl"))
     train = load_questions(str(world_dir / "train.jsonl"))
     assert not heldout.malformed and not train.malformed
-    assert len(heldout) >= 300
+    assert len(heldout.questions) >= 300
     assert set(heldout.per_source()) == {ONE_HOP, TWO_HOP}
     assert set(train.per_source()) == {ONE_HOP, TWO_HOP}
     assert heldout.per_source()[TWO_HOP] >= 100

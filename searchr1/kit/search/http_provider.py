@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -128,8 +127,6 @@ class HttpSearchProvider(BaseSearchProvider):
         http: HttpSearchSettings,
         *,
         backoff_base_s: float = 0.25,
-        backoff_cap_s: float = 8.0,
-        rng: random.Random | None = None,
     ):
         super().__init__(settings)
         self.api_base = (http.api_base or self.default_api_base).rstrip("/")
@@ -145,14 +142,12 @@ class HttpSearchProvider(BaseSearchProvider):
             policy=RetryPolicy(
                 max_retries=http.max_retries,
                 backoff_base_s=backoff_base_s,
-                backoff_cap_s=backoff_cap_s,
                 max_retry_after_s=MAX_RETRY_AFTER_S,
                 attempt_timeout_s=http.timeout_seconds,
             ),
             max_connections=settings.max_concurrency,
             timeout=http.timeout_seconds,
             follow_redirects=True,
-            rng=rng,
         )
         self._semaphore: asyncio.Semaphore | None = None
 

@@ -162,14 +162,11 @@ class VllmClient:
         _raise_for_status(response, "GET /v1/models", self.name)
         return list(response.json().get("data", []))
 
-    def load_adapter(self, name: str, path: str) -> None:
+    async def load_adapter_async(self, name: str, path: str) -> None:
         """Load adapter ``name`` from ``path`` (as the server sees it), then check that the
         server lists it with that path: a load answered 200 that did not reach the model the
-        server samples from raises :class:`VllmAdapterError`."""
-        self.call(self.load_adapter_async(name, path))
-
-    async def load_adapter_async(self, name: str, path: str) -> None:
-        """:meth:`load_adapter` in the client's loop (``submit`` it)."""
+        server samples from raises :class:`VllmAdapterError`. Runs in the client's loop
+        (``submit`` it)."""
         response = await self._request(
             "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
         )

@@ -50,6 +50,7 @@ from searchr1.core.types import (
     SamplingParams,
     TrainerCapabilities,
 )
+from searchr1.kit.gguf import model_path
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
@@ -94,9 +95,6 @@ class VllmModelProvider:
     def __init__(self, learner: Learner, tokenizer: Any) -> None:
         """``learner`` trains the peft model whose adapter the servers sample with."""
         self.learner = learner
-        self.model = learner.model
-        self.model_lock = learner.model_lock
-        self.vocab_size = learner.vocab_size
         self._tokenizer = tokenizer
         self._token = secrets.token_hex(3)
         self._version = 0
@@ -193,9 +191,9 @@ class VllmModelProvider:
             port = free_port()
             command = server_command(
                 str(Path(settings.python).expanduser()),
-                model=_served_path(config.model.base_model),
+                model=model_path(config.model.base_model),  # builtin: assets resolved
                 port=port,
-                dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                dtype=str(next(self.learner.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len
                 or min(config.rollout.max_trajectory_tokens, self.learner.context_length),
                 lora_rank=config.lora.rank,
@@ -223,8 +221,8 @@ class VllmModelProvider:
         name = f"searchr1-{self._token}-{self._version}"
         local_dir = self._adapters / name
         server_path = f"{self._server_adapters.rstrip('/')}/{name}"
-        with self.model_lock:
-            self.model.save_pretrained(str(local_dir))
+        with self.learner.model_lock:
+            self.learner.model.save_pretrained(str(local_dir))
         try:
             self._load_everywhere(name, server_path)
         except BaseException:
@@ -337,7 +335,7 @@ class VllmModelProvider:
             prompt_tokens,
             num_samples,
             params,
-            vocab_size=self.vocab_size,
+            vocab_size=self.learner.vocab_size,
             context_length=self.max_model_len,
             context="the vLLM server's context (model.vllm.max_model_len)",
         )
@@ -357,36 +355,28 @@ class VllmModelProvider:
     ) -> ForwardBackwardResult:
         """The learner's ``forward_backward``. With several servers the datums go to it per
         server (the loss is a sum over datums, so the gradient is the same), and each part's
-        ``mismatch/*`` is also reported as ``mismatch/server<k>/*``."""
+        ``mismatch/*`` is also reported as ``mismatch/server<k>/*``; the parts' metrics are
+        merged as the loop merges micro-batches (:func:`merge_train_metrics`)."""
         if len(self.clients) <= 1:
             return self.learner.forward_backward(datums, loss_fn, loss_scale)
         parts: dict[int | None, list[Datum]] = {}
         for d in datums:
             group = (d.trajectory_id or "").rpartition("/")[0]
             parts.setdefault(self.server_of(group) if group else None, []).append(d)
-        results = []
+        loss, metrics = 0.0, []
         for k, part in sorted(parts.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
             result = self.learner.forward_backward(part, loss_fn, loss_scale)
-            metrics = dict(result.metrics)
+            loss += result.loss
+            metrics.append(dict(result.metrics))
             if k is not None:
-                metrics.update(
+                metrics[-1].update(
                     {
                         f"mismatch/server{k}/{key.removeprefix('mismatch/')}": value
                         for key, value in result.metrics.items()
                         if key.startswith("mismatch/")
                     }
                 )
-            results.append((result.loss, metrics))
-        if len(results) == 1:
-            loss, metrics = results[0]
-            return ForwardBackwardResult(loss=loss, metrics=metrics)
-        merged = merge_train_metrics([m for _, m in results])
-        tokens = merged.get("tokens", 0.0)
-        if "ratio_sum" in merged:
-            merged["ratio_mean"] = merged["ratio_sum"] / tokens if tokens else 1.0
-        if "clipped_tokens" in merged:
-            merged["clip_fraction"] = merged["clipped_tokens"] / tokens if tokens else 0.0
-        return ForwardBackwardResult(loss=sum(loss for loss, _ in results), metrics=merged)
+        return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
 
     def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """The learner's AdamW step, then the new adapter goes to every server."""
@@ -423,13 +413,6 @@ class VllmModelProvider:
                             server.log_path.unlink(missing_ok=True)
                 finally:
                     shutil.rmtree(self._workdir, ignore_errors=True)
-
-
-def _served_path(base_model: str) -> str:
-    """The model folder a launched server loads (``builtin:`` assets resolved here)."""
-    from searchr1.kit.gguf import model_path
-
-    return model_path(base_model)
 
 
 def _base_max_model_len(models: list[dict[str, Any]], server: str) -> int:
