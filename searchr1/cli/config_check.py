@@ -59,7 +59,7 @@ def settings_text(config: Config, registry: Registry) -> str:
     comment saying where the value comes from and its default; secrets redacted. A chosen
     plugin that declares no settings is named as such (its table, if any, is not checked)."""
     from searchr1.core.config_schema import ColdStartSettings, HealthSettings
-    from searchr1.core.config_validate import chosen_names, declared_settings
+    from searchr1.core.config_validate import chosen_names
     from searchr1.core.plugins import KINDS
 
     out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
@@ -75,10 +75,9 @@ def settings_text(config: Config, registry: Registry) -> str:
             seen.add((kind, name))
             origin = registry.origins.get(reg.plugin, "development")
             what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
-            declared = declared_settings(reg)
-            if not declared:
+            if not reg.settings:
                 out += ["", f"# {what}: declares no settings"]
-            for table, cls in declared.items():
+            for table, cls in reg.settings.items():
                 out += _table_lines(config, section, table, cls, what)
     return "\n".join(out) + "\n"
 
@@ -92,8 +91,6 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
     from searchr1.core.config_validate import plugin_settings
     from searchr1.core.secrets import REDACTED, redact_value
 
-    if not dataclasses.is_dataclass(cls):
-        return []
     values = plugin_settings(config, section, table, cls)
     written = config.plugin_table(section, table)
     out = ["", f"[{section}.{table}]  # {what}"]

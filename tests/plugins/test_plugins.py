@@ -45,7 +45,7 @@ def test_unknown_name_lists_available_names() -> None:
     with pytest.raises(PluginError) as err:
         registry.get("loss_fn", "ppo2")
     msg = str(err.value)
-    assert "train.loss_fn = 'ppo2'" in msg and "Did you mean 'ppo'" in msg and "cispo" in msg
+    assert "train.loss_fn = 'ppo2'" in msg and "did you mean 'ppo'" in msg and "cispo" in msg
 
 
 def test_duplicate_names_across_plugins_are_an_error() -> None:
