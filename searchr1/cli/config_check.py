@@ -4,7 +4,8 @@ Every problem is reported in one run, in file order: the core sections, cross-fi
 plugin names and the chosen plugins' tables (one error, exit 2). What only ``train`` needs is
 a warning (a config may be meant for smoke or eval), said before train would stop: a
 training QA file, data files that do not exist (a config is often checked before its data is
-downloaded), and each chosen plugin's ``advise`` (a remote provider names a loss its service
+downloaded), ``[train] eval_every``/``keep_best`` without what they evaluate (train's own
+rule), and each chosen plugin's ``advise`` (a remote provider names a loss its service
 cannot train). ``--plugins`` adds every setting of the chosen plugins' tables with its
 default. When the tokenizer is on this machine, the smoke question's first prompt and one
 well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
@@ -28,13 +29,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_validate import advice
+    from searchr1.core.config_validate import advice, heldout_refusals
     from searchr1.core.plugins import load_registry
 
     registry = load_registry()
     # one ConfigError listing every problem, plugin names and tables included, in file order
     config = load_config(args.config, registry=registry, check_plugins=True)
-    data = data_problems(config)
+    data = [*data_problems(config), *(f"{p} ({STOPS})" for p in heldout_refusals(config))]
     for warning in data:
         print(f"searchr1: warning: {warning}", file=sys.stderr)
     notes = [*config.warnings, *advice(config, registry)]

@@ -208,6 +208,26 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
         )
 
 
+def heldout_refusals(config: Config) -> list[str]:
+    """What ``train`` refuses in ``[train] eval_every``/``keep_best`` (each needs what it
+    evaluates); ``config check`` says the same as warnings, since smoke and eval run anyway."""
+    t, where = config.train, config.where
+    out = []
+    if t.eval_every and not config.data.eval:
+        out.append(
+            f"{where('train.eval_every')}: train.eval_every = {t.eval_every} needs a held-out QA "
+            f'file: set [data] eval (e.g. "builtin:world/heldout.jsonl"), or set '
+            f"train.eval_every = 0"
+        )
+    if t.keep_best and not t.eval_every:
+        out.append(
+            f"{where('train.keep_best')}: train.keep_best = true keeps the checkpoint with the "
+            f"best periodic held-out EM: set train.eval_every (e.g. 5) and [data] eval, or set "
+            f"train.keep_best = false"
+        )
+    return out
+
+
 #: keys whose value is a URL: checked for an http(s) scheme and a host
 _URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
 
