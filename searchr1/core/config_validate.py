@@ -337,17 +337,12 @@ def _infer_provider(
     found = claims or defaults
     if len(found) == 1:
         return found[0]
-    names = " and ".join(repr(n) for n, _ in found)
-    if claims:
-        problem = f"the plugins of {names} each claim it; write provider = ... in [{section}] to "
-        problem += "choose one"
-    elif defaults:
-        problem = f"{names} are each declared the default {kind.replace('_', ' ')}; write "
-        problem += f"provider = ... in [{section}]"
-    else:
-        problem = "no installed plugin claims it or is the default; write provider = ... (the "
-        problem += "`plugins` command lists them)"
-    problems.append(f"{where(section)}: [{section}] sets no provider and {problem}")
+    names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
+    how = "each claim it" if claims else "are each the default" if found else "claims it"
+    problems.append(
+        f"{where(section)}: [{section}] sets no provider and {names} {how}; write provider = "
+        f"... in [{section}] (the `plugins` command lists them)"
+    )
     return "", ""
 
 

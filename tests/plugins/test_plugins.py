@@ -103,6 +103,14 @@ def test_a_registration_is_typed_and_an_unknown_declaration_names_the_plugin() -
     with pytest.raises(PluginError, match=r"plugin 'Typo'.*register_loss_fns.*'setings'"):
         load_registry(extra_plugins=[Typo()])
 
+    class NotADataclass:
+        @hookimpl
+        def register_loss_fns(self, register):
+            register("mine", lambda config: None, settings={"mine": dict})
+
+    with pytest.raises(PluginError, match=r"'NotADataclass' declared settings of loss_fn 'mine'"):
+        load_registry(extra_plugins=[NotADataclass()])
+
 
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:
     """Train's ceiling eval plays the world's ideal agent only on the world's held-out set,
