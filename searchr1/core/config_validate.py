@@ -348,37 +348,36 @@ def _infer_provider(
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: ``provider`` fields set that the chosen provider does not
-    read although other plugins do, and each chosen ``factory.advise(config)``. A failing
-    ``advise`` is said as one warning line naming the plugin (never silently dropped)."""
+    read although other plugins do, tables of chosen plugins that declare no settings, and
+    each chosen ``factory.advise(config)``. A failing ``advise`` is said as one warning line
+    naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
     out: list[str] = []
     advisers = []
     for kind, (section, key) in chosen_kinds().items():
-        chosen = getattr(getattr(config, section), key, "")
         try:
-            reg = registry.get(kind, chosen)
+            reg = registry.get(kind, getattr(getattr(config, section), key, ""))
         except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
-            reg = None
-        reads = {n for cls in (reg.settings if reg else {}).values() for n in _names(cls)}
-        for name in _provider_fields(config, section):
+            continue
+        reads = {n for cls in reg.settings.values() for n in _names(cls)}
+        for name in [n for n in _provider_fields(config, section) if n not in reads]:
             owners = sorted(
                 r.name
                 for r in registry.entries[kind].values()
                 if any(name in _names(cls) for cls in r.settings.values())
             )
-            if owners and reg is not None and name not in reads:
+            if owners:
                 out.append(
                     f"{section}.{name} is ignored by {_label(kind, section)} {reg.name!r} (a "
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
-        if reg is not None and callable(reg.advise):
-            advisers.append((reg, reg.advise))
+        advisers += [reg] if callable(reg.advise) else []
         # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
         also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
-        for one in [reg, *(registry.entries[kind].get(n) for n in also)]:
-            table = config.plugin_table(section, one.name) if one is not None else {}
-            if one is not None and table and not one.settings:
+        for one in [reg, *filter(None, (registry.entries[kind].get(n) for n in also))]:
+            table = config.plugin_table(section, one.name)
+            if table and not one.settings:
                 out.append(
                     f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
                     f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
@@ -386,9 +385,9 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"typo would pass); the plugin declares its settings with register(..., "
                     f'settings=...) (docs/plugins.md, "What a factory may declare")'
                 )
-    for reg, advise in advisers:
+    for reg in advisers:
         try:
-            out.extend(str(line) for line in advise(config))
+            out.extend(str(line) for line in reg.advise(config))
         except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop config check
             out.append(
                 f"plugin {reg.plugin!r} ({reg.name!r}) could not advise on this config "
