@@ -4,7 +4,8 @@ Every problem is reported in one run, in file order: the core sections, cross-fi
 plugin names and the chosen plugins' tables (one error, exit 2). What only ``train`` needs is
 a warning (a config may be meant for smoke or eval), said before train would stop: a
 training QA file, data files that do not exist (a config is often checked before its data is
-downloaded), and each chosen plugin's ``advise`` (a remote provider names a loss its service
+downloaded), ``[train] eval_every``/``keep_best`` without what they evaluate (train's own
+rule), and each chosen plugin's ``advise`` (a remote provider names a loss its service
 cannot train). ``--plugins`` adds every setting of the chosen plugins' tables with its
 default. When the tokenizer is on this machine, the smoke question's first prompt and one
 well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
@@ -28,13 +29,13 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
     from searchr1.core.config import load_config
-    from searchr1.core.config_validate import advice
+    from searchr1.core.config_validate import advice, heldout_refusals
     from searchr1.core.plugins import load_registry
 
     registry = load_registry()
     # one ConfigError listing every problem, plugin names and tables included, in file order
     config = load_config(args.config, registry=registry, check_plugins=True)
-    data = data_problems(config)
+    data = [*data_problems(config), *(f"{p} ({STOPS})" for p in heldout_refusals(config))]
     for warning in data:
         print(f"searchr1: warning: {warning}", file=sys.stderr)
     notes = [*config.warnings, *advice(config, registry)]
@@ -59,7 +60,7 @@ def settings_text(config: Config, registry: Registry) -> str:
     comment saying where the value comes from and its default; secrets redacted. A chosen
     plugin that declares no settings is named as such (its table, if any, is not checked)."""
     from searchr1.core.config_schema import ColdStartSettings, HealthSettings
-    from searchr1.core.config_validate import chosen_names, declared_settings
+    from searchr1.core.config_validate import chosen_names
     from searchr1.core.plugins import KINDS
 
     out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
@@ -75,10 +76,9 @@ def settings_text(config: Config, registry: Registry) -> str:
             seen.add((kind, name))
             origin = registry.origins.get(reg.plugin, "development")
             what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
-            declared = declared_settings(reg)
-            if not declared:
+            if not reg.settings:
                 out += ["", f"# {what}: declares no settings"]
-            for table, cls in declared.items():
+            for table, cls in reg.settings.items():
                 out += _table_lines(config, section, table, cls, what)
     return "\n".join(out) + "\n"
 
@@ -92,8 +92,6 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
     from searchr1.core.config_validate import plugin_settings
     from searchr1.core.secrets import REDACTED, redact_value
 
-    if not dataclasses.is_dataclass(cls):
-        return []
     values = plugin_settings(config, section, table, cls)
     written = config.plugin_table(section, table)
     out = ["", f"[{section}.{table}]  # {what}"]

@@ -26,8 +26,6 @@ from searchr1.core.config_schema import SECTIONS, Config
 from searchr1.core.config_validate import (
     check_table,
     cross_checks,
-    declared_settings,
-    in_file_order,
     infer_choices,
     key_lines,
     plugin_problems,
@@ -135,8 +133,7 @@ def parse_config(
         f.name
         for kind in registry.entries.values()
         for reg in kind.values()
-        for cls in declared_settings(reg).values()
-        if dataclasses.is_dataclass(cls)
+        for cls in reg.settings.values()
         for f in dataclasses.fields(cls)
         if f.metadata.get("secret")
     }
@@ -178,21 +175,18 @@ def parse_config(
         return value
 
     raw = fill_in(raw, "")
-    explicit = frozenset(
-        f"{s}.{k}" for s, t in raw.items() if isinstance(t, dict) for k in t if s in SECTIONS
-    )
-    moved = _stage_tables(raw, where)
+    for key, table in list(raw.items()):
+        if key not in SECTIONS:
+            problems.append(unknown_name(where(key), key, key, list(SECTIONS), "section"))
+        elif not isinstance(table, dict):
+            problems.append(f"{where(key)}: {key} must be a table ([{key}])")
+            raw[key] = {}
+    explicit = frozenset(f"{s}.{k}" for s in SECTIONS for k in raw.get(s, {}))
     choices, names = infer_choices(raw, registry, where, problems)
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
-    for key in raw:
-        if key not in SECTIONS:
-            problems.append(unknown_name(where(key), key, key, list(SECTIONS), "section"))
     for section, cls in SECTIONS.items():
         table = raw.get(section, {})
-        if not isinstance(table, dict):
-            problems.append(f"{where(section)}: {section} must be a table ([{section}])")
-            table = {}
         known = {f.name for f in dataclasses.fields(cls)}
         own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
         plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
@@ -226,7 +220,7 @@ def parse_config(
         secrets=frozenset(secrets),
         variables=variables,
         choices=choices,
-        warnings=(*warnings, *moved, *_unused_names(sections["train"], explicit, where)),
+        warnings=tuple(warnings),
         explicit=explicit,
         lines=lines,
     )
@@ -234,52 +228,10 @@ def parse_config(
         problems += plugin_problems(config, registry)
     if problems:
         # A message may quote a value that holds a secret (a key inside a URL).
-        raise ConfigError(in_file_order([redact_text(p, secrets) for p in problems], source))
+        line = re.compile(rf"^{re.escape(source)}:(\d+):")  # in file order; a whole-file one first
+        problems.sort(key=lambda p: int(m.group(1)) if (m := line.match(p)) else 0)
+        raise ConfigError([redact_text(p, secrets) for p in problems])
     return config
-
-
-#: what ``[train] stages`` and ``monitors`` listed by default, all of it now run by ``train``
-#: whenever its own settings ask
-_BUILT_IN = {
-    "stages": ("heldout_eval", "ceiling", "cold_start"),
-    "monitors": ("health", "run_notices"),
-}
-
-
-def _unused_names(train: Any, explicit: frozenset[str], where: Any) -> list[str]:
-    """A warning per written ``[train] stages``/``monitors`` list: a name in it does nothing,
-    and leaving a built-in one out no longer turns it off."""
-    out = []
-    for key, built_in in _BUILT_IN.items():
-        listed = getattr(train, key)
-        unknown = [name for name in listed if name not in built_in]
-        left_out = [name for name in built_in if name not in listed]
-        if f"train.{key}" not in explicit or not (unknown or left_out):
-            continue
-        parts = [f"lists {', '.join(map(repr, unknown))}, which does nothing"] if unknown else []
-        if left_out:
-            parts.append(f"leaves out {', '.join(map(repr, left_out))} (run anyway)")
-        out.append(
-            f"{where(f'train.{key}')}: train.{key} {' and '.join(parts)}: train runs the "
-            f"held-out eval, cold start and health checks when their own settings ask "
-            f"([train] eval_before_after, [train.cold_start] steps, [train.health]) and no "
-            f"other stage or monitor; remove the key"
-        )
-    return out
-
-
-def _stage_tables(raw: dict[str, Any], where: Any) -> list[str]:
-    """Read a top-level ``[cold_start]`` table as ``[train.cold_start]`` and say so; with both
-    tables the top-level one stays an unknown section."""
-    out = []
-    for name in ("cold_start",):
-        if name in SECTIONS or not isinstance(raw.get(name), dict):
-            continue
-        train = raw.setdefault("train", {})
-        if isinstance(train, dict) and name not in train:
-            train[name] = raw.pop(name)
-            out.append(f"{where(name)}: [{name}] is read as [train.{name}]; rename the table")
-    return out
 
 
 def load_dotenv_files(config_dir: Path) -> list[str]:

@@ -136,10 +136,6 @@ class TrainConfig:
     eval_questions: int = _f(0, min=0, help="held-out subset per periodic eval; 0 = all")
     #: keep the checkpoint with the best periodic held-out EM as checkpoints/best
     keep_best: bool = _f(False, help="keep the best held-out EM's checkpoint (RUN:best)")
-    # Read, not used: the held-out eval, cold start and health checks run when their own
-    # settings ask; a name other than theirs is warned about (config.py, _unused_names).
-    monitors: tuple[str, ...] = _f((), split=True, unique=True)
-    stages: tuple[str, ...] = _f((), split=True, unique=True)
 
 
 @dataclass(frozen=True)
@@ -178,6 +174,11 @@ class HealthSettings:
     #: what a health alert does: "warn" logs it; "stop" also saves a checkpoint and ends
     #: the run (exit code 5)
     on_alert: str = field(default="warn", metadata={"choices": ("warn", "stop")})
+
+
+#: the core's own sub-tables of ``[train]``, checked like a plugin's (``[train.loss]`` is the
+#: chosen loss's)
+TRAIN_TABLES: dict[str, type] = {"cold_start": ColdStartSettings, "health": HealthSettings}
 
 
 @dataclass(frozen=True)

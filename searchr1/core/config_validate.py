@@ -17,13 +17,13 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.config_schema import Config
+from searchr1.core.config_schema import TRAIN_TABLES, Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_registry
 from searchr1.core.secrets import REDACTED, redact_text
 
 if TYPE_CHECKING:
-    from searchr1.core.plugins import Registration, Registry
+    from searchr1.core.plugins import Registry
 
 #: a plugin's settings dataclass (see :func:`plugin_settings`)
 S = TypeVar("S")
@@ -99,9 +99,20 @@ def _names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
+#: keys an older config may still write, and what to do instead
+REMOVED = {
+    "train.stages": "train runs the held-out eval and the cold start when their own settings "
+    "ask ([train] eval_before_after/eval_every, [train.cold_start] steps); remove the key",
+    "train.monitors": "train always runs the health checks ([train.health]); remove the key",
+    "cold_start": "its settings are [train.cold_start]'s; rename the table",
+}
+
+
 def unknown_name(loc: str, dotted: str, key: str, known: list[str], what: str) -> str:
     hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
+    if dotted in REMOVED:
+        suggestion = f" (no longer read: {REMOVED[dotted]})"
     return f"{loc}: unknown {what} {dotted!r}{suggestion}"
 
 
@@ -197,6 +208,26 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
         )
 
 
+def heldout_refusals(config: Config) -> list[str]:
+    """What ``train`` refuses in ``[train] eval_every``/``keep_best`` (each needs what it
+    evaluates); ``config check`` says the same as warnings, since smoke and eval run anyway."""
+    t, where = config.train, config.where
+    out = []
+    if t.eval_every and not config.data.eval:
+        out.append(
+            f"{where('train.eval_every')}: train.eval_every = {t.eval_every} needs a held-out QA "
+            f'file: set [data] eval (e.g. "builtin:world/heldout.jsonl"), or set '
+            f"train.eval_every = 0"
+        )
+    if t.keep_best and not t.eval_every:
+        out.append(
+            f"{where('train.keep_best')}: train.keep_best = true keeps the checkpoint with the "
+            f"best periodic held-out EM: set train.eval_every (e.g. 5) and [data] eval, or set "
+            f"train.keep_best = false"
+        )
+    return out
+
+
 #: keys whose value is a URL: checked for an http(s) scheme and a host
 _URL_KEY_RE = re.compile(r"^(?:api_base|base_url|url|.*_url)$")
 
@@ -226,15 +257,6 @@ def url_problem(dotted: str, value: Any) -> str | None:
 # --------------------------------------------------------------------------- what plugins declare
 
 
-def declared_settings(reg: Registration | None) -> dict[str, type]:
-    """``table -> dataclass``: the registration's ``settings`` is one dataclass (table
-    ``[section.<name>]``) or such a mapping."""
-    declared = reg.settings if reg is not None else None
-    if reg is None or declared is None:
-        return {}
-    return dict(declared) if isinstance(declared, Mapping) else {reg.name: declared}
-
-
 def chosen_kinds() -> dict[str, tuple[str, str]]:
     """``kind -> (section, key)`` for every kind chosen by one name (not a list)."""
     return {
@@ -248,52 +270,48 @@ def _label(kind: str, section: str) -> str:
     return "provider" if section == "model" else kind.replace("_", " ")
 
 
+#: the fields config check explains ("set in FILE:LINE", else why the value): an omitted
+#: provider is inferred (:func:`_infer_provider`), a chosen plugin's ``defaults`` say why
+EXPLAINED = {
+    "model.provider": "",
+    "search.provider": "",
+    "rollout.protocol": "the default: the model calls the search tool through its chat "
+    "template and ends with one `Answer: ...` line (the reference setup's format)",
+    "train.max_staleness": "0: synchronous steps (the model provider declares no other default)",
+}
+
+
 def infer_choices(
-    raw: dict[str, Any], registry: Registry, where: Where, problems: list[str]
+    raw: dict[str, dict[str, Any]], registry: Registry, where: Where, problems: list[str]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Fill in ``raw`` each omitted provider (the one whose ``infer_provider`` claims the
-    table, else the ``default``) and the chosen plugins' ``factory.defaults``. Return
-    ``dotted field -> why`` (printed by config check) and ``dotted secret -> variable`` a
-    literal should move to (the chosen plugins' ``factory.secret_variables``)."""
+    """Fill in ``raw`` (a table per section) each omitted provider (the one whose
+    ``infer_provider`` claims the table, else the ``default``) and the chosen plugins'
+    ``factory.defaults``. Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config
+    check) and ``dotted secret -> variable`` a literal should move to (the chosen plugins'
+    ``factory.secret_variables``)."""
     reasons: dict[str, str] = {}
     variables: dict[str, str] = {}
+    for dotted, why in EXPLAINED.items():
+        section, _, key = dotted.partition(".")
+        written = key in raw.get(section, {})
+        reasons[dotted] = f"set in {where(dotted)}" if written else f"not set; {why}"
     for kind, (section, key) in chosen_kinds().items():
-        table = raw.get(section) if isinstance(raw.get(section), dict) else {}
-        if key != "provider" or key in table:
-            if key == "provider" and section == "model":
-                reasons["model.provider"] = f"set in {where('model.provider')}"
-            continue
-        name, why = _infer_provider(registry, kind, section, table, where, problems)
-        if name and (section not in raw or isinstance(raw[section], dict)):
-            raw.setdefault(section, {})[key] = name
-            reasons[f"{section}.{key}"] = f"not set; {why}"
-    reasons["rollout.protocol"] = (
-        f"set in {where('rollout.protocol')}"
-        if "protocol" in (raw.get("rollout") if isinstance(raw.get("rollout"), dict) else {})
-        else "not set; the default: the model calls the search tool through its chat template "
-        "and ends with one `Answer: ...` line (the reference setup's format)"
-    )
-    for kind, (section, key) in chosen_kinds().items():
-        name = raw[section].get(key) if isinstance(raw.get(section), dict) else None
+        table = raw.setdefault(section, {})
+        if key == "provider" and key not in table:
+            name, why = _infer_provider(registry, kind, section, table, where, problems)
+            table[key], reasons[f"{section}.{key}"] = name, f"not set; {why}"
+        name = table.get(key)
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
             continue
-        declared = reg.secret_variables
-        for field_name, var in dict(declared or {}).items():
+        for field_name, var in reg.secret_variables.items():
             variables[f"{section}.{field_name}"] = variables[f"{section}.{name}.{field_name}"] = var
-        for dotted, (value, why) in dict(reg.defaults or {}).items():
+        for dotted, (value, why) in reg.defaults.items():
             target, _, field_name = dotted.partition(".")
-            current = raw.setdefault(target, {})
-            if isinstance(current, dict) and field_name not in current:
-                current[field_name] = value
+            if field_name not in raw.setdefault(target, {}):
+                raw[target][field_name] = value
                 label = _label(kind, section)
                 reasons[dotted] = f"not set; {value} for {label} {reg.name!r}: {why}"
-    reasons.setdefault(
-        "train.max_staleness",
-        f"set in {where('train.max_staleness')}"
-        if "max_staleness" in (raw.get("train") if isinstance(raw.get("train"), dict) else {})
-        else "not set; 0: synchronous steps (the model provider declares no other default)",
-    )
     return reasons, variables
 
 
@@ -319,53 +337,47 @@ def _infer_provider(
     found = claims or defaults
     if len(found) == 1:
         return found[0]
-    names = " and ".join(repr(n) for n, _ in found)
-    if claims:
-        problem = f"the plugins of {names} each claim it; write provider = ... in [{section}] to "
-        problem += "choose one"
-    elif defaults:
-        problem = f"{names} are each declared the default {kind.replace('_', ' ')}; write "
-        problem += f"provider = ... in [{section}]"
-    else:
-        problem = "no installed plugin claims it or is the default; write provider = ... (the "
-        problem += "`plugins` command lists them)"
-    problems.append(f"{where(section)}: [{section}] sets no provider and {problem}")
+    names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
+    how = "each claim it" if claims else "are each the default" if found else "claims it"
+    problems.append(
+        f"{where(section)}: [{section}] sets no provider and {names} {how}; write provider = "
+        f"... in [{section}] (the `plugins` command lists them)"
+    )
     return "", ""
 
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: ``provider`` fields set that the chosen provider does not
-    read although other plugins do, and each chosen ``factory.advise(config)``. A failing
-    ``advise`` is said as one warning line naming the plugin (never silently dropped)."""
+    read although other plugins do, tables of chosen plugins that declare no settings, and
+    each chosen ``factory.advise(config)``. A failing ``advise`` is said as one warning line
+    naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
     out: list[str] = []
     advisers = []
     for kind, (section, key) in chosen_kinds().items():
-        chosen = getattr(getattr(config, section), key, "")
         try:
-            reg = registry.get(kind, chosen)
+            reg = registry.get(kind, getattr(getattr(config, section), key, ""))
         except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
-            reg = None
-        reads = {n for cls in declared_settings(reg).values() for n in _names(cls)}
-        for name in _provider_fields(config, section):
+            continue
+        reads = {n for cls in reg.settings.values() for n in _names(cls)}
+        for name in [n for n in _provider_fields(config, section) if n not in reads]:
             owners = sorted(
                 r.name
                 for r in registry.entries[kind].values()
-                if any(name in _names(cls) for cls in declared_settings(r).values())
+                if any(name in _names(cls) for cls in r.settings.values())
             )
-            if owners and reg is not None and name not in reads:
+            if owners:
                 out.append(
                     f"{section}.{name} is ignored by {_label(kind, section)} {reg.name!r} (a "
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
-        if reg is not None and callable(reg.advise):
-            advisers.append((reg, reg.advise))
+        advisers += [reg] if callable(reg.advise) else []
         # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
         also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
-        for one in [reg, *(registry.entries[kind].get(n) for n in also)]:
-            table = config.plugin_table(section, one.name) if one is not None else {}
-            if one is not None and table and not declared_settings(one):
+        for one in [reg, *filter(None, (registry.entries[kind].get(n) for n in also))]:
+            table = config.plugin_table(section, one.name)
+            if table and not one.settings:
                 out.append(
                     f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
                     f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
@@ -373,9 +385,9 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"typo would pass); the plugin declares its settings with register(..., "
                     f'settings=...) (docs/plugins.md, "What a factory may declare")'
                 )
-    for reg, advise in advisers:
+    for reg in advisers:
         try:
-            out.extend(str(line) for line in advise(config))
+            out.extend(str(line) for line in reg.advise(config))
         except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop config check
             out.append(
                 f"plugin {reg.plugin!r} ({reg.name!r}) could not advise on this config "
@@ -387,7 +399,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 # --------------------------------------------------------------------------- names and files
 
 #: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", "cold_start", "health"})}
+FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", *TRAIN_TABLES})}
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -420,13 +432,11 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """Every unregistered plugin name, unowned ``[section.name]`` table, and bad setting of
     a chosen plugin's declared tables (checked like the core's own sections; a field naming a
     plugin, metadata ``names=KIND``, against the registry), secrets redacted."""
-    from searchr1.core.config_schema import ColdStartSettings, HealthSettings
-
     where = config.where
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
     # the core's own sub-tables first, then each chosen plugin's declared ones
-    declared = [("train", {"cold_start": ColdStartSettings, "health": HealthSettings})]
+    declared = [("train", TRAIN_TABLES)]
     for kind, (_, field_name) in KINDS.items():
         section = field_name.partition(".")[0]
         tables.setdefault(section, set()).update(registry.names(kind))
@@ -435,19 +445,19 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
                 continue  # an empty name is left to whoever infers or rejects it
             reg = registry.entries[kind].get(name)
             if reg is None:
-                problems.append(_not_installed(where, chooser, name, kind, registry))
-            declared.append((section, declared_settings(reg)))
+                problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
+            declared.append((section, reg.settings if reg else {}))
     for section, settings in declared:
         for table, cls in settings.items():
-            if not dataclasses.is_dataclass(cls):
-                continue
             prefix = f"{section}.{table}"
             values = check_table(config.plugin_table(section, table), cls, prefix, problems, where)
             for f in dataclasses.fields(cls):
                 wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
                 if wanted and isinstance(value, str) and value not in registry.names(wanted):
                     dotted = f"{prefix}.{f.name}"
-                    problems.append(_not_installed(where, dotted, value, wanted, registry))
+                    problems.append(
+                        f"{where(dotted)}: {registry.not_installed(wanted, value, dotted)}"
+                    )
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
@@ -469,18 +479,6 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     return [redact_text(p, config.secrets) for p in problems]
 
 
-def in_file_order(problems: Iterable[str], source: str) -> list[str]:
-    """``problems`` sorted by the line their ``source:line:`` prefix names (stable; one
-    without a line first: it concerns the whole file)."""
-    prefix = re.compile(rf"^{re.escape(source)}:(\d+):")
-
-    def line(problem: str) -> int:
-        found = prefix.match(problem)
-        return int(found.group(1)) if found else 0
-
-    return sorted(problems, key=line)
-
-
 def chosen_names(config: Config, kind: str) -> list[tuple[str, Any]]:
     """``(field, name)`` of every plugin of ``kind`` the config chooses: by its field in
     :data:`~searchr1.core.plugins.KINDS` (one name or a list), then by the kind's
@@ -493,14 +491,3 @@ def chosen_names(config: Config, kind: str) -> list[tuple[str, Any]]:
         chosen = getattr(getattr(config, section, None), key, None)
         out += [(field_name, n) for n in (chosen if isinstance(chosen, list | tuple) else [chosen])]
     return out
-
-
-def _not_installed(where: Where, dotted: str, name: str, kind: str, registry: Registry) -> str:
-    names = registry.names(kind)
-    hint = difflib.get_close_matches(name, names, n=1)
-    mean = f"did you mean {hint[0]!r}? " if hint else ""
-    return (
-        f"{where(dotted)}: {dotted} = {name!r}: no {kind.replace('_', ' ')} of that name is "
-        f"installed; {mean}installed: {', '.join(names) or '(none)'} (the `plugins` command "
-        f"lists them)"
-    )

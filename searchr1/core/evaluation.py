@@ -273,23 +273,14 @@ def heldout_questions(config: Config) -> list[Question]:
     """``data.eval``'s questions when ``train.eval_before_after`` or ``train.eval_every``
     asks for them, else none; ``train`` reads them before the (slow) model load, so a bad
     path fails first. ConfigError when ``eval_every`` or ``keep_best`` is set without what
-    it needs."""
-    t = config.train
-    problems = []
-    if t.eval_every and not config.data.eval:
-        problems.append(
-            f"train.eval_every = {t.eval_every} needs a held-out QA file: set [data] eval "
-            f'(e.g. "builtin:world/heldout.jsonl"), or set train.eval_every = 0'
-        )
-    if t.keep_best and not t.eval_every:
-        problems.append(
-            "train.keep_best = true keeps the checkpoint with the best periodic held-out EM: "
-            "set train.eval_every (e.g. 5) and [data] eval, or set train.keep_best = false"
-        )
-    if problems:
-        from searchr1.core.errors import ConfigError
+    it needs (:func:`~searchr1.core.config_validate.heldout_refusals`)."""
+    from searchr1.core.config_validate import heldout_refusals
+    from searchr1.core.errors import ConfigError
 
-        raise ConfigError([f"{config.source}: {p}" for p in problems])
+    problems = heldout_refusals(config)
+    if problems:
+        raise ConfigError(problems)
+    t = config.train
     if not ((t.eval_before_after or t.eval_every) and config.data.eval):
         return []
     from searchr1.core.data import load_questions

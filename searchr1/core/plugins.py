@@ -4,6 +4,7 @@ under development, not packaged), each hook implementation checked against its s
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.metadata
@@ -60,8 +61,9 @@ class Registration:
     name: str
     factory: Callable[..., Any]
     plugin: str
-    #: the settings dataclass of table ``[section.<name>]``, or ``{table: dataclass}``
-    settings: type | Mapping[str, type] | None = None
+    #: ``{table: dataclass}``: the settings of each table ``[section.<table>]`` it reads (a
+    #: hook may pass one dataclass: the table ``[section.<name>]``)
+    settings: Mapping[str, type] = field(default_factory=dict)
     #: non-empty: the choice when the config names none, and why (shown by ``config check``)
     default: str = ""
     #: ``{"section.field": (value, why)}`` applied when this factory is chosen
@@ -120,7 +122,14 @@ class Registry:
                 f"{kind} {name!r} is registered twice: by plugin {existing.plugin!r} and by "
                 f"{plugin!r}; uninstall one of them"
             )
-        self.entries[kind][name] = Registration(kind, name, factory, plugin, **declared)
+        settings = declared.pop("settings", None) or {}
+        settings = dict(settings) if isinstance(settings, Mapping) else {name: settings}
+        if not all(dataclasses.is_dataclass(cls) for cls in settings.values()):
+            raise PluginError(
+                f"plugin {plugin!r} declared settings of {kind} {name!r} that are "
+                'not dataclasses (docs/plugins.md, "What a factory may declare")'
+            )
+        self.entries[kind][name] = Registration(kind, name, factory, plugin, settings, **declared)
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.entries[kind])
@@ -135,14 +144,18 @@ class Registry:
         try:
             return self.entries[kind][name]
         except KeyError:
-            available = self.names(kind)
-            field_name = KINDS[kind][1]
-            hint = difflib.get_close_matches(name, available, n=1)
-            did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
-            raise PluginError(
-                f"{field_name} = {name!r}: no {kind.replace('_', ' ')} of that name is "
-                f"installed.{did_you_mean} Available: {', '.join(available) or '(none)'}."
-            ) from None
+            raise PluginError(self.not_installed(kind, name, KINDS[kind][1])) from None
+
+    def not_installed(self, kind: str, name: str, dotted: str) -> str:
+        """``dotted = 'name': no <kind> of that name is installed``, the closest installed
+        name and all of them."""
+        names = self.names(kind)
+        hint = difflib.get_close_matches(name, names, n=1)
+        mean = f"did you mean {hint[0]!r}? " if hint else ""
+        return (
+            f"{dotted} = {name!r}: no {kind.replace('_', ' ')} of that name is installed; "
+            f"{mean}installed: {', '.join(names) or '(none)'} (the `plugins` command lists them)"
+        )
 
     def create(self, kind: str, name: str, *args: Any) -> Any:
         """Call the factory registered as ``name``; errors name the plugin."""

@@ -69,3 +69,31 @@ def test_config_check_plugins_prints_each_chosen_plugins_settings_with_defaults(
     # without the flag, the core sections only
     plain = run_cli("config", "check", "--config", config_file(text)).out
     assert "[reward.format_answer]" not in plain
+
+
+def test_config_check_warns_of_the_eval_settings_train_refuses(
+    tmp_path, run_cli, scripted_plugin
+) -> None:
+    """``[train] keep_best`` without ``eval_every``, and ``eval_every`` without ``[data] eval``:
+    config check passes (smoke and eval run) with a "train would stop here" warning naming the
+    line, and train refuses with the same words (one rule)."""
+    from train_configs import train_config
+
+    for line, words in {
+        "keep_best = true\n": "train.keep_best = true keeps the checkpoint with the best",
+        "eval_every = 2\n": "train.eval_every = 2 needs a held-out QA file: set [data] eval",
+    }.items():
+        folder = tmp_path / line.split()[0]
+        folder.mkdir()
+        config = train_config(folder, train=line)
+        number = config.read_text().splitlines().index(line.strip()) + 1
+        checked = run_cli("config", "check", "--config", config)
+        assert checked.code == 0, checked.err
+        warning = next(w for w in checked.err.splitlines() if words in w)
+        assert warning.startswith(f"searchr1: warning: {config}:{number}: "), warning
+        assert warning.endswith("(train would stop here)"), warning
+        assert "1 warning(s) say train would stop here" in checked.out
+        trained = run_cli("train", "--config", config, "--run-dir", folder / "run")
+        assert trained.code == 2, trained.out + trained.err
+        rule = warning.removeprefix("searchr1: warning: ").removesuffix(" (train would stop here)")
+        assert rule in trained.err, trained.err

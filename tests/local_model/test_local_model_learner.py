@@ -203,7 +203,7 @@ def test_too_long_datum_names_its_trajectory(model_dir: Path) -> None:
 
 def test_factory_registered_as_local_and_config_errors(model_dir: Path) -> None:
     reg = load_registry().get("model_provider", "local")
-    assert reg.plugin == "local_model" and reg.settings is local_model.LocalSettings
+    assert reg.plugin == "local_model" and reg.settings == {"local": local_model.LocalSettings}
     model = reg.factory(_config(model_dir))
     provider = model.sampler
     assert model.trainer is provider  # one object samples and trains the same weights

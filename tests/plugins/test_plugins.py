@@ -45,7 +45,7 @@ def test_unknown_name_lists_available_names() -> None:
     with pytest.raises(PluginError) as err:
         registry.get("loss_fn", "ppo2")
     msg = str(err.value)
-    assert "train.loss_fn = 'ppo2'" in msg and "Did you mean 'ppo'" in msg and "cispo" in msg
+    assert "train.loss_fn = 'ppo2'" in msg and "did you mean 'ppo'" in msg and "cispo" in msg
 
 
 def test_duplicate_names_across_plugins_are_an_error() -> None:
@@ -102,6 +102,14 @@ def test_a_registration_is_typed_and_an_unknown_declaration_names_the_plugin() -
 
     with pytest.raises(PluginError, match=r"plugin 'Typo'.*register_loss_fns.*'setings'"):
         load_registry(extra_plugins=[Typo()])
+
+    class NotADataclass:
+        @hookimpl
+        def register_loss_fns(self, register):
+            register("mine", lambda config: None, settings={"mine": dict})
+
+    with pytest.raises(PluginError, match=r"'NotADataclass' declared settings of loss_fn 'mine'"):
+        load_registry(extra_plugins=[NotADataclass()])
 
 
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:

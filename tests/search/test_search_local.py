@@ -175,5 +175,5 @@ def test_registered_as_local_through_the_entry_point() -> None:
     assert names.get("local_search") == "searchr1.plugins.local_search"
     reg = load_registry().get("search_provider", "local")
     assert reg.plugin == "local_search"
-    assert reg.settings is local_search.LocalSearchSettings
+    assert reg.settings == {"local": local_search.LocalSearchSettings}
     assert reg.default  # the search provider a file that names none gets

@@ -1,7 +1,5 @@
 """What ``searchr1 train`` runs around its steps, through the CLI: the held-out eval before and
-after (its file read, and its skipped rows reported, once), the cold start's eval between, and
-``[train] stages``/``monitors`` lists from older configs: accepted, a name that does nothing
-warned about, the health checks on either way."""
+after (its file read, and its skipped rows reported, once) and the cold start's eval between."""
 
 from __future__ import annotations
 
@@ -48,21 +46,3 @@ def test_the_heldout_eval_runs_before_after_and_after_the_cold_start_reading_its
     resumed = read_events(run)[len(first) :]
     assert [e["when"] for e in resumed if e["event"] == "eval/heldout_em"] == ["after"]
     assert not [e for e in resumed if e["event"].startswith("cold_start")]
-
-
-def test_stage_and_monitor_lists_are_accepted_and_a_name_that_does_nothing_is_warned(
-    tmp_path: Path, run_cli, scripted_plugin
-) -> None:
-    config = train_config(tmp_path, train='stages = ["heldout_eval", "recorder"]\nmonitors = []\n')
-    run = tmp_path / "run"
-    result = run_cli("train", "--config", config, "--run-dir", run)
-    assert result.code == 0, result.err
-    said = result.out + result.err
-    assert "train.stages lists 'recorder', which does nothing and leaves out 'ceiling', " in said
-    assert "train.monitors leaves out 'health', 'run_notices' (run anyway)" in said, said
-    assert "'heldout_eval'" not in said  # listed, and train runs it itself
-    got = read_events(run)
-    metrics = [e for e in got if e["event"] == "metrics"]
-    assert len(metrics) == 2 and all("health/response_tokens" in m for m in metrics)
-    state = json.loads((run / "checkpoints" / "step_000002" / "trainer.json").read_text())
-    assert set(state) >= {"health", "run_notices", "data"}

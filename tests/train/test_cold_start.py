@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from fakes import template_tokenizer, tiny_tokenizer
 from searchr1.cli.main import main as cli
 from searchr1.core.config import load_config
 from searchr1.core.datums import trajectory_to_datum
+from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions, sampling_params
@@ -229,11 +231,23 @@ def test_an_unknown_cold_start_loss_is_named_before_the_model_loads(
     assert "cold_start.loss_fn = 'cross_entropi'" in err and "cross_entropy" in err, err
 
 
-def test_a_top_level_cold_start_table_is_still_read_and_named(tmp_path: Path) -> None:
-    """Stage settings once lived in a top-level ``[cold_start]``: such a file still runs the
-    stage, and the warning says where the table belongs now."""
+def test_removed_keys_are_named_with_what_to_write_instead(tmp_path: Path) -> None:
+    """A top-level ``[cold_start]`` and ``[train] stages``/``monitors`` (older configs) are
+    unknown now: the error names each with its line and says where its settings went."""
     config = _write_config(tmp_path, tmp_path / "model", cold_steps=3)
-    config.write_text(config.read_text().replace("[train.cold_start]", "[cold_start]"))
-    loaded = load_config(config)
-    assert loaded.plugin_table("train", "cold_start")["steps"] == 3
-    assert any("[cold_start] is read as [train.cold_start]" in w for w in loaded.warnings)
+    text = config.read_text().replace("[train.cold_start]", "[cold_start]")
+    config.write_text(
+        text.replace("[train]\n", '[train]\nstages = ["cold_start"]\nmonitors = []\n')
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    said = "\n".join(info.value.problems)
+    assert (
+        "unknown section 'cold_start' (no longer read: its settings are [train.cold_start]'s"
+        in said
+    )
+    assert "unknown key 'train.stages' (no longer read: train runs the held-out eval" in said
+    assert (
+        "unknown key 'train.monitors' (no longer read: train always runs the health checks" in said
+    )
+    assert re.search(rf"{re.escape(str(config))}:\d+: unknown key 'train.stages'", said), said

@@ -218,7 +218,7 @@ def test_bad_sink_table_stops_at_start(tmp_path: Path) -> None:
 
 def test_unknown_sink_name_is_a_plugin_error(tmp_path: Path) -> None:
     cfg = parse_config('[log]\nsinks = ["wandbb"]\n', source="c.toml", env={})
-    with pytest.raises(PluginError, match="Did you mean 'wandb'"):
+    with pytest.raises(PluginError, match="did you mean 'wandb'"):
         open_sinks(cfg, load_registry(), tmp_path)
 
 
