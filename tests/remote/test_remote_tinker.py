@@ -108,13 +108,14 @@ def test_a_step_waits_once_for_its_micro_batches_optim_step_and_new_sampler(prov
 def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds(fake):
     """tinker retries a 5xx on its result poll without end; the provider's bounded wait turns
     that into a clear error (and the run stops: the step's state is unknown)."""
-    provider = open_provider(fake, result_timeout_seconds=2)
+    # 5 s, not less: the warm-up call below must fit in it on a loaded machine too
+    provider = open_provider(fake, result_timeout_seconds=5)
     try:
         datums = make_datums(725)
         provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists
         fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=10**6)
         started = time.monotonic()
-        with pytest.raises(RemoteStepError, match="result_timeout_seconds = 2") as info:
+        with pytest.raises(RemoteStepError, match="result_timeout_seconds = 5") as info:
             provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
         assert time.monotonic() - started < 30 and "--resume" in str(info.value)
     finally:
@@ -123,11 +124,12 @@ def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds
 
 
 def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
-    provider = open_provider(fake, sampling_timeout_seconds=1)
+    # 3 s, not 1: the warm-up sample must fit in it on a loaded machine too
+    provider = open_provider(fake, sampling_timeout_seconds=3)
     try:
         asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))  # warm
-        fake.inject("POST", r"^/api/v1/asample$", 0, delay=4.0)
-        with pytest.raises(RemoteServiceError, match="sampling_timeout_seconds = 1"):
+        fake.inject("POST", r"^/api/v1/asample$", 0, delay=10.0)
+        with pytest.raises(RemoteServiceError, match="sampling_timeout_seconds = 3"):
             asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
     finally:
         fake.clear_faults()
