@@ -47,6 +47,7 @@ def test_fsdp_update_of_two_ranks_equals_the_unsharded_one_process_update(
     base = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float64)
     loaded = PeftModel.from_pretrained(base, state / "adapter")
     named = dict(loaded.named_parameters())
+    del a["grad_norm"]
     for name in a:
         assert_same64(named[name].detach(), a[name], name)
     moments = torch.load(state / "optimizer.pt")["state"]

@@ -1,6 +1,7 @@
 """Two optimizer steps of the tiny model's LoRA learner on fixed datums, as one rank of a
 torchrun job (or alone): each rank trains on its share, with the whole batch's loss scale.
-Rank 0 saves the LoRA parameters after the steps to ``argv[2]``. Run by test_torchrun.py
+Rank 0 saves the LoRA parameters after the steps to ``argv[2]``, and the steps' gradient
+norms as ``grad_norm`` (the update of AdamW barely depends on the gradients' scale). Run by test_torchrun.py
 and test_fsdp.py.
 
 ``argv[3]``, optional: ``kl`` trains with a KL term toward a reference pinned before the
@@ -47,6 +48,7 @@ def main(model_dir: str, out: str, mode: str = "") -> None:
     loss = IS_KL if mode else IS
     if mode:
         provider.learner.pin_reference()  # the adapter as it starts (lora_B = 0)
+    norms = []
     # step 1: five datums over the ranks; step 2: one datum, so one rank has none
     for step, n in ((1, 5), (2, 1)):
         batch = random_datums(vocab, n, seed=step)
@@ -56,13 +58,15 @@ def main(model_dir: str, out: str, mode: str = "") -> None:
             results = [provider.forward_backward([d], loss, 1.0 / len(batch)) for d in mine]
         elif mine:
             results = [provider.forward_backward(mine, loss, loss_scale=1.0 / len(batch))]
-        provider.optim_step(ADAM)
+        norms.append(provider.optim_step(ADAM)["grad_norm"])
         assert all(r.loss == r.loss for r in results)  # read after the step (FSDP: filled)
         if fsdp and step == 1:
             asyncio.run(_sample_unequal(provider, world.rank))
     if world.main:  # under FSDP the weights are whole between steps
         named = dict(provider.model.named_parameters())
-        torch.save({n: named[n].detach().clone() for n in provider.learner.param_names}, out)
+        saved = {n: named[n].detach().clone() for n in provider.learner.param_names}
+        saved["grad_norm"] = torch.tensor(norms, dtype=torch.float64)
+        torch.save(saved, out)
         if fsdp:
             provider.save_state(out + ".state")
     world.close()
