@@ -19,6 +19,7 @@ from test_torchrun import RUN, TORCHRUN, _env, _events, _train
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow
 def test_fsdp_update_of_two_ranks_equals_the_unsharded_one_process_update(
     tmp_path: Path,
 ) -> None:

@@ -7,7 +7,8 @@ and test_fsdp.py.
 ``argv[3]``, optional: ``kl`` trains with a KL term toward a reference pinned before the
 first step, one micro-batch per datum; ``fsdp`` does the same with ``[model.local] fsdp``
 and gradient checkpointing, samples between the steps (rank ``r`` ``r + 1`` requests:
-unequal work) and rank 0 also saves a checkpoint folder to ``argv[2] + ".state"``.
+unequal work), rank 0 also saves a checkpoint folder to ``argv[2] + ".state"``, and every
+rank loads it back (into zeroed shards) and rank 0 checks the weights are the saved ones.
 """
 
 from __future__ import annotations
@@ -69,6 +70,17 @@ def main(model_dir: str, out: str, mode: str = "") -> None:
         torch.save(saved, out)
         if fsdp:
             provider.save_state(out + ".state")
+    if fsdp:  # every rank loads its shards back from rank 0's whole files
+        world.broadcast(None)  # written
+        with torch.no_grad():
+            for p in provider.learner.params:
+                p.to_local().zero_()
+        provider.load_state(out + ".state")
+        named = dict(provider.model.named_parameters())
+        saved = torch.load(out) if world.main else {}
+        for n in saved.keys() - {"grad_norm"}:
+            assert torch.equal(named[n].detach(), saved[n]), n
+        assert provider.learner.step == 2
     world.close()
 
 

@@ -315,6 +315,11 @@ def make_learner(
     log-probs at ``temperature`` with the ``learner_*`` settings of ``[model.local]``."""
     from searchr1.plugins.local_model.learner import Learner
 
+    if settings.fsdp and sharding is None and _world_size() > 1:
+        raise ConfigValueError(
+            "model.local.fsdp = true: only model.provider = 'local' shards its model under "
+            "torchrun; set fsdp = false (the gradients are then all-reduced)"
+        )
     pad = tokenizer.pad_token_id
     eos_ids = _eos_ids(model, tokenizer)
     return Learner(
