@@ -97,9 +97,9 @@ def shard_model(model: Any, device: torch.device) -> Sharding:
     attached), then to the decoder as the root unit; gradients are summed, not averaged."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from searchr1.plugins.local_model.chunked_logprobs import causal_lm
-
-    decoder = causal_lm(model).get_decoder()
+    # the transformers CausalLM under peft's wrapper (chunked_logprobs.causal_lm, which
+    # imports this module)
+    decoder = model.get_base_model().get_decoder()
     dtype = next(decoder.parameters()).dtype
     policy = MixedPrecisionPolicy()
     if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
