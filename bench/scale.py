@@ -1,8 +1,17 @@
 """Seconds per training step and tokens per second of the offline demo with 1 and with N
-data-parallel processes (``searchr1 train --nproc N``, torchrun + gloo on CPU, nccl on GPUs).
+data-parallel processes (``searchr1 train --nproc N``, torchrun + gloo on CPU, nccl on GPUs),
+the N processes once with whole copies (the gradients all-reduced) and once with
+``[model.local] fsdp = true`` (FSDP2: the weights sharded, ``nproc_N_fsdp``).
 
-    python bench/scale.py                  # 1 vs 2 processes, 6 steps each
+    python bench/scale.py                  # 1 vs 2 processes (whole, sharded), 6 steps each
     python bench/scale.py --nproc 4 --steps 10 --threads 4
+    python bench/scale.py --check-equal    # on a lent GPU: one step's update, three ways
+
+``--check-equal`` (meant for one GPU, nccl; ``--device cpu`` runs the same code with gloo):
+two optimizer steps of the local learner on fixed random datums, float32, TF32 off, first
+unwrapped (no process group), then as rank 0 of a one-process nccl job with the gradient
+all-reduce (the data-parallel path), then with FSDP2 (``fully_shard``, the ``fsdp = true``
+path); the LoRA weights after the steps must agree to float32 rounding. One JSON line.
 
 The demo (``searchr1/defaults/offline.toml``: tiny model, 8 questions x 8 trajectories a
 step, dynamic sampling) with the held-out evals off and one checkpoint at the end. By
@@ -34,14 +43,16 @@ import tomli_w
 DEMO = Path(__file__).resolve().parents[1] / "searchr1" / "defaults" / "offline.toml"
 
 
-def run(folder: Path, nproc: int, steps: int, threads: int) -> dict[str, Any]:
-    """Train ``steps`` steps of the demo with ``nproc`` processes; the step figures."""
+def run(folder: Path, nproc: int, steps: int, threads: int, fsdp: bool = False) -> dict[str, Any]:
+    """Train ``steps`` steps of the demo with ``nproc`` processes (``fsdp``: sharded); the
+    step figures."""
     config = tomllib.loads(DEMO.read_text())
     config["train"].update(max_steps=steps, save_every=steps, eval_before_after=False)
-    config["model"].setdefault("local", {})["threads"] = threads
-    path = folder / f"config-{nproc}.toml"
+    config["model"].setdefault("local", {}).update(threads=threads, fsdp=fsdp)
+    name = f"{nproc}{'-fsdp' if fsdp else ''}"
+    path = folder / f"config-{name}.toml"
     path.write_text(tomli_w.dumps(config))
-    run_dir = folder / f"run-{nproc}"
+    run_dir = folder / f"run-{name}"
     command = [sys.executable, "-m", "searchr1", "train", "--config", str(path)]
     command += ["--run-dir", str(run_dir)]
     if nproc > 1:
@@ -67,7 +78,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--threads", type=int, default=0, help="per process; 0: cores / nproc")
+    parser.add_argument("--check-equal", action="store_true", help="see the docstring")
+    parser.add_argument("--device", default="cuda", help="--check-equal: cuda or cpu")
     args = parser.parse_args(argv)
+    if args.check_equal:
+        print(json.dumps(check_equal(args.device)))
+        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     result: dict[str, Any] = {"bench": "scale", "cores": cores, "load_avg": os.getloadavg()[0]}
@@ -76,9 +92,94 @@ def main(argv: list[str] | None = None) -> None:
         for nproc in (1, args.nproc):
             threads = args.threads or max(1, cores // nproc)
             result[f"nproc_{nproc}"] = run(Path(tmp), nproc, args.steps, threads)
+        threads = args.threads or max(1, cores // args.nproc)
+        sharded = run(Path(tmp), args.nproc, args.steps, threads, fsdp=True)
+        result[f"nproc_{args.nproc}_fsdp"] = sharded
     one, many = result["nproc_1"], result[f"nproc_{args.nproc}"]
     result["speedup"] = round(one["s_per_step"] / many["s_per_step"], 2)
+    result["speedup_fsdp"] = round(one["s_per_step"] / sharded["s_per_step"], 2)
     print(json.dumps(result))
+
+
+def check_equal(device_name: str) -> dict[str, Any]:
+    """``--check-equal``: the LoRA weights after two steps unwrapped, data-parallel and
+    FSDP2 on one rank (module docstring), and how far apart they are."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from searchr1.core.config_schema import Config
+    from searchr1.core.types import AdamParams
+    from searchr1.plugins.local_model.fsdp import shard_model
+    from searchr1.plugins.local_model.provider import (
+        LocalModelProvider,
+        LocalSettings,
+        load_lora_model,
+    )
+    from searchr1.plugins.losses import NamedLoss, importance_sampling
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
+    from numerics import random_datums
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    loss = NamedLoss("importance_sampling", importance_sampling, {"kl_coef": 0.1})
+    adam = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
+    settings = LocalSettings(device=device_name, dtype="float32")
+    config = Config().replace(
+        model={"base_model": "builtin:tiny", "temperature": 0.9, "dtype": "float32"},
+        lora={"rank": 8, "alpha": 16.0, "dropout": 0.0},
+    )
+
+    def two_steps(fsdp: bool) -> tuple[dict[str, Any], float]:
+        model, tokenizer, device, _ = load_lora_model(config, settings)
+        sharding = shard_model(model, device) if fsdp else None
+        provider = LocalModelProvider(
+            model, tokenizer, device=device, temperature=0.9, settings=settings, sharding=sharding
+        )
+        vocab = model.config.vocab_size
+        start = time.perf_counter()
+        for step in (1, 2):
+            for datum in random_datums(vocab, 6, seed=step):
+                provider.forward_backward([datum], loss, 1.0 / 6)
+            provider.optim_step(adam)
+        seconds = time.perf_counter() - start
+        named = dict(provider.model.named_parameters())
+        weights = {n: named[n].detach().float().cpu().clone() for n in provider.learner.param_names}
+        provider.close()
+        return weights, seconds
+
+    unwrapped, t_unwrapped = two_steps(fsdp=False)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
+    backend = "nccl" if device_name.startswith("cuda") else "gloo"
+    dist.init_process_group(backend, rank=0, world_size=1)
+    try:
+        parallel, t_parallel = two_steps(fsdp=False)
+        sharded, t_sharded = two_steps(fsdp=True)
+    finally:
+        dist.destroy_process_group()
+
+    def distance(other: dict[str, Any]) -> float:
+        return max(float((other[n] - w).abs().max()) for n, w in unwrapped.items())
+
+    scale = max(float(w.abs().max()) for w in unwrapped.values())
+    # float32, same kernels and one rank: only reduction order can differ (u32 = 6e-8 per
+    # rounding over a few hundred terms); a wrong gradient scale or stale reference moves the
+    # weights by O(lr) = 1e-2
+    tolerance = 1e-5 * max(1.0, scale)
+    result = {
+        "bench": "scale_check_equal",
+        "device": torch.cuda.get_device_name() if backend == "nccl" else "cpu",
+        "backend": backend,
+        "lora_max_abs": scale,
+        "data_parallel_max_diff": distance(parallel),
+        "fsdp_max_diff": distance(sharded),
+        "tolerance": tolerance,
+        "seconds": {"unwrapped": t_unwrapped, "data_parallel": t_parallel, "fsdp": t_sharded},
+    }
+    result["equal"] = max(result["data_parallel_max_diff"], result["fsdp_max_diff"]) <= tolerance
+    return result
 
 
 if __name__ == "__main__":

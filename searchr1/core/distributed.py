@@ -138,7 +138,7 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_world_size() == 1 or not params:
+    if not dist.is_initialized() or not params:
         return
     size = dist.get_world_size()
     device = params[0].device

@@ -162,7 +162,16 @@ def project_logprobs(
         raise ValueError(f"{type(lm).__name__} has no output embeddings (lm_head)")
     scaling = logit_scaling(model)
     if type(head) is torch.nn.Linear and head.bias is None:
-        return _LinearLogprobs.apply(hidden_NH, head.weight, targets_N, scaling, temperature, chunk)
+        weight = head.weight
+        from searchr1.plugins.local_model.fsdp import is_sharded
+
+        if is_sharded(weight):
+            # a head FSDP shards (fsdp.py keeps it whole): gathered for this projection, a
+            # collective every rank runs in step; frozen, so no gradient flows to it
+            if weight.requires_grad:
+                raise ValueError("chunked log-probs: a trained lm_head cannot be sharded")
+            weight = weight.full_tensor()
+        return _LinearLogprobs.apply(hidden_NH, weight, targets_N, scaling, temperature, chunk)
     return _checkpointed_logprobs(head, hidden_NH, targets_N, scaling, temperature, chunk)
 
 

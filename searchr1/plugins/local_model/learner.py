@@ -47,7 +47,7 @@ import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -58,6 +58,7 @@ from searchr1.core.types import (
     ForwardBackwardResult,
     LossFn,
     LossInputs,
+    LossOutput,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
     at_least_fp32,
@@ -71,6 +72,9 @@ from searchr1.plugins.local_model.shared_prefix import (
     prefix_groups,
     shared_prefix_logprobs,
 )
+
+if TYPE_CHECKING:
+    from searchr1.plugins.local_model.fsdp import Sharding
 
 
 def token_logprobs(
@@ -189,7 +193,10 @@ class Learner:
         chunk_tokens: int = 8192,
         logit_chunk: int = 256,
         share_prefixes: bool = True,
+        sharding: Sharding | None = None,
     ) -> None:
+        """``sharding``: the FSDP2 units of ``model`` (:func:`.fsdp.shard_model`, applied
+        before this), which makes :meth:`forward_backward` queue for :meth:`optim_step`."""
         self.model = model
         self.device = device
         self.model_lock = model_lock
@@ -207,8 +214,14 @@ class Learner:
         # Rows sharing an untrained prefix (a group's prompt) run it once (shared_prefix.py):
         # None until checked against the unshared path on a first micro-batch that shares.
         self._shared_ok: bool | None = (
-            None if share_prefixes and can_share_prefixes(model) else False
+            None if share_prefixes and can_share_prefixes(model) and sharding is None else False
         )
+        self.sharding = sharding
+        # FSDP: the step's micro-batches, run by optim_step (module docstring)
+        self._queued: list[tuple[list[Datum], LossFn, float, dict[str, Any]]] = []
+        # FSDP: the optimizer state gathered whole after the last step (rank 0 saves it)
+        self._whole_optimizer: dict[str, Any] | None = None
+        self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters (is the LoRA adapter on?)")
@@ -243,34 +256,51 @@ class Learner:
             raise ValueError("forward_backward(): no datums")
         for d in datums:
             self._check_datum(d)
-        total_loss = 0.0
-        sums: dict[str, float] = {}
-        mismatch: list[Mapping[str, float]] = []
+        if self.sharding is not None:
+            from searchr1.plugins.remote_model.pending import PendingResult
+
+            box: dict[str, Any] = {}
+            self._queued.append((list(datums), loss_fn, loss_scale, box))
+            return PendingResult(lambda: _after_optim_step(box))
         with self.model_lock, scoring_mode(self.model):
-            for chunk in self._chunks(datums):
-                loss, metrics, chunk_mismatch = self._forward_backward_chunk(
-                    chunk, loss_fn, loss_scale
-                )
-                total_loss += loss
-                mismatch.append(chunk_mismatch)
-                for key, value in metrics.items():
-                    if key.endswith("_max"):
-                        sums[key] = max(sums.get(key, -math.inf), value)
-                    elif key.endswith("_min"):
-                        sums[key] = min(sums.get(key, math.inf), value)
-                    else:
-                        sums[key] = sums.get(key, 0.0) + value
-        tokens = sums.get("tokens", 0.0)
-        out = dict(sums)
-        out["datums"] = float(len(datums))
-        out["loss"] = total_loss
-        out.update(merge_mismatch(mismatch))
-        out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
-        if "ratio_sum" in sums:
-            out["ratio_mean"] = sums["ratio_sum"] / tokens if tokens else 1.0
-        if "clipped_tokens" in sums:
-            out["clip_fraction"] = sums["clipped_tokens"] / tokens if tokens else 0.0
-        return ForwardBackwardResult(loss=total_loss, metrics=out)
+            parts = [
+                self._forward_backward_chunk(chunk, loss_fn, loss_scale)
+                for chunk in self._chunks(datums)
+            ]
+        return _merge_chunks(parts, len(datums))
+
+    def _sharded_forward_backward(self) -> None:
+        """Under FSDP: the queued micro-batches' chunks, as many forwards and backwards on
+        every rank (module docstring); each queued result is filled in."""
+        from searchr1.plugins.local_model.fsdp import max_over_ranks
+
+        assert self.sharding is not None
+        queued, self._queued = self._queued, []
+        self.sharding.for_learning()
+        plan = [(i, c) for i, (datums, *_) in enumerate(queued) for c in self._chunks(datums)]
+        kl = any(_kl_coef(loss_fn) > 0 for _, loss_fn, _, _ in queued)
+        count, reference = max_over_ranks([len(plan), int(kl)], self.device)
+        idle = _idle_datum(self.vocab_size)
+        parts: dict[int, list[tuple[float, Mapping[str, float], dict[str, float]]]] = {}
+        with scoring_mode(self.model):
+            if self._chunked_ok is None:  # the same input on every rank: the same answer
+                self._use_chunked(*self._idle_tensors(idle))
+            for k in range(count):
+                if k < len(plan):
+                    i, chunk = plan[k]
+                    _, loss_fn, scale, _ = queued[i]
+                    out = self._forward_backward_chunk(chunk, loss_fn, scale, bool(reference))
+                    parts.setdefault(i, []).append(out)
+                else:  # this rank has run out: a zero-weight chunk, for the collectives
+                    self._forward_backward_chunk([idle], _IDLE_LOSS, 0.0, bool(reference))
+        for i, (datums, _, _, box) in enumerate(queued):
+            box["result"] = _merge_chunks(parts[i], len(datums))
+
+    def _idle_tensors(self, idle: Datum) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.tensor([idle.input_tokens], device=self.device)
+        targets = torch.tensor([idle.target_tokens], device=self.device)
+        trained = torch.tensor([[a != 0 for a in idle.advantages]], device=self.device)
+        return ids, targets, trained
 
     def _check_datum(self, d: Datum) -> None:
         name = d.trajectory_id or "?"
@@ -303,8 +333,10 @@ class Learner:
         return chunks
 
     def _forward_backward_chunk(
-        self, datums: list[Datum], loss_fn: LossFn, loss_scale: float
+        self, datums: list[Datum], loss_fn: LossFn, loss_scale: float, reference: bool = False
     ) -> tuple[float, Mapping[str, float], dict[str, float]]:
+        """One chunk's forward and backward; ``reference``: run the KL reference's forward
+        even when this loss has no KL term (FSDP: some rank's loss has one)."""
         dev = self.device
         width = max(len(d) for d in datums)
         b = len(datums)
@@ -329,7 +361,7 @@ class Learner:
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
         reference_T = None
-        if float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0)) > 0:
+        if _kl_coef(loss_fn) > 0 or reference:
             # Before the policy's forward: the reference swaps adapter tensors, which must
             # not change under a graph that backward still needs.
             reference_T = self._reference_logprobs(
@@ -494,7 +526,22 @@ class Learner:
         import searchr1.plugins.local_model.state as state
 
         with self.model_lock:
-            state.save_state(path, self.model, self.optimizer, self.step, sampler_gen)
+            adapter = optimizer = None
+            if self.sharding is not None:
+                # between steps the weights are gathered whole (fsdp.py): rank 0 alone saves
+                assert self.sharding.sampling, "FSDP: save_state between steps only"
+                named = dict(self.model.named_parameters())
+                adapter = {n: named[n].detach() for n in self.param_names}
+                optimizer = self._whole_optimizer or self.optimizer.state_dict()
+            state.save_state(
+                path,
+                self.model,
+                self.optimizer,
+                self.step,
+                sampler_gen,
+                adapter=adapter,
+                optimizer_state=optimizer,
+            )
             self.reference.save(path)
 
     def load_state(self, path: str, sampler_gen: Any = None) -> None:
@@ -502,22 +549,77 @@ class Learner:
         import searchr1.plugins.local_model.state as state
 
         with self.model_lock:
-            self.step = state.load_state(path, self.model, self.optimizer, sampler_gen)
+            if self.sharding is None:
+                self.step = state.load_state(path, self.model, self.optimizer, sampler_gen)
+            else:
+                self.step = self._load_sharded(path, sampler_gen)
             self.reference.load(path)
+
+    def _load_sharded(self, path: str, sampler_gen: Any) -> int:
+        """FSDP: every rank reads the whole adapter and optimizer state (saved by an FSDP
+        run or a one-process one: the same files) and keeps its shard of them."""
+        import searchr1.plugins.local_model.state as state
+        from searchr1.plugins.local_model.fsdp import load_optimizer_state, shard_of
+
+        assert self.sharding is not None
+        self.sharding.for_learning()  # the shards are what training and saving read
+        params = dict(zip(self.param_names, self.params, strict=True))
+
+        def load_adapter(weights: Mapping[str, torch.Tensor]) -> None:
+            by_key = {_saved_key(n): n for n in self.param_names}
+            unexpected = sorted(set(weights) - set(by_key))
+            missing = sorted(set(by_key) - set(weights))
+            if unexpected or missing:
+                raise ValueError(
+                    f"adapter does not match this model's LoRA config (unexpected keys "
+                    f"{unexpected[:3]}, missing {missing[:3]}); check [lora] rank and "
+                    f"target_modules"
+                )
+            for key, name in by_key.items():
+                p, full = params[name], weights[key]
+                if full.shape != p.shape:
+                    raise ValueError(
+                        f"adapter does not fit this model's LoRA config: {key} has shape "
+                        f"{tuple(full.shape)}, the model's {tuple(p.shape)} (check [lora] rank)"
+                    )
+                with torch.no_grad():
+                    p.to_local().copy_(shard_of(full, p))
+
+        def load_optimizer(saved: Mapping[str, Any]) -> None:
+            load_optimizer_state(self.optimizer, self.params, saved)
+            self._whole_optimizer = dict(saved)
+
+        try:
+            return state.load_state(
+                path,
+                self.model,
+                self.optimizer,
+                sampler_gen,
+                load_adapter=load_adapter,
+                load_optimizer=load_optimizer,
+            )
+        finally:
+            self.sharding.for_sampling()
 
     # ------------------------------------------------------------------ optimizer
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         """One AdamW step over the LoRA parameters with ``adam``'s settings, an optional
         global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step. Under
-        torchrun the gradients are first summed over the ranks (every rank calls this)."""
+        torchrun the gradients are first summed over the ranks (every rank calls this); under
+        FSDP the step's queued micro-batches run here first (module docstring), and the
+        weights are gathered whole again for sampling after the step."""
         from searchr1.core.distributed import all_reduce_grads
+        from searchr1.plugins.local_model.fsdp import full_optimizer_state, is_sharded, whole
 
         with self.model_lock:
-            all_reduce_grads(self.params)
+            if self.sharding is not None:
+                self._sharded_forward_backward()
+            # FSDP reduce-scattered its parameters' gradients already
+            all_reduce_grads([p for p in self.params if not is_sharded(p)])
             grads = [p.grad for p in self.params if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads) if grads else None
-            grad_norm = float(norm) if norm is not None else 0.0
+            grad_norm = float(whole(norm)) if norm is not None else 0.0
             clip = adam.grad_clip_norm
             if norm is not None and clip is not None and clip > 0 and grad_norm > clip:
                 torch.nn.utils.clip_grads_with_norm_(self.params, clip, norm)
@@ -530,4 +632,76 @@ class Learner:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
+            if self.sharding is not None:
+                # every rank is here: gather what rank 0 alone will save, then the weights
+                self._whole_optimizer = full_optimizer_state(self.optimizer)
+                self.sharding.for_sampling()
         return {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}
+
+
+def _merge_chunks(
+    parts: Sequence[tuple[float, Mapping[str, float], Mapping[str, float]]], datums: int
+) -> ForwardBackwardResult:
+    """One micro-batch's result from its chunks' (loss, loss metrics, mismatch metrics)."""
+    total_loss = 0.0
+    sums: dict[str, float] = {}
+    mismatch: list[Mapping[str, float]] = []
+    for loss, metrics, chunk_mismatch in parts:
+        total_loss += loss
+        mismatch.append(chunk_mismatch)
+        for key, value in metrics.items():
+            if key.endswith("_max"):
+                sums[key] = max(sums.get(key, -math.inf), value)
+            elif key.endswith("_min"):
+                sums[key] = min(sums.get(key, math.inf), value)
+            else:
+                sums[key] = sums.get(key, 0.0) + value
+    tokens = sums.get("tokens", 0.0)
+    out = dict(sums)
+    out["datums"] = float(datums)
+    out["loss"] = total_loss
+    out.update(merge_mismatch(mismatch))
+    out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
+    if "ratio_sum" in sums:
+        out["ratio_mean"] = sums["ratio_sum"] / tokens if tokens else 1.0
+    if "clipped_tokens" in sums:
+        out["clip_fraction"] = sums["clipped_tokens"] / tokens if tokens else 0.0
+    return ForwardBackwardResult(loss=total_loss, metrics=out)
+
+
+def _saved_key(name: str) -> str:
+    """The key peft's ``save_pretrained`` writes for the parameter ``name`` (without the
+    adapter's name, ``default``)."""
+    return name.replace(".default.", ".")
+
+
+def _kl_coef(loss_fn: LossFn) -> float:
+    return float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0))
+
+
+def _after_optim_step(box: Mapping[str, Any]) -> ForwardBackwardResult:
+    if "result" not in box:
+        raise RuntimeError(
+            "[model.local] fsdp = true: a forward_backward result is ready after optim_step "
+            "(where every rank runs the step's micro-batches, in step)"
+        )
+    return box["result"]
+
+
+def _idle_datum(vocab_size: int) -> Datum:
+    """What a rank with no chunk left runs (with weight 0): a few tokens, one trained."""
+    tokens = tuple(i % vocab_size for i in range(8))
+    advantages = (0.0,) * 7 + (1.0,)
+    return Datum(tokens, tokens, (0.0,) * 8, advantages, trajectory_id="fsdp-idle")
+
+
+class _IdleLoss:
+    """The loss of an idle chunk: the log-probs' sum (scaled by 0, it adds nothing)."""
+
+    settings: Mapping[str, float] = {}
+
+    def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
+        return LossOutput(loss=logprobs_T.sum(), metrics={})
+
+
+_IDLE_LOSS = _IdleLoss()

@@ -28,6 +28,8 @@ Optional settings live in ``[model.local]``::
     learner_share_prefixes = true # rows sharing an untrained prefix (a group's prompt) run
                                   #   it once in the learner (shared_prefix.py)
     gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
+    fsdp = false                # under torchrun: shard the model over the ranks (FSDP2,
+                                #   fsdp.py) instead of a whole copy on each
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     import torch
 
     from searchr1.core.config_schema import Config
+    from searchr1.plugins.local_model.fsdp import Sharding
     from searchr1.plugins.local_model.learner import Learner
 
 log = get_logger()
@@ -79,6 +82,13 @@ class LocalSettings:
     learner_logit_chunk: int = field(default=256, metadata={"min": 0})
     learner_share_prefixes: bool = True
     gradient_checkpointing: bool | str = "auto"  # true, false or "auto" (on with CUDA)
+    fsdp: bool = setting(
+        False,
+        help="under torchrun (searchr1 train --nproc N): shard the decoder's weights, the "
+        "adapter and its optimizer state over the ranks with FSDP2 (fully_shard per decoder "
+        "layer) instead of a whole copy on each; lowers the learner's memory, while sampling "
+        "still gathers the whole base on every rank; ignored in one process",
+    )
 
 
 class LocalModelProvider:
@@ -96,11 +106,13 @@ class LocalModelProvider:
         settings: LocalSettings = LocalSettings(),
         seed: int = 0,
         max_batch_tokens: int = 1 << 20,
+        sharding: Sharding | None = None,
     ) -> None:
         """``model`` is a peft model with the adapter attached and the base frozen (see
         :meth:`from_config`). ``temperature`` is the rollout's sampling temperature, at which
         the learner computes log-probs. ``max_batch_tokens`` is the sampler's token budget
-        when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`)."""
+        when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`).
+        ``sharding``: ``model``'s FSDP2 units (:func:`.fsdp.shard_model`), or None."""
         from searchr1.plugins.local_model.budget import row_overhead_tokens
         from searchr1.plugins.local_model.sampler import BatchedSampler
         from searchr1.plugins.local_model.snapshot import SamplerWeights
@@ -113,7 +125,7 @@ class LocalModelProvider:
         # the pinned adapter version once snapshot_sampler() was called.
         self.sampler_weights = SamplerWeights(model, self.model_lock)
         self.learner = make_learner(
-            model, tokenizer, device, self.model_lock, temperature, settings
+            model, tokenizer, device, self.model_lock, temperature, settings, sharding
         )
         self.context_length = self.learner.context_length
         self.vocab_size = self.learner.vocab_size
@@ -138,6 +150,8 @@ class LocalModelProvider:
             may_join=self.sampler_weights.running_pinned,
         )
         self.sampler_weights.on_new_version = self.sampler.retained.clear
+        if sharding is not None:
+            sharding.for_sampling()  # every rank constructs the provider at the same point
 
     @classmethod
     def from_config(cls, config: Config) -> LocalModelProvider:
@@ -145,6 +159,15 @@ class LocalModelProvider:
         training in this process."""
         settings = plugin_settings(config, "model", "local", LocalSettings)
         model, tokenizer, device, budget = load_lora_model(config, settings)
+        sharding = None
+        if settings.fsdp and _world_size() > 1:
+            from searchr1.plugins.local_model.fsdp import shard_model
+
+            if _checkpointing(settings.gradient_checkpointing, device):
+                # FSDP + LoRA + checkpointing: recomputed layers need an input that requires
+                # grad to reach the adapter (the base, embeddings included, is frozen)
+                model.enable_input_require_grads()
+            sharding = shard_model(model, device)
         return cls(
             model,
             tokenizer,
@@ -153,6 +176,7 @@ class LocalModelProvider:
             settings=settings,
             seed=config.run.seed,
             max_batch_tokens=budget,
+            sharding=sharding,
         )
 
     # ------------------------------------------------------------------ Sampler, Trainer
@@ -285,11 +309,17 @@ def make_learner(
     model_lock: threading.Lock,
     temperature: float,
     settings: LocalSettings,
+    sharding: Sharding | None = None,
 ) -> Learner:
     """The learner of ``model`` (a peft model from :func:`load_lora_model`), computing
     log-probs at ``temperature`` with the ``learner_*`` settings of ``[model.local]``."""
     from searchr1.plugins.local_model.learner import Learner
 
+    if settings.fsdp and sharding is None and _world_size() > 1:
+        raise ConfigValueError(
+            "model.local.fsdp = true: only model.provider = 'local' shards its model under "
+            "torchrun; set fsdp = false (the gradients are then all-reduced)"
+        )
     pad = tokenizer.pad_token_id
     eos_ids = _eos_ids(model, tokenizer)
     return Learner(
@@ -303,6 +333,7 @@ def make_learner(
         chunk_tokens=settings.learner_chunk_tokens,
         logit_chunk=settings.learner_logit_chunk,
         share_prefixes=settings.learner_share_prefixes,
+        sharding=sharding,
     )
 
 
@@ -355,6 +386,13 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     elif isinstance(eos, list | tuple):
         ids.update(int(e) for e in eos)
     return sorted(ids)
+
+
+def _world_size() -> int:
+    """The torchrun job's process count (1 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:

@@ -14,6 +14,11 @@ policy, never a second copy of them:
   (``kl_reference.pt``), so ``--resume`` keeps the reference of the run's RL start.
 
 Memory: one copy of the adapter's trainable tensors (none without a cold start).
+
+Under FSDP (:mod:`.fsdp`) the pinned copy is the whole adapter on every rank (taken by a
+collective in :meth:`ReferencePolicy.pin`, so rank 0 alone can save it), and scoring copies
+each rank's shard of it into the sharded LoRA parameters in place (what FSDP gathers from),
+and the learner's shard back afterwards.
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ class ReferencePolicy:
         return self._pinned is not None
 
     def pin(self) -> None:
-        """The current adapter becomes the reference (a copy of its trainable tensors)."""
-        self._pinned = [p.detach().clone() for p in self._params]
+        """The current adapter becomes the reference (a copy of its trainable tensors; under
+        FSDP a collective, whole on every rank)."""
+        from searchr1.plugins.local_model.fsdp import whole
+
+        self._pinned = [whole(p.detach()).clone() for p in self._params]
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -59,6 +67,20 @@ class ReferencePolicy:
                 )
             with disable():
                 yield
+            return
+        from searchr1.plugins.local_model.fsdp import is_sharded, shard_of
+
+        if any(is_sharded(p) for p in self._params):
+            with torch.no_grad():
+                locals_ = [p.to_local() for p in self._params]
+                kept = [t.clone() for t in locals_]
+                for p, t, full in zip(self._params, locals_, self._pinned, strict=True):
+                    t.copy_(shard_of(full, p))
+                try:
+                    yield
+                finally:
+                    for t, k in zip(locals_, kept, strict=True):
+                        t.copy_(k)
             return
         held = [p.data for p in self._params]
         for p, t in zip(self._params, self._pinned, strict=True):

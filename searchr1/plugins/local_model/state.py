@@ -17,6 +17,7 @@ safetensors and the optimizer's moments are restored exactly.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,27 @@ import torch
 FORMAT = 1
 
 
-def save_state(path: str | Path, model: Any, optimizer: Any, step: int, sampler_gen: Any) -> None:
+def save_state(
+    path: str | Path,
+    model: Any,
+    optimizer: Any,
+    step: int,
+    sampler_gen: Any,
+    *,
+    adapter: Mapping[str, torch.Tensor] | None = None,
+    optimizer_state: Mapping[str, Any] | None = None,
+) -> None:
+    """Write the folder ``path``. ``adapter`` (parameter name -> whole tensor) and
+    ``optimizer_state`` replace ``model``'s and ``optimizer``'s own state dicts (FSDP:
+    those hold this rank's shards only, :mod:`.fsdp`)."""
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(folder / "adapter"))
+    extra = {} if adapter is None else {"state_dict": dict(adapter)}
+    model.save_pretrained(str(folder / "adapter"), **extra)
     # File objects, not paths: torch then reports a full disk as the OSError it is
     # (a path gives a RuntimeError without an errno).
     with (folder / "optimizer.pt").open("wb") as fh:
-        torch.save(optimizer.state_dict(), fh)
+        torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, fh)
     rng = {"torch": torch.get_rng_state()}
     if sampler_gen is not None:  # a sampler in this process (not a server's)
         rng["sampler"] = sampler_gen.get_state()
@@ -41,10 +55,19 @@ def save_state(path: str | Path, model: Any, optimizer: Any, step: int, sampler_
     (folder / "trainer_state.json").write_text(json.dumps({"step": step, "format": FORMAT}))
 
 
-def load_state(path: str | Path, model: Any, optimizer: Any, sampler_gen: Any) -> int:
+def load_state(
+    path: str | Path,
+    model: Any,
+    optimizer: Any,
+    sampler_gen: Any,
+    *,
+    load_adapter: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
+    load_optimizer: Callable[[Mapping[str, Any]], None] | None = None,
+) -> int:
     """Load a folder written by :func:`save_state` into ``model`` and ``optimizer``; returns
-    the step. Errors name the missing or mismatching file."""
-    from peft import set_peft_model_state_dict
+    the step. Errors name the missing or mismatching file. ``load_adapter`` (given the saved
+    adapter tensors by saved name) and ``load_optimizer`` (given the saved state dict)
+    replace the loading into ``model`` and ``optimizer`` (FSDP: each rank keeps its shard)."""
     from safetensors.torch import load_file
 
     folder = Path(path)
@@ -56,6 +79,28 @@ def load_state(path: str | Path, model: Any, optimizer: Any, sampler_gen: Any) -
     if state.get("format") != FORMAT:
         raise ValueError(f"{folder / 'trainer_state.json'}: unknown format {state.get('format')}")
     weights = load_file(str(adapter), device=str(next(model.parameters()).device))
+    if load_adapter is None:
+        _load_adapter(model, weights, adapter)
+    else:
+        try:
+            load_adapter(weights)
+        except ValueError as exc:
+            raise ValueError(f"{adapter}: {exc}") from exc
+    saved = torch.load(folder / "optimizer.pt", weights_only=True)
+    (load_optimizer or optimizer.load_state_dict)(saved)
+    rng_file = folder / "rng.pt"
+    if rng_file.is_file():
+        rng = torch.load(rng_file, weights_only=True)
+        torch.set_rng_state(rng["torch"])
+        if sampler_gen is not None and "sampler" in rng:
+            sampler_gen.set_state(rng["sampler"])
+    return int(state["step"])
+
+
+def _load_adapter(model: Any, weights: Mapping[str, torch.Tensor], adapter: Path) -> None:
+    """``weights`` (peft's saved adapter) into ``model``; errors name the ``adapter`` file."""
+    from peft import set_peft_model_state_dict
+
     try:
         result = set_peft_model_state_dict(model, weights)
     except RuntimeError as exc:  # shape mismatch: saved with another rank or model
@@ -75,11 +120,3 @@ def load_state(path: str | Path, model: Any, optimizer: Any, sampler_gen: Any) -
             f"{adapter}: adapter lacks weights this model's LoRA config needs ({missing[:3]}); "
             f"check [lora] target_modules"
         )
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    rng_file = folder / "rng.pt"
-    if rng_file.is_file():
-        rng = torch.load(rng_file, weights_only=True)
-        torch.set_rng_state(rng["torch"])
-        if sampler_gen is not None and "sampler" in rng:
-            sampler_gen.set_state(rng["sampler"])
-    return int(state["step"])

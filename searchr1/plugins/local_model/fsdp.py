@@ -1,0 +1,177 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) for the local provider under torchrun:
+``[model.local] fsdp = true``.
+
+Each rank then holds ``1 / N`` of the decoder's weights (every decoder layer is its own
+FSDP unit, the decoder's embeddings and final norm the root's), the LoRA parameters and
+AdamW moments included, instead of a whole copy. The learner's forward all-gathers one
+layer at a time and frees it again, and backward reduce-scatters the gradients (summed
+over the ranks: the loss is already scaled by the whole batch's ``1 / N``), so the update
+equals the one-process update, as with the data-parallel all-reduce it replaces.
+
+What stays whole on every rank:
+
+* the output head (``lm_head``, V x H): the chunked log-probs
+  (:mod:`.chunked_logprobs`) multiply by its weight directly; frozen, it needs no
+  gathering. With tied embeddings it is a second copy beside the sharded input embeddings.
+* **the whole base while sampling.** Every forward of a sharded model is a collective, so
+  every rank would have to run the same number of forwards; the rollout's ranks decode
+  different questions at their own pace (different lengths, search calls in between).
+  :meth:`Sharding.for_sampling` therefore all-gathers every unit once after each optimizer
+  step and keeps it gathered through the rollout (forwards then talk to no other rank);
+  :meth:`Sharding.for_learning` frees the gathered copies before the learner runs. So
+  sharding lowers the learner's peak (activations, gradients and optimizer state beside
+  one layer's gathered weights), not the sampler's: the base must still fit one device
+  with the sampler's caches. Decoding in lockstep (every rank runs a forward each decoding
+  iteration until all are done, as HF ``generate(synced_gpus=True)``) would keep it
+  sharded; it is not built.
+
+Equal schedules: a learner's forwards under FSDP are collectives too, so the learner
+defers a step's micro-batches to ``optim_step`` (every rank calls it), agrees on the most
+forward/backward chunks any rank has (:func:`max_over_ranks`) and lets a rank with fewer
+run zero-weight ones (see :class:`~searchr1.plugins.local_model.learner.Learner`).
+
+Mixed precision: on CUDA with a half-precision base, parameters are gathered in that dtype
+and gradients reduced in float32; otherwise (the CPU) everything stays in the model's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from searchr1.core.logs import get_logger
+
+
+def is_sharded(t: Any) -> bool:
+    """Whether ``t`` is a DTensor (a parameter, gradient or moment FSDP shards)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+def max_over_ranks(values: Sequence[int], device: torch.device) -> list[int]:
+    """Each of ``values``' largest value over the ranks of the default process group (a
+    collective: every rank calls it at the same point)."""
+    import torch.distributed as dist
+
+    from searchr1.core.distributed import _collective
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return list(values)
+    box = torch.tensor(list(values), dtype=torch.int64, device=device)
+    _collective(dist.all_reduce, box, dist.ReduceOp.MAX, size=dist.get_world_size())
+    return [int(v) for v in box.tolist()]
+
+
+class Sharding:
+    """The FSDP2 units of one peft model and which phase they are in (module docstring)."""
+
+    def __init__(self, units: Sequence[Any]) -> None:
+        self.units = list(units)
+        self.sampling = False
+
+    def for_sampling(self) -> None:
+        """Gather every unit's whole weights and keep them through the rollout (a
+        collective: every rank calls it at the same point)."""
+        if self.sampling:
+            return
+        for unit in self.units:
+            unit.unshard()
+            unit.set_reshard_after_forward(False)
+        self.sampling = True
+
+    def for_learning(self) -> None:
+        """Free the gathered weights: forwards gather one unit at a time again (local)."""
+        if not self.sampling:
+            return
+        for unit in self.units:
+            unit.set_reshard_after_forward(True)
+            unit.reshard()
+        self.sampling = False
+
+
+def shard_model(model: Any, device: torch.device) -> Sharding:
+    """Apply ``fully_shard`` to each decoder layer of the peft ``model`` (LoRA already
+    attached), then to the decoder as the root unit; gradients are summed, not averaged."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # the transformers CausalLM under peft's wrapper (chunked_logprobs.causal_lm, which
+    # imports this module)
+    decoder = model.get_base_model().get_decoder()
+    dtype = next(decoder.parameters()).dtype
+    policy = MixedPrecisionPolicy()
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16):
+        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    lists = [m for m in decoder.modules() if isinstance(m, torch.nn.ModuleList)]
+    layers = max(lists, key=len) if lists else []  # the decoder layers
+    units = [fully_shard(layer, mp_policy=policy) for layer in layers]
+    units.append(fully_shard(decoder, mp_policy=policy))
+    for unit in units:
+        # the learner scales the loss by the whole batch (1 / N), so the ranks' gradients
+        # add up to the one-process gradient; FSDP's default averages them
+        unit.set_gradient_divide_factor(1.0)
+        # a plain SUM collective (gloo has no pre-multiplied sum; multiplying by 1 is exact)
+        unit.set_force_sum_reduction_for_comms(True)
+    get_logger().info(
+        "fsdp_sharded",
+        units=len(units),
+        mixed_precision=policy.param_dtype is not None,
+        message=f"FSDP2: {len(units) - 1} decoder layers and the decoder root sharded over "
+        "the ranks; whole again while sampling (see fsdp.py)",
+    )
+    return Sharding(units)
+
+
+def shard_of(full: torch.Tensor, like: Any) -> torch.Tensor:
+    """This rank's piece of ``full`` as the DTensor ``like`` lays it out (no communication:
+    every rank holds ``full``)."""
+    from torch.distributed.tensor import distribute_tensor
+
+    piece = distribute_tensor(
+        full.to(like.device, like.dtype), like.device_mesh, like.placements, src_data_rank=None
+    )
+    return piece.to_local()
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """``t`` whole (a collective for a DTensor: every rank calls it)."""
+    return t.full_tensor() if is_sharded(t) else t
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with every sharded moment gathered whole, on the CPU: the
+    same layout as a one-process run's, so either can resume the other (a collective)."""
+    state = optimizer.state_dict()
+    return {
+        "state": {
+            index: {k: whole(v).detach().cpu().clone() for k, v in entry.items()}
+            for index, entry in state["state"].items()
+        },
+        "param_groups": state["param_groups"],
+    }
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, params: Sequence[Any], saved: Mapping[str, Any]
+) -> None:
+    """Load a whole optimizer state (:func:`full_optimizer_state`, or a one-process run's)
+    into ``optimizer`` over the sharded ``params``: each moment becomes this rank's shard."""
+    optimizer.load_state_dict(saved)
+    for p in params:
+        entry = optimizer.state.get(p)
+        if not entry or not is_sharded(p):
+            continue
+        for key, value in entry.items():
+            if torch.is_tensor(value) and value.shape == p.shape and not is_sharded(value):
+                from torch.distributed.tensor import DTensor
+
+                entry[key] = DTensor.from_local(
+                    shard_of(value, p),
+                    p.device_mesh,
+                    p.placements,
+                    run_check=False,
+                    shape=p.shape,
+                    stride=p.stride(),
+                )
