@@ -257,7 +257,7 @@ class Learner:
         for d in datums:
             self._check_datum(d)
         if self.sharding is not None:
-            from searchr1.plugins.remote_model.pending import PendingResult
+            from searchr1.kit.pending import PendingResult
 
             box: dict[str, Any] = {}
             self._queued.append((list(datums), loss_fn, loss_scale, box))

@@ -75,6 +75,7 @@ from searchr1.core.types import (
     Tokenizer,
     TrainerCapabilities,
 )
+from searchr1.kit.pending import PendingResult
 from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
@@ -94,7 +95,6 @@ from searchr1.plugins.remote_model.errors import (
     RemoteStepError,
     translate,
 )
-from searchr1.plugins.remote_model.pending import PendingResult
 from searchr1.plugins.remote_model.sdk import (
     close_service,
     import_sdk,

@@ -1,6 +1,7 @@
-"""Results of remote ``forward_backward`` calls that are still in flight.
+"""Results of ``forward_backward`` calls that are still in flight.
 
-Created by :meth:`searchr1.plugins.remote_model.provider.RemoteModelProvider.forward_backward`;
+Created by the remote provider's ``forward_backward`` (the service's answer) and by the local
+learner's under FSDP (the micro-batches run in ``optim_step``, in step with the other ranks);
 awaited by the first read of ``loss``/``metrics``, or by the provider's ``optim_step``.
 """
 
