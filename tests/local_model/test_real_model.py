@@ -130,7 +130,8 @@ def test_smoke_cold_start_rl_and_eval_on_the_real_model(
     assert cli(["train", "--config", str(config), "--run-dir", str(run)]) == 0
     events = read_events(run)
     evals = {e["when"]: e for e in events if e["event"] == "eval/heldout_em"}
-    assert set(evals) == {"before", "cold_start", "after"}
+    # The example's eval_every adds RL's start and its last step (the KL term is on too).
+    assert set(evals) == {"before", "cold_start", "step_0", "step_2", "after"}
     # The base model never writes <search>; a short cold start teaches it to.
     assert evals["before"]["search_calls_mean"] == 0.0
     assert evals["cold_start"]["search_calls_mean"] > 0.0, evals["cold_start"]
