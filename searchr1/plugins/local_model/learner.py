@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from searchr1.core.step_metrics import merge_mismatch
+from searchr1.core.step_metrics import merge_train_metrics
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -642,30 +642,18 @@ class Learner:
 def _merge_chunks(
     parts: Sequence[tuple[float, Mapping[str, float], Mapping[str, float]]], datums: int
 ) -> ForwardBackwardResult:
-    """One micro-batch's result from its chunks' (loss, loss metrics, mismatch metrics)."""
-    total_loss = 0.0
-    sums: dict[str, float] = {}
-    mismatch: list[Mapping[str, float]] = []
-    for loss, metrics, chunk_mismatch in parts:
-        total_loss += loss
-        mismatch.append(chunk_mismatch)
-        for key, value in metrics.items():
-            if key.endswith("_max"):
-                sums[key] = max(sums.get(key, -math.inf), value)
-            elif key.endswith("_min"):
-                sums[key] = min(sums.get(key, math.inf), value)
-            else:
-                sums[key] = sums.get(key, 0.0) + value
-    tokens = sums.get("tokens", 0.0)
-    out = dict(sums)
+    """One micro-batch's result from its chunks' (loss, loss metrics, mismatch metrics):
+    metrics merged as the loop merges micro-batches (:func:`merge_train_metrics`)."""
+    total_loss = sum(loss for loss, _, _ in parts)
+    out = merge_train_metrics([{**metrics, **mismatch} for _, metrics, mismatch in parts])
+    tokens = out.get("tokens", 0.0)
     out["datums"] = float(datums)
     out["loss"] = total_loss
-    out.update(merge_mismatch(mismatch))
     out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
-    if "ratio_sum" in sums:
-        out["ratio_mean"] = sums["ratio_sum"] / tokens if tokens else 1.0
-    if "clipped_tokens" in sums:
-        out["clip_fraction"] = sums["clipped_tokens"] / tokens if tokens else 0.0
+    if "ratio_sum" in out:
+        out["ratio_mean"] = out["ratio_sum"] / tokens if tokens else 1.0
+    if "clipped_tokens" in out:
+        out["clip_fraction"] = out["clipped_tokens"] / tokens if tokens else 0.0
     return ForwardBackwardResult(loss=total_loss, metrics=out)
 
 
