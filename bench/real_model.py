@@ -26,6 +26,7 @@ peak RSS. ``--gradient-checkpointing`` and ``--learner-chunk-tokens`` set the le
     python bench/real_model.py                       # the documented run (docs/benchmarks.md)
     python bench/real_model.py --seeds 0,1,2         # results over seeds
     python bench/real_model.py --cold-start-steps 4 --rl-steps 2 --eval-questions 8  # quick
+    python bench/real_model.py --set train.cold_start.lr=1e-3     # any key of the example
 """
 
 from __future__ import annotations
@@ -137,6 +138,14 @@ def main() -> int:
     parser.add_argument(
         "--learner-chunk-tokens", type=int, help="[model.local] learner_chunk_tokens"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one key of the example (TOML value), e.g. train.cold_start.lr=1e-3; "
+        "the key must be in the example; repeatable",
+    )
     parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
@@ -206,6 +215,12 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
         text = set_value(
             text, "model.local", "learner_chunk_tokens", str(args.learner_chunk_tokens)
         )
+    for item in args.set:
+        dotted, sep, value = item.partition("=")
+        section, _, key = dotted.strip().rpartition(".")
+        if not sep or not section:
+            raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        text = set_value(text, section, key, value.strip())
     if local:
         text = text.replace("[model.local]\n", "[model.local]\n" + "\n".join(local) + "\n", 1)
     config = work / "config.toml"
