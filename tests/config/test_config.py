@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from searchr1.core.config import load_config, parse_config
-from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,17 +21,13 @@ def parse(text: str, env: dict[str, str] | None = None):
 
 
 def test_example_config_parses_with_seed_values() -> None:
-    from searchr1.plugins.remote_model.settings import RemoteSettings
-    from searchr1.plugins.zhihu_search import ZhihuSettings
-
     cfg = parse(EXAMPLE.read_text())
-    remote = plugin_settings(cfg, "model", cfg.model.provider, RemoteSettings)
-    assert remote.api_base == "https://taotoken.net/api"
-    assert remote.api_key == ENV["TAOTOKEN_API_KEY"]
+    assert (cfg.model.provider, cfg.search.provider) == ("taotoken", "zhihu")
+    assert cfg.model.api_base == "https://taotoken.net/api"
+    assert cfg.model.api_key == ENV["TAOTOKEN_API_KEY"]
     assert cfg.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj")
     assert (cfg.rollout.group_size, cfg.rollout.max_search_calls) == (8, 4)
-    zhihu = plugin_settings(cfg, "search", "zhihu", ZhihuSettings)
-    assert zhihu.api_keys == ("zk-one-1111", "zk-two-2222")
+    assert cfg.search.api_keys == ("zk-one-1111", "zk-two-2222")
     assert (cfg.train.max_datum_tokens, cfg.train.max_micro_batch_tokens) == (8192, 64000)
     assert cfg.optimizer.betas == (0.9, 0.95)
     assert ENV["TAOTOKEN_API_KEY"] in cfg.secrets and "zk-two-2222" in cfg.secrets
