@@ -270,11 +270,10 @@ def infer_choices(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Fill in ``raw`` (a table per section) each omitted provider (the one whose
     ``infer_provider`` claims the table, else the ``default``) and the chosen plugins'
-    ``factory.defaults``, and move into the section what a chosen provider's own table sets
-    of the section fields it ``reads`` (``[model.<provider>] api_key``: it wins, checked where
-    it is written). Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and
-    ``dotted secret -> variable`` a literal should move to (the chosen plugins'
-    ``factory.secret_variables``)."""
+    ``factory.defaults``; move into the section the fields a chosen provider ``reads`` that
+    its own table sets (``[model.<provider>] api_key``: it wins, checked where it is written).
+    Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and ``dotted
+    secret -> variable`` a literal should move to (the chosen plugins' ``secret_variables``)."""
     reasons: dict[str, str] = {}
     variables: dict[str, str] = {}
     for dotted, why in EXPLAINED.items():
