@@ -338,7 +338,7 @@ def _infer_provider(
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: section fields set that the chosen provider does not read
-    although other plugins do (``reads``), tables of chosen plugins that declare no settings, and
+    although others do (``reads``), tables of chosen plugins that declare no settings, and
     each chosen ``factory.advise(config)``. A failing ``advise`` is said as one warning line
     naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
