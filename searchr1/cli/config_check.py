@@ -104,14 +104,10 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
             out.append(f"# {f.name} = (unset)")
             continue
         line = tomli_w.dumps({f.name: list(shown) if isinstance(shown, tuple) else shown})
+        note = "default"
         if f.name in written:
-            note = f"set in {config.where(f'{section}.{table}.{f.name}')}"
-        elif value != default:
-            note = f"from [{section}] {f.name}"
-        else:
-            note = "default"
-        if note != "default":
-            note += f"; default {REDACTED if secret and default else repr(default)}"
+            note = f"set in {config.where(f'{section}.{table}.{f.name}')}; default "
+            note += REDACTED if secret and default else repr(default)
         helps = f"; {f.metadata['help']}" if f.metadata.get("help") else ""
         out.append(f"{line.rstrip()}  # {note}{helps}")
     return out

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -299,14 +298,8 @@ def _say(exc: BaseException) -> str:
 
 
 def search_key_count(config: Config) -> int:
-    """How many keys the search provider's ``api_keys`` holds (in its table or in
-    ``[search]``); 0 for a provider without keys."""
-    keys = config.plugin_table("search", config.search.provider).get(
-        "api_keys", config.search.api_keys
-    )
-    if isinstance(keys, str):
-        keys = re.split(r"[,\n]", keys)
-    return sum(1 for key in keys if isinstance(key, str) and key.strip())
+    """How many keys ``[search] api_keys`` holds; 0 for a provider without keys."""
+    return sum(1 for key in config.search.api_keys if key.strip())
 
 
 def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:

@@ -128,23 +128,21 @@ def parse_config(
     # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
     leaves: dict[str, Any] = {}
-    # a plugin table's secret: a secret-named key, or a field some plugin declares secret
-    plugin_secrets = {
-        f.name
+    # a secret: a secret-named key, or a field the schema or some plugin declares secret
+    schemas = [*SECTIONS.values()]
+    schemas += [
+        cls
         for kind in registry.entries.values()
-        for reg in kind.values()
-        for cls in reg.settings.values()
-        for f in dataclasses.fields(cls)
-        if f.metadata.get("secret")
+        for r in kind.values()
+        for cls in r.settings.values()
+    ]
+    declared = {
+        f.name for cls in schemas for f in dataclasses.fields(cls) if f.metadata.get("secret")
     }
 
     def is_secret(dotted: str) -> bool:
-        section, _, key = dotted.partition(".")
-        if "." in key:  # [section.plugin] key
-            name = key.rpartition(".")[2]
-            return name in plugin_secrets or is_secret_name(name)
-        fields = dataclasses.fields(SECTIONS[section]) if section in SECTIONS else ()
-        return any(f.name == key and f.metadata.get("secret") for f in fields)
+        name = dotted.rpartition(".")[2]
+        return name in declared or is_secret_name(name)
 
     def fill(var: str, dotted: str) -> str:
         variables.setdefault(dotted, var)

@@ -1,12 +1,11 @@
 """The config schema: one frozen dataclass per ``config.toml`` section, and :class:`Config`.
 
 A setting only one plugin reads lives in that plugin's table (``[model.<provider>]``), as a
-settings dataclass of the same shape (``docs/plugins.md``). Field metadata carries the checks
-(:func:`searchr1.core.config_validate.check_table`), ``secret`` (out of ``repr()``, masked,
-redacted from logs) and ``provider``: a field the chosen provider reads (``[model] api_key``,
-where the reference setup writes it), through its own setting of the same name, unless its
-table ``[model.<provider>]`` sets that. The dataclasses are the schema: a new setting is one
-field."""
+settings dataclass of the same shape (``docs/plugins.md``); one several providers read lives in
+its section (``[model] api_key``, where the reference setup writes it), and the providers that
+read it say so (``reads``; their own table may set it instead). Field metadata carries the checks
+(:func:`searchr1.core.config_validate.check_table`) and ``secret`` (out of ``repr()``, masked,
+redacted from logs). The dataclasses are the schema: a new setting is one field."""
 
 from __future__ import annotations
 
@@ -48,12 +47,10 @@ class ModelConfig:
     temperature: float = _f(0.8, gt=0.0)
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     max_new_tokens: int = _f(2048, min=1)
-    api_base: str = _f("", provider=True, help="the model service's URL")
-    api_key: str = _f("", provider=True, secret=True, help='e.g. "${MY_API_KEY}"')
-    device: str = _f("auto", provider=True, help="auto | cpu | cuda | cuda:N | mps")
-    dtype: str = _f(
-        "auto", provider=True, choices=("auto", "float32", "bfloat16", "float16", "float64")
-    )
+    api_base: str = _f("", help="the model service's URL")
+    api_key: str = _f("", secret=True, help='e.g. "${MY_API_KEY}"')
+    device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps")
+    dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
 
 
 @dataclass(frozen=True)
@@ -94,16 +91,16 @@ class SearchConfig:
     max_query_chars: int = _f(512, min=1)
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
     # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
-    api_keys: tuple[str, ...] = _f((), provider=True, secret=True, split=True)
-    api_base: str = _f("", provider=True, help="empty = the provider's default address")
-    timeout_seconds: float = _f(10.0, provider=True, gt=0.0)
-    max_retries: int = _f(2, provider=True, min=0)
+    api_keys: tuple[str, ...] = _f((), secret=True, split=True)
+    api_base: str = _f("", help="empty = the provider's default address")
+    timeout_seconds: float = _f(10.0, gt=0.0)
+    max_retries: int = _f(2, min=0)
     #: a key limited (429) is benched this long (inf: the run)
-    key_cooldown_seconds: float = _f(math.inf, provider=True, gt=0.0, inf_ok=True)
+    key_cooldown_seconds: float = _f(math.inf, gt=0.0, inf_ok=True)
     #: unusable answers in a row (API error in a 200, malformed body) of one key, while
     #: another key works, that bench it; tried again after key_probe_seconds (doubling)
-    key_max_failures: int = _f(3, provider=True, min=1)
-    key_probe_seconds: float = _f(60.0, provider=True, gt=0.0)
+    key_max_failures: int = _f(3, min=1)
+    key_probe_seconds: float = _f(60.0, gt=0.0)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.config_schema import TRAIN_TABLES, Config
+from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES, Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_registry
 from searchr1.core.secrets import REDACTED, redact_text
@@ -31,9 +31,15 @@ Where = Callable[[str], str]
 
 
 def check_table(
-    table: Mapping[str, Any], cls: type, section: str, problems: list[str], where: Where
+    table: Mapping[str, Any],
+    cls: type,
+    section: str,
+    problems: list[str],
+    where: Where,
+    also: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Check one table against a dataclass schema; append problems, return coerced values."""
+    """Check one table against a dataclass schema; append problems, return coerced values.
+    ``also``: keys the table may hold besides (offered when a key is unknown)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
@@ -41,7 +47,7 @@ def check_table(
         dotted = f"{section}.{key}"
         f = fields.get(key)
         if f is None:
-            problems.append(unknown_name(where(dotted), dotted, key, list(fields), "key"))
+            problems.append(unknown_name(where(dotted), dotted, key, [*fields, *also], "key"))
             continue
         coerced, error = _coerce(value, hints[key], f.metadata)
         if error is None:
@@ -65,12 +71,9 @@ def plugin_settings(
 ) -> S:
     """A plugin's ``[section.name]`` table as a ``cls`` instance, checked by
     :func:`check_table` (a bad value falls back to its default) and ``checks``; all problems
-    raise at once in one :class:`ConfigError`. A field named like a ``provider`` field of
-    ``[section]`` (``[model] api_key``) takes the section's value when the file or code sets
-    it; the plugin's table wins."""
+    raise at once in one :class:`ConfigError`."""
     problems: list[str] = []
-    table = {k: v for k, v in _provider_fields(config, section).items() if k in _names(cls)}
-    table.update(config.plugin_table(section, name))
+    table = config.plugin_table(section, name)
     values = check_table(table, cls, f"{section}.{name}", problems, lambda _: config.source)
     settings = cls(**values)
     if checks is not None:
@@ -78,25 +81,6 @@ def plugin_settings(
     if problems:
         raise ConfigError(problems)
     return settings
-
-
-def _provider_fields(config: Config, section: str) -> dict[str, Any]:
-    """The ``provider`` fields of ``[section]`` the file sets or that differ from their
-    default (set in code)."""
-    obj = getattr(config, section)
-    return {
-        f.name: getattr(obj, f.name)
-        for f in dataclasses.fields(obj)
-        if f.metadata.get("provider")
-        and (
-            f"{section}.{f.name}" in config.explicit
-            or getattr(obj, f.name) != getattr(type(obj)(), f.name)
-        )
-    }
-
-
-def _names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
 #: keys an older config may still write, and what to do instead
@@ -286,9 +270,10 @@ def infer_choices(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Fill in ``raw`` (a table per section) each omitted provider (the one whose
     ``infer_provider`` claims the table, else the ``default``) and the chosen plugins'
-    ``factory.defaults``. Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config
-    check) and ``dotted secret -> variable`` a literal should move to (the chosen plugins'
-    ``factory.secret_variables``)."""
+    ``factory.defaults``; move into the section the fields a chosen provider ``reads`` that
+    its own table sets (``[model.<provider>] api_key``: it wins, checked where it is written).
+    Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and ``dotted
+    secret -> variable`` a literal should move to (the chosen plugins' ``secret_variables``)."""
     reasons: dict[str, str] = {}
     variables: dict[str, str] = {}
     for dotted, why in EXPLAINED.items():
@@ -304,6 +289,11 @@ def infer_choices(
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
             continue
+        for own_name in dict.fromkeys([name, *reg.settings]):
+            own = table.get(own_name)
+            moved = {k: own.pop(k) for k in reg.reads if isinstance(own, dict) and k in own}
+            prefix = f"{section}.{own_name}"
+            table.update(check_table(moved, SECTIONS[section], prefix, problems, where))
         for field_name, var in reg.secret_variables.items():
             variables[f"{section}.{field_name}"] = variables[f"{section}.{name}.{field_name}"] = var
         for dotted, (value, why) in reg.defaults.items():
@@ -347,8 +337,8 @@ def _infer_provider(
 
 
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
-    """Warnings before the run: ``provider`` fields set that the chosen provider does not
-    read although other plugins do, tables of chosen plugins that declare no settings, and
+    """Warnings before the run: section fields set that the chosen provider does not read
+    although others do (``reads``), tables of chosen plugins that declare no settings, and
     each chosen ``factory.advise(config)``. A failing ``advise`` is said as one warning line
     naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
@@ -359,16 +349,11 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
             reg = registry.get(kind, getattr(getattr(config, section), key, ""))
         except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
             continue
-        reads = {n for cls in reg.settings.values() for n in _names(cls)}
-        for name in [n for n in _provider_fields(config, section) if n not in reads]:
-            owners = sorted(
-                r.name
-                for r in registry.entries[kind].values()
-                if any(name in _names(cls) for cls in r.settings.values())
-            )
-            if owners:
+        for f in dataclasses.fields(getattr(config, section)):
+            owners = sorted(r.name for r in registry.entries[kind].values() if f.name in r.reads)
+            if owners and f.name not in reg.reads and f"{section}.{f.name}" in config.explicit:
                 out.append(
-                    f"{section}.{name} is ignored by {_label(kind, section)} {reg.name!r} (a "
+                    f"{section}.{f.name} is ignored by {_label(kind, section)} {reg.name!r} (a "
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
@@ -436,7 +421,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     problems: list[str] = []
     tables: dict[str, set[str]] = {}
     # the core's own sub-tables first, then each chosen plugin's declared ones
-    declared = [("train", TRAIN_TABLES)]
+    declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
     for kind, (_, field_name) in KINDS.items():
         section = field_name.partition(".")[0]
         tables.setdefault(section, set()).update(registry.names(kind))
@@ -446,11 +431,11 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
             reg = registry.entries[kind].get(name)
             if reg is None:
                 problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
-            declared.append((section, reg.settings if reg else {}))
-    for section, settings in declared:
+            declared.append((section, reg.settings, reg.reads) if reg else (section, {}, ()))
+    for section, settings, reads in declared:
         for table, cls in settings.items():
-            prefix = f"{section}.{table}"
-            values = check_table(config.plugin_table(section, table), cls, prefix, problems, where)
+            prefix, own = f"{section}.{table}", config.plugin_table(section, table)
+            values = check_table(own, cls, prefix, problems, where, reads)
             for f in dataclasses.fields(cls):
                 wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
                 if wanted and isinstance(value, str) and value not in registry.names(wanted):

@@ -34,9 +34,9 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
     ``factory(config)`` returns a :class:`~searchr1.core.types.Model`, sampler ready and
     ``trainer`` set (LoRA attached, optimizer ready) or ``None`` for sample-only providers
     (``train`` refuses them). Called once per run. Optional keywords, read by
-    :mod:`searchr1.core.config_validate`: ``settings``, ``infer_provider``, ``default``,
-    ``defaults``, ``secret_variables``, ``advise`` (docs/plugins.md, "What a factory may
-    declare").
+    :mod:`searchr1.core.config_validate`: ``settings``, ``reads``, ``infer_provider``,
+    ``default``, ``defaults``, ``secret_variables``, ``advise`` (docs/plugins.md, "What a
+    factory may declare").
 
     docs/plugins.md, ## register_model_providers"""
 

@@ -53,7 +53,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.config_schema import setting
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError, UserError
 from searchr1.core.hookspecs import hookimpl
@@ -92,11 +91,9 @@ class ChatServiceError(RuntimeError):
 
 @dataclass(frozen=True)
 class ChatSettings:
-    """``[model.openai_chat]`` (all optional but ``api_base``)."""
+    """``[model.openai_chat]`` (all optional; the server is ``[model] api_base``, e.g.
+    TaoToken: https://taotoken.net/api, vLLM: http://host:8000)."""
 
-    #: the server (TaoToken: https://taotoken.net/api, vLLM: http://host:8000)
-    api_base: str = setting("")
-    api_key: str = setting("", secret=True)
     #: model name sent to the API; empty = [model] base_model
     model: str = ""
     #: local tokenizer (folder, hub id or builtin:); empty = [model] base_model
@@ -158,7 +155,7 @@ class OpenAIChatProvider:
         from searchr1.kit.tokenizers import provider_tokenizer
 
         def needs_a_server(settings: ChatSettings) -> list[str]:
-            if settings.api_base.strip():
+            if config.model.api_base.strip():
                 return []
             return [
                 "model.api_base is empty; provider 'openai_chat' needs the server URL "
@@ -167,8 +164,8 @@ class OpenAIChatProvider:
 
         settings = plugin_settings(config, "model", "openai_chat", ChatSettings, needs_a_server)
         return cls(
-            api_base=settings.api_base.strip(),
-            api_key=settings.api_key,
+            api_base=config.model.api_base.strip(),
+            api_key=config.model.api_key,
             model=settings.model or config.model.base_model,
             tokenizer=provider_tokenizer(config, "openai_chat", settings.tokenizer),
             settings=settings,
@@ -318,5 +315,6 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         "openai_chat",
         _create,
         settings=ChatSettings,
+        reads=("api_base", "api_key"),
         secret_variables={"api_key": "OPENAI_API_KEY"},
     )

@@ -12,9 +12,8 @@ are sent together, up to ``max_batch`` per request. Retries, the concurrency lim
 and optional keys (sent as ``Authorization: Bearer``, e.g. behind a gateway) come from
 :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`; a failed request fails every
 query of its batch with the same error. ``api_base`` defaults to ``http://127.0.0.1:8000``
-(the original ``retrieval_launch.sh``). Its own table (with the HTTP settings of
-:class:`~searchr1.kit.search.http_provider.HttpSearchSettings`, which may also be written in
-``[search]``)::
+(the original ``retrieval_launch.sh``). Its own table (which may also set the ``[search]``
+fields :data:`~searchr1.kit.search.http_provider.HTTP_SETTINGS`)::
 
     [search.search_r1]
     batch_window_ms = 5.0
@@ -36,11 +35,7 @@ from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse, SearchResult
 from searchr1.kit.search.documents import DocumentError, row_to_result
-from searchr1.kit.search.http_provider import (
-    HttpSearchProvider,
-    HttpSearchSettings,
-    ResponseError,
-)
+from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -49,7 +44,7 @@ Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 
 
 @dataclass(frozen=True)
-class SearchR1Settings(HttpSearchSettings):
+class SearchR1Settings:
     """``[search.search_r1]``."""
 
     batch_window_ms: float = field(default=5.0, metadata={"min": 0})
@@ -101,7 +96,7 @@ class SearchR1Retriever(HttpSearchProvider):
 
     def __init__(self, config: Config, **kwargs: Any):
         self.options = search_r1_settings(config)
-        super().__init__(config.search, self.options, **kwargs)
+        super().__init__(config.search, **kwargs)
         self._pending: dict[int, Batch] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -173,4 +168,4 @@ class SearchR1Retriever(HttpSearchProvider):
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("search_r1", SearchR1Retriever, settings=SearchR1Settings)
+    register("search_r1", SearchR1Retriever, settings=SearchR1Settings, reads=HTTP_SETTINGS)

@@ -7,7 +7,7 @@ Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
 retries, the concurrency limit and the cache come from
 :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`, whose settings
 (``api_keys``, ``api_base``, ``timeout_seconds``, ``max_retries``, ``key_cooldown_seconds``)
-are part of this table and may also be written in ``[search]`` itself. Its own table::
+are ``[search]``'s and may also be written in this table. Its own table::
 
     [search.zhihu]
     search_db = "all"     # SearchDB: "all" | "realtime" | "static"; "" = the service default
@@ -34,11 +34,7 @@ from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.secrets import redact_text
 from searchr1.core.types import SearchResponse, SearchResult
-from searchr1.kit.search.http_provider import (
-    HttpSearchProvider,
-    HttpSearchSettings,
-    ResponseError,
-)
+from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -49,7 +45,7 @@ _TAG_RE = re.compile(r"<[^>]{0,200}>")
 
 
 @dataclass(frozen=True)
-class ZhihuSettings(HttpSearchSettings):
+class ZhihuSettings:
     """``[search.zhihu]``."""
 
     search_db: str = field(default="", metadata={"choices": ("", "all", "realtime", "static")})
@@ -61,7 +57,7 @@ def zhihu_settings(config: Config) -> ZhihuSettings:
     """``[search.zhihu]`` checked, and at least one key in ``api_keys``."""
 
     def needs_a_key(settings: ZhihuSettings) -> list[str]:
-        if settings.api_keys:
+        if config.search.api_keys:
             return []
         return [
             "search.api_keys is empty: the zhihu provider needs at least one key "
@@ -127,7 +123,7 @@ class ZhihuSearch(HttpSearchProvider):
 
     def __init__(self, config: Config, **kwargs: Any):
         self.options = zhihu_settings(config)
-        super().__init__(config.search, self.options, **kwargs)
+        super().__init__(config.search, **kwargs)
 
     def endpoint(self) -> str:
         o = self.options
@@ -156,5 +152,6 @@ def register_search_providers(register: Callable[[str, Callable[..., Any]], None
         "zhihu",
         ZhihuSearch,
         settings=ZhihuSettings,
+        reads=HTTP_SETTINGS,
         secret_variables={"api_keys": "ZHIHU_SEARCH_KEYS"},
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from searchr1.core.config import load_config, parse_config
-from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,20 +22,31 @@ def parse(text: str, env: dict[str, str] | None = None):
 
 
 def test_example_config_parses_with_seed_values() -> None:
-    from searchr1.plugins.remote_model.settings import RemoteSettings
-    from searchr1.plugins.zhihu_search import ZhihuSettings
-
     cfg = parse(EXAMPLE.read_text())
-    remote = plugin_settings(cfg, "model", cfg.model.provider, RemoteSettings)
-    assert remote.api_base == "https://taotoken.net/api"
-    assert remote.api_key == ENV["TAOTOKEN_API_KEY"]
+    assert (cfg.model.provider, cfg.search.provider) == ("taotoken", "zhihu")
+    assert cfg.model.api_base == "https://taotoken.net/api"
+    assert cfg.model.api_key == ENV["TAOTOKEN_API_KEY"]
     assert cfg.lora.target_modules == ("q_proj", "k_proj", "v_proj", "o_proj")
     assert (cfg.rollout.group_size, cfg.rollout.max_search_calls) == (8, 4)
-    zhihu = plugin_settings(cfg, "search", "zhihu", ZhihuSettings)
-    assert zhihu.api_keys == ("zk-one-1111", "zk-two-2222")
+    assert cfg.search.api_keys == ("zk-one-1111", "zk-two-2222")
     assert (cfg.train.max_datum_tokens, cfg.train.max_micro_batch_tokens) == (8192, 64000)
     assert cfg.optimizer.betas == (0.9, 0.95)
     assert ENV["TAOTOKEN_API_KEY"] in cfg.secrets and "zk-two-2222" in cfg.secrets
+
+
+def test_the_examples_local_table_uncommented_is_checked_and_read() -> None:
+    """config.toml.example's commented ``[model.local]``, uncommented with provider "local",
+    passes every check (the plugin's table included); its device is ``[model] device``."""
+    from searchr1.core.config_validate import plugin_settings
+    from searchr1.plugins.local_model.provider import LocalSettings
+
+    text = EXAMPLE.read_text().replace('provider = "taotoken"', 'provider = "local"')
+    block = re.search(r"^# \[model\.local\]\n(?:# .*\n)+", text, re.M).group(0)
+    table = re.sub(r"^# ", "", block, flags=re.M).replace('device = "auto"', 'device = "cpu"')
+    cfg = parse_config(text.replace(block, table), source="c.toml", env=ENV, check_plugins=True)
+    assert (cfg.model.provider, cfg.model.device, cfg.model.dtype) == ("local", "cpu", "auto")
+    local = plugin_settings(cfg, "model", "local", LocalSettings)
+    assert (local.threads, local.learner_chunk_tokens, local.fsdp) == (0, 8192, False)
 
 
 def test_embedded_default_loads_without_any_variable() -> None:

@@ -1,7 +1,7 @@
-"""Plugins own their settings: a plugin setting named like a field of its section (the
-reference skeleton's ``[model] api_key``, ``[search] api_keys``) takes the section's value
-unless the plugin's table sets it, the provider a file leaves out is the one a plugin claims
-or declares the default, and the core config modules name no built-in plugin."""
+"""Plugins own their settings; a key several providers read (the reference skeleton's
+``[model] api_key``, ``[search] api_keys``) is its section's, which the chosen provider's
+table may set instead; the provider a file leaves out is the one a plugin claims or declares
+the default, and the core config modules name no built-in plugin."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from searchr1.core.config_validate import advice, plugin_settings
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
-from searchr1.plugins.remote_model.settings import RemoteSettings
 from searchr1.plugins.zhihu_search import ZhihuSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,43 +33,36 @@ timeout_seconds = 4
 """
 
 
-def test_a_section_setting_is_read_by_the_chosen_plugin() -> None:
+def test_the_skeletons_keys_are_fields_of_their_sections() -> None:
     config = parse_config(SKELETON, source="c.toml", env=ENV)
     assert config.model.provider == "taotoken"
-    remote = plugin_settings(config, "model", "taotoken", RemoteSettings)
-    assert (remote.api_base, remote.api_key) == (
+    assert (config.model.api_base, config.model.api_key) == (
         "https://taotoken.net/api",
         ENV["TAOTOKEN_API_KEY"],
     )
-    zhihu = plugin_settings(config, "search", "zhihu", ZhihuSettings)
-    assert zhihu.api_keys == ("zk-1111", "zk-2222") and zhihu.timeout_seconds == 4.0
-    # the skeleton's keys are fields of their sections, not moved anywhere
-    assert config.model.api_key == ENV["TAOTOKEN_API_KEY"] and config.search.max_retries == 2
-    assert config.search.api_keys == ("zk-1111", "zk-2222")
+    assert config.search.api_keys == ("zk-1111", "zk-2222") and config.search.timeout_seconds == 4
+    assert config.search.max_retries == 2
     # the variable behind the key is known (errors name it)
     assert config.variables["model.api_key"] == "TAOTOKEN_API_KEY"
     dumped = repr(config.to_dict(redact=True)) + repr(config)
     assert "sk-test-abcdef123456" not in dumped and "zk-2222" not in dumped
 
 
-def test_the_plugin_table_wins_over_the_section() -> None:
-    text = SKELETON + "[search.zhihu]\ntimeout_seconds = 7\n"
-    config = parse_config(text, source="c.toml", env=ENV)
-    assert plugin_settings(config, "search", "zhihu", ZhihuSettings).timeout_seconds == 7.0
+def test_the_chosen_providers_table_may_set_a_key_it_reads_and_wins() -> None:
+    text = SKELETON + "[search.zhihu]\ntimeout_seconds = 7\nsearch_db = 'all'\n"
+    config = parse_config(text, source="c.toml", env=ENV, check_plugins=True)
+    assert config.search.timeout_seconds == 7.0
+    assert config.plugin_table("search", "zhihu") == {"search_db": "all"}
+    assert plugin_settings(config, "search", "zhihu", ZhihuSettings).search_db == "all"
+    # checked where it is written
+    with pytest.raises(ConfigError, match=r"c\.toml:10: search\.zhihu\.timeout_seconds = -1 must"):
+        parse_config(SKELETON + "[search.zhihu]\ntimeout_seconds = -1\n", source="c.toml", env=ENV)
 
 
-def test_only_provider_fields_of_a_section_reach_a_plugin_setting_of_that_name() -> None:
-    """[search] timeout_seconds is the search provider's; [search] top_k is the loop's, so a
-    plugin setting also called top_k keeps its own default (as [train] loss_fn does not
-    become a stage's loss_fn)."""
-
-    @dataclass(frozen=True)
-    class Engine:
-        top_k: int = 7
-        timeout_seconds: float = 30.0
-
-    config = parse_config("[search]\ntop_k = 5\ntimeout_seconds = 4\n", source="c.toml", env={})
-    assert plugin_settings(config, "search", "engine", Engine) == Engine(7, 4.0)
+def test_a_key_the_provider_does_not_read_stays_unknown_in_its_table() -> None:
+    text = '[model]\nprovider = "local"\n[model.local]\napi_key = "${K}"\n'
+    with pytest.raises(ConfigError, match=r"c\.toml:4: unknown key 'model\.local\.api_key'"):
+        parse_config(text, source="c.toml", env={"K": "k-1"}, check_plugins=True)
 
 
 def test_a_section_value_is_checked_where_it_is_written() -> None:

@@ -44,10 +44,8 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
 ) -> None:
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    config = Config(
-        plugins={"model.vllm": {"api_base": fake_vllm.url, "adapters_dir": str(tmp_path / "a")}}
-    ).replace(
-        model={"provider": "vllm", "base_model": "builtin:tiny-random"},
+    config = Config(plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a")}}).replace(
+        model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": fake_vllm.url},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )
     provider = VllmModelProvider.from_config(config)

@@ -69,9 +69,9 @@ def stalled_server() -> Iterator[str]:
     listener.close()
 
 
-def _config(**table: Any) -> Config:
+def _config(api_base: str = "", **table: Any) -> Config:
     return Config(plugins={"model.vllm": table}).replace(
-        model={"provider": "vllm", "base_model": "builtin:tiny-random"},
+        model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": api_base},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )
 

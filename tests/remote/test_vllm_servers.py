@@ -36,9 +36,9 @@ def fakes() -> Iterator[list[FakeVllm]]:
         yield servers
 
 
-def _config(tmp_path: Path, **table: Any) -> Config:
+def _config(tmp_path: Path, api_base: str = "", **table: Any) -> Config:
     return Config(plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a"), **table}}).replace(
-        model={"provider": "vllm", "base_model": "builtin:tiny-random"},
+        model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": api_base},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )
 

@@ -23,21 +23,20 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
 * counts every attempt and outcome in the provider's metrics;
 * returns a short, model-readable error instead of raising, and never puts a key in it.
 
-The settings named above are the provider's own (:class:`HttpSearchSettings`, which a
-plugin's settings dataclass extends); each may also be written in ``[search]`` itself.
+The settings named above are ``[search]`` fields (:data:`HTTP_SETTINGS`, which a provider
+registers as the section fields it ``reads``), so the chosen provider's table may set them too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import httpx
 
-from searchr1.core.config_schema import SearchConfig, setting
+from searchr1.core.config_schema import SearchConfig
 from searchr1.core.secrets import redact_text
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
@@ -98,20 +97,16 @@ class _Tries:
     parse_error: ResponseError | None = None
 
 
-@dataclass(frozen=True)
-class HttpSearchSettings:
-    """The HTTP settings of one search service: the ``[search]`` fields of the same names
-    (:class:`~searchr1.core.config_schema.SearchConfig` says what each means), overridden by
-    ``[search.<provider>]``."""
-
-    api_keys: tuple[str, ...] = setting((), secret=True, split=True)
-    #: empty = the provider's ``default_api_base``
-    api_base: str = setting("")
-    timeout_seconds: float = setting(10.0, gt=0.0)
-    max_retries: int = setting(2, min=0)
-    key_cooldown_seconds: float = setting(math.inf, gt=0.0, inf_ok=True)
-    key_max_failures: int = setting(3, min=1)
-    key_probe_seconds: float = setting(60.0, gt=0.0)
+#: the ``[search]`` fields this layer reads (a provider's ``reads``)
+HTTP_SETTINGS = (
+    "api_keys",
+    "api_base",
+    "timeout_seconds",
+    "max_retries",
+    "key_cooldown_seconds",
+    "key_max_failures",
+    "key_probe_seconds",
+)
 
 
 class HttpSearchProvider(BaseSearchProvider):
@@ -121,32 +116,26 @@ class HttpSearchProvider(BaseSearchProvider):
     #: used when ``api_base`` is empty
     default_api_base: str = ""
 
-    def __init__(
-        self,
-        settings: SearchConfig,
-        http: HttpSearchSettings,
-        *,
-        backoff_base_s: float = 0.25,
-    ):
+    def __init__(self, settings: SearchConfig, *, backoff_base_s: float = 0.25):
         super().__init__(settings)
-        self.api_base = (http.api_base or self.default_api_base).rstrip("/")
+        self.api_base = (settings.api_base or self.default_api_base).rstrip("/")
         self.keys = KeyPool(
-            http.api_keys,
-            http.key_cooldown_seconds,
+            settings.api_keys,
+            settings.key_cooldown_seconds,
             provider=self.name,
-            max_failures=http.key_max_failures,
-            probe_s=http.key_probe_seconds,
+            max_failures=settings.key_max_failures,
+            probe_s=settings.key_probe_seconds,
         )
         self.http = HttpClient(
             self.api_base,
             policy=RetryPolicy(
-                max_retries=http.max_retries,
+                max_retries=settings.max_retries,
                 backoff_base_s=backoff_base_s,
                 max_retry_after_s=MAX_RETRY_AFTER_S,
-                attempt_timeout_s=http.timeout_seconds,
+                attempt_timeout_s=settings.timeout_seconds,
             ),
             max_connections=settings.max_concurrency,
-            timeout=http.timeout_seconds,
+            timeout=settings.timeout_seconds,
             follow_redirects=True,
         )
         self._semaphore: asyncio.Semaphore | None = None

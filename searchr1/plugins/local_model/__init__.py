@@ -61,6 +61,7 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         "local",
         _create_local,
         settings=LocalSettings,
+        reads=("device", "dtype"),
         default="the model runs in this process",
         advise=lora_advice,
     )

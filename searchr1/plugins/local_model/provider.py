@@ -67,11 +67,9 @@ log = get_logger()
 @dataclass(frozen=True)
 class LocalSettings:
     """``[model.local]``, read by :meth:`LocalModelProvider.from_config` through
-    :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` may also be
-    written in ``[model]``."""
+    :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` are
+    ``[model]``'s (this table may set them instead)."""
 
-    device: str = setting("auto", help="auto | cpu | cuda | cuda:N | mps")
-    dtype: str = setting("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
@@ -261,8 +259,8 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         peft_adapted,
     )
 
-    device = choose_device(settings.device)
-    dtype = choose_dtype(settings.dtype, device)
+    device = choose_device(config.model.device)
+    dtype = choose_dtype(config.model.dtype, device)
     threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     path = model_path(config.model.base_model)

@@ -54,6 +54,7 @@ def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
 def register_model_providers(register: Callable[..., None]) -> None:
     declared = {
         "settings": RemoteSettings,
+        "reads": ("api_base", "api_key"),
         "defaults": {"train.max_staleness": PIPELINED},
         "advise": advise,
     }

@@ -125,7 +125,7 @@ class RemoteModelProvider:
         (RemoteAuthError when the key is rejected); then the provider is ready to sample."""
         settings = load_settings(config, provider_name, default_sdk)
         self.provider_name = provider_name
-        self.api_base = settings.api_base.strip()
+        self.api_base = config.model.api_base.strip()
         self.base_model = config.model.base_model
         self.lora_rank = config.lora.rank
         self._lora_groups = lora_groups(config.lora.target_modules)
@@ -143,7 +143,7 @@ class RemoteModelProvider:
         self._sdk = import_sdk(settings.sdk)
         self._tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
         try:
-            self._service = open_service(self._sdk, self.api_base, settings.api_key, settings)
+            self._service = open_service(self._sdk, self.api_base, config.model.api_key, settings)
         except Exception as exc:
             raise self._translate(exc, "login") from exc
         self._training: Any = None  # created on first use, or by load_state

@@ -1,9 +1,10 @@
 """``[model.taotoken]`` / ``[model.tinker]``: the remote adapter's own settings.
 
 Read once when :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider` logs
-in. Every field has a default but the service's address and key; ``api_base`` and ``api_key`` may also be written in ``[model]``
-itself (the reference setup writes them there), which is also how the ``taotoken`` plugin
-recognises a file that names no provider (:func:`infer_taotoken`).
+in. Every field has a default. The service's address and key are ``[model] api_base`` and
+``api_key`` (the reference setup writes them there; this table may set them instead), which
+is also how the ``taotoken`` plugin recognises a file that names no provider
+(:func:`infer_taotoken`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from searchr1.core.config_schema import Config, setting
+from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import plugin_settings
 
 SDKS = ("pytrio", "tinker")
@@ -30,9 +31,6 @@ class RemoteSettings:
     ``sampling_timeout_seconds``), for both SDKs.
     """
 
-    #: the service's base URL (TaoToken: https://taotoken.net/api)
-    api_base: str = setting("")
-    api_key: str = setting("", secret=True)
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
     #: local tokenizer (path or hub name); empty = ``[model] base_model``
     tokenizer: str = ""
@@ -59,12 +57,12 @@ def load_settings(config: Config, provider_name: str, default_sdk: str) -> Remot
 
     def provider_needs(settings: RemoteSettings) -> list[str]:
         problems = []
-        if not settings.api_base.strip():
+        if not config.model.api_base.strip():
             problems.append(
                 f"model.api_base is empty; provider {provider_name!r} needs the service URL "
                 f"(TaoToken: https://taotoken.net/api)"
             )
-        if not settings.api_key.strip():
+        if not config.model.api_key.strip():
             problems.append(
                 f"model.api_key is empty; provider {provider_name!r} needs a key, e.g. "
                 f'api_key = "${{TAOTOKEN_API_KEY}}" with the key in the environment or .env'

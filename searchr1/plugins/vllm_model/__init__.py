@@ -46,6 +46,7 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         _create_vllm,
         # the learner is the local provider's, so [model.local] (device, dtype) is read as well
         settings={"vllm": VllmSettings, "local": LocalSettings},
+        reads=("api_base", "api_key", "device", "dtype"),
         advise=vllm_advice,
     )
 

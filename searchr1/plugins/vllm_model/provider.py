@@ -118,7 +118,7 @@ class VllmModelProvider:
         from searchr1.core.errors import ConfigError
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
-        problems = settings_problems(settings)
+        problems = settings_problems(settings, config.model.api_base)
         if problems:
             raise ConfigError([f"{config.source}: {problem}" for problem in problems])
         # top_p < 1 is announced before the run (the factory's advise, vllm_model/__init__.py)
@@ -140,7 +140,8 @@ class VllmModelProvider:
         self._adapters = Path(settings.adapters_dir) if settings.adapters_dir else self._workdir
         self._server_adapters = settings.server_adapters_dir or str(self._adapters)
         self._adapters.mkdir(parents=True, exist_ok=True)
-        api_bases = list(settings.api_bases) or ([settings.api_base] if settings.api_base else [])
+        api_base = config.model.api_base
+        api_bases = list(settings.api_bases) or ([api_base] if api_base else [])
         if not api_bases:
             api_bases = self._launch(config, settings)
         several = len(api_bases) > 1
@@ -151,7 +152,7 @@ class VllmModelProvider:
                     request_timeout_s=settings.request_timeout_s,
                     max_connections=settings.max_connections,
                     # A server started with --api-key wants it; [model] api_key holds it (a secret).
-                    api_key=settings.api_key if not self.servers else "",
+                    api_key=config.model.api_key if not self.servers else "",
                     label=f"vLLM server{k}" if several else "",
                 )
             )

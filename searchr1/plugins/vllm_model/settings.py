@@ -6,14 +6,14 @@ checked there)::
 
     [model.vllm]
     api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
-                             #   one (may also be written in [model])
+                             #   one ([model]'s, which this table may set instead)
     api_bases = []           # several running servers (instead of api_base), e.g.
                              #   ["http://vllm-0:8000", "http://vllm-1:8000"]; metrics and
                              #   errors name them server0, server1, ... in this order
     servers = 1              # how many servers to launch (with python); each gets its own
                              #   GPUs: --tensor-parallel-size in server_args of them
     api_key = ""             # sent as a bearer token to a server run with --api-key (a secret;
-                             #   may also be written in [model])
+                             #   [model]'s, which this table may set instead)
     python = ""              # the vLLM environment's Python that launches it, e.g.
                              #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
     server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
@@ -31,15 +31,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from searchr1.core.config_schema import setting
-
 
 @dataclass(frozen=True)
 class VllmSettings:
-    api_base: str = setting("")
     api_bases: tuple[str, ...] = ()
     servers: int = field(default=1, metadata={"min": 1})
-    api_key: str = setting("", secret=True)
     python: str = ""
     server_args: tuple[str, ...] = ()
     max_model_len: int = field(default=0, metadata={"min": 0})
@@ -50,37 +46,38 @@ class VllmSettings:
     max_connections: int = field(default=64, metadata={"min": 1})
 
 
-def settings_problems(s: VllmSettings) -> list[str]:
-    """Problems that need more than one field (passed to ``plugin_settings`` as ``checks``)."""
+def settings_problems(s: VllmSettings, api_base: str) -> list[str]:
+    """Problems that need more than one field (``api_base``: ``[model]``'s)."""
     problems: list[str] = []
-    if not s.api_base and not s.api_bases and not s.python:
+    if not api_base and not s.api_bases and not s.python:
         problems.append(
             "[model.vllm]: set api_base (a running vLLM server, e.g. the compose `vllm` service "
             'at "http://vllm:8000"), api_bases (several) or python (the Python of a vLLM '
             'environment, e.g. ".venv-vllm/bin/python" made by scripts/make-vllm-venv.sh) to '
             "launch one"
         )
-    if s.api_base and s.api_bases:
+    if api_base and s.api_bases:
         problems.append(
-            "model.vllm.api_base and model.vllm.api_bases are both set: list every server in "
+            "model.api_base and model.vllm.api_bases are both set: list every server in "
             "api_bases and leave api_base empty"
         )
-    named = [("api_base", s.api_base)] + [(f"api_bases[{i}]", b) for i, b in enumerate(s.api_bases)]
+    named = [("model.api_base", api_base)]
+    named += [(f"model.vllm.api_bases[{i}]", b) for i, b in enumerate(s.api_bases)]
     for key, base in named:
         if base and not base.startswith(("http://", "https://")):
-            problems.append(f"model.vllm.{key} = {base!r} must start with http:// or https://")
+            problems.append(f"{key} = {base!r} must start with http:// or https://")
     normalised = [base.rstrip("/").removesuffix("/v1") for base in s.api_bases]
     repeated = sorted({base for base in normalised if normalised.count(base) > 1})
     if repeated:
         problems.append(
             f"model.vllm.api_bases lists {', '.join(repeated)} more than once: each server once"
         )
-    if s.servers > 1 and (s.api_base or s.api_bases):
+    if s.servers > 1 and (api_base or s.api_bases):
         problems.append(
             f"model.vllm.servers = {s.servers} launches servers, but api_base/api_bases name "
             f"running ones: list each running server in api_bases, or leave them empty to launch"
         )
-    if (s.api_base or s.api_bases) and not s.adapters_dir:
+    if (api_base or s.api_bases) and not s.adapters_dir:
         problems.append(
             "model.vllm.adapters_dir is empty: with api_base or api_bases (servers this run did "
             "not launch) the trained adapter must be written to a folder the servers can read; "
