@@ -57,9 +57,6 @@ class SamplerStats:
     peak_cache_bytes: int = 0  # measured cache bytes at that time (when measure_bytes is on)
 
 
-_Job = Job  # older name, used by tests
-
-
 class BatchedSampler:
     """Owns the sampling worker thread of one :class:`LocalModelProvider`.
 
