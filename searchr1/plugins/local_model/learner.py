@@ -61,10 +61,10 @@ from searchr1.core.types import (
     LossOutput,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
-    at_least_fp32,
     causal_lm,
     chunked_token_logprobs,
     matches_model_logits,
+    target_logprobs,
 )
 from searchr1.plugins.local_model.reference import ReferencePolicy
 from searchr1.plugins.local_model.shared_prefix import (
@@ -85,13 +85,9 @@ def token_logprobs(
     temperature: float,
 ) -> torch.Tensor:
     """``log_softmax(logits / temperature)[target]`` per position, right-padded batch (every
-    position: what :func:`trained_token_logprobs` must equal on its columns).
-
-    Computed as ``logit[target] - logsumexp(logits)`` so that no second B x T x V tensor
-    (the full log-softmax) is kept for backward: with a 150k vocabulary that tensor is the
-    largest allocation of a training step."""
+    position: what :func:`trained_token_logprobs` must equal on its columns)."""
     logits_BTV = model(input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False).logits
-    return _target_logprobs(logits_BTV, targets_BT, temperature)
+    return target_logprobs(logits_BTV, targets_BT, temperature)
 
 
 def trained_token_logprobs(
@@ -111,15 +107,7 @@ def trained_token_logprobs(
     logits_BKV = model(
         input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False, logits_to_keep=columns_K
     ).logits
-    return _target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
-
-
-def _target_logprobs(
-    logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    scaled_BTV = at_least_fp32(logits_BTV) / temperature
-    target_BT = scaled_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
-    return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
+    return target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
 
 
 def mismatch_metrics(
