@@ -46,8 +46,6 @@ any other failure a :class:`ChatServiceError` naming the URL and the attempts.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -137,9 +135,6 @@ class OpenAIChatProvider:
         self._tokenizer = tokenizer
         self._settings = settings
         self._key_name = key_name
-        self._semaphores: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
         self._http = HttpClient(
             policy=RetryPolicy(
                 max_retries=settings.max_retries,
@@ -267,14 +262,8 @@ class OpenAIChatProvider:
         return out
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.setdefault(
-            loop, asyncio.Semaphore(self._settings.max_concurrency)
-        )
         try:
-            response = await self._http.request(
-                "POST", self.url, json=body, decide=_decide, limiter=semaphore
-            )
+            response = await self._http.request("POST", self.url, json=body, decide=_decide)
         except HttpGaveUp as exc:
             raise ChatServiceError(
                 f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait longer)"
