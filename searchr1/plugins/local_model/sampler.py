@@ -48,7 +48,6 @@ class SamplerStats:
     forward_calls: int = 0  # model forward passes (prefill chunks + 1 per decoding step)
     requests: int = 0  # sample() calls served
     rows: int = 0  # sequences generated
-    generated_tokens: int = 0
     prefill_tokens: int = 0  # prompt tokens fed to the model (new tokens of a continuation)
     reused_tokens: int = 0  # prompt tokens a retained cache spared from prefill
     max_batch_rows: int = 0  # the largest batch seen
@@ -356,7 +355,6 @@ class BatchedSampler:
         assert row.reason is not None
         job.results[row.index] = SampledSequence(tuple(row.tokens), tuple(row.logprobs), row.reason)
         job.remaining -= 1
-        self.stats.generated_tokens += len(row.tokens)
         if job.remaining == 0 and job.request is not None and not job.delivered:
             job.delivered = True
             resolve(job.request, result=list(job.results))  # type: ignore[arg-type]
