@@ -107,7 +107,7 @@ def logit_scaling(model: Any) -> LogitScaling:
     lm = causal_lm(model)
     config = lm.config
     kind = getattr(config, "model_type", "")
-    text = getattr(config, "get_text_config", lambda: config)()
+    text = config.get_text_config()
     if kind in _SOFTCAP:
         cap = getattr(text, "final_logit_softcapping", None)
         return LogitScaling(softcap=None if cap is None else float(cap))

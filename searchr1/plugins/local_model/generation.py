@@ -29,6 +29,7 @@ import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
+from searchr1.plugins.local_model.chunked_logprobs import causal_lm
 from searchr1.plugins.local_model.next_token import row_generator
 
 _DRAWS = 64  # uniforms drawn at once from a seeded row's own stream
@@ -150,8 +151,7 @@ def cache_kwarg(model: Any) -> str:
     """The name of the KV-cache argument of ``model.forward`` (for :class:`Forward`):
     transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name warns, then
     goes); older releases only know the old one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(base.forward).parameters
+    params = inspect.signature(causal_lm(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
