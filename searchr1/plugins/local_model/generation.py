@@ -155,31 +155,20 @@ def cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+@dataclass(eq=False, kw_only=True)
 class Forward:
     """Model calls of the sampler: chunked prefill of a group of jobs, one decode step.
 
     ``count`` is called once per model forward (the sampler's statistics)."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        device: torch.device,
-        pad_token_id: int,
-        eos_token_ids: frozenset[int],
-        context_length: int,
-        cache_kw: str,
-        prefill_chunk_tokens: int,
-        count: Callable[[], None],
-    ) -> None:
-        self.model = model
-        self.device = device
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = eos_token_ids
-        self.context_length = context_length
-        self.cache_kw = cache_kw
-        self.prefill_chunk_tokens = prefill_chunk_tokens
-        self.count = count
+    model: Any
+    device: torch.device
+    pad_token_id: int
+    eos_token_ids: frozenset[int]
+    context_length: int
+    cache_kw: str
+    prefill_chunk_tokens: int
+    count: Callable[[], None]
 
     def prefill(self, jobs: list[Job]) -> Batch:
         """A batch over ``jobs``' rows, every prompt (or its new tokens) prefilled."""

@@ -105,7 +105,7 @@ class BatchedSampler:
         self.retained = RetainedCaches(row_tokens)
         self.reuse = reuse
         self.forward = Forward(
-            model,
+            model=model,
             device=device,
             pad_token_id=pad_token_id,
             eos_token_ids=self.eos_token_ids,
