@@ -118,7 +118,8 @@ class LocalModelProvider:
         from searchr1.plugins.local_model.snapshot import SamplerWeights
 
         self.model = model
-        self._tokenizer = tokenizer
+        #: the Hugging Face tokenizer of the base model (chat template included)
+        self.tokenizer = tokenizer
         self.device = device
         self.model_lock = threading.Lock()
         # The sampler enters the model through this (a drop-in for the lock): it swaps in
@@ -191,11 +192,6 @@ class LocalModelProvider:
             learner_temperature=float(self.learner.temperature),
             data_parallel=True,
         )
-
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer of the base model (chat template included)."""
-        return self._tokenizer
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams

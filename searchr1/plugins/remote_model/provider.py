@@ -141,7 +141,7 @@ class RemoteModelProvider:
                 detail=temperature_note(config),
             )
         self._sdk = import_sdk(settings.sdk)
-        self._tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
+        self.tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
         try:
             self._service = open_service(self._sdk, self.api_base, settings.api_key, settings)
         except Exception as exc:
@@ -269,17 +269,13 @@ class RemoteModelProvider:
             snapshot_sampler=self.snapshot_sampler,
         )
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._tokenizer
-
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         """Sample ``num_samples`` continuations of ``prompt_tokens`` with the current weights."""
         # Creating the sampler waits on the service: off the event loop, so other rollouts run.
         sampler = self._pinned or self._sampler or await asyncio.to_thread(self._sampling_client)
-        sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self._tokenizer))
+        sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self.tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
         seconds = self._settings.sampling_timeout_seconds
         try:
