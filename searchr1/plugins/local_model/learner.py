@@ -25,7 +25,8 @@ whether to checkpoint; an architecture whose layer also gates its own functional
 it would keep that dropout while checkpointing).
 
 Every call also reports the sampler/learner mismatch over trained tokens (advantage != 0),
-with ``d = learner - sampler`` log-prob (see :func:`mismatch_metrics`)::
+with ``d = learner - sampler`` log-prob
+(:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
 
     mismatch/logprob_diff_max   max |d|
     mismatch/kl_sample_train    mean(-d)            (sampler minus learner)
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from searchr1.core.step_metrics import merge_train_metrics
+from searchr1.core.step_metrics import merge_train_metrics, mismatch_from_logprobs
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -108,27 +109,6 @@ def trained_token_logprobs(
         input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False, logits_to_keep=columns_K
     ).logits
     return target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
-
-
-def mismatch_metrics(
-    logprobs_T: torch.Tensor, sampler_logprobs_T: torch.Tensor
-) -> dict[str, float]:
-    """``mismatch/*`` of one batch of trained tokens (both ``T``, already restricted to the
-    trained positions). Means are over this batch; ``mismatch/tokens`` lets a caller weight
-    them when it merges batches (:func:`searchr1.core.step_metrics.merge_mismatch`)."""
-    n = int(logprobs_T.numel())
-    if n == 0:
-        return {"mismatch/tokens": 0.0}
-    d_T = logprobs_T.detach().double() - sampler_logprobs_T.detach().double()
-    ratio_T = d_T.exp()
-    return {
-        "mismatch/tokens": float(n),
-        "mismatch/logprob_diff_max": float(d_T.abs().max()),
-        "mismatch/kl_sample_train": float((-d_T).mean()),
-        "mismatch/k3": float((ratio_T - 1.0 - d_T).mean()),
-        "mismatch/ratio_min": float(ratio_T.min()),
-        "mismatch/ratio_max": float(ratio_T.max()),
-    }
 
 
 @contextmanager
@@ -360,7 +340,9 @@ class Learner:
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
         # trained_BT selects exactly the trained positions (advantage != 0).
-        mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
+        mismatch = mismatch_from_logprobs(
+            logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
+        )
         return float(output.loss.detach()), dict(output.metrics), mismatch
 
     def _logprobs(
