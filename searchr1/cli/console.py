@@ -30,7 +30,6 @@ import structlog
 _SKIP = frozenset({"event", "level", "timestamp", "run_id", "logger"})
 _RESET, _BOLD, _DIM = "\033[0m", "\033[1m", "\033[2m"
 _COLORS = {"warning": "\033[1;33m", "error": "\033[1;31m", "critical": "\033[1;31m"}
-_DONE_EVENTS = frozenset({"train_done", "train_stopped"})
 #: the ``when`` of the ``eval/heldout_em`` event that scores the eval set's ideal agent
 CEILING = "ceiling"
 
@@ -91,7 +90,7 @@ class Console:
             return self._paint(_BOLD, str(event["message"]))
         if name == "resumed" and isinstance(event.get("step"), int):
             self._start_step = event["step"]
-        if name in _DONE_EVENTS:
+        if name == "train_done":  # train_stopped is an error: _warning renders it
             self.close()
         return self._fit(self._generic(name, event))
 

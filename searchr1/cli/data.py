@@ -6,8 +6,8 @@ exits 1 when the file has no valid row, 2 when it cannot be read at all.
 
 ``get`` downloads the ``train.parquet`` and ``test.parquet`` of the Hugging Face dataset
 ``PeterJinGo/nq_hotpotqa_train`` (NQ + HotpotQA train; the seven QA test sets) through the
-hub client when ``huggingface_hub`` is installed (its cache, resume and ``HF_TOKEN``), else
-over plain HTTPS, from ``$HF_ENDPOINT`` (default ``https://huggingface.co``), and writes them
+hub client (``huggingface_hub``, which transformers brings: its cache, resume and
+``HF_TOKEN``) from ``$HF_ENDPOINT`` (default ``https://huggingface.co``), and writes them
 as QA files in the flat layout (``{"id", "question", "golden_answers", "data_source"}``,
 :mod:`searchr1.core.data`). ``--from DIR`` converts files downloaded elsewhere. A hub it
 cannot reach is a :class:`~searchr1.core.errors.UserError` (exit 2) saying what to do.
@@ -94,24 +94,20 @@ def write_questions(loaded: LoadedQuestions, target: Path) -> None:
 
 
 def download(repo: str, filename: str, folder: Path, revision: str) -> Path:
-    """``filename`` of hub dataset ``repo`` at ``revision`` as ``folder/filename``: through
-    ``huggingface_hub`` when installed, else one HTTPS GET; UserError when unreachable."""
+    """``filename`` of hub dataset ``repo`` at ``revision`` as ``folder/filename``, through
+    ``huggingface_hub``; UserError when unreachable."""
+    import huggingface_hub
+
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     url = f"{endpoint}/datasets/{repo}/resolve/{revision}/{filename}"
     print(f"downloading {url}", flush=True)
     try:
-        import huggingface_hub
-    except ImportError:
-        huggingface_hub = None
-    try:
         _probe(url)  # once, no retries: an offline machine hears at once, not after minutes
-        if huggingface_hub is not None:
-            path = huggingface_hub.hf_hub_download(
-                repo, filename, repo_type="dataset", revision=revision, local_dir=folder,
-                endpoint=endpoint,
-            )  # fmt: skip
-            return Path(path)
-        return _plain_download(url, folder / filename)
+        path = huggingface_hub.hf_hub_download(
+            repo, filename, repo_type="dataset", revision=revision, local_dir=folder,
+            endpoint=endpoint,
+        )  # fmt: skip
+        return Path(path)
     except Exception as exc:  # noqa: BLE001 - every failure of the network says the same
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise UserError(
@@ -130,26 +126,6 @@ def _probe(url: str) -> None:
     token = os.environ.get("HF_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     httpx.head(url, headers=headers, follow_redirects=True, timeout=20).raise_for_status()
-
-
-def _plain_download(url: str, target: Path) -> Path:
-    """One streamed GET into ``target`` (through a ``.part`` file), with ``$HF_TOKEN``."""
-    import httpx
-    from tqdm import tqdm
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    token = os.environ.get("HF_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.stream("GET", url, headers=headers, follow_redirects=True, timeout=60) as r:
-        r.raise_for_status()
-        total = int(r.headers.get("content-length") or 0) or None
-        with part.open("wb") as fh, tqdm(total=total, unit="B", unit_scale=True) as bar:
-            for chunk in r.iter_bytes():
-                fh.write(chunk)
-                bar.update(len(chunk))
-    part.replace(target)
-    return target
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -26,8 +26,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"report: {files.html}")
     for png in files.pngs:
         print(f"chart:  {png}")
-    if files.png_error:
-        print(files.png_error)
     if files.skipped_lines:
         n = files.skipped_lines
         print(

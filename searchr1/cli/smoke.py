@@ -141,7 +141,7 @@ class _Smoke:
                 + _model_hint(model_error, self.config.model.provider, self.config.model.base_model)
             )
         self._diagnose_search(probe, metrics, success)
-        criteria = self._verdict(trajectories, results, success, calls)
+        criteria = self._verdict(trajectories, results, success)
         get_logger().info(
             "smoke_done",
             trajectories=len(trajectories),
@@ -161,7 +161,6 @@ class _Smoke:
         trajectories: Sequence[Trajectory],
         results: Sequence[RewardResult],
         success: float,
-        calls: int,
     ) -> list[Criterion]:
         """Print warnings, channel diagnoses and the criteria; return the criteria."""
         criteria = reference_criteria(
@@ -171,7 +170,6 @@ class _Smoke:
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,
-            search_calls=calls,
         )
         criteria = report_only(criteria, self.config.smoke.report_only)
         hits = limit_hits(

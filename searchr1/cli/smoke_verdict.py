@@ -53,13 +53,12 @@ def reference_criteria(
     max_search_calls: int,
     search_success: float,
     min_success_rate: float,
-    search_calls: int,
 ) -> list[Criterion]:
     """The four criteria over one group (an empty group fails the first three), judged by
     what the trajectories did: their searches, and their answers read by ``protocol``
     (:meth:`AgentProtocol.answered_in_format`), whatever the search
-    provider's metrics or the reward's components say. ``search_calls`` and
-    ``search_success``: the searches judged (the trajectories' and smoke's probe)."""
+    provider's metrics or the reward's components say. ``search_success``: over the searches
+    judged (the trajectories' and smoke's probe, so never none)."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
     detail = f"{pos} positive, {neg} negative of {len(rewards)}"
@@ -96,24 +95,19 @@ def reference_criteria(
             key="answer_format",
         )
     )
-    if search_calls > 0:
-        out.append(
-            Criterion(
-                f"search success >= {min_success_rate:.0%}",
-                search_success >= min_success_rate,
-                channel=True,
-                detail=f"{search_success:.2%}"
-                + (
-                    ""
-                    if search_success >= min_success_rate
-                    else "; check key quota (429), [search] timeout_seconds and api_base"
-                ),
-            )
+    out.append(
+        Criterion(
+            f"search success >= {min_success_rate:.0%}",
+            search_success >= min_success_rate,
+            channel=True,
+            detail=f"{search_success:.2%}"
+            + (
+                ""
+                if search_success >= min_success_rate
+                else "; check key quota (429), [search] timeout_seconds and api_base"
+            ),
         )
-    else:
-        out.append(
-            Criterion(f"search success >= {min_success_rate:.0%}", False, "no search ran", True)
-        )
+    )
     return out
 
 

@@ -46,7 +46,8 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
     d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
     if not d:
         return {"mismatch/tokens": 0.0}
-    ratios = [math.exp(x) for x in d]
+    # math.exp raises past ~709 nats; a broken sampler's gap must show as inf, not stop training
+    ratios = [math.exp(x) if x < 709.0 else math.inf for x in d]
     return {
         "mismatch/tokens": float(len(d)),
         "mismatch/logprob_diff_max": max(abs(x) for x in d),

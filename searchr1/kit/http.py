@@ -10,6 +10,9 @@ What one call does (:meth:`HttpClient.send`):
 
 * sends on an ``httpx.AsyncClient`` kept per event loop, so one plugin instance reuses its
   keep-alive connections (a new loop gets a new pool: connections belong to their loop);
+  at most ``max_connections`` attempts run at once, each holding a slot of a per-loop
+  semaphore while it runs and never while it waits to retry (a call queued behind them
+  waits for a slot, not in the pool, where httpx's pool timeout would end it);
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
 * retries timeouts, connection errors and the statuses of
@@ -33,7 +36,6 @@ import asyncio
 import enum
 import random
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -173,6 +175,7 @@ class HttpClient:
         self._rng = rng or random.Random()
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -181,6 +184,7 @@ class HttpClient:
         if self._client is None or self._loop is not loop:
             # a pool opened in another loop cannot be used (or closed) from this one
             self._loop = loop
+            self._slots = asyncio.Semaphore(self._max_connections)
             self._client = httpx.AsyncClient(
                 base_url=self.base_url,
                 headers=self._headers,
@@ -216,7 +220,6 @@ class HttpClient:
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
         decide: Callable[[httpx.Response], Verdict] = default_decide,
-        limiter: AbstractAsyncContextManager[Any] | None = None,
     ) -> httpx.Response:
         """One call (``url`` absolute or relative to ``base_url``); see :meth:`send`.
         ``timeout`` overrides the httpx timeout for this call only."""
@@ -227,19 +230,17 @@ class HttpClient:
                 method, url, json=json, params=params, headers=headers, **extra
             )
 
-        return await self.send(build, decide=decide, limiter=limiter)
+        return await self.send(build, decide=decide)
 
     async def send(
         self,
         build: RequestBuilder,
         *,
         decide: Callable[[httpx.Response], Verdict] = default_decide,
-        limiter: AbstractAsyncContextManager[Any] | None = None,
         on_event: EventHook | None = None,
     ) -> httpx.Response:
         """Send ``build(client)`` until ``decide`` accepts a response; raise
-        :class:`HttpRejected` or :class:`HttpGaveUp` otherwise. ``limiter`` (e.g. a semaphore)
-        is held for each attempt, never while waiting to retry. ``build`` may raise to end the
+        :class:`HttpRejected` or :class:`HttpGaveUp` otherwise. ``build`` may raise to end the
         call (its exception goes to the caller unchanged)."""
         policy = self.policy
         emit = on_event or (lambda _event, _seconds: None)
@@ -247,11 +248,12 @@ class HttpClient:
         deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
         attempts = retries = 0
         while True:
-            client = self.client
+            client, slots = self.client, self._slots
+            assert slots is not None  # made with the pool
             request = build(client)
             attempts += 1
             response: httpx.Response | None = None
-            async with limiter or nullcontext():
+            async with slots:
                 emit("attempt", 0.0)
                 try:
                     async with asyncio.timeout(_attempt_budget(policy, deadline, loop)):

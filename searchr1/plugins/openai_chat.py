@@ -46,8 +46,6 @@ any other failure a :class:`ChatServiceError` naming the URL and the attempts.
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -131,12 +129,9 @@ class OpenAIChatProvider:
             f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
         )
         self.model = model
-        self._tokenizer = tokenizer
+        self.tokenizer = tokenizer
         self._settings = settings
         self._key_name = key_name
-        self._semaphores: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
         self._http = HttpClient(
             policy=RetryPolicy(
                 max_retries=settings.max_retries,
@@ -173,13 +168,9 @@ class OpenAIChatProvider:
             or config.variables.get("model.api_key", "model.api_key"),
         )
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._tokenizer
-
     def _end_of_message(self, params: SamplingParams) -> str:
         texts = [
-            self._tokenizer.decode([t], skip_special_tokens=False) for t in params.stop_token_ids
+            self.tokenizer.decode([t], skip_special_tokens=False) for t in params.stop_token_ids
         ]
         return next((t for t in texts if t == "<|im_end|>"), texts[0] if texts else "")
 
@@ -190,9 +181,7 @@ class OpenAIChatProvider:
         from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 
         def render(messages: list[dict[str, Any]]) -> str:
-            return self._tokenizer.apply_chat_template(
-                messages, tools=[SEARCH_TOOL], tokenize=False
-            )
+            return self.tokenizer.apply_chat_template(messages, tools=[SEARCH_TOOL], tokenize=False)
 
         try:
             return detect_call_format(render, ToolCallsProtocol.call_formats)
@@ -200,7 +189,7 @@ class OpenAIChatProvider:
             return JsonCallFormat()
 
     def _body(self, prompt_tokens: Sequence[int], n: int, params: SamplingParams) -> dict[str, Any]:
-        text = self._tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
+        text = self.tokenizer.decode(list(prompt_tokens), skip_special_tokens=False)
         conv = parse_chatml(text, self.call_format)
         thinking = thinking_prefill(conv.partial)
         body: dict[str, Any] = {
@@ -257,21 +246,15 @@ class OpenAIChatProvider:
                 self.call_format,
                 thinking,
             )
-            tokens = list(self._tokenizer.encode(text, add_special_tokens=False))
+            tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
             if len(tokens) > params.max_tokens:
                 tokens, reason = tokens[: params.max_tokens], "length"
             out.append(SampledSequence(tuple(tokens), (0.0,) * len(tokens), reason))
         return out
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        semaphore = self._semaphores.setdefault(
-            loop, asyncio.Semaphore(self._settings.max_concurrency)
-        )
         try:
-            response = await self._http.request(
-                "POST", self.url, json=body, decide=_decide, limiter=semaphore
-            )
+            response = await self._http.request("POST", self.url, json=body, decide=_decide)
         except HttpGaveUp as exc:
             raise ChatServiceError(
                 f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait longer)"

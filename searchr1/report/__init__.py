@@ -1,7 +1,6 @@
 """``searchr1 report``: a self-contained HTML page (and PNGs) from a run folder.
 
-:func:`build_report` is called by :mod:`searchr1.cli.report` (and may be called by the
-train loop at the end of a run). It reads the folder (:mod:`.runlog`), draws the page
+:func:`build_report` is called by :mod:`searchr1.cli.report`. It reads the folder (:mod:`.runlog`), draws the page
 (:mod:`.page`, inline SVG from :mod:`.charts`) and the PNG copies (:mod:`.pngs`), and writes
 them under ``RUN_DIR/report/``.
 """
@@ -21,7 +20,6 @@ class ReportFiles:
 
     html: Path
     pngs: tuple[Path, ...] = field(default_factory=tuple)
-    png_error: str | None = None
     #: lines of the run's JSONL files that were not a whole JSON object (cut short), skipped
     skipped_lines: int = 0
 
@@ -31,25 +29,15 @@ def build_report(
 ) -> ReportFiles:
     """Write ``index.html`` (and ``<chart>.png`` files) into ``out_dir``
     (default ``RUN_DIR/report``). Raises ``FileNotFoundError`` for a folder that is not a
-    run. A PNG failure (e.g. matplotlib missing) never loses the HTML page: it is reported
-    in ``png_error``."""
+    run."""
     from searchr1.report.page import render_page
+    from searchr1.report.pngs import write_pngs
 
     run_dir = Path(run_dir)
     log = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    png_error = None
-    if pngs:
-        try:
-            from searchr1.report.pngs import write_pngs
-
-            written = write_pngs(out, log.series)
-        except ImportError as exc:
-            png_error = f"PNGs skipped: {exc} (pip install matplotlib)"
+    written = write_pngs(out, log.series) if pngs else []
     html = out / "index.html"
     write_text_atomic(html, render_page(log, [p.name for p in written]))
-    return ReportFiles(
-        html=html, pngs=tuple(written), png_error=png_error, skipped_lines=log.bad_lines
-    )
+    return ReportFiles(html=html, pngs=tuple(written), skipped_lines=log.bad_lines)

@@ -22,7 +22,7 @@ from searchr1.core.step_metrics import (
     mismatch_from_logprobs,
 )
 from searchr1.core.types import Datum, SamplingParams
-from searchr1.plugins.local_model.learner import mismatch_metrics, trained_token_logprobs
+from searchr1.plugins.local_model.learner import trained_token_logprobs
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
@@ -118,9 +118,7 @@ def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpoint
 
 
 def test_mismatch_metrics_of_known_log_probs() -> None:
-    learner = torch.tensor([-1.0, -2.0, -0.5])
-    sampler = torch.tensor([-1.0, -1.5, -1.0])
-    m = mismatch_metrics(learner, sampler)
+    m = mismatch_from_logprobs([-1.0, -2.0, -0.5], [-1.0, -1.5, -1.0])
     d = [0.0, -0.5, 0.5]
     assert m["mismatch/tokens"] == 3
     assert m["mismatch/logprob_diff_max"] == pytest.approx(0.5)
@@ -128,19 +126,16 @@ def test_mismatch_metrics_of_known_log_probs() -> None:
     assert m["mismatch/k3"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 3)
     assert m["mismatch/ratio_min"] == pytest.approx(math.exp(-0.5))
     assert m["mismatch/ratio_max"] == pytest.approx(math.exp(0.5))
-    assert mismatch_metrics(torch.tensor([]), torch.tensor([])) == {"mismatch/tokens": 0.0}
-    # The plain-Python twin (remote providers) agrees.
-    plain = mismatch_from_logprobs(learner.tolist(), sampler.tolist())
-    assert plain.keys() == m.keys()
-    assert all(plain[k] == pytest.approx(v) for k, v in m.items())
+    assert mismatch_from_logprobs([], []) == {"mismatch/tokens": 0.0}
+    # a sampler whose log-prob is far off (a bug, a wrong model) reports inf, not OverflowError
+    broken = mismatch_from_logprobs([-0.1, -0.2], [-1000.0, -0.2])
+    assert broken["mismatch/ratio_max"] == math.inf and broken["mismatch/k3"] == math.inf
 
 
 def test_micro_batch_merge_is_max_min_and_token_weighted() -> None:
-    a = mismatch_metrics(torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-1.1, -2.0, -2.0]))
-    b = mismatch_metrics(torch.tensor([-0.2]), torch.tensor([-0.9]))
-    whole = mismatch_metrics(
-        torch.tensor([-1.0, -2.0, -3.0, -0.2]), torch.tensor([-1.1, -2.0, -2.0, -0.9])
-    )
+    a = mismatch_from_logprobs([-1.0, -2.0, -3.0], [-1.1, -2.0, -2.0])
+    b = mismatch_from_logprobs([-0.2], [-0.9])
+    whole = mismatch_from_logprobs([-1.0, -2.0, -3.0, -0.2], [-1.1, -2.0, -2.0, -0.9])
     merged = merge_mismatch([a, b])
     assert merged.keys() == whole.keys()
     for key, value in whole.items():

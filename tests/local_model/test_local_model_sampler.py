@@ -250,7 +250,7 @@ def test_requests_joining_a_running_batch_sample_as_if_alone(
 ) -> None:
     """Requests admitted between decoding steps (with longer and shorter prompts than the
     running batch) get the same tokens and log-probs as when sampled alone."""
-    from searchr1.plugins.local_model.sampler import _Job
+    from searchr1.plugins.local_model.generation import Job
 
     sampler = provider.sampler
     specs = [
@@ -263,7 +263,7 @@ def test_requests_joining_a_running_batch_sample_as_if_alone(
         ([7, 8, 9], 2, SamplingParams(max_tokens=8, temperature=0.0)),
     ]
     alone = [sampler.generate([spec])[0] for spec in specs]
-    jobs = [_Job(list(p), n, params) for p, n, params in specs]
+    jobs = [Job(list(p), n, params) for p, n, params in specs]
     calls = 0
 
     def admit(capacity: int) -> list:

@@ -211,7 +211,7 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
 
     criteria = reference_criteria(
         [trajectory("final")], [RewardResult(1.0, {"format": 1.0})], protocol=Final,
-        max_search_calls=4, search_success=1.0, min_success_rate=0.9, search_calls=1,
+        max_search_calls=4, search_success=1.0, min_success_rate=0.9,
     )  # fmt: skip
     assert "answers in the final format (one FINAL=<answer> line)" in [c.name for c in criteria]
 

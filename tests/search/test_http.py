@@ -331,17 +331,16 @@ def test_the_documented_example_searches_through_a_503(server) -> None:
     assert len(server.arrivals) == 2
 
 
-def test_the_limiter_is_held_per_attempt_not_while_waiting(server) -> None:
-    """With one slot, a call waiting 0.5 s to retry lets another call through meanwhile."""
+def test_a_connection_slot_is_held_per_attempt_not_while_waiting(server) -> None:
+    """With one connection, a call waiting 0.5 s to retry lets another call through meanwhile."""
     server.queue(503, retry_after="0.5")
     finished: list[str] = []
 
     async def go() -> None:
-        client = HttpClient(server.url, policy=FAST)
-        slot = asyncio.Semaphore(1)
+        client = HttpClient(server.url, policy=FAST, max_connections=1)
 
         async def one(name: str) -> None:
-            await client.request("GET", f"/{name}", limiter=slot)
+            await client.request("GET", f"/{name}")
             finished.append(name)
 
         try:

@@ -14,7 +14,7 @@ to its backend, returning a :class:`SearchResponse` and never raising). The roll
 * records one outcome per call in :class:`~searchr1.kit.search.metrics.SearchMetrics`,
 * turns any unexpected exception into an error response: a search bug must not kill a rollout.
 
-State that belongs to an event loop (futures here, HTTP clients and semaphores in
+State that belongs to an event loop (futures here, batch queues and tasks in
 subclasses) is rebuilt when ``search`` runs on a new loop, so a provider survives callers that
 use ``asyncio.run`` once per step.
 """

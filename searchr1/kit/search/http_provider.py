@@ -17,8 +17,9 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
 * retries timeouts, connection errors, 408 and 5xx up to ``max_retries`` times with
   exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
   wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
-* holds one slot of a per-provider semaphore (``[search] max_concurrency``) per HTTP attempt
-  (never while sleeping), so a group of 64 trajectories cannot flood the service;
+* runs at most ``[search] max_concurrency`` HTTP attempts at once (the client's
+  ``max_connections``; never counting one that sleeps), so a group of 64 trajectories cannot
+  flood the service;
 * bounds each attempt by ``timeout_seconds`` end to end;
 * counts every attempt and outcome in the provider's metrics;
 * returns a short, model-readable error instead of raising, and never puts a key in it.
@@ -29,7 +30,6 @@ registers as the section fields it ``reads``), so the chosen provider's table ma
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -138,7 +138,6 @@ class HttpSearchProvider(BaseSearchProvider):
             timeout=settings.timeout_seconds,
             follow_redirects=True,
         )
-        self._semaphore: asyncio.Semaphore | None = None
 
     # ------------------------------------------------------------------ protocol
 
@@ -172,17 +171,6 @@ class HttpSearchProvider(BaseSearchProvider):
     def endpoint(self) -> str:
         """The path and options that decide this provider's answers (subclasses extend)."""
         return ""
-
-    def _on_new_loop(self) -> None:
-        # asyncio primitives belong to the loop that created them (the HTTP client makes a
-        # new pool for a new loop by itself)
-        self._semaphore = None
-
-    @property
-    def semaphore(self) -> asyncio.Semaphore:
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.settings.max_concurrency)
-        return self._semaphore
 
     # ------------------------------------------------------------------ the request
 
@@ -245,7 +233,6 @@ class HttpSearchProvider(BaseSearchProvider):
             await self.http.send(
                 attempt,
                 decide=decide,
-                limiter=self.semaphore,
                 on_event=self._count,
             )
         except _NoKeyLeft:

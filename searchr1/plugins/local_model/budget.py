@@ -22,7 +22,7 @@ _FALLBACK_TOKENS = 1 << 20
 
 def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
     """Bytes of keys + values one position costs across the model's attention layers."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     layers = int(getattr(text, "num_hidden_layers", 1) or 1)
     types = getattr(text, "layer_types", None)
     if types:
@@ -38,7 +38,7 @@ def state_bytes_per_row(config: Any, dtype: torch.dtype) -> int:
     """Bytes of conv + recurrent state one row holds across the linear-attention layers
     (Gated DeltaNet, as in Qwen3.5 and Qwen3-Next); 0 for a model without them. The
     recurrent state is counted in float32, as the reference kernels keep it."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = config.get_text_config()
     types = getattr(text, "layer_types", None) or []
     layers = sum(1 for t in types if "linear" in str(t))
     v_heads = getattr(text, "linear_num_value_heads", None)

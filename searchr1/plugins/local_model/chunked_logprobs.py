@@ -82,6 +82,17 @@ def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+def target_logprobs(
+    logits_XV: torch.Tensor, targets_X: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """``log_softmax(logits / temperature)[target]`` over the last dimension, as
+    ``logit[target] - logsumexp(logits)``: no second ``... x V`` tensor (the whole
+    log-softmax) is kept for backward."""
+    scaled_XV = at_least_fp32(logits_XV) / temperature
+    target_X = scaled_XV.gather(-1, targets_X[..., None]).squeeze(-1)
+    return target_X - torch.logsumexp(scaled_XV, dim=-1)
+
+
 def causal_lm(model: Any) -> Any:
     """The transformers ``...ForCausalLM`` under a peft wrapper (``model`` itself if bare)."""
     get_base = getattr(model, "get_base_model", None)
@@ -96,7 +107,7 @@ def logit_scaling(model: Any) -> LogitScaling:
     lm = causal_lm(model)
     config = lm.config
     kind = getattr(config, "model_type", "")
-    text = getattr(config, "get_text_config", lambda: config)()
+    text = config.get_text_config()
     if kind in _SOFTCAP:
         cap = getattr(text, "final_logit_softcapping", None)
         return LogitScaling(softcap=None if cap is None else float(cap))
@@ -186,9 +197,7 @@ def _checkpointed_logprobs(
     """Any ``head`` module: autograd per chunk, its logits recomputed in backward."""
 
     def piece(hidden_CH: torch.Tensor, targets_C: torch.Tensor) -> torch.Tensor:
-        scaled_CV = at_least_fp32(scaling.apply(head(hidden_CH))) / temperature
-        target_C = scaled_CV.gather(-1, targets_C[:, None]).squeeze(-1)
-        return target_C - torch.logsumexp(scaled_CV, dim=-1)
+        return target_logprobs(scaling.apply(head(hidden_CH)), targets_C, temperature)
 
     # Without autograd (a no-grad scoring pass) there is nothing to recompute.
     recompute = torch.is_grad_enabled()
@@ -310,9 +319,7 @@ def matches_model_logits(
         logits_1KV = model(
             input_ids=ids_1T, attention_mask=mask_1T, use_cache=False, logits_to_keep=positions_K
         ).logits
-        scaled_KV = at_least_fp32(logits_1KV[0]) / temperature
-        theirs_K = scaled_KV.gather(-1, targets_T[positions_K][:, None]).squeeze(-1)
-        theirs_K = theirs_K - torch.logsumexp(scaled_KV, dim=-1)
+        theirs_K = target_logprobs(logits_1KV[0], targets_T[positions_K], temperature)
     diff = float((ours_K - theirs_K).abs().max()) if len(positions_K) else 0.0
     dtype = logits_1KV.dtype
     tolerance = 1e-3 if dtype in (torch.float32, torch.float64) else 0.25

@@ -16,13 +16,9 @@ from searchr1.core.errors import ConfigValueError
 if TYPE_CHECKING:
     import torch
 
-_DTYPES = {
-    "float32": "float32",
-    "bfloat16": "bfloat16",
-    "float16": "float16",
-    # Exactness checks: two computations of the same maths agree to ~1e-12 on any CPU.
-    "float64": "float64",
-}
+#: torch's names; float64 for exactness checks (two computations of the same maths agree to
+#: ~1e-12 on any CPU)
+_DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def choose_device(spec: str) -> torch.device:
@@ -52,7 +48,7 @@ def choose_dtype(spec: str, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if spec not in _DTYPES:
         raise ConfigValueError(f"model.dtype = {spec!r} is not one of auto, {', '.join(_DTYPES)}")
-    return getattr(torch, _DTYPES[spec])
+    return getattr(torch, spec)
 
 
 def available_cores() -> int:

@@ -29,6 +29,7 @@ import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
 from searchr1.core.types import SampledSequence, SamplingParams, StopReason
+from searchr1.plugins.local_model.chunked_logprobs import causal_lm
 from searchr1.plugins.local_model.next_token import row_generator
 
 _DRAWS = 64  # uniforms drawn at once from a seeded row's own stream
@@ -150,36 +151,24 @@ def cache_kwarg(model: Any) -> str:
     """The name of the KV-cache argument of ``model.forward`` (for :class:`Forward`):
     transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name warns, then
     goes); older releases only know the old one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(base.forward).parameters
+    params = inspect.signature(causal_lm(model).forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
+@dataclass(eq=False, kw_only=True)
 class Forward:
     """Model calls of the sampler: chunked prefill of a group of jobs, one decode step.
 
     ``count`` is called once per model forward (the sampler's statistics)."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        device: torch.device,
-        pad_token_id: int,
-        eos_token_ids: frozenset[int],
-        context_length: int,
-        cache_kw: str,
-        prefill_chunk_tokens: int,
-        count: Callable[[], None],
-    ) -> None:
-        self.model = model
-        self.device = device
-        self.pad_token_id = pad_token_id
-        self.eos_token_ids = eos_token_ids
-        self.context_length = context_length
-        self.cache_kw = cache_kw
-        self.prefill_chunk_tokens = prefill_chunk_tokens
-        self.count = count
+    model: Any
+    device: torch.device
+    pad_token_id: int
+    eos_token_ids: frozenset[int]
+    context_length: int
+    cache_kw: str
+    prefill_chunk_tokens: int
+    count: Callable[[], None]
 
     def prefill(self, jobs: list[Job]) -> Batch:
         """A batch over ``jobs``' rows, every prompt (or its new tokens) prefilled."""

@@ -22,7 +22,7 @@ KERNEL_PACKAGES = {"flash-linear-attention": "fla", "causal-conv1d": "causal_con
 def has_gated_deltanet(config: Any) -> bool:
     """Whether ``config`` (a transformers config, composite or text) has linear-attention
     (Gated DeltaNet) layers."""
-    text = getattr(config, "get_text_config", lambda: config)()
+    text = config.get_text_config()
     return "linear_attention" in (getattr(text, "layer_types", None) or ())
 
 

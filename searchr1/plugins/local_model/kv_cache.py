@@ -81,14 +81,6 @@ def _states(layer: Any) -> Iterator[tuple[dict[int, Any], int]]:
                 yield slots, key
 
 
-def width(cache: Any) -> int:
-    """Columns of the attention layers (0 when the model has none)."""
-    for layer in cache.layers:
-        if layer_kind(layer) in ("full", "hybrid"):
-            return int(layer.keys.shape[-2])
-    return 0
-
-
 def select_rows(cache: Any, idx: torch.Tensor) -> None:
     """Keep rows ``idx`` (in that order; an index may repeat, which copies a row)."""
     for layer in cache.layers:
@@ -144,14 +136,6 @@ def append_rows(cache: Any, other: Any) -> None:
                 _states(layer), _states(extra), strict=True
             ):
                 slots[key] = torch.cat([slots[key], extra_slots[extra_key]], dim=0)
-
-
-def rows(cache: Any) -> int:
-    """Rows of the cache (0 for an empty one)."""
-    for layer in cache.layers:
-        for t in _tensors(layer):
-            return int(t.shape[0])
-    return 0
 
 
 def nbytes(cache: Any) -> int:

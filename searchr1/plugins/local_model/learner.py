@@ -25,7 +25,8 @@ whether to checkpoint; an architecture whose layer also gates its own functional
 it would keep that dropout while checkpointing).
 
 Every call also reports the sampler/learner mismatch over trained tokens (advantage != 0),
-with ``d = learner - sampler`` log-prob (see :func:`mismatch_metrics`)::
+with ``d = learner - sampler`` log-prob
+(:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
 
     mismatch/logprob_diff_max   max |d|
     mismatch/kl_sample_train    mean(-d)            (sampler minus learner)
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from searchr1.core.step_metrics import merge_train_metrics
+from searchr1.core.step_metrics import merge_train_metrics, mismatch_from_logprobs
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -61,10 +62,10 @@ from searchr1.core.types import (
     LossOutput,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
-    at_least_fp32,
     causal_lm,
     chunked_token_logprobs,
     matches_model_logits,
+    target_logprobs,
 )
 from searchr1.plugins.local_model.reference import ReferencePolicy
 from searchr1.plugins.local_model.shared_prefix import (
@@ -84,13 +85,10 @@ def token_logprobs(
     targets_BT: torch.Tensor,
     temperature: float,
 ) -> torch.Tensor:
-    """``log_softmax(logits / temperature)[target]`` per position, right-padded batch.
-
-    Computed as ``logit[target] - logsumexp(logits)`` so that no second B x T x V tensor
-    (the full log-softmax) is kept for backward: with a 150k vocabulary that tensor is the
-    largest allocation of a training step."""
+    """``log_softmax(logits / temperature)[target]`` per position, right-padded batch (every
+    position: what :func:`trained_token_logprobs` must equal on its columns)."""
     logits_BTV = model(input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False).logits
-    return _target_logprobs(logits_BTV, targets_BT, temperature)
+    return target_logprobs(logits_BTV, targets_BT, temperature)
 
 
 def trained_token_logprobs(
@@ -106,47 +104,11 @@ def trained_token_logprobs(
     The vocabulary projection and log-softmax run only where a trained token is predicted:
     prompt and observation positions carry advantage 0 and add nothing to any policy loss,
     yet they are most of a datum. Uses the model's own ``logits_to_keep`` (so any logit
-    scaling the model applies is kept); a model without it falls back to every position."""
-    try:
-        logits_BKV = model(
-            input_ids=input_ids_BT,
-            attention_mask=mask_BT,
-            use_cache=False,
-            logits_to_keep=columns_K,
-        ).logits
-    except TypeError:
-        full_BT = token_logprobs(model, input_ids_BT, mask_BT, targets_BT, temperature)
-        return full_BT[:, columns_K]
-    return _target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
-
-
-def _target_logprobs(
-    logits_BTV: torch.Tensor, targets_BT: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    scaled_BTV = at_least_fp32(logits_BTV) / temperature
-    target_BT = scaled_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
-    return target_BT - torch.logsumexp(scaled_BTV, dim=-1)
-
-
-def mismatch_metrics(
-    logprobs_T: torch.Tensor, sampler_logprobs_T: torch.Tensor
-) -> dict[str, float]:
-    """``mismatch/*`` of one batch of trained tokens (both ``T``, already restricted to the
-    trained positions). Means are over this batch; ``mismatch/tokens`` lets a caller weight
-    them when it merges batches (:func:`searchr1.core.step_metrics.merge_mismatch`)."""
-    n = int(logprobs_T.numel())
-    if n == 0:
-        return {"mismatch/tokens": 0.0}
-    d_T = logprobs_T.detach().double() - sampler_logprobs_T.detach().double()
-    ratio_T = d_T.exp()
-    return {
-        "mismatch/tokens": float(n),
-        "mismatch/logprob_diff_max": float(d_T.abs().max()),
-        "mismatch/kl_sample_train": float((-d_T).mean()),
-        "mismatch/k3": float((ratio_T - 1.0 - d_T).mean()),
-        "mismatch/ratio_min": float(ratio_T.min()),
-        "mismatch/ratio_max": float(ratio_T.max()),
-    }
+    scaling the model applies is kept; the sampler's prefill needs it too)."""
+    logits_BKV = model(
+        input_ids=input_ids_BT, attention_mask=mask_BT, use_cache=False, logits_to_keep=columns_K
+    ).logits
+    return target_logprobs(logits_BKV, targets_BT[:, columns_K], temperature)
 
 
 @contextmanager
@@ -360,25 +322,16 @@ class Learner:
         trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
+        tensors = (ids_BT, mask_BT, targets_BT, trained_BT)
         reference_T = None
         if _kl_coef(loss_fn) > 0 or reference:
             # Before the policy's forward: the reference swaps adapter tensors, which must
             # not change under a graph that backward still needs.
-            reference_T = self._reference_logprobs(
-                use_chunked, ids_BT, mask_BT, targets_BT, trained_BT
-            )
-        if use_chunked:
-            logprobs_T = self._shared_prefix_logprobs(
-                datums, ids_BT, mask_BT, targets_BT, trained_BT
-            )
-            if logprobs_T is None:
-                logprobs_T = self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
-        else:
-            columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
-            logprobs_BK = trained_token_logprobs(
-                self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
-            )
-            logprobs_T = logprobs_BK[trained_BT[:, columns_K]]
+            with torch.no_grad(), self.reference.active():
+                reference_T = self._logprobs(use_chunked, *tensors)
+        logprobs_T = self._shared_prefix_logprobs(datums, *tensors) if use_chunked else None
+        if logprobs_T is None:
+            logprobs_T = self._logprobs(use_chunked, *tensors)
         inputs = LossInputs(
             sampler_logprobs_T=sampler_BT.to(dev)[trained_BT],
             advantages_T=adv_BT.to(dev)[trained_BT],
@@ -387,10 +340,12 @@ class Learner:
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
         # trained_BT selects exactly the trained positions (advantage != 0).
-        mismatch = mismatch_metrics(logprobs_T, inputs.sampler_logprobs_T)
+        mismatch = mismatch_from_logprobs(
+            logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
+        )
         return float(output.loss.detach()), dict(output.metrics), mismatch
 
-    def _reference_logprobs(
+    def _logprobs(
         self,
         use_chunked: bool,
         ids_BT: torch.Tensor,
@@ -398,16 +353,24 @@ class Learner:
         targets_BT: torch.Tensor,
         trained_BT: torch.Tensor,
     ) -> torch.Tensor:
-        """The reference policy's log-probs of the trained tokens (row-major order of
-        ``trained_BT``, as the policy's), without gradient."""
-        with torch.no_grad(), self.reference.active():
-            if use_chunked:
-                return self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
-            columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
-            logprobs_BK = trained_token_logprobs(
-                self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
+        """The trained tokens' log-probs in row-major order of ``trained_BT``: the chunked
+        projection (``logit_chunk`` positions at a time), or the model's own logits over the
+        union of trained columns."""
+        if use_chunked:
+            return chunked_token_logprobs(
+                self.model,
+                ids_BT,
+                mask_BT,
+                targets_BT,
+                self.temperature,
+                trained_BT,
+                self.logit_chunk,
             )
-            return logprobs_BK[trained_BT[:, columns_K]]
+        columns_K = trained_BT.any(dim=0).nonzero().squeeze(-1)
+        logprobs_BK = trained_token_logprobs(
+            self.model, ids_BT, mask_BT, targets_BT, self.temperature, columns_K
+        )
+        return logprobs_BK[trained_BT[:, columns_K]]
 
     def pin_reference(self) -> None:
         """The current adapter becomes the KL term's reference policy (after a cold start)."""
@@ -450,7 +413,7 @@ class Learner:
             # Once: the shared forward must give the unshared path's log-probs.
             with torch.no_grad():
                 ours = shared()
-                theirs = self._chunked(ids_BT, mask_BT, targets_BT, trained_BT)
+                theirs = self._logprobs(True, ids_BT, mask_BT, targets_BT, trained_BT)
             diff = float((ours - theirs).abs().max()) if ours is not None and len(ours) else 0.0
             tolerance = 1e-3 if theirs.dtype in (torch.float32, torch.float64) else 0.25
             self._shared_ok = ours is not None and math.isfinite(diff) and diff <= tolerance
@@ -467,18 +430,6 @@ class Learner:
                 )
                 return None
         return shared()
-
-    def _chunked(
-        self,
-        ids_BT: torch.Tensor,
-        mask_BT: torch.Tensor,
-        targets_BT: torch.Tensor,
-        trained_BT: torch.Tensor,
-    ) -> torch.Tensor:
-        """Each row's trained positions, vocabulary projection in ``logit_chunk`` chunks."""
-        return chunked_token_logprobs(
-            self.model, ids_BT, mask_BT, targets_BT, self.temperature, trained_BT, self.logit_chunk
-        )
 
     def _use_chunked(
         self, ids_BT: torch.Tensor, targets_BT: torch.Tensor, trained_BT: torch.Tensor
@@ -559,31 +510,10 @@ class Learner:
         """FSDP: every rank reads the whole adapter and optimizer state (saved by an FSDP
         run or a one-process one: the same files) and keeps its shard of them."""
         import searchr1.plugins.local_model.state as state
-        from searchr1.plugins.local_model.fsdp import load_optimizer_state, shard_of
+        from searchr1.plugins.local_model.fsdp import load_optimizer_state
 
         assert self.sharding is not None
         self.sharding.for_learning()  # the shards are what training and saving read
-        params = dict(zip(self.param_names, self.params, strict=True))
-
-        def load_adapter(weights: Mapping[str, torch.Tensor]) -> None:
-            by_key = {_saved_key(n): n for n in self.param_names}
-            unexpected = sorted(set(weights) - set(by_key))
-            missing = sorted(set(by_key) - set(weights))
-            if unexpected or missing:
-                raise ValueError(
-                    f"adapter does not match this model's LoRA config (unexpected keys "
-                    f"{unexpected[:3]}, missing {missing[:3]}); check [lora] rank and "
-                    f"target_modules"
-                )
-            for key, name in by_key.items():
-                p, full = params[name], weights[key]
-                if full.shape != p.shape:
-                    raise ValueError(
-                        f"adapter does not fit this model's LoRA config: {key} has shape "
-                        f"{tuple(full.shape)}, the model's {tuple(p.shape)} (check [lora] rank)"
-                    )
-                with torch.no_grad():
-                    p.to_local().copy_(shard_of(full, p))
 
         def load_optimizer(saved: Mapping[str, Any]) -> None:
             load_optimizer_state(self.optimizer, self.params, saved)
@@ -595,7 +525,6 @@ class Learner:
                 self.model,
                 self.optimizer,
                 sampler_gen,
-                load_adapter=load_adapter,
                 load_optimizer=load_optimizer,
             )
         finally:
@@ -655,12 +584,6 @@ def _merge_chunks(
     if "clipped_tokens" in out:
         out["clip_fraction"] = out["clipped_tokens"] / tokens if tokens else 0.0
     return ForwardBackwardResult(loss=total_loss, metrics=out)
-
-
-def _saved_key(name: str) -> str:
-    """The key peft's ``save_pretrained`` writes for the parameter ``name`` (without the
-    adapter's name, ``default``)."""
-    return name.replace(".default.", ".")
 
 
 def _kl_coef(loss_fn: LossFn) -> float:

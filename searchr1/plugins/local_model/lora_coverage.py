@@ -47,8 +47,7 @@ def decoder_layers(model: Any) -> list[Layer]:
     if not lists:
         return []
     _, layers = max(lists, key=lambda item: len(item[1]))
-    config = getattr(model, "config", None)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = model.config.get_text_config()
     types = list(getattr(text, "layer_types", None) or [])
     out = []
     for i, layer in enumerate(layers):

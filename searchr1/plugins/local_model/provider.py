@@ -116,7 +116,8 @@ class LocalModelProvider:
         from searchr1.plugins.local_model.snapshot import SamplerWeights
 
         self.model = model
-        self._tokenizer = tokenizer
+        #: the Hugging Face tokenizer of the base model (chat template included)
+        self.tokenizer = tokenizer
         self.device = device
         self.model_lock = threading.Lock()
         # The sampler enters the model through this (a drop-in for the lock): it swaps in
@@ -190,11 +191,6 @@ class LocalModelProvider:
             data_parallel=True,
         )
 
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer of the base model (chat template included)."""
-        return self._tokenizer
-
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
@@ -265,7 +261,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     path = model_path(config.model.base_model)
     try:
-        base = AutoModelForCausalLM.from_pretrained(path, **_dtype_kwarg(dtype))
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as exc:
         raise ConfigValueError(
             f"model.base_model = {config.model.base_model!r}: cannot load a causal LM from "
@@ -391,15 +387,6 @@ def _world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def _dtype_kwarg(dtype: torch.dtype) -> dict[str, Any]:
-    """``dtype=`` since transformers 4.56; older releases silently ignore it and only honour
-    ``torch_dtype=`` (the model would then load in fp32 on a GPU)."""
-    import transformers
-
-    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def _checkpointing(setting: bool | str, device: torch.device) -> bool:

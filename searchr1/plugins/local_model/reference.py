@@ -8,17 +8,16 @@ policy, never a second copy of them:
   at zero), so at step 1 the policy and the reference agree to the last bit;
 * after a cold start the train loop calls :meth:`ReferencePolicy.pin` (through the
   provider's ``kl_reference`` capability): the adapter's trainable tensors are copied once,
-  and scoring the reference swaps them into the LoRA parameters (``param.data`` pointer
-  swaps, as :mod:`.snapshot` does for the sampler) for the no-grad forward, then swaps the
-  learner's back. The copy is saved beside every checkpoint's adapter
-  (``kl_reference.pt``), so ``--resume`` keeps the reference of the run's RL start.
+  and scoring the reference copies them into the LoRA parameters in place for the no-grad
+  forward, then the learner's values back. The copy is saved beside every checkpoint's
+  adapter (``kl_reference.pt``), so ``--resume`` keeps the reference of the run's RL start.
 
-Memory: one copy of the adapter's trainable tensors (none without a cold start).
+Memory: one copy of the adapter's trainable tensors (none without a cold start), and one
+more of the learner's while the reference scores.
 
 Under FSDP (:mod:`.fsdp`) the pinned copy is the whole adapter on every rank (taken by a
 collective in :meth:`ReferencePolicy.pin`, so rank 0 alone can save it), and scoring copies
-each rank's shard of it into the sharded LoRA parameters in place (what FSDP gathers from),
-and the learner's shard back afterwards.
+each rank's shard of it into the sharded LoRA parameters (what FSDP gathers from).
 """
 
 from __future__ import annotations
@@ -70,26 +69,18 @@ class ReferencePolicy:
             return
         from searchr1.plugins.local_model.fsdp import is_sharded, shard_of
 
-        if any(is_sharded(p) for p in self._params):
-            with torch.no_grad():
-                locals_ = [p.to_local() for p in self._params]
-                kept = [t.clone() for t in locals_]
-                for p, t, full in zip(self._params, locals_, self._pinned, strict=True):
-                    t.copy_(shard_of(full, p))
-                try:
-                    yield
-                finally:
-                    for t, k in zip(locals_, kept, strict=True):
-                        t.copy_(k)
-            return
-        held = [p.data for p in self._params]
-        for p, t in zip(self._params, self._pinned, strict=True):
-            p.data = t
-        try:
-            yield
-        finally:
-            for p, t in zip(self._params, held, strict=True):
-                p.data = t
+        with torch.no_grad():
+            # in place, into what the forward reads: under FSDP this rank's shard (FSDP
+            # gathers from it), else the parameter itself
+            tensors = [p.to_local() if is_sharded(p) else p.data for p in self._params]
+            kept = [t.clone() for t in tensors]
+            for p, t, full in zip(self._params, tensors, self._pinned, strict=True):
+                t.copy_(shard_of(full, p) if is_sharded(p) else full)
+            try:
+                yield
+            finally:
+                for t, k in zip(tensors, kept, strict=True):
+                    t.copy_(k)
 
     def save(self, folder: str) -> None:
         """Write the pinned reference into ``folder`` (nothing when none is pinned)."""

@@ -50,8 +50,6 @@ class RetainedCaches:
         self._entries: OrderedDict[tuple[int, ...], Retained] = OrderedDict()
         self._lengths: dict[int, int] = {}  # key length -> number of entries of that length
         self.tokens = 0  # cache positions held by all entries
-        self.hits = 0
-        self.reused_tokens = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,8 +70,6 @@ class RetainedCaches:
             if key in self._entries:
                 entry = self._entries[key]
                 self._drop(key)
-                self.hits += 1
-                self.reused_tokens += entry.length
                 return entry
         return None
 

@@ -48,16 +48,12 @@ class SamplerStats:
     forward_calls: int = 0  # model forward passes (prefill chunks + 1 per decoding step)
     requests: int = 0  # sample() calls served
     rows: int = 0  # sequences generated
-    generated_tokens: int = 0
     prefill_tokens: int = 0  # prompt tokens fed to the model (new tokens of a continuation)
     reused_tokens: int = 0  # prompt tokens a retained cache spared from prefill
     max_batch_rows: int = 0  # the largest batch seen
     admitted_requests: int = 0  # requests that joined a batch already decoding
     peak_cache_tokens: int = 0  # most cache positions (rows x width) held, retained included
     peak_cache_bytes: int = 0  # measured cache bytes at that time (when measure_bytes is on)
-
-
-_Job = Job  # older name, used by tests
 
 
 class BatchedSampler:
@@ -109,7 +105,7 @@ class BatchedSampler:
         self.retained = RetainedCaches(row_tokens)
         self.reuse = reuse
         self.forward = Forward(
-            model,
+            model=model,
             device=device,
             pad_token_id=pad_token_id,
             eos_token_ids=self.eos_token_ids,
@@ -359,7 +355,6 @@ class BatchedSampler:
         assert row.reason is not None
         job.results[row.index] = SampledSequence(tuple(row.tokens), tuple(row.logprobs), row.reason)
         job.remaining -= 1
-        self.stats.generated_tokens += len(row.tokens)
         if job.remaining == 0 and job.request is not None and not job.delivered:
             job.delivered = True
             resolve(job.request, result=list(job.results))  # type: ignore[arg-type]

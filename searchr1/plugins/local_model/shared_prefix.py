@@ -33,7 +33,7 @@ def can_share_prefixes(model: Any) -> bool:
     """Whether ``model``'s layers are all full attention (a prefix's KV cache is all its
     state) with no sliding window."""
     config = causal_lm(model).config
-    text = getattr(config, "get_text_config", lambda: config)()
+    text = config.get_text_config()
     types = getattr(text, "layer_types", None) or ["full_attention"]
     sliding = getattr(text, "sliding_window", None)
     if getattr(text, "use_sliding_window", True) is False:

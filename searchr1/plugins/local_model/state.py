@@ -61,13 +61,12 @@ def load_state(
     optimizer: Any,
     sampler_gen: Any,
     *,
-    load_adapter: Callable[[Mapping[str, torch.Tensor]], None] | None = None,
     load_optimizer: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> int:
     """Load a folder written by :func:`save_state` into ``model`` and ``optimizer``; returns
-    the step. Errors name the missing or mismatching file. ``load_adapter`` (given the saved
-    adapter tensors by saved name) and ``load_optimizer`` (given the saved state dict)
-    replace the loading into ``model`` and ``optimizer`` (FSDP: each rank keeps its shard)."""
+    the step. Errors name the missing or mismatching file. A sharded (FSDP) parameter keeps
+    this rank's piece of the saved one; ``load_optimizer`` (given the saved state dict)
+    replaces ``optimizer.load_state_dict`` (FSDP: each rank keeps its shard)."""
     from safetensors.torch import load_file
 
     folder = Path(path)
@@ -79,13 +78,7 @@ def load_state(
     if state.get("format") != FORMAT:
         raise ValueError(f"{folder / 'trainer_state.json'}: unknown format {state.get('format')}")
     weights = load_file(str(adapter), device=str(next(model.parameters()).device))
-    if load_adapter is None:
-        _load_adapter(model, weights, adapter)
-    else:
-        try:
-            load_adapter(weights)
-        except ValueError as exc:
-            raise ValueError(f"{adapter}: {exc}") from exc
+    _load_adapter(model, weights, adapter)
     saved = torch.load(folder / "optimizer.pt", weights_only=True)
     (load_optimizer or optimizer.load_state_dict)(saved)
     rng_file = folder / "rng.pt"
@@ -98,25 +91,35 @@ def load_state(
 
 
 def _load_adapter(model: Any, weights: Mapping[str, torch.Tensor], adapter: Path) -> None:
-    """``weights`` (peft's saved adapter) into ``model``; errors name the ``adapter`` file."""
-    from peft import set_peft_model_state_dict
+    """``weights`` (peft's saved adapter: the trainable parameters, named without the
+    adapter's name ``default``) into ``model``; a sharded parameter (FSDP) takes this rank's
+    piece. Errors name the ``adapter`` file."""
+    from searchr1.plugins.local_model.fsdp import is_sharded, shard_of
 
-    try:
-        result = set_peft_model_state_dict(model, weights)
-    except RuntimeError as exc:  # shape mismatch: saved with another rank or model
-        raise ValueError(
-            f"{adapter}: adapter does not fit this model's LoRA config (check [lora] rank and "
-            f"the base model): {str(exc).splitlines()[0]}"
-        ) from exc
-    unexpected = getattr(result, "unexpected_keys", None) or []
+    params = {
+        name.replace(".default", ""): p for name, p in model.named_parameters() if p.requires_grad
+    }
+    unexpected = sorted(set(weights) - set(params))
     if unexpected:
         raise ValueError(
             f"{adapter}: adapter does not match this model's LoRA config (unexpected keys "
             f"{unexpected[:3]}); check [lora] rank and target_modules"
         )
-    missing = [k for k in getattr(result, "missing_keys", None) or [] if "lora_" in k]
+    missing = sorted(set(params) - set(weights))
     if missing:
         raise ValueError(
             f"{adapter}: adapter lacks weights this model's LoRA config needs ({missing[:3]}); "
             f"check [lora] target_modules"
         )
+    for key, p in params.items():
+        if weights[key].shape != p.shape:  # saved with another rank or model
+            raise ValueError(
+                f"{adapter}: adapter does not fit this model's LoRA config (check [lora] rank and "
+                f"the base model): {key} has shape {tuple(weights[key].shape)}, the model's "
+                f"{tuple(p.shape)}"
+            )
+        with torch.no_grad():
+            if is_sharded(p):
+                p.to_local().copy_(shard_of(weights[key], p))
+            else:
+                p.copy_(weights[key])

@@ -141,7 +141,7 @@ class RemoteModelProvider:
                 detail=temperature_note(config),
             )
         self._sdk = import_sdk(settings.sdk)
-        self._tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
+        self.tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
         try:
             self._service = open_service(self._sdk, self.api_base, config.model.api_key, settings)
         except Exception as exc:
@@ -165,21 +165,27 @@ class RemoteModelProvider:
 
     # ------------------------------------------------------------------ service calls
 
-    def _call(self, operation: str, fn: Callable[[], T]) -> T:
-        """Run one SDK call; translate its failure into a RemoteModelError."""
+    def _call(self, operation: str, fn: Callable[[], T], *, step: bool = False) -> T:
+        """Run one SDK call; translate its failure into a RemoteModelError (``step``: a
+        training call, whose failure breaks the run, :meth:`_step_failed`)."""
         try:
-            return fn()
-        except RemoteModelError:
+            try:
+                return fn()
+            except RemoteModelError:
+                raise
+            except TimeoutError as exc:  # concurrent.futures.TimeoutError since 3.11
+                raise RemoteServiceError(
+                    f"remote {operation} at {self.api_base}: no answer within "
+                    f"[model.{self.provider_name}] result_timeout_seconds = "
+                    f"{self._settings.result_timeout_seconds} s (the service is slow or failing "
+                    f"and the SDK kept retrying); raise it if the service queues work for longer"
+                ) from exc
+            except Exception as exc:
+                raise self._translate(exc, operation) from exc
+        except RemoteModelError as exc:
+            if step:
+                raise self._step_failed(operation, exc) from exc
             raise
-        except TimeoutError as exc:  # concurrent.futures.TimeoutError is this one since 3.11
-            raise RemoteServiceError(
-                f"remote {operation} at {self.api_base}: no answer within "
-                f"[model.{self.provider_name}] result_timeout_seconds = "
-                f"{self._settings.result_timeout_seconds} s (the service is slow or failing "
-                f"and the SDK kept retrying); raise it if the service queues work for longer"
-            ) from exc
-        except Exception as exc:
-            raise self._translate(exc, operation) from exc
 
     def _wait(self, future: Any) -> Any:
         """The answer of a submitted call (or the client a tinker future resolves to), waiting
@@ -263,17 +269,13 @@ class RemoteModelProvider:
             snapshot_sampler=self.snapshot_sampler,
         )
 
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._tokenizer
-
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         """Sample ``num_samples`` continuations of ``prompt_tokens`` with the current weights."""
         # Creating the sampler waits on the service: off the event loop, so other rollouts run.
         sampler = self._pinned or self._sampler or await asyncio.to_thread(self._sampling_client)
-        sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self._tokenizer))
+        sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self.tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
         seconds = self._settings.sampling_timeout_seconds
         try:
@@ -306,17 +308,13 @@ class RemoteModelProvider:
         data = [sdk_datum(self._sdk, d, loss_scale) for d in datums]
         config = loss_config(loss_fn)
         training = self._training_client()
-        try:
-            # Both SDKs queue the event and return a future at once; the answer is awaited
-            # only when the result is read or when optim_step runs (see PendingResult).
-            future = self._call(
-                "forward_backward",
-                lambda: training.forward_backward(
-                    data, loss_fn=loss_fn.name, loss_fn_config=config
-                ),
-            )
-        except RemoteModelError as exc:
-            raise self._step_failed("forward_backward", exc) from exc
+        # Both SDKs queue the event and return a future at once; the answer is awaited
+        # only when the result is read or when optim_step runs (see PendingResult).
+        future = self._call(
+            "forward_backward",
+            lambda: training.forward_backward(data, loss_fn=loss_fn.name, loss_fn_config=config),
+            step=True,
+        )
         pending = PendingResult(lambda: self._await_forward(future, datums, loss_scale))
         self._pending.append(pending)
         return pending
@@ -325,10 +323,7 @@ class RemoteModelProvider:
         self, future: Any, datums: Sequence[Datum], loss_scale: float
     ) -> ForwardBackwardResult:
         """Wait for one submitted ``forward_backward``; a failure breaks the run."""
-        try:
-            output = self._call("forward_backward", lambda: self._wait(future))
-        except RemoteModelError as exc:
-            raise self._step_failed("forward_backward", exc) from exc
+        output = self._call("forward_backward", lambda: self._wait(future), step=True)
         return forward_result(output, datums, loss_scale)
 
     def _settle(self) -> None:
@@ -358,10 +353,7 @@ class RemoteModelProvider:
         # Submitted behind the step's forward_backward events before any of them is awaited,
         # so the step costs one wait for all of them instead of one wait each; where the SDK
         # queues it (tinker), the sampler save goes behind them in the same wait.
-        try:
-            future = self._call("optim_step", lambda: training.optim_step(params))
-        except RemoteModelError as exc:
-            raise self._step_failed("optim_step", exc) from exc
+        future = self._call("optim_step", lambda: training.optim_step(params), step=True)
         sampler_save = None
         if queues_sampler_save(self._sdk):
             sampler_save = self._call(
@@ -369,10 +361,7 @@ class RemoteModelProvider:
                 training.save_weights_and_get_sampling_client,
             )
         self._settle()
-        try:
-            response = self._call("optim_step", lambda: self._wait(future))
-        except RemoteModelError as exc:
-            raise self._step_failed("optim_step", exc) from exc
+        response = self._call("optim_step", lambda: self._wait(future), step=True)
         with self._sampler_lock:
             # The old sampler stays until the new one exists (a pin taken meanwhile gets the
             # weights the loop records); if the refresh fails it is dropped, so the next sample

@@ -95,7 +95,8 @@ class VllmModelProvider:
     def __init__(self, learner: Learner, tokenizer: Any) -> None:
         """``learner`` trains the peft model whose adapter the servers sample with."""
         self.learner = learner
-        self._tokenizer = tokenizer
+        #: the Hugging Face tokenizer of the base model (chat template included)
+        self.tokenizer = tokenizer
         self._token = secrets.token_hex(3)
         self._version = 0
         self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
@@ -318,11 +319,6 @@ class VllmModelProvider:
             kl_reference=self.learner.pin_reference,
             learner_temperature=float(self.learner.temperature),
         )
-
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer of the base model (chat template included)."""
-        return self._tokenizer
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
