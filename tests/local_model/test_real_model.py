@@ -104,9 +104,8 @@ def _small_real_model_config(tmp_path: Path) -> Path:
         ("group_size = 4", "group_size = 2"),
         ("max_steps = 20", "max_steps = 2"),
         ("save_every = 10", "save_every = 2"),
-        ("steps = 16", "steps = 6"),
+        ("steps = 32", "steps = 6"),
         ("questions_per_step = 8", "questions_per_step = 4"),
-        ("lr = 5e-4", "lr = 1e-3"),
     ]:
         assert old in text, old
         text = text.replace(old, new, 1)
