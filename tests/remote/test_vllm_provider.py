@@ -58,7 +58,8 @@ if not VLLM_PYTHON.is_file():
     pytest.skip(reason, allow_module_level=True)
 
 
-def _config(**plugin_table: Any) -> Config:
+def _config(api_base: str = "", **plugin_table: Any) -> Config:
+    """``api_base`` is the ``[model]`` key every remote provider reads; the rest ``[model.vllm]``."""
     table = {
         "python": str(VLLM_PYTHON),
         # vLLM-CPU reserves 92% of the RAM for its KV cache unless told a size.
@@ -68,6 +69,7 @@ def _config(**plugin_table: Any) -> Config:
     return Config(plugins={"model.vllm": table}).replace(
         model={
             "provider": "vllm",
+            "api_base": api_base,
             "base_model": "builtin:tiny",
             "temperature": TEMPERATURE,
             "top_p": 1.0,
