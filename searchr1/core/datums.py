@@ -1,7 +1,7 @@
 """Trajectory -> Datum: the full multi-turn sequence, shifted by one. Position ``i`` predicts
 ``tokens[i + 1]``. Where the policy sampled ``tokens[i + 1]`` the datum carries its sampler
-log-prob and the trajectory's advantage; on prompt and observation positions both are 0, so
-search results never enter the loss (``docs/protocols.md`` §5).
+log-prob and the trajectory's advantage, and is ``sampled``; on prompt and observation positions
+both are 0, so search results never enter the loss (``docs/protocols.md`` §5).
 """
 
 from __future__ import annotations
@@ -35,4 +35,5 @@ def trajectory_to_datum(trajectory: Trajectory, advantage: float, max_datum_toke
         advantages=tuple(advantage if g else 0.0 for g in generated),
         trajectory_id=trajectory.trajectory_id,
         policy_version=trajectory.policy_version,
+        sampled=tuple(bool(g) for g in generated),
     )

@@ -7,6 +7,7 @@
              (dynamic sampling: replace degenerate groups by fresh questions)
              guard    : search broken this step? -> back off and retry the same questions
              A_i      = r_i - mean(r_group)                   degenerate groups dropped
+                                                              (kept for the KL term)
     learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
              for micro-batch in pack(datums): forward_backward(micro-batch, loss, 1 / N)
              optim_step(adam)                                 exactly one per step
@@ -60,6 +61,7 @@ from searchr1.core.types import (
     RewardResult,
     ScoredGroup,
     Trajectory,
+    kl_coef,
 )
 
 
@@ -82,15 +84,16 @@ class Batch:
     #: this process's rank (torchrun; 0 in one process)
     rank: int = 0
 
-    def datums(self, max_tokens: int) -> list[Datum]:
-        """The trained sequences: every trajectory of an informative group this rank rolled
-        out with a non-zero advantage."""
+    def datums(self, max_tokens: int, *, kl: bool = False) -> list[Datum]:
+        """The trained sequences of the groups this rank rolled out: each trajectory with a
+        non-zero advantage, or with ``kl`` (a loss with a KL term) every trajectory, since
+        the KL term reads the sampled tokens of advantage-0 ones too."""
         return [
             trajectory_to_datum(t, a, max_tokens)
             for g, owner in zip(self.groups, self.owners, strict=True)
-            if owner == self.rank and not g.degenerate
+            if owner == self.rank
             for t, a in zip(g.trajectories, g.advantages, strict=True)
-            if a != 0.0
+            if kl or a != 0.0
         ]
 
 
@@ -314,8 +317,10 @@ async def _collect_groups(
 ) -> tuple[list[ScoredGroup], list[ScoredGroup], list[int], int]:
     """``(first draw, groups to train on, the rank of each, extra questions drawn)``:
     degenerate groups are replaced by fresh questions until questions_per_batch are
-    informative or ``rollout.max_extra_draws`` is spent."""
+    informative or ``rollout.max_extra_draws`` is spent. A loss with a KL term keeps every
+    degenerate group: the term anchors the skills those groups show."""
     cfg = run.config
+    keep_degenerate = run.loss is not None and kl_coef(run.loss) > 0
     want = cfg.rollout.questions_per_batch
     draw = (run, step, version)
     first, owners = await _rollout_shared(*draw, stream.next_batch(want), 0)
@@ -333,7 +338,9 @@ async def _collect_groups(
     if cfg.rollout.dynamic_sampling:
         informative = [i for i, g in enumerate(groups) if not g.degenerate][:want]
         degenerate = [i for i, g in enumerate(groups) if g.degenerate]
-        keep = informative + degenerate[: max(0, want - len(informative))]
+        if not keep_degenerate:
+            degenerate = degenerate[: max(0, want - len(informative))]
+        keep = informative + degenerate
         groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
     return first, groups, owners, extra
 

@@ -113,11 +113,11 @@ def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float
 
 
 def kl_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:
-    """``kl/mean`` (the KL term's k3 per trained token) and ``kl/max`` from a step's merged
+    """``kl/mean`` (the KL term's k3 per token it read) and ``kl/max`` from a step's merged
     learner sums; empty when the loss has no KL term (``[train.loss] kl_coef = 0``)."""
     if "kl_sum" not in train_metrics:
         return {}
-    tokens = train_metrics.get("tokens", 0.0)
+    tokens = train_metrics.get("kl_tokens", 0.0)
     return {
         "kl/mean": train_metrics["kl_sum"] / tokens if tokens else 0.0,
         "kl/max": train_metrics.get("kl_max", 0.0),

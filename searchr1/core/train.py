@@ -60,7 +60,7 @@ from searchr1.core.step import (
     window_metrics,
 )
 from searchr1.core.step_metrics import ratio_basis
-from searchr1.core.types import LossFn
+from searchr1.core.types import LossFn, kl_coef
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                 scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
 
                 def learn_batch(batch: Batch) -> Learned:
-                    datums = batch.datums(cfg.train.max_datum_tokens)
+                    datums = batch.datums(cfg.train.max_datum_tokens, kl=kl_coef(loss) > 0)
                     return learn(run, datums, loss, loss_scale=scale, adam=adam)
 
                 recorded: list[Batch] = []  # the latest recorded step
@@ -218,7 +218,7 @@ def pin_kl_reference(run: Run, loss: LossFn) -> None:
     """After a cold start, the trained adapter becomes the KL term's reference policy (the
     policy as RL begins); without one the reference stays the base model."""
     pin = run.trainer.capabilities.kl_reference
-    if pin is not None and float(loss.settings.get("kl_coef", 0.0)) > 0:
+    if pin is not None and kl_coef(loss) > 0:
         pin()
         get_logger().info("kl_reference", message="the cold-started adapter is the KL reference")
 

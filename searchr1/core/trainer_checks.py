@@ -5,7 +5,7 @@ A trainer may call :func:`check_loss` itself (it raises the same error)."""
 from __future__ import annotations
 
 from searchr1.core.errors import ConfigError
-from searchr1.core.types import LossFn, Model, Trainer, TrainerCapabilities
+from searchr1.core.types import LossFn, Model, Trainer, TrainerCapabilities, kl_coef
 
 
 def require_trainer(model: Model, provider: str, command: str = "searchr1 train") -> Trainer:
@@ -27,11 +27,11 @@ def check_loss(
     """Raise ConfigError (one problem per line) when ``capabilities`` cannot train
     ``loss_fn``, chosen by config field ``field``: an unknown name, or an unhonoured
     setting that is not 0."""
-    kl_coef = float(loss_fn.settings.get("kl_coef", 0.0))
-    if kl_coef > 0 and capabilities.kl_reference is None:
+    kl = kl_coef(loss_fn)
+    if kl > 0 and capabilities.kl_reference is None:
         raise ConfigError(
             [
-                f"train.loss.kl_coef = {kl_coef:g}: model.provider = {provider!r} cannot "
+                f"train.loss.kl_coef = {kl:g}: model.provider = {provider!r} cannot "
                 f"score the reference policy (the policy as RL began) that the KL term "
                 f"needs; set [train.loss] kl_coef = 0, or train with a provider that can "
                 f'(model.provider = "local")'

@@ -65,7 +65,13 @@ class SampledSequence:
 class Datum:
     """One training example (``docs/protocols.md`` §5). All sequences have length N;
     ``input_tokens[i]`` predicts ``target_tokens[i]``. ``sampler_logprobs`` and ``advantages``
-    are 0 on prompt and observation positions, so those add nothing to any loss."""
+    are 0 on prompt and observation positions, so those add nothing to any loss.
+
+    ``sampled`` marks the positions whose target the policy sampled: the tokens a loss reads.
+    The policy term trains those with a non-zero advantage; the KL term (``[train.loss]
+    kl_coef``) reads them all, so a trajectory of a degenerate group (advantage 0 everywhere)
+    still anchors the policy to its reference. Left empty, it is the positions with a
+    non-zero advantage."""
 
     input_tokens: tuple[int, ...]
     target_tokens: tuple[int, ...]
@@ -74,10 +80,13 @@ class Datum:
     trajectory_id: str = ""
     #: how many optimizer steps the weights that sampled it had taken (``train.max_staleness``)
     policy_version: int = 0
+    sampled: tuple[bool, ...] = ()
 
     def __post_init__(self) -> None:
+        if not self.sampled:
+            object.__setattr__(self, "sampled", tuple(a != 0.0 for a in self.advantages))
         n = len(self.input_tokens)
-        for name in ("target_tokens", "sampler_logprobs", "advantages"):
+        for name in ("target_tokens", "sampler_logprobs", "advantages", "sampled"):
             if len(getattr(self, name)) != n:
                 raise ValueError(
                     f"Datum {self.trajectory_id or '?'}: {name} has length "
@@ -138,6 +147,12 @@ class LossFn(Protocol):
     settings: Mapping[str, float]
 
     def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput: ...
+
+
+def kl_coef(loss_fn: LossFn) -> float:
+    """The loss's KL weight toward the reference policy (``[train.loss] kl_coef``; 0 = none,
+    also for a bare loss function without ``settings``, which a learner accepts)."""
+    return float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0))
 
 
 # --------------------------------------------------------------------------- model

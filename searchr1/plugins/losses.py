@@ -19,18 +19,22 @@ capped tokens. Local learners only: a remote service is sent the loss name and c
 (a remote provider refuses ``ratio_cap > 0`` when the run is built).
 
 KL toward the start policy (``[train.loss] kl_coef = beta``, off by default; verl's
-``kl_loss_coef``, TRL's ``beta``): every policy loss adds ``beta * sum_t k3_t`` over the trained
-tokens, with the k3 estimator ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` of
+``kl_loss_coef``, TRL's ``beta``): every policy loss adds ``beta * sum_t k3_t`` over every token
+it is given, with the k3 estimator ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` of
 ``KL(policy || reference)`` on the sampled tokens (``>= 0``, 0 exactly where the two agree;
 its gradient ``(1 - exp(ref_t - lp_t)) * grad lp_t`` pulls ``lp_t`` toward ``ref_t``). The
 reference is the policy as RL began (``LossInputs.reference_logprobs_T``: the learner's
-reference policy, ``searchr1/plugins/local_model/reference.py``). It is summed like the
-policy term, so the step's ``1 / N`` scale applies to both. Metrics: ``kl_sum`` and
-``kl_max`` (the step reports ``kl/mean`` and ``kl/max``). Only trainers that declare
+reference policy, ``searchr1/plugins/local_model/reference.py``). The tokens are every token
+the policy sampled in the step, those of degenerate groups (advantage 0) included, as verl and
+TRL apply it over the whole response: a skill the policy has mastered gives all-equal rewards,
+so its groups carry no policy gradient, and the KL term is what keeps RL from eroding it while
+other groups pull the shared weights. It is summed like the policy term, so the step's
+``1 / N`` scale applies to both. Metrics: ``kl_sum``, ``kl_tokens`` and ``kl_max`` (the
+step reports ``kl/mean`` and ``kl/max``). Only trainers that declare
 ``kl_reference`` take it (a remote service is refused before any rollout).
 
-Metrics are sums over trained positions (advantage != 0), so a provider can add them across
-micro-batches and divide by ``tokens`` once.
+The other metrics are sums over trained positions (advantage != 0), so a provider can add
+them across micro-batches and divide by ``tokens`` once.
 """
 
 from __future__ import annotations
@@ -78,8 +82,8 @@ def k3(logprobs_T: torch.Tensor, reference_logprobs_T: torch.Tensor) -> torch.Te
 def kl_penalty(
     logprobs_T: torch.Tensor, inputs: LossInputs, kl_coef: float
 ) -> tuple[torch.Tensor | float, dict[str, float]]:
-    """``(kl_coef * sum of k3 over trained tokens, {kl_sum, kl_max})``; ``(0, {})`` when
-    ``kl_coef`` is 0."""
+    """``(kl_coef * sum of k3 over every given token, {kl_sum, kl_tokens, kl_max})``;
+    ``(0, {})`` when ``kl_coef`` is 0."""
     if kl_coef <= 0:
         return 0.0, {}
     if inputs.reference_logprobs_T is None:
@@ -87,11 +91,11 @@ def kl_penalty(
             "[train.loss] kl_coef > 0 but the trainer gave no reference log-probs "
             "(LossInputs.reference_logprobs_T); its provider must declare kl_reference"
         )
-    trained_T = inputs.advantages_T != 0
-    k3_T = k3(logprobs_T, inputs.reference_logprobs_T) * trained_T
+    k3_T = k3(logprobs_T, inputs.reference_logprobs_T)
     detached = k3_T.detach()
     return kl_coef * k3_T.sum(), {
         "kl_sum": float(detached.sum()),
+        "kl_tokens": float(detached.numel()),
         "kl_max": float(detached.max()) if detached.numel() else 0.0,
     }
 

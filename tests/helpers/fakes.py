@@ -109,6 +109,8 @@ class ScriptedModel:
         self.scripts = [[self._tokens(t) for t in s] for s in scripts]
         self.fail = fail
         self.calls: list[Call] = []
+        #: every datum :meth:`forward_backward` was given
+        self.trained: list[Any] = []
         self.snapshots = 0
         self._groups: list[tuple[tuple[int, ...], list[int]]] = []  # (prompt, turns emitted)
 
@@ -156,6 +158,7 @@ class ScriptedModel:
         return [self._emit(i, 0, params) for i in range(num_samples)]
 
     def forward_backward(self, datums: Any, loss_fn: Any, loss_scale: float = 1.0) -> Any:
+        self.trained.extend(datums)
         return ForwardBackwardResult(loss=0.0, metrics={"tokens": 0.0})
 
     def optim_step(self, adam: Any) -> Mapping[str, float]:
@@ -230,8 +233,9 @@ class ScriptedPlugin:
     ``chat_template = "qwen3_5"`` (the tokenizer gets that test template),
     ``trains = false`` (the factory's Model has no trainer: a provider that only samples),
     and what the trainer declares: ``losses = ["ppo", ...]`` (only those, no settings),
-    ``snapshot = true`` (its :meth:`ScriptedModel.snapshot_sampler`) and
-    ``learner_temperature = 0.8``.
+    ``snapshot = true`` (its :meth:`ScriptedModel.snapshot_sampler`),
+    ``learner_temperature = 0.8`` and ``kl_reference = true`` (it takes a KL term; pinning
+    does nothing).
     """
 
     __name__ = "scripted_test_plugin"
@@ -258,6 +262,7 @@ class ScriptedPlugin:
             losses_reason="a scripted test trainer" if losses is not None else "",
             snapshot_sampler=model.snapshot_sampler if table.get("snapshot") else None,
             learner_temperature=table.get("learner_temperature"),
+            kl_reference=(lambda: None) if table.get("kl_reference") else None,
         )
         self.created.append(model)
         return Model(sampler=model, trainer=model if table.get("trains", True) else None)

@@ -41,16 +41,22 @@ TINY_TRAIN: dict[str, dict[str, Any]] = {
 }
 
 
-def train_config(tmp_path: Path, scripted: str = "", train: str = "", extra: str = "") -> Path:
-    """A two-step training run on the scripted provider, its ``[model.scripted]`` table
-    extended by ``scripted`` and ``[train]`` by ``train``."""
+def train_config(
+    tmp_path: Path,
+    scripted: str = "",
+    train: str = "",
+    extra: str = "",
+    turns: list[list[str]] = TURNS,
+) -> Path:
+    """A two-step training run on the scripted provider playing ``turns``, its
+    ``[model.scripted]`` table extended by ``scripted`` and ``[train]`` by ``train``."""
     data = tmp_path / "train.jsonl"
     data.write_text(
         "".join(json.dumps({"question": q, "answers": ["France"]}) + "\n" for q in QUESTIONS)
     )
     model = (
         '[model]\nprovider = "scripted"\nmax_new_tokens = 64\n'
-        f"[model.scripted]\nturns = {json.dumps(TURNS)}\n{scripted}"
+        f"[model.scripted]\nturns = {json.dumps(turns)}\n{scripted}"
     )
     path = write_config(
         tmp_path,

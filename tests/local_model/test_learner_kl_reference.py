@@ -134,3 +134,36 @@ def test_reference_is_the_base_until_pinned_then_the_pinned_adapter(
     metrics, _, loss = _step(fresh, kl_coef=0.5)
     assert _close(torch.cat(loss.reference), policy)
     assert metrics["kl_sum"] > 1e-4
+
+
+def test_a_degenerate_groups_datum_is_trained_by_the_kl_term_alone(model_dir: Path) -> None:
+    """Advantage 0 everywhere (a group whose rewards were all equal), the policy's tokens
+    marked ``sampled``: no policy gradient, and the KL term reads every sampled token, so
+    its sum is the k3 of the policy against the reference (the base) there, in float64."""
+    p = _provider(model_dir)
+    with p.model.disable_adapter():
+        base = _trained_logprobs(p)
+    policy = _trained_logprobs(p)
+    degenerate = [
+        dataclasses.replace(
+            d, advantages=(0.0,) * len(d), sampled=tuple(a != 0 for a in d.advantages)
+        )
+        for d in _datums()
+    ]
+
+    for kl_coef in (0.0, 0.5):
+        loss = Recorded(kl_coef)
+        result = p.forward_backward(degenerate, loss.loss)
+        grads = [q.grad for q in p.learner.params]
+        if kl_coef == 0.0:
+            assert "kl_sum" not in result.metrics
+            assert all(g is None or not g.any() for g in grads)  # nothing to learn
+        else:
+            d = base - policy
+            assert result.metrics["kl_tokens"] == len(policy)
+            assert result.metrics["kl_sum"] == pytest.approx(
+                float((d.exp() - d - 1).sum()), rel=RTOL64
+            )
+            assert result.metrics["tokens"] == 0.0  # no token of the policy term
+            assert any(g is not None and g.abs().max() > 1e-6 for g in grads)
+        p.learner.optimizer.zero_grad(set_to_none=True)

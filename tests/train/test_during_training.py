@@ -125,6 +125,43 @@ def test_a_health_alert_with_on_alert_stop_checkpoints_and_exits_5(
     assert stopped["alert"] == "length_growth"
 
 
+def test_a_kl_term_trains_the_sampled_tokens_of_degenerate_groups(
+    tmp_path: Path, run_cli, scripted_plugin
+) -> None:
+    """Both scripts of every group answer correctly, so every group is degenerate. Without a
+    KL term nothing is trained; with one, every trajectory reaches the trainer with advantage
+    0 and the policy's tokens marked ``sampled`` (the KL term's tokens), so the term anchors
+    the skill those groups show instead of leaving it to drift."""
+    correct = [["<answer> France </answer>"], ["<answer>France</answer>"]]
+    trained = {}
+    for kl in (0.0, 0.1):
+        folder = tmp_path / f"kl{kl}"
+        folder.mkdir()
+        config = train_config(
+            folder,
+            scripted="kl_reference = true\n",
+            extra=f"[train.loss]\nkl_coef = {kl}\n",
+            turns=correct,
+        )
+        result = run_cli("train", "--config", config, "--run-dir", folder / "run")
+        assert result.code == 0, result.out + result.err
+        metrics = read_events(folder / "run", "metrics")
+        assert [m["degenerate_group_rate"] for m in metrics] == [1.0, 1.0]
+        model = scripted_plugin.created[-1]
+        trained[kl] = (model, [m["micro_batches"] for m in metrics])
+
+    model, micro_batches = trained[0.0]
+    assert model.trained == [] and micro_batches == [0.0, 0.0]
+    model, micro_batches = trained[0.1]
+    assert len(model.trained) == 2 * 2 * 2  # steps x questions x group_size
+    assert all(m > 0 for m in micro_batches)
+    for datum in model.trained:
+        assert set(datum.advantages) == {0.0}
+        sampled = [t for t, s in zip(datum.target_tokens, datum.sampled, strict=True) if s]
+        assert "France" in model.tokenizer.decode(sampled)
+        assert sum(datum.sampled) < len(datum)  # the prompt is never sampled
+
+
 def test_settings_that_cannot_work_are_refused_before_training(
     tmp_path: Path, run_cli, scripted_plugin
 ) -> None:

@@ -141,14 +141,16 @@ def test_ratio_cap_is_read_from_train_loss_for_every_loss() -> None:
         factories["ppo"](Config(plugins={"train.loss": {"ratio_cap": -1.0}}))
 
 
-# The reference policy's log-probs of the same four positions (the last is a prompt position).
+# The reference policy's log-probs of the same four positions (the last, advantage 0, is a
+# sampled token of a degenerate group's trajectory).
 REFERENCE = [math.log(0.4), math.log(0.3), math.log(0.25), -1.0]
 
 
 @pytest.mark.parametrize("name", ["importance_sampling", "ppo", "cispo"])
-def test_kl_term_is_k3_to_the_reference_on_trained_tokens(name: str) -> None:
-    """``kl_coef * sum k3`` over trained tokens, in value and gradient, against the same maths
-    written out in float64; the prompt position (advantage 0) adds nothing."""
+def test_kl_term_is_k3_to_the_reference_on_every_sampled_token(name: str) -> None:
+    """``kl_coef * sum k3`` over every token the loss is given (the learner gives it the
+    sampled ones), advantage 0 included, in value and gradient, against the same maths
+    written out in float64."""
     fn = getattr(losses, name)
     lp, inputs = _inputs()
     inputs = LossInputs(
@@ -163,18 +165,14 @@ def test_kl_term_is_k3_to_the_reference_on_trained_tokens(name: str) -> None:
     beta = 0.3
     out = fn(lp, inputs, kl_coef=beta)
     out.loss.backward()
-    expected_k3 = [
-        math.exp(r - p) - (r - p) - 1.0 if a != 0 else 0.0
-        for p, r, a in zip(NEW, REFERENCE, ADV, strict=True)
-    ]
+    # every given token, advantage 0 included (a degenerate group's tokens are anchored too)
+    expected_k3 = [math.exp(r - p) - (r - p) - 1.0 for p, r in zip(NEW, REFERENCE, strict=True)]
     assert out.loss.item() - plain.loss.item() == pytest.approx(beta * sum(expected_k3), rel=1e-12)
     assert out.metrics["kl_sum"] == pytest.approx(sum(expected_k3), rel=1e-12)
+    assert out.metrics["kl_tokens"] == len(NEW)
     assert out.metrics["kl_max"] == pytest.approx(max(expected_k3), rel=1e-12)
     # d k3 / d lp = 1 - exp(ref - lp): the KL term pulls lp toward the reference
-    kl_grad = [
-        beta * (1.0 - math.exp(r - p)) if a != 0 else 0.0
-        for p, r, a in zip(NEW, REFERENCE, ADV, strict=True)
-    ]
+    kl_grad = [beta * (1.0 - math.exp(r - p)) for p, r in zip(NEW, REFERENCE, strict=True)]
     assert (lp.grad - plain_grad).tolist() == pytest.approx(kl_grad, rel=1e-12, abs=1e-15)
     assert any(abs(g) > 1e-3 for g in kl_grad)  # kl_coef > 0 changed the gradient
 

@@ -4,8 +4,8 @@ The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
 ``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
 the whole batch's) and :meth:`Learner.optim_step` once per step.
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
-ratios are exactly 1 up to float error. Only trained positions (advantage != 0) are projected
-onto the vocabulary, each row's own, in chunks recomputed in backward
+ratios are exactly 1 up to float error. Only the positions a loss reads (``Datum.sampled``: the
+tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks recomputed in backward
 (:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that share an untrained
 prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
 A model whose logits the chunked path does not reproduce takes :func:`trained_token_logprobs`
@@ -24,8 +24,7 @@ training mode alone (transformers' layers read ``self.training`` there only to d
 whether to checkpoint; an architecture whose layer also gates its own functional dropout on
 it would keep that dropout while checkpointing).
 
-Every call also reports the sampler/learner mismatch over trained tokens (advantage != 0),
-with ``d = learner - sampler`` log-prob
+Every call also reports the sampler/learner mismatch over those sampled tokens, with ``d = learner - sampler`` log-prob
 (:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
 
     mismatch/logprob_diff_max   max |d|
@@ -38,7 +37,7 @@ On-policy these read 0, 0, 0, 1, 1 up to float error; growth means the learner n
 scores what the sampler sampled (dtype, kernels, temperature, an engine sampler).
 
 A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
-the same trained tokens (:mod:`.reference`: the adapter as RL began, or the adapter
+the same tokens (:mod:`.reference`: the adapter as RL began, or the adapter
 disabled), computed without gradient before the policy's forward.
 """
 
@@ -60,6 +59,7 @@ from searchr1.core.types import (
     LossFn,
     LossInputs,
     LossOutput,
+    kl_coef,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
     causal_lm,
@@ -240,7 +240,7 @@ class Learner:
         queued, self._queued = self._queued, []
         self.sharding.for_learning()
         plan = [(i, c) for i, (datums, *_) in enumerate(queued) for c in self._chunks(datums)]
-        kl = any(_kl_coef(loss_fn) > 0 for _, loss_fn, _, _ in queued)
+        kl = any(kl_coef(loss_fn) > 0 for _, loss_fn, _, _ in queued)
         count, reference = max_over_ranks([len(plan), int(kl)], self.device)
         idle = _idle_datum(self.vocab_size)
         parts: dict[int, list[tuple[float, Mapping[str, float], dict[str, float]]]] = {}
@@ -261,7 +261,7 @@ class Learner:
     def _idle_tensors(self, idle: Datum) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids = torch.tensor([idle.input_tokens], device=self.device)
         targets = torch.tensor([idle.target_tokens], device=self.device)
-        trained = torch.tensor([[a != 0 for a in idle.advantages]], device=self.device)
+        trained = torch.tensor([idle.sampled], device=self.device)
         return ids, targets, trained
 
     def _check_datum(self, d: Datum) -> None:
@@ -309,6 +309,7 @@ class Learner:
         real = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
         sampler_BT = torch.zeros((b, width), dtype=real)
         adv_BT = torch.zeros((b, width), dtype=real)
+        trained_BT = torch.zeros((b, width), dtype=torch.bool)
         for i, d in enumerate(datums):
             n = len(d)
             ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
@@ -316,15 +317,16 @@ class Learner:
             mask_BT[i, :n] = 1
             sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=real)
             adv_BT[i, :n] = torch.tensor(d.advantages, dtype=real)
-        # Only positions with a non-zero advantage enter any policy loss (docs/protocols.md §5);
-        # the model still reads every position, but logits are computed only where a datum
-        # trains. logprobs_T and the loss inputs are in row-major order of trained_BT.
-        trained_BT = ((adv_BT != 0) & mask_BT.bool()).to(dev)
+            trained_BT[i, :n] = torch.tensor(d.sampled, dtype=torch.bool)
+        # Only sampled positions enter a loss (docs/protocols.md §5): the model still reads
+        # every position, but logits are computed only there. logprobs_T and the loss inputs
+        # are in row-major order of trained_BT.
+        trained_BT = trained_BT.to(dev)
         ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
         tensors = (ids_BT, mask_BT, targets_BT, trained_BT)
         reference_T = None
-        if _kl_coef(loss_fn) > 0 or reference:
+        if kl_coef(loss_fn) > 0 or reference:
             # Before the policy's forward: the reference swaps adapter tensors, which must
             # not change under a graph that backward still needs.
             with torch.no_grad(), self.reference.active():
@@ -339,7 +341,6 @@ class Learner:
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()
-        # trained_BT selects exactly the trained positions (advantage != 0).
         mismatch = mismatch_from_logprobs(
             logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
         )
@@ -389,7 +390,7 @@ class Learner:
         (no shared prefix, a model it does not fit, a mismatch on the first check)."""
         if self._shared_ok is False:
             return None
-        first = [next((i for i, a in enumerate(d.advantages) if a != 0), len(d)) for d in datums]
+        first = [next((i for i, s in enumerate(d.sampled) if s), len(d)) for d in datums]
         groups = prefix_groups([d.input_tokens for d in datums], first)
         if groups is None:
             return None
@@ -584,10 +585,6 @@ def _merge_chunks(
     if "clipped_tokens" in out:
         out["clip_fraction"] = out["clipped_tokens"] / tokens if tokens else 0.0
     return ForwardBackwardResult(loss=total_loss, metrics=out)
-
-
-def _kl_coef(loss_fn: LossFn) -> float:
-    return float(getattr(loss_fn, "settings", {}).get("kl_coef", 0.0))
 
 
 def _after_optim_step(box: Mapping[str, Any]) -> ForwardBackwardResult:
