@@ -181,7 +181,7 @@ TRAIN_TABLES: dict[str, type] = {"cold_start": ColdStartSettings, "health": Heal
 @dataclass(frozen=True)
 class OptimizerConfig:
     lr: float = _f(1e-5, gt=0.0)
-    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
+    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, min=0.0, lt=1.0)
     weight_decay: float = _f(0.01, min=0.0)
     eps: float = _f(1e-8, gt=0.0)
     grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
@@ -211,7 +211,7 @@ class SmokeConfig:
         (),
         split=True,
         unique=True,
-        each_choice=("both_signs", "searches_in_range", "answer_format"),
+        choices=("both_signs", "searches_in_range", "answer_format"),
     )
 
 

@@ -4,7 +4,7 @@
 Every problem is appended to a list so the user sees all of them in one
 :class:`~searchr1.core.errors.ConfigError`, each prefixed by file and line. A field's checks
 come from its metadata (:mod:`searchr1.core.config_schema`): ``min``/``max``/``gt``/``lt``/
-``choices``/``each_choice``, ``nonempty``/``unique``/``length``/``unit_interval``, ``inf_ok``;
+``choices`` (a list's: each item's), ``nonempty``/``unique``/``length``, ``inf_ok``;
 ``split`` lets a ``tuple[...]`` field take a comma or newline separated string."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import operator
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -132,46 +133,44 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
 
 
 def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
-    if "choices" in meta and value not in meta["choices"]:
-        return f"is not one of {', '.join(map(repr, meta['choices']))}"
-    bad = [v for v in value if v not in meta["each_choice"]] if "each_choice" in meta else []
-    if bad:
-        names = ", ".join(map(repr, meta["each_choice"]))
-        return f"has {', '.join(map(repr, bad))}, not one of {names}"
-    for key, op, ok in (
-        ("min", ">=", lambda a, b: a >= b),
-        ("max", "<=", lambda a, b: a <= b),
-        ("gt", ">", lambda a, b: a > b),
-        ("lt", "<", lambda a, b: a < b),
-    ):
-        if key in meta and not ok(value, meta[key]):
-            return f"must be {op} {meta[key]}"
     if meta.get("nonempty") and not value:
         return "must not be empty"
+    if "length" in meta and len(value) != meta["length"]:
+        return f"must have exactly {meta['length']} values"
     if meta.get("unique"):
         if any(not v.strip() for v in value):
             return "must not contain an empty name"
         repeated = sorted({v for v in value if value.count(v) > 1})
         if repeated:
             return f"lists {', '.join(map(repr, repeated))} more than once"
-    if "length" in meta and len(value) != meta["length"]:
-        return f"must have exactly {meta['length']} values"
-    if meta.get("unit_interval") and not all(0.0 <= v < 1.0 for v in value):
-        return "values must be in [0, 1)"
+    # a list's choices and bounds hold for each of its items
+    for item in value if isinstance(value, tuple) else [value]:
+        lead = f"has {item!r}, which " if isinstance(value, tuple) else ""
+        if "choices" in meta and item not in meta["choices"]:
+            return f"{lead}is not one of {', '.join(map(repr, meta['choices']))}"
+        for key, (op, ok) in _BOUNDS.items():
+            if key in meta and not ok(item, meta[key]):
+                return f"{lead}must be {op} {meta[key]}"
     return None
+
+
+_BOUNDS = {
+    "min": (">=", operator.ge),
+    "max": ("<=", operator.le),
+    "gt": (">", operator.gt),
+    "lt": ("<", operator.lt),
+}
 
 
 def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
     rollout, train, smoke = s["rollout"], s["train"], s["smoke"]
-    if smoke.question.strip() and not smoke.answers:
+    if bool(smoke.question.strip()) != bool(smoke.answers):
+        have, lack = "smoke.question", "smoke.answers"
+        if smoke.answers:
+            have, lack = lack, have
         problems.append(
-            f"{where('smoke.question')}: smoke.question is set but smoke.answers is empty: "
-            f'list the golden answers its rewards are scored against, e.g. answers = ["..."]'
-        )
-    if smoke.answers and not smoke.question.strip():
-        problems.append(
-            f"{where('smoke.answers')}: smoke.answers is set but smoke.question is empty: "
-            f"name the question they answer (without both, smoke asks the reference setup's question)"
+            f"{where(have)}: {have} is set but {lack} is empty: [smoke] takes both, the question "
+            f'and its golden answers (e.g. answers = ["..."]), or neither (the reference setup\'s)'
         )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(
@@ -255,7 +254,7 @@ def _label(kind: str, section: str) -> str:
 
 
 #: the fields config check explains ("set in FILE:LINE", else why the value): an omitted
-#: provider is inferred (:func:`_infer_provider`), a chosen plugin's ``defaults`` say why
+#: provider is inferred (:func:`infer_choices`), a chosen plugin's ``defaults`` say why
 EXPLAINED = {
     "model.provider": "",
     "search.provider": "",
@@ -282,9 +281,29 @@ def infer_choices(
         reasons[dotted] = f"set in {where(dotted)}" if written else f"not set; {why}"
     for kind, (section, key) in chosen_kinds().items():
         table = raw.setdefault(section, {})
+        regs = registry.entries[kind].values()
         if key == "provider" and key not in table:
-            name, why = _infer_provider(registry, kind, section, table, where, problems)
-            table[key], reasons[f"{section}.{key}"] = name, f"not set; {why}"
+            claims = [
+                (r.name, str(w))
+                for r in regs
+                if callable(r.infer_provider) and (w := r.infer_provider(dict(table)))
+            ]
+            found = claims or [
+                (r.name, f"no installed plugin claims [{section}], so the default: {r.default}")
+                for r in regs
+                if r.default
+            ]
+            if len(found) != 1:
+                names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
+                how = (
+                    "each claim it" if claims else "are each the default" if found else "claims it"
+                )
+                problems.append(
+                    f"{where(section)}: [{section}] sets no provider and {names} {how}; write "
+                    f"provider = ... in [{section}] (the `plugins` command lists them)"
+                )
+            table[key], why = found[0] if len(found) == 1 else ("", "")
+            reasons[f"{section}.{key}"] = f"not set; {why}"
         name = table.get(key)
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
@@ -305,37 +324,6 @@ def infer_choices(
     return reasons, variables
 
 
-def _infer_provider(
-    registry: Registry,
-    kind: str,
-    section: str,
-    table: Mapping[str, Any],
-    where: Where,
-    problems: list[str],
-) -> tuple[str, str]:
-    claims = []
-    for reg in registry.entries[kind].values():
-        infer = reg.infer_provider
-        why = infer(dict(table)) if callable(infer) else None
-        if why:
-            claims.append((reg.name, str(why)))
-    defaults = [
-        (reg.name, f"no installed plugin claims [{section}], so the default: {reg.default}")
-        for reg in registry.entries[kind].values()
-        if reg.default
-    ]
-    found = claims or defaults
-    if len(found) == 1:
-        return found[0]
-    names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
-    how = "each claim it" if claims else "are each the default" if found else "claims it"
-    problems.append(
-        f"{where(section)}: [{section}] sets no provider and {names} {how}; write provider = "
-        f"... in [{section}] (the `plugins` command lists them)"
-    )
-    return "", ""
-
-
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: section fields set that the chosen provider does not read
     although others do (``reads``), tables of chosen plugins that declare no settings, and
@@ -347,7 +335,7 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
     for kind, (section, key) in chosen_kinds().items():
         try:
             reg = registry.get(kind, getattr(getattr(config, section), key, ""))
-        except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
+        except Exception:  # noqa: BLE001 - no such plugin: plugin_problems names the field
             continue
         for f in dataclasses.fields(getattr(config, section)):
             owners = sorted(r.name for r in registry.entries[kind].values() if f.name in r.reads)
@@ -383,9 +371,6 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 
 # --------------------------------------------------------------------------- names and files
 
-#: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", *TRAIN_TABLES})}
-
 
 def key_lines(text: str) -> dict[str, int]:
     """Map ``section.key`` (and ``section``) to its 1-based line number in the TOML text."""
@@ -405,21 +390,14 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def check_plugin_choices(config: Config, registry: Registry) -> None:
-    """Raise one ConfigError listing every :func:`plugin_problems`, so a typo is named
-    before any plugin starts."""
-    problems = plugin_problems(config, registry)
-    if problems:
-        raise ConfigError(problems)
-
-
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """Every unregistered plugin name, unowned ``[section.name]`` table, and bad setting of
     a chosen plugin's declared tables (checked like the core's own sections; a field naming a
     plugin, metadata ``names=KIND``, against the registry), secrets redacted."""
     where = config.where
     problems: list[str] = []
-    tables: dict[str, set[str]] = {}
+    # tables a section allows: its plugins' names, and the core's own ([train.loss]: the loss's)
+    tables: dict[str, set[str]] = {"train": {"loss", *TRAIN_TABLES}}
     # the core's own sub-tables first, then each chosen plugin's declared ones
     declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
     for kind, (_, field_name) in KINDS.items():
@@ -445,7 +423,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
                     )
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
-        allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
+        allowed = sorted(tables.get(section, set()))
         if name in allowed:
             continue
         if not allowed:
