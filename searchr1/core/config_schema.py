@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.secrets import masked, redact_value
+from searchr1.core.secrets import redact_value
 from searchr1.defaults import DEFAULT_NAMES
 
 
@@ -265,17 +265,15 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
-        """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
-        out: dict[str, Any] = {}
-        for section in SECTIONS:
-            obj = getattr(self, section)
-            out[section] = {}
-            for f in dataclasses.fields(obj):
-                value = getattr(obj, f.name)
-                value = list(value) if isinstance(value, tuple) else value
-                out[section][f.name] = (
-                    masked(value) if redact and f.metadata.get("secret") and value else value
-                )
+        """The resolved config as plain TOML-able data; with ``redact``, secrets replaced by
+        ``***`` (a secret-named key's whole value, and :attr:`secrets` wherever they appear)."""
+        out: dict[str, Any] = {
+            section: {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in vars(getattr(self, section)).items()
+            }
+            for section in SECTIONS
+        }
         for key, table in self.plugins.items():
             section, name = key.split(".", 1)
             out[section][name] = dict(table)
