@@ -24,7 +24,7 @@ from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_re
 from searchr1.core.secrets import REDACTED, redact_text
 
 if TYPE_CHECKING:
-    from searchr1.core.plugins import Registry
+    from searchr1.core.plugins import Registration, Registry
 
 #: a plugin's settings dataclass (see :func:`plugin_settings`)
 S = TypeVar("S")
@@ -346,18 +346,17 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                     f"those as [{section}] provider"
                 )
         advisers += [reg] if callable(reg.advise) else []
-        # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
-        also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
-        for one in [reg, *filter(None, (registry.entries[kind].get(n) for n in also))]:
-            table = config.plugin_table(section, one.name)
-            if table and not one.settings:
-                out.append(
-                    f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
-                    f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
-                    f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
-                    f"typo would pass); the plugin declares its settings with register(..., "
-                    f'settings=...) (docs/plugins.md, "What a factory may declare")'
-                )
+    for kind, chooser, name, one in chosen_plugins(config, registry):
+        section = chooser.partition(".")[0]
+        table = config.plugin_table(section, name)
+        if one and table and not one.settings:
+            out.append(
+                f"{config.where(f'{section}.{name}')}: [{section}.{name}] sets "
+                f"{', '.join(sorted(table))}, which {_label(kind, section)} {name!r} "
+                f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
+                f"typo would pass); the plugin declares its settings with register(..., "
+                f'settings=...) (docs/plugins.md, "What a factory may declare")'
+            )
     for reg in advisers:
         try:
             out.extend(str(line) for line in reg.advise(config))
@@ -401,15 +400,12 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     # the core's own sub-tables first, then each chosen plugin's declared ones
     declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
     for kind, (_, field_name) in KINDS.items():
-        section = field_name.partition(".")[0]
-        tables.setdefault(section, set()).update(registry.names(kind))
-        for chooser, name in chosen_names(config, kind):
-            if not isinstance(name, str) or not name:
-                continue  # an empty name is left to whoever infers or rejects it
-            reg = registry.entries[kind].get(name)
-            if reg is None:
-                problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
-            declared.append((section, reg.settings, reg.reads) if reg else (section, {}, ()))
+        tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
+    for kind, chooser, name, reg in chosen_plugins(config, registry):
+        if reg is None:
+            problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
+        else:
+            declared.append((chooser.partition(".")[0], reg.settings, reg.reads))
     for section, settings, reads in declared:
         for table, cls in settings.items():
             prefix, own = f"{section}.{table}", config.plugin_table(section, table)
@@ -442,15 +438,19 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     return [redact_text(p, config.secrets) for p in problems]
 
 
-def chosen_names(config: Config, kind: str) -> list[tuple[str, Any]]:
-    """``(field, name)`` of every plugin of ``kind`` the config chooses: by its field in
+def chosen_plugins(
+    config: Config, registry: Registry
+) -> list[tuple[str, str, str, Registration | None]]:
+    """``(kind, field, name, registration)`` of every plugin the config chooses by its field in
     :data:`~searchr1.core.plugins.KINDS` (one name or a list), then by the kind's
-    :data:`~searchr1.core.plugins.ALSO_CHOSEN_BY` field."""
-    out: list[tuple[str, Any]] = []
-    for field_name in (KINDS[kind][1], ALSO_CHOSEN_BY.get(kind)):
-        if field_name is None:
-            continue
-        section, _, key = field_name.partition(".")
-        chosen = getattr(getattr(config, section, None), key, None)
-        out += [(field_name, n) for n in (chosen if isinstance(chosen, list | tuple) else [chosen])]
+    :data:`~searchr1.core.plugins.ALSO_CHOSEN_BY` field; the registration is None when no
+    plugin of that name is installed. An empty name is left to whoever infers or rejects it."""
+    out = []
+    for kind, (_, field_name) in KINDS.items():
+        for chooser in filter(None, (field_name, ALSO_CHOSEN_BY.get(kind))):
+            section, _, key = chooser.partition(".")
+            chosen = getattr(getattr(config, section), key)
+            for name in chosen if isinstance(chosen, tuple | list) else [chosen]:
+                if isinstance(name, str) and name:
+                    out.append((kind, chooser, name, registry.entries[kind].get(name)))
     return out
