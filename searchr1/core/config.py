@@ -119,16 +119,15 @@ def parse_config(
     # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
     leaves: dict[str, Any] = {}
-    # a secret: a secret-named key, or a field the schema or some plugin declares secret
-    schemas = [*SECTIONS.values()]
-    schemas += [
-        cls
+    # a secret: a secret-named key (every secret field of the schema has one), or a field some
+    # plugin declares secret
+    declared = {
+        f.name
         for kind in registry.entries.values()
         for r in kind.values()
         for cls in r.settings.values()
-    ]
-    declared = {
-        f.name for cls in schemas for f in dataclasses.fields(cls) if f.metadata.get("secret")
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
     }
 
     def is_secret(dotted: str) -> bool:

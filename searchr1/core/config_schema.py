@@ -106,7 +106,6 @@ class SearchConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     name: str = _f(DEFAULT_NAMES["reward.name"])
-    #: shaping terms added to ``name``'s reward, each a registered reward (core/rewards.py)
     terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
 
 
@@ -126,12 +125,8 @@ class TrainConfig:
     guard_backoff_seconds: float = _f(30.0, min=0.0)
     dump_trajectories: int = _f(4, min=0)
     eval_before_after: bool = _f(False)
-    #: held-out EM (data.eval) after every N-th step and at the last; 0 = off
     eval_every: int = _f(0, min=0, help="held-out eval every N steps; 0 = off")
-    #: questions of data.eval each of those evals scores, taken in turn from every
-    #: data_source; 0 = all
-    eval_questions: int = _f(0, min=0, help="held-out subset per periodic eval; 0 = all")
-    #: keep the checkpoint with the best periodic held-out EM as checkpoints/best
+    eval_questions: int = _f(0, min=0, help="questions per eval, some of each source; 0 = all")
     keep_best: bool = _f(False, help="keep the best held-out EM's checkpoint (RUN:best)")
 
 

@@ -51,11 +51,8 @@ def check_table(
             problems.append(unknown_name(where(dotted), dotted, key, [*fields, *also], "key"))
             continue
         coerced, error = _coerce(value, hints[key], f.metadata)
-        if error is None:
-            error = _check_range(coerced, f.metadata)
-            if error:
-                shown = REDACTED if f.metadata.get("secret") else repr(value)
-                error = f"= {shown} {error}"
+        if error is None and (error := _check_range(coerced, f.metadata)):
+            error = f"= {REDACTED if f.metadata.get('secret') else repr(value)} {error}"
         if error:
             problems.append(f"{where(dotted)}: {dotted} {error}")
         else:
@@ -227,11 +224,8 @@ def url_problem(dotted: str, value: Any) -> str | None:
     if "://" not in url:
         return f"has no scheme; write it as https://{url} (or http:// for a local server)"
     if parts.scheme.lower() not in ("http", "https"):
-        rest = url.split("://", 1)[1]
-        return (
-            f"has scheme {parts.scheme!r}; only http:// and https:// work "
-            f"(did you mean https://{rest}?)"
-        )
+        rest = url.partition("://")[2]
+        return f"has scheme {parts.scheme!r}; only http(s) works (did you mean https://{rest}?)"
     if not parts.hostname:
         return "has no host; write the whole address, e.g. https://example.com/api"
     return None
