@@ -234,15 +234,6 @@ def url_problem(dotted: str, value: Any) -> str | None:
 # --------------------------------------------------------------------------- what plugins declare
 
 
-def chosen_kinds() -> dict[str, tuple[str, str]]:
-    """``kind -> (section, key)`` for every kind chosen by one name (not a list)."""
-    return {
-        kind: (field_name.partition(".")[0], field_name.partition(".")[2])
-        for kind, (_, field_name) in KINDS.items()
-        if "." in field_name and kind not in CHOSEN_BY_LIST
-    }
-
-
 def _label(kind: str, section: str) -> str:
     return "provider" if section == "model" else kind.replace("_", " ")
 
@@ -273,7 +264,10 @@ def infer_choices(
         section, _, key = dotted.partition(".")
         written = key in raw.get(section, {})
         reasons[dotted] = f"set in {where(dotted)}" if written else f"not set; {why}"
-    for kind, (section, key) in chosen_kinds().items():
+    for kind, (_, field_name) in KINDS.items():
+        if kind in CHOSEN_BY_LIST:
+            continue
+        section, _, key = field_name.partition(".")
         table = raw.setdefault(section, {})
         regs = registry.entries[kind].values()
         if key == "provider" and key not in table:
@@ -326,31 +320,28 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
     registry = registry or load_registry()
     out: list[str] = []
     advisers = []
-    for kind, (section, key) in chosen_kinds().items():
-        try:
-            reg = registry.get(kind, getattr(getattr(config, section), key, ""))
-        except Exception:  # noqa: BLE001 - no such plugin: plugin_problems names the field
-            continue
+    for kind, chooser, name, reg in chosen_plugins(config, registry):
+        if reg is None:
+            continue  # plugin_problems names it
+        section = chooser.partition(".")[0]
         for f in dataclasses.fields(getattr(config, section)):
             owners = sorted(r.name for r in registry.entries[kind].values() if f.name in r.reads)
             if owners and f.name not in reg.reads and f"{section}.{f.name}" in config.explicit:
                 out.append(
-                    f"{section}.{f.name} is ignored by {_label(kind, section)} {reg.name!r} (a "
+                    f"{section}.{f.name} is ignored by {_label(kind, section)} {name!r} (a "
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
-        advisers += [reg] if callable(reg.advise) else []
-    for kind, chooser, name, one in chosen_plugins(config, registry):
-        section = chooser.partition(".")[0]
         table = config.plugin_table(section, name)
-        if one and table and not one.settings:
+        if table and not reg.settings:
             out.append(
                 f"{config.where(f'{section}.{name}')}: [{section}.{name}] sets "
                 f"{', '.join(sorted(table))}, which {_label(kind, section)} {name!r} "
-                f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
+                f"(plugin {reg.plugin!r}) does not declare, so none of them is checked (a "
                 f"typo would pass); the plugin declares its settings with register(..., "
                 f'settings=...) (docs/plugins.md, "What a factory may declare")'
             )
+        advisers += [reg] if callable(reg.advise) else []
     for reg in advisers:
         try:
             out.extend(str(line) for line in reg.advise(config))
