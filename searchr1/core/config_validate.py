@@ -319,7 +319,6 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
     naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
     out: list[str] = []
-    advisers = []
     for kind, chooser, name, reg in chosen_plugins(config, registry):
         if reg is None:
             continue  # plugin_problems names it
@@ -341,8 +340,8 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
                 f"typo would pass); the plugin declares its settings with register(..., "
                 f'settings=...) (docs/plugins.md, "What a factory may declare")'
             )
-        advisers += [reg] if callable(reg.advise) else []
-    for reg in advisers:
+        if not callable(reg.advise):
+            continue
         try:
             out.extend(str(line) for line in reg.advise(config))
         except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop config check
@@ -405,21 +404,17 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()))
-        if name in allowed:
-            continue
-        if not allowed:
-            problems.append(
-                f"{where(dotted)}: [{dotted}]: [{section}] takes no plugin tables; "
-                f"remove it or move its keys into [{section}]"
+        if name not in allowed:
+            hint = difflib.get_close_matches(name, allowed, n=1)
+            mean = f"did you mean [{section}.{hint[0]}]? " if hint else ""
+            fix = (
+                ", ".join(f"[{section}.{n}]" for n in allowed)
+                or f"none (move its keys into [{section}])"
             )
-            continue
-        hint = difflib.get_close_matches(name, allowed, n=1)
-        mean = f"did you mean [{section}.{hint[0]}]? " if hint else ""
-        problems.append(
-            f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
-            f"settings would be ignored; {mean}tables allowed in [{section}]: "
-            + ", ".join(f"[{section}.{n}]" for n in allowed)
-        )
+            problems.append(
+                f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
+                f"settings would be ignored; {mean}tables allowed in [{section}]: {fix}"
+            )
     return [redact_text(p, config.secrets) for p in problems]
 
 
