@@ -60,26 +60,22 @@ def settings_text(config: Config, registry: Registry) -> str:
     comment saying where the value comes from and its default; secrets redacted. A chosen
     plugin that declares no settings is named as such (its table, if any, is not checked)."""
     from searchr1.core.config_schema import ColdStartSettings, HealthSettings
-    from searchr1.core.config_validate import chosen_names
-    from searchr1.core.plugins import KINDS
+    from searchr1.core.config_validate import chosen_plugins
 
     out = ["", "# the chosen plugins' settings: every key, its value here and its default"]
     out += _table_lines(config, "train", "cold_start", ColdStartSettings, "the cold start (core)")
     out += _table_lines(config, "train", "health", HealthSettings, "the health checks (core)")
     seen: set[tuple[str, str]] = set()
-    for kind, (_, field_name) in KINDS.items():
-        section = field_name.partition(".")[0]
-        for _, name in chosen_names(config, kind):
-            reg = registry.entries[kind].get(name) if isinstance(name, str) else None
-            if reg is None or (kind, name) in seen:
-                continue
-            seen.add((kind, name))
-            origin = registry.origins.get(reg.plugin, "development")
-            what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
-            if not reg.settings:
-                out += ["", f"# {what}: declares no settings"]
-            for table, cls in reg.settings.items():
-                out += _table_lines(config, section, table, cls, what)
+    for kind, chooser, name, reg in chosen_plugins(config, registry):
+        if reg is None or (kind, name) in seen:
+            continue
+        seen.add((kind, name))
+        origin = registry.origins.get(reg.plugin, "development")
+        what = f"{kind.replace('_', ' ')} {name!r} (plugin {reg.plugin}, {origin})"
+        if not reg.settings:
+            out += ["", f"# {what}: declares no settings"]
+        for table, cls in reg.settings.items():
+            out += _table_lines(config, chooser.partition(".")[0], table, cls, what)
     return "\n".join(out) + "\n"
 
 

@@ -39,12 +39,10 @@ from searchr1.core.secrets import is_secret_name, redact_text, secret_parts
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
 
-DEFAULT_CONFIG_NAME = "offline.toml"
-
 
 def default_config_text() -> str:
     """The embedded offline default (also shipped as ``examples/offline.toml``)."""
-    return resources.files("searchr1.defaults").joinpath(DEFAULT_CONFIG_NAME).read_text("utf-8")
+    return resources.files("searchr1.defaults").joinpath("offline.toml").read_text("utf-8")
 
 
 def load_config(
@@ -66,16 +64,24 @@ def load_config(
             raise ConfigError([f"{p}: is a folder; --config takes the config file itself"])
         if not p.is_file():
             raise ConfigError([f"{p}: config file not found (copy config.toml.example to start)"])
-        text, source, base = _read_config_text(p), str(p), p.resolve().parent
+        source, base, data = str(p), p.resolve().parent, p.read_bytes()
+        try:
+            text = data.decode("utf-8-sig")  # a BOM is dropped
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise ConfigError(
+                [
+                    f"{p}:{line}: the file is not UTF-8 text (byte {data[exc.start]:#04x} at "
+                    f"offset {exc.start}, line {line}); save it as UTF-8 (TOML files must be UTF-8)"
+                ]
+            ) from None
         if not re.sub(r"(?m)^\s*(#.*)?$", "", text).strip():  # only blanks and comments
             raise ConfigError(
                 [
-                    f"{source}: the config file is empty (no settings), so every field would "
-                    f"take its built-in schema default (the default model provider with "
-                    f"base_model = 'builtin:tiny', the default search provider with no corpus, "
-                    f"no data.train) - that is not the offline demo and cannot train. Fill it "
-                    f"in (config.toml.example shows every setting), or run without this file "
-                    f"to get the embedded offline demo."
+                    f"{source}: the config file has no settings, so every field would take its "
+                    f"schema default, which cannot train (no data.train). Fill it in "
+                    f"(config.toml.example shows every setting), or run without this file to "
+                    f"get the embedded offline demo."
                 ]
             )
     notes = load_dotenv_files(base) if env is None else []
@@ -84,21 +90,6 @@ def load_config(
         text, source=source, env=env, registry=registry, check_plugins=check_plugins
     )
     return dataclasses.replace(config, warnings=(*notes, *config.warnings))
-
-
-def _read_config_text(path: Path) -> str:
-    """The text; non-UTF-8 bytes raise a ConfigError naming the line (a BOM is dropped)."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(
-            [
-                f"{path}:{line}: the file is not UTF-8 text (byte {data[exc.start]:#04x} at "
-                f"offset {exc.start}, line {line}); save it as UTF-8 (TOML files must be UTF-8)"
-            ]
-        ) from None
 
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -128,16 +119,15 @@ def parse_config(
     # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
     leaves: dict[str, Any] = {}
-    # a secret: a secret-named key, or a field the schema or some plugin declares secret
-    schemas = [*SECTIONS.values()]
-    schemas += [
-        cls
+    # a secret: a secret-named key (every secret field of the schema has one), or a field some
+    # plugin declares secret
+    declared = {
+        f.name
         for kind in registry.entries.values()
         for r in kind.values()
         for cls in r.settings.values()
-    ]
-    declared = {
-        f.name for cls in schemas for f in dataclasses.fields(cls) if f.metadata.get("secret")
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("secret")
     }
 
     def is_secret(dotted: str) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.secrets import masked, redact_value
+from searchr1.core.secrets import redact_value
 from searchr1.defaults import DEFAULT_NAMES
 
 
@@ -106,7 +106,6 @@ class SearchConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     name: str = _f(DEFAULT_NAMES["reward.name"])
-    #: shaping terms added to ``name``'s reward, each a registered reward (core/rewards.py)
     terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
 
 
@@ -126,12 +125,8 @@ class TrainConfig:
     guard_backoff_seconds: float = _f(30.0, min=0.0)
     dump_trajectories: int = _f(4, min=0)
     eval_before_after: bool = _f(False)
-    #: held-out EM (data.eval) after every N-th step and at the last; 0 = off
     eval_every: int = _f(0, min=0, help="held-out eval every N steps; 0 = off")
-    #: questions of data.eval each of those evals scores, taken in turn from every
-    #: data_source; 0 = all
-    eval_questions: int = _f(0, min=0, help="held-out subset per periodic eval; 0 = all")
-    #: keep the checkpoint with the best periodic held-out EM as checkpoints/best
+    eval_questions: int = _f(0, min=0, help="questions per eval, some of each source; 0 = all")
     keep_best: bool = _f(False, help="keep the best held-out EM's checkpoint (RUN:best)")
 
 
@@ -181,7 +176,7 @@ TRAIN_TABLES: dict[str, type] = {"cold_start": ColdStartSettings, "health": Heal
 @dataclass(frozen=True)
 class OptimizerConfig:
     lr: float = _f(1e-5, gt=0.0)
-    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, unit_interval=True)
+    betas: tuple[float, ...] = _f((0.9, 0.95), length=2, min=0.0, lt=1.0)
     weight_decay: float = _f(0.01, min=0.0)
     eps: float = _f(1e-8, gt=0.0)
     grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
@@ -211,7 +206,7 @@ class SmokeConfig:
         (),
         split=True,
         unique=True,
-        each_choice=("both_signs", "searches_in_range", "answer_format"),
+        choices=("both_signs", "searches_in_range", "answer_format"),
     )
 
 
@@ -265,17 +260,15 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self, redact: bool = True) -> dict[str, Any]:
-        """The resolved config as plain TOML-able data; secrets replaced by ``***``."""
-        out: dict[str, Any] = {}
-        for section in SECTIONS:
-            obj = getattr(self, section)
-            out[section] = {}
-            for f in dataclasses.fields(obj):
-                value = getattr(obj, f.name)
-                value = list(value) if isinstance(value, tuple) else value
-                out[section][f.name] = (
-                    masked(value) if redact and f.metadata.get("secret") and value else value
-                )
+        """The resolved config as plain TOML-able data; with ``redact``, secrets replaced by
+        ``***`` (a secret-named key's whole value, and :attr:`secrets` wherever they appear)."""
+        out: dict[str, Any] = {
+            section: {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in vars(getattr(self, section)).items()
+            }
+            for section in SECTIONS
+        }
         for key, table in self.plugins.items():
             section, name = key.split(".", 1)
             out[section][name] = dict(table)

@@ -4,7 +4,7 @@
 Every problem is appended to a list so the user sees all of them in one
 :class:`~searchr1.core.errors.ConfigError`, each prefixed by file and line. A field's checks
 come from its metadata (:mod:`searchr1.core.config_schema`): ``min``/``max``/``gt``/``lt``/
-``choices``/``each_choice``, ``nonempty``/``unique``/``length``/``unit_interval``, ``inf_ok``;
+``choices`` (a list's: each item's), ``nonempty``/``unique``/``length``, ``inf_ok``;
 ``split`` lets a ``tuple[...]`` field take a comma or newline separated string."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import operator
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -23,7 +24,7 @@ from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_re
 from searchr1.core.secrets import REDACTED, redact_text
 
 if TYPE_CHECKING:
-    from searchr1.core.plugins import Registry
+    from searchr1.core.plugins import Registration, Registry
 
 #: a plugin's settings dataclass (see :func:`plugin_settings`)
 S = TypeVar("S")
@@ -50,11 +51,8 @@ def check_table(
             problems.append(unknown_name(where(dotted), dotted, key, [*fields, *also], "key"))
             continue
         coerced, error = _coerce(value, hints[key], f.metadata)
-        if error is None:
-            error = _check_range(coerced, f.metadata)
-            if error:
-                shown = REDACTED if f.metadata.get("secret") else repr(value)
-                error = f"= {shown} {error}"
+        if error is None and (error := _check_range(coerced, f.metadata)):
+            error = f"= {REDACTED if f.metadata.get('secret') else repr(value)} {error}"
         if error:
             problems.append(f"{where(dotted)}: {dotted} {error}")
         else:
@@ -132,46 +130,44 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
 
 
 def _check_range(value: Any, meta: Mapping[str, Any]) -> str | None:
-    if "choices" in meta and value not in meta["choices"]:
-        return f"is not one of {', '.join(map(repr, meta['choices']))}"
-    bad = [v for v in value if v not in meta["each_choice"]] if "each_choice" in meta else []
-    if bad:
-        names = ", ".join(map(repr, meta["each_choice"]))
-        return f"has {', '.join(map(repr, bad))}, not one of {names}"
-    for key, op, ok in (
-        ("min", ">=", lambda a, b: a >= b),
-        ("max", "<=", lambda a, b: a <= b),
-        ("gt", ">", lambda a, b: a > b),
-        ("lt", "<", lambda a, b: a < b),
-    ):
-        if key in meta and not ok(value, meta[key]):
-            return f"must be {op} {meta[key]}"
     if meta.get("nonempty") and not value:
         return "must not be empty"
+    if "length" in meta and len(value) != meta["length"]:
+        return f"must have exactly {meta['length']} values"
     if meta.get("unique"):
         if any(not v.strip() for v in value):
             return "must not contain an empty name"
         repeated = sorted({v for v in value if value.count(v) > 1})
         if repeated:
             return f"lists {', '.join(map(repr, repeated))} more than once"
-    if "length" in meta and len(value) != meta["length"]:
-        return f"must have exactly {meta['length']} values"
-    if meta.get("unit_interval") and not all(0.0 <= v < 1.0 for v in value):
-        return "values must be in [0, 1)"
+    # a list's choices and bounds hold for each of its items
+    for item in value if isinstance(value, tuple) else [value]:
+        lead = f"has {item!r}, which " if isinstance(value, tuple) else ""
+        if "choices" in meta and item not in meta["choices"]:
+            return f"{lead}is not one of {', '.join(map(repr, meta['choices']))}"
+        for key, (op, ok) in _BOUNDS.items():
+            if key in meta and not ok(item, meta[key]):
+                return f"{lead}must be {op} {meta[key]}"
     return None
+
+
+_BOUNDS = {
+    "min": (">=", operator.ge),
+    "max": ("<=", operator.le),
+    "gt": (">", operator.gt),
+    "lt": ("<", operator.lt),
+}
 
 
 def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
     rollout, train, smoke = s["rollout"], s["train"], s["smoke"]
-    if smoke.question.strip() and not smoke.answers:
+    if bool(smoke.question.strip()) != bool(smoke.answers):
+        have, lack = "smoke.question", "smoke.answers"
+        if smoke.answers:
+            have, lack = lack, have
         problems.append(
-            f"{where('smoke.question')}: smoke.question is set but smoke.answers is empty: "
-            f'list the golden answers its rewards are scored against, e.g. answers = ["..."]'
-        )
-    if smoke.answers and not smoke.question.strip():
-        problems.append(
-            f"{where('smoke.answers')}: smoke.answers is set but smoke.question is empty: "
-            f"name the question they answer (without both, smoke asks the reference setup's question)"
+            f"{where(have)}: {have} is set but {lack} is empty: [smoke] takes both, the question "
+            f'and its golden answers (e.g. answers = ["..."]), or neither (the reference setup\'s)'
         )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(
@@ -228,11 +224,8 @@ def url_problem(dotted: str, value: Any) -> str | None:
     if "://" not in url:
         return f"has no scheme; write it as https://{url} (or http:// for a local server)"
     if parts.scheme.lower() not in ("http", "https"):
-        rest = url.split("://", 1)[1]
-        return (
-            f"has scheme {parts.scheme!r}; only http:// and https:// work "
-            f"(did you mean https://{rest}?)"
-        )
+        rest = url.partition("://")[2]
+        return f"has scheme {parts.scheme!r}; only http(s) works (did you mean https://{rest}?)"
     if not parts.hostname:
         return "has no host; write the whole address, e.g. https://example.com/api"
     return None
@@ -241,21 +234,12 @@ def url_problem(dotted: str, value: Any) -> str | None:
 # --------------------------------------------------------------------------- what plugins declare
 
 
-def chosen_kinds() -> dict[str, tuple[str, str]]:
-    """``kind -> (section, key)`` for every kind chosen by one name (not a list)."""
-    return {
-        kind: (field_name.partition(".")[0], field_name.partition(".")[2])
-        for kind, (_, field_name) in KINDS.items()
-        if "." in field_name and kind not in CHOSEN_BY_LIST
-    }
-
-
 def _label(kind: str, section: str) -> str:
     return "provider" if section == "model" else kind.replace("_", " ")
 
 
 #: the fields config check explains ("set in FILE:LINE", else why the value): an omitted
-#: provider is inferred (:func:`_infer_provider`), a chosen plugin's ``defaults`` say why
+#: provider is inferred (:func:`infer_choices`), a chosen plugin's ``defaults`` say why
 EXPLAINED = {
     "model.provider": "",
     "search.provider": "",
@@ -280,11 +264,34 @@ def infer_choices(
         section, _, key = dotted.partition(".")
         written = key in raw.get(section, {})
         reasons[dotted] = f"set in {where(dotted)}" if written else f"not set; {why}"
-    for kind, (section, key) in chosen_kinds().items():
+    for kind, (_, field_name) in KINDS.items():
+        if kind in CHOSEN_BY_LIST:
+            continue
+        section, _, key = field_name.partition(".")
         table = raw.setdefault(section, {})
+        regs = registry.entries[kind].values()
         if key == "provider" and key not in table:
-            name, why = _infer_provider(registry, kind, section, table, where, problems)
-            table[key], reasons[f"{section}.{key}"] = name, f"not set; {why}"
+            claims = [
+                (r.name, str(w))
+                for r in regs
+                if callable(r.infer_provider) and (w := r.infer_provider(dict(table)))
+            ]
+            found = claims or [
+                (r.name, f"no installed plugin claims [{section}], so the default: {r.default}")
+                for r in regs
+                if r.default
+            ]
+            if len(found) != 1:
+                names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
+                how = (
+                    "each claim it" if claims else "are each the default" if found else "claims it"
+                )
+                problems.append(
+                    f"{where(section)}: [{section}] sets no provider and {names} {how}; write "
+                    f"provider = ... in [{section}] (the `plugins` command lists them)"
+                )
+            table[key], why = found[0] if len(found) == 1 else ("", "")
+            reasons[f"{section}.{key}"] = f"not set; {why}"
         name = table.get(key)
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
@@ -305,37 +312,6 @@ def infer_choices(
     return reasons, variables
 
 
-def _infer_provider(
-    registry: Registry,
-    kind: str,
-    section: str,
-    table: Mapping[str, Any],
-    where: Where,
-    problems: list[str],
-) -> tuple[str, str]:
-    claims = []
-    for reg in registry.entries[kind].values():
-        infer = reg.infer_provider
-        why = infer(dict(table)) if callable(infer) else None
-        if why:
-            claims.append((reg.name, str(why)))
-    defaults = [
-        (reg.name, f"no installed plugin claims [{section}], so the default: {reg.default}")
-        for reg in registry.entries[kind].values()
-        if reg.default
-    ]
-    found = claims or defaults
-    if len(found) == 1:
-        return found[0]
-    names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
-    how = "each claim it" if claims else "are each the default" if found else "claims it"
-    problems.append(
-        f"{where(section)}: [{section}] sets no provider and {names} {how}; write provider = "
-        f"... in [{section}] (the `plugins` command lists them)"
-    )
-    return "", ""
-
-
 def advice(config: Config, registry: Registry | None = None) -> list[str]:
     """Warnings before the run: section fields set that the chosen provider does not read
     although others do (``reads``), tables of chosen plugins that declare no settings, and
@@ -343,34 +319,29 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
     naming the plugin (never silently dropped)."""
     registry = registry or load_registry()
     out: list[str] = []
-    advisers = []
-    for kind, (section, key) in chosen_kinds().items():
-        try:
-            reg = registry.get(kind, getattr(getattr(config, section), key, ""))
-        except Exception:  # noqa: BLE001 - no such plugin: check_plugin_choices names the field
-            continue
+    for kind, chooser, name, reg in chosen_plugins(config, registry):
+        if reg is None:
+            continue  # plugin_problems names it
+        section = chooser.partition(".")[0]
         for f in dataclasses.fields(getattr(config, section)):
             owners = sorted(r.name for r in registry.entries[kind].values() if f.name in r.reads)
             if owners and f.name not in reg.reads and f"{section}.{f.name}" in config.explicit:
                 out.append(
-                    f"{section}.{f.name} is ignored by {_label(kind, section)} {reg.name!r} (a "
+                    f"{section}.{f.name} is ignored by {_label(kind, section)} {name!r} (a "
                     f"setting of {', '.join(map(repr, owners))}); remove it, or choose one of "
                     f"those as [{section}] provider"
                 )
-        advisers += [reg] if callable(reg.advise) else []
-        # the chosen plugin, and the shaping terms a reward adds (``[reward] terms``)
-        also = [n for _, n in chosen_names(config, kind)[1:]] if kind in ALSO_CHOSEN_BY else []
-        for one in [reg, *filter(None, (registry.entries[kind].get(n) for n in also))]:
-            table = config.plugin_table(section, one.name)
-            if table and not one.settings:
-                out.append(
-                    f"{config.where(f'{section}.{one.name}')}: [{section}.{one.name}] sets "
-                    f"{', '.join(sorted(table))}, which {_label(kind, section)} {one.name!r} "
-                    f"(plugin {one.plugin!r}) does not declare, so none of them is checked (a "
-                    f"typo would pass); the plugin declares its settings with register(..., "
-                    f'settings=...) (docs/plugins.md, "What a factory may declare")'
-                )
-    for reg in advisers:
+        table = config.plugin_table(section, name)
+        if table and not reg.settings:
+            out.append(
+                f"{config.where(f'{section}.{name}')}: [{section}.{name}] sets "
+                f"{', '.join(sorted(table))}, which {_label(kind, section)} {name!r} "
+                f"(plugin {reg.plugin!r}) does not declare, so none of them is checked (a "
+                f"typo would pass); the plugin declares its settings with register(..., "
+                f'settings=...) (docs/plugins.md, "What a factory may declare")'
+            )
+        if not callable(reg.advise):
+            continue
         try:
             out.extend(str(line) for line in reg.advise(config))
         except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop config check
@@ -382,9 +353,6 @@ def advice(config: Config, registry: Registry | None = None) -> list[str]:
 
 
 # --------------------------------------------------------------------------- names and files
-
-#: plugin tables that belong to a section although no plugin is registered under that name
-FIXED_TABLES: dict[str, frozenset[str]] = {"train": frozenset({"loss", *TRAIN_TABLES})}
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -405,33 +373,23 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def check_plugin_choices(config: Config, registry: Registry) -> None:
-    """Raise one ConfigError listing every :func:`plugin_problems`, so a typo is named
-    before any plugin starts."""
-    problems = plugin_problems(config, registry)
-    if problems:
-        raise ConfigError(problems)
-
-
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """Every unregistered plugin name, unowned ``[section.name]`` table, and bad setting of
     a chosen plugin's declared tables (checked like the core's own sections; a field naming a
     plugin, metadata ``names=KIND``, against the registry), secrets redacted."""
     where = config.where
     problems: list[str] = []
-    tables: dict[str, set[str]] = {}
+    # tables a section allows: its plugins' names, and the core's own ([train.loss]: the loss's)
+    tables: dict[str, set[str]] = {"train": {"loss", *TRAIN_TABLES}}
     # the core's own sub-tables first, then each chosen plugin's declared ones
     declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
     for kind, (_, field_name) in KINDS.items():
-        section = field_name.partition(".")[0]
-        tables.setdefault(section, set()).update(registry.names(kind))
-        for chooser, name in chosen_names(config, kind):
-            if not isinstance(name, str) or not name:
-                continue  # an empty name is left to whoever infers or rejects it
-            reg = registry.entries[kind].get(name)
-            if reg is None:
-                problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
-            declared.append((section, reg.settings, reg.reads) if reg else (section, {}, ()))
+        tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
+    for kind, chooser, name, reg in chosen_plugins(config, registry):
+        if reg is None:
+            problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
+        else:
+            declared.append((chooser.partition(".")[0], reg.settings, reg.reads))
     for section, settings, reads in declared:
         for table, cls in settings.items():
             prefix, own = f"{section}.{table}", config.plugin_table(section, table)
@@ -445,34 +403,34 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
                     )
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
-        allowed = sorted(tables.get(section, set()) | FIXED_TABLES.get(section, frozenset()))
-        if name in allowed:
-            continue
-        if not allowed:
-            problems.append(
-                f"{where(dotted)}: [{dotted}]: [{section}] takes no plugin tables; "
-                f"remove it or move its keys into [{section}]"
+        allowed = sorted(tables.get(section, set()))
+        if name not in allowed:
+            hint = difflib.get_close_matches(name, allowed, n=1)
+            mean = f"did you mean [{section}.{hint[0]}]? " if hint else ""
+            fix = (
+                ", ".join(f"[{section}.{n}]" for n in allowed)
+                or f"none (move its keys into [{section}])"
             )
-            continue
-        hint = difflib.get_close_matches(name, allowed, n=1)
-        mean = f"did you mean [{section}.{hint[0]}]? " if hint else ""
-        problems.append(
-            f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
-            f"settings would be ignored; {mean}tables allowed in [{section}]: "
-            + ", ".join(f"[{section}.{n}]" for n in allowed)
-        )
+            problems.append(
+                f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
+                f"settings would be ignored; {mean}tables allowed in [{section}]: {fix}"
+            )
     return [redact_text(p, config.secrets) for p in problems]
 
 
-def chosen_names(config: Config, kind: str) -> list[tuple[str, Any]]:
-    """``(field, name)`` of every plugin of ``kind`` the config chooses: by its field in
+def chosen_plugins(
+    config: Config, registry: Registry
+) -> list[tuple[str, str, str, Registration | None]]:
+    """``(kind, field, name, registration)`` of every plugin the config chooses by its field in
     :data:`~searchr1.core.plugins.KINDS` (one name or a list), then by the kind's
-    :data:`~searchr1.core.plugins.ALSO_CHOSEN_BY` field."""
-    out: list[tuple[str, Any]] = []
-    for field_name in (KINDS[kind][1], ALSO_CHOSEN_BY.get(kind)):
-        if field_name is None:
-            continue
-        section, _, key = field_name.partition(".")
-        chosen = getattr(getattr(config, section, None), key, None)
-        out += [(field_name, n) for n in (chosen if isinstance(chosen, list | tuple) else [chosen])]
+    :data:`~searchr1.core.plugins.ALSO_CHOSEN_BY` field; the registration is None when no
+    plugin of that name is installed. An empty name is left to whoever infers or rejects it."""
+    out = []
+    for kind, (_, field_name) in KINDS.items():
+        for chooser in filter(None, (field_name, ALSO_CHOSEN_BY.get(kind))):
+            section, _, key = chooser.partition(".")
+            chosen = getattr(getattr(config, section), key)
+            for name in chosen if isinstance(chosen, tuple | list) else [chosen]:
+                if isinstance(name, str) and name:
+                    out.append((kind, chooser, name, registry.entries[kind].get(name)))
     return out

@@ -18,7 +18,7 @@ from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.assets import cache_dir
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import advice, check_plugin_choices
+from searchr1.core.config_validate import advice, plugin_problems
 from searchr1.core.disk import (
     describe_refusal,
     is_disk_error,
@@ -144,7 +144,8 @@ def open_run(
     ``ranks/rank<r>.jsonl`` there."""
     registry = registry or load_registry()
     world = world or World()
-    check_plugin_choices(config, registry)  # a typo is named before any plugin starts
+    if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
+        raise ConfigError(problems)
     chosen: Path | str | None = None
     if world.main:
         try:

@@ -143,3 +143,21 @@ def test_one_rule_names_a_secret_in_a_config_a_variable_and_a_request(name, secr
     from searchr1.core.secrets import is_secret_name
 
     assert is_secret_name(name) is secret
+
+
+def test_every_secret_field_of_the_core_schema_has_a_secret_name() -> None:
+    """``Config.to_dict`` masks a core field by its name, so a field marked ``secret`` needs a
+    secret-looking name (a config built in code has no :attr:`Config.secrets` to mask by)."""
+    import dataclasses
+
+    from searchr1.core.config_schema import SECTIONS, Config, ModelConfig, SearchConfig
+    from searchr1.core.secrets import is_secret_name
+
+    for cls in SECTIONS.values():
+        for f in dataclasses.fields(cls):
+            assert not f.metadata.get("secret") or is_secret_name(f.name), (
+                f"{cls.__name__}.{f.name}"
+            )
+    config = Config(model=ModelConfig(api_key="k"), search=SearchConfig(api_keys=("a", "b")))
+    dumped = config.to_dict()
+    assert dumped["model"]["api_key"] == "***" and dumped["search"]["api_keys"] == ["***", "***"]
