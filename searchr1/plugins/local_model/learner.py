@@ -5,9 +5,9 @@ The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
 the whole batch's) and :meth:`Learner.optim_step` once per step.
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
 ratios are exactly 1 up to float error. Only the positions a loss reads (``Datum.sampled``: the
-tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks recomputed in backward
-(:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that share an untrained
-prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
+tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks
+recomputed in backward (:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that
+share an unsampled prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
 A model whose logits the chunked path does not reproduce takes :func:`trained_token_logprobs`
 instead (the model's own forward: B x K x V logits over the union K of trained columns).
 
@@ -24,8 +24,8 @@ training mode alone (transformers' layers read ``self.training`` there only to d
 whether to checkpoint; an architecture whose layer also gates its own functional dropout on
 it would keep that dropout while checkpointing).
 
-Every call also reports the sampler/learner mismatch over those sampled tokens, with ``d = learner - sampler`` log-prob
-(:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
+Every call also reports the sampler/learner mismatch over those sampled tokens, with
+``d = learner - sampler`` log-prob (:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
 
     mismatch/logprob_diff_max   max |d|
     mismatch/kl_sample_train    mean(-d)            (sampler minus learner)
