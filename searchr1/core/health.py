@@ -248,8 +248,9 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
 @dataclass
 class RunNotices:
     """Once-per-run warnings: ``no_tokens_trained`` (every kept group degenerate, so the
-    update changed nothing), ``max_new_tokens`` and ``max_trajectory_tokens``
-    (:mod:`searchr1.core.token_limits`), each raised the first step it happens and counted."""
+    policy term trained nothing; a KL term still did), ``max_new_tokens`` and
+    ``max_trajectory_tokens`` (:mod:`searchr1.core.token_limits`), each raised the first step
+    it happens and counted."""
 
     config: Config
     counts: dict[str, int] = field(default_factory=dict)
@@ -267,13 +268,22 @@ class RunNotices:
                 else "set rollout.dynamic_sampling = true (fresh questions replace degenerate "
                 "groups)"
             )
+            # With a KL term the degenerate groups' tokens still train (toward the reference).
+            kl_tokens = int(record.train_metrics.get("kl_tokens", 0))
+            subject = f"step {step}'s policy term" if kl_tokens else f"step {step}"
+            effect = (
+                f"only the KL term ([train.loss] kl_coef, {kl_tokens} tokens) moved the "
+                f"weights, toward the reference policy"
+                if kl_tokens
+                else "the update changed nothing"
+            )
             out += self._count(
                 "no_tokens_trained",
                 1,
-                f"step {step} trained no token: all {len(groups)} of its groups were "
-                f"degenerate (every trajectory of a group got the same reward, so every "
-                f"advantage is 0) and the update changed nothing. {hint[0].upper()}{hint[1:]}, "
-                f"or raise rollout.group_size or model.temperature",
+                f"{subject} trained no token: all {len(groups)} of its groups were degenerate "
+                f"(every trajectory of a group got the same reward, so "
+                f"every advantage is 0) and {effect}. {hint[0].upper()}{hint[1:]}, or raise "
+                f"rollout.group_size or model.temperature",
             )
         hits = limit_hits(
             record.trajectories,

@@ -78,18 +78,23 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
 
 def _untrained_line(log: RunLog) -> str:
     """``K of N steps trained no token`` when some step's ``tokens/trained`` is 0: every group
-    it kept was degenerate (all rewards equal), so its update changed nothing. Counted from
-    the metric series, so a resumed run's steps count too."""
+    it kept was degenerate (all rewards equal), so its policy term changed nothing (a KL term,
+    ``kl/mean`` logged, still trained). Counted from the metric series, so a resumed run's
+    steps count too."""
     points = log.series.get("tokens/trained", [])
     idle = [int(step) for step, value in points if value == 0]
     if not idle:
         return ""
     shown = ", ".join(map(str, idle[:10])) + (", ..." if len(idle) > 10 else "")
+    # A KL term trains every sampled token, degenerate groups' too.
+    kl = "kl/mean" in log.series
+    subject = "steps' policy term" if kl else "steps"
+    anchor = "; the KL term alone moved their weights, toward the reference policy" if kl else ""
     return (
-        f'<p class="warning" id="health-untrained">{len(idle)} of {len(points)} steps trained '
-        f"no token (steps {shown}): every group they kept was degenerate (all its rewards "
-        f"equal, every advantage 0). See rollout.dynamic_sampling, rollout.group_size and "
-        f"model.temperature</p>"
+        f'<p class="warning" id="health-untrained">{len(idle)} of {len(points)} {subject} '
+        f"trained no token (steps {shown}): every group they kept was degenerate (all its "
+        f"rewards equal, every advantage 0){anchor}. See rollout.dynamic_sampling, "
+        f"rollout.group_size and model.temperature</p>"
     )
 
 

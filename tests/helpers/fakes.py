@@ -26,6 +26,7 @@ from searchr1.core.types import (
     SearchResponse,
     SearchResult,
     TrainerCapabilities,
+    kl_coef,
 )
 
 
@@ -158,8 +159,16 @@ class ScriptedModel:
         return [self._emit(i, 0, params) for i in range(num_samples)]
 
     def forward_backward(self, datums: Any, loss_fn: Any, loss_scale: float = 1.0) -> Any:
+        """No weights: records ``datums`` and reports the token counts a real learner would
+        (``tokens`` with a non-zero advantage, at ratio 1; ``kl_tokens``, every sampled token,
+        when the loss has a KL term)."""
         self.trained.extend(datums)
-        return ForwardBackwardResult(loss=0.0, metrics={"tokens": 0.0})
+        tokens = float(sum(a != 0.0 for d in datums for a in d.advantages))
+        metrics = {"tokens": tokens, "ratio_sum": tokens}  # on-policy: every ratio is 1
+        if kl_coef(loss_fn) > 0:
+            kl_tokens = float(sum(sum(d.sampled) for d in datums))
+            metrics |= {"kl_sum": 0.0, "kl_tokens": kl_tokens, "kl_max": 0.0}
+        return ForwardBackwardResult(loss=0.0, metrics=metrics)
 
     def optim_step(self, adam: Any) -> Mapping[str, float]:
         return {}

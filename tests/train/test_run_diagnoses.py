@@ -13,8 +13,9 @@ from arch_models import build_family
 from cli_run import read_events, write_config
 
 
+@pytest.mark.parametrize("kl", [False, True], ids=["policy-only", "kl-term"])
 def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
-    tmp_path: Path, config_file, run_cli, scripted_plugin
+    tmp_path: Path, config_file, run_cli, scripted_plugin, kl: bool
 ) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text(
@@ -26,12 +27,14 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
         f'[run]\ndir = "{tmp_path / "runs"}"\n'
         '[model]\nprovider = "scripted"\nmax_new_tokens = 4\n'
         '[model.scripted]\nturns = [["<answer> no no no no </answer>"], ["<answer> nope nope </answer>"]]\n'
-        '[rollout]\nprotocol = "tags"\nquestions_per_batch = 1\ngroup_size = 2\n'
+        + ("kl_reference = true\n" if kl else "")
+        + '[rollout]\nprotocol = "tags"\nquestions_per_batch = 1\ngroup_size = 2\n'
         "max_trajectory_tokens = 512\n"
         "[train]\nmax_steps = 3\nsave_every = 10\nmax_datum_tokens = 512\n"
         "max_micro_batch_tokens = 4096\n"
         f'[data]\ntrain = "{data}"\n'
         '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+        + ("[train.loss]\nkl_coef = 0.1\n" if kl else "")
     )
     run_dir = tmp_path / "run"
     assert run_cli("train", "--config", config, "--run-dir", run_dir).code == 0
@@ -45,16 +48,28 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
         "step 1: 2 of 2 turns ended at model.max_new_tokens = 4 before the protocol's closing "
         "tag (stop reason 'length')"
     )
+    # a KL term still trains the degenerate groups' 2 x 4 sampled tokens: the warning says so
+    subject, effect = (
+        (
+            "step 1's policy term",
+            "only the KL term ([train.loss] kl_coef, 8 tokens) moved the weights, toward the "
+            "reference policy",
+        )
+        if kl
+        else ("step 1", "the update changed nothing")
+    )
     assert alerts[0]["message"].startswith(
-        "step 1 trained no token: all 1 of its groups were degenerate (every trajectory of a "
-        "group got the same reward, so every advantage is 0) and the update changed nothing. "
-        "Set rollout.dynamic_sampling = true"
+        f"{subject} trained no token: all 1 of its groups "
+        "were degenerate (every trajectory of a group got the same reward, so every advantage "
+        f"is 0) and {effect}. Set rollout.dynamic_sampling = true"
     )
     (done,) = [e for e in events if e["event"] == "train_done"]
     assert done["steps_without_training"] == 3 and done["turns_cut_at_max_new_tokens"] == 6
     assert run_cli("report", run_dir).code == 0
     page = (run_dir / "report" / "index.html").read_text()
-    assert "3 of 3 steps trained no token (steps 1, 2, 3)" in page
+    subject = "steps' policy term" if kl else "steps"
+    assert f"3 of 3 {subject} trained no token (steps 1, 2, 3)" in page
+    assert ("the KL term alone moved their weights" in page) == kl
     assert "no_tokens_trained" in page
 
 
