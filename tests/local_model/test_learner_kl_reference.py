@@ -16,7 +16,7 @@ from numerics import RTOL64
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, LossInputs, LossOutput
 from searchr1.plugins.local_model.learner import trained_token_logprobs
-from searchr1.plugins.local_model.provider import LocalModelProvider
+from searchr1.plugins.local_model.provider import LocalModelProvider, _enable_checkpointing
 from searchr1.plugins.local_model.reference import REFERENCE_FILE
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
@@ -76,13 +76,16 @@ def _step(p: LocalModelProvider, kl_coef: float) -> tuple[dict, list[torch.Tenso
     return dict(result.metrics), grads, loss
 
 
-def _trained_logprobs(p: LocalModelProvider) -> torch.Tensor:
-    """The model's log-probs of every datum's trained tokens, row by row (no learner code)."""
+def _trained_logprobs(
+    p: LocalModelProvider, datums: list[Datum] | None = None, prompt_len: int = PROMPT_LEN
+) -> torch.Tensor:
+    """The model's log-probs of every datum's trained tokens (``_datums()`` by default),
+    row by row (no learner code)."""
     out = []
     with torch.no_grad():
-        for d in _datums():
+        for d in _datums() if datums is None else datums:
             ids = torch.tensor([d.input_tokens])
-            columns = torch.arange(PROMPT_LEN - 1, len(d))
+            columns = torch.arange(prompt_len - 1, len(d))
             lp = trained_token_logprobs(
                 p.model,
                 ids,
@@ -167,3 +170,64 @@ def test_a_degenerate_groups_datum_is_trained_by_the_kl_term_alone(model_dir: Pa
             assert result.metrics["tokens"] == 0.0  # no token of the policy term
             assert any(g is not None and g.abs().max() > 1e-6 for g in grads)
         p.learner.optimizer.zero_grad(set_to_none=True)
+
+
+def _group(prompt_len: int = 20, rows: int = 4, rest: int = 6) -> list[Datum]:
+    """One GRPO group: ``rows`` datums sharing a ``prompt_len``-token prompt, each with
+    ``rest`` sampled tokens of its own (advantages +1 / -1)."""
+    prompt = [(7 * i) % 600 + 3 for i in range(prompt_len)]
+    out = []
+    for r in range(rows):
+        tokens = prompt + [(31 * r + 11 * j) % 600 + 3 for j in range(rest)]
+        n = len(tokens) - 1
+        adv = [0.0] * (prompt_len - 1) + [1.0 if r % 2 else -1.0] * (n - prompt_len + 1)
+        out.append(Datum(tuple(tokens[:-1]), tuple(tokens[1:]), (-3.0,) * n, tuple(adv), f"r{r}"))
+    return out
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
+    model_dir: Path, checkpointing: bool
+) -> None:
+    """4 rows share a 19-token prefix and have 6 positions each of their own (25 in all).
+    Under a budget of 60 positions the 4 rows are one chunk when the prompt runs once
+    (19 + 4 x 6 = 43) and two chunks of 2 rows (50 each) when every row runs whole, which is
+    what the forward with gradient does under gradient checkpointing. The KL reference's
+    forward takes no gradient, so it runs the prompt once either way; its log-probs are the
+    base model's, row by row, and the loss is the one every row run whole gives."""
+    from searchr1.plugins.local_model.chunked_logprobs import causal_lm
+
+    p = _provider(model_dir)
+    if checkpointing:
+        _enable_checkpointing(p.model.get_base_model())
+    p.learner.chunk_tokens = 60
+    datums = _group()
+    p.forward_backward(datums, Recorded(0.5).loss)  # the first call checks the shared path
+    assert p.learner._shared_ok is True
+    p.learner.optimizer.zero_grad(set_to_none=True)
+
+    positions: list[int] = []
+    decoder = causal_lm(p.model).get_decoder()
+    hook = decoder.register_forward_pre_hook(
+        lambda _m, _a, kw: positions.append(kw["input_ids"].numel()), with_kwargs=True
+    )
+    loss = Recorded(0.5)
+    try:
+        shared = p.forward_backward(datums, loss.loss)
+    finally:
+        hook.remove()
+    # Per chunk, the reference's forward, then the policy's: the prefix once, then the rows'
+    # own positions; or each row whole.
+    if checkpointing:
+        assert positions == [19, 2 * 6, 2 * 25] * 2
+    else:
+        assert positions == [19, 4 * 6] * 2
+    with p.model.disable_adapter():
+        base = _trained_logprobs(p, datums, prompt_len=20)
+    assert _close(torch.cat(loss.reference), base)
+    p.learner.optimizer.zero_grad(set_to_none=True)
+
+    p.learner._shared_ok = False  # every row whole
+    whole = p.forward_backward(datums, Recorded(0.5).loss)
+    assert shared.loss == pytest.approx(whole.loss, rel=RTOL64)
+    assert shared.metrics["kl_sum"] == pytest.approx(whole.metrics["kl_sum"], rel=RTOL64)

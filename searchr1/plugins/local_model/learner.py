@@ -38,7 +38,8 @@ scores what the sampler sampled (dtype, kernels, temperature, an engine sampler)
 
 A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
 the same tokens (:mod:`.reference`: the adapter as RL began, or the adapter
-disabled), computed without gradient before the policy's forward.
+disabled), computed without gradient before the policy's forward; it runs shared prompts once
+even under gradient checkpointing, which only the forward with gradient rules out.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ from searchr1.plugins.local_model.chunked_logprobs import (
 from searchr1.plugins.local_model.reference import ReferencePolicy
 from searchr1.plugins.local_model.shared_prefix import (
     can_share_prefixes,
+    checkpointing,
+    decoder_tokens,
+    first_sampled,
     prefix_groups,
     shared_prefix_logprobs,
 )
@@ -209,11 +213,12 @@ class Learner:
     ) -> ForwardBackwardResult:
         """Accumulate the gradient of ``loss_scale * sum(loss_fn over datums)``.
 
-        The datums are processed in chunks of at most ``chunk_tokens`` padded tokens (the
-        loss is a sum, so chunking changes nothing but peak memory). Returns the unscaled
-        summed loss and metrics: the loss's own sums (``tokens``, ``ratio_sum``, ...), their
-        means (``ratio_mean``, ``clip_fraction``), ``logprob_diff_max`` and the
-        ``mismatch/*`` metrics of the module docstring. Dropout is off (module docstring)."""
+        The datums are processed in chunks of at most ``chunk_tokens`` positions of decoder
+        work (:meth:`_chunks`; the loss is a sum, so chunking changes nothing but peak
+        memory). Returns the unscaled summed loss and metrics: the loss's own sums
+        (``tokens``, ``ratio_sum``, ...), their means (``ratio_mean``, ``clip_fraction``),
+        ``logprob_diff_max`` and the ``mismatch/*`` metrics of the module docstring. Dropout
+        is off (module docstring)."""
         if not datums:
             raise ValueError("forward_backward(): no datums")
         for d in datums:
@@ -283,15 +288,20 @@ class Learner:
                 )
 
     def _chunks(self, datums: Sequence[Datum]) -> list[list[Datum]]:
+        """``datums`` in order, cut where the next would take a chunk's decoder work past
+        ``chunk_tokens`` positions (:func:`.shared_prefix.decoder_tokens`: a prompt its rows
+        share counts once when the forward with gradient shares it); at least one each."""
+        share = self._shared_ok is not False and not checkpointing(self.model)
         chunks: list[list[Datum]] = [[]]
-        longest = 0
+        inputs: list[tuple[int, ...]] = []
+        first: list[int] = []
         for d in datums:
-            new_longest = max(longest, len(d))
-            if chunks[-1] and new_longest * (len(chunks[-1]) + 1) > self.chunk_tokens:
+            inputs.append(d.input_tokens)
+            first.append(first_sampled(d.sampled))
+            if chunks[-1] and decoder_tokens(inputs, first, share) > self.chunk_tokens:
                 chunks.append([])
-                new_longest = len(d)
+                inputs, first = inputs[-1:], first[-1:]
             chunks[-1].append(d)
-            longest = new_longest
         return chunks
 
     def _forward_backward_chunk(
@@ -330,10 +340,8 @@ class Learner:
             # Before the policy's forward: the reference swaps adapter tensors, which must
             # not change under a graph that backward still needs.
             with torch.no_grad(), self.reference.active():
-                reference_T = self._logprobs(use_chunked, *tensors)
-        logprobs_T = self._shared_prefix_logprobs(datums, *tensors) if use_chunked else None
-        if logprobs_T is None:
-            logprobs_T = self._logprobs(use_chunked, *tensors)
+                reference_T = self._scored(use_chunked, datums, tensors)
+        logprobs_T = self._scored(use_chunked, datums, tensors)
         inputs = LossInputs(
             sampler_logprobs_T=sampler_BT.to(dev)[trained_BT],
             advantages_T=adv_BT.to(dev)[trained_BT],
@@ -345,6 +353,14 @@ class Learner:
             logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
         )
         return float(output.loss.detach()), dict(output.metrics), mismatch
+
+    def _scored(
+        self, use_chunked: bool, datums: Sequence[Datum], tensors: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """The trained tokens' log-probs under the current weights, shared prompts run once
+        where that applies (:meth:`_shared_prefix_logprobs`)."""
+        logprobs_T = self._shared_prefix_logprobs(datums, *tensors) if use_chunked else None
+        return self._logprobs(use_chunked, *tensors) if logprobs_T is None else logprobs_T
 
     def _logprobs(
         self,
@@ -390,7 +406,7 @@ class Learner:
         (no shared prefix, a model it does not fit, a mismatch on the first check)."""
         if self._shared_ok is False:
             return None
-        first = [next((i for i, s in enumerate(d.sampled) if s), len(d)) for d in datums]
+        first = [first_sampled(d.sampled) for d in datums]
         groups = prefix_groups([d.input_tokens for d in datums], first)
         if groups is None:
             return None

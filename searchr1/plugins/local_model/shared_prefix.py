@@ -13,9 +13,11 @@ projection is :func:`~searchr1.plugins.local_model.chunked_logprobs.project_logp
 
 Only for models whose every layer is plain full attention with a ``DynamicCache`` (no
 sliding window, no recurrent Gated DeltaNet state: :func:`can_share_prefixes`), without
-gradient checkpointing (transformers turns the cache off there, and this returns ``None``);
-and the learner compares it once with the unshared path on its first micro-batch
-and stops using it on a mismatch (``learner_shared_prefix_off``).
+gradient checkpointing when a gradient is taken (transformers turns the cache off there, and
+this returns ``None``; the KL reference's forward, without gradient, still shares); and the
+learner compares it once with the unshared path on its first micro-batch and stops using it
+on a mismatch (``learner_shared_prefix_off``). :func:`decoder_tokens` is the work a chunk of
+rows costs either way, which the learner's chunks are cut by.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def can_share_prefixes(model: Any) -> bool:
     return all(t == "full_attention" for t in types) and sliding is None
 
 
-def _checkpointing(model: Any) -> bool:
+def checkpointing(model: Any) -> bool:
+    """Whether any layer of ``model`` recomputes its activations in backward."""
     return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
@@ -63,6 +66,26 @@ def prefix_groups(
     return groups
 
 
+def first_sampled(tokens_sampled: Sequence[bool]) -> int:
+    """The position of a row's first sampled token (its length if none): its prefix's length."""
+    return next((i for i, s in enumerate(tokens_sampled) if s), len(tokens_sampled))
+
+
+def decoder_tokens(
+    inputs: Sequence[Sequence[int]], first_trained: Sequence[int], share: bool
+) -> int:
+    """Positions the decoder runs for these rows in one padded forward: rows x longest row,
+    or, with ``share`` and rows that share prefixes (:func:`prefix_groups`), each distinct
+    prefix once (padded to the longest) plus rows x longest rest."""
+    whole = len(inputs) * max(map(len, inputs))
+    groups = prefix_groups(inputs, first_trained) if share else None
+    if groups is None:
+        return whole
+    prefix = max(first_trained[g[0]] for g in groups)
+    rest = max(len(row) - f for row, f in zip(inputs, first_trained, strict=True))
+    return len(groups) * prefix + len(inputs) * rest
+
+
 def shared_prefix_logprobs(
     model: Any,
     input_ids_BT: torch.Tensor,
@@ -77,7 +100,7 @@ def shared_prefix_logprobs(
     """Log-probs at ``trained_BT`` (row-major, as ``x_BT[trained_BT]``) with each group's
     prefix (length ``prefix_lengths[g]``, the same tokens in every row of ``groups[g]``) run
     once. ``None`` if the model returned no cache (gradient checkpointing)."""
-    if torch.is_grad_enabled() and _checkpointing(model):
+    if torch.is_grad_enabled() and checkpointing(model):
         return None  # transformers would drop the cache: the prefix forward would be wasted
     dev = input_ids_BT.device
     b = input_ids_BT.shape[0]
