@@ -207,10 +207,10 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
         text = set_value(text, "train", "max_steps", str(args.rl_steps))
         text = set_value(text, "train", "save_every", str(max(1, args.rl_steps)))
     text = set_value(text, "model.local", "threads", str(args.threads))
-    local = []
     if args.gradient_checkpointing is not None:
         value = args.gradient_checkpointing
-        local.append(f"gradient_checkpointing = {json.dumps(value) if value == 'auto' else value}")
+        value = json.dumps(value) if value == "auto" else value
+        text = set_value(text, "model.local", "gradient_checkpointing", value)
     if args.learner_chunk_tokens is not None:
         text = set_value(
             text, "model.local", "learner_chunk_tokens", str(args.learner_chunk_tokens)
@@ -221,8 +221,6 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
         if not sep or not section:
             raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE")
         text = set_value(text, section, key, value.strip())
-    if local:
-        text = text.replace("[model.local]\n", "[model.local]\n" + "\n".join(local) + "\n", 1)
     config = work / "config.toml"
     config.write_text(text)
 
