@@ -22,7 +22,8 @@ Optional settings live in ``[model.local]``::
     batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
     threads = 0                 # CPU threads for torch (0 = the cores this process may use;
                                 #   set 1 on an oversubscribed, shared machine)
-    learner_chunk_tokens = 8192   # padded tokens per forward/backward chunk (peak memory)
+    learner_chunk_tokens = 8192   # decoder positions per forward/backward chunk (peak memory;
+                                  #   a prompt the chunk's rows share counts once)
     learner_logit_chunk = 256     # trained positions per vocabulary projection (chunk x V
                                   #   logits at a time, chunked_logprobs.py); 0 = all at once
     learner_share_prefixes = true # rows sharing an untrained prefix (a group's prompt) run
