@@ -227,7 +227,23 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
     assert _close(torch.cat(loss.reference), base)
     p.learner.optimizer.zero_grad(set_to_none=True)
 
+    # A model the chunked path does not fit (its own logits instead) never shares: chunks
+    # are cut by whole rows, or they would hold twice the positions the budget allows.
+    p.learner._chunked_ok = False
+    positions.clear()
+    hook = decoder.register_forward_pre_hook(
+        lambda _m, _a, kw: positions.append(kw["input_ids"].numel()), with_kwargs=True
+    )
+    try:
+        fallback = p.forward_backward(datums, Recorded(0.5).loss)
+    finally:
+        hook.remove()
+    assert positions == [2 * 25] * 4
+    p.learner.optimizer.zero_grad(set_to_none=True)
+    p.learner._chunked_ok = True
+
     p.learner._shared_ok = False  # every row whole
     whole = p.forward_backward(datums, Recorded(0.5).loss)
+    assert fallback.loss == pytest.approx(whole.loss, rel=RTOL64)
     assert shared.loss == pytest.approx(whole.loss, rel=RTOL64)
     assert shared.metrics["kl_sum"] == pytest.approx(whole.metrics["kl_sum"], rel=RTOL64)

@@ -290,8 +290,13 @@ class Learner:
     def _chunks(self, datums: Sequence[Datum]) -> list[list[Datum]]:
         """``datums`` in order, cut where the next would take a chunk's decoder work past
         ``chunk_tokens`` positions (:func:`.shared_prefix.decoder_tokens`: a prompt its rows
-        share counts once when the forward with gradient shares it); at least one each."""
-        share = self._shared_ok is not False and not checkpointing(self.model)
+        share counts once when the forward with gradient shares it: the chunked path, a model
+        it fits, no checkpointing); at least one each."""
+        share = (
+            self._shared_ok is not False
+            and self._chunked_ok is not False
+            and not checkpointing(self.model)
+        )
         chunks: list[list[Datum]] = [[]]
         inputs: list[tuple[int, ...]] = []
         first: list[int] = []
