@@ -48,7 +48,7 @@ class ModelConfig:
     base_model: str = _f("builtin:tiny")
     #: sampling temperature of rollouts
     temperature: float = _f(0.8, gt=0.0)
-    #: nucleus sampling of rollouts; 1.0 = off (use 1.0 with vllm)
+    #: nucleus sampling of rollouts; 1.0 = off
     top_p: float = _f(0.95, gt=0.0, max=1.0)
     #: most tokens one assistant turn may sample
     max_new_tokens: int = _f(2048, min=1)
