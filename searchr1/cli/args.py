@@ -72,7 +72,9 @@ def open_run_from_args(
     """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
     ``--config`` (or ``config``, already loaded), ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and
     ``--resume`` passed on, and the terminal console when stdout is a TTY."""
-    from searchr1.cli.console import tty_screen
+    from functools import partial
+
+    from searchr1.cli.console import intro_lines, tty_screen
     from searchr1.core.config import load_config
     from searchr1.core.plugins import load_registry
     from searchr1.core.runs import open_run
@@ -86,7 +88,8 @@ def open_run_from_args(
         config = config.replace(train={"max_steps": max_steps})
     if getattr(args, "no_cache", False):
         config = config.replace(search={"disk_cache": False})
-    log_kwargs.setdefault("screen", tty_screen())
+    intro = partial(intro_lines, config) if command == "train" else None
+    log_kwargs.setdefault("screen", tty_screen(intro=intro))
     return open_run(
         config,
         command,

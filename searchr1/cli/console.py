@@ -12,6 +12,8 @@ every event either way: the console picks what a person watches for.
   the model's latest one (``before``, then the periodic ``step_N`` evals of ``[train]
   eval_every``, ``after``); the ``ceiling`` (the eval set's ideal agent) gets a line of its
   own and never becomes the step line's EM.
+* ``run_start`` of ``searchr1 train``: the first screen (:func:`intro_lines`): what it trains,
+  the run folder, how to stop and resume, how to open the report.
 * ``best_checkpoint`` (``[train] keep_best``): its message whole, in bold.
 * warnings and errors: a marked, coloured line with every field, never shortened.
 * anything else: ``time  event  key=value ...`` cut to the terminal's width.
@@ -23,9 +25,14 @@ import math
 import os
 import shutil
 import time
-from typing import IO, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import structlog
+
+if TYPE_CHECKING:
+    from searchr1.core.config_schema import Config
 
 _SKIP = frozenset({"event", "level", "timestamp", "run_id", "logger"})
 _RESET, _BOLD, _DIM = "\033[0m", "\033[1m", "\033[2m"
@@ -57,6 +64,7 @@ class Console:
         total_steps: int | None = None,
         colors: bool | None = None,
         width: int | None = None,
+        intro: Callable[[str], list[str]] | None = None,
     ):
         self.stream = stream
         self.total_steps = total_steps
@@ -64,6 +72,8 @@ class Console:
             colors = stream.isatty() and not os.environ.get("NO_COLOR")
         self.colors = colors
         self._width = width
+        #: ``intro(run_dir)``: the lines shown for ``run_start`` (``searchr1 train``)
+        self._intro = intro
         self._bar: Any = None
         self._task_bars: dict[str, Any] = {}
         self._step_times: list[float] = []
@@ -86,6 +96,9 @@ class Console:
             return self._step_line(event)
         if name == "eval/heldout_em":
             return self._eval_line(event)
+        if name == "run_start" and self._intro is not None:  # never cut to the width
+            first, *rest = self._intro(str(event.get("run_dir", "")))
+            return "\n".join([self._paint(_BOLD, first), *rest])
         if name == "best_checkpoint" and event.get("message"):  # never cut to the width
             return self._paint(_BOLD, str(event["message"]))
         if name == "resumed" and isinstance(event.get("step"), int):
@@ -223,10 +236,46 @@ class Console:
         return line[: max(10, width - 3)] + "..."
 
 
-def tty_screen(stream: IO[str] | None = None) -> Any:
+def intro_lines(config: Config, run_dir: str) -> list[str]:
+    """The first screen of ``searchr1 train`` on a terminal, in plain words: what it trains
+    on what, where the run folder is, what Ctrl-C does, how to resume and open the report."""
+    from searchr1.core.cold_start import cold_start_settings
+    from searchr1.core.disk import resume_command
+
+    m, r, t = config.model, config.rollout, config.train
+    cold = cold_start_settings(config).steps
+    lines = [
+        f"searchr1 train: teaches {m.base_model} (LoRA rank {config.lora.rank}, "
+        f"{m.provider} model provider) to search and answer, by reinforcement learning",
+        f"  training   {t.max_steps} steps x {r.questions_per_batch} questions x {r.group_size} "
+        f"trajectories each, from {config.data.train or '(no [data] train)'}; search: "
+        f"{config.search.provider}, reward: {config.reward.name}"
+        + (f"; first {cold} supervised cold-start steps" if cold else ""),
+    ]
+    if config.data.eval and (t.eval_before_after or t.eval_every):
+        when = "before and after training" if t.eval_before_after else f"every {t.eval_every} steps"
+        lines.append(f"  held-out   exact match on {config.data.eval}, {when}")
+    folder = Path(run_dir)
+    lines += [
+        f"  run folder {folder}  (events.jsonl, trajectories/, checkpoints/ every "
+        f"{t.save_every} steps)",
+        "  stop       Ctrl-C: stops at the next safe point, saves what can be resumed and prints "
+        "the command to go on; a second Ctrl-C stops at once",
+        f"  resume     {resume_command(folder, config.source)}",
+        f"  report     searchr1 report {folder}  (then open {folder / 'report' / 'index.html'})",
+    ]
+    return lines
+
+
+def tty_screen(
+    stream: IO[str] | None = None, intro: Callable[[str], list[str]] | None = None
+) -> Any:
     """The screen factory for :func:`searchr1.core.logs.setup_logging`: :class:`Console` when
-    ``stream`` (default stdout) is a terminal, else None (JSON lines)."""
+    ``stream`` (default stdout) is a terminal, else None (JSON lines). ``intro``: see
+    :class:`Console`."""
     import sys
 
     stream = stream or sys.stdout
-    return (lambda out, total: Console(out, total_steps=total)) if stream.isatty() else None
+    if not stream.isatty():
+        return None
+    return lambda out, total: Console(out, total_steps=total, intro=intro)

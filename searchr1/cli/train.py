@@ -82,7 +82,7 @@ def _train(args: argparse.Namespace, world: World) -> int:
 
 def _launch(nproc: int) -> int:
     """Run this same command under ``torchrun --standalone --nproc-per-node nproc`` (one
-    machine; several machines: run torchrun yourself, README "More than one GPU")."""
+    machine; several machines: run torchrun yourself, docs/scale-out.md)."""
     argv, skip = [], False
     for arg in sys.argv[1:]:
         if skip:

@@ -35,6 +35,7 @@ _f = setting
 class RunConfig:
     name: str = _f("", help="run name; empty = a timestamp")
     dir: str = _f("runs", help="parent folder of run folders")
+    #: seeds the question order, every trajectory's sampling and the LoRA initialisation
     seed: int = _f(0, min=0)
 
 
@@ -43,20 +44,28 @@ class ModelConfig:
     #: when absent from the file: the provider whose plugin claims the file's [model] table,
     #: else the one its plugin declares the default
     provider: str = _f("", help="model provider plugin name")
+    #: the model: builtin:NAME, a local folder, a Hugging Face hub id or a .gguf file
     base_model: str = _f("builtin:tiny")
+    #: sampling temperature of rollouts
     temperature: float = _f(0.8, gt=0.0)
+    #: nucleus sampling of rollouts; 1.0 = off
     top_p: float = _f(0.95, gt=0.0, max=1.0)
+    #: most tokens one assistant turn may sample
     max_new_tokens: int = _f(2048, min=1)
     api_base: str = _f("", help="the model service's URL")
     api_key: str = _f("", secret=True, help='e.g. "${MY_API_KEY}"')
     device: str = _f("auto", help="auto | cpu | cuda | cuda:N | mps")
+    #: weights' dtype; auto = bfloat16 on CUDA, else float32
     dtype: str = _f("auto", choices=("auto", "float32", "bfloat16", "float16", "float64"))
 
 
 @dataclass(frozen=True)
 class LoraConfig:
+    #: LoRA rank r
     rank: int = _f(32, min=1, max=1024)
+    #: LoRA scale numerator (the update is scaled by alpha / rank)
     alpha: float = _f(64.0, gt=0.0)
+    #: LoRA dropout while training (the local learner scores with it off)
     dropout: float = _f(0.05, min=0.0, lt=1.0)
     target_modules: tuple[str, ...] = _f(
         ("q_proj", "k_proj", "v_proj", "o_proj"), nonempty=True, split=True
@@ -65,22 +74,32 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
+    #: questions per training step (each one group)
     questions_per_batch: int = _f(8, min=1)
+    #: trajectories sampled per question; advantages are relative within the group
     group_size: int = _f(8, min=2)
+    #: most searches one trajectory may make
     max_search_calls: int = _f(4, min=0)
+    #: most assistant turns one trajectory may take
     max_assistant_turns: int = _f(6, min=1)
+    #: prompt + turns + search results of one trajectory, at most
     max_trajectory_tokens: int = _f(8192, min=16)
     protocol: str = _f(DEFAULT_NAMES["rollout.protocol"], help="agent protocol name")
     enable_thinking: bool = _f(False, help="passed to the chat template (tool-calling protocols)")
+    #: search results inserted per search, cut to this many tokens
     max_observation_tokens: int = _f(512, min=8)
+    #: replace groups whose rewards are all equal (no gradient) by fresh questions
     dynamic_sampling: bool = _f(False)
+    #: with dynamic_sampling: extra questions drawn per step at most
     max_extra_draws: int = _f(16, min=0)
 
 
 @dataclass(frozen=True)
 class SearchConfig:
     provider: str = _f("", help="search provider plugin name; when absent: as for [model] provider")
+    #: results per search
     top_k: int = _f(3, min=1, max=100)
+    #: search requests in flight at most
     max_concurrency: int = _f(16, min=1)
     cache: bool = _f(True, help="answer a repeated query of this run from memory")
     #: keep a keyed (billed) service's answers on disk for later runs (--no-cache: off)
@@ -88,42 +107,62 @@ class SearchConfig:
     #: answers kept on disk older than this are asked again
     cache_ttl_hours: float = _f(168.0, gt=0.0, inf_ok=True)
     cost_per_call: float = _f(0.0, min=0.0, help="price of one paid call; 0 = not reported")
+    #: longer queries are cut to this (counted in search/truncated_queries)
     max_query_chars: int = _f(512, min=1)
+    #: search success below this holds the step's update back (the environment guard) and fails
+    #: smoke
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
     # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
+    #: keys of a keyed search service, rotated round-robin; e.g. "${ZHIHU_SEARCH_KEYS}"
     api_keys: tuple[str, ...] = _f((), secret=True, split=True)
     api_base: str = _f("", help="empty = the provider's default address")
+    #: one search request's timeout
     timeout_seconds: float = _f(10.0, gt=0.0)
+    #: retries of a timeout, connection error or 5xx (jittered backoff)
     max_retries: int = _f(2, min=0)
     #: a key limited (429) is benched this long (inf: the run)
     key_cooldown_seconds: float = _f(math.inf, gt=0.0, inf_ok=True)
     #: unusable answers in a row (API error in a 200, malformed body) of one key, while
     #: another key works, that bench it; tried again after key_probe_seconds (doubling)
     key_max_failures: int = _f(3, min=1)
+    #: a key benched for key_max_failures is tried again after this (doubling)
     key_probe_seconds: float = _f(60.0, gt=0.0)
 
 
 @dataclass(frozen=True)
 class RewardConfig:
+    #: the reward plugin that scores each finished trajectory
     name: str = _f(DEFAULT_NAMES["reward.name"])
     terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
+    #: RL steps (one optimizer step each)
     max_steps: int = _f(20, min=0)
+    #: a checkpoint every N steps (and after the last)
     save_every: int = _f(5, min=1)
     #: 0 = synchronous steps; k = rollouts k steps ahead; when absent from the file: the
     #: model provider's declared default, else 0
     max_staleness: int = _f(0, min=0)
+    #: the policy loss plugin
     loss_fn: str = _f(DEFAULT_NAMES["train.loss_fn"])
+    #: tokens of one datum (one trajectory) at most
     max_datum_tokens: int = _f(8192, min=16)
+    #: datums per micro-batch at most
     max_micro_batch_datums: int = _f(32, min=1)
+    #: tokens per micro-batch at most
     max_micro_batch_tokens: int = _f(64000, min=16)
+    #: divide advantages by the group's reward std (GRPO) instead of only subtracting the mean
     scale_advantages_by_std: bool = _f(False)
+    #: retries of a step whose search failed (same questions, no update) before the run stops
+    #: (exit 3)
     guard_max_waits: int = _f(3, min=0)
+    #: first wait of the search guard (doubling each time)
     guard_backoff_seconds: float = _f(30.0, min=0.0)
+    #: trajectories written to trajectories/step_N.jsonl per step
     dump_trajectories: int = _f(4, min=0)
+    #: greedy held-out EM on [data] eval before the first and after the last step
     eval_before_after: bool = _f(False)
     eval_every: int = _f(0, min=0, help="held-out eval every N steps; 0 = off")
     eval_questions: int = _f(0, min=0, help="questions per eval, some of each source; 0 = all")
@@ -135,7 +174,9 @@ class ColdStartSettings:
     """``[train.cold_start]``."""
 
     steps: int = setting(0, min=0, help="supervised steps before RL; 0 = off")
+    #: questions per supervised step
     questions_per_step: int = setting(16, min=1)
+    #: learning rate of the cold start
     lr: float = setting(1e-4, gt=0.0)
     loss_fn: str = setting(
         DEFAULT_NAMES["train.cold_start.loss_fn"],
@@ -175,9 +216,13 @@ TRAIN_TABLES: dict[str, type] = {"cold_start": ColdStartSettings, "health": Heal
 
 @dataclass(frozen=True)
 class OptimizerConfig:
+    #: AdamW learning rate
     lr: float = _f(1e-5, gt=0.0)
+    #: AdamW betas
     betas: tuple[float, ...] = _f((0.9, 0.95), length=2, min=0.0, lt=1.0)
+    #: AdamW weight decay
     weight_decay: float = _f(0.01, min=0.0)
+    #: AdamW epsilon
     eps: float = _f(1e-8, gt=0.0)
     grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
 

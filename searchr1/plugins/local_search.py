@@ -59,9 +59,13 @@ THREAD_MIN_DOCS = 200_000
 class LocalSearchSettings:
     """``[search.local]``."""
 
+    #: JSONL corpus: builtin:world/corpus.jsonl or a path (Search-R1 rows or {title, text})
     corpus: str = ""
+    #: BM25 term saturation
     k1: float = field(default=0.9, metadata={"min": 0})
+    #: BM25 length normalisation
     b: float = field(default=0.4, metadata={"min": 0})
+    #: bm25s stop-word list; "" keeps every token
     stopwords: str = "en"
 
 

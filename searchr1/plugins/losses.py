@@ -191,9 +191,13 @@ class ClipSettings:
     (``ratio_cap``, 0 = off) and the weight of every policy loss's KL term toward the start
     policy (``kl_coef``, 0 = off)."""
 
+    #: ppo/cispo: lower clip of the importance ratio (1 - clip_low)
     clip_low: float = 0.2
+    #: ppo/cispo: upper clip of the importance ratio (1 + clip_high)
     clip_high: float = 0.2
+    #: truncated importance sampling: min(ratio, C) as each token's weight; 0 = off
     ratio_cap: float = field(default=0.0, metadata={"min": 0.0})
+    #: weight of a k3 KL term toward the policy as RL began; 0 = off (local and vllm only)
     kl_coef: float = field(default=0.0, metadata={"min": 0.0})
 
 

@@ -96,11 +96,15 @@ class ChatSettings:
     model: str = ""
     #: local tokenizer (folder, hub id or builtin:); empty = [model] base_model
     tokenizer: str = ""
+    #: one request's timeout
     timeout_seconds: float = field(default=120.0, metadata={"gt": 0.0})
+    #: retries of a failed request
     max_retries: int = field(default=3, metadata={"min": 0})
+    #: first wait between retries (doubling)
     retry_backoff_seconds: float = field(default=1.0, metadata={"min": 0.0})
     #: a server asking (Retry-After) to wait longer than this fails the call at once
     max_retry_after_seconds: float = field(default=60.0, metadata={"min": 0.0})
+    #: requests in flight at most
     max_concurrency: int = field(default=16, metadata={"min": 1})
     #: vLLM extension: continue a partial assistant message (needed by the tags protocol)
     continue_final_message: bool = False

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RewardSettings:
+    #: the reward of a trajectory without exactly one answer in the format
     format_penalty: float = -0.1
+    #: the reward of an exact-match answer
     correct_reward: float = 1.0
 
 

@@ -47,8 +47,11 @@ Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 class SearchR1Settings:
     """``[search.search_r1]``."""
 
+    #: queries arriving this close together go in one request
     batch_window_ms: float = field(default=5.0, metadata={"min": 0})
+    #: queries per request at most
     max_batch: int = field(default=64, metadata={"min": 1})
+    #: the server's endpoint path
     path: str = "/retrieve"
 
 

@@ -48,8 +48,11 @@ _TAG_RE = re.compile(r"<[^>]{0,200}>")
 class ZhihuSettings:
     """``[search.zhihu]``."""
 
+    #: Zhihu's SearchDB; empty = the service default
     search_db: str = field(default="", metadata={"choices": ("", "all", "realtime", "static")})
+    #: Zhihu's Filter, passed through when set
     filter: str = ""
+    #: the endpoint path appended to api_base
     path: str = "/api/v1/content/global_search"
 
 

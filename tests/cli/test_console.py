@@ -185,3 +185,37 @@ def test_the_step_line_shows_the_search_cost_of_the_step_and_the_run(tmp_path: P
     assert "search cost 0.09 (run 0.09)" in steps[0]
     assert "search cost 0.03 (run 0.12)" in steps[1]
     assert "cost" not in steps[2]
+
+
+def test_the_first_screen_of_train_says_what_runs_where_and_how_to_stop_resume_and_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, scripted_plugin
+) -> None:
+    """On a terminal: plain words first; the resume and report commands it prints work."""
+    import shlex
+
+    from train_configs import train_config
+
+    from searchr1.cli.main import main
+
+    config = train_config(tmp_path)
+    screen = Tty()
+    monkeypatch.setattr("sys.stdout", screen)
+    assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 0
+    close_console()
+    lines = _plain(screen.getvalue()).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("searchr1 train: teaches "))
+    intro = dict(line.split(None, 1) for line in lines[start + 1 : start + 7])
+    assert "2 steps x 2 questions x 2 trajectories each" in intro["training"]
+    assert intro["run"].startswith(f"folder {tmp_path / 'r'}")
+    assert intro["stop"].startswith("Ctrl-C: ")
+    assert intro["report"].startswith(f"searchr1 report {tmp_path / 'r'}")
+    # the printed commands run as printed
+    config.write_text(config.read_text().replace("max_steps = 2", "max_steps = 3"))
+    resume = shlex.split(intro["resume"])
+    assert resume[:3] == ["searchr1", "train", "--resume"]
+    monkeypatch.setattr("sys.stdout", Tty())
+    assert main(resume[1:]) == 0
+    close_console()
+    assert main(shlex.split(intro["report"].split("  (")[0])[1:]) == 0
+    assert (tmp_path / "r" / "report" / "index.html").is_file()
+    assert [e["step"] for e in read_events(tmp_path / "r", "metrics")] == [1, 2, 3]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from cli_run import read_events
+from metric_docs import undocumented
 from train_configs import QUESTIONS, train_config
 
 
@@ -40,6 +41,7 @@ def test_the_heldout_eval_runs_before_after_and_after_the_cold_start_reading_its
     order = [e["event"] for e in first]
     assert order.index("cold_start_done") < order.index("metrics")
     assert (run / "checkpoints" / "step_000000").is_dir()  # after the cold start
+    assert not undocumented(first)  # the evals' and cold start's events: docs/reference/metrics.md
 
     config.write_text(config.read_text().replace("max_steps = 2", "max_steps = 3"))
     assert run_cli("train", "--config", config, "--run-dir", run, "--resume").code == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import make_config, read_events
+from metric_docs import undocumented
 from numerics import LOGPROB_TOL_F32
 from train_configs import TINY_TRAIN as RUN
 
@@ -108,6 +109,14 @@ def _table_reward(row: dict) -> float:
     if not row["components"]["format"]:
         return -0.1
     return 1.0 if row["components"]["correct"] else 0.0
+
+
+def test_every_metric_and_event_the_run_emits_is_in_the_metrics_reference(
+    uninterrupted: Path,
+) -> None:
+    """docs/reference/metrics.md (scripts/metric_docs.py) describes what a real run writes."""
+    missing = undocumented(read_events(uninterrupted))
+    assert not missing, f"describe these in scripts/metric_docs.py: {missing}"
 
 
 def test_each_step_logs_metrics_checkpoints_and_trajectories(uninterrupted: Path) -> None:

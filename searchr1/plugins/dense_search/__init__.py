@@ -47,11 +47,17 @@ Pending = list[tuple[str, int, "asyncio.Future[SearchResponse]"]]
 class DenseSearchSettings:
     """``[search.dense]``."""
 
+    #: the folder `searchr1 index build CORPUS.jsonl --out DIR` wrote
     index: str = ""
+    #: empty = the encoder named in the index card; else it must match it
     encoder: str = ""
+    #: ivfpq: inverted lists searched per query (more: better recall, slower)
     nprobe: int = field(default=16, metadata={"min": 1})
+    #: hnsw: candidate list size per query
     ef_search: int = field(default=64, metadata={"min": 1})
+    #: queries arriving this close together share one encode + search
     batch_window_ms: float = field(default=5.0, metadata={"min": 0})
+    #: queries per encode + search at most
     max_batch: int = field(default=64, metadata={"min": 1})
 
 

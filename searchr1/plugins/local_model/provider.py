@@ -71,15 +71,28 @@ class LocalSettings:
     :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` are
     ``[model]``'s (this table may set them instead)."""
 
+    #: most sequences the sampler generates in one batch
     max_batch_rows: int = field(default=256, metadata={"min": 1})
+    #: cache positions the sampler may hold (padding and kept caches included); 0 = derived from
+    #: free device memory
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
+    #: padded prompt tokens per prefill forward
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
+    #: keep a trajectory's KV cache between its turns
     reuse_caches: bool = True
+    #: how long a batch waits for stragglers before it starts
     batch_wait_ms: float = field(default=5.0, metadata={"min": 0})
+    #: torch CPU threads; 0 = the cores this process may use (1 on a shared machine)
     threads: int = 0
+    #: decoder positions per learner forward/backward chunk (peak memory); a prompt the chunk's
+    #: rows share counts once
     learner_chunk_tokens: int = field(default=8192, metadata={"min": 1})
+    #: trained positions per vocabulary projection (chunk x vocabulary logits at a time); 0 = all
+    #: at once
     learner_logit_chunk: int = field(default=256, metadata={"min": 0})
+    #: rows sharing an untrained prefix (a group's prompt) run it once in the learner
     learner_share_prefixes: bool = True
+    #: recompute activations in backward (less memory, more time)
     gradient_checkpointing: bool | str = "auto"  # true, false or "auto" (on with CUDA)
     fsdp: bool = setting(
         False,

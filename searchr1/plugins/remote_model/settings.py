@@ -31,12 +31,18 @@ class RemoteSettings:
     ``sampling_timeout_seconds``), for both SDKs.
     """
 
+    #: the SDK that drives the service: pytrio or tinker; empty = the provider's own (taotoken:
+    #: pytrio)
     sdk: str = field(default="", metadata={"choices": ("",) + SDKS})
     #: local tokenizer (path or hub name); empty = ``[model] base_model``
     tokenizer: str = ""
+    #: PyTRIO: one HTTP request's timeout
     request_timeout_seconds: int = field(default=60, metadata={"min": 1})
+    #: how long the SDK keeps retrying 408/429/5xx and connection errors of one request
     retry_timeout_seconds: float = field(default=300.0, metadata={"min": 0.0})
+    #: PyTRIO: first wait between retries
     retry_initial_delay_seconds: float = field(default=1.0, metadata={"min": 0.0})
+    #: longest wait for one sampling call's answer
     sampling_timeout_seconds: int = field(default=900, metadata={"min": 1})
     #: longest wait for the answer of one submitted call (service queueing included); 0 = no
     #: limit. tinker retries a failing result poll without end, so this is what stops it.

@@ -10,7 +10,7 @@ between steps, and ``smoke``/``eval`` run their own loops. One pool serves them 
 (a local server that is down or stalled is reported at once, naming the setting to check) and
 every status comes back to the caller, which reads vLLM's own error text.
 
-The server API used (vLLM 0.32; see also README "vLLM"):
+The server API used (vLLM 0.32; see also docs/vllm.md):
 
 - ``POST /v1/completions`` with ``prompt`` a list of token ids, ``n``, ``seed``,
   ``max_tokens``, ``temperature``, ``top_p``, ``stop`` (strings, kept in the output with

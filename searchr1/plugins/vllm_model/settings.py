@@ -34,15 +34,28 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class VllmSettings:
+    #: several running servers (instead of api_base); metrics and errors name them server0,
+    #: server1, ... in this order
     api_bases: tuple[str, ...] = ()
+    #: servers to launch (with python), each on its own GPUs
     servers: int = field(default=1, metadata={"min": 1})
+    #: the vLLM environment's Python that launches a server, e.g. ".venv-vllm/bin/python"; empty =
+    #: use a running one
     python: str = ""
+    #: extra flags of a launched server, e.g. ["--gpu-memory-utilization", "0.35"]
     server_args: tuple[str, ...] = ()
+    #: the server's context; 0 = [rollout] max_trajectory_tokens
     max_model_len: int = field(default=0, metadata={"min": 0})
+    #: where adapters are written for the server to read; empty = a private temporary folder
+    #: (launched server only)
     adapters_dir: str = ""
+    #: the same folder as the server sees it (another mount); empty = the same path
     server_adapters_dir: str = ""
+    #: how long a server may take to be ready
     startup_timeout_s: float = field(default=900.0, metadata={"gt": 0})
+    #: one completions request, or one adapter load, at most
     request_timeout_s: float = field(default=600.0, metadata={"gt": 0})
+    #: the HTTP client's connection limit
     max_connections: int = field(default=64, metadata={"min": 1})
 
 

@@ -1,0 +1,95 @@
+"""The docs a user reads agree with the code: the generated reference pages are current and
+name every config key and CLI flag, an emitted metric the tables do not describe is named,
+and every example config passes ``searchr1 config check``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import gen_docs
+import pytest
+from metric_docs import undocumented
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+
+
+@pytest.mark.parametrize("page", sorted(gen_docs.PAGES))
+def test_the_generated_reference_page_is_current(page: str) -> None:
+    committed = (ROOT / "docs" / "reference" / page).read_text()
+    assert committed == gen_docs.PAGES[page](), (
+        f"docs/reference/{page} is out of date with the code: run ./dev docs gen "
+        "(python scripts/gen_docs.py) and commit it"
+    )
+
+
+def _rows_under(page: str, heading: str) -> set[str]:
+    """The first-column names of the table under ``heading`` (up to the next heading)."""
+    text = page.split(f"\n{heading}\n", 1)[1]
+    section = text.split("\n#", 1)[0]
+    return {
+        line.split("|")[1].strip().strip("`")
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+
+
+def test_every_config_key_is_in_the_reference_under_its_table() -> None:
+    from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES
+
+    page = (ROOT / "docs" / "reference" / "config.md").read_text()
+    tables = {f"[{name}]": cls for name, cls in SECTIONS.items()}
+    tables |= {f"[train.{name}]": cls for name, cls in TRAIN_TABLES.items()}
+    for section, entries in gen_docs.plugin_tables().items():
+        tables |= {f"[{section}.{table}]": cls for table, cls, _ in entries}
+    assert "[model.local]" in tables and "[search.zhihu]" in tables and "[train.loss]" in tables
+    for table, cls in tables.items():
+        level = "##" if table.count(".") == 0 else "###"
+        documented = _rows_under(page, f"{level} `{table}`")
+        missing = {f.name for f in dataclasses.fields(cls)} - documented
+        assert not missing, f"{table}: {sorted(missing)} not in docs/reference/config.md"
+
+
+def test_every_command_and_flag_is_in_the_cli_reference() -> None:
+    from searchr1.cli.main import build_parser
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    commands = list(gen_docs._subcommands(build_parser()))
+    assert {p.prog for _, p in commands} >= {"searchr1 train", "searchr1 config check"}
+    for _, parser in commands:
+        documented = _rows_under(page, f"## `{parser.prog}`")
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            name = ", ".join(action.option_strings) or action.dest
+            assert name in documented, f"{parser.prog} {name} not in docs/reference/cli.md"
+    for code in ("| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 130 / 143 |"):
+        assert code in page  # every exit code, 5 included
+
+
+def test_an_emitted_key_or_event_the_tables_do_not_describe_is_named() -> None:
+    events = [
+        {"event": "metrics", "step": 1, "reward/format": 1.0, "health/searches/nq": 1.0,
+         "search/key_calls/3": 2.0, "mismatch/server1/k3": 0.0, "brand_new/metric": 1.0},
+        {"event": "checkpoint", "step": 1, "path": "x"},
+        {"event": "brand_new_event"},
+    ]  # fmt: skip
+    assert undocumented(events) == ["event brand_new_event", "metric brand_new/metric"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_passes_config_check(
+    example: Path, run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys an example reads from .env are set (values a user's .env would hold); data
+    files not downloaded yet are warnings, as they are for a user before `data get`."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-example")
+    monkeypatch.setenv("ZHIHU_SEARCH_KEYS", "key1,key2")
+    result = run_cli("config", "check", "--config", example)
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"# {example}: OK"), result.out.splitlines()[0]
+    for line in result.err.splitlines():  # the only complaint allowed: data not there yet
+        assert "data/nq_hotpotqa/" in line and "file not found" in line, line
