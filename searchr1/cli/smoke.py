@@ -42,7 +42,7 @@ from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criteria, report_only
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
-from searchr1.core.errors import ConfigError, UserError
+from searchr1.core.errors import ConfigError, RemoteError, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.plugins import PluginError
 from searchr1.core.runs import Run
@@ -266,7 +266,12 @@ class _Smoke:
                 "search channel is down"
             )
         if not probe.ok and not self.problems:
-            self.problems.append(f"the search probe failed: {probe.error}")
+            failure = probe.failure
+            self.problems.append(
+                f"the search probe failed: {probe.error}"
+                if failure is None
+                else f"the search probe failed: {_failure_class(failure)}: {failure}"
+            )
 
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
         path = self.run_dir / TRAJECTORIES_FILE
@@ -300,15 +305,17 @@ def search_key_count(config: Config) -> int:
     return sum(1 for key in config.search.api_keys if key.strip())
 
 
+def _failure_class(exc: RemoteError) -> str:
+    """``"class dns (the host name does not resolve (DNS))"``: what a diagnosis says first."""
+    return f"class {exc.failure} ({exc.summary})"
+
+
 def _model_hint(exc: BaseException, provider: str, base_model: str = "") -> str:
-    text = str(exc).lower()
-    if "401" in text or "unauthorized" in text or "403" in text:
-        return (
-            "401: the model service rejected the API key; check [model] api_key (e.g. "
-            "TAOTOKEN_API_KEY in .env) and [model] api_base"
-        )
-    if "429" in text:
-        return "429: the model service is rate limiting this key; wait or use another key"
+    """What the model channel's failure means: a remote service's class of failure (read off
+    the error, never its text: every message of a retrying client mentions 429), or what
+    to check in a local model."""
+    if isinstance(exc, RemoteError):
+        return f"{_failure_class(exc)}; the message says what to do"
     if not isinstance(exc, OSError | TimeoutError) and provider == "local":
         # The model itself failed (an architecture the code path does not handle, a
         # transformers version mismatch, a broken config.json): name it and the model.

@@ -9,11 +9,31 @@ Every error the CLI prints as a plain message (no traceback) derives from
     ├── ConfigError        exit 2  every problem found in one config file, one per line
     ├── PluginError        exit 2  a plugin failed to load, clashes, or is not installed
     ├── EnvironmentDown    exit 3  the search environment stayed broken past the retries
+    ├── RemoteError                a remote service (a model service, a search API, an
+    │   │                          inference server) failed for good; ``failure`` its class
+    │   ├── RemoteHostUnknown     exit 2  "dns": the host name does not resolve
+    │   ├── RemoteTLSError        exit 2  "tls": the TLS handshake or certificate failed
+    │   ├── RemoteAuthError       exit 2  "auth": HTTP 401/403, the key is empty or wrong
+    │   ├── RemoteUnknownModel    exit 2  "unknown_model": HTTP 404 / model not found
+    │   ├── RemoteRejected        exit 2  "rejected": any other 4xx (a request it refuses)
+    │   ├── RemoteMalformed       exit 2  "malformed": an answer that is not the API's
+    │   ├── RemoteRefused         exit 3  "refused": nothing listens on that port
+    │   ├── RemoteConnectionLost  exit 3  "connection": reset or dropped mid-request
+    │   ├── RemoteTimeout         exit 3  "timeout": no answer within the timeout
+    │   ├── RemoteRateLimited     exit 3  "rate_limit": HTTP 429 past the retries
+    │   ├── RemoteServerError     exit 3  "server_error": HTTP 5xx past the retries
+    │   └── RemoteStepError       the code of its cause: a training call failed part-way
     ├── DiskError          exit 4  a write the filesystem refused: full, over quota,
     │                              read-only, an I/O error, no permission
     ├── HealthStop         exit 5  a health alert ended training ([train.health]
     │                              on_alert = "stop"), after a checkpoint
     └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM
+
+A remote failure's exit code says whose fix it is: 2, the config's (a host name, a
+certificate, a key, a model name, an address that is not the API); 3, the service's (down,
+overloaded, rate limiting: wait, then rerun, ``train --resume`` continuing), the code a search
+environment that stays down also exits with. The class is read off the exception's type and
+HTTP status (:func:`searchr1.kit.http.classify`), never off its message.
 
 A user-facing message must name the field, file or variable to fix. Kept out of the CLI so
 library code can raise them without importing it.
@@ -22,6 +42,7 @@ library code can raise them without importing it.
 from __future__ import annotations
 
 import signal
+from typing import ClassVar
 
 #: ``searchr1 train`` stopped because search stayed down (see :class:`EnvironmentDown`).
 EXIT_ENVIRONMENT_DOWN = 3
@@ -68,6 +89,117 @@ class EnvironmentDown(SearchR1Error, RuntimeError):
     """Search stayed broken past the guard's retries (exit code 3; also a ``RuntimeError``)."""
 
     exit_code = EXIT_ENVIRONMENT_DOWN
+
+
+class RemoteError(SearchR1Error):
+    """A remote service failed for good (after its retries). ``failure`` is the class's short
+    name (:data:`REMOTE_FAILURES`), ``url`` the address without query string or user info,
+    ``status`` the HTTP status when there was one; the message (built by
+    :meth:`searchr1.kit.http.Channel.error`) names the URL, the class and what to do, never
+    a key."""
+
+    failure: ClassVar[str] = ""
+    #: what a person reads in a diagnosis line: ``"dns: the host name does not resolve"``
+    summary: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, url: str = "", status: int | None = None):
+        self.url, self.status = url, status
+        super().__init__(message)
+
+
+class RemoteHostUnknown(RemoteError):
+    """The host name does not resolve (DNS): a typo in the address, or no network."""
+
+    exit_code, failure, summary = 2, "dns", "the host name does not resolve (DNS)"
+
+
+class RemoteTLSError(RemoteError):
+    """The TLS handshake failed: a certificate not trusted, or https:// to a plain-HTTP port."""
+
+    exit_code, failure, summary = 2, "tls", "the TLS handshake failed"
+
+
+class RemoteAuthError(RemoteError):
+    """HTTP 401/403: the key is empty, wrong, expired or not allowed this model."""
+
+    exit_code, failure, summary = 2, "auth", "401/403: the service rejected the key"
+
+
+class RemoteUnknownModel(RemoteError):
+    """HTTP 404 or the service's "model not found": the model (or the path) is not served."""
+
+    exit_code, failure, summary = 2, "unknown_model", "404: the model or path is not served"
+
+
+class RemoteRejected(RemoteError):
+    """Another 4xx: the service refuses this request as sent (a setting it does not accept)."""
+
+    exit_code, failure, summary = 2, "rejected", "the service refused the request (4xx)"
+
+
+class RemoteMalformed(RemoteError):
+    """An answer that is not the service's API (not JSON, a missing field, an HTML page)."""
+
+    exit_code, failure, summary = 2, "malformed", "the answer is not the service's API"
+
+
+class RemoteRefused(RemoteError):
+    """The connection was refused: nothing listens on that host and port."""
+
+    exit_code, failure, summary = 3, "refused", "connection refused (nothing listens there)"
+
+
+class RemoteConnectionLost(RemoteError):
+    """The connection was reset or closed before the answer was complete."""
+
+    exit_code, failure, summary = 3, "connection", "the connection was reset or dropped"
+
+
+class RemoteTimeout(RemoteError):
+    """No answer within the timeout, retries included."""
+
+    exit_code, failure, summary = 3, "timeout", "no answer within the timeout"
+
+
+class RemoteRateLimited(RemoteError):
+    """HTTP 429 past the retries: the key is over its rate or quota."""
+
+    exit_code, failure, summary = 3, "rate_limit", "429: the service is rate limiting this key"
+
+
+class RemoteServerError(RemoteError):
+    """HTTP 5xx past the retries: the service itself is failing."""
+
+    exit_code, failure, summary = 3, "server_error", "5xx: the service is failing"
+
+
+#: every class of remote failure by its short name, in the order a reader checks them
+REMOTE_FAILURES: dict[str, type[RemoteError]] = {
+    cls.failure: cls
+    for cls in (
+        RemoteHostUnknown,
+        RemoteRefused,
+        RemoteTLSError,
+        RemoteConnectionLost,
+        RemoteTimeout,
+        RemoteAuthError,
+        RemoteUnknownModel,
+        RemoteRateLimited,
+        RemoteServerError,
+        RemoteRejected,
+        RemoteMalformed,
+    )
+}
+
+
+class RemoteStepError(RemoteError):
+    """A remote training call failed part-way, so the service's step state is unknown and the
+    run must be resumed from its last checkpoint. Keeps its cause's class and exit code."""
+
+    def __init__(self, message: str, cause: RemoteError):
+        super().__init__(message, url=cause.url, status=cause.status)
+        self.failure, self.summary = cause.failure, cause.summary  # type: ignore[misc]
+        self.exit_code = cause.exit_code
 
 
 class DiskError(SearchR1Error):

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
     from searchr1.core.config_schema import Config
+    from searchr1.core.errors import RemoteError
 
 StopReason = Literal["stop", "length"]
 EndReason = Literal[
@@ -270,11 +271,14 @@ class SearchResult:
 @dataclass(frozen=True)
 class SearchResponse:
     """One ``search`` outcome. ``error`` is a short model-readable reason (``"timeout"``);
-    None on success, where ``results`` may still be empty."""
+    None on success, where ``results`` may still be empty. ``failure``: for a remote service
+    that failed, the :class:`~searchr1.core.errors.RemoteError` behind ``error`` (its class,
+    URL and fix, for a person; never shown to the model)."""
 
     results: tuple[SearchResult, ...] = ()
     error: str | None = None
     cached: bool = False
+    failure: RemoteError | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -27,22 +27,48 @@ What one call does (:meth:`HttpClient.send`):
   when the retries, the deadline or the server's patience ran out. Both say the method, the
   URL without its query string or user info, the number of attempts and the last failure;
   header values and query values that look like credentials are cut out of the body excerpt,
-  as are the secrets registered with :mod:`searchr1.core.secrets`.
+  as are the secrets registered with :mod:`searchr1.core.secrets`. Both carry the class of
+  the failure (``failure``, a :class:`~searchr1.core.errors.RemoteError` subclass).
+
+Every remote channel, over this client or an SDK of its own, names its failures the same way:
+:func:`classify` reads the class off an exception (its type, its HTTP status or an SDK's
+stable error code, and the exceptions it was raised from: ``socket.gaierror`` is DNS,
+``ConnectionRefusedError`` refused, ``ssl.SSLError`` TLS), never off its message, and
+:meth:`Channel.error` turns it into the one-paragraph
+:class:`~searchr1.core.errors.RemoteError` a person reads (the URL, the class, what to do).
+:meth:`Channel.announce` says, on first contact, what is awaited and for how long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+import socket
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from searchr1.core.errors import SearchR1Error
+from searchr1.core.errors import (
+    RemoteAuthError,
+    RemoteConnectionLost,
+    RemoteError,
+    RemoteHostUnknown,
+    RemoteMalformed,
+    RemoteRateLimited,
+    RemoteRefused,
+    RemoteRejected,
+    RemoteServerError,
+    RemoteTimeout,
+    RemoteTLSError,
+    RemoteUnknownModel,
+    SearchR1Error,
+)
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import is_secret_name, redact_text
 from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
@@ -112,7 +138,8 @@ class RetryPolicy:
 
 class HttpError(SearchR1Error):
     """A call that failed for good. ``kind`` is ``"timeout"``, ``"connection"`` or
-    ``"status"`` (then ``status`` and ``response`` are set); ``url`` has no query string."""
+    ``"status"`` (then ``status`` and ``response`` are set); ``url`` has no query string;
+    ``failure`` the class of the failure (:func:`classify`)."""
 
     def __init__(
         self,
@@ -124,6 +151,7 @@ class HttpError(SearchR1Error):
         kind: str,
         response: httpx.Response | None = None,
         cause: str = "",
+        failure: type[RemoteError] | None = None,
     ):
         self.method = method
         self.url = url
@@ -134,6 +162,9 @@ class HttpError(SearchR1Error):
         self.status = response.status_code if response is not None else None
         #: the exception class behind a timeout or connection error (e.g. ``ConnectError``)
         self.cause = cause
+        if failure is None:
+            failure = status_class(self.status) if self.status else RemoteConnectionLost
+        self.failure = RemoteTimeout if kind == "timeout" else failure
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
         super().__init__(f"{method} {url} failed after {tries}: {reason}")
 
@@ -253,6 +284,7 @@ class HttpClient:
             request = build(client)
             attempts += 1
             response: httpx.Response | None = None
+            failure: type[RemoteError] | None = None
             async with slots:
                 emit("attempt", 0.0)
                 try:
@@ -264,7 +296,7 @@ class HttpClient:
                     reason = f"timed out ({cause})"
                 except httpx.RequestError as exc:  # connect, read, protocol, decoding errors
                     emit("connection_error", 0.0)
-                    kind, cause = "connection", type(exc).__name__
+                    kind, cause, failure = "connection", type(exc).__name__, classify(exc)
                     reason = f"connection error ({cause}: {_scrub(str(exc), request)})"
             retry_after: float | None = None
             if response is not None:
@@ -298,7 +330,7 @@ class HttpClient:
                 stop, why = True, f"; a retry would pass the {policy.deadline_s:g} s deadline"
             if stop:
                 raise self._error(
-                    HttpGaveUp, request, attempts, reason + why, kind, response, cause
+                    HttpGaveUp, request, attempts, reason + why, kind, response, cause, failure
                 )
             retries += 1
             emit("retry", delay)
@@ -317,6 +349,7 @@ class HttpClient:
         kind: str,
         response: httpx.Response | None,
         cause: str = "",
+        failure: type[RemoteError] | None = None,
     ) -> HttpError:
         return cls(
             request.method,
@@ -326,6 +359,7 @@ class HttpClient:
             kind=kind,
             response=response,
             cause=cause,
+            failure=failure,
         )
 
 
@@ -357,3 +391,260 @@ def _scrub(text: str, request: httpx.Request) -> str:
     secrets = {p for v in values for p in (v.strip(), *v.split()[-1:])}
     secrets |= {request.url.userinfo.decode(errors="replace"), request.url.password or ""}
     return redact_text(text, secrets)
+
+
+# --------------------------------------------------------------------------- failure classes
+
+#: stable error codes (not messages) that Tinker-shaped SDKs put on their exceptions
+_CODE_CLASSES: dict[str, type[RemoteError]] = {
+    "unauthorized": RemoteAuthError,
+    "forbidden": RemoteAuthError,
+    "api_key_expired": RemoteAuthError,
+    "api_key_revoked": RemoteAuthError,
+    "api_key_disabled": RemoteAuthError,
+    "model_not_found": RemoteUnknownModel,
+    "too_many_requests": RemoteRateLimited,
+    "control.invalid_response": RemoteMalformed,
+    "actor.invalid_response": RemoteMalformed,
+}
+
+
+def status_class(status: int) -> type[RemoteError]:
+    """The class of an HTTP error status: 401/403 auth, 404 unknown model (or path), 408 a
+    timeout, 429 rate limit, 5xx server error, any other 4xx rejected."""
+    if status in (401, 403):
+        return RemoteAuthError
+    if status == 404:
+        return RemoteUnknownModel
+    if status == 408:
+        return RemoteTimeout
+    if status == 429:
+        return RemoteRateLimited
+    return RemoteServerError if status >= 500 else RemoteRejected
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling (an SDK that wraps an
+    ``httpx`` error ``from None`` still keeps it as the context)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def status_of(exc: BaseException) -> int:
+    """The HTTP status an exception carries (``status_code``, or its ``response``'s); 0 if none."""
+    for attr in ("status_code", "status"):
+        status = getattr(exc, attr, None)
+        if isinstance(status, int) and status >= 100:
+            return status
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else 0
+
+
+def classify(exc: BaseException) -> type[RemoteError] | None:
+    """The class of a remote failure (None: not one). Read off types and numbers only: the
+    socket error under the exception (DNS, refused, TLS), its HTTP status or an SDK's stable
+    error code, a timeout or a broken connection, an answer that does not parse."""
+    if isinstance(exc, HttpError):
+        return exc.failure
+    if isinstance(exc, RemoteError):
+        from searchr1.core.errors import REMOTE_FAILURES
+
+        return REMOTE_FAILURES.get(exc.failure, type(exc))
+    chain = list(_causes(exc))
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            return RemoteHostUnknown
+        if isinstance(e, ssl.SSLError):
+            return RemoteTLSError
+        if isinstance(e, ConnectionRefusedError):
+            return RemoteRefused
+    for e in chain:
+        code = getattr(e, "code", None)
+        if isinstance(code, str) and code in _CODE_CLASSES:
+            return _CODE_CLASSES[code]
+        status = status_of(e)
+        if status >= 400:
+            return status_class(status)
+    for e in chain:
+        if isinstance(e, TimeoutError | httpx.TimeoutException):
+            return RemoteTimeout
+        if isinstance(e, ConnectionError | httpx.TransportError):
+            return RemoteConnectionLost
+        if isinstance(e, json.JSONDecodeError | httpx.DecodingError):
+            return RemoteMalformed
+    return None
+
+
+def probe(url: str, timeout_s: float) -> type[RemoteError]:
+    """The class of a failure whose exception lost its cause (an SDK that re-raises its
+    transport error ``from None`` across threads), found by trying the address once more
+    ourselves: DNS, refused, TLS or a timeout as :func:`classify` reads them; an address that
+    answers means the service itself failed (RemoteServerError)."""
+    parts = urlsplit(url)
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=True) as client:
+            client.get(urlunsplit((parts.scheme, parts.netloc, "/", "", "")))
+    except httpx.HTTPError as exc:
+        return classify(exc) or RemoteConnectionLost
+    return RemoteServerError
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The ``Retry-After`` of the answer behind ``exc`` (seconds), if it had one."""
+    for e in _causes(exc):
+        response = getattr(e, "response", None)
+        headers = getattr(response, "headers", None)
+        if headers is not None and hasattr(headers, "get"):
+            seconds = parse_retry_after(headers.get("Retry-After"))
+            if seconds is not None:
+                return seconds
+    return None
+
+
+@dataclass
+class Channel:
+    """One remote service as a person is told about it: built once by the plugin that talks
+    to it, from its settings, and used for every failure and for the first contact."""
+
+    #: what the service is, e.g. "the model service of provider 'taotoken'"
+    service: str
+    #: its address (made safe: no query string, no user info)
+    url: str
+    #: the setting that holds the address, e.g. "model.api_base"
+    address: str
+    #: the variable or setting that holds the key ("" when the service takes none)
+    key: str = ""
+    #: the model asked for, named when the service does not know it
+    model: str = ""
+    #: seconds one request may take, and the setting that says so
+    timeout_s: float | None = None
+    timeout_setting: str = ""
+    #: how failures are retried, e.g. "up to 3 retries ([search] max_retries)"
+    retries: str = ""
+    _announced: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.url = safe_url(self.url)
+
+    def announce(self) -> None:
+        """Log, on first contact only, what is awaited and for how long (``remote_connecting``,
+        an event: stdout stays JSON when piped)."""
+        if self._announced:
+            return
+        self._announced = True
+        wait = [f"timeout {self.timeout_s:g} s a request"] if self.timeout_s else []
+        if self.timeout_setting and wait:
+            wait[0] += f" ({self.timeout_setting})"
+        if self.retries:
+            wait.append(self.retries)
+        get_logger().info(
+            "remote_connecting",
+            detail=f"connecting to {self.service} at {self.url}"
+            + (f" ({', '.join(wait)})" if wait else ""),
+        )
+
+    def error(self, exc: BaseException, operation: str = "") -> RemoteError:
+        """``exc`` as the RemoteError of its class (a RemoteError passes unchanged; an
+        exception of no known class is the service's failure): one paragraph naming this
+        service's URL, the class and what to do, with no secret in it."""
+        if isinstance(exc, RemoteError):
+            return exc
+        cls = classify(exc) or probe(self.url, min(self.timeout_s or 10.0, 10.0))
+        status = exc.status if isinstance(exc, HttpError) else status_of(exc) or None
+        return self._error(cls, _detail(exc), operation, status, retry_after_of(exc))
+
+    def failed(
+        self,
+        cls: type[RemoteError],
+        what: str,
+        operation: str = "",
+        status: int | None = None,
+    ) -> RemoteError:
+        """The RemoteError of class ``cls`` for a failure seen in an answer rather than raised
+        (``what``: what is wrong, e.g. "the response is not JSON" for RemoteMalformed)."""
+        return self._error(cls, f" ({redact_text(what)})", operation, status, None)
+
+    def _error(
+        self,
+        cls: type[RemoteError],
+        detail: str,
+        operation: str,
+        status: int | None,
+        retry_after: float | None,
+    ) -> RemoteError:
+        during = f" during {operation}" if operation else ""
+        message = (
+            f"{self.service} at {self.url} failed{during}: {cls.summary}{detail}. "
+            f"{self._fix(cls, retry_after)}"
+        )
+        return cls(redact_text(message), url=self.url, status=status)
+
+    def _fix(self, cls: type[RemoteError], retry_after: float | None) -> str:
+        parts = urlsplit(self.url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        rerun = "then rerun (searchr1 train --resume continues a run from its last checkpoint)"
+        if cls is RemoteHostUnknown:
+            return (
+                f"Check the host name {host!r} in {self.address}, and that this machine reaches "
+                f"the network (DNS, proxy settings)"
+            )
+        if cls is RemoteTLSError:
+            return (
+                f"If the server at {host}:{port} speaks plain HTTP, write http:// in "
+                f"{self.address}; otherwise its certificate is not trusted here (SSL_CERT_FILE, "
+                f"a proxy that intercepts TLS)"
+            )
+        if cls is RemoteRefused:
+            return (
+                f"Is the server running on port {port} of {host}? Start it, or fix the port "
+                f"in {self.address}; {rerun}"
+            )
+        if cls is RemoteConnectionLost:
+            return f"The service or a proxy on the way closed the connection: {rerun}"
+        if cls is RemoteTimeout:
+            setting = f"raise {self.timeout_setting}, " if self.timeout_setting else ""
+            limit = f" within {self.timeout_s:g} s" if self.timeout_s else ""
+            return f"The service did not answer{limit}: {setting}or check the service; {rerun}"
+        if cls is RemoteAuthError:
+            if not self.key:
+                return f"The service wants a key, and this channel sends none ({self.address})"
+            return (
+                f"{self.key} is empty or wrong (or not allowed this model): set it in the "
+                f"environment or in a .env file next to the config"
+            )
+        if cls is RemoteUnknownModel:
+            model = f"{self.model!r} " if self.model else ""
+            return (
+                f"Check that the model {model}is one this service serves ([model] base_model), "
+                f"and the path in {self.address}"
+            )
+        if cls is RemoteRateLimited:
+            wait = f"{retry_after:g} s (its Retry-After)" if retry_after is not None else "a while"
+            keys = f", or use another key in {self.key}" if self.key else ""
+            return f"Wait {wait}{keys}; {rerun}"
+        if cls is RemoteServerError:
+            return f"The service itself is failing: wait, {rerun}"
+        if cls is RemoteMalformed:
+            return (
+                f"Check that {self.address} points at the API itself (not a web page or a "
+                f"proxy's page), and that the server runs a version this client speaks"
+            )
+        return "The service's answer says why; fix the request's settings accordingly"
+
+
+def _detail(exc: BaseException) -> str:
+    """`` (what the failure said)``: an HttpError's reason and attempts, else the exception's
+    own first line (an SDK's ``message`` without its appended hints)."""
+    if isinstance(exc, HttpError):
+        tries = "1 attempt" if exc.attempts == 1 else f"{exc.attempts} attempts"
+        return f" ({exc.method} {exc.url}: {exc.reason}, {tries})"
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc)
+    text = text.splitlines()[0][:300] if text.strip() else ""
+    status = status_of(exc)
+    said = ": ".join(p for p in (f"HTTP {status}" if status else "", text) if p)
+    return f" ({type(exc).__name__}: {said})" if said else f" ({type(exc).__name__})"

@@ -41,7 +41,9 @@ are reused across samples of one event loop, and transient failures (408, 409, 4
 timeouts, connection errors) are retried ``max_retries`` times with exponential backoff and
 full jitter (``retry_backoff_seconds`` the first ceiling), or after ``Retry-After`` (a wait of
 over ``max_retry_after_seconds`` ends the call); 401/403 raise "<KEY VARIABLE> was rejected",
-any other failure a :class:`ChatServiceError` naming the URL and the attempts.
+every failure that remains a :class:`~searchr1.core.errors.RemoteError` of its class (401/403
+names the key's variable, 404 the model, a timeout ``timeout_seconds``), naming the URL and
+the attempts. The first request says what it waits for and how long (``remote_connecting``).
 """
 
 from __future__ import annotations
@@ -52,18 +54,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigValueError, UserError
+from searchr1.core.errors import ConfigValueError, RemoteMalformed
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
-from searchr1.kit.http import (
-    HttpClient,
-    HttpError,
-    HttpGaveUp,
-    RetryPolicy,
-    Verdict,
-    default_decide,
-    safe_url,
-)
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
 from searchr1.plugins.agent_protocols.call_formats import (
     CallFormat,
     JsonCallFormat,
@@ -79,12 +73,8 @@ if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
 
 
-class ChatAuthError(UserError):
-    """The chat API rejected the key."""
-
-
 class ChatServiceError(RuntimeError):
-    """A chat request failed after retries, or the server answered something unusable."""
+    """A prompt the chat completions API cannot take as it is (an open assistant message)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +125,16 @@ class OpenAIChatProvider:
         self.model = model
         self.tokenizer = tokenizer
         self._settings = settings
-        self._key_name = key_name
+        self.channel = Channel(
+            service="the chat API of provider 'openai_chat'",
+            url=self.url,
+            address="model.api_base",
+            key=key_name,
+            model=model,
+            timeout_s=settings.timeout_seconds,
+            timeout_setting="[model.openai_chat] timeout_seconds",
+            retries=f"up to {settings.max_retries} retries ([model.openai_chat] max_retries)",
+        )
         self._http = HttpClient(
             policy=RetryPolicy(
                 max_retries=settings.max_retries,
@@ -235,9 +234,9 @@ class OpenAIChatProvider:
         body = self._body(prompt_tokens, num_samples, params)
         thinking = body.get("chat_template_kwargs", {}).get("enable_thinking")
         data = await self._post(body)
-        choices = data.get("choices")
+        choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise ChatServiceError(f"{safe_url(self.url)}: the response has no choices")
+            raise self.channel.failed(RemoteMalformed, "the response has no choices", "chat")
         end = self._end_of_message(params)
         out = []
         for choice in sorted(choices, key=lambda c: c.get("index", 0))[:num_samples]:
@@ -256,25 +255,18 @@ class OpenAIChatProvider:
             out.append(SampledSequence(tuple(tokens), (0.0,) * len(tokens), reason))
         return out
 
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, body: dict[str, Any]) -> Any:
+        self.channel.announce()
         try:
-            response = await self._http.request("POST", self.url, json=body, decide=_decide)
-        except HttpGaveUp as exc:
-            raise ChatServiceError(
-                f"{exc} (raise [model.openai_chat] max_retries / timeout_seconds to wait longer)"
-            ) from exc
+            response = await self._http.request("POST", self.url, json=body)
         except HttpError as exc:
-            raise ChatServiceError(str(exc)) from exc
-        if response.status_code in (401, 403):
-            raise ChatAuthError(
-                f"{self._key_name} was rejected by {safe_url(self.url)} (HTTP "
-                f"{response.status_code}): "
-                f"check the key and that it may use model {self.model!r}"
-            )
+            raise self.channel.error(exc, "chat") from exc
         try:
             return response.json()
         except ValueError as exc:
-            raise ChatServiceError(f"{safe_url(self.url)}: response is not JSON") from exc
+            raise self.channel.failed(
+                RemoteMalformed, "the response is not JSON", "chat", response.status_code
+            ) from exc
 
     async def aclose(self) -> None:
         """Close the connection pool (of the running loop)."""
@@ -286,14 +278,6 @@ class OpenAIChatProvider:
 
 def _create(config: Config) -> Model:
     return Model(sampler=OpenAIChatProvider.from_config(config))
-
-
-def _decide(response: Any) -> Verdict:
-    """401/403 go back to :meth:`OpenAIChatProvider._post` (which names the key variable);
-    the rest as :func:`searchr1.kit.http.default_decide`."""
-    if response.status_code in (401, 403):
-        return Verdict.ACCEPT
-    return default_decide(response)
 
 
 @hookimpl

@@ -155,7 +155,11 @@ class SearchR1Retriever(HttpSearchProvider):
             for i, (_, future) in enumerate(batch):
                 if not future.done():
                     results = fetched.value[i] if fetched.value is not None else ()
-                    future.set_result(SearchResponse(results=results, error=fetched.error))
+                    future.set_result(
+                        SearchResponse(
+                            results=results, error=fetched.error, failure=fetched.failure
+                        )
+                    )
         except asyncio.CancelledError:
             fallback = "search cancelled"
             raise

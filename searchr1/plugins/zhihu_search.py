@@ -146,7 +146,9 @@ class ZhihuSearch(HttpSearchProvider):
             return client.build_request("GET", self.options.path, params=params, headers=headers)
 
         fetched = await self.request(build, lambda response: parse_zhihu(response, top_k))
-        return SearchResponse(results=fetched.value or (), error=fetched.error)
+        return SearchResponse(
+            results=fetched.value or (), error=fetched.error, failure=fetched.failure
+        )
 
 
 @hookimpl

@@ -4,7 +4,7 @@ Checks ``Authorization: Bearer``, records every request body, and answers with a
 reply: :meth:`FakeChatServer.reply` queues one assistant message (content and/or tool calls,
 with a ``finish_reason``) per call; without a queued reply it echoes a short content. Faults:
 :meth:`FakeChatServer.fail` answers the next ``times`` requests with an HTTP status (and a
-``Retry-After`` header) instead. ``connections`` counts the TCP connections it accepted (a
+``Retry-After`` header), a body that is not JSON (``raw``), or only after ``delay`` seconds. ``connections`` counts the TCP connections it accepted (a
 client that reuses its pool opens one).
 """
 
@@ -25,7 +25,7 @@ class FakeChatServer:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self._replies: deque[dict[str, Any]] = deque()
-        self._failures: deque[tuple[int, str, str]] = deque()
+        self._failures: deque[tuple[int, str, str, bytes | None, float]] = deque()
         self._lock = threading.Lock()
         self.connections = 0
         self._server = _CountingServer(("127.0.0.1", 0), _handler(self), self)
@@ -67,11 +67,19 @@ class FakeChatServer:
         with self._lock:
             self._replies.append({"message": message, "finish_reason": finish_reason})
 
-    def fail(self, status: int, times: int = 1, retry_after: str = "0", message: str = "") -> None:
+    def fail(
+        self,
+        status: int,
+        times: int = 1,
+        retry_after: str = "0",
+        message: str = "",
+        raw: bytes | None = None,
+        delay: float = 0.0,
+    ) -> None:
         """The next ``times`` requests get ``status`` (``message``: the error text; default
-        "injected <status>")."""
+        "injected <status>"; ``raw``: this body instead of JSON), after ``delay`` seconds."""
         with self._lock:
-            self._failures.extend([(status, retry_after, message)] * times)
+            self._failures.extend([(status, retry_after, message, raw, delay)] * times)
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
@@ -124,19 +132,27 @@ def _handler(fake: FakeChatServer) -> type[BaseHTTPRequestHandler]:
             with fake._lock:
                 failure = fake._failures.popleft() if fake._failures else None
             if failure is not None:
-                status, retry_after, message = failure
+                status, retry_after, message, raw_body, delay = failure
+                time.sleep(delay)
+                if raw_body is not None:
+                    return self._send(status, None, retry_after, raw_body)
                 error = {"error": {"message": message or f"injected {status}"}}
                 return self._send(status, error, retry_after)
             self._send(200, fake._answer(json.loads(raw)))
 
-        def _send(self, status: int, body: Any, retry_after: str = "") -> None:
-            data = json.dumps(body).encode()
+        def _send(
+            self, status: int, body: Any, retry_after: str = "", raw: bytes | None = None
+        ) -> None:
+            data = raw if raw is not None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             if retry_after:
                 self.send_header("Retry-After", retry_after)
             self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
+                pass
 
     return Handler

@@ -66,6 +66,9 @@ def handler_for(fake: Any) -> type[BaseHTTPRequestHandler]:
             if fault is not None and fault.delay:
                 time.sleep(fault.delay)
             try:
+                if fault is not None and fault.body is not None:
+                    self._send(200, "text/html", fault.body)
+                    return
                 if fault is not None and fault.status:
                     raise Reply(
                         fault.status,

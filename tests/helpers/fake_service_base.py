@@ -21,7 +21,7 @@ class Fault:
     """Answer the next ``times`` requests matching ``method`` and the ``path`` regex with
     ``status`` (after ``delay`` seconds), or -- with ``status=0`` -- handle them normally but
     only after ``delay`` seconds. ``code``: the error code in the body, where the protocol has
-    one."""
+    one. ``body``: answer 200 with these bytes instead (an answer that is not the API's)."""
 
     method: str
     path: str
@@ -29,6 +29,7 @@ class Fault:
     times: int = 1
     delay: float = 0.0
     code: str = ""
+    body: bytes | None = None
     hits: int = 0
 
 

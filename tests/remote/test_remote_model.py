@@ -26,15 +26,16 @@ from remote_helpers import (
 )
 
 from searchr1.core.config_schema import Config  # noqa: E402
-from searchr1.core.errors import ConfigError  # noqa: E402
+from searchr1.core.errors import (  # noqa: E402
+    ConfigError,
+    RemoteAuthError,
+    RemoteServerError,
+    RemoteStepError,
+    UserError,
+)
 from searchr1.core.trainer_checks import check_loss  # noqa: E402
 from searchr1.core.types import AdamParams, SamplingParams  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling, ppo  # noqa: E402
-from searchr1.plugins.remote_model.errors import (  # noqa: E402
-    RemoteAuthError,
-    RemoteServiceError,
-    RemoteStepError,
-)
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 from searchr1.plugins.remote_model.sdk import MissingSDKError  # noqa: E402
 
@@ -108,7 +109,7 @@ def test_ratio_cap_is_refused_and_clip_bounds_travel_as_thresholds(provider):
 
 def test_key_revoked_mid_run_stops_with_a_clear_error(provider, fake):
     fake.api_key = "sk-rotated-key-9999"
-    with pytest.raises(RemoteAuthError, match="model.api_key was rejected"):
+    with pytest.raises(RemoteAuthError, match="model.api_key is empty or wrong"):
         asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
 
 
@@ -137,7 +138,7 @@ def test_a_failed_sampler_refresh_is_retried_by_the_next_sample(provider, fake):
     before = asyncio.run(provider.sample(prompt, 1, params))[0]
     provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
     down = fake.inject("POST", r"/sampling-runs$", 503, times=10_000)
-    with pytest.raises(RemoteServiceError):
+    with pytest.raises(RemoteServerError):
         provider.optim_step(AdamParams(learning_rate=0.5))
     fake.clear_faults()
     runs = fake.count("sampling_runs")
@@ -210,7 +211,7 @@ def test_config_problems_are_reported_together(fake, tmp_path):
 
 
 def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
-    with pytest.raises(RemoteServiceError, match="remote_checkpoint.json"):
+    with pytest.raises(UserError, match="remote_checkpoint.json"):
         provider.load_state(str(tmp_path / "nowhere"))
 
 

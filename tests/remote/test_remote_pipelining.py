@@ -18,7 +18,7 @@ from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
 from remote_helpers import ADAM, IS_LOSS, make_datums  # noqa: E402
 from test_remote_model import make_config  # noqa: E402
 
-from searchr1.plugins.remote_model.errors import RemoteStepError  # noqa: E402
+from searchr1.core.errors import RemoteStepError  # noqa: E402
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 
 LATENCY = 0.2

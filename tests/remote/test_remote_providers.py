@@ -27,9 +27,9 @@ from remote_helpers import (
 
 from searchr1.core.config import load_config
 from searchr1.core.config_schema import Config
+from searchr1.core.errors import RemoteAuthError
 from searchr1.core.types import AdamParams, Datum, SamplingParams
 from searchr1.plugins.losses import NamedLoss, ppo
-from searchr1.plugins.remote_model.errors import RemoteAuthError
 from searchr1.plugins.remote_model.provider import RemoteModelProvider
 
 BACKENDS = ("taotoken", "tinker")
@@ -303,7 +303,7 @@ rank = 8
 {backend.key_test_table}"""
     )
     config = load_config(toml, env={backend.env_var: backend.wrong_key})
-    with pytest.raises(RemoteAuthError, match=f"{backend.env_var} was rejected") as info:
+    with pytest.raises(RemoteAuthError, match=f"{backend.env_var} is empty or wrong") as info:
         backend.open(config)
     assert "401" in str(info.value)
     assert backend.wrong_key not in str(info.value)

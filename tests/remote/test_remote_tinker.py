@@ -27,11 +27,8 @@ from remote_helpers import (
 )
 
 from searchr1.core.config_schema import Config  # noqa: E402
+from searchr1.core.errors import RemoteStepError, RemoteTimeout  # noqa: E402
 from searchr1.core.types import SamplingParams  # noqa: E402
-from searchr1.plugins.remote_model.errors import (  # noqa: E402
-    RemoteServiceError,
-    RemoteStepError,
-)
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
 
 
@@ -129,7 +126,7 @@ def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
     try:
         asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))  # warm
         fake.inject("POST", r"^/api/v1/asample$", 0, delay=10.0)
-        with pytest.raises(RemoteServiceError, match="sampling_timeout_seconds = 3"):
+        with pytest.raises(RemoteTimeout, match="sampling_timeout_seconds = 3"):
             asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=2)))
     finally:
         fake.clear_faults()

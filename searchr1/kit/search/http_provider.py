@@ -22,7 +22,11 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
   flood the service;
 * bounds each attempt by ``timeout_seconds`` end to end;
 * counts every attempt and outcome in the provider's metrics;
-* returns a short, model-readable error instead of raising, and never puts a key in it.
+* returns a short, model-readable error instead of raising, and never puts a key in it,
+  with the :class:`~searchr1.core.errors.RemoteError` of the failure's class beside it
+  (``SearchResponse.failure``: DNS, refused, 401/403, 429, 5xx, timeout, a malformed
+  answer, ..., naming the URL and the fix), logged once per class as ``search_failed``;
+* says on first contact what it waits for and how long (``remote_connecting``).
 
 The settings named above are ``[search]`` fields (:data:`HTTP_SETTINGS`, which a provider
 registers as the section fields it ``reads``), so the chosen provider's table may set them too.
@@ -37,8 +41,10 @@ from typing import Generic, TypeVar
 import httpx
 
 from searchr1.core.config_schema import SearchConfig
+from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteMalformed, RemoteRejected
+from searchr1.core.logs import get_logger
 from searchr1.core.secrets import redact_text
-from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.keys import KeyPool
@@ -74,6 +80,8 @@ class Fetched(Generic[T]):
 
     value: T | None = None
     error: str | None = None
+    #: the classified failure behind ``error`` (None on success)
+    failure: RemoteError | None = None
 
 
 RequestBuilder = Callable[[httpx.AsyncClient, "str | None"], httpx.Request]
@@ -95,6 +103,8 @@ class _Tries:
     unusable: int = 0
     parsed: object = None
     parse_error: ResponseError | None = None
+    #: the 401/403 of the last rejected key
+    auth_status: int = 0
 
 
 #: the ``[search]`` fields this layer reads (a provider's ``reads``)
@@ -138,6 +148,16 @@ class HttpSearchProvider(BaseSearchProvider):
             timeout=settings.timeout_seconds,
             follow_redirects=True,
         )
+        self.channel = Channel(
+            service=f"the {self.name} search API",
+            url=self.api_base,
+            address="search.api_base",
+            key="" if self.keys.anonymous else "search.api_keys",
+            timeout_s=settings.timeout_seconds,
+            timeout_setting="[search] timeout_seconds",
+            retries=f"up to {settings.max_retries} retries ([search] max_retries)",
+        )
+        self._failures_said: set[str] = set()
 
     # ------------------------------------------------------------------ protocol
 
@@ -221,6 +241,7 @@ class HttpSearchProvider(BaseSearchProvider):
                 m.auth_errors += 1
                 self.keys.bench(tries.index, f"key rejected ({status})", float("inf"))
                 tries.last_error = f"search API key rejected ({status})"
+                tries.auth_status = status
                 return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
             if status == 408 or status >= 500:
                 m.server_errors += 1
@@ -228,6 +249,7 @@ class HttpSearchProvider(BaseSearchProvider):
             m.http_errors += 1
             return Verdict.REJECT
 
+        self.channel.announce()
         try:
             # decide() parses the 2xx it accepts (an unusable one moves to the next key)
             await self.http.send(
@@ -237,12 +259,30 @@ class HttpSearchProvider(BaseSearchProvider):
             )
         except _NoKeyLeft:
             m.unavailable += 1
-            return Fetched(error=tries.last_error or ERR_DOWN)
+            failure = None
+            if tries.auth_status:  # every key was rejected
+                failure = self.channel.failed(
+                    RemoteAuthError,
+                    f"HTTP {tries.auth_status} for every key",
+                    status=tries.auth_status,
+                )
+            return self._failed(tries.last_error or ERR_DOWN, failure)
         except HttpError as exc:
-            return Fetched(error=_model_error(exc))
+            return self._failed(_model_error(exc), self.channel.error(exc))
         if tries.parse_error is not None:
-            return Fetched(error=str(tries.parse_error))
+            kind = RemoteMalformed if tries.parse_error.kind == "malformed" else RemoteRejected
+            failure = self.channel.failed(kind, str(tries.parse_error))
+            return self._failed(str(tries.parse_error), failure)
         return Fetched(value=tries.parsed)  # type: ignore[arg-type]
+
+    def _failed(self, error: str, failure: RemoteError | None) -> Fetched[T]:
+        """A failed request's outcome; its class said in the log the first time it is seen."""
+        if failure is not None and failure.failure not in self._failures_said:
+            self._failures_said.add(failure.failure)
+            get_logger().warning(
+                "search_failed", provider=self.name, failure=failure.failure, detail=str(failure)
+            )
+        return Fetched(error=error, failure=failure)
 
     def _count(self, event: str, _seconds: float) -> None:
         m = self._metrics

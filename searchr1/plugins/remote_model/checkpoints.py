@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.disk import write_text_atomic
+from searchr1.core.errors import UserError
 from searchr1.core.secrets import redact_text
-from searchr1.plugins.remote_model.errors import RemoteServiceError
 
 CHECKPOINT_FILE = "remote_checkpoint.json"
 
@@ -46,11 +46,11 @@ def read_checkpoint(folder: Path) -> dict[str, Any]:
     """The record :func:`write_record` wrote in ``folder``."""
     file = folder / CHECKPOINT_FILE
     if not file.is_file():
-        raise RemoteServiceError(
+        raise UserError(
             f"{folder}: no {CHECKPOINT_FILE}; this checkpoint was not written by a remote model "
             f"provider (resume it with the provider that saved it)"
         )
     record = json.loads(file.read_text("utf-8"))
     if not isinstance(record, dict) or not record.get("checkpoint_uri"):
-        raise RemoteServiceError(f"{file}: no checkpoint_uri in the record")
+        raise UserError(f"{file}: no checkpoint_uri in the record")
     return record

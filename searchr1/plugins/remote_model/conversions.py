@@ -30,7 +30,6 @@ from searchr1.core.types import (
     StopReason,
     Tokenizer,
 )
-from searchr1.plugins.remote_model.errors import RemoteServiceError
 
 #: the ``[lora] target_modules`` of each layer group the service adapts as a whole
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -120,11 +119,12 @@ def stop_reason(value: Any) -> StopReason:
 
 
 def to_sequence(seq: Any) -> SampledSequence:
-    """One SDK ``SampledSequence`` as searchr1's; every token must come with its log-prob."""
+    """One SDK ``SampledSequence`` as searchr1's; every token must come with its log-prob
+    (ValueError otherwise: the provider reports a malformed answer)."""
     tokens = tuple(int(t) for t in seq.tokens)
     logprobs = tuple(float(x) for x in (seq.logprobs or ()))
     if len(logprobs) != len(tokens):
-        raise RemoteServiceError(
+        raise ValueError(
             f"the service returned {len(tokens)} tokens but {len(logprobs)} log-probs for one "
             f"sample; the trainer needs one sampler log-prob per token"
         )

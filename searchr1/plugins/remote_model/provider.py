@@ -39,15 +39,18 @@ the temperature note again when it logs in (``remote_temperature_not_1``).
 Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
 the SDK, and they are safe to retry: each training event carries an id that the service
 de-duplicates, so a retried ``forward_backward`` is never accumulated twice. When the SDK gives
-up (after ``retry_timeout_seconds``) the adapter raises a clear error; a 401/403 raises
-"<KEY VARIABLE> was rejected" at once.
+up (after ``retry_timeout_seconds``), or at once for a rejected key (401/403), the adapter
+raises the :class:`~searchr1.core.errors.RemoteError` of the failure's class (DNS, refused,
+TLS, 401/403 naming the key's variable, unknown model, 429, 5xx, timeout naming the setting,
+a malformed answer), built by the provider's :class:`~searchr1.kit.http.Channel`; logging in
+first says what it waits for and how long (``remote_connecting``).
 
 **A step is never half-applied; a failed step stops the run.** Neither SDK has a call that
 clears the service's gradient buffer, and a ``forward_backward`` or ``optim_step`` whose result
 was lost may or may not have been applied (PyTRIO marks its training client broken after such
 a failure). So when ``forward_backward`` succeeded but ``optim_step`` failed -- or any training
 call failed after retries -- the adapter refuses every further training call with
-:class:`RemoteStepError`, and the run must be restarted with ``--resume``: ``load_state`` opens a
+:class:`~searchr1.core.errors.RemoteStepError` (its cause's class and exit code), and the run must be restarted with ``--resume``: ``load_state`` opens a
 fresh training run from the last checkpoint saved by ``save_state``, whose weights and optimizer
 state were written after a completed ``optim_step``. Steps after that checkpoint are re-run
 from scratch; nothing of the failed step survives.
@@ -56,12 +59,14 @@ from scratch; nothing of the failed step survives.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from searchr1.core.errors import RemoteError, RemoteMalformed, RemoteStepError
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import redact_text
 from searchr1.core.trainer_checks import check_loss
@@ -75,6 +80,7 @@ from searchr1.core.types import (
     Tokenizer,
     TrainerCapabilities,
 )
+from searchr1.kit.http import Channel
 from searchr1.kit.pending import PendingResult
 from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
@@ -89,12 +95,6 @@ from searchr1.plugins.remote_model.conversions import (
     sdk_datum,
     to_sequence,
 )
-from searchr1.plugins.remote_model.errors import (
-    RemoteModelError,
-    RemoteServiceError,
-    RemoteStepError,
-    translate,
-)
 from searchr1.plugins.remote_model.sdk import (
     close_service,
     import_sdk,
@@ -103,7 +103,7 @@ from searchr1.plugins.remote_model.sdk import (
     resolve,
 )
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
-from searchr1.plugins.remote_model.settings import api_key_variable, load_settings
+from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -122,7 +122,8 @@ class RemoteModelProvider:
     ):
         """Log in: check the config (ConfigError for a missing ``api_base`` / ``api_key``),
         import the SDK (MissingSDKError), load the tokenizer and open the service session
-        (RemoteAuthError when the key is rejected); then the provider is ready to sample."""
+        (a RemoteError of the failure's class: a rejected key, a host that does not resolve,
+        ...); then the provider is ready to sample."""
         settings = load_settings(config, provider_name, default_sdk)
         self.provider_name = provider_name
         self.api_base = config.model.api_base.strip()
@@ -131,7 +132,7 @@ class RemoteModelProvider:
         self._lora_groups = lora_groups(config.lora.target_modules)
         self._seed = config.run.seed
         self._settings = settings
-        self._key_name = api_key_variable(config, provider_name)
+        self.channel = _channel(config, provider_name, settings)
         if config.model.temperature != 1.0:
             # Said again here, not only in the config advice: the Python API opens no run
             # folder and prints no advice, and the reference setup runs at 0.8.
@@ -142,16 +143,17 @@ class RemoteModelProvider:
             )
         self._sdk = import_sdk(settings.sdk)
         self.tokenizer: Tokenizer = provider_tokenizer(config, provider_name, settings.tokenizer)
+        self.channel.announce()
         try:
             self._service = open_service(self._sdk, self.api_base, config.model.api_key, settings)
         except Exception as exc:
-            raise self._translate(exc, "login") from exc
+            raise self.channel.error(exc, "login") from exc
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
         self._pinned: Any = None  # the one a pipelined rollout samples (snapshot_sampler)
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
-        self._broken: str | None = None
+        self._broken: RemoteStepError | None = None
         #: forward_backward results submitted but not yet awaited (settled by optim_step)
         self._pending: list[PendingResult] = []
         log.info(
@@ -166,23 +168,24 @@ class RemoteModelProvider:
     # ------------------------------------------------------------------ service calls
 
     def _call(self, operation: str, fn: Callable[[], T], *, step: bool = False) -> T:
-        """Run one SDK call; translate its failure into a RemoteModelError (``step``: a
+        """Run one SDK call; its failure becomes the RemoteError of its class (``step``: a
         training call, whose failure breaks the run, :meth:`_step_failed`)."""
         try:
             try:
                 return fn()
-            except RemoteModelError:
+            except RemoteError:
                 raise
             except TimeoutError as exc:  # concurrent.futures.TimeoutError since 3.11
-                raise RemoteServiceError(
-                    f"remote {operation} at {self.api_base}: no answer within "
-                    f"[model.{self.provider_name}] result_timeout_seconds = "
-                    f"{self._settings.result_timeout_seconds} s (the service is slow or failing "
-                    f"and the SDK kept retrying); raise it if the service queues work for longer"
-                ) from exc
+                # no answer within our own bound of the wait (the SDK may retry for longer)
+                seconds = self._settings.result_timeout_seconds
+                setting = f"[model.{self.provider_name}] result_timeout_seconds = {seconds}"
+                waited = dataclasses.replace(
+                    self.channel, timeout_s=seconds, timeout_setting=setting
+                )
+                raise waited.error(exc, operation) from exc
             except Exception as exc:
-                raise self._translate(exc, operation) from exc
-        except RemoteModelError as exc:
+                raise self.channel.error(exc, operation) from exc
+        except RemoteError as exc:
             if step:
                 raise self._step_failed(operation, exc) from exc
             raise
@@ -191,17 +194,6 @@ class RemoteModelProvider:
         """The answer of a submitted call (or the client a tinker future resolves to), waiting
         at most ``result_timeout_seconds``: tinker retries a failing result poll forever."""
         return resolve(future, self._settings.result_timeout_seconds or None)
-
-    def _translate(self, exc: BaseException, operation: str) -> RemoteModelError:
-        """:func:`~searchr1.plugins.remote_model.errors.translate` with this provider's
-        service URL, key name and retry budget."""
-        return translate(
-            exc,
-            operation=operation,
-            api_base=self.api_base,
-            key_name=self._key_name,
-            retry_seconds=self._settings.retry_timeout_seconds,
-        )
 
     # ------------------------------------------------------------------ clients
 
@@ -246,16 +238,17 @@ class RemoteModelProvider:
         )
 
     def _check_trainable(self) -> None:
-        if self._broken:
-            raise RemoteStepError(self._broken)
+        if self._broken is not None:
+            raise RemoteStepError(str(self._broken), self._broken)
 
-    def _step_failed(self, operation: str, exc: RemoteModelError) -> RemoteStepError:
-        self._broken = (
+    def _step_failed(self, operation: str, exc: RemoteError) -> RemoteStepError:
+        self._broken = RemoteStepError(
             f"{exc} -- the remote training state after this failed {operation} is unknown (it "
             f"may hold gradients or an update of the failed step), so this run cannot continue: "
-            f"restart it with --resume to continue from the last checkpoint"
+            f"restart it with --resume to continue from the last checkpoint",
+            exc,
         )
-        return RemoteStepError(self._broken, status_code=getattr(exc, "status_code", 0))
+        return self._broken
 
     # ------------------------------------------------------------------ Sampler, Trainer
 
@@ -286,13 +279,15 @@ class RemoteModelProvider:
                 seconds,
             )
         except TimeoutError as exc:  # tinker waits for a sample without a bound of its own
-            raise RemoteServiceError(
-                f"remote sample at {self.api_base}: no answer within [model."
-                f"{self.provider_name}] sampling_timeout_seconds = {seconds} s"
-            ) from exc
+            setting = f"[model.{self.provider_name}] sampling_timeout_seconds = {seconds}"
+            waited = dataclasses.replace(self.channel, timeout_s=seconds, timeout_setting=setting)
+            raise waited.error(exc, "sample") from exc
         except Exception as exc:
-            raise self._translate(exc, "sample") from exc
-        return [to_sequence(seq) for seq in response.sequences]
+            raise self.channel.error(exc, "sample") from exc
+        try:
+            return [to_sequence(seq) for seq in response.sequences]
+        except ValueError as exc:  # a sample without a log-prob per token
+            raise self.channel.failed(RemoteMalformed, str(exc), "sample") from exc
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
@@ -433,3 +428,34 @@ class RemoteModelProvider:
             close_service(self._service)
         except Exception as exc:  # closing must not hide the error that ended the run
             log.warning("remote_close_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _channel(config: Config, provider_name: str, settings: RemoteSettings) -> Channel:
+    """The service as its failures and its first contact name it: the address, the key's
+    variable, the model, and how long the SDK waits and retries."""
+    table = f"[model.{provider_name}]"
+    if settings.sdk == "pytrio":
+        timeout_s, timeout_setting = (
+            float(settings.request_timeout_seconds),
+            (f"{table} request_timeout_seconds"),
+        )
+        retries = (
+            f"retrying 408/429/5xx and connection errors for up to "
+            f"{settings.retry_timeout_seconds:g} s ({table} retry_timeout_seconds)"
+        )
+    else:  # tinker's own: 60 s a request, retries for up to 300 s; our bound on every wait
+        timeout_s, timeout_setting = 60.0, ""
+        retries = (
+            f"the SDK retrying for up to 300 s, every wait at most "
+            f"{settings.result_timeout_seconds} s ({table} result_timeout_seconds)"
+        )
+    return Channel(
+        service=f"the model service of provider {provider_name!r} ({settings.sdk} SDK)",
+        url=config.model.api_base.strip(),
+        address="model.api_base",
+        key=api_key_variable(config, provider_name),
+        model=config.model.base_model,
+        timeout_s=timeout_s,
+        timeout_setting=timeout_setting,
+        retries=retries,
+    )

@@ -7,8 +7,10 @@ runs: the rollout awaits :meth:`VllmClient.complete` from many asyncio tasks of 
 call hops to the client's loop), while the train loop calls the adapter methods synchronously
 between steps, and ``smoke``/``eval`` run their own loops. One pool serves them all and
 :meth:`VllmClient.close` can always close it in the loop it was created in. Retries are off
-(a local server that is down or stalled is reported at once, naming the setting to check) and
-every status comes back to the caller, which reads vLLM's own error text.
+(a local server that is down or stalled is reported at once) and every status comes back to
+the caller, which reads vLLM's own error text. A failure to reach the server, an error status
+and an answer that is not the API's are the :class:`~searchr1.core.errors.RemoteError` of
+their class (refused, timeout naming ``model.vllm.request_timeout_s``, ...).
 
 The server API used (vLLM 0.32; see also docs/vllm.md):
 
@@ -40,22 +42,16 @@ from typing import Any, TypeVar
 
 import httpx
 
+from searchr1.core.errors import RemoteError, RemoteMalformed, UserError
 from searchr1.core.types import SampledSequence, SamplingParams
-from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, accept_any
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
 
 T = TypeVar("T")
 
 
-class VllmError(RuntimeError):
-    """A call to the vLLM server failed; the message says which, where and what to check."""
-
-
-class VllmUnavailable(VllmError):
-    """The server cannot be reached (down, wrong address)."""
-
-
-class VllmTimeout(VllmError):
-    """The server did not answer in time."""
+class VllmError(UserError, RuntimeError):
+    """The vLLM server does not serve what this run needs (an adapter it refused or lost, no
+    base model); the message says which server and what to check (exit code 2)."""
 
 
 class VllmAdapterError(VllmError):
@@ -80,6 +76,15 @@ class VllmClient:
             f"{label} at {self.api_base}" if label else f"the vLLM server at {self.api_base}"
         )
         self.request_timeout_s = request_timeout_s
+        self.channel = Channel(
+            service=label or "the vLLM server",
+            url=self.api_base,
+            address="model.vllm.api_base (api_bases)",
+            key="model.api_key" if api_key else "",
+            timeout_s=request_timeout_s,
+            timeout_setting="model.vllm.request_timeout_s",
+            retries="no retries",
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="searchr1-vllm-http", daemon=True
@@ -126,22 +131,13 @@ class VllmClient:
     async def _request(
         self, method: str, path: str, body: Any = None, timeout: float | None = None
     ) -> httpx.Response:
+        self.channel.announce()
         try:
             return await self._http.request(
                 method, path, json=body, timeout=timeout, decide=accept_any
             )
         except HttpError as exc:
-            if exc.kind == "timeout":
-                raise VllmTimeout(
-                    f"{self.name} did not answer {method} {path} within "
-                    f"{timeout or self.request_timeout_s:g} s (model.vllm.request_timeout_s): "
-                    f"{exc.cause}"
-                ) from exc
-            raise VllmUnavailable(
-                f"{self.name} is not reachable ({exc.method} {exc.url}: "
-                f"{exc.reason}); is it running? check model.vllm.api_base, or the server log "
-                f"when the provider launched it"
-            ) from exc
+            raise self.channel.error(exc, f"{method} {path}") from exc
 
     def healthy(self) -> bool:
         """True when ``/health`` answers 200 (False while the server starts or is down)."""
@@ -149,7 +145,7 @@ class VllmClient:
         async def probe() -> bool:
             try:
                 return (await self._request("GET", "/health", timeout=5.0)).status_code == 200
-            except VllmError:
+            except RemoteError:
                 return False
 
         return self.call(probe())
@@ -159,8 +155,13 @@ class VllmClient:
 
     async def _models(self) -> list[dict[str, Any]]:
         response = await self._request("GET", "/v1/models")
-        _raise_for_status(response, "GET /v1/models", self.name)
-        return list(response.json().get("data", []))
+        self._raise_for_status(response, "GET /v1/models")
+        try:
+            return list(response.json().get("data", []))
+        except (ValueError, AttributeError) as exc:
+            raise self.channel.failed(
+                RemoteMalformed, "the model list is not JSON with a data list", "GET /v1/models"
+            ) from exc
 
     async def load_adapter_async(self, name: str, path: str) -> None:
         """Load adapter ``name`` from ``path`` (as the server sees it), then check that the
@@ -195,7 +196,7 @@ class VllmClient:
 
     async def unload_adapter_async(self, name: str) -> None:
         response = await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
-        _raise_for_status(response, f"unloading LoRA adapter {name!r}", self.name)
+        self._raise_for_status(response, f"unloading LoRA adapter {name!r}")
 
     async def complete(
         self,
@@ -215,15 +216,30 @@ class VllmClient:
                 f"address a load balancer over several vLLM replicas? Give each replica's own "
                 f"address in model.vllm.api_bases"
             )
-        _raise_for_status(response, "POST /v1/completions", self.name)
-        payload = response.json()
-        served = payload.get("model")
+        self._raise_for_status(response, "POST /v1/completions")
+        try:
+            payload = response.json()
+            served = payload.get("model")
+        except (ValueError, AttributeError) as exc:
+            raise self.channel.failed(
+                RemoteMalformed, "the completion is not a JSON object", "POST /v1/completions"
+            ) from exc
         if served is not None and served != model:
             raise VllmAdapterError(
                 f"{self.name} answered a request for LoRA adapter {model!r} with {served!r}: "
                 f"those samples come from other weights than the trained ones"
             )
-        return parse_choices(payload, num_samples)
+        try:
+            return parse_choices(payload, num_samples)
+        except ValueError as exc:
+            raise self.channel.failed(RemoteMalformed, str(exc), "POST /v1/completions") from exc
+
+    def _raise_for_status(self, response: httpx.Response, what: str) -> None:
+        """An error status as the RemoteError of its class, with vLLM's own error text."""
+        status = response.status_code
+        if status >= 400:
+            detail = f"HTTP {status}: {_error_text(response)}"
+            raise self.channel.failed(status_class(status), detail, what, status)
 
 
 def completion_body(
@@ -262,10 +278,11 @@ def completion_body(
 
 
 def parse_choices(payload: dict[str, Any], num_samples: int) -> list[SampledSequence]:
-    """The choices of a completions response, in index order, as ``SampledSequence`` s."""
+    """The choices of a completions response, in index order, as ``SampledSequence`` s
+    (ValueError for an answer that does not fit the request: the client's RemoteMalformed)."""
     choices = sorted(payload.get("choices", []), key=lambda c: c.get("index", 0))
     if len(choices) != num_samples:
-        raise VllmError(f"vLLM returned {len(choices)} choices for n={num_samples}")
+        raise ValueError(f"vLLM returned {len(choices)} choices for n={num_samples}")
     out: list[SampledSequence] = []
     for choice in choices:
         lp = choice.get("logprobs") or {}
@@ -274,13 +291,13 @@ def parse_choices(payload: dict[str, Any], num_samples: int) -> list[SampledSequ
         if ids is None:  # older servers: only the "token_id:N" strings
             ids = [int(str(t).rpartition(":")[2]) for t in lp.get("tokens") or []]
         if len(ids) != len(logprobs) or any(x is None for x in logprobs):
-            raise VllmError(
+            raise ValueError(
                 f"vLLM returned {len(ids)} tokens but {len(logprobs)} log-probs; is the "
                 f"server older than the API this provider needs (return_token_ids, logprobs)?"
             )
         reason = choice.get("finish_reason")
         if reason not in ("stop", "length"):
-            raise VllmError(f"vLLM ended a sample with finish_reason={reason!r}")
+            raise ValueError(f"vLLM ended a sample with finish_reason={reason!r}")
         out.append(
             SampledSequence(
                 tokens=tuple(int(t) for t in ids),
@@ -300,10 +317,3 @@ def _error_text(response: httpx.Response) -> str:
     if isinstance(error, dict):
         return str(error.get("message", error))[:500]
     return str(error)[:500]
-
-
-def _raise_for_status(response: httpx.Response, what: str, server: str) -> None:
-    if response.status_code >= 400:
-        raise VllmError(
-            f"{server}: {what} failed with HTTP {response.status_code}: {_error_text(response)}"
-        )

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from searchr1.core.errors import RemoteError
 from searchr1.core.logs import get_logger
 from searchr1.core.step_metrics import merge_train_metrics
 from searchr1.core.types import (
@@ -257,10 +258,10 @@ class VllmModelProvider:
         for client in loaded:
             try:
                 client.unload_adapter(name)
-            except VllmError as exc:
+            except (VllmError, RemoteError) as exc:
                 log.warning("vllm_unload_failed", adapter=name, error=str(exc))
         first = failures[0]
-        if len(failures) == 1 or not all(isinstance(f, VllmError) for f in failures):
+        if len(failures) == 1 or not all(isinstance(f, VllmError | RemoteError) for f in failures):
             raise first
         raise type(first)("; ".join(str(f) for f in failures)) from first
 
@@ -279,7 +280,7 @@ class VllmModelProvider:
         for future in futures:
             try:
                 future.result()
-            except VllmError as exc:  # a leftover adapter costs server memory, not correctness
+            except (VllmError, RemoteError) as exc:  # a leftover adapter costs memory only
                 log.warning("vllm_unload_failed", adapter=adapter.name, error=str(exc))
         shutil.rmtree(adapter.local_dir, ignore_errors=True)
 
