@@ -92,8 +92,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-window-ms",
         type=window_ms,
-        default=5.0,
+        default=0.0,
         help="after a request arrives, wait this long for others to share its encode + search "
-        f"(default: 5; 0 to {MAX_WINDOW_MS:g})",
+        "(default: 0: the requests that arrive while a search runs share the next one; "
+        f"up to {MAX_WINDOW_MS:g})",
     )
     p.set_defaults(func=cmd_serve_retriever)

@@ -21,8 +21,8 @@ range, 404 / 405 a wrong path / method. The limits bound the work of one request
 (:data:`MAX_QUERIES`), its ``topk`` (:data:`MAX_TOPK`) and the hits it asks for, queries x
 topk (:data:`MAX_HITS`).
 
-The queries of every request waiting while a search runs, or arriving within
-``batch_window_ms`` of the first, from one trainer or several, are encoded and searched
+The queries of every request waiting while a search runs (or arriving within
+``batch_window_ms`` of the first, 0 by default), from one trainer or several, are encoded and searched
 together on one worker thread (:class:`SearchBatcher`), so the encoder sees full batches and
 FAISS's threads are not shared by concurrent searches; the event loop keeps reading requests.
 """
@@ -191,10 +191,11 @@ class _Job:
 class SearchBatcher:
     """Answers the queries of concurrent requests with one encode and one index search on a
     single worker thread: every request waiting when a search starts (after ``window_s``
-    from the first) goes in it, up to ``max_queries`` queries (a bigger request alone)."""
+    from the first) goes in it, up to ``max_queries`` queries and :data:`MAX_HITS` hits (a
+    bigger request alone)."""
 
     def __init__(
-        self, index: DenseIndex, window_s: float = 0.005, max_queries: int = MAX_BATCH_QUERIES
+        self, index: DenseIndex, window_s: float = 0.0, max_queries: int = MAX_BATCH_QUERIES
     ):
         self.index, self.window_s, self.max_queries = index, window_s, max_queries
         self.searches = 0  # index searches run (tests and /health read it)
@@ -214,11 +215,16 @@ class SearchBatcher:
         self._worker.shutdown(wait=True, cancel_futures=True)
 
     def _take(self) -> list[_Job]:
+        """The waiting jobs, first come first, that one search takes: up to ``max_queries``
+        queries and :data:`MAX_HITS` hits (every query is searched at the largest topk)."""
         jobs = [self._waiting.popleft()]
-        count = len(jobs[0].queries)
-        while self._waiting and count + len(self._waiting[0].queries) <= self.max_queries:
+        count, topk = len(jobs[0].queries), jobs[0].topk
+        while self._waiting:
+            more, deeper = count + len(self._waiting[0].queries), max(topk, self._waiting[0].topk)
+            if more > self.max_queries or more * deeper > MAX_HITS:
+                break
             jobs.append(self._waiting.popleft())
-            count += len(jobs[-1].queries)
+            count, topk = more, deeper
         return jobs
 
     async def _drain(self) -> None:
@@ -330,7 +336,7 @@ class RetrieverServer:
         index: DenseIndex,
         host: str = "127.0.0.1",
         port: int = 8000,
-        batch_window_ms: float = 5.0,
+        batch_window_ms: float = 0.0,
     ):
         self.index = index
         self.batcher = SearchBatcher(index, batch_window_ms / 1000.0)
