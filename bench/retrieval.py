@@ -19,8 +19,9 @@ first hop of a two-hop question). For each retriever:
 only, it is not a provider.
 
 ``server``: ``searchr1 serve-retriever`` on the flat index (a real process on loopback), then
-1, 32 and 128 concurrent clients (one keep-alive connection each) each sending :data:`REQUESTS_PER_LEVEL` / clients single-query requests
-(topk 3, a held-out question each): per level ``p50_ms`` / ``p99_ms`` of a request, ``errors``
+1, 32 and 128 concurrent clients (one keep-alive connection each) sending
+:data:`REQUESTS_PER_LEVEL` single-query requests in all (topk 3, a held-out question each),
+each within :data:`REQUEST_TIMEOUT_S` and the level within :data:`LEVEL_DEADLINE_S`: per level ``p50_ms`` / ``p99_ms`` of a request, ``errors``
 (a non-200 answer, a reset, a timeout), ``rps``, and ``queries_per_search`` (how many queries
 each encode + FAISS search took, from ``/health``); once per ``--batch-window-ms`` given.
 ``--server-only`` skips the quality part. Ends by printing one JSON line.

@@ -22,9 +22,10 @@ range, 404 / 405 a wrong path / method. The limits bound the work of one request
 topk (:data:`MAX_HITS`).
 
 The queries of every request waiting while a search runs (or arriving within
-``batch_window_ms`` of the first, 0 by default), from one trainer or several, are encoded and searched
-together on one worker thread (:class:`SearchBatcher`), so the encoder sees full batches and
-FAISS's threads are not shared by concurrent searches; the event loop keeps reading requests.
+``batch_window_ms`` of the first, 0 by default), from one trainer or several, are encoded and
+searched together on one worker thread (:class:`SearchBatcher`), so the encoder sees full
+batches and FAISS's threads are not shared by concurrent searches; the event loop keeps
+reading requests meanwhile.
 """
 
 from __future__ import annotations
