@@ -16,16 +16,27 @@ first hop of a two-hop question). For each retriever:
 * compressed kinds: ``recall10_vs_flat``, the share of flat's top 10 they also return.
 
 ``hybrid_rrf`` fuses BM25's and dense flat's top 20 by reciprocal rank (k = 60); measured here
-only, it is not a provider. Ends by printing one JSON line.
+only, it is not a provider.
+
+``server``: ``searchr1 serve-retriever`` on the flat index (a real process on loopback), then
+1, 32 and 128 concurrent clients (one keep-alive connection each) sending
+:data:`REQUESTS_PER_LEVEL` single-query requests in all (topk 3, a held-out question each),
+each within :data:`REQUEST_TIMEOUT_S` and the level within :data:`LEVEL_DEADLINE_S`: per level ``p50_ms`` / ``p99_ms`` of a request, ``errors``
+(a non-200 answer, a reset, a timeout), ``rps``, and ``queries_per_search`` (how many queries
+each encode + FAISS search took, from ``/health``); once per ``--batch-window-ms`` given.
+``--server-only`` skips the quality part. Ends by printing one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +51,12 @@ from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
 
 BATCH = 64
 RRF_K = 60
+#: concurrent clients of the server bench, and the requests each level sends in all
+CLIENTS = (1, 32, 128)
+REQUESTS_PER_LEVEL = 512
+#: seconds one request may take before it counts as an error; one level may take
+REQUEST_TIMEOUT_S = 30.0
+LEVEL_DEADLINE_S = 120.0
 
 
 def _heldout() -> tuple[list[str], list[str]]:
@@ -110,6 +127,91 @@ def bench_dense(
     return result, doc_ids, rows
 
 
+async def _post(
+    conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], body: bytes
+) -> tuple[int, bytes]:
+    """One keep-alive ``POST /retrieve``: the status and the body of the answer."""
+    reader, writer = conn
+    head = b"POST /retrieve HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+    writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+    length = next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length"))
+    return int(lines[0].split()[1]), await reader.readexactly(length)
+
+
+async def _load(host: str, port: int, queries: list[str], clients: int) -> dict:
+    """``clients`` concurrent clients, one connection each, sending single-query requests;
+    latency and errors. A bare HTTP/1.1 client on asyncio streams: it costs the shared CPU
+    next to nothing, so the numbers are the server's (httpx spends ~5 ms of CPU a request)."""
+    import httpx
+
+    per_client = max(1, REQUESTS_PER_LEVEL // clients)
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(c: int) -> None:
+        nonlocal errors
+        conn = None
+        for r in range(per_client):
+            query = queries[(c * per_client + r) % len(queries)]
+            body = json.dumps({"queries": [query], "topk": 3}).encode()
+            start = time.perf_counter()
+            try:
+                conn = conn or await asyncio.open_connection(host, port)
+                status, answer = await asyncio.wait_for(_post(conn, body), REQUEST_TIMEOUT_S)
+                ok = status == 200 and len(json.loads(answer)["result"]) == 1
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError, KeyError):
+                ok, conn = False, None  # a reset, a timeout, a malformed answer: reconnect
+            latencies.append(time.perf_counter() - start)
+            errors += not ok
+        if conn:
+            conn[1].close()
+
+    url = f"http://{host}:{port}"
+    before = httpx.get(url + "/health").json()
+    start = time.perf_counter()
+    tasks = [asyncio.ensure_future(client(c)) for c in range(clients)]
+    _, late = await asyncio.wait(tasks, timeout=LEVEL_DEADLINE_S)
+    for task in late:
+        task.cancel()
+    wall = time.perf_counter() - start
+    after = httpx.get(url + "/health").json()
+    sent = clients * per_client
+    errors += sent - len(latencies)  # cut off by the deadline
+    ms = np.array(latencies) * 1000.0
+    searches = max(1, after["searches"] - before["searches"])
+    return {
+        "requests": sent,
+        "errors": errors,
+        "p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "p99_ms": round(float(np.percentile(ms, 99)), 1),
+        "rps": round(len(latencies) / wall),
+        "queries_per_search": round((after["requests"] - before["requests"]) / searches, 1),
+    }
+
+
+def bench_server(index: Path, queries: list[str], window_ms: float) -> dict:
+    """``searchr1 serve-retriever`` as a process, loaded at each of :data:`CLIENTS`."""
+    command = [sys.executable, "-m", "searchr1.cli", "serve-retriever", "--index", str(index)]
+    command += ["--port", "0", "--batch-window-ms", str(window_ms)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        url = ""
+        for line in server.stdout:
+            if line.startswith("listening on "):
+                url = line.split()[-1].removesuffix("/retrieve")
+                break
+        if not url:
+            raise SystemExit(f"serve-retriever did not start (exit {server.wait()})")
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return {f"clients_{n}": asyncio.run(_load(host, int(port), queries, n)) for n in CLIENTS}
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+
+
 def rrf(a: list[str], b: list[str]) -> list[str]:
     score: dict[str, float] = {}
     for ranked in (a, b):
@@ -122,6 +224,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", default="", help="default: wordllama:l2_supercat")
     parser.add_argument("--nprobe", type=int, default=16, help="ivfpq lists searched")
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        nargs="+",
+        default=[0.0, 5.0],
+        help="serve-retriever's window for the server bench (default: 0 then 5)",
+    )
+    parser.add_argument("--server-only", action="store_true", help="only the server bench")
     args = parser.parse_args()
     os.environ.setdefault("SEARCHR1_LOAD_PLUGINS", "")
     corpus = Path(resolve("builtin:world/corpus.jsonl"))
@@ -129,30 +239,13 @@ def main() -> None:
     out: dict[str, Any] = {"bench": "retrieval", "passages": None, "queries": len(queries)}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bm25, bm25_top = bench_bm25(corpus, queries, work)
-        bm25.update(recall_at_1=_recall(bm25_top, gold, 1), recall_at_3=_recall(bm25_top, gold, 3))
-        out["bm25"] = bm25
-        flat_rows = None
-        dense_top: dict[str, list[list[str]]] = {}
-        for kind in ("flat", "ivfpq", "hnsw"):
-            result, top, rows = bench_dense(corpus, queries, work, args.encoder, kind, args.nprobe)
-            result["recall_at_1"] = _recall(top, gold, 1)
-            result["recall_at_3"] = _recall(top, gold, 3)
-            if kind == "flat":
-                flat_rows = rows
-            else:
-                assert flat_rows is not None
-                hits = [
-                    len(set(a[:10]) & set(b[:10])) for a, b in zip(rows, flat_rows, strict=True)
-                ]
-                result["recall10_vs_flat"] = round(sum(hits) / (10 * len(hits)), 4)
-            out[f"dense_{kind}"] = result
-            dense_top[kind] = top
-        fused = [rrf(a, b) for a, b in zip(bm25_top, dense_top["flat"], strict=True)]
-        out["hybrid_rrf"] = {
-            "recall_at_1": _recall(fused, gold, 1),
-            "recall_at_3": _recall(fused, gold, 3),
-        }
+        if args.server_only:
+            build_index(corpus, work / "flat", encoder_name=args.encoder, kind="flat")
+        else:
+            quality(out, corpus, queries, gold, work, args)
+        for i, window in enumerate(args.batch_window_ms):
+            name = f"server_window_{window:g}ms" + (f"_{i}" if i >= 2 else "")
+            out[name] = bench_server(work / "flat", queries, window)
         out["passages"] = sum(1 for _ in corpus.open())
     out["encoder"] = args.encoder or "wordllama:l2_supercat"
     out["cpus"] = os.cpu_count()
@@ -160,10 +253,41 @@ def main() -> None:
     out["python"] = platform.python_version()
     for name, value in out.items():
         if isinstance(value, dict):
-            print(
-                f"{name:>12}: " + ", ".join(f"{k}={v}" for k, v in value.items()), file=sys.stderr
-            )
+            print(f"{name}: " + json.dumps(value), file=sys.stderr)
     print(json.dumps(out))
+
+
+def quality(
+    out: dict[str, Any],
+    corpus: Path,
+    queries: list[str],
+    gold: list[str],
+    work: Path,
+    args: argparse.Namespace,
+) -> None:
+    """Recall, size and speed of BM25 and the dense kinds (the indexes stay in ``work``)."""
+    bm25, bm25_top = bench_bm25(corpus, queries, work)
+    bm25.update(recall_at_1=_recall(bm25_top, gold, 1), recall_at_3=_recall(bm25_top, gold, 3))
+    out["bm25"] = bm25
+    flat_rows = None
+    dense_top: dict[str, list[list[str]]] = {}
+    for kind in ("flat", "ivfpq", "hnsw"):
+        result, top, rows = bench_dense(corpus, queries, work, args.encoder, kind, args.nprobe)
+        result["recall_at_1"] = _recall(top, gold, 1)
+        result["recall_at_3"] = _recall(top, gold, 3)
+        if kind == "flat":
+            flat_rows = rows
+        else:
+            assert flat_rows is not None
+            hits = [len(set(a[:10]) & set(b[:10])) for a, b in zip(rows, flat_rows, strict=True)]
+            result["recall10_vs_flat"] = round(sum(hits) / (10 * len(hits)), 4)
+        out[f"dense_{kind}"] = result
+        dense_top[kind] = top
+    fused = [rrf(a, b) for a, b in zip(bm25_top, dense_top["flat"], strict=True)]
+    out["hybrid_rrf"] = {
+        "recall_at_1": _recall(fused, gold, 1),
+        "recall_at_3": _recall(fused, gold, 3),
+    }
 
 
 if __name__ == "__main__":

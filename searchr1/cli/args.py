@@ -20,20 +20,21 @@ CONFIG_HELP = (
 )
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` for a count flag: a whole number >= ``minimum``, else a usage
-    error naming the flag (exit code 2) rather than a value that runs something unintended
-    (a negative ``--max-steps``)."""
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for a count flag: a whole number >= ``minimum`` (and <=
+    ``maximum`` when given), else a usage error naming the flag (exit code 2) rather than a
+    value that runs something unintended (a negative ``--max-steps``)."""
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"must be a whole number >= {minimum}, got {text!r}"
+                f"must be a whole number {bounds}, got {text!r}"
             ) from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
         return value
 
     parse.__name__ = "whole number"
