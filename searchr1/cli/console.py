@@ -13,6 +13,7 @@ every event either way: the console picks what a person watches for.
   eval_every``, ``after``); the ``ceiling`` (the eval set's ideal agent) gets a line of its
   own and never becomes the step line's EM.
 * ``best_checkpoint`` (``[train] keep_best``): its message whole, in bold.
+* ``config_choice``: ``train.max_staleness = 0: not set; ...``, as it is said when piped.
 * warnings and errors: a marked, coloured line with every field, never shortened.
 * anything else: ``time  event  key=value ...`` cut to the terminal's width.
 """
@@ -88,6 +89,10 @@ class Console:
             return self._eval_line(event)
         if name == "best_checkpoint" and event.get("message"):  # never cut to the width
             return self._paint(_BOLD, str(event["message"]))
+        if name == "config_choice":  # as the run says it when piped (announce_config)
+            return f"{event.get('field')} = {event.get('value')!r}: {event.get('reason')}"
+        if name == "run_start":  # the config it runs was said first (``config: ...``)
+            event = {k: v for k, v in event.items() if k != "config_source"}
         if name == "resumed" and isinstance(event.get("step"), int):
             self._start_step = event["step"]
         if name == "train_done":  # train_stopped is an error: _warning renders it
