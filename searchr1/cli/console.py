@@ -15,6 +15,7 @@ every event either way: the console picks what a person watches for.
 * ``run_start`` of ``searchr1 train``: the first screen (:func:`intro_lines`): what it trains,
   the run folder, how to stop and resume, how to open the report.
 * ``best_checkpoint`` (``[train] keep_best``): its message whole, in bold.
+* ``config_choice``: ``train.max_staleness = 0: not set; ...``, as it is said when piped.
 * warnings and errors: a marked, coloured line with every field, never shortened.
 * anything else: ``time  event  key=value ...`` cut to the terminal's width.
 """
@@ -101,6 +102,10 @@ class Console:
             return "\n".join([self._paint(_BOLD, first), *rest])
         if name == "best_checkpoint" and event.get("message"):  # never cut to the width
             return self._paint(_BOLD, str(event["message"]))
+        if name == "config_choice":  # as the run says it when piped (announce_config)
+            return f"{event.get('field')} = {event.get('value')!r}: {event.get('reason')}"
+        if name == "run_start":  # the config it runs was said first (``config: ...``)
+            event = {k: v for k, v in event.items() if k != "config_source"}
         if name == "resumed" and isinstance(event.get("step"), int):
             self._start_step = event["step"]
         if name == "train_done":  # train_stopped is an error: _warning renders it

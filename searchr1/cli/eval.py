@@ -4,8 +4,9 @@
 since a provider factory may run its own), then evaluates each requested model in turn inside one
 event loop (:func:`searchr1.core.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
-``eval_result`` event per model, and prints the per-source tables and, for several models, a
-comparison table (``base``, ``step_20``, ...).
+``eval_result`` event per model, and says the per-source tables and, for several models, a
+comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
+events only), on stderr.
 
 A checkpoint is evaluated with the model, LoRA, rollout (protocol included) and search settings
 it was trained with, read from the ``config.toml`` saved beside it (:func:`checkpoint_config`),
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import UserError
+from searchr1.core.logs import say
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.config_schema import Config
@@ -220,7 +222,7 @@ def _eval_config(
         for line in config_differences(current, saved):
             print(f"searchr1: warning: {line}", file=sys.stderr)
         return current
-    print(
+    say(
         f"eval: model, LoRA, rollout and search settings from the checkpoint's {saved_path} "
         "(give --config to use another config's)"
     )
@@ -349,17 +351,17 @@ def main(args: argparse.Namespace) -> int:
         "results": {r.label: r.metrics for r in ordered},
     }
     write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
-    print()
+    say()
     for r in ordered:
-        print(format_table(r))
-        print()
+        say(format_table(r))
+        say()
     if len(ordered) > 1:
-        print(format_comparison(ordered))
-        print()
+        say(format_comparison(ordered))
+        say()
     for r in ordered:
         for line in trust_warning(r):
-            print(line)
-    print(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
+            say(line)
+    say(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
     return 0
 
 

@@ -2,10 +2,13 @@
 
 ``searchr1 train|smoke|eval|report|plugins|config check|data check``. :func:`main` builds
 the parser from each command module's ``add_parser`` (one module per command in
-:mod:`searchr1.cli`), says which config the command runs and why, and hands over to the
-command. Every :class:`~searchr1.core.errors.SearchR1Error` prints as a plain message, never
-as a traceback, and the command exits with its class's ``exit_code`` (2 for what the user must
-fix: config, plugins, data). A write the filesystem refuses (disk full, over quota, read-only,
+:mod:`searchr1.cli`), says which config the command runs and why (``config: ...``, on stderr
+unless a console draws stdout; once per torchrun job), and hands over to the command. Every
+:class:`~searchr1.core.errors.SearchR1Error` prints as a plain message on stderr, never as a
+traceback (once per torchrun job: :func:`~searchr1.core.distributed.report_stop`), and the
+command exits with its class's ``exit_code`` (2 for what the user must fix: config, plugins,
+data). Libraries' progress bars (transformers' "Loading weights", downloads) draw only on a
+terminal, from one process of a job. A write the filesystem refuses (disk full, over quota, read-only,
 an I/O error, no permission) is turned here, in one place, into a
 :class:`~searchr1.core.errors.DiskError` (exit code 4) naming the path, the free space, the
 last complete checkpoint and the command that continues the run. A reader that closes the
@@ -23,7 +26,9 @@ from collections.abc import Sequence
 from searchr1.cli import config_check, data, plugins, report, serve_retriever, smoke, train
 from searchr1.cli import eval as eval_command
 from searchr1.cli import index as index_command
+from searchr1.core.distributed import report_stop, speaks_for_job
 from searchr1.core.errors import SearchR1Error
+from searchr1.core.logs import say
 from searchr1.defaults import default_config_path
 
 #: The commands in the order ``searchr1 --help`` lists them.
@@ -75,13 +80,17 @@ def _run_command(argv: Sequence[str] | None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage error (2) or --help (0), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
+    _progress_bars_only_on_a_terminal()
     if hasattr(args, "config"):
         if args.config is None:
             args.config, args.config_reason = default_config_path()
         else:
             args.config_reason = "--config"
-        if getattr(args, "announce_config", True):  # config check says it in its header
-            print(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
+        # a command may leave it to another process or its own header: announce_config is
+        # False (config check) or a function of the arguments (train's --nproc launcher)
+        announce = getattr(args, "announce_config", True)
+        if (announce(args) if callable(announce) else announce) and speaks_for_job():
+            say(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
     from searchr1.core.disk import track_run
 
     track_run(None)  # until the command opens its run folder (open_run)
@@ -100,14 +109,35 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from searchr1.core.secrets import redact_text
 
         text = redact_text(str(exc))  # a message may quote a value holding a key
-        print(
-            f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
-            file=sys.stderr,
-        )
+        report_stop(f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("searchr1: interrupted", file=sys.stderr)
+        report_stop("searchr1: interrupted")
         return 130
+
+
+#: read by huggingface_hub when imported (and through it by transformers), and inherited by
+#: the processes of a torchrun job
+_NO_BARS = "HF_HUB_DISABLE_PROGRESS_BARS"
+
+
+def _progress_bars_only_on_a_terminal() -> None:
+    """Libraries' progress bars go to stderr: off unless it is a terminal and this process
+    speaks for the job (one bar, not one per rank). An explicit ``HF_HUB_DISABLE_PROGRESS_BARS``
+    wins."""
+    if sys.stderr.isatty() and speaks_for_job():
+        return
+    if os.environ.setdefault(_NO_BARS, "1") != "1":
+        return
+    # a library imported already (a command run in-process) has read the variable
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,8 @@
 One question (``--question``/``--answer``, else ``[smoke] question`` and ``answers``, else the
 reference setup's), ``--group-size`` trajectories (4), at most ``--max-search-calls``
 searches each (default: the config's ``rollout.max_search_calls``), through the configured
-providers, no parameter update, in a new run folder each time (``--run-dir`` names one). It prints::
+providers, no parameter update, in a new run folder each time (``--run-dir`` names one). It says (on the console, or on
+stderr when stdout is piped: stdout then carries the run's JSON events, ``smoke_done`` last)::
 
     search keys: 3
     search probe: ok (3 results)
@@ -43,7 +44,7 @@ from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criter
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, RemoteError, UserError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, say
 from searchr1.core.plugins import PluginError
 from searchr1.core.runs import Run
 from searchr1.core.secrets import redact_text
@@ -74,14 +75,14 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     if max_search is not None:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
     question = smoke_question(args, config)
-    print(f"search keys: {search_key_count(config)}")
+    say(f"search keys: {search_key_count(config)}")
     try:
         run.start()
     except (ConfigError, PluginError):
         raise  # the CLI prints these naming the field (exit 2)
     except Exception as exc:  # a provider that cannot even start is a broken channel
-        print(f"could not start the providers: {_say(exc)}")
-        print("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
+        say(f"could not start the providers: {_say(exc)}")
+        say("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
         return 1
     smoke = _Smoke(run, config, question, group_size)
     try:
@@ -113,7 +114,7 @@ class _Smoke:
 
     def run(self) -> int:
         probe, trajectories, model_error = asyncio.run(self._collect())
-        print(
+        say(
             "search probe: "
             + (f"ok ({len(probe.results)} results)" if probe.ok else f"FAILED ({probe.error})")
         )
@@ -121,7 +122,7 @@ class _Smoke:
         for i, traj in enumerate(trajectories):
             result = self.c.reward(traj, self.question.golden_answers)
             results.append(result)
-            print(
+            say(
                 f"trajectory {i}: reward={result.reward:.1f}, search_calls={traj.search_calls}, "
                 f"final_answer={traj.final_answer}"
             )
@@ -131,8 +132,8 @@ class _Smoke:
         calls = 1 + sum(t.search_calls for t in trajectories)
         errors = (not probe.ok) + sum(t.search_errors for t in trajectories)
         success = 1.0 - errors / calls
-        print(f"search success rate: {success:.2%}")
-        print(f"search error rate: {errors / calls:.2%}")
+        say(f"search success rate: {success:.2%}")
+        say(f"search error rate: {errors / calls:.2%}")
         self._write(trajectories, results)
 
         if model_error is not None:
@@ -178,27 +179,27 @@ class _Smoke:
             max_trajectory_tokens=self.config.rollout.max_trajectory_tokens,
         )
         for line in self.warnings:
-            print(f"warning: {line}")
+            say(f"warning: {line}")
         for line in self.problems:
-            print(f"diagnosis: {line}")
+            say(f"diagnosis: {line}")
         for line in hits.sentences():  # a cut turn reads as invalid: name the setting instead
-            print(f"token limit: {line}")
+            say(f"token limit: {line}")
         for criterion in criteria:
-            print(criterion.line())
+            say(criterion.line())
         failed = [c.name for c in criteria if not c.passed]
         if self.problems:
             failed.append("a channel failed (see diagnosis)")
         unmet = [c.key for c in criteria if not c.ok and not c.required]
         if failed:
-            print("smoke: FAILED: " + "; ".join(failed))
+            say("smoke: FAILED: " + "; ".join(failed))
         elif unmet:
-            print(
+            say(
                 "smoke: PASS (the rollout chain works; not required by [smoke] report_only: "
                 + ", ".join(unmet)
                 + ")"
             )
         else:
-            print("smoke: PASS (the rollout chain works as the reference setup describes)")
+            say("smoke: PASS (the rollout chain works as the reference setup describes)")
         return criteria
 
     async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
@@ -214,7 +215,7 @@ class _Smoke:
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
             protocol = self.c.protocol
-            print(protocol.describe(self.question))
+            say(protocol.describe(self.question))
             try:
                 (trajectories,) = await rollout_questions(
                     self.c.model.sampler,
@@ -292,7 +293,7 @@ class _Smoke:
                 record["generated_mask"] = [int(m) for m in traj.generated_mask]
                 record["logprobs"] = list(traj.logprobs)
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        print(f"trajectories written to {path}")
+        say(f"trajectories written to {path}")
 
 
 def _say(exc: BaseException) -> str:

@@ -9,7 +9,9 @@ with the ``--resume`` command that continues). Both exit codes come from the err
 (:mod:`searchr1.core.errors`).
 
 Under torchrun (``torchrun --nproc-per-node N -m searchr1 train ...``) each process joins the
-job (:mod:`searchr1.core.distributed`); ``--nproc N`` starts that torchrun on this machine.
+job (:mod:`searchr1.core.distributed`); ``--nproc N`` runs that torchrun's launcher in this
+process (:func:`_launch`) and exits as the job's first failing rank did: its message once (rank
+0 says it, else the launcher), its exit code, and none of torchrun's own report.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
 from searchr1.core.distributed import RankLost, World
 from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted
+from searchr1.core.logs import say
 
 
 def main(args: argparse.Namespace) -> int:
-    nproc = getattr(args, "nproc", None)
-    if nproc is not None and "WORLD_SIZE" not in os.environ:
-        return _launch(nproc)
+    if _launches(args):
+        return _launch(args.nproc)
     world = World.from_env()
     try:
         return _train(args, world)
@@ -47,24 +50,23 @@ def _train(args: argparse.Namespace, world: World) -> int:
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
         if world.main:  # every rank stops alike; one says so
-            print(f"searchr1: training stopped: {exc}")
+            say(f"searchr1: training stopped: {exc}")
         return exc.exit_code
     except HealthStop as exc:
         get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
-        print(
-            f"searchr1: training stopped: {exc}; continue anyway with "
-            f"`{resume_command(run.folder, run.config.source)}` after raising the threshold "
-            f'or setting on_alert = "warn"',
-            file=sys.stderr,
-        )
+        if world.main:
+            say(
+                f"searchr1: training stopped: {exc}; continue anyway with "
+                f"`{resume_command(run.folder, run.config.source)}` after raising the "
+                f'threshold or setting on_alert = "warn"'
+            )
         return exc.exit_code
     except Interrupted as stop:
         where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
         if world.main:
-            print(
+            say(
                 f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue "
-                f"with `{resume_command(run.folder, run.config.source)}`",
-                file=sys.stderr,
+                f"with `{resume_command(run.folder, run.config.source)}`"
             )
         return stop.exit_code
     except RankLost as exc:  # say where the run can continue from
@@ -80,9 +82,25 @@ def _train(args: argparse.Namespace, world: World) -> int:
     return 0
 
 
+def _launches(args: argparse.Namespace) -> bool:
+    """Whether this process starts the job (``--nproc`` outside torchrun) rather than running
+    the loop; rank 0 of the job then says the config it runs."""
+    return getattr(args, "nproc", None) is not None and "WORLD_SIZE" not in os.environ
+
+
 def _launch(nproc: int) -> int:
-    """Run this same command under ``torchrun --standalone --nproc-per-node nproc`` (one
-    machine; several machines: run torchrun yourself, docs/scale-out.md)."""
+    """Run this same command as ``torchrun --standalone --nproc-per-node nproc`` (one machine;
+    several machines: run torchrun yourself, docs/scale-out.md), torchrun's launcher
+    in this process, and return the job's exit code: 0; the first failing rank's (a signal
+    that ended it: 128 + its number), after its message unless rank 0 already said it; 130
+    or 143 for a SIGINT/SIGTERM that torchrun forwarded to the ranks (rank 0 says what was
+    kept). torchrun's own log lines and its ``ChildFailedError`` report stay unsaid."""
+    import logging
+
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     argv, skip = [], False
     for arg in sys.argv[1:]:
         if skip:
@@ -91,11 +109,51 @@ def _launch(nproc: int) -> int:
             skip = True
         elif not arg.startswith("--nproc="):
             argv.append(arg)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(nproc), "-m", "searchr1", *argv]
-    print("searchr1: starting " + " ".join(command[1:]), file=sys.stderr, flush=True)
-    os.execv(sys.executable, command)
-    return 0  # not reached
+    command = ["--standalone", "--nproc-per-node", str(nproc), "-m", "searchr1", *argv]
+    say("searchr1: starting torchrun " + " ".join(command))
+    # torchrun's log lines in this process (not the ranks'): the outcome is said below. Its
+    # loggers set levels of their own and print through torch.distributed's handler.
+    torch_logs = logging.getLogger("torch.distributed")
+    for handler in torch_logs.handlers:
+        handler.setLevel(logging.CRITICAL + 1)
+    torch_logs.addHandler(logging.NullHandler())  # nor Python's last-resort handler
+    torch_logs.propagate = False
+    try:
+        torchrun.run(torchrun.parse_args(command))
+    except SignalException as exc:  # forwarded to every rank, which stopped (or was killed)
+        return 128 + int(exc.sigval)
+    except ChildFailedError as exc:
+        return _job_failed(exc)
+    return 0
+
+
+def _job_failed(exc: Any) -> int:
+    """Say why the job failed unless rank 0 did (its message in its torchelastic error file),
+    and return the first failing rank's exit code (128 + the signal that killed it)."""
+    rank, first = exc.get_first_failure()
+    said = {r: _said(f) for r, f in exc.failures.items()}
+    if rank != 0 and said[rank] is not None and said[rank] != said.get(0):
+        print(said[rank], file=sys.stderr, flush=True)  # rank 0 did not say the same
+    elif said[rank] is None:  # killed, or a crash that printed its own traceback
+        how = (
+            f"was killed by {first.signal_name()}"
+            if first.exitcode < 0
+            else f"exited with code {first.exitcode}"
+        )
+        print(
+            f"searchr1: error: rank {rank} of the torchrun job (pid {first.pid}) {how}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return 128 - first.exitcode if first.exitcode < 0 else first.exitcode
+
+
+def _said(failure: Any) -> str | None:
+    """The message a rank left in its error file (:func:`searchr1.core.distributed.report_stop`)."""
+    message = failure.message
+    if isinstance(message, dict) and isinstance(message.get("message"), str):
+        return message["message"]
+    return None
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -107,4 +165,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="data-parallel processes on this machine (starts torchrun --standalone; one per "
         "GPU); under torchrun already, ignored",
     )
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, announce_config=lambda args: not _launches(args))

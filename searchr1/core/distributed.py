@@ -21,13 +21,21 @@ the data cursor in a checkpoint is the global one (``--resume`` works with anoth
 
 A rank that dies makes the others' next collective fail; that becomes :class:`RankLost`
 (exit 1, a message naming the job) instead of a gloo/nccl traceback.
+
+What the job tells a person comes from rank 0 alone (:func:`speaks_for_job`): the config it
+runs, its notes, why it stopped. A rank that stops on an error also leaves the message in
+torchelastic's error file (:func:`report_stop`), where ``searchr1 train --nproc``
+(:mod:`searchr1.cli.train`) and torchrun's failure report find the first failing rank's.
 """
 
 from __future__ import annotations
 
 import builtins
 import datetime
+import json
 import os
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -129,6 +137,34 @@ class World:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def speaks_for_job(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process says what the job does and why it stopped: a lone process, or
+    rank 0 of a torchrun job (``RANK``, set before :meth:`World.from_env` joins)."""
+    env = os.environ if env is None else env
+    return env.get("RANK", "0") == "0" or env.get("WORLD_SIZE", "1") == "1"
+
+
+def report_stop(message: str) -> None:
+    """Say ``message``, why this process stops (an error, an interrupt), once per job: on
+    stderr from the process that :func:`speaks_for_job`. Under torchrun every rank then also
+    writes it to its torchelastic error file (``TORCHELASTIC_ERROR_FILE``, in the format of
+    torch's ``ErrorHandler``, without a traceback), where the launcher finds the message of
+    the rank that failed first; a rank > 0 without such a file prints it, naming its rank."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if speaks_for_job():  # said before it is filed: a rank killed in between said it
+        print(message, file=sys.stderr, flush=True)
+    if path:
+        info = {"timestamp": str(int(time.time()))}
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump({"message": {"message": message, "extraInfo": info}}, fh)
+            return
+        except OSError:
+            pass
+    if not speaks_for_job():
+        print(f"[rank {os.environ.get('RANK')}] {message}", file=sys.stderr, flush=True)
 
 
 def all_reduce_grads(params: Sequence[Any]) -> None:

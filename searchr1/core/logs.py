@@ -5,6 +5,11 @@ carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use ``/``-se
 anything shaped like a bearer token. A command may pass a ``screen`` factory to draw events for
 a person instead of printing JSON lines. Metric sinks (:mod:`searchr1.core.sinks`) are fed from
 the same stream, after redaction.
+
+Stdout carries events only: JSON lines when piped (``searchr1 train | jq``), the console's
+rendering of them on a terminal. What a command tells a person besides its events (the config
+it runs, smoke's verdict, eval's tables) goes through :func:`say`: on the console when one is
+drawn, else on stderr.
 """
 
 from __future__ import annotations
@@ -112,9 +117,11 @@ _console: Screen | None = None
 
 
 def close_console() -> None:
-    """Close the console's progress bar (end of a command)."""
+    """Close the console's progress bar (end of a command); :func:`say` then writes to stderr."""
+    global _console
     if _console is not None:
         _console.close()
+        _console = None
 
 
 atexit.register(close_console)
@@ -164,6 +171,22 @@ def setup_logging(
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(run_id=run_id)
+
+
+def on_screen() -> bool:
+    """Whether this command's events are drawn for a person (a terminal's console) rather
+    than printed as JSON lines: what is an event then needs no :func:`say` of its own."""
+    return _console is not None
+
+
+def say(line: str = "") -> None:
+    """Tell the person running the command ``line``, beside the event stream: on the console
+    (above its progress bar) when one is drawn, else on stderr, so that stdout stays JSON
+    lines when piped."""
+    if _console is not None:
+        _console.msg(line)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def get_logger() -> Any:

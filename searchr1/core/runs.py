@@ -28,7 +28,7 @@ from searchr1.core.disk import (
 )
 from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
-from searchr1.core.logs import get_logger, setup_logging
+from searchr1.core.logs import get_logger, on_screen, say, setup_logging
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
@@ -185,19 +185,23 @@ def open_run(
 
 
 def announce_config(config: Config, registry: Registry) -> None:
-    """Print (``warning: ...``) and log (``config_warning``) what the run should know:
-    inferred provider/protocol, literal secrets, empty exported variables, plugin advice
-    (:func:`searchr1.core.config_validate.advice`)."""
+    """Log (``config_choice``, ``config_warning``) and say (``warning: ...``) what the run
+    should know: inferred provider/protocol, literal secrets, empty exported variables, plugin
+    advice (:func:`searchr1.core.config_validate.advice`). On a terminal the console draws
+    the events, so they are said once."""
     log = get_logger()
+    drawn = on_screen()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
             section, key = dotted.split(".", 1)
             value = getattr(getattr(config, section), key)
-            print(f"{dotted} = {value!r}: {reason}")
             log.info("config_choice", field=dotted, value=value, reason=reason)
+            if not drawn:
+                say(f"{dotted} = {value!r}: {reason}")
     for line in [*config.warnings, *advice(config, registry)]:
-        print(f"warning: {line}")
         log.warning("config_warning", detail=line)
+        if not drawn:
+            say(f"warning: {line}")
 
 
 def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:

@@ -181,7 +181,7 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
         "--sample",
     )
     first = _eval_cli(world, tmp_path / "e1", *args)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # eval's tables (stdout: JSON events)
     second = _eval_cli(world, tmp_path / "e2", *args)
 
     assert first["results"] == second["results"]  # identical numbers twice in a row
@@ -265,7 +265,8 @@ def test_hosted_model_eval_over_loopback_chat_server(
         record["turns"][0]["query"] == "Velmora founder" and record["final_answer"] == "Ada Quill"
     )
     assert API_KEY not in (tmp_path / "hosted" / "events.jsonl").read_text()
-    assert API_KEY not in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert API_KEY not in printed.out + printed.err
 
 
 @pytest.mark.slow
@@ -295,11 +296,11 @@ def test_checkpoint_is_evaluated_with_its_saved_config(
     same = run_cli("eval", *ask, "--config", trained, "--run-dir", "e-same")
 
     assert saved.code == given.code == same.code == 0, (saved.err, given.err, same.err)
-    assert "config: config.toml (./config.toml exists" in saved.out  # the default it replaced
+    assert "config: config.toml (./config.toml exists" in saved.err  # the default it replaced
     checkpoint_config = Path("run/checkpoints/step_000002/config.toml")
     assert (
         f"eval: model, LoRA, rollout and search settings from the checkpoint's "
-        f"{checkpoint_config}" in (saved.out)
+        f"{checkpoint_config}" in saved.err
     )
     assert "differs" not in saved.err + same.err
     warnings = [line for line in given.err.splitlines() if "differs" in line]

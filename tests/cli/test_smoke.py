@@ -221,7 +221,7 @@ def test_prompt_longer_than_the_trajectory_budget_is_a_config_error(
     text = text.replace("max_trajectory_tokens = 512", "max_trajectory_tokens = 16")
     config.write_text(text.replace("max_new_tokens = 64", "max_new_tokens = 8"), encoding="utf-8")
     result = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "run")
-    code, out, err = result.code, result.out, result.err
+    code, out, err = result.code, result.err, result.err
     assert code == 2, out
     assert re.search(
         r"^searchr1: error: question 'smoke': the prompt alone has \d+ tokens, no room left in "
@@ -296,14 +296,14 @@ def test_the_offline_demo_smoke_asks_a_question_of_its_own_world(tmp_path, run_c
     monkeypatch.chdir(tmp_path)  # no ./config.toml here: the embedded default
     monkeypatch.delenv("SEARCHR1_CONFIG", raising=False)
     result = run_cli("smoke", "--run-dir", tmp_path / "run")
-    code, out = result.code, result.out
+    code, out = result.code, result.err  # smoke's report (stdout: JSON events)
     assert "Question: Who founded Nungen Guild?" in out and "Little Prince" not in out
     assert code == 0, out  # a newcomer's first command passes
     assert "smoke: PASS" in out and "verdict: search success >= 90%: ok" in out
     rewards = [float(r) for _, r, _, _ in TRAJECTORY_LINE.findall(out)]
     assert len(rewards) == 4 and max(rewards) == 1.0, out  # the answer is in its world
     out = run_cli("smoke", "--run-dir", tmp_path / "run2", "--question", "Who founded Redel Guild?",
-                  "--answer", "Telin Minpin", "--group-size", "2").out  # fmt: skip
+                  "--answer", "Telin Minpin", "--group-size", "2").err  # fmt: skip
     assert "Question: Who founded Redel Guild?" in out and "Nungen" not in out
 
 

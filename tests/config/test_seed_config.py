@@ -146,19 +146,20 @@ def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, c
 
 def test_train_and_smoke_announce_the_config_and_the_warnings(project: Path, capsys) -> None:
     """train and smoke say which config runs (first line) and repeat the provider warnings
-    before any work; the skeleton has no [data], so train then stops naming data.train."""
+    before any work (on stderr: stdout is not a terminal, so it carries JSON events only); the
+    skeleton has no [data], so train then stops naming data.train."""
     assert cli(["train", "--run-dir", str(project / "run")]) == 2
     out, err = capsys.readouterr()
-    assert out.splitlines()[0] == (
+    assert err.splitlines()[0] == (
         "config: config.toml (./config.toml exists in the working directory; no --config given)"
     )
-    assert "model.provider = 'taotoken': not set;" in out
-    assert "warning: lora.alpha = 64 is not sent" in out and "warning: model.temperature" in out
+    assert "model.provider = 'taotoken': not set;" in err
+    assert "warning: lora.alpha = 64 is not sent" in err and "warning: model.temperature" in err
     assert "data.train" in err
     (project / "config.toml").unlink()
     assert cli(["smoke", "--question", "q"]) == 2  # stops at the missing --answer, after line 1
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].startswith("config: <embedded offline default> (no --config")
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("config: <embedded offline default> (no --config")
 
 
 def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys) -> None:
@@ -243,7 +244,7 @@ def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, caps
     ):
         config = point_at_fakes(config, project, service.base_url, zhihu_url)
         code = smoke(smoke_args(project / "run"), config=config)
-        out = capsys.readouterr().out
+        out = capsys.readouterr().err  # smoke's report (stdout: its JSON events)
         assert set(zhihu.keys_served(429)) == {"key2"}
         assert service.count("samples") >= 4
     assert code == 0, out
@@ -268,7 +269,7 @@ def test_smoke_fails_when_every_key_is_limited(project: Path, capsys) -> None:
     ):
         code = smoke(smoke_args(project / "run"), config=point_at_fakes(
             config, project, service.base_url, zhihu_url))  # fmt: skip
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert code == 1, out
     assert (
         "diagnosis: every search key is limited or rejected (key 0 (quota exhausted (429))" in out

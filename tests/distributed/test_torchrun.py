@@ -1,7 +1,9 @@
 """``searchr1 train`` as a torchrun job of 2 processes (gloo on CPU) on the tiny model: the
 update equals one process's on fixed datums, rank 0 alone writes one metrics event per step
-counting every rank's trajectories, the questions drawn do not depend on the world size, a
-2-rank run resumes on 1 process, and a killed rank ends the job with a clear error."""
+counting every rank's trajectories (and prints JSON events only, saying its config once), the
+questions drawn do not depend on the world size, a 2-rank run resumes on 1 process, a killed
+rank ends the job with a clear error, and ``--nproc`` exits as searchr1 does (2 for a config
+error, 130 for Ctrl-C) with its message once and none of torchrun's report."""
 
 from __future__ import annotations
 
@@ -49,6 +51,16 @@ def _train(tmp_path: Path, *args: str | Path, nproc: int = 1) -> subprocess.Comp
     )
 
 
+def _assert_piped_output(job: subprocess.CompletedProcess) -> None:
+    """Stdout (a pipe) holds JSON events alone; the job says its config once and shows
+    nothing of torchrun's own report."""
+    for line in job.stdout.splitlines():
+        json.loads(line)
+    assert job.stderr.count("config: ") == 1, job.stderr
+    for mark in ("Traceback", "ChildFailedError", "torch/distributed/elastic"):
+        assert mark not in job.stdout + job.stderr, job.stderr
+
+
 def _events(run_dir: Path, event: str) -> list[dict[str, Any]]:
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     return [e for e in map(json.loads, lines) if e["event"] == event]
@@ -85,6 +97,7 @@ def test_two_ranks_record_once_draw_as_one_process_and_resume_on_one(tmp_path: P
     two, one = tmp_path / "two", tmp_path / "one"
     done = _train(tmp_path, "--config", config, "--run-dir", two, nproc=2)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _assert_piped_output(done)
     metrics = _events(two, "metrics")
     assert [m["step"] for m in metrics] == [1, 2]  # once per step, not once per rank
     for m in metrics:
@@ -150,3 +163,45 @@ def test_a_killed_rank_ends_the_job_with_a_clear_error_and_whole_checkpoints(
     assert all(p.name.startswith("step_") for p in folder.iterdir())  # no half-written one
     for checkpoint in list_checkpoints(run_dir):
         read_checkpoint(checkpoint.path)
+
+
+def test_a_config_error_under_nproc_exits_2_with_one_message(tmp_path: Path) -> None:
+    """Every rank refuses the config; the job says why once and exits 2, as one process."""
+    config = write_config(tmp_path, make_config(RUN, train={"max_staleness": 1}))
+    job = _train(tmp_path, "--config", config, "--run-dir", tmp_path / "run", nproc=2)
+    assert job.returncode == 2, job.stderr[-3000:]
+    message = "searchr1: error: train.max_staleness = 1: pipelined rollouts are not supported"
+    assert job.stderr.count(message) == 1, job.stderr
+    _assert_piped_output(job)
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_nproc_exits_130_and_says_how_to_resume(tmp_path: Path) -> None:
+    """SIGINT to ``searchr1 train --nproc 2`` (what Ctrl-C sends it; the ranks run in their
+    own sessions) stops every rank after a step: exit 130, rank 0's resume line once."""
+    config = write_config(tmp_path, make_config(RUN, train={"max_steps": 500, "save_every": 500}))
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "searchr1", "train", "--config", config, "--run-dir", run_dir]
+    job = subprocess.Popen(
+        [*map(str, command), "--nproc", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "events.jsonl").is_file() or not _events(run_dir, "metrics"):
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+            time.sleep(0.5)
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    done = subprocess.CompletedProcess(job.args, job.returncode, out, err)
+    assert job.returncode == 130, err[-3000:]
+    assert err.count("searchr1: stopped by SIGINT after step") == 1, err
+    assert f"searchr1 train --resume --run-dir {run_dir}" in err
+    assert "SignalException" not in err
+    _assert_piped_output(done)

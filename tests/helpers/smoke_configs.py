@@ -52,6 +52,7 @@ def scripted(turns: list[list[str]], fail: str | None = None) -> str:
 
 
 def smoke(run_cli: Callable[..., Result], config: Path, *extra: str) -> tuple[int, str]:
-    """``searchr1 smoke`` on ``config`` into ``run`` next to it: the exit code and stdout."""
+    """``searchr1 smoke`` on ``config`` into ``run`` next to it: the exit code and what it
+    said (stderr: stdout, not a terminal here, carries the run's JSON events)."""
     result = run_cli("smoke", "--config", config, "--run-dir", config.parent / "run", *extra)
-    return result.code, result.out
+    return result.code, result.err

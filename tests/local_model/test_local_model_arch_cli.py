@@ -49,7 +49,7 @@ def _smoke_and_train(family: str, tmp_path: Path, config_file, run_cli) -> None:
     model = build_family(family, tmp_path / family)
     config = _config(config_file, tmp_path, model)
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    out = smoke.out
+    out = smoke.err  # smoke's report (stdout: JSON events)
     assert "model channel failed" not in out and "could not start" not in out, out
     assert "trajectory 0:" in out and "trajectory 1:" in out, out
     # 3: the channels work but a random model shows none of the reference setup's behaviour
@@ -74,7 +74,7 @@ def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, config_file, 
         make_config(_run(tmp_path, model), lora={"target_modules": ["in_proj_qkv", "q_proj"]})
     )
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    out = smoke.out
+    out = smoke.err
     assert smoke.code == 1
     diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
     assert "in_proj_qkv" in diagnosis and str(model) in diagnosis
@@ -92,7 +92,7 @@ def test_smoke_names_a_model_side_failure_and_the_base_model(
     (model / "config.json").write_text(json.dumps(cfg))
     config = _config(config_file, tmp_path, model)
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    out = smoke.out
+    out = smoke.err
     assert smoke.code == 1
     diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
     assert str(model) in diagnosis

@@ -121,7 +121,7 @@ def test_smoke_cold_start_rl_and_eval_on_the_real_model(
     config = _small_real_model_config(tmp_path)
 
     code = cli(["smoke", "--config", str(config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # smoke's report (stdout: JSON events)
     assert "trajectory 3:" in out and "model channel failed" not in out, out
     assert code in (0, 3), out  # 3: channels work; the untrained model lacks the behaviour
 
@@ -148,6 +148,6 @@ def test_smoke_cold_start_rl_and_eval_on_the_real_model(
             str(tmp_path / "eval"),
         ]
     )
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # eval's tables (stdout: JSON events)
     assert code == 0, out
     assert "step_000002" in out, out

@@ -237,7 +237,7 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
 
     # the untrained model rarely meets the reference setup's smoke criteria (exit 3); no channel may fail
     rc = cli(["smoke", "--config", str(remote_config), "--run-dir", str(tmp_path / "smoke")])
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # smoke's report (stdout: JSON events)
     assert rc in (0, 3) and "diagnosis:" not in out, out
     assert re.search(r"^trajectory 0: reward=", out, re.M), out
 

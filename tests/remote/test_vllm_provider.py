@@ -293,7 +293,7 @@ def test_smoke_train_and_resume_on_the_offline_world(
     # 0: the reference setup's criteria hold; 3: both channels work but the tiny model does not show the
     # reference setup's behaviour on this question; 1 would be a broken channel (the model, i.e. vLLM).
     assert cli(["smoke", "--config", str(config)]) in (0, 3)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err  # smoke's report (stdout: JSON events)
     assert "trajectory 0:" in out and "search probe: ok" in out
 
     run_dir = tmp_path / "runs" / "train-vllm"

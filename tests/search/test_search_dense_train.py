@@ -63,8 +63,8 @@ def test_the_offline_demo_trains_on_the_dense_provider(
     config = config_file(make_config(RUN, search=dense))
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
     assert smoke.code == 0, smoke.out + smoke.err
-    assert "search probe: ok (2 results)" in smoke.out
-    assert "search success rate: 100.00%" in smoke.out
+    assert "search probe: ok (2 results)" in smoke.err
+    assert "search success rate: 100.00%" in smoke.err
     result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
     assert result.code == 0, result.err
     calls, success = _searches(tmp_path / "run")

@@ -90,7 +90,7 @@ def test_periodic_eval_keeps_the_best_checkpoint_and_kl_starts_at_zero(
         tmp_path / "eval",
     )
     assert result.code == 0, result.out + result.err
-    assert f"best_step_{best_step}" in result.out
+    assert f"best_step_{best_step}" in result.err  # eval's table (stdout: JSON events)
 
     # resumed to one more step: the best so far is kept, not restarted
     more = config_file(

@@ -123,7 +123,7 @@ def test_config_check_warns_when_lora_targets_leave_layer_types_out(
     ) in out
     # smoke (and train, through the same announce_config) print it before the run
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    out = smoke.out
+    out = smoke.err  # smoke's report (stdout: JSON events)
     assert smoke.code in (0, 3), out
     assert (
         "warning: lora.target_modules = ['q_proj', 'k_proj', 'v_proj', 'o_proj'] adapts no " in out
