@@ -75,6 +75,7 @@ def test_on_a_terminal_each_config_choice_is_said_once(
     result = run_cli("train", "--config", config.name, "--run-dir", "run")
     seen = terminal.getvalue() + result.err  # a person sees both streams
     assert result.code == 0, seen
-    assert seen.count("config.toml") == 1, seen  # the config line, not run_start again
+    # the config line once (not run_start again); the first screen's resume command names it too
+    assert seen.count("config: config.toml") == 1, seen
     assert seen.count(STALENESS) == 1, seen
     assert '{"' not in terminal.getvalue()  # drawn for a person, not JSON

@@ -90,9 +90,10 @@ def assert_named(result, code: int, url: str, words: tuple[str, ...]) -> None:
     assert url in result.err and all(w in result.err for w in words), result.err
 
 
-def diagnosis(out: str) -> str:
-    lines = [line for line in out.splitlines() if line.startswith("diagnosis: ")]
-    assert lines, out
+def diagnosis(err: str) -> str:
+    """The `diagnosis:` lines of smoke's report (stderr: a piped stdout carries JSON only)."""
+    lines = [line for line in err.splitlines() if line.startswith("diagnosis: ")]
+    assert lines, err
     return "\n".join(lines)
 
 
@@ -150,7 +151,7 @@ def test_train_and_smoke_name_a_closed_port_as_refused(config_file, run_cli):
 
     smoke = run_cli("smoke", "--config", config, "--run-dir", config.parent / "smoke")
     assert smoke.code == 1 and "Traceback" not in smoke.err and KEY not in smoke.out
-    assert "class refused" in diagnosis(smoke.out)
+    assert "class refused" in diagnosis(smoke.err)
 
 
 def test_an_unresolvable_host_is_dns_not_a_rate_limit(config_file, run_cli):
@@ -162,7 +163,7 @@ def test_an_unresolvable_host_is_dns_not_a_rate_limit(config_file, run_cli):
     assert_named(result, 2, url, ("does not resolve (DNS)", "'searchr1-test.invalid'"))
 
     smoke = run_cli("smoke", "--config", config, "--run-dir", config.parent / "smoke")
-    said = diagnosis(smoke.out)
+    said = diagnosis(smoke.err)
     assert smoke.code == 1 and "Traceback" not in smoke.err
     assert "class dns" in said and "429" not in said and "rate limit" not in said
 
@@ -191,7 +192,7 @@ def test_smoke_diagnoses_the_chat_api_by_class(
         smoke = run_cli("smoke", "--config", config, "--run-dir", config.parent / "smoke")
     finally:
         chat_fake._failures.clear()
-    said = diagnosis(smoke.out)
+    said = diagnosis(smoke.err)
     assert smoke.code == 1 and "Traceback" not in smoke.err and KEY not in smoke.out
     assert f"class {failure} " in said and chat_fake.base_url in said
     assert all(w in said for w in words), said
@@ -215,7 +216,7 @@ def test_smoke_diagnoses_the_search_api_by_class(
     turns = [["<answer> France </answer>"] * 6] * 4
     config = write_config(tmp_path, scripted(turns), search)
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    said = diagnosis(smoke.out)
+    said = diagnosis(smoke.err)
     assert smoke.code == 1 and "Traceback" not in smoke.err
     assert f"the search probe failed: class {failure} " in said and api_base in said
     assert "zk-secret-search-key-1" not in smoke.out + smoke.err
