@@ -261,10 +261,10 @@ class LocalBM25Search(BaseSearchProvider):
 
     @classmethod
     def from_config(cls, config: Config) -> LocalBM25Search:
+        if problems := check_corpus(config):
+            raise ConfigError(problems)
         local = local_settings(config)
         path = Path(resolve(local.corpus))
-        if not path.is_file():
-            raise ConfigError([f"search.local.corpus = {local.corpus!r}: no such file ({path})"])
         try:
             index = Bm25Index.open(path, local)
         except ValueError as exc:
@@ -283,17 +283,30 @@ class LocalBM25Search(BaseSearchProvider):
 
 
 def local_settings(config: Config) -> LocalSearchSettings:
-    """``[search.local]`` checked, with a corpus set; ConfigError naming the key otherwise."""
+    """``[search.local]``, checked; ConfigError naming the key otherwise."""
+    return plugin_settings(config, "search", "local", LocalSearchSettings)
 
-    def needs_a_corpus(settings: LocalSearchSettings) -> list[str]:
-        if settings.corpus.strip():
-            return []
+
+def check_corpus(config: Config) -> list[str]:
+    """The provider's ``check`` (and its factory's first step): ``[search.local] corpus``
+    set and naming a file (a ``builtin:`` corpus is built here, as the run would)."""
+    corpus = local_settings(config).corpus
+    where = config.where("search.local.corpus")
+    if not corpus.strip():
         return [
-            "search.local.corpus is not set: the local provider needs a JSONL corpus, e.g. "
-            '[search.local] corpus = "builtin:world/corpus.jsonl"'
+            f"{where}: search.local.corpus is not set: the local provider needs a JSONL corpus, "
+            'e.g. [search.local] corpus = "builtin:world/corpus.jsonl"'
         ]
-
-    return plugin_settings(config, "search", "local", LocalSearchSettings, needs_a_corpus)
+    try:
+        path = Path(resolve(corpus))
+    except FileNotFoundError as exc:  # an unknown builtin: asset or file
+        return [f"{where}: search.local.corpus: {exc}"]
+    if not path.is_file():
+        return [
+            f"{where}: search.local.corpus = {corpus!r}: no such file ({path.absolute()}; a "
+            "relative path is read from the working directory)"
+        ]
+    return []
 
 
 @hookimpl
@@ -303,4 +316,5 @@ def register_search_providers(register: Callable[[str, Callable[..., Any]], None
         LocalBM25Search.from_config,
         settings=LocalSearchSettings,
         default="BM25 over [search.local] corpus on this machine",
+        check=check_corpus,
     )
