@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.assets import cache_dir, resolve
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
+from searchr1.core.disk import make_temp_dir, match_umask
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
@@ -228,7 +228,7 @@ def _save(folder: Path, fingerprint: dict, retriever: Any, spans: np.ndarray) ->
 
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-", dir=folder.parent))
+        tmp = make_temp_dir(folder.parent, f"{folder.name}.tmp-")
     except OSError as exc:
         get_logger().warning("search_index_not_cached", index=str(folder), error=str(exc))
         return
@@ -236,8 +236,9 @@ def _save(folder: Path, fingerprint: dict, retriever: Any, spans: np.ndarray) ->
         retriever.save(str(tmp), show_progress=False)
         np.save(tmp / "spans.npy", spans)
         (tmp / "meta.json").write_text(json.dumps(fingerprint), "utf-8")
+        match_umask(tmp)
         if folder.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f"{folder.name}.old-", dir=folder.parent))
+            trash = make_temp_dir(folder.parent, f"{folder.name}.old-")
             folder.rename(trash / "index")
             shutil.rmtree(trash, ignore_errors=True)
         tmp.rename(folder)
