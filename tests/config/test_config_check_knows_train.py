@@ -47,7 +47,7 @@ def _line(config: Path, text: str) -> int:
         (
             {"search": {"provider": "dense", "local": None, "dense": {"index": "idx/none"}}},
             "index",
-            "search.dense.index = 'idx/none' holds no finished index (no card.json in ",
+            "search.dense.index = 'idx/none': idx/none: not a finished dense index, no card.json",
         ),
     ],
     ids=["target_modules", "builtin_model", "no_corpus", "no_dense_index"],

@@ -333,7 +333,10 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
     result = run_cli("config", "check", "--config", config)
     assert result.code == 2, result.out
     assert f"{config}:4: search.dense.index = " in result.err
-    assert "holds no finished index (no card.json" in result.err
+    assert (
+        "not a finished dense index, no card.json (make one with `searchr1 index build"
+        in result.err
+    )
     trained = run_cli("train", "--config", config)
     assert trained.code == 2 and result.err.splitlines()[-1] in trained.err
 

@@ -63,7 +63,8 @@ def dense_settings(config: Config) -> DenseSearchSettings:
 def check_index(config: Config) -> list[str]:
     """The provider's ``check`` (and its factory's first step): faiss installed, and
     ``[search.dense] index`` set to a folder that holds a finished index (its ``card.json``,
-    written last by ``searchr1 index build``); nothing is loaded."""
+    written last by ``searchr1 index build``, read as opening the index reads it); no vector
+    or document is loaded."""
     import importlib.util
 
     folder = dense_settings(config).index.strip()
@@ -77,12 +78,13 @@ def check_index(config: Config) -> list[str]:
             "`searchr1 index build CORPUS.jsonl --out DIR` wrote, e.g. "
             '[search.dense] index = "indexes/wiki"'
         )
-    elif not (Path(folder).expanduser() / "card.json").is_file():
-        out.append(
-            f"{where}: search.dense.index = {folder!r} holds no finished index (no card.json in "
-            f"{Path(folder).expanduser().absolute()}): build it with `searchr1 index build "
-            f"CORPUS.jsonl --out {folder}`"
-        )
+    else:
+        from searchr1.plugins.dense_search.index import DenseIndexError, IndexCard
+
+        try:  # the card alone (the index's own reading of it): a build that never finished
+            IndexCard.read(Path(folder).expanduser())
+        except DenseIndexError as exc:
+            out.append(f"{where}: search.dense.index = {folder!r}: {exc}")
     return out
 
 
