@@ -27,7 +27,9 @@ its config lists those criteria in ``[smoke] report_only``.
 Exit codes: 0 every criterion holds and no channel failed; 1 a channel is broken (model error,
 every search key benched, the probe failed, search success below the minimum); 3 the channels
 work but the group lacks the expected behaviour (e.g. an untrained model); 2 config and
-plugin errors, and rollout limits that cannot hold the question.
+plugin errors, rollout limits that cannot hold the question, flags that cannot mean anything
+(``--answer`` without ``--question``, ``--max-search-calls 0``) and a ``--run-dir`` holding
+another command's run.
 """
 
 from __future__ import annotations
