@@ -1,12 +1,15 @@
 """``searchr1 config check``: validate a config and print it resolved, secrets redacted.
 
 Every problem is reported in one run, in file order: the core sections, cross-field rules,
-plugin names and the chosen plugins' tables (one error, exit 2). What only ``train`` needs is
-a warning (a config may be meant for smoke or eval), said before train would stop: a
-training QA file, data files that do not exist (a config is often checked before its data is
-downloaded), ``[train] eval_every``/``keep_best`` without what they evaluate (train's own
-rule), and each chosen plugin's ``advise`` (a remote provider names a loss its service
-cannot train). ``--plugins`` adds every setting of the chosen plugins' tables with its
+plugin names, the chosen plugins' tables and each chosen plugin's ``check`` (a corpus or index
+that is not there, a ``builtin:`` model that does not exist, ``[lora] target_modules`` the
+model lacks, read off its ``config.json`` on the meta device), one error, exit 2: the same
+check every run makes before any plugin starts. What only ``train`` needs is a warning (a
+config may be meant for smoke or eval), said before train would stop: a training QA file,
+data files that do not exist (a config is often checked before its data is downloaded), and
+train's own rules: ``[train] eval_every``/``keep_best`` without what they evaluate, and a loss
+(its KL term included) the chosen provider declares it cannot train. Each chosen plugin's
+``advise`` adds warnings. ``--plugins`` adds every setting of the chosen plugins' tables with its
 default. When the tokenizer is on this machine, the smoke question's first prompt and one
 well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
 ``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
@@ -31,11 +34,14 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from searchr1.core.config import load_config
     from searchr1.core.config_validate import advice, heldout_refusals
     from searchr1.core.plugins import load_registry
+    from searchr1.core.trainer_checks import loss_refusals
 
     registry = load_registry()
-    # one ConfigError listing every problem, plugin names and tables included, in file order
+    # one ConfigError listing every problem, plugin names, tables and the chosen plugins'
+    # own checks included, in file order: what every run refuses before any plugin starts
     config = load_config(args.config, registry=registry, check_plugins=True)
-    data = [*data_problems(config), *(f"{p} ({STOPS})" for p in heldout_refusals(config))]
+    refused = [*heldout_refusals(config), *loss_refusals(config, registry)]  # train's own
+    data = [*data_problems(config), *(f"{p} ({STOPS})" for p in refused)]
     for warning in data:
         print(f"searchr1: warning: {warning}", file=sys.stderr)
     notes = [*config.warnings, *advice(config, registry)]

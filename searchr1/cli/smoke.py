@@ -28,7 +28,9 @@ its config lists those criteria in ``[smoke] report_only``.
 Exit codes: 0 every criterion holds and no channel failed; 1 a channel is broken (model error,
 every search key benched, the probe failed, search success below the minimum); 3 the channels
 work but the group lacks the expected behaviour (e.g. an untrained model); 2 config and
-plugin errors, and rollout limits that cannot hold the question.
+plugin errors, rollout limits that cannot hold the question, flags that cannot mean anything
+(``--answer`` without ``--question``, ``--max-search-calls 0``) and a ``--run-dir`` holding
+another command's run.
 """
 
 from __future__ import annotations
@@ -62,6 +64,18 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
     from searchr1.cli.args import open_run_from_args
 
+    if getattr(args, "answer", None) and not getattr(args, "question", None):
+        raise UserError(
+            "smoke --answer needs --question (the question those answers belong to); without "
+            "--question smoke asks [smoke] question of the config with its own [smoke] answers, "
+            "or the reference setup's question"
+        )
+    if getattr(args, "max_search_calls", None) == 0:
+        raise UserError(
+            "smoke --max-search-calls 0: smoke checks that every trajectory searches between 1 "
+            "and --max-search-calls times, which 0 never passes; give 1 or more, or leave it "
+            "out for the config's rollout.max_search_calls"
+        )
     if getattr(args, "question", None) and not getattr(args, "answer", None):
         raise UserError(
             "smoke --question needs at least one --answer (the golden answer its rewards are "

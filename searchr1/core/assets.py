@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from searchr1.core.disk import as_disk_error
+from searchr1.core.disk import as_disk_error, make_temp_dir, match_umask
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Asset
 
@@ -55,12 +54,13 @@ def build(folder: Path, asset: Asset) -> None:
     ``folder`` (not the temporary one, which is removed)."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        tmp = make_temp_dir(folder.parent, f".{folder.name}-")
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(folder)) from None
     try:
         asset.build(tmp)
         (tmp / ".complete").write_text("ok\n")
+        match_umask(tmp)  # a shared cache: readable as the umask allows
         try:
             tmp.rename(folder)
         except OSError:

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,14 @@ from typing import Any
 import tomli_w
 
 from searchr1.core.config_schema import Config
-from searchr1.core.disk import as_disk_error, free_bytes, used_bytes, warn_if_low_space
+from searchr1.core.disk import (
+    as_disk_error,
+    free_bytes,
+    make_temp_dir,
+    match_umask,
+    used_bytes,
+    warn_if_low_space,
+)
 from searchr1.core.errors import UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import cursor_problem
@@ -65,7 +71,7 @@ def save_checkpoint(
     low = warn_if_low_space(parent, previous[-1].path if previous else None)
     if low:
         get_logger().warning("disk_space_low", detail=low)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=parent))
+    tmp = make_temp_dir(parent, f".{final.name}-")
     try:
         model.save_state(str(tmp / "model"))
         trainer_state = {"step": step, "python_rng": _encode_rng(random.getstate()), **state}
@@ -73,6 +79,7 @@ def save_checkpoint(
         with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
             torch.save({"torch": torch.get_rng_state()}, fh)
         (tmp / "config.toml").write_text(tomli_w.dumps(_toml_safe(config.to_dict(redact=True))))
+        match_umask(tmp)
         _fsync_tree(tmp)
         if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
             shutil.rmtree(final)

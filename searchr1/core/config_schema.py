@@ -287,8 +287,13 @@ class Config:
     lines: Mapping[str, int] = field(default_factory=dict, repr=False)
 
     def where(self, dotted: str) -> str:
-        """``file:line`` of ``dotted`` (the file alone when the line is not known)."""
-        return f"{self.source}:{self.lines[dotted]}" if dotted in self.lines else self.source
+        """``file:line`` of ``dotted``; of the nearest table holding it when the file leaves
+        it out (``[search.local]`` for an unset ``search.local.corpus``); the file alone when
+        neither is written."""
+        key = dotted
+        while key and key not in self.lines:
+            key = key.rpartition(".")[0]
+        return f"{self.source}:{self.lines[key]}" if key else self.source
 
     def plugin_table(self, section: str, name: str) -> dict[str, Any]:
         """The raw sub-table ``[section.name]`` (empty when absent)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES, Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.logs import get_logger
 from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_registry
 from searchr1.core.secrets import REDACTED, redact_text
 
@@ -376,7 +377,8 @@ def key_lines(text: str) -> dict[str, int]:
 def plugin_problems(config: Config, registry: Registry) -> list[str]:
     """Every unregistered plugin name, unowned ``[section.name]`` table, and bad setting of
     a chosen plugin's declared tables (checked like the core's own sections; a field naming a
-    plugin, metadata ``names=KIND``, against the registry), secrets redacted."""
+    plugin, metadata ``names=KIND``, against the registry), then, when those pass, what each
+    chosen plugin's ``check`` says would stop it; secrets redacted."""
     where = config.where
     problems: list[str] = []
     # tables a section allows: its plugins' names, and the core's own ([train.loss]: the loss's)
@@ -385,11 +387,14 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
     for kind, (_, field_name) in KINDS.items():
         tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
+    checks: dict[tuple[str, str], Callable[[Config], Iterable[str]]] = {}
     for kind, chooser, name, reg in chosen_plugins(config, registry):
         if reg is None:
             problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
         else:
             declared.append((chooser.partition(".")[0], reg.settings, reg.reads))
+            if callable(reg.check):
+                checks[(kind, name)] = reg.check
     for section, settings, reads in declared:
         for table, cls in settings.items():
             prefix, own = f"{section}.{table}", config.plugin_table(section, table)
@@ -415,6 +420,17 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
                 f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
                 f"settings would be ignored; {mean}tables allowed in [{section}]: {fix}"
             )
+    if not problems:  # a plugin's own check reads settings that passed theirs
+        for (kind, name), check in checks.items():
+            try:
+                problems.extend(str(p) for p in check(config))
+            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop every command
+                get_logger().warning(
+                    "plugin_check_failed",
+                    kind=kind,
+                    name=name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )  # its factory meets the same problem when the run creates it
     return [redact_text(p, config.secrets) for p in problems]
 
 

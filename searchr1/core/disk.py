@@ -4,6 +4,9 @@ write never leaves a file a later read takes for complete.
 - :func:`atomic_write`: a file written whole goes to a temporary file in the same folder,
   is flushed to disk and renamed over the target, so a reader sees the old file or the new
   one, never half of one (trajectory dumps, eval records and summary, the report page).
+  :func:`make_temp_file` and :func:`make_temp_dir` make every temporary file and folder that
+  is renamed into place (checkpoints, indexes, assets), with the modes the umask gives, and
+  :func:`match_umask` gives those modes to what a library wrote into such a folder.
 - :func:`as_disk_error`: whether an exception is the filesystem refusing a write (full, over
   quota, read-only, an I/O error, no permission), however a library wrapped it. The CLI
   turns it, in one place (:mod:`searchr1.cli.main`), into the one
@@ -21,10 +24,10 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -175,6 +178,52 @@ def warn_if_low_space(folder: Path, last_checkpoint: Path | None) -> str | None:
     return warning
 
 
+def make_temp_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, Path]:
+    """A new file in ``folder`` (``prefix``, a random part, ``suffix``) open for reading and
+    writing: its descriptor and path. Created with the mode a plain ``open`` gives (0666 less
+    the umask), so the file it is renamed to is as readable as any other the user writes
+    (``tempfile.mkstemp`` makes 0600: a team could not read a shared run or serve its index)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = Path(folder) / f"{prefix}{secrets.token_hex(4)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(folder))
+
+
+def make_temp_dir(folder: Path, prefix: str) -> Path:
+    """A new folder in ``folder`` (``prefix`` and a random part), made with the mode a plain
+    ``mkdir`` gives (0777 less the umask; ``tempfile.mkdtemp`` makes 0700): what a checkpoint,
+    an index or an asset is built in before it is renamed into place."""
+    for _ in range(100):
+        path = Path(folder) / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            path.mkdir(0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(folder))
+
+
+def match_umask(folder: Path) -> None:
+    """Give every file and folder under ``folder`` (one :func:`make_temp_dir` made, before it
+    is renamed into place) the modes the umask gives new ones, read off ``folder`` itself
+    (execute bits kept): a library that writes through a temporary file of its own leaves
+    0600 (safetensors' ``save_file``, the adapter weights of a checkpoint and the tiny
+    models' asset)."""
+    folder_mode = stat.S_IMODE(folder.stat().st_mode)
+    for path in folder.rglob("*"):
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        want = folder_mode if stat.S_ISDIR(st.st_mode) else folder_mode & (0o666 | mode)
+        if mode != want:
+            path.chmod(want)
+
+
 @contextmanager
 def atomic_write(path: Path, mode: str = "w", **open_kwargs: Any) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` for writing and, when the block ends without an
@@ -184,10 +233,9 @@ def atomic_write(path: Path, mode: str = "w", **open_kwargs: Any) -> Iterator[IO
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = make_temp_file(path.parent, f".{path.name}.", ".tmp")
     except OSError as exc:
         raise _naming(exc, path) from None
-    tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, mode, **open_kwargs) as fh:
             yield fh

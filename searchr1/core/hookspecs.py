@@ -35,8 +35,8 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
     ``trainer`` set (LoRA attached, optimizer ready) or ``None`` for sample-only providers
     (``train`` refuses them). Called once per run. Optional keywords, read by
     :mod:`searchr1.core.config_validate`: ``settings``, ``reads``, ``infer_provider``,
-    ``default``, ``defaults``, ``secret_variables``, ``advise`` (docs/plugins.md, "What a
-    factory may declare").
+    ``default``, ``defaults``, ``secret_variables``, ``advise``, ``check``, ``capabilities``
+    (docs/plugins.md, "What a factory may declare").
 
     docs/plugins.md, ## register_model_providers"""
 

@@ -44,7 +44,7 @@ class _JsonLinesFile:
         self.path = path
         self._failed: OSError | None = None
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         if _ends_mid_line(path):

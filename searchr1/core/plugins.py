@@ -18,7 +18,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
-from searchr1.core.types import Asset
+from searchr1.core.types import Asset, TrainerCapabilities
 
 ENTRY_POINT_GROUP = "searchr1"
 
@@ -77,6 +77,15 @@ class Registration:
     secret_variables: Mapping[str, str] = field(default_factory=dict)
     #: ``advise(config)``: warning lines before the run
     advise: Callable[[Any], Iterable[str]] | None = None
+    #: ``check(config)``: what stops the factory, found without building anything (no
+    #: weights, index or connection), one ``file:line: problem`` each; ``config check``
+    #: reports them as errors and every run refuses them before any plugin is created
+    check: Callable[[Any], Iterable[str]] | None = None
+    #: model providers: the :class:`~searchr1.core.types.TrainerCapabilities` its trainer
+    #: will declare, when known before it is built (the losses a service computes, whether
+    #: it scores a KL reference); ``train`` checks its losses against them before the model
+    #: loads (:func:`~searchr1.core.trainer_checks.loss_refusals`)
+    capabilities: TrainerCapabilities | None = None
 
 
 @dataclass

@@ -211,6 +211,16 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
     parent = Path(config.run.dir)
     if given:
         run_dir, origin = Path(given), f"--run-dir {given}"
+        other = run_command(run_dir)
+        if other is not None and other != command:
+            # its events.jsonl would interleave two commands' events (a report, a resume
+            # and the metric readers take the folder for one run)
+            raise UserError(
+                f"{origin}: {str(run_dir)!r} holds a `searchr1 {other}` run (its events.jsonl "
+                f"says so); {command} would add its own events and files to it. Give a new "
+                f"folder, or leave out --run-dir for a new {command}-* folder in "
+                f"{str(parent)!r} (run.dir)"
+            )
     elif resume and config.run.name:
         run_dir, origin = parent / config.run.name, f"run.name = {config.run.name!r}"
     elif resume:
@@ -247,6 +257,26 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
             f"(a file in the path, or a character a path cannot hold)"
         ) from None
     return run_dir
+
+
+def run_command(folder: Path) -> str | None:
+    """The command whose run ``folder`` holds (its events.jsonl's ``run_start``), or None:
+    not a run folder, or a log too damaged to say."""
+    import json
+
+    try:
+        with (folder / "events.jsonl").open(encoding="utf-8", errors="replace") as fh:
+            for _, line in zip(range(100), fh, strict=False):  # run_start comes first
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("event") == "run_start":
+                    command = event.get("command")
+                    return command if isinstance(command, str) else None
+    except OSError:
+        return None
+    return None
 
 
 def disk_error(exc: OSError) -> DiskError:

@@ -60,6 +60,7 @@ from searchr1.core.step import (
     window_metrics,
 )
 from searchr1.core.step_metrics import ratio_basis
+from searchr1.core.trainer_checks import loss_refusals
 from searchr1.core.types import LossFn, kl_coef
 
 
@@ -79,6 +80,8 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     checkpoint = resume_point(run, stream) if resume else None
     ask = {"max_staleness": cfg.train.max_staleness, "provider": cfg.model.provider}
     check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
+    if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login
+        raise ConfigError(refused)
     run.start(need_loss=True)
     loss = run.loss
     assert loss is not None  # start(need_loss=True) created it

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.assets import cache_dir, resolve
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
+from searchr1.core.disk import make_temp_dir, match_umask
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.logs import get_logger
@@ -232,7 +232,7 @@ def _save(folder: Path, fingerprint: dict, retriever: Any, spans: np.ndarray) ->
 
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{folder.name}.tmp-", dir=folder.parent))
+        tmp = make_temp_dir(folder.parent, f"{folder.name}.tmp-")
     except OSError as exc:
         get_logger().warning("search_index_not_cached", index=str(folder), error=str(exc))
         return
@@ -240,8 +240,9 @@ def _save(folder: Path, fingerprint: dict, retriever: Any, spans: np.ndarray) ->
         retriever.save(str(tmp), show_progress=False)
         np.save(tmp / "spans.npy", spans)
         (tmp / "meta.json").write_text(json.dumps(fingerprint), "utf-8")
+        match_umask(tmp)
         if folder.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f"{folder.name}.old-", dir=folder.parent))
+            trash = make_temp_dir(folder.parent, f"{folder.name}.old-")
             folder.rename(trash / "index")
             shutil.rmtree(trash, ignore_errors=True)
         tmp.rename(folder)
@@ -265,10 +266,10 @@ class LocalBM25Search(BaseSearchProvider):
 
     @classmethod
     def from_config(cls, config: Config) -> LocalBM25Search:
+        if problems := check_corpus(config):
+            raise ConfigError(problems)
         local = local_settings(config)
         path = Path(resolve(local.corpus))
-        if not path.is_file():
-            raise ConfigError([f"search.local.corpus = {local.corpus!r}: no such file ({path})"])
         try:
             index = Bm25Index.open(path, local)
         except ValueError as exc:
@@ -287,17 +288,30 @@ class LocalBM25Search(BaseSearchProvider):
 
 
 def local_settings(config: Config) -> LocalSearchSettings:
-    """``[search.local]`` checked, with a corpus set; ConfigError naming the key otherwise."""
+    """``[search.local]``, checked; ConfigError naming the key otherwise."""
+    return plugin_settings(config, "search", "local", LocalSearchSettings)
 
-    def needs_a_corpus(settings: LocalSearchSettings) -> list[str]:
-        if settings.corpus.strip():
-            return []
+
+def check_corpus(config: Config) -> list[str]:
+    """The provider's ``check`` (and its factory's first step): ``[search.local] corpus``
+    set and naming a file (a ``builtin:`` corpus is built here, as the run would)."""
+    corpus = local_settings(config).corpus
+    where = config.where("search.local.corpus")
+    if not corpus.strip():
         return [
-            "search.local.corpus is not set: the local provider needs a JSONL corpus, e.g. "
-            '[search.local] corpus = "builtin:world/corpus.jsonl"'
+            f"{where}: search.local.corpus is not set: the local provider needs a JSONL corpus, "
+            'e.g. [search.local] corpus = "builtin:world/corpus.jsonl"'
         ]
-
-    return plugin_settings(config, "search", "local", LocalSearchSettings, needs_a_corpus)
+    try:
+        path = Path(resolve(corpus))
+    except FileNotFoundError as exc:  # an unknown builtin: asset or file
+        return [f"{where}: search.local.corpus: {exc}"]
+    if not path.is_file():
+        return [
+            f"{where}: search.local.corpus = {corpus!r}: no such file ({path.absolute()}; a "
+            "relative path is read from the working directory)"
+        ]
+    return []
 
 
 @hookimpl
@@ -307,4 +321,5 @@ def register_search_providers(register: Callable[[str, Callable[..., Any]], None
         LocalBM25Search.from_config,
         settings=LocalSearchSettings,
         default="BM25 over [search.local] corpus on this machine",
+        check=check_corpus,
     )

@@ -117,7 +117,8 @@ def test_data_get_writes_the_published_sets_as_qa_files(hub, tmp_path, run_cli, 
     assert f'[data] train = "{out / "train.jsonl"}"' in result.out
     # what it wrote is a training file: config check no longer warns that train would stop
     config = tmp_path / "c.toml"
-    config.write_text(f'[data]\ntrain = "{out / "train.jsonl"}"\n', encoding="utf-8")
+    corpus = '[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'  # what search needs
+    config.write_text(f'[data]\ntrain = "{out / "train.jsonl"}"\n{corpus}', encoding="utf-8")
     check = run_cli("config", "check", "--config", config)
     assert check.code == 0 and "train would stop" not in check.out + check.err
 

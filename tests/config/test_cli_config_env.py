@@ -21,6 +21,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+#: the search corpus every command needs (the schema leaves [search.local] corpus unset)
+CORPUS = '[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+
+
 def _config_check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     rc = main(["config", "check", *argv])
     return rc, capsys.readouterr().out
@@ -28,7 +32,7 @@ def _config_check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, 
 
 def test_existing_file_is_used(project: Path, monkeypatch, capsys) -> None:
     cfg = project / "config.toml"
-    cfg.write_text("[train]\nmax_steps = 7\n")
+    cfg.write_text("[train]\nmax_steps = 7\n" + CORPUS)
     monkeypatch.setenv("SEARCHR1_CONFIG", str(cfg))
     rc, out = _config_check(capsys)
     assert rc == 0
@@ -44,8 +48,8 @@ def test_missing_file_falls_back_to_the_embedded_default(project, monkeypatch, c
 
 
 def test_explicit_config_wins(project: Path, monkeypatch, capsys) -> None:
-    (project / "env.toml").write_text("[train]\nmax_steps = 7\n")
-    (project / "flag.toml").write_text("[train]\nmax_steps = 9\n")
+    (project / "env.toml").write_text("[train]\nmax_steps = 7\n" + CORPUS)
+    (project / "flag.toml").write_text("[train]\nmax_steps = 9\n" + CORPUS)
     monkeypatch.setenv("SEARCHR1_CONFIG", str(project / "env.toml"))
     rc, out = _config_check(capsys, "--config", str(project / "flag.toml"))
     assert rc == 0

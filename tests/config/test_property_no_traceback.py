@@ -56,6 +56,9 @@ def _workspace() -> Iterator[Path]:
             'corpus = "builtin:world/corpus.jsonl"\n[data]\ntrain = "d.jsonl"\n'
             'eval = "d.jsonl"\n[run]\ndir = "runs"\n'
         )
+        # a model that is here: these cases want errors found after the config's own checks
+        text = (root / "nomodel.toml").read_text().replace("./no-such-model", "builtin:tiny")
+        (root / "tiny.toml").write_text(text)
         (root / "typo.toml").write_text('[search]\nprovider = "zhiu"\n')
         (root / "empty.toml").write_text("# nothing\n")
         (root / "latin1.toml").write_bytes(b'[run]\nname = "caf\xe9"\n')
@@ -224,9 +227,9 @@ def test_in_a_real_process_errors_are_one_message() -> None:
         cases = [
             (["train", "--max-steps", "-1"], 2, "--max-steps"),
             (["config", "check", "--config", "latin1.toml"], 2, "UTF-8"),
-            (["train", "--config", "nomodel.toml", "--resume"], 2, "trainer.json is damaged"),
-            (["train", "--config", "nomodel.toml", "--run-dir", "afile"], 2, "is a file"),
-            (["eval", "--config", "nomodel.toml", "--checkpoint", "adir"], 2, "not a checkpoint"),
+            (["train", "--config", "tiny.toml", "--resume"], 2, "trainer.json is damaged"),
+            (["train", "--config", "tiny.toml", "--run-dir", "afile"], 2, "is a file"),
+            (["eval", "--config", "tiny.toml", "--checkpoint", "adir"], 2, "not a checkpoint"),
         ]
         for argv, code, words in cases:
             proc = subprocess.run(

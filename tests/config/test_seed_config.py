@@ -167,7 +167,8 @@ def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys)
     text = text.replace('target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]',
                         'target_modules = ["q_proj", "v_proj", "c_attn"]')  # fmt: skip
     local = text.replace("[model]\n", '[model]\nprovider = "local"\n')
-    (project / "config.toml").write_text(local.replace('"zhihu"', '"local"'))
+    corpus = '\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    (project / "config.toml").write_text(local.replace('"zhihu"', '"local"') + corpus)
     assert cli(["config", "check"]) == 0
     out = capsys.readouterr().out
     assert "# model.provider = 'local': set in config.toml:" in out
@@ -179,7 +180,7 @@ def test_a_provider_that_cannot_honour_a_setting_names_it(project: Path, capsys)
     vllm = text.replace("[model]\n", '[model]\nprovider = "vllm"\n').replace(
         "top_p = 0.95", "top_p = 0.9"
     )
-    (project / "config.toml").write_text(vllm.replace('"zhihu"', '"local"'))
+    (project / "config.toml").write_text(vllm.replace('"zhihu"', '"local"') + corpus)
     assert cli(["config", "check"]) == 0
     out = capsys.readouterr().out
     assert "# warning: model.top_p = 0.9 on provider 'vllm'" in out
@@ -372,12 +373,12 @@ def test_skeleton_with_its_cold_start_uncommented_is_named_before_train(
     config = project / "config.toml"
     config.write_text(config.read_text(encoding="utf-8") + "\n[train.cold_start]\nsteps = 16\n")
     assert cli(["config", "check"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "2 warning(s) say train would stop here" in out.splitlines()[0]
-    (line,) = [w for w in out.splitlines() if "train.cold_start.loss_fn" in w]
+    (line,) = [w for w in err.splitlines() if "train.cold_start.loss_fn" in w]
     assert re.search(
-        r"config\.toml:\d+: train would stop here: train\.cold_start\.loss_fn = 'cross_entropy': "
+        r"config\.toml:\d+: train\.cold_start\.loss_fn = 'cross_entropy': "
         r"model\.provider = 'taotoken' trains only importance_sampling, ppo, cispo",
         line,
     ), line
-    assert "set [train.cold_start] steps = 0" in line
+    assert "set [train.cold_start] steps = 0 (train would stop here)" in line

@@ -73,12 +73,12 @@ def test_smoke_names_projections_that_do_not_exist(tmp_path: Path, config_file, 
     config = config_file(
         make_config(_run(tmp_path, model), lora={"target_modules": ["in_proj_qkv", "q_proj"]})
     )
+    # a config error (exit 2, with the line), found on the meta-device model before any load
     smoke = run_cli("smoke", "--config", config, "--run-dir", tmp_path / "smoke")
-    out = smoke.err
-    assert smoke.code == 1
-    diagnosis = next(line for line in out.splitlines() if line.startswith("diagnosis:"))
-    assert "in_proj_qkv" in diagnosis and str(model) in diagnosis
-    assert 'target_modules = "all-linear"' in diagnosis
+    assert smoke.code == 2, smoke.out + smoke.err
+    (error,) = [line for line in smoke.err.splitlines() if "in_proj_qkv" in line]
+    assert error.startswith(f"searchr1: error: {config}:") and str(model) in error
+    assert 'target_modules = "all-linear"' in error
 
 
 def test_smoke_names_a_model_side_failure_and_the_base_model(

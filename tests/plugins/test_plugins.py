@@ -527,7 +527,8 @@ def test_every_factory_attribute_is_documented() -> None:
     hook_doc = hookspecs.register_model_providers.__doc__ or ""
     declared = [f.name for f in fields(Registration)][4:]
     assert declared == [
-        "settings", "reads", "default", "defaults", "infer_provider", "secret_variables", "advise"
+        "settings", "reads", "default", "defaults", "infer_provider", "secret_variables", "advise",
+        "check", "capabilities",
     ]  # fmt: skip
     for attr in declared:
         assert f"* `{attr}=`" in section.group(1), f"docs/plugins.md: {attr}="

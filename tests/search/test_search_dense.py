@@ -331,8 +331,16 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
     config = config_file(
         f'[search]\nprovider = "dense"\n[search.dense]\nindex = "{tmp_path / "nothere"}"\n'
     )
+    # every command stops on it, so config check refuses it as train would, with the line
     result = run_cli("config", "check", "--config", config)
-    assert result.code == 0 and "holds no finished index (no card.json)" in result.out
+    assert result.code == 2, result.out
+    assert f"{config}:4: search.dense.index = " in result.err
+    assert (
+        "not a finished dense index, no card.json (make one with `searchr1 index build"
+        in result.err
+    )
+    trained = run_cli("train", "--config", config)
+    assert trained.code == 2 and result.err.splitlines()[-1] in trained.err
 
     monkeypatch.setitem(sys.modules, "faiss", None)  # the [dense] extra not installed
     with pytest.raises(ConfigError, match=r"needs faiss: pip install 'searchr1\[dense\]'"):
@@ -341,7 +349,7 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
     build = run_cli("index", "build", corpus, "--out", tmp_path / "idx")
     assert build.code == 2 and "needs faiss: pip install 'searchr1[dense]'" in build.err
     checked = run_cli("config", "check", "--config", config)
-    assert "search provider 'dense' needs faiss: pip install 'searchr1[dense]'" in checked.out
+    assert "search provider 'dense' needs faiss: pip install 'searchr1[dense]'" in checked.err
 
 
 @pytest.mark.slow  # a real `searchr1 index build` process, killed, then resumed (~15-25 s)

@@ -62,18 +62,36 @@ class DenseSearchSettings:
 
 
 def dense_settings(config: Config) -> DenseSearchSettings:
-    """``[search.dense]`` checked, with an index set; ConfigError naming the key otherwise."""
+    """``[search.dense]``, checked; ConfigError naming the key otherwise."""
+    return plugin_settings(config, "search", "dense", DenseSearchSettings)
 
-    def needs_an_index(settings: DenseSearchSettings) -> list[str]:
-        if settings.index.strip():
-            return []
-        return [
-            "search.dense.index is not set: the dense provider needs the folder that "
+
+def check_index(config: Config) -> list[str]:
+    """The provider's ``check`` (and its factory's first step): faiss installed, and
+    ``[search.dense] index`` set to a folder that holds a finished index (its ``card.json``,
+    written last by ``searchr1 index build``, read as opening the index reads it); no vector
+    or document is loaded."""
+    import importlib.util
+
+    folder = dense_settings(config).index.strip()
+    where = config.where("search.dense.index")
+    out = []
+    if importlib.util.find_spec("faiss") is None:
+        out.append(f"{where}: search provider 'dense' needs faiss: pip install 'searchr1[dense]'")
+    if not folder:
+        out.append(
+            f"{where}: search.dense.index is not set: the dense provider needs the folder that "
             "`searchr1 index build CORPUS.jsonl --out DIR` wrote, e.g. "
             '[search.dense] index = "indexes/wiki"'
-        ]
+        )
+    else:
+        from searchr1.plugins.dense_search.index import DenseIndexError, IndexCard
 
-    return plugin_settings(config, "search", "dense", DenseSearchSettings, needs_an_index)
+        try:  # the card alone (the index's own reading of it): a build that never finished
+            IndexCard.read(Path(folder).expanduser())
+        except DenseIndexError as exc:
+            out.append(f"{where}: search.dense.index = {folder!r}: {exc}")
+    return out
 
 
 def open_index(folder: str, settings: DenseSearchSettings, what: str) -> DenseIndex:
@@ -115,6 +133,8 @@ class DenseSearch(BaseSearchProvider):
 
     @classmethod
     def from_config(cls, config: Config) -> DenseSearch:
+        if problems := check_index(config):
+            raise ConfigError(problems)
         options = dense_settings(config)
         return cls(config.search, options, open_index(options.index, options, "search.dense.index"))
 
@@ -174,25 +194,21 @@ class DenseSearch(BaseSearchProvider):
 
 
 def advise(config: Config) -> list[str]:
-    """What ``config check`` can say without loading anything: a missing ``[dense]`` extra, an
-    index folder that is not a finished index."""
+    """What ``config check`` and every run warn of without loading anything: wordllama (the
+    default encoder's library) not installed."""
     import importlib.util
 
-    missing = [m for m in ("faiss", "wordllama") if importlib.util.find_spec(m) is None]
-    out = []
-    if missing:
-        out.append(
-            f"search provider 'dense' needs {', '.join(missing)}: pip install 'searchr1[dense]'"
-        )
-    folder = str(config.plugin_table("search", "dense").get("index", "")).strip()
-    if folder and not (Path(folder).expanduser() / "card.json").is_file():
-        out.append(
-            f"search.dense.index = {folder!r} holds no finished index (no card.json): "
-            "build it with `searchr1 index build CORPUS.jsonl --out " + folder + "`"
-        )
-    return out
+    if importlib.util.find_spec("wordllama") is None:
+        return ["search provider 'dense' needs wordllama: pip install 'searchr1[dense]'"]
+    return []
 
 
 @hookimpl
 def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("dense", DenseSearch.from_config, settings=DenseSearchSettings, advise=advise)
+    register(
+        "dense",
+        DenseSearch.from_config,
+        settings=DenseSearchSettings,
+        advise=advise,
+        check=check_index,
+    )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
+from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
 
 if TYPE_CHECKING:
@@ -64,4 +65,5 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         reads=("device", "dtype"),
         default="the model runs in this process",
         advise=lora_advice,
+        check=check_model,
     )

@@ -17,6 +17,7 @@ Qwen3.5-4B's 32 layers and nothing else, silently. This module says so:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,21 +151,85 @@ def missing_layer_types(
     return out
 
 
-def meta_layers(model: str | Path) -> list[Layer] | None:
-    """The decoder layers of ``model`` (a folder, or a hub id already in the local cache),
-    built from its ``config.json`` on the meta device: no weights are read, nothing is
-    downloaded. None when its config is not on this machine or transformers cannot build
-    the architecture."""
+def meta_model(model: str | Path) -> Any | None:
+    """``model`` (a folder, or a hub id already in the local cache) built from its
+    ``config.json`` on the meta device: no weights are read, nothing is downloaded, no memory
+    is taken. None when its config is not on this machine or transformers cannot build the
+    architecture. Kept per folder and ``config.json`` version: ``config check`` and a run's
+    start ask more than once."""
+    config_file = Path(model).expanduser() / "config.json"
+    version = config_file.stat().st_mtime_ns if config_file.is_file() else 0
+    return _meta_model(str(model), version)
+
+
+@functools.lru_cache(maxsize=4)
+def _meta_model(model: str, _version: int) -> Any | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         config = AutoConfig.from_pretrained(model, local_files_only=True)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            return AutoModelForCausalLM.from_config(config)
     except Exception:  # an architecture this transformers does not know: the load says so
         return None
-    return decoder_layers(model)
+
+
+def meta_layers(model: str | Path) -> list[Layer] | None:
+    """The decoder layers of ``model`` from :func:`meta_model`; None when it cannot be built."""
+    built = meta_model(model)
+    return None if built is None else decoder_layers(built)
+
+
+def unknown_targets(model: Any, targets: Sequence[str], model_name: str) -> str | None:
+    """What is wrong with ``[lora] target_modules`` for ``model`` (loaded, or on the meta
+    device: the same module names): the names peft would find no module for, the model's
+    projections and the ``"all-linear"`` fix; None when every name is there."""
+    if list(targets) == [ALL_LINEAR]:
+        return None
+    leaves = {_leaf(name) for name, _ in model.named_modules()}
+    missing = [t for t in targets if _leaf(t) not in leaves]
+    if not missing:
+        return None
+    return (
+        f"lora.target_modules: {missing} not found in {model_name!r}; linear layers there "
+        f"include: {sorted(n for n in leaves if n.endswith('_proj'))}; or set "
+        f'target_modules = "{ALL_LINEAR}" (every linear layer but the output head)'
+    )
+
+
+#: a ``base_model`` written as a path on this machine rather than a hub id
+_PATH_PREFIXES = ("/", "./", "../", "~")
+
+
+def check_model(config: Config) -> list[str]:
+    """The ``check`` of the providers that load ``[model] base_model`` into this process
+    (``local``, ``vllm``'s learner), before any weight is read: a ``builtin:`` asset, a
+    ``.gguf`` file or a folder that is not there, and ``[lora] target_modules`` naming a
+    module the model lacks (read off :func:`meta_model` when its ``config.json`` is here; a
+    hub id not yet downloaded is checked by the load)."""
+    from searchr1.core.errors import ConfigValueError
+    from searchr1.kit.gguf import model_path
+
+    name = config.model.base_model
+    where = config.where("model.base_model")
+    if name.startswith(_PATH_PREFIXES) and not Path(name).expanduser().exists():
+        return [
+            f"{where}: model.base_model = {name!r}: no such file or folder "
+            f"({Path(name).expanduser().absolute()}); give a model folder, a .gguf file, a "
+            f"hub id or a builtin: model"
+        ]
+    try:
+        path = model_path(name)
+    except FileNotFoundError as exc:  # an unknown builtin: asset, a .gguf file not there
+        return [f"{where}: model.base_model = {name!r}: {exc}"]
+    except ConfigValueError as exc:  # a builtin: model whose source is not installed
+        return [f"{where}: {exc}"]
+    except Exception:  # noqa: BLE001 - a conversion that fails is the load's error to report
+        return []
+    model = meta_model(path)
+    problem = None if model is None else unknown_targets(model, config.lora.target_modules, name)
+    return [f"{config.where('lora.target_modules')}: {problem}"] if problem else []
 
 
 def coverage_warnings(config: Config) -> list[str]:

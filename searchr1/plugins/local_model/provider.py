@@ -349,23 +349,19 @@ def attach_lora(base: Any, config: Config) -> Any:
     """Freeze ``base`` and wrap it in a peft LoRA model built from ``[lora]``."""
     from peft import LoraConfig, get_peft_model
 
+    from searchr1.plugins.local_model.lora_coverage import unknown_targets
+
     for p in base.parameters():
         p.requires_grad_(False)
     lora = config.lora
-    module_names = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
     targets: str | list[str] = list(lora.target_modules)
     if targets == ["all-linear"]:
         # peft's shorthand: every linear layer but the output head, whatever the family
         # calls its projections, so one config fits Qwen3, Qwen3.5, Llama, Mixtral...
         targets = "all-linear"
-    missing = [m for m in lora.target_modules if m not in module_names and targets != "all-linear"]
-    if missing:
-        raise ConfigValueError(
-            f"lora.target_modules: {missing} not found in {config.model.base_model!r}; "
-            f"linear layers there include: "
-            f"{sorted(n for n in module_names if n.endswith('_proj'))}; or set "
-            f'target_modules = "all-linear" (every linear layer but the output head)'
-        )
+    # the rule config check applies to the meta-device model (lora_coverage.check_model)
+    if problem := unknown_targets(base, lora.target_modules, config.model.base_model):
+        raise ConfigValueError(problem)
     peft_config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,

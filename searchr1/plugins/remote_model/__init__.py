@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
 from searchr1.plugins.remote_model.advice import advise
+from searchr1.plugins.remote_model.conversions import REMOTE_CAPABILITIES
 from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def register_model_providers(register: Callable[..., None]) -> None:
         "reads": ("api_base", "api_key"),
         "defaults": {"train.max_staleness": PIPELINED},
         "advise": advise,
+        "capabilities": REMOTE_CAPABILITIES,
     }
     register(
         "taotoken",

@@ -22,31 +22,6 @@ def advise(config: Config) -> list[str]:
     out = _lora_notes(config, config.model.provider)
     if config.model.temperature != 1.0:
         out.append(temperature_note(config))
-    return out + _loss_notes(config)
-
-
-def _loss_notes(config: Config) -> list[str]:
-    """The losses ``train`` would refuse when the run is built (the service trains only
-    :data:`REMOTE_LOSSES`), said before any model loads."""
-    from searchr1.core.config_schema import ColdStartSettings
-    from searchr1.core.config_validate import plugin_settings
-    from searchr1.plugins.remote_model.conversions import LOSSES_REASON, REMOTE_LOSSES
-
-    chosen = [("train.loss_fn", config.train.loss_fn)]
-    cold_start = plugin_settings(config, "train", "cold_start", ColdStartSettings)
-    if cold_start.steps:
-        chosen.append(("train.cold_start.loss_fn", cold_start.loss_fn))
-    provider, known = config.model.provider, ", ".join(REMOTE_LOSSES)
-    out = []
-    for field, name in chosen:
-        if name in REMOTE_LOSSES:
-            continue
-        where = config.where(field if field in config.lines else "train.cold_start")
-        off = " or set [train.cold_start] steps = 0" if "cold_start" in field else ""
-        out.append(
-            f"{where}: train would stop here: {field} = {name!r}: model.provider = "
-            f"{provider!r} trains only {known} ({LOSSES_REASON}); choose one of them{off}"
-        )
     return out
 
 

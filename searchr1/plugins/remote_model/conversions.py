@@ -29,6 +29,7 @@ from searchr1.core.types import (
     SamplingParams,
     StopReason,
     Tokenizer,
+    TrainerCapabilities,
 )
 
 #: the ``[lora] target_modules`` of each layer group the service adapts as a whole
@@ -49,6 +50,12 @@ LOSSES_REASON = (
     "it sends the loss's name and clip bounds to a remote service, which computes the loss "
     "itself and applies no truncated importance-sampling cap"
 )
+
+
+#: what the remote trainer declares (its ``capabilities``, also declared at registration so
+#: ``train`` and ``config check`` refuse another loss, or a KL term, before any login): the
+#: losses above and no reference policy to score (the built trainer adds its snapshot sampler)
+REMOTE_CAPABILITIES = TrainerCapabilities(losses=REMOTE_LOSSES, losses_reason=LOSSES_REASON)
 
 
 def loss_config(loss_fn: LossFn) -> dict[str, float] | None:

@@ -86,8 +86,7 @@ from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
 from searchr1.plugins.remote_model.conversions import (
-    LOSSES_REASON,
-    REMOTE_LOSSES,
+    REMOTE_CAPABILITIES,
     forward_result,
     lora_groups,
     loss_config,
@@ -256,11 +255,7 @@ class RemoteModelProvider:
     def capabilities(self) -> TrainerCapabilities:
         """The losses the service computes by name, a snapshot sampler, and no learner
         temperature (the service scores at its own)."""
-        return TrainerCapabilities(
-            losses=REMOTE_LOSSES,
-            losses_reason=LOSSES_REASON,
-            snapshot_sampler=self.snapshot_sampler,
-        )
+        return dataclasses.replace(REMOTE_CAPABILITIES, snapshot_sampler=self.snapshot_sampler)
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams

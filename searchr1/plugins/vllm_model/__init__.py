@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import Model
 from searchr1.plugins.local_model import lora_advice
+from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
 from searchr1.plugins.vllm_model.settings import VllmSettings
 
@@ -48,6 +49,7 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         settings={"vllm": VllmSettings, "local": LocalSettings},
         reads=("api_base", "api_key", "device", "dtype"),
         advise=vllm_advice,
+        check=check_model,  # its learner loads the model as the local provider does
     )
 
 
