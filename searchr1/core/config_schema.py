@@ -44,7 +44,7 @@ class ModelConfig:
     #: when absent from the file: the provider whose plugin claims the file's [model] table,
     #: else the one its plugin declares the default
     provider: str = _f("", help="model provider plugin name")
-    #: the model: builtin:NAME, a local folder, a Hugging Face hub id or a .gguf file
+    #: the model: builtin:NAME, a local folder, a Hugging Face hub id or a file a model plugin reads
     base_model: str = _f("builtin:tiny")
     #: sampling temperature of rollouts
     temperature: float = _f(0.8, gt=0.0)
@@ -113,7 +113,7 @@ class SearchConfig:
     #: smoke
     min_success_rate: float = _f(0.9, min=0.0, max=1.0)
     # the settings of a keyed HTTP search service (searchr1.kit.search.http_provider)
-    #: keys of a keyed search service, rotated round-robin; e.g. "${ZHIHU_SEARCH_KEYS}"
+    #: keys of a keyed search service, rotated round-robin; e.g. "${SEARCH_KEYS}"
     api_keys: tuple[str, ...] = _f((), secret=True, split=True)
     api_base: str = _f("", help="empty = the provider's default address")
     #: one search request's timeout
