@@ -107,6 +107,7 @@ class SearchConfig:
 class RewardConfig:
     name: str = _f(DEFAULT_NAMES["reward.name"])
     terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
+    weights: dict[str, float] = _f({}, help="weight of name and of each term (1.0 unnamed)")
 
 
 @dataclass(frozen=True)
