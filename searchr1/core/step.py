@@ -114,9 +114,9 @@ class Learned:
 
 
 async def collect(run: Run, stream: QuestionStream, step: int, policy_version: int) -> Batch:
-    """Roll out and score step ``step``'s groups; while search (or the reward's judge) is broken the guard retries
-    the same questions after a back-off, raising :class:`EnvironmentDown` after
-    ``train.guard_max_waits`` retries."""
+    """Roll out and score step ``step``'s groups; while search (or the reward's judge) is
+    broken the guard retries the same questions after a back-off, raising
+    :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
     cfg, log, world = run.config, get_logger(), run.world
     cursor = stream.state()
     t0 = time.perf_counter()

@@ -200,8 +200,9 @@ def test_judge_rides_out_429_5xx_and_timeouts_and_rotates_keys(capsys) -> None:
         server.fault("status", 503, "0")
         server.fault("hang", 1.0)  # past timeout_s: retried
         result = one_key(traj("Saint-Exupéry"), GOLDEN)
-        assert result.reward == 1.0 and len(server.requests) == 1
-        assert reward_metrics(one_key)["judge/failures"] == 0
+        assert result.reward == 1.0
+        m = reward_metrics(one_key)
+        assert (m["judge/calls"], m["judge/failures"]) == (1, 0)  # one call, retried
         # two keys in turn; one's quota is gone (429 for an hour): the other answers all
         reward = judge_reward(judge_table(server, keys=",".join(KEYS)))
         server.limit_key(KEYS[1])
@@ -290,3 +291,19 @@ def test_a_judge_with_no_cache_on_disk_still_caches_within_the_run(tmp_path: Pat
         first = asyncio.run(judge.judge_many([item]))
         second = asyncio.run(judge.judge_many([item]))
         assert first[0].score == 0.0 and second[0].cached and len(server.requests) == 1
+
+
+def test_a_judge_as_a_weighted_term_is_batched_and_reports_its_spend() -> None:
+    with FakeJudgeServer() as server:
+        table = judge_table(server, "format_penalty = 0.0")
+        reward = judge_reward(
+            table, 'name = "format_answer"\nterms = ["judge"]\nweights = {judge = 0.5}'
+        )
+        answers = ["Saint-Exupéry", "Antoine de Saint-Exupéry", None]
+        results = asyncio.run(score_all(reward, [(traj(a), GOLDEN) for a in answers]))
+        assert [r.reward for r in results] == [0.5, 1.5, pytest.approx(-0.1)]
+        assert [r.components["judge"] for r in results] == [1.0, 1.0, 0.0]
+        assert results[0].components["judge/judge_vs_em"] == 0.0
+        assert len(server.requests) == 2
+        m = reward_metrics(reward, reset=True)
+        assert m["judge/calls"] == 2 and m["reward/judge_fallbacks"] == 0
