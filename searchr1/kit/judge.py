@@ -40,7 +40,6 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.answers import exact_match
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import redact_text
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
@@ -165,8 +164,6 @@ class _Spend:
     unparsed: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    verdicts: int = 0
-    agree: int = 0
     last_error: str = ""
 
     def add(self, other: _Spend) -> None:
@@ -210,6 +207,7 @@ class Judge:
     # ------------------------------------------------------------------ scoring
 
     def key(self, item: JudgeItem) -> str:
+        """The cache key of ``item``'s verdict (see the module docstring): a hash, no text."""
         parts = [
             self.settings.model,
             self.prompt_version,
@@ -259,7 +257,10 @@ class Judge:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            deadline = f"no verdict within the step deadline (step_deadline_s = {self.settings.step_deadline_s:g})"
+            deadline = (
+                "no verdict within the step deadline "
+                f"(step_deadline_s = {self.settings.step_deadline_s:g})"
+            )
             for key, task in tasks.items():
                 judged = task.result() if task in done else Judged(None, error=deadline)
                 if judged.score is None:
@@ -271,12 +272,6 @@ class Judge:
                         self._store.put(key, judged.score)
                 for i in todo[key]:
                     out[i] = judged
-        for item, judged in zip(items, out, strict=True):
-            if judged is not None and judged.score is not None:
-                spend.verdicts += 1
-                spend.agree += (judged.score >= 0.5) == exact_match(
-                    item.prediction, item.golden_answers
-                )
         if spend.failures:
             get_logger().warning(
                 "judge_failures",
