@@ -89,8 +89,6 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
     """``[section.table]`` and one ``key = value  # where it comes from`` line per field."""
     import dataclasses
 
-    import tomli_w
-
     from searchr1.core.config_validate import plugin_settings
     from searchr1.core.secrets import REDACTED, redact_value
 
@@ -105,7 +103,7 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
         if shown is None:  # TOML has no null
             out.append(f"# {f.name} = (unset)")
             continue
-        line = tomli_w.dumps({f.name: list(shown) if isinstance(shown, tuple) else shown})
+        line = f"{f.name} = {_inline(shown)}"
         note = "default"
         if f.name in written:
             note = f"set in {config.where(f'{section}.{table}.{f.name}')}; default "
@@ -113,6 +111,16 @@ def _table_lines(config: Config, section: str, table: str, cls: type, what: str)
         helps = f"; {f.metadata['help']}" if f.metadata.get("help") else ""
         out.append(f"{line.rstrip()}  # {note}{helps}")
     return out
+
+
+def _inline(value: object) -> str:
+    """``value`` as a TOML value on one line (a table inline, ``{key = value, ...}``)."""
+    import tomli_w
+
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_inline(v)}" for k, v in value.items()) + "}"
+    shown = list(value) if isinstance(value, tuple) else value
+    return tomli_w.dumps({"v": shown}).partition("=")[2].strip()
 
 
 #: the words of a warning about something ``searchr1 train`` refuses

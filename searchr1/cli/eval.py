@@ -235,11 +235,14 @@ async def _evaluate_all(
     questions: list[Any],
     targets: list[tuple[str, str | None]],
     data_path: str,
+    judge: Any = None,
 ) -> dict[str, Any]:
-    """Every requested model in turn, inside one event loop; closes the search provider
-    in that loop (an async HTTP client must not outlive the loop it was used in)."""
+    """Every requested model in turn, inside one event loop (each answer also scored by
+    ``judge``, the ``judge`` reward, for ``--judge``); closes the search provider and the
+    judge in that loop (an async HTTP client must not outlive the loop it was used in)."""
     from searchr1.core.evaluation import evaluate_async, write_records
     from searchr1.core.logs import get_logger
+    from searchr1.core.rewards import close_reward, reward_metrics
 
     config, log = run.config, get_logger()
     results: dict[str, Any] = {}
@@ -277,7 +280,10 @@ async def _evaluate_all(
                 greedy=not args.sample,
                 label=label,
                 progress=f"eval {label}",
+                judge=judge,
             )
+            if judge is not None:  # what this model's answers cost the judge
+                log.info("eval_judge", label=label, **reward_metrics(judge, reset=True))
             write_records(run.folder / f"eval_{label}.jsonl", result)
             log.info(
                 "eval_result",
@@ -291,6 +297,8 @@ async def _evaluate_all(
             results[label] = result
     finally:
         await run.search.aclose()
+        if judge is not None:
+            await close_reward(judge)
     return results
 
 
@@ -334,10 +342,12 @@ def main(args: argparse.Namespace) -> int:
     )
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
+    # [reward.judge] checked before any model is loaded
+    judge = run.registry.create("reward", "judge", config) if args.judge else None
     # Built outside any event loop: a provider factory may run its own (asset builders do).
     run.start()
     try:
-        results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path))
+        results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path, judge))
     finally:
         run.close()
 
@@ -390,6 +400,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--sample",
         action="store_true",
         help="sample at the rollout temperature (seeded with run.seed) instead of greedy",
+    )
+    p.add_argument(
+        "--judge",
+        action="store_true",
+        help="also score every answer by the LLM judge of [reward.judge] (docs/rewards.md)",
     )
     add_no_cache_arg(p)
     p.set_defaults(func=main)

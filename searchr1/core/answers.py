@@ -55,14 +55,24 @@ def exact_match(prediction: str | None, golden_answers: Iterable[str]) -> bool:
     return bool(pred) and any(pred == normalize_answer(g) for g in golden_answers)
 
 
+#: answers HotpotQA's official scorer gives F1 only when prediction and golden are equal
+_YES_NO = frozenset({"yes", "no", "noanswer"})
+
+
 def f1_score(prediction: str | None, golden_answers: Iterable[str]) -> float:
-    """Best token-level F1 (over normalised whitespace tokens) against any golden answer."""
+    """Best token-level F1 (over normalised whitespace tokens) against any golden answer, as
+    HotpotQA's official scorer computes it: a yes / no / noanswer prediction or golden answer
+    scores only when both are equal (``"yes"`` is no partial match of ``"yes it is"``)."""
     if prediction is None:
         return 0.0
-    pred_tokens = normalize_answer(prediction).split()
+    pred = normalize_answer(prediction)
+    pred_tokens = pred.split()
     best = 0.0
     for golden in golden_answers:
-        gold_tokens = normalize_answer(golden).split()
+        gold = normalize_answer(golden)
+        if (pred in _YES_NO or gold in _YES_NO) and pred != gold:
+            continue
+        gold_tokens = gold.split()
         common = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
         if common == 0:
             continue

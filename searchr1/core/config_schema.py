@@ -134,6 +134,7 @@ class RewardConfig:
     #: the reward plugin that scores each finished trajectory
     name: str = _f(DEFAULT_NAMES["reward.name"])
     terms: tuple[str, ...] = _f((), unique=True, split=True, help="rewards added to name's")
+    weights: dict[str, float] = _f({}, help="weight of name and of each term (1.0 unnamed)")
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,17 @@ def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | 
                 return None, f"items {error}"
             out.append(coerced)
         return tuple(out), None
+    if typing.get_origin(hint) is dict:
+        (_, value_type) = typing.get_args(hint)
+        if not isinstance(value, dict):
+            return None, f"must be a table, got {type(value).__name__} {value!r}"
+        table = {}
+        for key, item in value.items():
+            coerced, error = _coerce(item, value_type, {})
+            if error:
+                return None, f"{key!r} {error}"
+            table[key] = coerced
+        return table, None
     number = isinstance(value, int | float) and not isinstance(value, bool)
     ok = {bool: isinstance(value, bool), str: isinstance(value, str), float: number}.get(hint)
     if hint is int:
@@ -169,6 +180,14 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
         problems.append(
             f"{where(have)}: {have} is set but {lack} is empty: [smoke] takes both, the question "
             f'and its golden answers (e.g. answers = ["..."]), or neither (the reference setup\'s)'
+        )
+    reward = s["reward"]
+    unweighted = sorted(set(reward.weights) - {reward.name, *reward.terms})
+    if unweighted:
+        problems.append(
+            f"{where('reward.weights')}: reward.weights names {', '.join(map(repr, unweighted))}, "
+            f"which is neither reward.name ({reward.name!r}) nor in reward.terms: add it to "
+            f"terms, or remove its weight"
         )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(

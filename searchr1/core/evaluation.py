@@ -20,6 +20,7 @@ from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
     RewardFn,
+    RewardResult,
     Sampler,
     SearchProvider,
     Trajectory,
@@ -49,8 +50,12 @@ class EvalRecord:
     search_calls: int
     search_errors: int
     trajectory: Mapping[str, Any]
+    #: ``eval --judge``: the judge's score and whether it agrees with EM (None: no verdict)
+    judge: float | None = None
+    judge_vs_em: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        judged = {"judge": self.judge, "judge_vs_em": self.judge_vs_em}
         return {
             "question_id": self.question_id,
             "data_source": self.data_source,
@@ -60,17 +65,23 @@ class EvalRecord:
             "reward": self.reward,
             "search_calls": self.search_calls,
             "search_errors": self.search_errors,
+            **({k: v for k, v in judged.items() if v is not None}),
             **self.trajectory,
         }
 
 
 def score_trajectory(
-    question: Question, traj: Trajectory, reward: RewardFn, protocol: AgentProtocol
+    question: Question,
+    traj: Trajectory,
+    result: RewardResult,
+    protocol: AgentProtocol,
+    judged: RewardResult | None = None,
 ) -> EvalRecord:
-    """Score one finished trajectory with the run's reward and EM/F1; the answer format is
-    the protocol's rule (:meth:`AgentProtocol.answered_in_format`), whatever the reward."""
-    result = reward(traj, question.golden_answers)
+    """One finished trajectory's record: the run's reward ``result``, EM/F1 and, with
+    ``judged`` (the ``judge`` reward's result), the judge's score; the answer format is the
+    protocol's rule (:meth:`AgentProtocol.answered_in_format`), whatever the reward."""
     format_ok = protocol.answered_in_format(traj)
+    verdict = judged.components if judged is not None else {}
     return EvalRecord(
         question_id=question.id,
         data_source=question.data_source,
@@ -81,6 +92,8 @@ def score_trajectory(
         search_calls=traj.search_calls,
         search_errors=traj.search_errors,
         trajectory=traj.to_dict(result),
+        judge=verdict.get("judge"),
+        judge_vs_em=verdict.get("judge_vs_em"),
     )
 
 
@@ -94,7 +107,13 @@ def _mean(values: Sequence[float]) -> float:
 def _group_metrics(records: Sequence[EvalRecord]) -> dict[str, Any]:
     calls = sum(r.search_calls for r in records)
     errors = sum(r.search_errors for r in records)
+    judged = {
+        key: _mean([v for r in records if (v := getattr(r, key)) is not None])
+        for key in ("judge", "judge_vs_em")
+        if any(getattr(r, key) is not None for r in records)
+    }
     return {
+        **judged,
         "n": len(records),
         "em": _mean([r.em for r in records]),
         "f1": _mean([r.f1 for r in records]),
@@ -159,11 +178,14 @@ async def evaluate_async(
     greedy: bool = True,
     label: str = "eval",
     progress: str | None = None,
+    judge: RewardFn | None = None,
 ) -> EvalResult:
     """Roll out every question once, in order, and score it, with the rollout's sampling
     (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
-    name), log a ``progress`` event after each chunk."""
+    name), log a ``progress`` event after each chunk; with ``judge`` (the ``judge`` reward,
+    ``eval --judge``), score each answer by the judge too."""
     from searchr1.core.logs import get_logger
+    from searchr1.core.rewards import score_all
     from searchr1.core.rollout import rollout_questions, sampling_params
 
     sampling = dataclasses.replace(
@@ -182,8 +204,11 @@ async def evaluate_async(
             sampling=sampling,
             id_prefix=f"{label}/",
         )
-        for question, group in zip(chunk, groups, strict=True):
-            records.append(score_trajectory(question, group[0], reward, protocol))
+        items = [(g[0], q.golden_answers) for q, g in zip(chunk, groups, strict=True)]
+        results = await score_all(reward, items)
+        judged = await score_all(judge, items) if judge is not None else [None] * len(items)
+        for (traj, _), result, verdict, question in zip(items, results, judged, chunk, strict=True):
+            records.append(score_trajectory(question, traj, result, protocol, verdict))
         if progress is not None:
             get_logger().info("progress", task=progress, done=len(records), total=len(questions))
     metrics = summarize(records, min_success_rate=config.search.min_success_rate)
@@ -227,6 +252,11 @@ def format_table(result: EvalResult) -> str:
     lines.append("-" * len(head))
     lines.append(row("micro (all)", m))
     lines.append(f"{'macro EM':<16} {'':>5} {_pct(m['macro_em']):>6}")
+    if "judge" in m:
+        lines.append(
+            f"{'judge':<16} {'':>5} {_pct(m['judge']):>6}  (agrees with EM on "
+            f"{_pct(m.get('judge_vs_em', math.nan)).strip()}% of the judged answers)"
+        )
     lines.extend(trust_warning(result))
     return "\n".join(lines)
 
@@ -314,6 +344,7 @@ async def heldout_eval(
     to the metric sinks unless ``to_sinks`` is false: the caller sends them). A scripted
     ``sampler`` that cannot play the protocol (ValueError) is skipped with a warning."""
     from searchr1.core.logs import get_logger
+    from searchr1.core.rewards import reward_metrics
 
     t0 = time.perf_counter()
     try:
@@ -334,6 +365,7 @@ async def heldout_eval(
         return None
     finally:
         run.search.metrics(reset=True)  # eval searches are not a training step's
+        reward_metrics(run.reward, reset=True)  # nor its judge calls (the run's totals keep them)
     m = result.metrics
     write_records(run.folder / f"eval_heldout_{when}.jsonl", result)
     numbers = {

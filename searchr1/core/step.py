@@ -3,9 +3,10 @@
 ::
 
     collect  groups   = rollout(questions, group_size)        all trajectories concurrently
-             rewards  = reward(trajectory, golden answers)    per trajectory
+             rewards  = reward(trajectory, golden answers)    per trajectory, one batch
              (dynamic sampling: replace degenerate groups by fresh questions)
-             guard    : search broken this step? -> back off and retry the same questions
+             guard    : search (or the reward's judge) broken this step? -> back off and
+                        retry the same questions
              A_i      = r_i - mean(r_group)                   degenerate groups dropped
                                                               (kept for the KL term)
     learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
@@ -45,6 +46,7 @@ from searchr1.core.errors import EnvironmentDown
 from searchr1.core.health import Health, StepRecord
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.question_stream import QuestionStream
+from searchr1.core.rewards import reward_metrics, reward_problem, score_all
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
     kl_metrics,
@@ -83,6 +85,9 @@ class Batch:
     owners: list[int]
     #: this process's rank (torchrun; 0 in one process)
     rank: int = 0
+    #: the reward's numbers for the step (:func:`~searchr1.core.rewards.reward_metrics`:
+    #: the judge's spend), every rank's summed
+    reward_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def datums(self, max_tokens: int, *, kl: bool = False) -> list[Datum]:
         """The trained sequences of the groups this rank rolled out: each trajectory with a
@@ -109,9 +114,9 @@ class Learned:
 
 
 async def collect(run: Run, stream: QuestionStream, step: int, policy_version: int) -> Batch:
-    """Roll out and score step ``step``'s groups; while search is broken the guard retries
-    the same questions after a back-off, raising :class:`EnvironmentDown` after
-    ``train.guard_max_waits`` retries."""
+    """Roll out and score step ``step``'s groups; while search (or the reward's judge) is
+    broken the guard retries the same questions after a back-off, raising
+    :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
     cfg, log, world = run.config, get_logger(), run.world
     cursor = stream.state()
     t0 = time.perf_counter()
@@ -120,6 +125,11 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         search_metrics = merge_search_metrics(world.gather(run.search.metrics(reset=True)))
         down = world.any(not run.search.available())
         broken = _environment_problem(run, search_metrics, down)
+        fix = "search environment (keys, quota, server)"
+        judged = [p for p in world.gather(reward_problem(run.reward)) if p]
+        reward_numbers = merge_search_metrics(world.gather(reward_metrics(run.reward, reset=True)))
+        if broken is None and judged:
+            broken, fix = judged[0], "reward judge ([reward.judge] api_base, model, keys, quota)"
         if broken is None:
             break
         log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
@@ -127,7 +137,7 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
             raise EnvironmentDown(
                 f"step {step}: {broken}; no update was applied after "
                 f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
-                f"search environment (keys, quota, server), then rerun with --resume."
+                f"{fix}, then rerun with --resume."
             )
         await asyncio.sleep(cfg.train.guard_backoff_seconds * (2**attempt))
         stream.load_state(cursor)  # retry the same questions
@@ -142,6 +152,7 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         seconds=time.perf_counter() - t0,
         owners=owners,
         rank=world.rank,
+        reward_metrics=reward_numbers,
     )
 
 
@@ -254,6 +265,7 @@ def step_metrics(
     return {
         **rollout_metrics(trajectories, rewards),
         **prefixed("search", batch.search_metrics),
+        **batch.reward_metrics,
         "trajectories": float(len(trajectories)),
         "degenerate_group_rate": sum(g.degenerate for g in batch.first) / len(batch.first),
         "reward/trained_mean": _mean_reward(batch.groups),
@@ -385,10 +397,20 @@ async def _rollout_and_score(
         sampling=sampling,
         id_prefix=f"s{step}d{draw}/",
     )
+    groups = [
+        [dataclasses.replace(t, policy_version=version) for t in sampled]
+        for sampled in trajectory_groups
+    ]
+    # every trajectory of the draw in one batch: a judge sends its calls together
+    results = iter(
+        await score_all(
+            run.reward,
+            [(t, q.golden_answers) for q, g in zip(questions, groups, strict=True) for t in g],
+        )
+    )
     scored = []
-    for question, sampled in zip(questions, trajectory_groups, strict=True):
-        trajectories = [dataclasses.replace(t, policy_version=version) for t in sampled]
-        rewards = [run.reward(t, question.golden_answers) for t in trajectories]
+    for question, trajectories in zip(questions, groups, strict=True):
+        rewards = [next(results) for _ in trajectories]
         adv = group_advantages(
             [r.reward for r in rewards], scale_by_std=cfg.train.scale_advantages_by_std
         )

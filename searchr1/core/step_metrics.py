@@ -17,15 +17,17 @@ END_REASONS = ("answered", "search_limit", "turn_limit", "token_limit", "invalid
 def rollout_metrics(
     trajectories: Sequence[Trajectory], rewards: Sequence[RewardResult]
 ) -> dict[str, float]:
-    """``reward/mean``, ``reward/<component>`` means, searches and turns per trajectory,
+    """``reward/mean``, ``reward/<component>`` means (over the trajectories reporting it), searches and turns per trajectory,
     ``end_reason/<reason>`` rates and ``tokens/sampled``."""
     n = len(trajectories)
     if n == 0:
         return {}
     out: dict[str, float] = {"reward/mean": statistics.fmean(r.reward for r in rewards)}
     components = sorted({name for r in rewards for name in r.components})
-    for name in components:
-        out[f"reward/{name}"] = statistics.fmean(r.components.get(name, 0.0) for r in rewards)
+    for name in components:  # over the trajectories that report it (judge_vs_em: the judged)
+        out[f"reward/{name}"] = statistics.fmean(
+            r.components[name] for r in rewards if name in r.components
+        )
     out["searches_per_trajectory"] = statistics.fmean(t.search_calls for t in trajectories)
     out["search_rate"] = sum(t.search_calls > 0 for t in trajectories) / n
     out["turns_per_trajectory"] = statistics.fmean(len(t.turns) for t in trajectories)

@@ -48,6 +48,7 @@ from searchr1.core.logs import close_console, get_logger
 from searchr1.core.pipeline import run_steps
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
+from searchr1.core.rewards import close_reward
 from searchr1.core.runs import Run
 from searchr1.core.step import (
     Batch,
@@ -200,6 +201,7 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
             finally:
                 # An async HTTP client must be closed in the loop it was used in.
                 loop.run(run.search.aclose())
+                loop.run(close_reward(run.reward))
     finally:
         run.close()
         run.sinks.close()

@@ -1,26 +1,32 @@
-"""Built-in rewards: ``format``, ``answer`` and their combination ``format_answer`` (the
-default, the reference setup's reward table), chosen by ``[reward] name`` and called once
-per finished trajectory. Every built-in reports the same components, so dashboards do not
-depend on the choice:
+"""Built-in rewards, chosen by ``[reward] name`` (or listed in ``[reward] terms``) and called
+once per finished trajectory (``docs/rewards.md``). Every built-in reports the same
+components, so dashboards do not depend on the choice:
 
 * ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
   non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
   ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0;
 * ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
   normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
-* ``f1``: the best token F1 against the golden answers (a metric, never part of a reward).
+* ``f1``: the best token F1 against the golden answers.
 
-Rewards (``docs/protocols.md`` §4): ``format_answer`` = ``format_penalty`` (-0.1) when the
-format is wrong, else 1.0 / 0.0 by exact match; ``format`` = 0.0 or ``format_penalty``;
-``answer`` = 1.0 / 0.0 by exact match alone. Optional settings: ``[reward.<name>]
-format_penalty = -0.1``, ``correct_reward = 1.0``.
+Rewards (``docs/protocols.md`` §4): ``format_answer`` (the default, the reference setup's
+table) = ``format_penalty`` (-0.1) when the format is wrong, else ``correct_reward`` (1.0) /
+0.0 by exact match; ``format`` = 0.0 or ``format_penalty``; ``answer`` = 1.0 / 0.0 by exact
+match alone; ``f1`` = ``format_penalty`` when the format is wrong, else ``correct_reward`` x
+F1; ``judge`` = ``format_penalty`` when the format is wrong, else ``correct_reward`` x the
+LLM judge's score (:mod:`searchr1.kit.judge`; also components ``judge`` and, where the judge
+gave a verdict, ``judge_vs_em``: 1.0 when it agrees with exact match). Optional settings:
+``[reward.<name>] format_penalty = -0.1``, ``correct_reward = 1.0``; ``[reward.judge]`` adds
+the judge's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
@@ -28,9 +34,12 @@ from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.protocols import protocol_class
 from searchr1.core.types import RewardResult, Trajectory
+from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -57,39 +66,134 @@ def components(
 
 @dataclass(frozen=True)
 class FormatAnswerReward:
-    """``format_penalty`` unless the answer format is right, then exact match (1.0 / 0.0)."""
+    """``format_penalty`` unless the answer format is right, then ``correct_reward`` times
+    the ``score`` component (``correct``: exact match, 1.0 / 0.0; ``f1``: token F1)."""
 
     settings: RewardSettings
     use_format: bool = True
     use_answer: bool = True
     #: the installed plugins, whose protocols read a trajectory's answers
     registry: Registry = field(default_factory=load_registry, repr=False)
+    score: str = "correct"
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
         parts = components(trajectory, golden_answers, self.registry)
         reward = 0.0
         if self.use_format and not parts["format"]:
             reward = self.settings.format_penalty
-        elif self.use_answer and parts["correct"]:
-            reward = self.settings.correct_reward
+        elif self.use_answer:
+            reward = self.settings.correct_reward * parts[self.score]
         return RewardResult(reward=reward, components=parts)
 
 
+@dataclass(frozen=True)
+class JudgeRewardSettings(JudgeSettings):
+    """``[reward.judge]``: the judge's settings and the format rule's."""
+
+    format_penalty: float = -0.1
+    correct_reward: float = 1.0
+
+
+class JudgeReward:
+    """``format_penalty`` unless the answer format is right, then ``correct_reward`` times the
+    judge's score; a trajectory the judge gave no verdict for is scored by ``fallback``
+    (``em``: exact match, ``f1``, ``zero``) and counted in ``reward/judge_fallbacks``.
+
+    :meth:`score_many` judges a whole batch at once (what the train loop and eval call);
+    calling the reward on one trajectory judges it alone."""
+
+    def __init__(self, settings: JudgeRewardSettings, registry: Registry):
+        self.settings = settings
+        self.registry = registry
+        self.judge = Judge(settings)
+        self._fallbacks = 0
+
+    def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
+        return run_blocking(self.score_many([(trajectory, golden_answers)]))[0]
+
+    async def score_many(
+        self, items: Sequence[tuple[Trajectory, Sequence[str]]]
+    ) -> list[RewardResult]:
+        s = self.settings
+        parts = [components(t, g, self.registry) for t, g in items]
+        # only answers in the format are judged: the others get the penalty whatever they say
+        asked = [i for i, (t, _) in enumerate(items) if parts[i]["format"] and t.final_answer]
+        verdicts = await self.judge.judge_many(
+            [
+                JudgeItem(items[i][0].question, items[i][0].final_answer or "", tuple(items[i][1]))
+                for i in asked
+            ]
+        )
+        scores = dict(zip(asked, verdicts, strict=True))
+        out = []
+        for i, part in enumerate(parts):
+            verdict = scores.get(i)
+            score = 0.0
+            if verdict is not None and verdict.score is not None:
+                score = verdict.score
+                part["judge_vs_em"] = float((score >= 0.5) == bool(part["correct"]))
+            elif verdict is not None:
+                self._fallbacks += 1
+                score = {"em": part["correct"], "f1": part["f1"], "zero": 0.0}[s.fallback]
+            part["judge"] = score
+            reward = s.format_penalty if not part["format"] else s.correct_reward * score
+            out.append(RewardResult(reward=reward, components=part))
+        return out
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """The judge's spend (:meth:`Judge.metrics`) and ``reward/judge_fallbacks``: the
+        trajectories of the step scored by the fallback."""
+        out = {**self.judge.metrics(reset), "reward/judge_fallbacks": float(self._fallbacks)}
+        if reset:
+            self._fallbacks = 0
+        return out
+
+    def problem(self) -> str | None:
+        return self.judge.problem()
+
+    async def aclose(self) -> None:
+        await self.judge.aclose()
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``'s result, from synchronous code: in this thread when no event loop runs here,
+    else in a worker thread with its own loop (a sync caller inside a running loop)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def _factory(
-    name: str, use_format: bool, use_answer: bool
+    name: str, use_format: bool, use_answer: bool, score: str = "correct"
 ) -> Callable[[Config], FormatAnswerReward]:
     def create(config: Config) -> FormatAnswerReward:
         return FormatAnswerReward(
-            plugin_settings(config, "reward", name, RewardSettings), use_format, use_answer
+            plugin_settings(config, "reward", name, RewardSettings),
+            use_format,
+            use_answer,
+            score=score,
         )
 
     return create
 
 
+def _judge(config: Config) -> JudgeReward:
+    settings = plugin_settings(config, "reward", "judge", JudgeRewardSettings, settings_problems)
+    return JudgeReward(settings, load_registry())
+
+
 @hookimpl
-def register_rewards(
-    register: Callable[[str, Callable[[Config], FormatAnswerReward]], None],
-) -> None:
+def register_rewards(register: Callable[..., None]) -> None:
     register("format_answer", _factory("format_answer", True, True), settings=RewardSettings)
     register("format", _factory("format", True, False), settings=RewardSettings)
     register("answer", _factory("answer", False, True), settings=RewardSettings)
+    register("f1", _factory("f1", True, True, "f1"), settings=RewardSettings)
+    register(
+        "judge",
+        _judge,
+        settings=JudgeRewardSettings,
+        secret_variables={"api_key": "TAOTOKEN_API_KEY"},
+    )

@@ -218,6 +218,35 @@ def _spend_html(log: RunLog) -> str:
     return f'<h2 id="spend">Search spend</h2>\n<p id="search-spend">{" · ".join(bits)}</p>'
 
 
+def _judge_html(log: RunLog) -> str:
+    """What the reward's LLM judge cost and how often it agreed with exact match, every logged
+    step summed (``docs/rewards.md``); empty for a run without a judge."""
+
+    def total(key: str) -> float:
+        return sum(v for _, v in log.series.get(key, ()))
+
+    if "judge/calls" not in log.series:
+        return ""
+    bits = [
+        f"calls <b>{int(total('judge/calls'))}</b>",
+        f"answered from the cache {int(total('judge/cache_hits'))} (kept on disk by earlier "
+        f"runs: {int(total('judge/disk_hits'))})",
+        f"tokens in {int(total('judge/tokens_in'))}, out {int(total('judge/tokens_out'))}",
+    ]
+    if "judge/cost" in log.series:
+        bits.append(f"cost <b>{total('judge/cost'):.4g}</b>")
+    bits.append(
+        f"failed calls {int(total('judge/failures'))}, trajectories scored by the fallback "
+        f"{int(total('reward/judge_fallbacks'))}"
+    )
+    agree = [v for _, v in log.series.get("reward/judge_vs_em", ())]
+    if agree:
+        bits.append(
+            f"agrees with EM on <b>{100 * sum(agree) / len(agree):.1f}%</b> (mean of steps)"
+        )
+    return f'<h2 id="judge">Reward judge</h2>\n<p id="judge-spend">{" · ".join(bits)}</p>'
+
+
 def _config_html(log: RunLog) -> str:
     """The run's settings as its newest checkpoint saved them (secrets redacted)."""
     if not log.config_text:
@@ -267,6 +296,7 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <h2 id="health">Health</h2>
 {health_html(log)}
 {_spend_html(log)}
+{_judge_html(log)}
 <h2 id="curves">Training curves</h2>
 <div class="grid" id="charts">{charts}</div>
 {f'<p class="meta">PNG copies: {pngs}</p>' if pngs else ""}

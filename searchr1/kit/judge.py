@@ -1,0 +1,448 @@
+"""An LLM judge over an OpenAI-compatible chat API: is a predicted answer right, given the
+question and the golden answers? Used by the ``judge`` reward and ``searchr1 eval --judge``
+(``docs/rewards.md``).
+
+:meth:`Judge.judge_many` scores one batch (a step's trajectories, an eval chunk):
+
+* each item's verdict comes from the run's memory, else from the disk cache shared across runs
+  (a ``verdicts`` table in the search answers' SQLite file,
+  :func:`~searchr1.kit.search.cache.answer_store_path`), else from one chat call; items of the
+  batch that share a key share that call. The key is (judge model, prompt version, question,
+  prediction, golden answers), the prediction and question case-folded and
+  whitespace-collapsed, the golden answers sorted; the prompt version is a hash of the prompt
+  template and ``extra_body``, so a changed prompt is judged again. Only verdicts are kept, never a failure;
+* the calls run concurrently, at most ``concurrency`` at once, through
+  :class:`~searchr1.kit.http.HttpClient` (retries with jitter, ``Retry-After``, a per-call
+  ``timeout_s``), one key of :class:`~searchr1.kit.search.keys.KeyPool` per attempt (a 429
+  or a rejected key moves to the next key when there is one); the batch as a whole ends after
+  ``step_deadline_s``, calls still running then count as failed;
+* the prompt shows the question, the golden answers and the prediction only (never the
+  trajectory's searches); the reply's verdict is read by :func:`parse_verdict`.
+
+A call that fails (HTTP errors after retries, the deadline, a malformed body, a reply with no
+verdict) gives no score: the caller falls back. :meth:`Judge.metrics` counts the spend per
+step and per run; :meth:`Judge.problem` says when the judge answered none of a step's calls.
+No key is ever logged or stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from searchr1.core.logs import get_logger
+from searchr1.core.secrets import redact_text
+from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
+from searchr1.kit.retry import is_retryable_status, parse_retry_after
+from searchr1.kit.search.keys import KeyPool
+
+#: the default prompt; ``{question}``, ``{golden_answers}`` and ``{prediction}`` are filled in
+DEFAULT_PROMPT = (
+    "You are grading the answer to a question against its golden answers.\n"
+    "Question: {question}\n"
+    "Golden answers: {golden_answers}\n"
+    "Predicted answer: {prediction}\n"
+    "Does the predicted answer mean the same as one of the golden answers (other wording, "
+    "a fuller or shorter name or date of the same thing counts as the same)? "
+    "Reply with one word: yes or no."
+)
+PLACEHOLDERS = ("{question}", "{golden_answers}", "{prediction}")
+#: a key benched by a 429 without ``Retry-After`` comes back after this long
+_COOLDOWN_S = 60.0
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """``[reward.judge]``: where the judge is and how it is asked (``docs/rewards.md``)."""
+
+    #: the OpenAI-compatible server (TaoToken: https://taotoken.net/api; vLLM: http://host:8000)
+    api_base: str = ""
+    #: ``"${VAR}"``; several keys comma-separated are used in turn
+    api_key: str = field(default="", metadata={"secret": True}, repr=False)
+    #: the judge model's name on that server
+    model: str = ""
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = field(default=16, metadata={"min": 1})
+    temperature: float = field(default=0.0, metadata={"min": 0.0})
+    #: merged into every request body (``chat_template_kwargs``, vLLM's ``structured_outputs``)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = field(default=8, metadata={"min": 1})
+    timeout_s: float = field(default=30.0, metadata={"gt": 0.0})
+    max_retries: int = field(default=3, metadata={"min": 0})
+    #: a server asking (Retry-After) to wait longer than this fails the call at once
+    max_retry_after_s: float = field(default=30.0, metadata={"min": 0.0})
+    step_deadline_s: float = field(default=300.0, metadata={"gt": 0.0})
+    #: the score of a trajectory the judge gave no verdict for
+    fallback: str = field(default="em", metadata={"choices": ("em", "f1", "zero")})
+    #: price per million prompt / completion tokens (0: no cost reported)
+    price_in: float = field(default=0.0, metadata={"min": 0.0})
+    price_out: float = field(default=0.0, metadata={"min": 0.0})
+    #: keep verdicts on disk for later runs
+    disk_cache: bool = True
+
+
+def settings_problems(s: JudgeSettings) -> list[str]:
+    """What a judge cannot run with (the scheme of ``api_base`` and the numbers are checked
+    with the rest of the config)."""
+    out = []
+    if not s.api_base.strip():
+        out.append(
+            "reward.judge.api_base is empty: the judge needs an OpenAI-compatible server "
+            '(TaoToken: api_base = "https://taotoken.net/api", vLLM: "http://host:8000")'
+        )
+    if not s.model.strip():
+        out.append(
+            'reward.judge.model is empty: name the judge model on that server (e.g. "qwen3-8b")'
+        )
+    missing = [p for p in PLACEHOLDERS[1:] if p not in s.prompt]
+    if missing:
+        out.append(
+            f"reward.judge.prompt lacks {' and '.join(missing)}: the judge must see the golden "
+            f"answers and the prediction (placeholders {', '.join(PLACEHOLDERS)})"
+        )
+    if not isinstance(s.extra_body, Mapping):
+        out.append("reward.judge.extra_body must be a table, e.g. {chat_template_kwargs = {...}}")
+    return out
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    question: str
+    prediction: str
+    golden_answers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One item's outcome: ``score`` in [0, 1], or None with ``error`` (the caller falls back)."""
+
+    score: float | None
+    cached: bool = False
+    error: str = ""
+
+
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+_VERDICT_RE = re.compile(
+    r"\b(yes|no|correct|incorrect|true|false)\b|(?<![\w.])(1(?:\.0+)?|0(?:\.\d+)?)(?![\w.])",
+    re.IGNORECASE,
+)
+_WORDS = {"yes": 1.0, "correct": 1.0, "true": 1.0, "no": 0.0, "incorrect": 0.0, "false": 0.0}
+
+
+def parse_verdict(text: str | None) -> float | None:
+    """The first verdict in a reply: yes / correct / true (1.0), no / incorrect / false (0.0)
+    or a number in [0, 1]; reasoning in ``<think>`` blocks is skipped. None: no verdict."""
+    if not text:
+        return None
+    match = _VERDICT_RE.search(_THINK_RE.sub(" ", text))
+    if match is None:
+        return None
+    word, number = match.groups()
+    return _WORDS[word.lower()] if word else float(number)
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+@dataclass
+class _Spend:
+    calls: int = 0
+    cache_hits: int = 0
+    disk_hits: int = 0
+    failures: int = 0
+    unparsed: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    last_error: str = ""
+
+    def add(self, other: _Spend) -> None:
+        for name, value in vars(other).items():
+            if isinstance(value, int):
+                setattr(self, name, getattr(self, name) + value)
+
+
+class Judge:
+    """See the module docstring. One per reward instance; not thread-safe (one event loop at a
+    time)."""
+
+    def __init__(self, settings: JudgeSettings, *, store_path: Path | None = None):
+        self.settings = settings
+        base = settings.api_base.strip().rstrip("/")
+        self.url = (
+            f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
+        )
+        keys = [k.strip() for k in re.split(r"[,\n]", settings.api_key) if k.strip()]
+        self.keys = KeyPool(keys, _COOLDOWN_S, provider="judge")
+        self.http = HttpClient(
+            policy=RetryPolicy(
+                max_retries=settings.max_retries,
+                max_retry_after_s=settings.max_retry_after_s,
+                attempt_timeout_s=settings.timeout_s,
+            ),
+            max_connections=settings.concurrency,
+            timeout=settings.timeout_s,
+        )
+        # what decides a verdict besides the item: the prompt and the request's extras
+        version = json.dumps([settings.prompt, settings.extra_body], sort_keys=True, default=str)
+        self.prompt_version = hashlib.sha256(version.encode()).hexdigest()[:12]
+        self._memory: dict[str, float] = {}
+        self._step, self._run = _Spend(), _Spend()
+        self._store: _VerdictStore | None = None
+        if settings.disk_cache:
+            from searchr1.kit.search.cache import answer_store_path
+
+            self._store = _VerdictStore(store_path or answer_store_path())
+
+    # ------------------------------------------------------------------ scoring
+
+    def key(self, item: JudgeItem) -> str:
+        """The cache key of ``item``'s verdict (see the module docstring): a hash, no text."""
+        parts = [
+            self.settings.model,
+            self.prompt_version,
+            _fold(item.question),
+            _fold(item.prediction),
+            sorted(_fold(g) for g in item.golden_answers),
+        ]
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+    def prompt(self, item: JudgeItem) -> str:
+        """The one user message the judge reads (``str.replace``, so braces elsewhere in a
+        custom prompt stay as written)."""
+        golden = "; ".join(item.golden_answers)
+        text = self.settings.prompt.replace("{question}", item.question)
+        return text.replace("{golden_answers}", golden).replace("{prediction}", item.prediction)
+
+    async def judge_many(self, items: Sequence[JudgeItem]) -> list[Judged]:
+        """One outcome per item, in order (see the module docstring); never raises."""
+        spend = _Spend()
+        out: list[Judged | None] = [None] * len(items)
+        todo: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            key = self.key(item)
+            score = self._memory.get(key)
+            if score is None and key not in todo and self._store is not None:
+                score = self._store.get(key)
+                if score is not None:
+                    spend.disk_hits += 1
+                    self._memory[key] = score
+            if score is not None:
+                out[i] = Judged(score, cached=True)
+                spend.cache_hits += 1
+            elif key in todo:  # the same answer twice in one batch is paid once
+                todo[key].append(i)
+                spend.cache_hits += 1
+            else:
+                todo[key] = [i]
+        if todo:
+            spend.calls += len(todo)
+            tasks = {
+                key: asyncio.ensure_future(self._ask(items[idx[0]], spend))
+                for key, idx in todo.items()
+            }
+            done, pending = await asyncio.wait(
+                tasks.values(), timeout=self.settings.step_deadline_s
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            deadline = (
+                "no verdict within the step deadline "
+                f"(step_deadline_s = {self.settings.step_deadline_s:g})"
+            )
+            for key, task in tasks.items():
+                judged = task.result() if task in done else Judged(None, error=deadline)
+                if judged.score is None:
+                    spend.failures += 1
+                    spend.last_error = judged.error
+                else:
+                    self._memory[key] = judged.score
+                    if self._store is not None:
+                        self._store.put(key, judged.score)
+                for i in todo[key]:
+                    out[i] = judged
+        if spend.failures:
+            get_logger().warning(
+                "judge_failures",
+                failed=spend.failures,
+                calls=spend.calls,
+                url=safe_url(self.url),
+                last_error=spend.last_error,
+                fallback=self.settings.fallback,
+            )
+        self._step.add(spend)
+        self._step.last_error = spend.last_error or self._step.last_error
+        return [j if j is not None else Judged(None, error="not judged") for j in out]
+
+    async def _ask(self, item: JudgeItem, spend: _Spend) -> Judged:
+        """One chat call (retried by the HTTP client); never raises but for cancellation."""
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [{"role": "user", "content": self.prompt(item)}],
+            "max_tokens": self.settings.max_tokens,
+            "temperature": self.settings.temperature,
+            **self.settings.extra_body,
+        }
+        current: list[int] = [0]
+
+        def build(client: httpx.AsyncClient) -> httpx.Request:
+            slot = self.keys.acquire()
+            if slot is None:
+                raise _NoKeyLeft
+            current[0], key = slot
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            return client.build_request("POST", self.url, json=body, headers=headers)
+
+        def decide(response: httpx.Response) -> Verdict:
+            status = response.status_code
+            if 200 <= status < 300:
+                self.keys.succeeded(current[0])
+                return Verdict.ACCEPT
+            others = self.keys.others_available(current[0])
+            if status == 429 and others:  # this key's quota: go on with the next one
+                wait = parse_retry_after(response.headers.get("Retry-After"))
+                self.keys.bench(current[0], "rate limited (429)", wait)
+                return Verdict.AGAIN
+            if status in (401, 403):
+                self.keys.bench(current[0], f"key rejected ({status})", float("inf"))
+                return Verdict.AGAIN if others else Verdict.REJECT
+            return Verdict.RETRY if is_retryable_status(status) else Verdict.REJECT
+
+        try:
+            response = await self.http.send(build, decide=decide)
+        except _NoKeyLeft:
+            return Judged(None, error="every judge key is benched (rejected or rate limited)")
+        except HttpError as exc:
+            return Judged(None, error=redact_text(str(exc)))
+        try:
+            payload = response.json()
+            message = payload["choices"][0]["message"]
+            content = message.get("content")
+            usage = payload.get("usage") or {}
+            spend.tokens_in += int(usage.get("prompt_tokens") or 0)
+            spend.tokens_out += int(usage.get("completion_tokens") or 0)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return Judged(None, error=f"malformed response from {safe_url(self.url)}")
+        score = parse_verdict(content if isinstance(content, str) else None)
+        if score is None:
+            spend.unparsed += 1
+            shown = redact_text(" ".join(str(content).split())[:80])
+            return Judged(None, error=f"the judge's reply holds no verdict: {shown!r}")
+        return Judged(score)
+
+    # ------------------------------------------------------------------ accounting
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        """``judge/*`` of the step so far (calls, cache and disk hits, failures, replies with
+        no verdict, tokens, ``cost`` with prices set) and their ``*_total`` over the run;
+        ``reset`` starts the next step."""
+        s = self.settings
+        step, run = self._step, _Spend()
+        run.add(self._run)
+        run.add(step)
+        out: dict[str, float] = {}
+        for name in ("calls", "cache_hits", "disk_hits", "failures", "unparsed"):
+            out[f"judge/{name}"] = float(getattr(step, name))
+        for name in ("calls", "cache_hits", "tokens_in", "tokens_out"):
+            out[f"judge/{name}_total"] = float(getattr(run, name))
+        out["judge/tokens_in"], out["judge/tokens_out"] = (
+            float(step.tokens_in),
+            float(step.tokens_out),
+        )
+        if s.price_in or s.price_out:
+            out["judge/cost"] = (step.tokens_in * s.price_in + step.tokens_out * s.price_out) / 1e6
+            out["judge/cost_total"] = (
+                run.tokens_in * s.price_in + run.tokens_out * s.price_out
+            ) / 1e6
+        if reset:
+            self._run, self._step = run, _Spend()
+        return out
+
+    def problem(self) -> str | None:
+        """Why this step's rewards must not train the model: the judge answered none of the
+        step's calls (fallback scores only), or None."""
+        step = self._step
+        if step.calls == 0 or step.failures < step.calls:
+            return None
+        return (
+            f"the reward judge at {safe_url(self.url)} gave no verdict on any of its "
+            f"{step.calls} calls this step (last: {step.last_error})"
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        if self._store is not None:
+            self._store.close()
+
+
+class _NoKeyLeft(Exception):
+    """Every key is benched: end the call without another attempt."""
+
+
+class _VerdictStore:
+    """Verdicts on disk, keyed by :meth:`Judge.key` (a hash: no text, no key). A failing
+    database turns the store off for the run with one warning: a cache must never stop
+    training."""
+
+    _SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, score REAL NOT NULL, "
+        "stored REAL NOT NULL)"
+    )
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(self._SCHEMA)
+            self._db = db
+        except (OSError, ValueError, sqlite3.Error) as exc:  # ValueError: an unusable path
+            self._off(exc)
+
+    def get(self, key: str) -> float | None:
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute("SELECT score FROM verdicts WHERE key=?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            self._off(exc)
+            return None
+        return float(row[0]) if row is not None else None
+
+    def put(self, key: str, score: float) -> None:
+        if self._db is None:
+            return
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?)", (key, score, time.time())
+            )
+        except sqlite3.Error as exc:
+            self._off(exc)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _off(self, exc: Exception) -> None:
+        self.close()
+        get_logger().warning(
+            "judge_disk_cache_off",
+            path=str(self.path),
+            error=f"{type(exc).__name__}: {exc}",
+            hint="verdicts are not kept for later runs; free space or fix the folder's "
+            "permissions, or set SEARCHR1_SEARCH_CACHE to a writable file",
+        )
