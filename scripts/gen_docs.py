@@ -49,7 +49,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 def field_docs(cls: type) -> dict[str, str]:
     """``field -> meaning`` of a dataclass: its ``help=`` metadata, the ``#:`` comment lines
-    just above the field and a trailing ``# ...`` comment on its lines, in that order."""
+    just above the field and a trailing ``# ...`` comment on its lines, in that order; a field
+    a base dataclass declares keeps the base's meaning."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            out.update(field_docs(base))
     source = textwrap.dedent(inspect.getsource(cls))
     lines = source.splitlines()
     comments = {
@@ -60,7 +65,6 @@ def field_docs(cls: type) -> dict[str, str]:
     body = ast.parse(source).body[0]
     assert isinstance(body, ast.ClassDef)
     meta = {f.name: f.metadata for f in dataclasses.fields(cls)}
-    out: dict[str, str] = {}
     for node in body.body:
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue

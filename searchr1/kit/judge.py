@@ -71,21 +71,29 @@ class JudgeSettings:
     api_key: str = field(default="", metadata={"secret": True}, repr=False)
     #: the judge model's name on that server
     model: str = ""
+    #: the judge's prompt; {question}, {golden_answers} and {prediction} are filled in
     prompt: str = DEFAULT_PROMPT
+    #: the longest verdict the judge may write, in tokens
     max_tokens: int = field(default=16, metadata={"min": 1})
+    #: the judge's sampling temperature (0: the same verdict for the same answer)
     temperature: float = field(default=0.0, metadata={"min": 0.0})
     #: merged into every request body (``chat_template_kwargs``, vLLM's ``structured_outputs``)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    #: judge calls in flight at once
     concurrency: int = field(default=8, metadata={"min": 1})
+    #: seconds one judge call may take
     timeout_s: float = field(default=30.0, metadata={"gt": 0.0})
+    #: retries of a call that failed with 408/429/5xx or on the network
     max_retries: int = field(default=3, metadata={"min": 0})
     #: a server asking (Retry-After) to wait longer than this fails the call at once
     max_retry_after_s: float = field(default=30.0, metadata={"min": 0.0})
+    #: seconds all of a step's judge calls may take; the rest fall back
     step_deadline_s: float = field(default=300.0, metadata={"gt": 0.0})
     #: the score of a trajectory the judge gave no verdict for
     fallback: str = field(default="em", metadata={"choices": ("em", "f1", "zero")})
-    #: price per million prompt / completion tokens (0: no cost reported)
+    #: price per million prompt tokens (0: no cost reported)
     price_in: float = field(default=0.0, metadata={"min": 0.0})
+    #: price per million completion tokens (0: no cost reported)
     price_out: float = field(default=0.0, metadata={"min": 0.0})
     #: keep verdicts on disk for later runs
     disk_cache: bool = True

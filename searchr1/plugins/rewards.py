@@ -90,7 +90,9 @@ class FormatAnswerReward:
 class JudgeRewardSettings(JudgeSettings):
     """``[reward.judge]``: the judge's settings and the format rule's."""
 
+    #: the reward of a trajectory without exactly one answer in the format
     format_penalty: float = -0.1
+    #: the reward of an answer the judge calls right (a score scales it)
     correct_reward: float = 1.0
 
 

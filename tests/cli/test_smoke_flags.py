@@ -21,7 +21,7 @@ from train_configs import train_config
 def test_smoke_refuses_flags_that_mean_nothing(tmp_path: Path, run_cli, flags, named) -> None:
     result = run_cli("smoke", "--run-dir", tmp_path / "run", *flags)
     assert result.code == 2, result.out + result.err
-    (line,) = result.err.splitlines()
+    (line,) = [e for e in result.err.splitlines() if e.startswith("searchr1: error:")]
     assert line.startswith("searchr1: error: smoke ") and all(f in line for f in named), line
     assert not (tmp_path / "run").exists()  # refused before the run folder
 
