@@ -46,6 +46,24 @@ METRICS: list[tuple[str, str, str, str]] = [
         "`reward/format` rises first (it does not depend on search): if it never rises, the reward, mask or update is broken",
     ),
     (
+        "reward/judge_vs_em",
+        '`[reward] name = "judge"` (or a judge term)',
+        "share of judged trajectories where the judge's verdict agrees with exact match",
+        "far below 1: the judge changes what is rewarded; read a few of its disagreements",
+    ),
+    (
+        "reward/judge_fallbacks",
+        "with a judge",
+        "trajectories scored by `[reward.judge] fallback` because the judge gave no verdict",
+        "above 0 every step: the judge's channel is failing (see `judge/failures`)",
+    ),
+    (
+        "judge/<name>",
+        "with a judge",
+        "the step's judge spend: `calls`, `cache_hits`, `disk_hits`, `failures`, `unparsed` (replies with no verdict), `tokens_in`, `tokens_out`, `cost` (with `price_in`/`price_out` set); `*_total` the same over the run",
+        "`cache_hits` near 0 on a rerun: the cache is off or the prompt changed",
+    ),
+    (
         "degenerate_group_rate",
         "every step",
         "share of the first draw's groups whose rewards are all equal: no gradient",
