@@ -104,6 +104,11 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
         label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
         return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
     if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
+        from searchr1.core.artifacts import damage
+
+        broken = damage(path, None)  # no sizes recorded here: the files' own headers
+        if broken:
+            raise UserError(f"--checkpoint {spec!r}: {broken}; the model state cannot be loaded")
         return path.resolve().name, str(path)
     raise UserError(
         f"--checkpoint {spec!r}: not a checkpoint: expected a train checkpoint folder "

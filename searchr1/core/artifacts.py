@@ -9,7 +9,7 @@ still damage it later. Two checks, neither reading more than a file's header:
 - :func:`format_problem` reads the header of a file whose format states its own length
   (safetensors: a header then exactly the tensors it describes; a torch ``.pt`` zip: its
   central directory at the end; a small JSON file: parsed whole), so a truncated file is
-  found even in a folder written before sizes were recorded.
+  found in a folder written before sizes were recorded.
 
 Hashing the contents would find more (a flipped byte) but reads gigabytes on every load.
 """
@@ -45,8 +45,9 @@ def damage(
 ) -> str | None:
     """What is wrong with ``folder``, as ``"<file> is <what>"``, or None when it is whole:
     a file of ``sizes`` (what :func:`file_sizes` recorded; None: nothing recorded) missing or
-    of another size, or a file whose header disagrees with its length
-    (:func:`format_problem`). ``only``: the relative names to check."""
+    of another size, or a file with no recorded size whose header disagrees with its length
+    (:func:`format_problem`; a recorded size already shows a cut). ``only``: the relative
+    names to check."""
     for name, size in (sizes or {}).items():
         if not only(name):
             continue
@@ -59,7 +60,8 @@ def damage(
             what = "truncated" if got < size else "not the file saved"
             return f"{path} is {what} ({got} bytes, {size} when it was written)"
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and only(path.relative_to(folder).as_posix()):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and only(name) and name not in (sizes or {}):
             problem = format_problem(path)
             if problem:
                 return f"{path} is {problem}"

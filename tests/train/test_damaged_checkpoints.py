@@ -122,15 +122,21 @@ def test_resume_passes_a_truncated_adapter_and_removes_a_killed_saves_folder(
 
 
 @pytest.mark.parametrize(
-    "damaged, sizes_recorded",
-    [(ADAPTER, True), (ADAPTER, False), ("model/optimizer.pt", False)],
-    ids=["adapter", "adapter-older-checkpoint", "optimizer-older-checkpoint"],
+    "damaged, sizes_recorded, given",
+    [
+        (ADAPTER, True, ""),
+        (ADAPTER, False, ""),
+        ("model/optimizer.pt", False, ""),
+        (ADAPTER, False, "model"),
+    ],
+    ids=["adapter", "adapter-older-checkpoint", "optimizer-older-checkpoint", "model-folder"],
 )
 def test_eval_of_a_damaged_checkpoint_names_the_file_and_the_usable_ones(
-    trained: Path, tmp_path: Path, run_cli, damaged: str, sizes_recorded: bool
+    trained: Path, tmp_path: Path, run_cli, damaged: str, sizes_recorded: bool, given: str
 ) -> None:
     """Refused before any model is loaded; without recorded sizes (a checkpoint saved before
-    they were kept) the file's own header shows the truncation."""
+    they were kept, or its model state folder given alone) the file's own header shows the
+    truncation."""
     run = _copy(trained, tmp_path)
     folder = run / "checkpoints" / "step_000002"
     if not sizes_recorded:
@@ -138,11 +144,13 @@ def test_eval_of_a_damaged_checkpoint_names_the_file_and_the_usable_ones(
         del meta["files"]
         (folder / "trainer.json").write_text(json.dumps(meta))
     _truncate(folder / damaged)
-    result = run_cli("eval", "--checkpoint", folder, "--data", "builtin:world/train.jsonl")
+    target = folder / given if given else folder
+    result = run_cli("eval", "--checkpoint", target, "--data", "builtin:world/train.jsonl")
     assert result.code == 2
     _no_traceback(result.out, result.err)
     assert f"{folder / damaged} is truncated" in result.err
-    assert f"usable checkpoints: {run / 'checkpoints' / 'step_000001'}" in result.err
+    if not given:
+        assert f"usable checkpoints: {run / 'checkpoints' / 'step_000001'}" in result.err
 
 
 def test_eval_without_config_uses_the_checkpoints_whole_config(
