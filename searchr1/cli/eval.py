@@ -57,12 +57,14 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
         return BASE, None
     path = Path(spec)
     run_dir, colon, name = spec.rpartition(":")
-    if colon and not path.exists() and Path(run_dir).is_dir():
+    if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
         if name != BEST:
+            is_run = (Path(run_dir) / "checkpoints").is_dir()
             raise UserError(
-                f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}: RUN:<name> "
-                f"takes {BEST} only (the run's best held-out checkpoint, [train] keep_best)"
-                + _run_checkpoints(Path(run_dir))
+                f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
+                + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
+                + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
+                "[train] keep_best)" + _run_checkpoints(Path(run_dir))
             )
         path = Path(run_dir) / "checkpoints" / BEST
         if not (path / "trainer.json").is_file():

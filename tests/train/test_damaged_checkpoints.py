@@ -84,6 +84,7 @@ save_checkpoint(Path(sys.argv[1]), 3, Stalls(), load_config(sys.argv[2]), {})
 """
 
 
+@pytest.mark.slow  # the module's tiny run, a saving process killed, then a resumed step (~15-30 s)
 def test_resume_passes_a_truncated_adapter_and_removes_a_killed_saves_folder(
     trained: Path, tmp_path: Path, run_cli
 ) -> None:
