@@ -8,9 +8,11 @@ question's trajectory and scores) and ``eval_summary.json`` into the run folder,
 comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
 events only), on stderr.
 
-A checkpoint is evaluated with the model, LoRA, rollout (protocol included) and search settings
-it was trained with, read from the ``config.toml`` saved beside it (:func:`checkpoint_config`),
-unless ``--config`` is given; then every field where the two differ is warned about.
+A checkpoint is evaluated with the settings it was trained with (model, LoRA, rollout with its
+protocol, search, reward), read from the ``config.toml`` saved beside it
+(:func:`checkpoint_config`; ``[run]``, ``[data]`` and ``[log]`` are this command's), unless
+``--config`` is given; then every model, LoRA, rollout and search field where the two differ is
+warned about.
 
 A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
 only, so it cannot load checkpoints.
@@ -50,44 +52,67 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
     labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
     (labelled by its name). Anything else is refused here, before any model is loaded."""
-    from searchr1.core.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
+    from searchr1.core.checkpoint import CheckpointError, read_checkpoint, scan_checkpoints
     from searchr1.core.evaluation import BEST
 
     if spec == BASE:
         return BASE, None
     path = Path(spec)
-    best = spec.endswith(f":{BEST}") and not path.exists()
-    if best:
-        run_dir = Path(spec.removesuffix(f":{BEST}"))
-        path = run_dir / "checkpoints" / BEST
+    run_dir, colon, name = spec.rpartition(":")
+    if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
+        if name != BEST:
+            is_run = (Path(run_dir) / "checkpoints").is_dir()
+            raise UserError(
+                f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
+                + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
+                + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
+                "[train] keep_best)" + _run_checkpoints(Path(run_dir))
+            )
+        path = Path(run_dir) / "checkpoints" / BEST
         if not (path / "trainer.json").is_file():
             raise UserError(
                 f"--checkpoint {spec!r}: {path} holds no checkpoint: "
                 + (
                     "the run kept no best checkpoint (train it with [train] keep_best = true "
                     "and eval_every > 0)"
-                    if (run_dir / "checkpoints").is_dir()
+                    if (Path(run_dir) / "checkpoints").is_dir()
                     else f"{run_dir} is not a run folder (no checkpoints/ in it)"
                 )
             )
     if not path.is_dir():
         raise UserError(f"--checkpoint {spec!r}: not a folder")
     if (path / "checkpoints").is_dir():
-        latest = latest_checkpoint(path, resumable=False)
-        if latest is None:
+        good, damaged = scan_checkpoints(path, resumable=False)
+        if not good:
             raise UserError(
                 f"--checkpoint {spec!r}: run folder without a usable checkpoint "
                 f"(nothing complete under {path / 'checkpoints'})"
+                + "".join(f"; {why}" for _, why in damaged)
             )
-        path = latest.path
+        for folder, why in damaged:
+            if folder.name > good[-1].path.name:  # step_NNNNNN: names sort as steps
+                print(
+                    f"searchr1: warning: {why}; evaluating the newest usable checkpoint "
+                    f"{good[-1].path} instead",
+                    file=sys.stderr,
+                )
+        path = good[-1].path
     if (path / "trainer.json").exists():
         try:
             checkpoint = read_checkpoint(path, resumable=False)
         except CheckpointError as exc:
-            raise UserError(f"--checkpoint {spec!r}: {exc}") from None
+            raise UserError(
+                f"--checkpoint {spec!r}: {exc}; the checkpoint cannot be evaluated"
+                + _run_checkpoints(path.parent.parent, usable_only=True)
+            ) from None
         label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
         return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
     if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
+        from searchr1.core.artifacts import damage
+
+        broken = damage(path, None)  # no sizes recorded here: the files' own headers
+        if broken:
+            raise UserError(f"--checkpoint {spec!r}: {broken}; the model state cannot be loaded")
         return path.resolve().name, str(path)
     raise UserError(
         f"--checkpoint {spec!r}: not a checkpoint: expected a train checkpoint folder "
@@ -101,6 +126,22 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
 #: trainer_state.json + adapter/; remote: remote_checkpoint.json); their presence is what
 #: tells a model state folder from any other folder
 MODEL_STATE_MARKERS = ("trainer_state.json", "adapter", "remote_checkpoint.json")
+
+
+def _run_checkpoints(run_dir: Path, *, usable_only: bool = False) -> str:
+    """``; the run's (usable) checkpoints: ...`` for a message, or ``""`` when it has none."""
+    from searchr1.core.checkpoint import scan_checkpoints
+
+    if not (run_dir / "checkpoints").is_dir():
+        return ""
+    good, damaged = scan_checkpoints(run_dir, resumable=False)
+    found = sorted(
+        [str(c.path) for c in good] + ([] if usable_only else [str(p) for p, _ in damaged])
+    )
+    if not found:
+        return ""
+    what = "usable checkpoints" if usable_only else "checkpoints"
+    return f"; the run's {what}: {', '.join(found)}"
 
 
 def _nearby_runs(path: Path) -> str:
@@ -151,16 +192,25 @@ def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
     ]
 
 
+#: the sections an evaluation takes from the config it runs with, never from a checkpoint's:
+#: where it writes, the data it reads by default, where it logs. Every other section is the
+#: trained model's (its model, LoRA, rollout, search, reward, and the [train] its rollout
+#: limits were checked against).
+LOCAL_SECTIONS = ("run", "data", "log")
+
+
 def checkpoint_config(
     current: Config, saved_path: Path, saved: dict[str, Any], registry: Registry
 ) -> Config:
-    """``current`` with the model, LoRA, rollout and search settings (their plugin tables
-    included) of the checkpoint's saved config. A secret, saved as ``***``, keeps the value
-    ``current`` has (its ``${VAR}``), or is left out."""
+    """The checkpoint's saved config, checked as the whole it was trained with (so a problem
+    is named at its line of ``saved_path``), with :data:`LOCAL_SECTIONS` of ``current``. A
+    secret, saved as ``***``, keeps the value ``current`` has (its ``${VAR}``), or is left
+    out."""
     import tomli_w
 
     from searchr1.core.checkpoint import _toml_safe
     from searchr1.core.config import parse_config
+    from searchr1.core.config_schema import SECTIONS
     from searchr1.core.secrets import REDACTED
 
     plain = _toml_safe(current.to_dict(redact=False))
@@ -177,25 +227,24 @@ def checkpoint_config(
                 out[key] = value
         return out
 
-    doc = {**plain, **{s: unmask(saved.get(s, {}), plain.get(s, {})) for s in SAVED_SECTIONS}}
     parsed = parse_config(
-        tomli_w.dumps(doc), source=str(saved_path), env=os.environ, registry=registry
+        tomli_w.dumps(unmask(saved, plain)),  # the saved file is a tomli_w dump: same lines
+        source=str(saved_path),
+        env=os.environ,
+        registry=registry,
     )
     plugins = {
         key: table
         for key, table in current.plugins.items()
-        if key.split(".", 1)[0] not in SAVED_SECTIONS
+        if key.split(".", 1)[0] in LOCAL_SECTIONS
     }
     plugins.update(
         (key, table)
         for key, table in parsed.plugins.items()
-        if key.split(".", 1)[0] in SAVED_SECTIONS
+        if key.split(".", 1)[0] not in LOCAL_SECTIONS
     )
     return current.replace(
-        model=parsed.model,
-        lora=parsed.lora,
-        rollout=parsed.rollout,
-        search=parsed.search,
+        **{s: getattr(parsed, s) for s in SECTIONS if s not in LOCAL_SECTIONS},
         plugins=plugins,
         secrets=current.secrets | parsed.secrets,
     )
@@ -223,8 +272,9 @@ def _eval_config(
             print(f"searchr1: warning: {line}", file=sys.stderr)
         return current
     say(
-        f"eval: model, LoRA, rollout and search settings from the checkpoint's {saved_path} "
-        "(give --config to use another config's)"
+        f"eval: the settings the checkpoint was trained with, from {saved_path} "
+        f"({', '.join(f'[{s}]' for s in LOCAL_SECTIONS)} from {current.source}; give --config "
+        "to use another config's)"
     )
     return checkpoint_config(current, saved_path, saved, registry)
 

@@ -1,19 +1,27 @@
 """``builtin:NAME[/FILE]`` assets, registered by plugins (``register_assets``), so the core
 never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (default
-``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built."""
+``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built. Its
+``.complete`` marker records every file's size; a folder damaged later (a file gone, cut
+short, a header that disagrees with its length: :mod:`searchr1.core.artifacts`) is found the
+first time a process uses it, and is discarded and built again with a warning."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from searchr1.core.artifacts import damage, file_sizes
 from searchr1.core.disk import as_disk_error, make_temp_dir, match_umask
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
+COMPLETE = ".complete"
+#: folders this process found whole (each is checked once per process)
+_whole: set[Path] = set()
 
 
 def cache_dir() -> Path:
@@ -41,12 +49,42 @@ def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
         raise FileNotFoundError(f"unknown built-in asset {spec!r}; known: {known}")
     asset = assets[name]
     folder = cache_dir() / f"{name}-{asset.version}"
-    if not (folder / ".complete").exists():
-        build(folder, asset)
+    ensure_built(folder, asset)
     path = folder / rest if rest else folder
     if not path.exists():
         raise FileNotFoundError(f"{spec!r}: built-in asset {name!r} has no file {rest!r}")
     return str(path)
+
+
+def ensure_built(folder: Path, asset: Asset) -> None:
+    """Build ``asset`` into ``folder`` unless a whole build is there; a damaged one is
+    removed and built again, with a warning naming the file and what is wrong."""
+    if folder in _whole:
+        return
+    marker = folder / COMPLETE
+    if marker.exists():
+        problem = _damage(folder)
+        if problem is None:
+            _whole.add(folder)
+            return
+        from searchr1.core.logs import get_logger
+
+        get_logger().warning(
+            "cache_damaged", path=str(folder), problem=problem, action="discarded, built again"
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+    build(folder, asset)
+    _whole.add(folder)
+
+
+def _damage(folder: Path) -> str | None:
+    """What is wrong with the built ``folder`` (see :func:`searchr1.core.artifacts.damage`);
+    a marker written before sizes were recorded (``ok``) leaves the header checks only."""
+    try:
+        recorded = json.loads((folder / COMPLETE).read_text("utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        recorded = None
+    return damage(folder, recorded, only=lambda name: name != COMPLETE)
 
 
 def build(folder: Path, asset: Asset) -> None:
@@ -59,12 +97,12 @@ def build(folder: Path, asset: Asset) -> None:
         raise OSError(exc.errno, exc.strerror, str(folder)) from None
     try:
         asset.build(tmp)
-        (tmp / ".complete").write_text("ok\n")
+        (tmp / COMPLETE).write_text(json.dumps({"files": file_sizes(tmp)}))
         match_umask(tmp)  # a shared cache: readable as the umask allows
         try:
             tmp.rename(folder)
         except OSError:
-            if not (folder / ".complete").exists():  # a concurrent build won; otherwise retry
+            if not (folder / COMPLETE).exists():  # a concurrent build won; otherwise retry
                 shutil.rmtree(folder, ignore_errors=True)
                 tmp.rename(folder)
     except Exception as exc:  # a library may wrap the disk's refusal (safetensors, torch)

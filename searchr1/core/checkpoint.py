@@ -1,7 +1,17 @@
 """Atomic checkpoints under ``runs/<run>/checkpoints/step_NNNNNN/``: ``model/`` (trainer
-state), ``trainer.json`` (step, data cursor, Python RNG), ``rng.pt`` (torch RNG),
-``config.toml`` (redacted). Written to a hidden folder renamed into place, so a crash (even
-SIGKILL) never leaves a broken ``step_*``."""
+state), ``rng.pt`` (torch RNG), ``config.toml`` (redacted), and last ``trainer.json`` (step,
+data cursor, Python RNG, and ``files``: the size of every other file). Written to a hidden
+folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
+never leaves a broken ``step_*``.
+
+A checkpoint is checked when it is read (:func:`read_checkpoint`): every recorded file is
+there at its size and every file whose format states its length agrees with it
+(:mod:`searchr1.core.artifacts`), so one damaged later (a full disk, a cut-off copy) is
+named, and ``--resume`` passes over it to the one before.
+
+A save holds an exclusive lock on the ``checkpoints/`` folder while its hidden folder exists,
+so a hidden folder found while holding that lock was left by a save that was killed;
+:func:`remove_stale_saves` deletes those when training starts."""
 
 from __future__ import annotations
 
@@ -9,13 +19,17 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from searchr1.core.artifacts import damage, file_sizes
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import (
     as_disk_error,
@@ -31,6 +45,9 @@ from searchr1.core.question_stream import cursor_problem
 from searchr1.core.types import Trainer
 
 KEEP = 3
+#: the hidden folder of a save in progress: ``.`` + the checkpoint's name + ``-`` + mkdtemp's
+#: random part
+_SAVING_RE = re.compile(r"^\.(step_\d+|best)-[A-Za-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -71,29 +88,75 @@ def save_checkpoint(
     low = warn_if_low_space(parent, previous[-1].path if previous else None)
     if low:
         get_logger().warning("disk_space_low", detail=low)
-    tmp = make_temp_dir(parent, f".{final.name}-")
-    try:
-        model.save_state(str(tmp / "model"))
-        trainer_state = {"step": step, "python_rng": _encode_rng(random.getstate()), **state}
-        (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
-        with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
-            torch.save({"torch": torch.get_rng_state()}, fh)
-        (tmp / "config.toml").write_text(tomli_w.dumps(_toml_safe(config.to_dict(redact=True))))
-        match_umask(tmp)
-        _fsync_tree(tmp)
-        if final.exists():  # re-saving the same step (e.g. final save right after a periodic one)
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except Exception as exc:
-        failure = _write_failure(exc, final, previous)
-        if failure is exc:
-            raise
-        raise failure from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with _save_lock(parent):
+        tmp = make_temp_dir(parent, f".{final.name}-")
+        try:
+            model.save_state(str(tmp / "model"))
+            with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
+                torch.save({"torch": torch.get_rng_state()}, fh)
+            config_text = tomli_w.dumps(_toml_safe(config.to_dict(redact=True)))
+            (tmp / "config.toml").write_text(config_text)
+            match_umask(tmp)  # before the sizes: it may rewrite a file's mode, never its size
+            trainer_state = {
+                "step": step,
+                "python_rng": _encode_rng(random.getstate()),
+                **state,
+                "files": file_sizes(tmp),
+            }
+            (tmp / "trainer.json").write_text(json.dumps(trainer_state, indent=1))
+            _fsync_tree(tmp)
+            if final.exists():  # re-saving the same step (a final save right after a periodic one)
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except Exception as exc:
+            failure = _write_failure(exc, final, previous)
+            if failure is exc:
+                raise
+            raise failure from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-KEEP]:
         shutil.rmtree(old.path, ignore_errors=True)
     return final
+
+
+@contextmanager
+def _save_lock(parent: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the exclusive flock of the folder ``parent`` itself (no lock file to leave
+    behind; the system releases it when the process dies, SIGKILL included). Yields False
+    when ``wait`` is off and another process holds it, or where the filesystem has no such
+    locks (then nothing can be known about other savers)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield False
+        return
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError:  # held by another process (LOCK_NB), or not supported here (NFS)
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def remove_stale_saves(run_dir: Path) -> list[Path]:
+    """Delete the hidden folders of saves that were killed (see the module docstring) and
+    return them. Only while holding the save lock, which every save in progress holds: when
+    another process is saving into this run now, nothing is removed."""
+    parent = checkpoints_dir(run_dir)
+    if not parent.is_dir():
+        return []
+    with _save_lock(parent, wait=False) as held:
+        if not held:
+            return []
+        stale = sorted(p for p in parent.iterdir() if p.is_dir() and _SAVING_RE.match(p.name))
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def _write_failure(exc: Exception, final: Path, previous: list[Checkpoint]) -> Exception:
@@ -115,9 +178,11 @@ class CheckpointError(UserError):
 
 
 def read_checkpoint(path: Path, *, resumable: bool = True) -> Checkpoint:
-    """The checkpoint in ``path``, checked whole: ``trainer.json`` with a step, ``model/``,
-    and if ``resumable`` (eval needs only the model) RNG state, data cursor and ``rng.pt``.
-    Disk errors or hand edits still damage atomic saves; raises CheckpointError naming the file."""
+    """The checkpoint in ``path``, checked whole: ``trainer.json`` with a step, ``model/``
+    with every file it recorded at its size (:func:`searchr1.core.artifacts.damage`), and if
+    ``resumable`` (eval needs only the model) RNG state, data cursor and ``rng.pt``.
+    Disk errors or hand edits still damage atomic saves; raises CheckpointError naming the
+    file and what is wrong."""
     meta = path / "trainer.json"
     if not meta.is_file():
         raise CheckpointError(f"{meta} is missing")
@@ -131,6 +196,13 @@ def read_checkpoint(path: Path, *, resumable: bool = True) -> Checkpoint:
     for needed in (path / "model", path / "rng.pt")[: 2 if resumable else 1]:
         if not needed.exists():
             raise CheckpointError(f"{needed} is missing")
+    broken = damage(
+        path,
+        state.get("files"),
+        only=lambda name: name != "trainer.json" and (resumable or name.startswith("model/")),
+    )
+    if broken:
+        raise CheckpointError(broken)
     return Checkpoint(path=path, step=state["step"], state=state)
 
 
@@ -140,6 +212,9 @@ def _state_problem(state: Any, resumable: bool) -> str | None:
     step = state.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         return f"'step' must be a whole number >= 0, got {step!r}"
+    files = state.get("files", {})  # absent in checkpoints written before sizes were kept
+    if not (isinstance(files, dict) and all(isinstance(n, int) for n in files.values())):
+        return "'files' is not a table of file sizes"
     if not resumable:
         return None
     rng = state.get("python_rng")

@@ -31,7 +31,7 @@ import signal
 import time
 from typing import Any
 
-from searchr1.core.checkpoint import restore_rng
+from searchr1.core.checkpoint import remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import check_supported
@@ -79,6 +79,9 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
         heldout = []  # eval_every's questions only; under torchrun rank 0 alone evaluates
     warm_up = cold_start_settings(cfg)
     checkpoint = resume_point(run, stream) if resume else None
+    if run.world.main:  # the one process that saves
+        for stale in remove_stale_saves(run.folder):
+            log.info("stale_save_removed", path=str(stale), detail="left by a killed save")
     ask = {"max_staleness": cfg.train.max_staleness, "provider": cfg.model.provider}
     check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login

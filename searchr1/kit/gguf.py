@@ -16,7 +16,7 @@ from __future__ import annotations
 from hashlib import sha256
 from pathlib import Path
 
-from searchr1.core.assets import build, cache_dir, resolve
+from searchr1.core.assets import COMPLETE, cache_dir, ensure_built, resolve
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.types import Asset
 
@@ -37,11 +37,11 @@ def model_path(spec: str) -> str:
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{GGUF_VERSION}"
     folder = cache_dir() / f"gguf-{path.stem}-{sha256(key.encode()).hexdigest()[:12]}"
-    if not (folder / ".complete").exists():
+    if not (folder / COMPLETE).exists():
         from searchr1.core.logs import get_logger
 
         get_logger().info("gguf.converting", file=str(path), folder=str(folder))
-        build(folder, Asset(GGUF_VERSION, lambda tmp: convert_gguf(path, tmp)))
+    ensure_built(folder, Asset(GGUF_VERSION, lambda tmp: convert_gguf(path, tmp)))
     return str(folder)
 
 

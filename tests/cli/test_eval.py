@@ -299,8 +299,8 @@ def test_checkpoint_is_evaluated_with_its_saved_config(
     assert "config: config.toml (./config.toml exists" in saved.err  # the default it replaced
     checkpoint_config = Path("run/checkpoints/step_000002/config.toml")
     assert (
-        f"eval: model, LoRA, rollout and search settings from the checkpoint's "
-        f"{checkpoint_config}" in saved.err
+        f"eval: the settings the checkpoint was trained with, from {checkpoint_config} "
+        "([run], [data], [log] from config.toml" in saved.err
     )
     assert "differs" not in saved.err + same.err
     warnings = [line for line in given.err.splitlines() if "differs" in line]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -399,3 +401,119 @@ def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) ->
     ids = [index.document(i)["id"] for i in range(card.count)]
     assert len(set(ids)) == 20_000  # every passage once: nothing lost or doubled at the kill
     assert ids[:3] == [f"{json.loads(world[i])['id']}-0" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def smaller(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A flat index of half of ROWS: the files of another build, copied over ``built``'s."""
+    tmp = tmp_path_factory.mktemp("dense-half")
+    build_index(write_corpus(tmp / "corpus.jsonl", ROWS[:4]), tmp / "index")
+    return tmp / "index"
+
+
+def _damage(how: str, index: Path, smaller: Path) -> None:
+    if how == "truncated index.faiss":
+        faiss_file = index / "index.faiss"
+        with faiss_file.open("r+b") as fh:
+            fh.truncate(faiss_file.stat().st_size // 2)
+    elif how == "deleted index.faiss":
+        (index / "index.faiss").unlink()
+    elif how == "index.faiss of half the vectors":
+        shutil.copy(smaller / "index.faiss", index / "index.faiss")
+    elif how == "docs.jsonl of a smaller build":
+        shutil.copy(smaller / "docs.jsonl", index / "docs.jsonl")
+    else:  # "docs and offsets of a smaller build"
+        for name in ("docs.jsonl", "docs.offsets.npy"):
+            shutil.copy(smaller / name, index / name)
+
+
+@pytest.mark.parametrize(
+    "how, named",
+    [
+        ("truncated index.faiss", "index.faiss is"),
+        ("deleted index.faiss", "index.faiss is missing"),
+        ("index.faiss of half the vectors", "index.faiss is"),
+        ("docs.jsonl of a smaller build", "docs.jsonl is"),
+        ("docs and offsets of a smaller build", "docs.offsets.npy holds 4 passage offsets"),
+    ],
+)
+def test_a_damaged_index_is_named_with_the_command_that_rebuilds_it(
+    tmp_path: Path, built: Path, smaller: Path, run_cli, how: str, named: str
+) -> None:
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    _damage(how, index, smaller)
+    card = IndexCard.read(index)
+    rebuild = (
+        f"`searchr1 index build {card.corpus['path']} --out {index} --encoder {card.encoder} "
+        f"--kind flat --force`"
+    )
+    served = run_cli("serve-retriever", "--index", index, "--port", "0")
+    assert served.code == 2
+    assert "Traceback" not in served.err
+    assert f"--index = '{index}': {index}/{named}" in served.err and rebuild in served.err
+    # building it again does not call it up to date
+    again = run_cli("index", "build", card.corpus["path"], "--out", index)
+    assert again.code == 2 and "up to date" not in again.out and rebuild in again.err
+
+
+def test_smoke_and_train_name_a_damaged_index_not_the_model(
+    tmp_path: Path, built: Path, run_cli
+) -> None:
+    from cli_run import make_config, write_config
+
+    index = Path(shutil.copytree(built, tmp_path / "index"))
+    _damage("truncated index.faiss", index, built)
+    config = write_config(
+        tmp_path,
+        make_config(
+            run={"dir": str(tmp_path / "runs")},
+            search={"provider": "dense", "local": None, "dense": {"index": str(index)}},
+        ),
+    )
+    for command in ("smoke", "train"):
+        result = run_cli(command, "--config", config)
+        assert result.code == 2, (command, result.out, result.err)
+        assert "Traceback" not in result.out + result.err
+        assert f"search.dense.index = '{index}': {index}/index.faiss is" in result.err
+        assert "diagnosis" not in result.out and "transformers" not in result.out + result.err
+
+
+#: ``searchr1 index build`` SIGKILLed while it moves its finished files into place: after the
+#: second of the three moves (index.faiss and docs.jsonl moved, the offsets not)
+_KILLED_IN_COMMIT = """
+import os, pathlib, signal, sys
+real, moved = pathlib.Path.replace, []
+def replace(self, target):
+    if self.parent.name == ".build" and self.name in ("index.faiss", "docs.jsonl", "docs.offsets.npy"):
+        if len(moved) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        moved.append(self.name)
+    return real(self, target)
+pathlib.Path.replace = replace
+from searchr1.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_build_killed_while_moving_its_files_finishes_when_run_again(
+    tmp_path: Path, built: Path, run_cli
+) -> None:
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / "idx"
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_IN_COMMIT, "index", "build", str(corpus), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert (out / "docs.jsonl").is_file() and not (out / "docs.offsets.npy").exists()
+    assert not (out / "card.json").exists()
+
+    result = run_cli("index", "build", corpus, "--out", out)
+    assert result.code == 0, result.err
+    assert result.out.startswith("resumed:") and "of 8 passages" in result.out
+    assert not (out / ".build").exists()
+    resumed = DenseSearch.from_config(dense_config(out)).index
+    whole = DenseSearch.from_config(dense_config(built)).index
+    assert [resumed.document(i) for i in range(8)] == [whole.document(i) for i in range(8)]
+    assert (resumed.ids(list(QUERIES), 8) == whole.ids(list(QUERIES), 8)).all()

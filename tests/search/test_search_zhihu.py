@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from search_fakes import ZHIHU_PATH, FakeSearchServer, start_fake_zhihu
@@ -472,3 +473,23 @@ def test_an_answer_store_that_cannot_be_written_is_turned_off_with_one_warning(
     assert all(r.ok for r in responses) and len(server.records) == 2
     (off,) = [e for e in logs if e["event"] == "search_disk_cache_off"]
     assert off["path"] == str(blocker / "answers.sqlite") and "SEARCHR1_SEARCH_CACHE" in off["hint"]
+
+
+def test_a_damaged_answer_store_is_discarded_with_a_warning_and_started_again(
+    fake, _search_answer_store: Path
+) -> None:
+    base_url, server = fake
+    assert all(r.ok for r in run_queries(make_provider(base_url), ["q1", "q2"]))
+    assert _search_answer_store.stat().st_size > 0 and len(server.records) == 2
+    with _search_answer_store.open("r+b") as fh:  # the file's header overwritten
+        fh.write(b"\0" * 100)
+    with capture_logs() as logs:
+        assert all(r.ok for r in run_queries(make_provider(base_url), ["q1"]))
+    (damaged,) = [e for e in logs if e["event"] == "search_disk_cache_damaged"]
+    assert damaged["log_level"] == "warning" and damaged["path"] == str(_search_answer_store)
+    assert "not a database" in damaged["error"] and "discarded" in damaged["action"]
+    assert not [e for e in logs if e["event"] == "search_disk_cache_off"]
+    assert len(server.records) == 3  # asked again: the damaged file answered nothing
+    again = make_provider(base_url)
+    assert all(r.ok for r in run_queries(again, ["q1"]))
+    assert len(server.records) == 3 and again.metrics()["disk_hits"] == 1  # kept again

@@ -233,12 +233,26 @@ def test_warm_start_acts_like_an_untrained_agent(episodes):
 
 
 def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_dir: Path):
+    """Built once; a cached file damaged later (cut short) is found by the next process that
+    uses the asset, which discards the folder and builds it again, with a warning."""
+    from structlog.testing import capture_logs
+
+    from searchr1.core import assets
     from searchr1.core.assets import resolve
 
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = Path(resolve("builtin:world/heldout.jsonl"))
     assert path.read_bytes() == (world_dir / "heldout.jsonl").read_bytes()
     assert Path(resolve("builtin:world/corpus.jsonl")).is_file()
+
+    with path.open("r+b") as fh:
+        fh.truncate(100)
+    monkeypatch.setattr(assets, "_whole", set())  # what a new process knows
+    with capture_logs() as logs:
+        assert Path(resolve("builtin:world/heldout.jsonl")) == path
+    (warning,) = [e for e in logs if e["event"] == "cache_damaged"]
+    assert warning["log_level"] == "warning" and f"{path} is truncated" in warning["problem"]
+    assert path.read_bytes() == (world_dir / "heldout.jsonl").read_bytes()
 
 
 def test_example_config_equals_the_embedded_default():

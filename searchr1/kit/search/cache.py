@@ -12,7 +12,9 @@ repeated query from here. Only successful answers are stored (an error is never 
   without query string or user info), normalised query and top_k. No key is ever stored.
   Several runs may share the file (WAL journal, a busy timeout); a write that fails (disk
   full, read-only folder) turns the store off for the run with one warning: a cache must
-  never stop training.
+  never stop training. A damaged file (SQLite says it is not a database, or malformed) is
+  discarded with a warning and a new one started: it only holds answers the service can give
+  again.
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ class QueryCache:
         return len(self._data)
 
 
+def _damaged(exc: Exception) -> bool:
+    """Whether SQLite refused the file itself: not a database, or a malformed one."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
 def answer_store_path() -> Path:
     """``$SEARCHR1_SEARCH_CACHE`` when set, else ``search/answers.sqlite`` in the cache folder
     (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``)."""
@@ -87,18 +95,28 @@ class AnswerStore:
         self._scope = (provider, endpoint)
         self._ttl_s = ttl_s
         self._db: sqlite3.Connection | None = None
+        self._discarded = False
+        self._open()
+
+    def _open(self) -> None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             # one provider, one caller at a time, but not always the same thread (a stage or
             # an eval may run its own event loop in a worker thread)
-            db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(self._SCHEMA)
-            # answers past their TTL are never read again: drop this scope's
-            db.execute(
-                "DELETE FROM answers WHERE provider=? AND endpoint=? AND stored < ?",
-                (*self._scope, time.time() - ttl_s),
+            db = sqlite3.connect(
+                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
             )
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(self._SCHEMA)
+                # answers past their TTL are never read again: drop this scope's
+                db.execute(
+                    "DELETE FROM answers WHERE provider=? AND endpoint=? AND stored < ?",
+                    (*self._scope, time.time() - self._ttl_s),
+                )
+            except sqlite3.Error:
+                db.close()
+                raise
             self._db = db
         except (OSError, sqlite3.Error) as exc:
             self._off(exc)
@@ -147,6 +165,18 @@ class AnswerStore:
 
     def _off(self, exc: Exception) -> None:
         self.close()
+        if _damaged(exc) and not self._discarded:
+            self._discarded = True
+            get_logger().warning(
+                "search_disk_cache_damaged",
+                path=str(self.path),
+                error=f"{type(exc).__name__}: {exc}",
+                action="discarded; a new one is started (its answers are asked again)",
+            )
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self._open()
+            return
         get_logger().warning(
             "search_disk_cache_off",
             path=str(self.path),

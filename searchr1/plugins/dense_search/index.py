@@ -20,8 +20,16 @@ Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
 
 A build streams the corpus once, encoding :data:`SHARD_ROWS` passages at a time; after each
 shard its vectors and the build state (rows and corpus bytes done) are saved, so a build that
-dies is resumed from its last shard by running the same command again. The FAISS index is
-made from the shards at the end, then the card; a folder with a card is complete.
+dies is resumed from its last shard by running the same command again. The FAISS index and the
+offsets are made in ``.build/`` at the end, then the card is written there: from then on the
+build is done and only has to be moved into place (:func:`_commit`: the three files, checked
+against the card, then the card). A build killed during the move finishes it when run again;
+a folder with a card is complete.
+
+Opening an index checks it against its card without reading it whole (:func:`_files_problem`
+and the FAISS header: sizes, vector count and dimension, one offset per passage, the docs'
+length, its first and last passage), so a damaged or mismatched file is named with the
+command that rebuilds it instead of failing searches later.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import threading
 import time
@@ -38,6 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.disk import atomic_write, write_text_atomic
+from searchr1.core.errors import UserError
+from searchr1.core.logs import get_logger
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
     PROBE_MIN_COSINE,
@@ -67,9 +78,9 @@ SHARD_ROWS = 8192
 HNSW_M = 32
 
 
-class DenseIndexError(ValueError):
+class DenseIndexError(UserError, ValueError):
     """A corpus, folder or index that cannot be used; the message names the file and what to
-    do (the CLI and the provider turn it into a user error)."""
+    do (the provider words it as a ConfigError naming its setting; exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,22 @@ class IndexCard:
         return (
             f"{self.kind} index of {self.count} passages, encoder {self.encoder} "
             f"({self.dim}-d), {self.bytes_per_passage:.1f} bytes/passage"
+        )
+
+    def rebuild_command(self, folder: Path) -> str:
+        """The command that builds this index into ``folder`` again, replacing it."""
+        return shlex.join(
+            [
+                "searchr1", "index", "build", str(self.corpus.get("path", "CORPUS.jsonl")),
+                "--out", str(folder), "--encoder", self.encoder, "--kind", self.kind, "--force",
+            ]
+        )  # fmt: skip
+
+    def damaged(self, folder: Path, problem: str) -> DenseIndexError:
+        """The error for a file of ``folder`` that disagrees with this card."""
+        return DenseIndexError(
+            f"{problem}; the index in {folder} cannot be used: rebuild it with "
+            f"`{self.rebuild_command(folder)}`"
         )
 
 
@@ -220,6 +247,11 @@ def build_index(
     fingerprint = corpus_fingerprint(corpus)
     want = BuildState(corpus=fingerprint, encoder=encoder.name, kind=kind)
 
+    build = out / BUILD
+    if not (out / CARD).is_file() and (build / CARD).is_file() and not force:
+        finished = _finish_commit(out, want)
+        if finished is not None:
+            return finished, "resumed"
     if (out / CARD).is_file():
         card = IndexCard.read(out)
         if (
@@ -228,6 +260,9 @@ def build_index(
             and card.encoder == encoder.name
             and card.kind == kind
         ):
+            problem = _files_problem(out, card)
+            if problem:
+                raise card.damaged(out, problem)
             return card, "up to date"
         if not force:
             raise DenseIndexError(
@@ -239,7 +274,6 @@ def build_index(
     elif out.exists() and not out.is_dir():
         raise DenseIndexError(f"--out {out}: exists and is not a folder")
 
-    build = out / BUILD
     build.mkdir(parents=True, exist_ok=True)
     state_path = build / "state.json"
     state = want
@@ -249,7 +283,7 @@ def build_index(
             saved = BuildState(**json.loads(state_path.read_text("utf-8")))
         except (ValueError, TypeError):
             saved = None
-        if saved is not None and saved.same_build(want) and not force:
+        if saved is not None and saved.same_build(want) and not force and _can_resume(build, saved):
             state, resumed_from = saved, saved.rows
     if resumed_from == 0:  # a fresh start: nothing of an older build is kept
         shutil.rmtree(build)
@@ -320,9 +354,8 @@ def build_index(
     faiss.write_index(index, str(build / INDEX_FILE))
     offsets = _offsets(docs_tmp)
     np.save(build / OFFSETS, offsets)
-    for name in (INDEX_FILE, DOCS, OFFSETS):
-        (build / name).replace(out / name)
-    size = (out / INDEX_FILE).stat().st_size
+    _fsync(build / INDEX_FILE)
+    size = (build / INDEX_FILE).stat().st_size
     card = IndexCard(
         encoder=encoder.name,
         dim=encoder.dim,
@@ -336,9 +369,104 @@ def build_index(
         corpus=fingerprint,
         params=params,
     )
-    write_text_atomic(out / CARD, json.dumps(asdict(card), indent=1))
-    shutil.rmtree(build, ignore_errors=True)
+    write_text_atomic(build / CARD, json.dumps(asdict(card), indent=1))  # the build is done
+    _commit(out, card)
     return card, ("resumed" if resumed_from else "built")
+
+
+def _can_resume(build: Path, state: BuildState) -> bool:
+    """Whether ``build`` holds what ``state`` says was done: the docs written so far and
+    every shard (a build killed while moving its files into place has moved some away)."""
+    docs = build / DOCS
+    return (
+        docs.is_file()
+        and docs.stat().st_size >= state.docs_bytes
+        and all((build / f"emb-{i:06d}.npy").is_file() for i in range(state.shards))
+    )
+
+
+def _commit(out: Path, card: IndexCard) -> None:
+    """Move a finished build's files from ``out/.build`` into ``out``, check them against
+    ``card`` and write it last. Run again after a kill it moves what is left: a file already
+    moved is in place. DenseIndexError when the moved files disagree with the card."""
+    build = out / BUILD
+    for name in (INDEX_FILE, DOCS, OFFSETS):
+        if (build / name).exists():
+            (build / name).replace(out / name)
+    problem = _files_problem(out, card)
+    if problem:
+        raise card.damaged(out, problem)
+    (build / CARD).replace(out / CARD)
+    shutil.rmtree(build, ignore_errors=True)
+
+
+def _finish_commit(out: Path, want: BuildState) -> IndexCard | None:
+    """The card of a build of ``want`` killed while its files were moved into place, the
+    move finished; None when ``.build`` holds another build's card, or the files it left
+    disagree with it (then the build starts again, with a warning)."""
+    try:
+        card = IndexCard.read(out / BUILD)
+    except DenseIndexError:
+        return None
+    if (card.corpus, card.encoder, card.kind) != (want.corpus, want.encoder, want.kind):
+        return None
+    try:
+        _commit(out, card)
+    except DenseIndexError as exc:
+        get_logger().warning("index_build_restarted", reason=str(exc))
+        shutil.rmtree(out / BUILD, ignore_errors=True)
+        return None
+    return card
+
+
+def _files_problem(folder: Path, card: IndexCard) -> str | None:
+    """What disagrees with ``card`` among the files of ``folder`` (without reading them whole):
+    ``index.faiss`` of the size the card recorded, one offset per passage starting at 0 and
+    ending at the size of ``docs.jsonl``, and its first and last rows passages. None: agree."""
+    import numpy as np
+
+    index_file, offsets_file, docs = folder / INDEX_FILE, folder / OFFSETS, folder / DOCS
+    for path in (index_file, offsets_file, docs):
+        if not path.is_file():
+            return f"{path} is missing"
+    size = index_file.stat().st_size
+    if size != card.bytes:
+        return (
+            f"{index_file} is {size} bytes, the card says {card.bytes} (truncated, or the file "
+            f"of another build)"
+        )
+    try:
+        offsets = np.load(offsets_file, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as exc:
+        return f"{offsets_file} is damaged (not a numpy array: {exc})"
+    if offsets.ndim != 1 or len(offsets) != card.count + 1:
+        return (
+            f"{offsets_file} holds {len(offsets) - 1 if offsets.ndim == 1 else '?'} passage "
+            f"offsets, the card says {card.count} passages (a file of another build?)"
+        )
+    docs_size = docs.stat().st_size
+    if int(offsets[0]) != 0 or int(offsets[-1]) != docs_size:
+        return (
+            f"{docs} is {docs_size} bytes, its offsets ({offsets_file}) end at "
+            f"{int(offsets[-1])} (a file of another build, or truncated)"
+        )
+    with docs.open("rb") as fh:
+        for i in sorted({0, card.count - 1}):
+            fh.seek(int(offsets[i]))
+            raw = fh.read(int(offsets[i + 1]) - int(offsets[i]))
+            try:
+                row = json.loads(raw)
+                ok = isinstance(row, dict) and isinstance(row.get("contents"), str)
+            except (UnicodeDecodeError, ValueError):
+                ok = False
+            if not ok:
+                return f'{docs} is damaged (passage {i} is not a {{"id", "contents"}} row)'
+    return None
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb") as fh:
+        os.fsync(fh.fileno())
 
 
 def _offsets(docs: Path) -> np.ndarray:
@@ -427,6 +555,9 @@ class DenseIndex:
 
         self.folder = folder
         self.card = card = IndexCard.read(folder)
+        problem = _files_problem(folder, card)  # before the (slow) encoder load
+        if problem:
+            raise card.damaged(folder, problem)
         if encoder_name.strip() and encoder_name.strip() != card.encoder:
             raise DenseIndexError(
                 f"encoder {encoder_name.strip()!r} differs from {card.encoder!r}, the encoder "
@@ -449,7 +580,17 @@ class DenseIndex:
             flags |= faiss.IO_FLAG_MMAP
         elif card.kind == "flat":
             flags |= faiss.IO_FLAG_MMAP_IFC
-        self.index = faiss.read_index(str(folder / INDEX_FILE), flags)
+        try:
+            self.index = faiss.read_index(str(folder / INDEX_FILE), flags)
+        except RuntimeError as exc:  # faiss raises this for any file it cannot read
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise card.damaged(folder, f"{folder / INDEX_FILE} is damaged ({first})") from None
+        if (self.index.ntotal, self.index.d) != (card.count, card.dim):
+            raise card.damaged(
+                folder,
+                f"{folder / INDEX_FILE} holds {self.index.ntotal} vectors of {self.index.d} "
+                f"dimensions, the card says {card.count} of {card.dim} (a file of another build?)",
+            )
         if card.kind == "ivfpq":
             faiss.extract_index_ivf(self.index).nprobe = nprobe
         elif card.kind == "hnsw":

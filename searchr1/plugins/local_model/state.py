@@ -17,6 +17,7 @@ safetensors and the optimizer's moments are restored exactly.
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -77,17 +78,30 @@ def load_state(
     state = json.loads((folder / "trainer_state.json").read_text())
     if state.get("format") != FORMAT:
         raise ValueError(f"{folder / 'trainer_state.json'}: unknown format {state.get('format')}")
-    weights = load_file(str(adapter), device=str(next(model.parameters()).device))
+    device = str(next(model.parameters()).device)
+    weights = _read(adapter, lambda: load_file(str(adapter), device=device))
     _load_adapter(model, weights, adapter)
-    saved = torch.load(folder / "optimizer.pt", weights_only=True)
+    optimizer_file = folder / "optimizer.pt"
+    saved = _read(optimizer_file, lambda: torch.load(optimizer_file, weights_only=True))
     (load_optimizer or optimizer.load_state_dict)(saved)
     rng_file = folder / "rng.pt"
     if rng_file.is_file():
-        rng = torch.load(rng_file, weights_only=True)
+        rng = _read(rng_file, lambda: torch.load(rng_file, weights_only=True))
         torch.set_rng_state(rng["torch"])
         if sampler_gen is not None and "sampler" in rng:
             sampler_gen.set_state(rng["sampler"])
     return int(state["step"])
+
+
+def _read(path: Path, load: Callable[[], Any]) -> Any:
+    """``load()``, a file that does not read as what it should be raised as a ValueError
+    naming ``path`` (safetensors and torch raise their own types for a damaged file)."""
+    from safetensors import SafetensorError
+
+    try:
+        return load()
+    except (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"{path} is damaged ({type(exc).__name__}: {exc})") from None
 
 
 def _load_adapter(model: Any, weights: Mapping[str, torch.Tensor], adapter: Path) -> None:
