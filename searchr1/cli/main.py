@@ -4,7 +4,8 @@
 the parser from each command module's ``add_parser`` (one module per command in
 :mod:`searchr1.cli`), says which config the command runs and why, and hands over to the
 command. Every :class:`~searchr1.core.errors.SearchR1Error` prints as a plain message, never
-as a traceback, and the command exits with its class's ``exit_code`` (2 for what the user must
+as a traceback (a stop by SIGINT/SIGTERM, ``Interrupted``, as what it kept and how to go on),
+and the command exits with its class's ``exit_code`` (2 for what the user must
 fix: config, plugins, data). A write the filesystem refuses (disk full, over quota, read-only,
 an I/O error, no permission) is turned here, in one place, into a
 :class:`~searchr1.core.errors.DiskError` (exit code 4) naming the path, the free space, the
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from searchr1.cli import config_check, data, plugins, report, serve_retriever, smoke, train
 from searchr1.cli import eval as eval_command
 from searchr1.cli import index as index_command
-from searchr1.core.errors import SearchR1Error
+from searchr1.core.errors import Interrupted, SearchR1Error
 from searchr1.defaults import default_config_path
 
 #: The commands in the order ``searchr1 --help`` lists them.
@@ -100,10 +101,13 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from searchr1.core.secrets import redact_text
 
         text = redact_text(str(exc))  # a message may quote a value holding a key
-        print(
-            f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
-            file=sys.stderr,
-        )
+        if isinstance(exc, Interrupted):  # a stop, not an error: what it kept, how to go on
+            print(f"searchr1: {text}", file=sys.stderr)
+        else:
+            print(
+                f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}",
+                file=sys.stderr,
+            )
         return exc.exit_code
     except KeyboardInterrupt:
         print("searchr1: interrupted", file=sys.stderr)
