@@ -351,15 +351,22 @@ def _evaluate(
     )
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 
-    # Built outside any event loop: a provider factory may run its own (asset builders do).
-    run.start()
     written: list[Path] = []  # each evaluated model's records
+
+    def stopped(stop: Interrupted) -> Interrupted:
+        kept = ", ".join(map(str, written)) if written else "nothing (no model was evaluated)"
+        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
+        return stop.outcome(kept, f"evaluate again with `{again}`")
+
+    # Built outside any event loop: a provider factory may run its own (asset builders do).
+    try:
+        run.start()
+    except Interrupted as stop:
+        raise stopped(stop) from None
     try:
         results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path, written))
     except Interrupted as stop:
-        kept = ", ".join(map(str, written)) if written else "nothing (no model was evaluated)"
-        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
-        raise stop.outcome(kept, f"evaluate again with `{again}`") from None
+        raise stopped(stop) from None
     finally:
         run.close()
 

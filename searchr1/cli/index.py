@@ -50,7 +50,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     except Interrupted as exc:
         again = [a for a in sys.argv[1:] if a != "--force"]  # --force would start over
         command = shlex.join(["searchr1", *again]) if again else "searchr1 index build"
-        raise exc.outcome(exc.kept, f"resume the build with `{command}`") from None
+        kept = exc.kept or "nothing new (a build state saved before is as it was)"
+        raise exc.outcome(kept, f"resume the build with `{command}`") from None
     except (DenseIndexError, EncoderError) as exc:
         raise UserError(str(exc)) from None
     except ImportError as exc:

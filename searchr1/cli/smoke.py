@@ -72,7 +72,12 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "reference setup's question (docs/reference-setup.md)"
         )
     with Stop().installed() as stop:
-        return _smoke(args, open_run_from_args(args, "smoke", config=config, stop=stop))
+        try:
+            return _smoke(args, open_run_from_args(args, "smoke", config=config, stop=stop))
+        except Interrupted as stopped:
+            again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
+            kept = "nothing (smoke keeps no state)"
+            raise stopped.outcome(kept, f"run it again: `{again}`") from None
 
 
 def _smoke(args: argparse.Namespace, run: Run) -> int:
@@ -94,9 +99,6 @@ def _smoke(args: argparse.Namespace, run: Run) -> int:
     smoke = _Smoke(run, config, question, group_size)
     try:
         return smoke.run()
-    except Interrupted as stop:
-        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
-        raise stop.outcome("nothing (smoke keeps no state)", f"run it again: `{again}`") from None
     finally:
         run.close()
 

@@ -191,6 +191,8 @@ def test_eval_and_smoke_stop_mid_phase(tmp_path: Path, config_file) -> None:
     assert code == 130, out
     assert "stopped by SIGINT during the model load (builtin:tiny)" in out
     assert "Traceback" not in out and "smoke: " not in out  # no verdict
+    kept, again = kept_and_next(out)
+    assert "nothing" in kept and again.startswith("searchr1 smoke --config")
 
 
 def test_index_build_saves_what_it_encoded_and_resumes(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.disk import atomic_write, write_text_atomic
+from searchr1.core.errors import Interrupted
 from searchr1.core.stop import Stop
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
@@ -333,17 +334,19 @@ def build_index(
             continue
         if stop.requested:  # what is encoded is saved as a (short) shard: resumed from there
             flush()
-            raise stop.interrupted(f"the index build ({state.rows} passages encoded)").outcome(
-                f"{state.rows} encoded passages in {build}", ""
-            )
+            phase = f"the index build ({state.rows} passages encoded)"
+            raise stop.interrupted(phase).outcome(f"{state.rows} encoded passages in {build}", "")
     flush()
     if state.rows == 0:
         raise DenseIndexError(f"{corpus}: the corpus has no documents")
 
     report("index")
     # nothing to save midway: a stop here keeps the encoded shards, the index is made again
-    with stop.at_once(f"the index stage of the build ({state.rows} passages encoded)"):
-        index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
+    try:
+        with stop.at_once(f"the index stage of the build ({state.rows} passages encoded)"):
+            index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
+    except Interrupted as exc:
+        raise exc.outcome(f"all {state.rows} passages, encoded, in {build}", "") from None
     faiss.write_index(index, str(build / INDEX_FILE))
     offsets = _offsets(docs_tmp)
     np.save(build / OFFSETS, offsets)
