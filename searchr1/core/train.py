@@ -170,7 +170,7 @@ def _train(run: Run, *, resume: bool) -> dict[str, Any]:
                     if heldout:
                         loop.run(heldout_phase(heldout_eval(run, heldout, "before"), phase))
                         ceiling = ceiling_agent(run)
-                        if ceiling is not None:
+                        if ceiling is not None and not stop.requested:
                             phase = 'the held-out eval "ceiling"'
                             ceiled = heldout_eval(run, heldout, "ceiling", sampler=ceiling)
                             loop.run(heldout_phase(ceiled, phase))
