@@ -6,7 +6,7 @@
 Each phase is a real ``searchr1`` process on the offline world (``builtin:tiny``), signalled
 when its JSON events say it is in that phase (what ``tests/cli/test_stops.py`` checks, timed
 here): the model load (``smoke``, at "search keys:"), the held-out eval "before" (``train``,
-at ``importance_ratio``), a cold-start step, a periodic held-out eval after step 1 (the step
+as it begins), a cold-start step, a periodic held-out eval after step 1 (the step
 is checkpointed), RL step 1 (finished and checkpointed: the one phase that runs to the end of
 its unit), ``searchr1 eval`` and ``searchr1 index build``. Prints one JSON line per phase
 (``exit``, ``seconds``) and a summary line. The latency includes the process's own exit
@@ -69,7 +69,7 @@ def phases(folder: Path) -> dict[str, tuple[list[str], Callable[[str], bool], si
     periodic = config(
         "periodic",
         make_config(
-            train={"max_steps": 2, "save_every": 2, "eval_every": 1, "eval_questions": 64},
+            train={"max_steps": 1, "eval_every": 1, "eval_questions": 32},
             data={"eval": HELDOUT},
         ),
     )
@@ -81,11 +81,15 @@ def phases(folder: Path) -> dict[str, tuple[list[str], Callable[[str], bool], si
             f.write(json.dumps({"id": str(i), "contents": f"Passage {i}: Ros{i % 13}"}) + "\n")
     return {
         "model load (smoke)": (["smoke", "--config", evaluation], _text("search keys:"), signal.SIGINT),
-        'held-out eval "before"': (["train", "--config", before], _event("importance_ratio"), signal.SIGINT),
+        'held-out eval "before"': (
+            ["train", "--config", before],
+            _event("progress", task="held-out eval before", done=0),
+            signal.SIGINT,
+        ),
         "cold start": (["train", "--config", cold], _event("cold_start.step", step=1), signal.SIGTERM),
         "periodic eval of step 1": (
             ["train", "--config", periodic],
-            _event("progress", task="held-out eval step_1", done=32),
+            _event("progress", task="held-out eval step_1", done=0),
             signal.SIGINT,
         ),
         "RL step 1 (finished)": (["train", "--config", step], _event("importance_ratio"), signal.SIGINT),

@@ -162,7 +162,7 @@ async def evaluate_async(
 ) -> EvalResult:
     """Roll out every question once, in order, and score it, with the rollout's sampling
     (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
-    name), log a ``progress`` event after each chunk."""
+    name), log a ``progress`` event as it begins and after each chunk."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rollout import rollout_questions, sampling_params
 
@@ -170,6 +170,8 @@ async def evaluate_async(
         sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
     )
     records: list[EvalRecord] = []
+    if progress is not None:  # the eval has begun (its bar shows before the first chunk ends)
+        get_logger().info("progress", task=progress, done=0, total=len(questions))
     for start in range(0, len(questions), EVAL_CHUNK):
         chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(

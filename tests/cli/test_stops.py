@@ -91,12 +91,12 @@ def as_args(command: str) -> list[str]:
 def test_sigint_in_the_heldout_eval_stops_it_and_says_how_to_start_again(
     tmp_path: Path, config_file
 ) -> None:
-    """The eval "before" runs ten eval batches; a SIGINT in the first ends it (no score, no
+    """The eval "before" runs ten eval batches; a SIGINT as it begins ends it (no score, no
     ceiling eval, no step), exit 130, and names the command that starts the run again."""
     cfg = config_file(make_config(train={"eval_before_after": True}, data={"eval": HELDOUT}))
     run_dir = tmp_path / "run"
     command = Command("train", "--config", cfg, "--run-dir", run_dir, cwd=tmp_path)
-    command.wait_for(event("importance_ratio"))  # logged just before the evals start
+    command.wait_for(event("progress", task="held-out eval before", done=0))
     code, out = command.stop(signal.SIGINT)
     assert code == 130, out
     assert 'stopped by SIGINT during the held-out eval "before"' in out
@@ -132,16 +132,16 @@ def test_sigterm_in_the_cold_start_ends_it_after_the_current_step(
 def test_sigint_in_a_periodic_eval_keeps_the_step_and_resume_goes_on_from_it(
     tmp_path: Path, config_file
 ) -> None:
-    """Step 1 changed the weights: its periodic eval (two eval batches) is cut short, step 1
-    is recorded and checkpointed, and ``--resume`` starts from that checkpoint."""
+    """Step 1 changed the weights: its periodic eval is cut short as it begins, step 1 is
+    recorded and checkpointed, and ``--resume`` starts from that checkpoint."""
     cfg = config_file(
         make_config(
-            train={"max_steps": 1, "eval_every": 1, "eval_questions": 64}, data={"eval": HELDOUT}
+            train={"max_steps": 1, "eval_every": 1, "eval_questions": 32}, data={"eval": HELDOUT}
         )
     )
     run_dir = tmp_path / "run"
     command = Command("train", "--config", cfg, "--run-dir", run_dir, cwd=tmp_path)
-    command.wait_for(event("progress", task="held-out eval step_1", done=32))
+    command.wait_for(event("progress", task="held-out eval step_1", done=0))
     code, out = command.stop(signal.SIGINT)
     assert code == 130, out
     assert "stopped by SIGINT during the held-out eval of step 1" in out
