@@ -6,7 +6,8 @@ event loop (:func:`searchr1.core.evaluation.evaluate_async`). It writes ``eval_<
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and says the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
-events only), on stderr.
+events only), on stderr. SIGINT/SIGTERM stop it at once (exit 130/143), naming the records of
+the models already evaluated.
 
 A checkpoint is evaluated with the settings it was trained with (model, LoRA, rollout with its
 protocol, search, reward), read from the ``config.toml`` saved beside it
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -32,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg
 from searchr1.core.disk import write_text_atomic
-from searchr1.core.errors import UserError
+from searchr1.core.errors import Interrupted, UserError
 from searchr1.core.logs import say
+from searchr1.core.stop import Stop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.config_schema import Config
@@ -285,11 +288,14 @@ async def _evaluate_all(
     questions: list[Any],
     targets: list[tuple[str, str | None]],
     data_path: str,
+    written: list[Path],
     judge: Any = None,
 ) -> dict[str, Any]:
     """Every requested model in turn, inside one event loop (each answer also scored by
-    ``judge``, the ``judge`` reward, for ``--judge``); closes the search provider and the
-    judge in that loop (an async HTTP client must not outlive the loop it was used in)."""
+    ``judge``, the ``judge`` reward, for ``--judge``), its records' file appended to
+    ``written``; a stop (``run.stop``) cuts the model being evaluated short. Closes the
+    search provider and the judge in that loop (an async HTTP client must not outlive the
+    loop it was used in)."""
     from searchr1.core.evaluation import evaluate_async, write_records
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import close_reward, reward_metrics
@@ -320,7 +326,7 @@ async def _evaluate_all(
                         f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
-            result = await evaluate_async(
+            evaluation = evaluate_async(
                 run.sampler,
                 run.search,
                 run.protocol,
@@ -332,9 +338,11 @@ async def _evaluate_all(
                 progress=f"eval {label}",
                 judge=judge,
             )
+            result = await run.stop.cut(evaluation, f"the eval of {label}")
             if judge is not None:  # what this model's answers cost the judge
                 log.info("eval_judge", label=label, **reward_metrics(judge, reset=True))
             write_records(run.folder / f"eval_{label}.jsonl", result)
+            written.append(run.folder / f"eval_{label}.jsonl")
             log.info(
                 "eval_result",
                 label=label,
@@ -369,10 +377,6 @@ def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Q
 
 def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
-    from searchr1.cli.args import open_run_from_args
-    from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
-
     if args.limit_per_source is not None and args.limit_per_source < 1:
         raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
     targets = [resolve_checkpoint(spec) for spec in args.checkpoint or [BASE]]
@@ -382,8 +386,23 @@ def main(args: argparse.Namespace) -> int:
     from searchr1.core.plugins import load_registry
 
     registry = load_registry()
+    with Stop().installed() as stop:
+        return _evaluate(args, targets, labels, registry, stop)
+
+
+def _evaluate(
+    args: argparse.Namespace,
+    targets: list[tuple[str, str | None]],
+    labels: list[str],
+    registry: Registry,
+    stop: Stop,
+) -> int:
+    from searchr1.cli.args import open_run_from_args
+    from searchr1.core.data import load_questions
+    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
+
     run = open_run_from_args(
-        args, "eval", config=_eval_config(args, targets, registry), registry=registry
+        args, "eval", config=_eval_config(args, targets, registry), registry=registry, stop=stop
     )
     config = run.config
     data_path = args.data or config.data.eval
@@ -394,10 +413,24 @@ def main(args: argparse.Namespace) -> int:
 
     # [reward.judge] checked before any model is loaded
     judge = run.registry.create("reward", "judge", config) if args.judge else None
+    written: list[Path] = []  # each evaluated model's records
+
+    def stopped(stop: Interrupted) -> Interrupted:
+        kept = ", ".join(map(str, written)) if written else "nothing (no model was evaluated)"
+        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
+        return stop.outcome(kept, f"evaluate again with `{again}`")
+
     # Built outside any event loop: a provider factory may run its own (asset builders do).
-    run.start()
     try:
-        results = asyncio.run(_evaluate_all(args, run, questions, targets, data_path, judge))
+        run.start()
+    except Interrupted as stop:
+        raise stopped(stop) from None
+    try:
+        results = asyncio.run(
+            _evaluate_all(args, run, questions, targets, data_path, written, judge)
+        )
+    except Interrupted as stop:
+        raise stopped(stop) from None
     finally:
         run.close()
 

@@ -3,18 +3,21 @@
 
 Streams the corpus (Search-R1's ``{"id", "contents"}`` rows or ``{"title", "text"}``), shows a
 progress bar with rate and ETA on a terminal (JSON lines otherwise), and resumes a build that
-died when the same command runs again.
+died, or that SIGINT/SIGTERM stopped (exit 130/143, after saving what it encoded), when the
+same command runs again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from searchr1.cli.args import whole_number
-from searchr1.core.errors import UserError
+from searchr1.core.errors import Interrupted, UserError
+from searchr1.core.stop import Stop
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
@@ -33,15 +36,22 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise UserError(f"CORPUS {args.corpus!r}: {exc}") from None
     report = _TerminalProgress() if sys.stderr.isatty() else _json_progress
     try:
-        card, what = build_index(
-            corpus,
-            Path(args.out),
-            encoder_name=args.encoder or DEFAULT_ENCODER,
-            kind=args.kind,
-            force=args.force,
-            shard_rows=args.shard_size,
-            on_progress=report,
-        )
+        with Stop().installed() as stop:
+            card, what = build_index(
+                corpus,
+                Path(args.out),
+                encoder_name=args.encoder or DEFAULT_ENCODER,
+                kind=args.kind,
+                force=args.force,
+                shard_rows=args.shard_size,
+                on_progress=report,
+                stop=stop,
+            )
+    except Interrupted as exc:
+        again = [a for a in sys.argv[1:] if a != "--force"]  # --force would start over
+        command = shlex.join(["searchr1", *again]) if again else "searchr1 index build"
+        kept = exc.kept or "nothing new (a build state saved before is as it was)"
+        raise exc.outcome(kept, f"resume the build with `{command}`") from None
     except (DenseIndexError, EncoderError) as exc:
         raise UserError(str(exc)) from None
     except ImportError as exc:

@@ -5,7 +5,8 @@ the parser from each command module's ``add_parser`` (one module per command in
 :mod:`searchr1.cli`), says which config the command runs and why (``config: ...``, on stderr
 unless a console draws stdout; once per torchrun job), and hands over to the command. Every
 :class:`~searchr1.core.errors.SearchR1Error` prints as a plain message on stderr, never as a
-traceback (once per torchrun job: :func:`~searchr1.core.distributed.report_stop`), and the
+traceback (a stop by SIGINT/SIGTERM, ``Interrupted``, as what it kept and how to go on; once per
+torchrun job: :func:`~searchr1.core.distributed.report_stop`), and the
 command exits with its class's ``exit_code`` (2 for what the user must fix: config, plugins,
 data). Libraries' progress bars (transformers' "Loading weights", downloads) draw only on a
 terminal, from one process of a job. A write the filesystem refuses (disk full, over quota, read-only,
@@ -27,7 +28,7 @@ from searchr1.cli import config_check, data, plugins, report, serve_retriever, s
 from searchr1.cli import eval as eval_command
 from searchr1.cli import index as index_command
 from searchr1.core.distributed import report_stop, speaks_for_job
-from searchr1.core.errors import SearchR1Error
+from searchr1.core.errors import Interrupted, SearchR1Error
 from searchr1.core.logs import say
 from searchr1.defaults import default_config_path
 
@@ -109,7 +110,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from searchr1.core.secrets import redact_text
 
         text = redact_text(str(exc))  # a message may quote a value holding a key
-        report_stop(f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}")
+        if isinstance(exc, Interrupted):  # a stop, not an error: what it kept, how to go on
+            report_stop(f"searchr1: {text}")
+        else:
+            report_stop(f"searchr1: error:\n{text}" if "\n" in text else f"searchr1: error: {text}")
         return exc.exit_code
     except KeyboardInterrupt:
         report_stop("searchr1: interrupted")

@@ -30,7 +30,7 @@ every search key benched, the probe failed, search success below the minimum); 3
 work but the group lacks the expected behaviour (e.g. an untrained model); 2 config and
 plugin errors, rollout limits that cannot hold the question, flags that cannot mean anything
 (``--answer`` without ``--question``, ``--max-search-calls 0``) and a ``--run-dir`` holding
-another command's run.
+another command's run; 130/143 SIGINT/SIGTERM (the rollout stops at once).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,11 +47,12 @@ from searchr1.cli.args import add_run_args, whole_number
 from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criteria, report_only
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
-from searchr1.core.errors import ConfigError, RemoteError, UserError
+from searchr1.core.errors import ConfigError, Interrupted, RemoteError, UserError
 from searchr1.core.logs import get_logger, say
 from searchr1.core.plugins import PluginError
 from searchr1.core.runs import Run
 from searchr1.core.secrets import redact_text
+from searchr1.core.stop import Stop
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
@@ -82,7 +85,16 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
             "scored against); without --question smoke asks [smoke] question of the config, or the "
             "reference setup's question (docs/reference-setup.md)"
         )
-    run = open_run_from_args(args, "smoke", config=config)
+    with Stop().installed() as stop:
+        try:
+            return _smoke(args, open_run_from_args(args, "smoke", config=config, stop=stop))
+        except Interrupted as stopped:
+            again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
+            kept = "nothing (smoke keeps no state)"
+            raise stopped.outcome(kept, f"run it again: `{again}`") from None
+
+
+def _smoke(args: argparse.Namespace, run: Run) -> int:
     group_size = int(getattr(args, "group_size", None) or 4)
     max_search = getattr(args, "max_search_calls", None)
     config = run.config
@@ -92,8 +104,8 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     say(f"search keys: {search_key_count(config)}")
     try:
         run.start()
-    except (ConfigError, PluginError):
-        raise  # the CLI prints these naming the field (exit 2)
+    except (ConfigError, PluginError, Interrupted):
+        raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
     except Exception as exc:  # a provider that cannot even start is a broken channel
         say(f"could not start the providers: {_say(exc)}")
         say("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
@@ -127,7 +139,8 @@ class _Smoke:
         self.warnings: list[str] = []
 
     def run(self) -> int:
-        probe, trajectories, model_error = asyncio.run(self._collect())
+        collect = self.c.stop.cut(self._collect(), "the smoke rollout")
+        probe, trajectories, model_error = asyncio.run(collect)
         say(
             "search probe: "
             + (f"ok ({len(probe.results)} results)" if probe.ok else f"FAILED ({probe.error})")

@@ -4,9 +4,9 @@ The loop itself is :func:`searchr1.core.train.train`; this command opens the run
 (:func:`searchr1.cli.args.open_run_from_args`: config, plugins, logging, ``--resume``) and turns the
 loop's ways of stopping early into what a shell expects: the search environment down
 (exit 3, with the reason), a health alert with ``[train.health] on_alert = "stop"`` (exit 5,
-naming the alert, after a checkpoint) and SIGINT/SIGTERM after a checkpoint (exit 130/143,
-with the ``--resume`` command that continues). Both exit codes come from the error classes
-(:mod:`searchr1.core.errors`).
+naming the alert, after a checkpoint) and SIGINT/SIGTERM in any phase (exit 130/143, saying
+what was kept and the command that continues: the command's :class:`~searchr1.core.stop.Stop`).
+The exit codes come from the error classes (:mod:`searchr1.core.errors`).
 
 Under torchrun (``torchrun --nproc-per-node N -m searchr1 train ...``) each process joins the
 job (:mod:`searchr1.core.distributed`); ``--nproc N`` runs that torchrun's launcher in this
@@ -27,24 +27,27 @@ from searchr1.core.disk import resume_command
 from searchr1.core.distributed import RankLost, World
 from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted
 from searchr1.core.logs import say
+from searchr1.core.stop import Stop
 
 
 def main(args: argparse.Namespace) -> int:
     if _launches(args):
         return _launch(args.nproc)
     world = World.from_env()
+    # torchrun passes a terminal's Ctrl-C on to its workers a second time: not "at once" there
     try:
-        return _train(args, world)
+        with Stop(second_exits=world.size == 1).installed() as stop:
+            return _train(args, world, stop)
     finally:
         world.close()
 
 
-def _train(args: argparse.Namespace, world: World) -> int:
+def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.core.logs import get_logger
     from searchr1.core.train import train
 
-    run = open_run_from_args(args, "train", world=world)
+    run = open_run_from_args(args, "train", world=world, stop=stop)
     try:
         train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:
@@ -61,14 +64,10 @@ def _train(args: argparse.Namespace, world: World) -> int:
                 f'threshold or setting on_alert = "warn"'
             )
         return exc.exit_code
-    except Interrupted as stop:
-        where = f"checkpoint step {stop.step} saved" if stop.saved else "no new step to save"
-        if world.main:
-            say(
-                f"searchr1: stopped by {stop} after step {stop.step} ({where}); continue "
-                f"with `{resume_command(run.folder, run.config.source)}`"
-            )
-        return stop.exit_code
+    except Interrupted as stopped:
+        if world.main:  # the CLI prints what was kept and the command that continues
+            raise
+        return stopped.exit_code
     except RankLost as exc:  # say where the run can continue from
         last = latest_checkpoint(run.folder)
         if last is None:

@@ -14,7 +14,8 @@ degenerate and GRPO gets no signal. It runs::
                        -> optim_step
 
 The loss (by default ``-sum_t A_t lp_t``) is a registered loss run by the
-model's trainer, so any training provider works. ``train`` then runs the held-out eval
+model's trainer, so any training provider works. A stop signal (``run.stop``) ends it before
+its next step, or in one process during a step's rollouts. ``train`` then runs the held-out eval
 ``"cold_start"`` and writes checkpoint 0, so ``--resume`` never repeats it. A top-level
 ``[cold_start]`` table is read as ``[train.cold_start]``."""
 
@@ -104,9 +105,11 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     tokens_total = 0.0
     losses: list[float] = []
     for step in range(1, cs.steps + 1):
+        phase = f"the cold start (step {step} of {cs.steps})"
+        run.stop.check(phase, run.world)  # every rank, before the step's collectives
         batch = stream.next_batch(cs.questions_per_step)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
-        groups = await rollout_questions(
+        rollouts = rollout_questions(
             teacher,
             run.search,
             protocol,
@@ -116,6 +119,8 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             sampling=sampling,
             id_prefix=f"cs{step}/",
         )
+        # one process: a stop cuts the rollouts short (a rank must not leave the gather below)
+        groups = await (run.stop.cut(rollouts, phase) if run.world.size == 1 else rollouts)
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
         datums: list[Datum] = []
         for question, (trajectory,) in zip(mine, groups, strict=True):

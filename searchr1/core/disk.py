@@ -137,12 +137,14 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def resume_command(run_dir: Path, config_source: str | None = None) -> str:
-    """The command that continues the train run in ``run_dir``."""
+def resume_command(run_dir: Path, config_source: str | None = None, *, resume: bool = True) -> str:
+    """The command that continues the train run in ``run_dir`` (``resume`` False: that
+    starts it again there, when it has no checkpoint to continue from)."""
     config = ""
     if config_source and not config_source.startswith("<"):  # not the embedded default
         config = f" --config {config_source}"
-    return f"searchr1 train --resume --run-dir {run_dir}{config}"
+    flag = " --resume" if resume else ""
+    return f"searchr1 train{flag} --run-dir {run_dir}{config}"
 
 
 def describe_refusal(exc: OSError, fallback: Path | None) -> tuple[list[str], str]:

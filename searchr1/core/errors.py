@@ -27,7 +27,8 @@ Every error the CLI prints as a plain message (no traceback) derives from
     │                              read-only, an I/O error, no permission
     ├── HealthStop         exit 5  a health alert ended training ([train.health]
     │                              on_alert = "stop"), after a checkpoint
-    └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM
+    └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM: what the
+                                   command kept and how to go on
 
 A remote failure's exit code says whose fix it is: 2, the config's (a host name, a
 certificate, a key, a model name, an address that is not the API); 3, the service's (down,
@@ -211,12 +212,21 @@ class DiskError(SearchR1Error):
 
 
 class Interrupted(SearchR1Error):
-    """SIGINT/SIGTERM stopped the loop after a checkpointed step. Exits 128 + the signal (130,
-    143) as a shell does, so ``searchr1 train && searchr1 eval`` stops after Ctrl-C."""
+    """SIGINT/SIGTERM stopped the command (:mod:`searchr1.core.stop`) during ``phase``;
+    ``kept`` says what it saved, ``then`` how to go on (the command that continues). Exits
+    128 + the signal (130, 143) as a shell does, so ``searchr1 train && searchr1 eval`` stops
+    after Ctrl-C; the CLI prints it as a stop, not an error."""
 
-    def __init__(self, signum: int, step: int, saved: bool):
-        self.signum, self.step, self.saved = signum, step, saved
-        super().__init__(signal.Signals(signum).name)
+    def __init__(self, signum: int, phase: str, kept: str = "", then: str = ""):
+        self.signum, self.phase, self.kept, self.then = signum, phase, kept, then
+        lines = [f"stopped by {signal.Signals(signum).name} during {phase}"]
+        lines += [f"kept: {kept}"] if kept else []
+        lines += [then] if then else []
+        super().__init__("\n".join(lines))
+
+    def outcome(self, kept: str, then: str) -> Interrupted:
+        """This stop with what the command kept and how to go on."""
+        return Interrupted(self.signum, self.phase, kept, then)
 
     @property
     def exit_code(self) -> int:  # type: ignore[override]

@@ -182,8 +182,8 @@ async def evaluate_async(
 ) -> EvalResult:
     """Roll out every question once, in order, and score it, with the rollout's sampling
     (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
-    name), log a ``progress`` event after each chunk; with ``judge`` (the ``judge`` reward,
-    ``eval --judge``), score each answer by the judge too."""
+    name), log a ``progress`` event as it begins and after each chunk; with ``judge`` (the
+    ``judge`` reward, ``eval --judge``), score each answer by the judge too."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import score_all
     from searchr1.core.rollout import rollout_questions, sampling_params
@@ -192,6 +192,8 @@ async def evaluate_async(
         sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
     )
     records: list[EvalRecord] = []
+    if progress is not None:  # the eval has begun (its bar shows before the first chunk ends)
+        get_logger().info("progress", task=progress, done=0, total=len(questions))
     for start in range(0, len(questions), EVAL_CHUNK):
         chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(

@@ -32,6 +32,7 @@ from searchr1.core.logs import get_logger, on_screen, say, setup_logging
 from searchr1.core.plugins import Registry, load_registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
+from searchr1.core.stop import Stop
 from searchr1.core.trainer_checks import check_loss, require_trainer
 from searchr1.core.types import LossFn, Model, RewardFn, Sampler, SearchProvider, Trainer
 
@@ -50,6 +51,8 @@ class Run:
     sinks: SinkHub = field(default_factory=SinkHub)
     #: the torchrun job this process is part of (one process: rank 0 of 1)
     world: World = field(default_factory=World)
+    #: SIGINT/SIGTERM for the command (installed by the CLI command; every phase checks it)
+    stop: Stop = field(default_factory=Stop)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)
@@ -88,7 +91,12 @@ class Run:
         loss (``need_loss``) and model. With ``need_loss``, a model without a
         trainer, or a loss its trainer cannot train, is refused before any rollout
         (:func:`~searchr1.core.trainer_checks.require_trainer`); on any failure what was
-        opened is closed."""
+        opened is closed. A stop signal interrupts the loads (nothing to keep yet)."""
+        model = self.config.model
+        with self.stop.at_once(f"the model load ({model.base_model or model.provider})"):
+            return self._start(need_loss=need_loss, search=search)
+
+    def _start(self, *, need_loss: bool, search: SearchProvider | None) -> Run:
         cfg, reg = self.config, self.registry
         self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
         try:
@@ -135,13 +143,15 @@ def open_run(
     resume: bool = False,
     registry: Registry | None = None,
     world: World | None = None,
+    stop: Stop | None = None,
     **log_kwargs: Any,
 ) -> Run:
     """Choose the run folder and start logging into it, with ``registry``'s plugins (None:
     the installed ones). Plugin names are resolved before the folder is created;
     :meth:`Run.start` creates the plugins. Under torchrun (``world``) rank 0 chooses the
     folder and alone writes events.jsonl and the sinks; rank ``r`` logs to
-    ``ranks/rank<r>.jsonl`` there."""
+    ``ranks/rank<r>.jsonl`` there. ``stop``: the command's installed :class:`Stop` (None:
+    one that no signal sets)."""
     registry = registry or load_registry()
     world = world or World()
     if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
@@ -181,7 +191,7 @@ def open_run(
     )
     if world.main:
         announce_config(config, registry)
-    return Run(config, registry, run_dir_path, sinks, world=world)
+    return Run(config, registry, run_dir_path, sinks, world=world, stop=stop or Stop())
 
 
 def announce_config(config: Config, registry: Registry) -> None:

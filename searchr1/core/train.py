@@ -17,8 +17,13 @@
 On ``--resume`` the loop continues after the checkpoint's step with the same data cursor and
 RNG states; nothing before the loop runs again. With ``train.max_staleness = k > 0``
 :func:`searchr1.core.pipeline.run_steps` drives the same three functions, rolling out on
-weights at most ``k`` versions old while a step trains. SIGINT/SIGTERM finish the step, save a
-checkpoint and exit 130/143.
+weights at most ``k`` versions old while a step trains.
+
+SIGINT/SIGTERM (``run.stop``, :mod:`searchr1.core.stop`) end the phase they arrive in: the
+model load and the held-out evals at once (nothing to keep), the cold start after its current
+step (its work is kept only whole, as checkpoint 0), an RL step once it is finished and
+checkpointed (a periodic eval due after it is cut short); the error then names the newest
+checkpoint and the command that continues (exit 130/143).
 
 Under torchrun every rank runs this loop on its share of each step
 (:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
@@ -29,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from searchr1.core.checkpoint import remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
@@ -64,10 +70,21 @@ from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
 from searchr1.core.types import LossFn, kl_coef
 
+T = TypeVar("T")
+
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
-    """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics."""
-    cfg, log = run.config, get_logger()
+    """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics.
+    A stop (``run.stop``: SIGINT/SIGTERM) ends the phase it arrives in and raises
+    :class:`Interrupted` saying what was kept and the command that goes on."""
+    try:
+        return _train(run, resume=resume)
+    except Interrupted as stop:
+        raise _outcome(run, stop) from None
+
+
+def _train(run: Run, *, resume: bool) -> dict[str, Any]:
+    cfg, log, stop = run.config, get_logger(), run.stop
     # What the config names is read and checked before the (slow) model load.
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
@@ -116,39 +133,70 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     def evaluates(step: int) -> bool:
         return periodic is not None and periodic.due(step, cfg.train.max_steps)
 
+    async def heldout_phase(coro: Coroutine[Any, Any, T], phase: str) -> T | None:
+        """Rank 0's held-out eval ``coro``, cut short by a stop; under torchrun the cut
+        eval returns None and the ranks stop together at the next boundary."""
+        try:
+            return await stop.cut(coro, phase)
+        except Interrupted:
+            if run.world.size == 1:
+                raise
+            return None
+
     async def eval_step(step: int, cursor: dict[str, Any]) -> dict[str, float]:
         """The periodic held-out eval of the weights after step ``step`` (when due); a new
-        best is saved as ``checkpoints/best``."""
+        best is saved as ``checkpoints/best``. A stop cuts it short: no metrics, the
+        step itself is kept."""
         if periodic is None or not evaluates(step):
             return {}
         snapshot = run.trainer.capabilities.snapshot_sampler
         if snapshot is not None and cfg.train.max_staleness > 0:
             snapshot()  # evaluate the newest weights, not the pinned rollout version
-        metrics = await periodic.evaluate(run, step)
+        try:
+            phase = f"the held-out eval of step {step}"
+            metrics = await stop.cut(periodic.evaluate(run, step), phase)
+        except Interrupted as exc:
+            cut.append(exc.phase)
+            return {}
         if periodic.is_best(step):
             save(run, health, cursor, step, name=BEST, extra={"best_heldout": periodic.state()})
         return metrics
 
-    # torchrun passes a terminal's Ctrl-C on to its workers a second time: not "at once" there
-    stop = _StopFlag(second_interrupts=run.world.size == 1)
     last: dict[str, Any] = {}
     step = start
+    cut: list[str] = []  # the periodic eval a stop cut short
     try:
         with asyncio.Runner() as loop:
             try:
-                if checkpoint is None and heldout:
-                    loop.run(heldout_eval(run, heldout, "before"))
-                    ceiling = ceiling_agent(run)
-                    if ceiling is not None:
-                        loop.run(heldout_eval(run, heldout, "ceiling", sampler=ceiling))
-                if checkpoint is None and warm_up_loss is not None:
-                    loop.run(cold_start(run, warm_up, warm_up_loss))
+                # Before RL: rank 0's evals, cut by a stop; after each phase every rank
+                # checks the stop at the same boundary (the ranks stop together).
+                fresh = checkpoint is None
+                evals = cfg.train.eval_before_after and bool(cfg.data.eval)  # on rank 0
+                if fresh and evals:
+                    phase = 'the held-out eval "before"'
                     if heldout:
-                        loop.run(heldout_eval(run, heldout, "cold_start"))
+                        loop.run(heldout_phase(heldout_eval(run, heldout, "before"), phase))
+                        ceiling = ceiling_agent(run)
+                        if ceiling is not None and not stop.requested:
+                            phase = 'the held-out eval "ceiling"'
+                            ceiled = heldout_eval(run, heldout, "ceiling", sampler=ceiling)
+                            loop.run(heldout_phase(ceiled, phase))
+                    stop.check(phase, run.world)
+                if fresh and warm_up_loss is not None:
+                    loop.run(cold_start(run, warm_up, warm_up_loss))
+                    if evals:
+                        phase = 'the held-out eval "cold_start"'
+                        if heldout:
+                            cold = heldout_eval(run, heldout, "cold_start")
+                            loop.run(heldout_phase(cold, phase))
+                        stop.check(phase, run.world)
                     pin_kl_reference(run, loss)  # before checkpoint 0, which saves it
                     save(run, health, stream.state(), 0)  # --resume starts after it
-                if checkpoint is None and periodic is not None:
-                    loop.run(eval_step(0, stream.state()))
+                if fresh and cfg.train.eval_every:
+                    loop.run(eval_step(0, stream.state()))  # rank 0's; {} on the others
+                    stop.check("the held-out eval of step 0", run.world)
+                if not fresh:
+                    stop.check(f"the resume from checkpoint step {start}", run.world)
 
                 adam = adam_params(cfg)
                 scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
@@ -179,7 +227,6 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         loop.run(record_step(batch, learned, timing))
                         # rank 0 alone sees health alerts: every rank stops at the same step
                         if run.world.any(stop.requested or health.stop_alert is not None):
-                            stop.requested = True
                             break
                 else:
                     loop.run(
@@ -196,11 +243,15 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
                         )
                     )
                 step = recorded[0].step if recorded else start
-                stopped = stop.requested or health.stop_alert is not None
+                asked = stop.asked(run.world)  # a rank that got no signal stops too
+                stopped = asked is not None or health.stop_alert is not None
                 if stopped and recorded and not saves(step):
                     save(run, health, recorded[0].cursor, step)
-                if step == cfg.train.max_steps and step > start and heldout:
-                    loop.run(heldout_eval(run, heldout, "after", step=step))
+                # a resumed run whose last step was saved before its final eval runs it
+                final_due = step > start or not (run.folder / AFTER_FILE).exists()
+                if not stopped and step == cfg.train.max_steps and final_due and heldout:
+                    after = heldout_eval(run, heldout, "after", step=step)
+                    loop.run(stop.cut(after, 'the held-out eval "after"'))
             finally:
                 # An async HTTP client must be closed in the loop it was used in.
                 loop.run(run.search.aclose())
@@ -208,18 +259,48 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     finally:
         run.close()
         run.sinks.close()
-        stop.restore()
     best = periodic.summary(run.folder) if periodic is not None else {}
     if best:
         log.info("best_checkpoint", **best)
-    stopped_early = stop.requested or health.stop_alert is not None
-    log.info("train_done", steps=step, stopped_early=stopped_early, **health.notices.totals())
+    log.info("train_done", steps=step, stopped_early=stopped, **health.notices.totals())
     close_console()
-    if stop.signum is not None:
-        raise Interrupted(stop.signum, step, saved=step > start)
+    if asked is not None:
+        raise Interrupted(asked, cut[0] if cut else f"RL step {step} (finished)")
     if health.stop_alert is not None:
         raise HealthStop(health.stop_alert.kind, health.stop_alert.message, step)
     return last
+
+
+#: the final held-out eval's records: a resumed run at ``max_steps`` runs it when missing
+AFTER_FILE = "eval_heldout_after.jsonl"
+
+
+def _outcome(run: Run, stop: Interrupted) -> Interrupted:
+    """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
+    command that goes on from there."""
+    from searchr1.core.checkpoint import latest_checkpoint
+    from searchr1.core.disk import resume_command
+
+    close_console()
+    if run.run_dir is None:
+        return stop
+    last = latest_checkpoint(run.folder)
+    source = run.config.source
+    get_logger().warning(
+        "stopped",
+        signal=signal.Signals(stop.signum).name,
+        phase=stop.phase,
+        checkpoint=str(last.path) if last else None,
+    )
+    if last is None:
+        return stop.outcome(
+            "nothing: no checkpoint yet",
+            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
+        )
+    return stop.outcome(
+        f"checkpoint step {last.step} ({last.path})",
+        f"continue with `{resume_command(run.folder, source)}`",
+    )
 
 
 def pin_kl_reference(run: Run, loss: LossFn) -> None:
@@ -229,27 +310,3 @@ def pin_kl_reference(run: Run, loss: LossFn) -> None:
     if pin is not None and kl_coef(loss) > 0:
         pin()
         get_logger().info("kl_reference", message="the cold-started adapter is the KL reference")
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM ask the loop to stop after the current step (with a checkpoint); a
-    second SIGINT interrupts at once (``second_interrupts``)."""
-
-    def __init__(self, *, second_interrupts: bool = True) -> None:
-        self.second_interrupts = second_interrupts
-        self.requested = False
-        self.signum: int | None = None
-        self._previous = {
-            sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.requested and signum == signal.SIGINT and self.second_interrupts:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.signum = signum
-        get_logger().warning("stop_requested", signal=signal.Signals(signum).name)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

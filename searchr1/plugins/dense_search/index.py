@@ -20,7 +20,8 @@ Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
 
 A build streams the corpus once, encoding :data:`SHARD_ROWS` passages at a time; after each
 shard its vectors and the build state (rows and corpus bytes done) are saved, so a build that
-dies is resumed from its last shard by running the same command again. The FAISS index and the
+dies is resumed from its last shard by running the same command again; a stop signal saves the
+passages encoded so far as a shorter shard first (:data:`ENCODE_ROWS` at a time). The FAISS index and the
 offsets are made in ``.build/`` at the end, then the card is written there: from then on the
 build is done and only has to be moved into place (:func:`_commit`: the three files, checked
 against the card, then the card). A build killed during the move finishes it when run again;
@@ -47,8 +48,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.disk import atomic_write, write_text_atomic
-from searchr1.core.errors import UserError
+from searchr1.core.errors import Interrupted, UserError
 from searchr1.core.logs import get_logger
+from searchr1.core.stop import Stop
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
     PROBE_MIN_COSINE,
@@ -74,6 +76,8 @@ CARD, INDEX_FILE, DOCS, OFFSETS, BUILD = (
 )
 #: passages encoded between two saves of the build state (what a crash can cost)
 SHARD_ROWS = 8192
+#: passages encoded at a time; a stop signal is honoured between two (their shard saved)
+ENCODE_ROWS = 512
 #: HNSW neighbours per node
 HNSW_M = 32
 
@@ -233,9 +237,13 @@ def build_index(
     shard_rows: int = SHARD_ROWS,
     on_progress: Callable[[Progress], None] | None = None,
     encoder: Encoder | None = None,
+    stop: Stop | None = None,
 ) -> tuple[IndexCard, str]:
     """Build (or finish building) the index of ``corpus`` in ``out``; returns the card and
-    what happened (``"built"``, ``"resumed"``, ``"up to date"``). See the module docstring."""
+    what happened (``"built"``, ``"resumed"``, ``"up to date"``). See the module docstring.
+    ``stop`` (the command's): a stop signal ends the build after the current encode batch,
+    its passages saved as a shard (Interrupted, naming what was kept)."""
+    stop = stop or Stop()
     import faiss  # noqa: F401 - a missing extra fails here, not after hours of encoding
     import numpy as np
 
@@ -243,7 +251,8 @@ def build_index(
         raise DenseIndexError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
     if not corpus.is_file():
         raise DenseIndexError(f"{corpus}: no such corpus file")
-    encoder = encoder or load_encoder(encoder_name)
+    with stop.at_once(f"the load of the encoder {encoder_name or 'default'}"):
+        encoder = encoder or load_encoder(encoder_name)
     fingerprint = corpus_fingerprint(corpus)
     want = BuildState(corpus=fingerprint, encoder=encoder.name, kind=kind)
 
@@ -315,16 +324,22 @@ def build_index(
             )
 
     report()
-    pending: list[dict[str, str]] = []
+    pending: list[dict[str, str]] = []  # the rows of the shard being built
+    encoded: list[np.ndarray] = []  # their vectors, ENCODE_ROWS rows at a time
     end_offset, end_line = state.corpus_offset, state.corpus_lines
 
+    def encode() -> None:
+        done = sum(len(v) for v in encoded)
+        if done < len(pending):
+            encoded.append(encoder.encode([r["contents"] for r in pending[done:]], query=False))
+
     def flush() -> None:
+        encode()
         if not pending:
             return
-        vectors = encoder.encode([r["contents"] for r in pending], query=False)
         shard = build / f"emb-{state.shards:06d}.npy"
         with atomic_write(shard, "wb") as fh:
-            np.save(fh, vectors.astype(np.float32))
+            np.save(fh, np.concatenate(encoded).astype(np.float32))
         lines = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in pending)
         with docs_tmp.open("ab") as fh:
             fh.write(lines)
@@ -337,6 +352,7 @@ def build_index(
         state.seconds = time.perf_counter() - started
         write_text_atomic(state_path, json.dumps(asdict(state)))
         pending.clear()
+        encoded.clear()
         report()
 
     for end_offset, end_line, row in _corpus_rows(  # noqa: B007
@@ -345,12 +361,25 @@ def build_index(
         pending.append(row)
         if len(pending) >= shard_rows:
             flush()
+        elif len(pending) % ENCODE_ROWS == 0:
+            encode()
+        else:
+            continue
+        if stop.requested:  # what is encoded is saved as a (short) shard: resumed from there
+            flush()
+            phase = f"the index build ({state.rows} passages encoded)"
+            raise stop.interrupted(phase).outcome(f"{state.rows} encoded passages in {build}", "")
     flush()
     if state.rows == 0:
         raise DenseIndexError(f"{corpus}: the corpus has no documents")
 
     report("index")
-    index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
+    # nothing to save midway: a stop here keeps the encoded shards, the index is made again
+    try:
+        with stop.at_once(f"the index stage of the build ({state.rows} passages encoded)"):
+            index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
+    except Interrupted as exc:
+        raise exc.outcome(f"all {state.rows} passages, encoded, in {build}", "") from None
     faiss.write_index(index, str(build / INDEX_FILE))
     offsets = _offsets(docs_tmp)
     np.save(build / OFFSETS, offsets)

@@ -10,7 +10,8 @@ a single worker thread takes what is pending and runs one batched generation ove
 Which requests run together is :mod:`.admission`'s rule: oldest first, under
 ``max_batch_rows`` rows and a token budget on the cache, never padded to one long row's
 width. A request is answered as soon as all its rows have stopped (its trajectory can search
-while the others decode); stopped rows leave the batch. Requests that arrive while a batch
+while the others decode); stopped rows leave the batch, and so do the rows of a request whose
+caller was cancelled (a stop signal cut the rollouts short), at the next decoding step. Requests that arrive while a batch
 decodes join it between two steps, as far as they fit. When a row stops, its cache is kept
 (:mod:`.reuse`) so the trajectory's next turn prefills only its new tokens.
 
@@ -188,7 +189,8 @@ class BatchedSampler:
                 taken = self._take(None)
             jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in taken]
             try:
-                self._run(jobs, admit=self._admit)
+                if jobs:  # none when every waiting caller was cancelled
+                    self._run(jobs, admit=self._admit)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
                 self.retained.clear()
                 for job in jobs + self._admitted:
@@ -226,7 +228,8 @@ class BatchedSampler:
 
     def _take(self, batch: Batch | None) -> list[SampleRequest]:
         """Requests from the backlog that fit next to ``batch`` (None: a new batch), by the
-        rule of :mod:`.admission`."""
+        rule of :mod:`.admission`; those whose caller stopped waiting are dropped."""
+        self._backlog = [r for r in self._backlog if not _abandoned(r)]
         return take_requests(
             self._backlog,
             batch,
@@ -289,6 +292,8 @@ class BatchedSampler:
                     zip(tokens_R.tolist(), logprobs_R.tolist(), strict=True)
                 ):
                     row = batch.rows[j]
+                    if _abandoned(row.job.request):
+                        continue  # its caller stopped waiting: the row leaves, unanswered
                     row.tokens.append(token)
                     row.logprobs.append(logprob)
                     row.reason = self._stop_reason(row)
@@ -381,3 +386,9 @@ class BatchedSampler:
         if len(row.tokens) >= row.max_new:
             return "length"
         return None
+
+
+def _abandoned(request: SampleRequest | None) -> bool:
+    """Whether ``request``'s caller was cancelled (read from the worker thread: a state flag
+    that only ever goes from pending to done)."""
+    return request is not None and request.future.cancelled()

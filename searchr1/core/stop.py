@@ -1,0 +1,177 @@
+"""One command's stop: SIGINT/SIGTERM ask it to end, and every phase of it honours that.
+
+A command that runs long work (``train``, ``eval``, ``smoke``, ``index build``) installs one
+:class:`Stop` for its whole run (:meth:`Stop.installed`; the run carries it as ``Run.stop``).
+The first signal only asks; each phase then ends at its next unit of work and raises
+:class:`~searchr1.core.errors.Interrupted`, naming the phase:
+
+* sync code polls :meth:`Stop.check` between units (an encode batch, a cold-start step, an
+  RL step), where all torchrun ranks are in step (they stop together);
+* async code runs a phase under ``await stop.cut(coro, phase)``: the signal cancels it at its
+  next ``await`` (a batch of rollouts; the local sampler drops a cancelled request's rows at
+  its next decoding step);
+* a load that has nothing to keep (the model, the search index) runs under
+  ``with stop.at_once(phase)``: the signal interrupts it where it is.
+
+The command then saves what can be resumed and says what it kept and how to go on (the
+message of the ``Interrupted`` it raises; exit 128 + the signal: 130 for SIGINT, 143 for
+SIGTERM). A second signal ends the process at once (exit 128 + that signal, no traceback),
+except under torchrun, which passes a terminal's Ctrl-C on to its workers a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from searchr1.core.errors import Interrupted
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.distributed import World
+
+T = TypeVar("T")
+
+#: the signals a :class:`Stop` answers
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stop:
+    """Whether (and by which signal) the command was asked to stop. Until
+    :meth:`installed`, nothing sets it (a run of the Python API stops as Python does)."""
+
+    def __init__(self, *, second_exits: bool = True) -> None:
+        #: a second signal exits the process at once (not under torchrun)
+        self.second_exits = second_exits
+        #: the first signal received, None until one arrives
+        self.signum: int | None = None
+        self._wakeups: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._at_once = 0
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Stop]:
+        """Answer SIGINT/SIGTERM for the block (from the main thread; elsewhere nothing is
+        installed), then restore the handlers there were."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {sig: signal.signal(sig, self._handle) for sig in SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.signum is not None:
+            if self.second_exits:
+                _exit_at_once(signum)
+            return
+        self.signum = signum
+        # Not logged here: the main thread may be inside a write that holds the log's lock.
+        # (In the command's context: the log's run id is bound there.)
+        announce = functools.partial(contextvars.copy_context().run, self._announce)
+        threading.Thread(target=announce, name="searchr1-stop", daemon=True).start()
+        for loop, event in list(self._wakeups):
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(event.set)
+        if self._at_once:
+            # a BaseException, so that no library's `except Exception` swallows it;
+            # at_once turns it into Interrupted
+            raise KeyboardInterrupt
+
+    def _announce(self) -> None:
+        """The ``stop_requested`` event, and a note on stderr saying what happens next."""
+        import structlog
+
+        assert self.signum is not None
+        name = signal.Signals(self.signum).name
+        if structlog.is_configured():  # a command with a run folder's log (not index build)
+            structlog.get_logger().warning("stop_requested", signal=name)
+        again = "; Ctrl-C again exits at once" if self.second_exits else ""
+        print(f"searchr1: {name}: stopping at the end of this unit of work{again}", file=sys.stderr)
+
+    def interrupted(self, phase: str) -> Interrupted:
+        """The error that ends ``phase`` (the command adds what it kept)."""
+        assert self.signum is not None
+        return Interrupted(self.signum, phase)
+
+    def asked(self, world: World | None = None) -> int | None:
+        """The signal that asked for a stop, None before one; with ``world`` (a torchrun
+        job) the first any rank got, on every
+        rank (call it at the same point on every rank)."""
+        signums = [self.signum] if world is None else world.gather(self.signum)
+        return next((s for s in signums if s is not None), None)
+
+    def check(self, phase: str, world: World | None = None) -> None:
+        """Raise :class:`Interrupted` ending ``phase`` if a stop was asked (with ``world``:
+        on any rank; every rank raises, see :meth:`asked`)."""
+        signum = self.asked(world)
+        if signum is not None:
+            raise Interrupted(signum, phase)
+
+    async def cut(self, work: Awaitable[T], phase: str) -> T:
+        """``await work``, unless a stop is asked first: then ``work`` is cancelled and
+        :class:`Interrupted` raised. Only for work with no torchrun collective inside (a
+        rank that cut it would leave its peers waiting)."""
+        if self.requested:
+            if inspect.iscoroutine(work):
+                work.close()  # never awaited: no "was never awaited" warning
+            raise self.interrupted(phase)
+        loop = asyncio.get_running_loop()
+        wakeup = (loop, asyncio.Event())
+        self._wakeups.add(wakeup)
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(wakeup[1].wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            self._wakeups.discard(wakeup)
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise self.interrupted(phase)
+        return task.result()
+
+    @contextlib.contextmanager
+    def at_once(self, phase: str) -> Iterator[None]:
+        """A signal during the block interrupts it where it is (a load with nothing to
+        keep) and raises :class:`Interrupted` naming ``phase``."""
+        self.check(phase)
+        self._at_once += 1
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.signum is None:
+                raise
+            raise self.interrupted(phase) from None
+        finally:
+            self._at_once -= 1
+
+
+def _exit_at_once(signum: int) -> None:
+    """End the process now (a second signal): no cleanup runs, a checkpoint being written
+    is not kept (the last complete one is). Written with ``os.write``: the main thread may
+    hold the lock of ``sys.stderr``."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    name = signal.Signals(signum).name
+    with contextlib.suppress(OSError):
+        os.write(2, f"searchr1: stopped at once by a second {name}\n".encode())
+    os._exit(128 + signum)
