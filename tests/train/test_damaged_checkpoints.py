@@ -172,7 +172,7 @@ def test_eval_without_config_uses_the_checkpoints_whole_config(
     assert "<embedded offline default>" in result.out
     assert (
         f"eval: the settings the checkpoint was trained with, from "
-        f"{run / 'checkpoints' / 'step_000001' / 'config.toml'}" in result.out
+        f"{run / 'checkpoints' / 'step_000001' / 'config.toml'}" in result.err
     )
     assert f"{run / 'checkpoints' / 'step_000002' / ADAPTER} is truncated" in result.err
     assert (tmp_path / "e" / "eval_step_1.jsonl").is_file()
