@@ -134,7 +134,9 @@ def test_eval_scores_with_the_judge_on_request(
         )  # fmt: skip
         assert result.code == 0, result.out + result.err
         assert server.requests  # the judge was asked although the reward is exact match
-    assert "judge" in result.err and "agrees with EM on" in result.err  # the table: stderr when piped
+    assert (
+        "judge" in result.err and "agrees with EM on" in result.err
+    )  # the table: stderr when piped
     records = [json.loads(line) for line in (run / "eval_base.jsonl").read_text().splitlines()]
     assert all("judge" in r for r in records if r["format_ok"] and r["final_answer"])
     (event,) = read_events(run, "eval_result")
