@@ -13,7 +13,8 @@ import pytest
 from metric_docs import undocumented
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+#: every config a user copies: config.toml.example and examples/
+EXAMPLES = [ROOT / "config.toml.example", *sorted((ROOT / "examples").glob("*.toml"))]
 
 
 @pytest.mark.parametrize("page", sorted(gen_docs.PAGES))
