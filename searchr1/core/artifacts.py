@@ -1,7 +1,7 @@
 """Cheap checks that a folder searchr1 wrote is still whole when it is read again.
 
 A folder written to a temporary name and renamed into place (a checkpoint, a built-in asset, a
-converted GGUF model) is whole when renamed; a full disk, a copy cut short or a hand edit can
+converted model file) is whole when renamed; a full disk, a copy cut short or a hand edit can
 still damage it later. Two checks, neither reading more than a file's header:
 
 - :func:`file_sizes` records every file's size when the folder is written; :func:`damage`

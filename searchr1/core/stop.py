@@ -33,6 +33,7 @@ import threading
 from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from searchr1.core.distributed import speaks_for_job
 from searchr1.core.errors import Interrupted
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -101,7 +102,11 @@ class Stop:
         if structlog.is_configured():  # a command with a run folder's log (not index build)
             structlog.get_logger().warning("stop_requested", signal=name)
         again = "; Ctrl-C again exits at once" if self.second_exits else ""
-        print(f"searchr1: {name}: stopping at the end of this unit of work{again}", file=sys.stderr)
+        if speaks_for_job():  # once per torchrun job, not once per rank
+            print(
+                f"searchr1: {name}: stopping at the end of this unit of work{again}",
+                file=sys.stderr,
+            )
 
     def interrupted(self, phase: str) -> Interrupted:
         """The error that ends ``phase`` (the command adds what it kept)."""

@@ -201,7 +201,8 @@ def test_ctrl_c_under_nproc_exits_130_and_says_how_to_resume(tmp_path: Path) -> 
             job.kill()
     done = subprocess.CompletedProcess(job.args, job.returncode, out, err)
     assert job.returncode == 130, err[-3000:]
-    assert err.count("searchr1: stopped by SIGINT after step") == 1, err
+    assert err.count("searchr1: stopped by SIGINT during RL step") == 1, err
+    assert err.count("stopping at the end of this unit of work") == 1, err  # rank 0's note
     assert f"searchr1 train --resume --run-dir {run_dir}" in err
     assert "SignalException" not in err
     _assert_piped_output(done)

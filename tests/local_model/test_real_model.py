@@ -6,6 +6,7 @@ Slow (minutes on 2 cores) and run by CI, where a missing wheel fails instead of 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -148,6 +149,9 @@ def test_smoke_cold_start_rl_and_eval_on_the_real_model(
             str(tmp_path / "eval"),
         ]
     )
-    out = capsys.readouterr().err  # eval's tables (stdout: JSON events)
+    said = capsys.readouterr()  # stdout: JSON events; stderr: eval's tables
+    out = said.err
     assert code == 0, out
-    assert "step_000002" in out, out
+    (result,) = [e for e in map(json.loads, said.out.splitlines()) if e["event"] == "eval_result"]
+    assert result["checkpoint"].endswith("step_000002/model"), result
+    assert "== step_2" in out, out
