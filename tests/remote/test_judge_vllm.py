@@ -9,28 +9,17 @@ yes or no."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import httpx
 import pytest
+from vllm_env import require_vllm_python
 
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings
 
-REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = Path(os.environ.get("SEARCHR1_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+VLLM_PYTHON = require_vllm_python()
 
 pytestmark = pytest.mark.slow
-
-if not VLLM_PYTHON.is_file():
-    reason = (
-        f"no vLLM environment at {VLLM_PYTHON}: run scripts/make-vllm-venv.sh "
-        f"(or set SEARCHR1_VLLM_PYTHON)"
-    )
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

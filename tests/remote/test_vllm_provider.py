@@ -33,13 +33,12 @@ from typing import Any
 
 import pytest
 from cli_run import read_events
+from vllm_env import require_vllm_python
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config_schema import Config
 
-REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = Path(os.environ.get("SEARCHR1_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+VLLM_PYTHON = require_vllm_python()
 #: largest |learner - sampler| log-prob accepted (see the module docstring)
 MAX_DIFF = 1e-3
 #: the same for the mean k3 estimator of KL(sampler || learner) per token
@@ -47,15 +46,6 @@ MAX_K3 = 1e-6
 TEMPERATURE = 0.7
 
 pytestmark = pytest.mark.slow
-
-if not VLLM_PYTHON.is_file():
-    reason = (
-        f"no vLLM environment at {VLLM_PYTHON}: run scripts/make-vllm-venv.sh "
-        f"(or set SEARCHR1_VLLM_PYTHON)"
-    )
-    if IN_CI:
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
 
 
 def _config(api_base: str = "", **plugin_table: Any) -> Config:
