@@ -278,10 +278,21 @@ fi
 # the two behaviour criteria an untrained model cannot show as reported only, so smoke exits 0.
 run_service smoke
 # smoke speaks to people: the reference setup's lines, then the verdict on the reference setup's criteria.
+# Its stdout is piped here, so those lines go to stderr and stdout carries only JSON log lines.
 for want in "Question: Who founded Nungen Guild?" "trajectory 0: reward=" "search success rate: " \
     "verdict: search success >= 90%: ok" "smoke: PASS"; do
-    grep -q -F -- "$want" "$work/smoke.out" || fail "smoke printed no line with '$want'"
+    grep -q -F -- "$want" "$work/smoke.err" || fail "smoke printed no line with '$want' on stderr"
 done
+python3 - "$work/smoke.out" <<'PY' || fail "smoke's piped stdout is not JSON lines only"
+import json, sys
+lines = [line for line in open(sys.argv[1]) if line.strip()]
+assert lines, "no JSON log line on stdout"
+for number, line in enumerate(lines, 1):
+    try:
+        json.loads(line)
+    except ValueError:
+        sys.exit(f"line {number} is not JSON: {line[:120]!r}")
+PY
 find "$work/runs" -path '*smoke*' -name 'smoke_trajectories.jsonl' | grep -q . ||
     fail "smoke wrote no smoke_trajectories.jsonl under ./runs"
 
