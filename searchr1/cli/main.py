@@ -82,6 +82,9 @@ def _run_command(argv: Sequence[str] | None) -> int:
     except SystemExit as exc:  # usage error (2) or --help (0), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
     _progress_bars_only_on_a_terminal()
+    from searchr1.core.logs import log_to_stderr
+
+    log_to_stderr()  # until the command opens its run (which logs where its events go)
     if hasattr(args, "config"):
         if args.config is None:
             args.config, args.config_reason = default_config_path()

@@ -173,6 +173,24 @@ def setup_logging(
     structlog.contextvars.bind_contextvars(run_id=run_id)
 
 
+def log_to_stderr() -> None:
+    """Events logged before a command opens its run (:func:`setup_logging`), or by a command
+    that opens none (``config check`` building a ``builtin:`` model), go to stderr as JSON
+    lines, secrets redacted: stdout carries only what the command prints."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            redact_processor,
+            structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
 def on_screen() -> bool:
     """Whether this command's events are drawn for a person (a terminal's console) rather
     than printed as JSON lines: what is an event then needs no :func:`say` of its own."""

