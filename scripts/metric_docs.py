@@ -431,9 +431,6 @@ EVENTS: list[tuple[str, str, str]] = [
         "the packages that make it fast",
     ),
     ("gguf.converting", "first use of a .gguf model", "the conversion into a loadable folder"),
-    ("tiny.building", "first use of `builtin:tiny`", "the tiny model is being built"),
-    ("warm_start.episodes", "building `builtin:tiny`", "the warm start's scripted episodes"),
-    ("warm_start.step", "building `builtin:tiny`", "a warm-start step"),
     ("remote_model_ready", "a remote provider connects", "the service, the SDK and the model"),
     (
         "remote_temperature_not_1",

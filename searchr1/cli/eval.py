@@ -258,7 +258,7 @@ def _eval_config(
 ) -> Config | None:
     """The config to evaluate ``targets`` with: the checkpoint's saved settings unless
     ``--config`` was given (then a warning per difference); None: ``--config`` as is."""
-    import tomli
+    import tomllib
 
     from searchr1.core.config import load_config
 
@@ -266,8 +266,8 @@ def _eval_config(
     if saved_path is None:
         return None
     try:
-        saved = tomli.loads(saved_path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomli.TOMLDecodeError) as exc:
+        saved = tomllib.loads(saved_path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"--checkpoint: cannot read the saved config {saved_path}: {exc}") from None
     current = load_config(args.config, registry=registry)
     if args.config_reason == "--config":

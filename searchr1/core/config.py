@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import tomli
 
 from searchr1.core.config_schema import SECTIONS, Config
 from searchr1.core.config_validate import (
@@ -108,8 +107,8 @@ def parse_config(
     (:func:`~searchr1.core.config_validate.plugin_problems`), every problem in one error in
     file order; otherwise a run checks them when it opens."""
     try:
-        raw = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
     registry = registry or load_registry()
     lines = key_lines(text)

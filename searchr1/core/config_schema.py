@@ -154,7 +154,8 @@ class TrainConfig:
     max_micro_batch_datums: int = _f(32, min=1)
     #: tokens per micro-batch at most
     max_micro_batch_tokens: int = _f(64000, min=16)
-    #: divide advantages by the group's reward std (GRPO) instead of only subtracting the mean
+    #: divide advantages by the group's reward std (GRPO; the unbiased std, as verl and TRL)
+    #: instead of only subtracting the mean
     scale_advantages_by_std: bool = _f(False)
     #: retries of a step whose search failed (same questions, no update) before the run stops
     #: (exit 3)
@@ -225,7 +226,9 @@ class OptimizerConfig:
     weight_decay: float = _f(0.01, min=0.0)
     #: AdamW epsilon
     eps: float = _f(1e-8, gt=0.0)
-    grad_clip: float = _f(1.0, min=0.0, help="0 = no clipping")
+    #: the most global gradient norm of a step, of the loss summed over tokens and divided by
+    #: the step's trajectories (docs/training.md: the loss's scale); 0 = no clipping
+    grad_clip: float = _f(1.0, min=0.0)
 
 
 @dataclass(frozen=True)

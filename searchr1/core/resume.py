@@ -8,10 +8,9 @@ the previous good one is used), or a data cursor for another ``data.train`` / ``
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import tomli
 
 from searchr1.core.checkpoint import Checkpoint, resume_checkpoint
 from searchr1.core.errors import UserError
@@ -58,9 +57,9 @@ def _data_mismatch(config: Any, checkpoint: Checkpoint, exc: ValueError) -> str:
 def _checkpoint_data_train(folder: Path) -> str | None:
     """``data.train`` from the config dump saved with the checkpoint, when readable."""
     try:
-        saved = tomli.loads((folder / "config.toml").read_text("utf-8"))
+        saved = tomllib.loads((folder / "config.toml").read_text("utf-8"))
         value = saved["data"]["train"]
-    except (OSError, UnicodeDecodeError, tomli.TOMLDecodeError, KeyError, TypeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
         return None
     return value if isinstance(value, str) else None
 

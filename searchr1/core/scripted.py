@@ -11,6 +11,9 @@ from typing import Any
 from searchr1.core.answers import normalize_answer
 from searchr1.core.types import SampledSequence, SamplingParams
 
+#: what a scripted agent answers when what it read does not hold the answer (scores wrong)
+UNKNOWN = "unknown"
+
 
 class ScriptedSampler:
     """A Sampler writing :meth:`next_turn` as its turn for the ``questions`` it was given
@@ -58,10 +61,6 @@ class ScriptedSampler:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-#: what the teacher answers when the results do not hold a golden answer
-UNKNOWN = "unknown"
 
 
 class ScriptedTeacher(ScriptedSampler):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,33 @@ def test_std_scaling_is_optional() -> None:
     plain = group_advantages([1.0, 0.0])
     scaled = group_advantages([1.0, 0.0], scale_by_std=True)
     assert plain.advantages == pytest.approx([0.5, -0.5])
-    assert scaled.advantages == pytest.approx([1.0, -1.0], rel=1e-5)
+    # unbiased std of (1, 0): sqrt((0.25 + 0.25) / 1) = 1 / sqrt(2)
+    assert scaled.advantages == pytest.approx([0.5 * math.sqrt(2), -0.5 * math.sqrt(2)], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "rewards",
+    [
+        [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],  # G = 8, binary EM
+        [0.9, 0.1, 0.0, -0.1, 0.3, 0.3, 1.0, 0.0],  # G = 8, a shaped reward
+        [1.0, 0.0, 0.0],  # G = 3
+    ],
+)
+def test_std_scaling_uses_the_unbiased_std_like_verl_and_trl(rewards: list[float]) -> None:
+    """``(r_i - mean) / (sqrt(sum (r_j - mean)^2 / (G - 1)) + 1e-6)``, written out in float64,
+    which is ``sqrt(G / (G - 1))`` smaller than with the population std (1.069 at G = 8)."""
+    g = len(rewards)
+    mean = sum(rewards) / g
+    unbiased = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (g - 1))
+    population = math.sqrt(sum((r - mean) ** 2 for r in rewards) / g)
+    want = [(r - mean) / (unbiased + 1e-6) for r in rewards]
+    got = group_advantages(rewards, scale_by_std=True).advantages
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+    too_big = [(r - mean) / (population + 1e-6) for r in rewards]
+    ratio = max(abs(b) for b in too_big) / max(abs(a) for a in got)
+    assert ratio == pytest.approx(math.sqrt(g / (g - 1)), rel=1e-5)
+    if g == 8:
+        assert round(ratio, 3) == 1.069
 
 
 @pytest.mark.parametrize("rewards", [[1.0, 1.0, 1.0], [-0.1, -0.1], [0.0] * 8])
@@ -33,9 +61,12 @@ def test_equal_rewards_make_a_degenerate_group(rewards: list[float]) -> None:
     assert adv.degenerate and set(adv.advantages) == {0.0}
 
 
-def test_group_of_one_is_rejected() -> None:
+@pytest.mark.parametrize("scale_by_std", [False, True])
+def test_group_of_one_is_rejected(scale_by_std: bool) -> None:
+    """One trajectory has no baseline and no spread (the unbiased std divides by G - 1 = 0):
+    an error, never a zero or NaN advantage."""
     with pytest.raises(ValueError, match="at least 2"):
-        group_advantages([1.0])
+        group_advantages([1.0], scale_by_std=scale_by_std)
 
 
 def _scripted_trajectory() -> Trajectory:

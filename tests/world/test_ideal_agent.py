@@ -14,8 +14,9 @@ from searchr1.core.data import load_questions
 from searchr1.core.evaluation import evaluate_async
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
+from searchr1.core.scripted import UNKNOWN
 from searchr1.kit.tokenizers import load_tokenizer
-from searchr1.plugins.offline_world.ideal_agent import UNKNOWN, ideal_agent_for
+from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
 N = 40
 

@@ -1,6 +1,7 @@
 """The offline world: deterministic, held-out entities unseen in training, every answer
-findable by the ``local`` search provider, warm-start transcripts the protocol parses, and the
-shipped example config equal to the embedded default."""
+findable by the ``local`` search provider, warm-start transcripts the protocol parses (the
+warm-start factory lives in ``scripts/warm_start/``), and the shipped example config equal to
+the embedded default."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from warm_start.scripted_agent import Episode, script_episodes
+from warm_start.tiny_base import MODEL_SIZES, tokenizer_texts
 
 from searchr1.core.config import default_config_text, load_config
 from searchr1.core.data import load_questions
@@ -25,8 +28,6 @@ from searchr1.plugins.offline_world.generate import (
     generate_world,
     write_world,
 )
-from searchr1.plugins.offline_world.scripted_agent import Episode, script_episodes
-from searchr1.plugins.offline_world.tiny_base import MODEL_SIZES, tokenizer_texts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -274,7 +275,7 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     from searchr1.core.assets import resolve
     from searchr1.plugins.offline_world.assets import SHIPPED_WARM_START
 
-    rebuild = "run python -m searchr1.plugins.offline_world.warm_start_recipe --shipped"
+    rebuild = "run python scripts/build_warm_start.py --shipped"
     assert (SHIPPED_WARM_START / "config.json").is_file(), rebuild
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
     path = resolve("builtin:tiny")
@@ -283,3 +284,22 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
     sizes = [len(tokenizer.encode(" " + q.hops[0])) for q in world.heldout]
     assert max(sizes) <= 8 and sum(sizes) / len(sizes) <= 5
+
+
+def test_builtin_tiny_without_its_shipped_weights_says_how_to_mend_the_install(
+    tmp_path, monkeypatch
+):
+    """An installation missing the shipped weights fails with a message naming the missing
+    file and the two fixes (reinstall, or the recipe script), not by fine-tuning at run time."""
+    from searchr1.core.assets import resolve
+    from searchr1.core.errors import SearchR1Error
+    from searchr1.plugins.offline_world import assets
+
+    monkeypatch.setattr(assets, "SHIPPED_WARM_START", tmp_path / "warm_start")
+    monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SearchR1Error) as caught:
+        resolve("builtin:tiny")
+    message = str(caught.value)
+    assert str(tmp_path / "warm_start" / "config.json") in message
+    assert "reinstall searchr1" in message and "scripts/build_warm_start.py --shipped" in message
+    assert not (tmp_path / "cache" / "tiny-2").exists()  # nothing half-built is cached

@@ -19,12 +19,10 @@ Modules, in the order a build uses them:
 - ``assets``: each asset's version and builder (what ends up in the cache folder);
 - ``generate``: the world of fictional entities, its corpus and question sets;
 - ``tiny_model``: tokenizer and Qwen3 model builders (also used by tests and benchmarks);
-- ``tiny_base``: the untrained ``builtin:tiny`` (a tokenizer trained on the world's texts);
-- ``scripted_agent``: scripted trajectories of an untrained search agent;
-- ``finetune``: the supervised fine-tune on those trajectories;
-- ``warm_start_recipe``: the whole warm-start recipe (``python -m
-  searchr1.plugins.offline_world.warm_start_recipe``), whose output ships in ``warm_start/``;
 - ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
+
+``warm_start/`` holds the shipped weights of ``builtin:tiny``; ``scripts/build_warm_start.py``
+(not part of the package) is the recipe that made them.
 """
 
 from __future__ import annotations

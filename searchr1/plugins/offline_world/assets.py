@@ -6,12 +6,11 @@ opened:
 - ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
   (:func:`searchr1.plugins.offline_world.generate.generate_world` with seed 0; well under a
   second);
-- ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder). The weights ship
-  inside the package (``searchr1/plugins/offline_world/warm_start/``) because fine-tuning them
-  takes far longer than a first run may; they are reproduced by ``python -m
-  searchr1.plugins.offline_world.warm_start_recipe --shipped --out
-  searchr1/plugins/offline_world/warm_start`` (about 20 minutes on 2 idle cores). Without
-  shipped weights the builder runs that recipe itself;
+- ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder), a copy of the
+  weights shipped inside the package (``searchr1/plugins/offline_world/warm_start/``), because
+  fine-tuning them takes far longer than a first run may. ``python scripts/build_warm_start.py
+  --shipped --out searchr1/plugins/offline_world/warm_start`` reproduces them from a checkout
+  (about 20 minutes on 2 idle cores);
 - ``tiny-random``: :func:`~searchr1.plugins.offline_world.tiny_model.build_tiny_model` on the
   built-in text, random weights (seconds).
 
@@ -45,20 +44,20 @@ def build_world(folder: Path) -> None:
 
 
 def build_tiny(folder: Path) -> None:
-    """Builder of ``builtin:tiny``: copy the shipped warm start, or fine-tune one."""
-    folder = Path(folder)
-    if (SHIPPED_WARM_START / "config.json").is_file():
-        for item in SHIPPED_WARM_START.iterdir():
-            if item.is_file() and not item.name.startswith("."):
-                shutil.copy2(item, folder / item.name)
-        return
-    from searchr1.core.logs import get_logger
-    from searchr1.plugins.offline_world.warm_start_recipe import build_shipped
+    """Builder of ``builtin:tiny``: a copy of the shipped warm start. An installation without
+    it is broken: :class:`~searchr1.core.errors.SearchR1Error` says so and how to mend it."""
+    if not (SHIPPED_WARM_START / "config.json").is_file():
+        from searchr1.core.errors import SearchR1Error
 
-    get_logger().warning(
-        "tiny.building", reason=f"no shipped warm start in {SHIPPED_WARM_START}", folder=str(folder)
-    )
-    build_shipped(folder)
+        raise SearchR1Error(
+            f"builtin:tiny: the shipped warm start is missing ({SHIPPED_WARM_START / 'config.json'}"
+            " not found; searchr1 was installed without its package data): reinstall searchr1, "
+            "or rebuild the weights from a checkout with python scripts/build_warm_start.py "
+            f"--shipped --out {SHIPPED_WARM_START}"
+        )
+    for item in SHIPPED_WARM_START.iterdir():
+        if item.is_file() and not item.name.startswith("."):
+            shutil.copy2(item, Path(folder) / item.name)
 
 
 def build_tiny_random(folder: Path) -> None:

@@ -31,10 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
-from searchr1.core.scripted import ScriptedSampler
-
-#: what the agent answers when the results do not hold the answer
-UNKNOWN = "unknown"
+from searchr1.core.scripted import UNKNOWN, ScriptedSampler
 
 
 class IdealAgent(ScriptedSampler):

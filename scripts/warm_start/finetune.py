@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from searchr1.plugins.offline_world.scripted_agent import Episode
+from warm_start.scripted_agent import Episode
 
 
 def finetune(

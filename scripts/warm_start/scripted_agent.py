@@ -11,7 +11,7 @@ Every scripted trajectory is rendered with the rollout's own protocol code
 (``initial_prompt_tokens``, ``assistant_turn_tokens``, ``observation_text``,
 ``render_observation_tokens``), so the fine-tune sees token-for-token what the rollout will
 produce; :class:`Episode` marks which tokens the agent "generated". The warm start
-(:mod:`searchr1.plugins.offline_world.warm_start_recipe`) fine-tunes on these episodes.
+(``scripts/build_warm_start.py``) fine-tunes on these episodes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,26 @@
-"""The warm start of ``builtin:tiny``: a short supervised fine-tune on scripted trajectories of
-a realistic *untrained* search agent.
+"""Build the warm start of ``builtin:tiny``: a short supervised fine-tune on scripted
+trajectories of a realistic *untrained* search agent. It makes the asset that ships in
+``searchr1/plugins/offline_world/warm_start/`` (``builtin:tiny`` copies it at first use); no
+``searchr1`` command runs it.
 
 A base model asked to use a search engine does so only some of the time, guesses otherwise,
 asks vague queries and stops early on two-hop questions; the warm start is taught to act
 exactly like that, so RL has Search-R1's lesson to learn: when to search and what to ask. The
-recipe, one step per module of this package:
+recipe, one step per module of ``scripts/warm_start/``:
 
 1. the untrained model: random weights and a tokenizer trained on the world's texts
-   (:mod:`~searchr1.plugins.offline_world.tiny_base`);
+   (:mod:`warm_start.tiny_base`);
 2. scripted episodes of the untrained agent against the real BM25 search, rendered with the
-   rollout's own protocol code (:mod:`~searchr1.plugins.offline_world.scripted_agent`);
-3. a supervised fine-tune on the assistant's tokens only
-   (:mod:`~searchr1.plugins.offline_world.finetune`), so the model never trains on a document
-   of the demo world and cannot memorise its facts, held-out or not.
+   rollout's own protocol code (:mod:`warm_start.scripted_agent`);
+3. a supervised fine-tune on the assistant's tokens only (:mod:`warm_start.finetune`), so the
+   model never trains on a document of the demo world and cannot memorise its facts, held-out
+   or not.
 
-:func:`build_shipped` runs when no shipped weights exist; regenerate them with::
+Regenerate the shipped weights (about 20 minutes on 2 idle CPU cores) from a checkout::
 
-    python -m searchr1.plugins.offline_world.warm_start_recipe --shipped \\
-        --out searchr1/plugins/offline_world/warm_start
+    python scripts/build_warm_start.py --shipped --out searchr1/plugins/offline_world/warm_start
+
+and bump ``TINY_VERSION`` in ``searchr1/plugins/offline_world/assets.py`` if they changed.
 """
 
 from __future__ import annotations
@@ -29,16 +32,12 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from searchr1.plugins.offline_world.finetune import finetune
+from warm_start.finetune import finetune
+from warm_start.scripted_agent import Episode, script_episodes
+from warm_start.tiny_base import build_base
+
 from searchr1.plugins.offline_world.generate import generate_world
-from searchr1.plugins.offline_world.scripted_agent import Episode, script_episodes
-from searchr1.plugins.offline_world.tiny_base import build_base
-
-if TYPE_CHECKING:
-    pass
-
 
 #: Seed of the *reading* world: a second generated world, disjoint from the demo's facts,
 #: whose episodes are also trained on their search results (see :func:`build_warm_start`).
@@ -158,7 +157,7 @@ def build_shipped(out_dir: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m searchr1.plugins.offline_world.warm_start_recipe --out DIR``: rebuild it."""
+    """``python scripts/build_warm_start.py --out DIR``: build a warm start into DIR."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="folder to write the model to")
     parser.add_argument("--seed", type=int, default=0)
