@@ -21,7 +21,7 @@ from eval_world import QUESTIONS, write_world
 from searchr1.cli.main import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
-from searchr1.core.evaluation import evaluate_async, format_comparison, format_table, trust_warning
+from searchr1.core.evaluation import evaluate, format_comparison, format_table, trust_warning
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
@@ -99,7 +99,7 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
     questions = load_questions(config.data.eval).questions
 
     result = asyncio.run(
-        evaluate_async(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
+        evaluate(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
     )
     m = result.metrics
 

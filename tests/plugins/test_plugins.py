@@ -337,6 +337,7 @@ def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch)
         final_text="",
         search_calls=2,
         search_errors=0,
+        format_ok=True,  # as the rollout records it: one <answer> element
     )
     result = reward(traj, ["Paris"])
     assert result.reward == 1.0 - 0.5  # right answer in the format, one repeated query

@@ -22,6 +22,7 @@ from searchr1.core.plugins import load_registry
 from searchr1.core.rewards import create_reward, reward_metrics, reward_problem, score_all
 from searchr1.core.types import Trajectory, Turn
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, parse_verdict
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
 
 GOLDEN = ("Antoine de Saint-Exupéry",)
 
@@ -33,7 +34,8 @@ def traj(answer: str | None, question: str = "Who wrote The Little Prince?") -> 
         generated_mask=(), logprobs=(), prompt_len=0,
         turns=(Turn((), text, "answer" if answer is not None else "invalid"),),
         end_reason="answered" if answer is not None else "invalid_action",
-        final_answer=answer, final_text=text, search_calls=0, search_errors=0, protocol="tags",
+        final_answer=answer, final_text=text, search_calls=0, search_errors=0,
+        format_ok=TagsProtocol.answered_in_format([text], answer),
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
-from searchr1.core.evaluation import evaluate_async
+from searchr1.core.evaluation import evaluate
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.kit.tokenizers import load_tokenizer
@@ -37,7 +37,7 @@ def _ceiling(config_text: str | None, tmp_path: Path) -> dict:
 
     async def run():
         try:
-            return await evaluate_async(agent, search, protocol, reward, questions, config)
+            return await evaluate(agent, search, protocol, reward, questions, config)
         finally:
             await search.aclose()
 

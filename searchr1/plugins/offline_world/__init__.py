@@ -24,7 +24,7 @@ Modules, in the order a build uses them:
 - ``finetune``: the supervised fine-tune on those trajectories;
 - ``warm_start_recipe``: the whole warm-start recipe (``python -m
   searchr1.plugins.offline_world.warm_start_recipe``), whose output ships in ``warm_start/``;
-- ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
+- ``ideal_agent``: the world's ceiling (``python scripts/ideal_agent.py`` evaluates it alone).
 """
 
 from __future__ import annotations
