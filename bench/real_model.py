@@ -104,7 +104,7 @@ def ceiling_em(config: Path) -> float:
     from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
-    cfg = load_config(config)
+    cfg = load_config(config, registry=load_registry())
     registry = load_registry()
     protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model), load_registry())
     agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)

@@ -381,7 +381,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
     from searchr1.core.plugins import load_registry
 
-    registry = load_registry()
+    registry = getattr(args, "registry", None) or load_registry()
     with Stop().installed() as stop:
         return _evaluate(args, targets, labels, registry, stop)
 

@@ -67,6 +67,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
     from searchr1.cli.args import open_run_from_args
+    from searchr1.core.plugins import load_registry
 
     if getattr(args, "answer", None) and not getattr(args, "question", None):
         raise UserError(
@@ -88,7 +89,9 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         )
     with Stop().installed() as stop:
         try:
-            return _smoke(args, open_run_from_args(args, "smoke", config=config, stop=stop))
+            registry = getattr(args, "registry", None) or load_registry()
+            run = open_run_from_args(args, "smoke", registry=registry, config=config, stop=stop)
+            return _smoke(args, run)
         except Interrupted as stopped:
             again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
             kept = "nothing (smoke keeps no state)"

@@ -89,7 +89,7 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
 
     from searchr1.core.assets import resolve
 
-    config = load_config(world)
+    config = load_config(world, registry=load_registry())
     registry = load_registry()
     tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
     protocol = make_protocol(config, tokenizer, load_registry())
@@ -154,7 +154,7 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     # a checkpoint that was never loaded would pass).
     import torch
 
-    config = load_config(world)
+    config = load_config(world, registry=load_registry())
     for run, step, seed in (("run-a", 3, 1), ("run-b", 5, 2)):
         model = load_registry().create("model_provider", "local", config).trainer
         gen = torch.Generator().manual_seed(seed)

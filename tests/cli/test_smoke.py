@@ -358,7 +358,8 @@ def test_every_docs_plugin_example_runs_the_development_loop_through_smoke(
     for module, hook in DOCS_MODULES.items():
         (tmp_path / f"{module}.py").write_text(docs_example(hook), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("SEARCHR1_PLUGINS", ",".join(DOCS_MODULES))
+    # the docs' modules next to the scripted model's (the scripted_plugin fixture's)
+    monkeypatch.setenv("SEARCHR1_PLUGINS", ",".join([*DOCS_MODULES, "scripted_plugin"]))
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
     for module in DOCS_MODULES:
         monkeypatch.delitem(sys.modules, module, raising=False)  # imported afresh, dropped after

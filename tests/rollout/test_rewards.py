@@ -84,9 +84,15 @@ def test_reward_settings_come_from_the_reward_table() -> None:
         '[reward]\nname = "format_answer"\n[reward.format_answer]\nformat_penalty = -0.5\n',
         source="c.toml",
         env={},
+        registry=load_registry(),
     )
     assert reward(config=cfg)(traj("tags", ["no answer"], None), GOLDEN).reward == -0.5
-    bad = parse_config("[reward.format_answer]\nformat_penalti = -0.5\n", source="c.toml", env={})
+    bad = parse_config(
+        "[reward.format_answer]\nformat_penalti = -0.5\n",
+        source="c.toml",
+        env={},
+        registry=load_registry(),
+    )
     with pytest.raises(ConfigError, match="did you mean 'format_penalty'"):
         reward(config=bad)
 

@@ -15,6 +15,7 @@ from searchr1.core.health import (
     policy_metrics,
     repeated_ngram_rate,
 )
+from searchr1.core.plugins import load_registry
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.types import RewardResult, Trajectory, Turn
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
@@ -163,7 +164,7 @@ def test_a_checkpoint_state_with_health_under_its_name_resumes_the_health_checks
         "data": {},
         "health": {"length_baseline": [12.0], "ema": {"health/entropy": 1.5}},
     }
-    health = Health.for_config(parse_config("", source="t.toml", env={}))
+    health = Health.for_config(parse_config("", source="t.toml", env={}, registry=load_registry()))
     health.load_state(saved)
     state = health.state()
     assert state["health"]["length_baseline"] == [12.0]
