@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from searchr1.core.plugins import load_registry
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "real-model.toml"
 PROMPT, TURN, RESULT, ANSWER = 160, 12, 96, 15
@@ -95,7 +97,7 @@ def run_setting(args: argparse.Namespace) -> dict:
         text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text, count=1)
         if n != 1:
             raise SystemExit(f"{CONFIG}: no {key} in [model.local]")
-    config = parse_config(text, source=str(CONFIG), env=os.environ)
+    config = parse_config(text, source=str(CONFIG), env=os.environ, registry=load_registry())
     provider = LocalModelProvider.from_config(config)
     loss = NamedLoss("importance_sampling", importance_sampling, {"kl_coef": 0.1})
     provider.learner.pin_reference()

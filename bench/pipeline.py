@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from searchr1.core.hookspecs import hookimpl
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -193,20 +194,20 @@ def _config_text(args: argparse.Namespace, api_base: str, staleness: int) -> str
 def run_mode(
     plugin: BenchPlugin, args: argparse.Namespace, api_base: str, staleness: int, tmp: Path
 ) -> dict[str, Any]:
-    from searchr1.core import plugins, runs
+    from searchr1.core import runs
     from searchr1.core.config import parse_config
     from searchr1.core.train import train
 
-    config = parse_config(_config_text(args, api_base, staleness), source="bench", env={})
-    real = plugins.load_registry
-    runs.load_registry = lambda extra=(): real([plugin, *extra])  # type: ignore[assignment]
-    try:
-        run = runs.open_run(config, "train", run_dir=str(tmp / f"staleness{staleness}"))
-        t0 = time.perf_counter()
-        train(run)
-        wall = time.perf_counter() - t0
-    finally:
-        runs.load_registry = real  # type: ignore[assignment]
+    registry = load_registry([plugin])  # the bench's fake training service
+    config = parse_config(
+        _config_text(args, api_base, staleness), source="bench", env={}, registry=registry
+    )
+    run = runs.open_run(
+        config, "train", registry=registry, run_dir=str(tmp / f"staleness{staleness}")
+    )
+    t0 = time.perf_counter()
+    train(run)
+    wall = time.perf_counter() - t0
     from searchr1.core.logs import read_jsonl
 
     events = read_jsonl(run.folder / "events.jsonl")[0]

@@ -75,7 +75,7 @@ def stage(records_file: Path, event: dict) -> dict:
     records = [json.loads(line) for line in records_file.read_text().splitlines() if line]
     searched = [r for r in records if r.get("search_calls", 0) > 0]
     return {
-        "em": round(event["value"], 4),
+        "em": round(event["em"], 4),
         "format_rate": round(event.get("format_rate") or 0.0, 4),
         "search_rate": round(len(searched) / len(records), 4) if records else 0.0,
         "searches_per_question": round(event.get("search_calls_mean") or 0.0, 3),
@@ -98,13 +98,13 @@ def ceiling_em(config: Path) -> float:
 
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import evaluate_async
+    from searchr1.core.evaluation import evaluate
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
     from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
-    cfg = load_config(config)
+    cfg = load_config(config, registry=load_registry())
     registry = load_registry()
     protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model), load_registry())
     agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)
@@ -114,7 +114,7 @@ def ceiling_em(config: Path) -> float:
 
     async def run() -> float:
         try:
-            result = await evaluate_async(agent, search, protocol, reward, questions, cfg)
+            result = await evaluate(agent, search, protocol, reward, questions, cfg)
             return float(result.metrics["em"])
         finally:
             await search.aclose()

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))  # the loopback fake lives w
 from search_fakes import Behaviour, start_fake_zhihu  # noqa: E402
 
 from searchr1.core.config import parse_config  # noqa: E402
+from searchr1.core.plugins import load_registry  # noqa: E402
 from searchr1.plugins.local_search import LocalBM25Search  # noqa: E402
 from searchr1.plugins.zhihu_search import ZhihuSearch  # noqa: E402
 
@@ -62,7 +63,7 @@ def bench_http(searches: int, latency: float, concurrency: int) -> dict[str, flo
             f'[search]\nprovider = "zhihu"\napi_keys = "bench-key-1,bench-key-2"\n'
             f'api_base = "{base_url}"\nmax_concurrency = {concurrency}\ncache = false\n'
         )
-        provider = ZhihuSearch(parse_config(text, source="bench", env={}))
+        provider = ZhihuSearch(parse_config(text, source="bench", env={}, registry=load_registry()))
 
         async def run() -> float:
             await provider.search("warm-up", 3)  # imports and the first connection
@@ -114,7 +115,7 @@ def bench_bm25(docs: int, queries: int = 300) -> dict[str, float]:
         corpus = Path(folder) / "corpus.jsonl"
         vocab = write_corpus(corpus, docs, rng)
         text = f'[search]\ncache = false\n[search.local]\ncorpus = "{corpus}"\n'
-        config = parse_config(text, source="bench", env={})
+        config = parse_config(text, source="bench", env={}, registry=load_registry())
         start = time.perf_counter()
         provider = LocalBM25Search.from_config(config)
         build_s = time.perf_counter() - start

@@ -42,10 +42,12 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     import dataclasses
 
     from searchr1.core.config import load_config
+    from searchr1.core.plugins import load_registry
     from searchr1.core.runs import open_run
     from searchr1.core.train import train
 
-    config = load_config(None).replace(
+    registry = load_registry()
+    config = load_config(None, registry=registry).replace(
         model={
             "base_model": BASE_MODEL,
             "max_new_tokens": MAX_NEW,
@@ -79,7 +81,9 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     if local:
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
-    run = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
+    run = open_run(
+        config, "train", registry=registry, run_dir=str(run_dir), stream=open(os.devnull, "w")
+    )
     train(run)
     from searchr1.core.logs import read_jsonl
 
@@ -107,7 +111,7 @@ def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
 
-    config = load_config(None)
+    config = load_config(None, registry=load_registry())
     path = resolve(BASE_MODEL)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -82,7 +82,8 @@ def build_warm_start(
     log = get_logger()
     out_dir = Path(out_dir)
     # the embedded default config: the protocol, search and limits the demo trains with
-    config, registry = load_config(None, env={}), load_registry()
+    registry = load_registry()
+    config = load_config(None, env={}, registry=registry)
     world = generate_world(WORLD_SEED)
     reading = generate_world(READING_WORLD_SEED)
     resolve(config.plugin_table("search", "local")["corpus"])  # the same corpus the run reads
@@ -99,7 +100,7 @@ def build_warm_start(
                 "builtin:world/corpus.jsonl", str(Path(tmp) / "reading" / "corpus.jsonl")
             )
         )
-        reading_config = load_config(reading_toml, env={})
+        reading_config = load_config(reading_toml, env={}, registry=registry)
         protocol = make_protocol(config, tokenizer, registry)
 
         async def collect() -> list[Episode]:

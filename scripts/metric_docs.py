@@ -372,7 +372,7 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "eval/heldout_em",
         "the held-out evals: `before`, `ceiling` (the eval set's ideal agent), `cold_start`, `step_N`, `after`",
-        "`value` (EM), `f1`, `format_rate`, `search_calls_mean`, `search_success_rate`, `n`, `seconds`, `em/<source>`",
+        "the eval's numbers, as `eval_result` (`em`, `macro_em`, `f1`, `format_rate`, `search_calls_mean`, `search_success_rate`, `n`, ...; per source `em/<source>`, `f1/<source>`, ...), and `seconds`",
     ),
     ("checkpoint", "a checkpoint is saved", "its step and folder"),
     ("best_checkpoint", "the end of a `keep_best` run", "the best held-out EM's step (`RUN:best`)"),

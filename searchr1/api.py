@@ -181,7 +181,8 @@ async def run_rollout_group(
     golden_answers: Sequence[str] | None = None,
     config: Config | str | os.PathLike[str] | None = None,
 ) -> RolloutGroup:
-    """Roll out one question's group of ``group_size`` trajectories and score them.
+    """Roll out one question's group of ``group_size`` trajectories and score them
+    (:func:`searchr1.core.evaluation.evaluate`, as smoke and eval do).
 
     The first turn samples the shared prompt once with ``num_samples = group_size``; after it
     every trajectory advances on its own (the reference setup's rule). ``max_search_calls`` overrides
@@ -189,8 +190,8 @@ async def run_rollout_group(
     search provider) replaces the config's ``[search]`` and is left open for the caller to
     read its rates. The model provider is created from the config for this call and closed
     after it."""
+    from searchr1.core.evaluation import evaluate_run
     from searchr1.core.plugins import load_registry
-    from searchr1.core.rollout import rollout_questions
     from searchr1.core.runs import Run
     from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
 
@@ -209,31 +210,31 @@ async def run_rollout_group(
     # Providers may block (loading weights, logging in): keep the caller's loop free.
     run = await asyncio.to_thread(Run(cfg, registry).start, search=given)
     try:
-        (trajectories,) = await rollout_questions(
-            run.sampler,
-            run.search,
-            run.protocol,
+        evaluated = await evaluate_run(
+            run,
             [Question(id="api", question=question, golden_answers=answers)],
-            cfg,
+            label="api",
             group_size=group_size,
+            greedy=False,  # the policy as training samples it
+            seeded=False,
+            id_prefix="",
+            keep_trajectories=True,
         )
     finally:
         await asyncio.to_thread(run.close)
         if search_client is None:
             await run.search.aclose()
-    results = []
-    for traj in trajectories:
-        scored = run.reward(traj, answers)
-        results.append(
-            TrajectoryResult(
-                reward=scored.reward,
-                search_calls=traj.search_calls,
-                final_answer=traj.final_answer,
-                components=dict(scored.components),
-                trajectory=traj,
-            )
+    results = tuple(
+        TrajectoryResult(
+            reward=record.reward,
+            search_calls=traj.search_calls,
+            final_answer=traj.final_answer,
+            components=dict(record.reward_result.components),
+            trajectory=traj,
         )
-    return RolloutGroup(question=question, golden_answers=answers, trajectories=tuple(results))
+        for record, traj in zip(evaluated.records, evaluated.trajectories, strict=True)
+    )
+    return RolloutGroup(question=question, golden_answers=answers, trajectories=results)
 
 
 # The reference setup's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with

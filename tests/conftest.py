@@ -1,9 +1,10 @@
 """Shared fixtures: the fake ``scripted`` model provider plugin, built-in plugins only, a
 config file in ``tmp_path`` (``config_file``) and the CLI run in-process (``run_cli``).
 
-``scripted_plugin`` makes every registry the CLI loads (``searchr1.core.runs.open_run``)
-include :class:`tests.fakes.ScriptedPlugin`, registered through the same hook a third-party
-model provider implements, so ``[model] provider = "scripted"`` works in ``searchr1 smoke``.
+``scripted_plugin`` makes every registry a command loads include
+:class:`tests.fakes.ScriptedPlugin`, registered through ``$SEARCHR1_PLUGINS`` and the same hook
+a third-party model provider implements, so ``[model] provider = "scripted"`` works in
+``searchr1 smoke``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -23,21 +25,22 @@ os.environ["SEARCHR1_LOAD_PLUGINS"] = ""
 import cli_run  # noqa: E402
 from fakes import ScriptedPlugin  # noqa: E402
 
+if TYPE_CHECKING:
+    from searchr1.core.plugins import Registry
+
 
 @pytest.fixture
 def scripted_plugin(monkeypatch: pytest.MonkeyPatch) -> ScriptedPlugin:
-    from searchr1.core import plugins, runs
+    """The ``scripted`` model provider in every registry a command loads: its module
+    (``tests/helpers/scripted_plugin.py``) named in ``$SEARCHR1_PLUGINS``, as a plugin under
+    development is."""
+    import scripted_plugin as module
 
-    plugin = ScriptedPlugin()
-    real = plugins.load_registry
+    from searchr1.core.plugins import MODULES_VAR
 
-    def load(extra_plugins=()):  # type: ignore[no-untyped-def]
-        return real([plugin, *extra_plugins])
-
-    # the CLI loads the run's registry (plugins.load_registry); open_run's own default too
-    monkeypatch.setattr(plugins, "load_registry", load)
-    monkeypatch.setattr(runs, "load_registry", load)
-    return plugin
+    monkeypatch.setenv(MODULES_VAR, module.__name__)
+    module.PLUGIN.created.clear()
+    return module.PLUGIN
 
 
 @pytest.fixture
@@ -54,8 +57,8 @@ def config_file(tmp_path: Path) -> Callable[..., Path]:
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., cli_run.Result]:
     """``run_cli(*argv)``: ``searchr1 ARGV`` run in this process, as ``Result(code, out, err)``."""
 
-    def run(*argv: str | Path) -> cli_run.Result:
-        return cli_run.run_cli(capsys, *argv)
+    def run(*argv: str | Path, registry: Registry | None = None) -> cli_run.Result:
+        return cli_run.run_cli(capsys, *argv, registry=registry)
 
     return run
 

@@ -66,21 +66,20 @@ def open_run_from_args(
     args: argparse.Namespace,
     command: str,
     *,
+    registry: Registry,
     config: Any = None,
-    registry: Registry | None = None,
     **log_kwargs: Any,
 ) -> Run:
-    """:func:`searchr1.core.runs.open_run` for a parsed command line: the config of
-    ``--config`` (or ``config``, already loaded), ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and
-    ``--resume`` passed on, and the terminal console when stdout is a TTY."""
+    """:func:`searchr1.core.runs.open_run` for a parsed command line, with the command's
+    plugins ``registry``: the config of ``--config`` (or ``config``, already loaded),
+    ``--max-steps`` and ``--no-cache`` applied, ``--run-dir`` and ``--resume`` passed on, and
+    the terminal console when stdout is a TTY."""
     from functools import partial
 
     from searchr1.cli.console import intro_lines, tty_screen
     from searchr1.core.config import load_config
-    from searchr1.core.plugins import load_registry
     from searchr1.core.runs import open_run
 
-    registry = registry or load_registry()
     config = config or load_config(
         getattr(args, "config", None), registry=registry, check_plugins=True
     )

@@ -36,7 +36,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     from searchr1.core.plugins import load_registry
     from searchr1.core.trainer_checks import loss_refusals
 
-    registry = load_registry()
+    registry = getattr(args, "registry", None) or load_registry()
     # one ConfigError listing every problem, plugin names, tables and the chosen plugins'
     # own checks included, in file order: what every run refuses before any plugin starts
     config = load_config(args.config, registry=registry, check_plugins=True)

@@ -163,7 +163,7 @@ class Console:
         return "  ".join(parts)
 
     def _eval_line(self, e: dict[str, Any]) -> str:
-        value, when = e.get("value"), str(e.get("when", ""))
+        value, when = e.get("em"), str(e.get("when", ""))
         # The ceiling is what the best possible agent scores on the eval set (the train loop
         # evaluates one when the eval set's asset offers it), not the model: the step line
         # keeps the model's latest held-out EM (before, then any later eval).

@@ -2,7 +2,7 @@
 
 :func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
 since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.core.evaluation.evaluate_async`). It writes ``eval_<label>.jsonl`` (every
+event loop (:func:`searchr1.core.evaluation.evaluate`). It writes ``eval_<label>.jsonl`` (every
 question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
 ``eval_result`` event per model, and says the per-source tables and, for several models, a
 comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
@@ -296,7 +296,7 @@ async def _evaluate_all(
     ``written``; a stop (``run.stop``) cuts the model being evaluated short. Closes the
     search provider and the judge in that loop (an async HTTP client must not outlive the
     loop it was used in)."""
-    from searchr1.core.evaluation import evaluate_async, write_records
+    from searchr1.core.evaluation import evaluate_run, write_records
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import close_reward, reward_metrics
 
@@ -326,15 +326,11 @@ async def _evaluate_all(
                         f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
                     ) from None
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
-            evaluation = evaluate_async(
-                run.sampler,
-                run.search,
-                run.protocol,
-                run.reward,
+            evaluation = evaluate_run(
+                run,
                 questions,
-                config,
-                greedy=not args.sample,
                 label=label,
+                greedy=not args.sample,
                 progress=f"eval {label}",
                 judge=judge,
             )
@@ -350,7 +346,7 @@ async def _evaluate_all(
                 checkpoint=folder,
                 greedy=not args.sample,
                 trustworthy=result.metrics["trustworthy"],
-                **result.flat_metrics(prefix=""),
+                **result.numbers(),
             )
             results[label] = result
     finally:
@@ -385,7 +381,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
     from searchr1.core.plugins import load_registry
 
-    registry = load_registry()
+    registry = getattr(args, "registry", None) or load_registry()
     with Stop().installed() as stop:
         return _evaluate(args, targets, labels, registry, stop)
 

@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from searchr1.cli import config_check, data, plugins, report, serve_retriever, smoke, train
 from searchr1.cli import eval as eval_command
@@ -31,6 +32,9 @@ from searchr1.core.distributed import report_stop, speaks_for_job
 from searchr1.core.errors import Interrupted, SearchR1Error
 from searchr1.core.logs import say
 from searchr1.defaults import default_config_path
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from searchr1.core.plugins import Registry
 
 #: The commands in the order ``searchr1 --help`` lists them.
 COMMANDS = (train, smoke, plugins, config_check, eval_command, report, data)
@@ -63,9 +67,12 @@ def package_version() -> str:
 EXIT_BROKEN_PIPE = 141
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
+    """Run ``searchr1 ARGV``; returns the exit code. ``registry``: the plugins the command
+    runs with (a test passes one holding its own plugins); None: the command loads the
+    installed ones."""
     try:
-        code = _run_command(argv)
+        code = _run_command(argv, registry)
         sys.stdout.flush()  # a pipe closed early fails here, inside the handler, not at exit
         return code
     except BrokenPipeError:
@@ -76,11 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _run_command(argv: Sequence[str] | None) -> int:
+def _run_command(argv: Sequence[str] | None, registry: Registry | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # usage error (2) or --help (0), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
+    args.registry = registry
     _progress_bars_only_on_a_terminal()
     from searchr1.core.logs import log_to_stderr
 

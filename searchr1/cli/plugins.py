@@ -10,7 +10,7 @@ from searchr1.core.plugins import KINDS, LOAD_PLUGINS_VAR, MODULES_VAR, load_reg
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    registry = load_registry()
+    registry = getattr(args, "registry", None) or load_registry()
 
     def origin(plugin: str) -> str:
         where = registry.origins.get(plugin, "development")

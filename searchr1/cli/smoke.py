@@ -48,6 +48,7 @@ from searchr1.cli.smoke_verdict import Criterion, key_warnings, reference_criter
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
 from searchr1.core.errors import ConfigError, Interrupted, RemoteError, UserError
+from searchr1.core.evaluation import EvalResult
 from searchr1.core.logs import get_logger, say
 from searchr1.core.plugins import PluginError
 from searchr1.core.runs import Run
@@ -66,6 +67,7 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     """Run the smoke check; returns the process exit code. ``config`` replaces loading
     ``args.config`` (the Python API and tests that point a loaded file at loopback services)."""
     from searchr1.cli.args import open_run_from_args
+    from searchr1.core.plugins import load_registry
 
     if getattr(args, "answer", None) and not getattr(args, "question", None):
         raise UserError(
@@ -87,7 +89,9 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
         )
     with Stop().installed() as stop:
         try:
-            return _smoke(args, open_run_from_args(args, "smoke", config=config, stop=stop))
+            registry = getattr(args, "registry", None) or load_registry()
+            run = open_run_from_args(args, "smoke", registry=registry, config=config, stop=stop)
+            return _smoke(args, run)
         except Interrupted as stopped:
             again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
             kept = "nothing (smoke keeps no state)"
@@ -140,15 +144,14 @@ class _Smoke:
 
     def run(self) -> int:
         collect = self.c.stop.cut(self._collect(), "the smoke rollout")
-        probe, trajectories, model_error = asyncio.run(collect)
+        probe, evaluated, model_error = asyncio.run(collect)
         say(
             "search probe: "
             + (f"ok ({len(probe.results)} results)" if probe.ok else f"FAILED ({probe.error})")
         )
-        results: list[RewardResult] = []
-        for i, traj in enumerate(trajectories):
-            result = self.c.reward(traj, self.question.golden_answers)
-            results.append(result)
+        trajectories = evaluated.trajectories if evaluated is not None else []
+        results = [r.reward_result for r in (evaluated.records if evaluated is not None else [])]
+        for i, (traj, result) in enumerate(zip(trajectories, results, strict=True)):
             say(
                 f"trajectory {i}: reward={result.reward:.1f}, search_calls={traj.search_calls}, "
                 f"final_answer={traj.final_answer}"
@@ -229,34 +232,37 @@ class _Smoke:
             say("smoke: PASS (the rollout chain works as the reference setup describes)")
         return criteria
 
-    async def _collect(self) -> tuple[Any, list[Trajectory], Exception | None]:
-        """Probe the search channel once, then roll out one group (same event loop, so the
-        provider's HTTP client is closed on the loop that opened it)."""
-        from searchr1.core.rollout import RolloutConfigError, rollout_questions
+    async def _collect(self) -> tuple[Any, EvalResult | None, Exception | None]:
+        """Probe the search channel once, then roll out and score one group (same event
+        loop, so the provider's HTTP client is closed on the loop that opened it)."""
+        from searchr1.core.evaluation import evaluate_run
+        from searchr1.core.rollout import RolloutConfigError
 
         search: SearchProvider = self.c.search
         try:
             probe = await search.search(self.question.question, self.config.search.top_k)
-            trajectories: list[Trajectory] = []
+            evaluated: EvalResult | None = None
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            protocol = self.c.protocol
-            say(protocol.describe(self.question))
+            say(self.c.protocol.describe(self.question))
             try:
-                (trajectories,) = await rollout_questions(
-                    self.c.model.sampler,
-                    search,
-                    protocol,
+                evaluated = await evaluate_run(
+                    self.c,
                     [self.question],
-                    self.config,
+                    config=self.config,
+                    label="smoke",
                     group_size=self.group_size,
+                    greedy=False,  # the policy as training samples it
+                    seeded=False,
+                    id_prefix="",
+                    keep_trajectories=True,
                 )
             except RolloutConfigError:
                 raise  # the config, not the model channel: the CLI names the field (exit 2)
             except Exception as exc:  # the model channel: report it, do not crash
                 model_error = exc
-            return probe, trajectories, model_error
+            return probe, evaluated, model_error
         finally:
             await search.aclose()
 
@@ -311,7 +317,7 @@ class _Smoke:
                     list(traj.tokens[: traj.prompt_len]), skip_special_tokens=False
                 )
                 record["final_text"] = traj.final_text
-                record["protocol"] = traj.protocol
+                record["protocol"] = self.c.protocol.name
                 for turn, out in zip(traj.turns, record["turns"], strict=True):
                     out["stop_reason"] = turn.stop_reason
                     out["sampled_tokens"] = len(turn.sampled_tokens)

@@ -49,16 +49,17 @@ def reference_criteria(
     trajectories: Sequence[Trajectory],
     results: Sequence[RewardResult],
     *,
-    protocol: AgentProtocol,
+    protocol: AgentProtocol | type[AgentProtocol],
     max_search_calls: int,
     search_success: float,
     min_success_rate: float,
 ) -> list[Criterion]:
     """The four criteria over one group (an empty group fails the first three), judged by
-    what the trajectories did: their searches, and their answers read by ``protocol``
-    (:meth:`AgentProtocol.answered_in_format`), whatever the search
-    provider's metrics or the reward's components say. ``search_success``: over the searches
-    judged (the trajectories' and smoke's probe, so never none)."""
+    what the trajectories did: their searches, and the format verdict the rollout recorded
+    by ``protocol``'s rule (``Trajectory.format_ok``; ``protocol`` names the format in the
+    line), whatever the search provider's metrics or the reward's components say.
+    ``search_success``: over the searches judged (the trajectories' and smoke's probe, so
+    never none)."""
     rewards = [r.reward for r in results]
     pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
     detail = f"{pos} positive, {neg} negative of {len(rewards)}"
@@ -84,7 +85,7 @@ def reference_criteria(
             key="searches_in_range",
         )
     )
-    formatted = sum(protocol.answered_in_format(t) for t in trajectories)
+    formatted = sum(t.format_ok for t in trajectories)
     ends = sorted({t.end_reason for t in trajectories})
     out.append(
         Criterion(

@@ -45,9 +45,11 @@ def main(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.core.logs import get_logger
+    from searchr1.core.plugins import load_registry
     from searchr1.core.train import train
 
-    run = open_run_from_args(args, "train", world=world, stop=stop)
+    registry = getattr(args, "registry", None) or load_registry()
+    run = open_run_from_args(args, "train", registry=registry, world=world, stop=stop)
     try:
         train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:

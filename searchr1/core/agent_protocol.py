@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar, Literal
 
-from searchr1.core.types import Question, SearchResponse, Tokenizer, Trajectory
+from searchr1.core.types import Question, SearchResponse, Tokenizer
 
 ActionKind = Literal["search", "answer", "invalid"]
 
@@ -135,13 +135,14 @@ class AgentProtocol(ABC):
         class method so rewards need no tokenizer."""
 
     @classmethod
-    def answered_in_format(cls, trajectory: Trajectory) -> bool:
-        """The one rule for "answered in this protocol's format" (the format reward, smoke,
-        eval): a non-empty final answer, and exactly one non-empty answer across the
-        trajectory's turns as :meth:`extract_answers` reads them (a turn's reasoning is its
-        own, so answers are read per turn)."""
-        answers = [a for turn in trajectory.turns for a in cls.extract_answers(turn.text)]
-        final = (trajectory.final_answer or "").strip()
+    def answered_in_format(cls, turn_texts: Sequence[str], final_answer: str | None) -> bool:
+        """The one rule for "answered in this protocol's format", applied by the rollout when a
+        trajectory ends (recorded as :attr:`~searchr1.core.types.Trajectory.format_ok`, which the format reward,
+        health, eval and smoke read): a non-empty final answer, and exactly one non-empty
+        answer across the trajectory's turns (``turn_texts``) as :meth:`extract_answers` reads
+        them (a turn's reasoning is its own, so answers are read per turn)."""
+        answers = [a for text in turn_texts for a in cls.extract_answers(text)]
+        final = (final_answer or "").strip()
         return bool(final) and len(answers) == 1 and bool(answers[0])
 
     def observation_text(self, response: SearchResponse) -> str:

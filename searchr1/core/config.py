@@ -32,7 +32,6 @@ from searchr1.core.config_validate import (
     url_problem,
 )
 from searchr1.core.errors import ConfigError
-from searchr1.core.plugins import load_registry
 from searchr1.core.secrets import is_secret_name, redact_text, secret_parts
 
 if TYPE_CHECKING:
@@ -47,14 +46,13 @@ def default_config_text() -> str:
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
+    registry: Registry,
     env: Mapping[str, str] | None = None,
-    registry: Registry | None = None,
     check_plugins: bool = False,
 ) -> Config:
-    """Load, interpolate and validate ``path`` (None: the embedded default). ``env``
-    replaces ``os.environ`` (tests); otherwise ``.env`` files are loaded first.
-    ``registry``: the run's plugins (None: the installed ones, loaded now);
-    ``check_plugins``: see :func:`parse_config`."""
+    """Load, interpolate and validate ``path`` (None: the embedded default) against the
+    run's plugins ``registry``. ``env`` replaces ``os.environ`` (tests); otherwise ``.env``
+    files are loaded first. ``check_plugins``: see :func:`parse_config`."""
     if path is None:
         text, source, base = default_config_text(), "<embedded offline default>", Path.cwd()
     else:
@@ -99,18 +97,17 @@ def parse_config(
     *,
     source: str,
     env: Mapping[str, str],
-    registry: Registry | None = None,
+    registry: Registry,
     check_plugins: bool = False,
 ) -> Config:
-    """Validate TOML text, raising ConfigError with every problem. ``registry``: the
-    installed plugins when None. ``check_plugins``: the plugin names and tables too
+    """Validate TOML text against the run's plugins ``registry``, raising ConfigError with
+    every problem. ``check_plugins``: the plugin names and tables too
     (:func:`~searchr1.core.config_validate.plugin_problems`), every problem in one error in
     file order; otherwise a run checks them when it opens."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{source}: not valid TOML: {exc}"]) from exc
-    registry = registry or load_registry()
     lines = key_lines(text)
     where = Config(source=source, lines=lines).where
     problems: list[str] = []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES, Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.logs import get_logger
-from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS, load_registry
+from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS
 from searchr1.core.secrets import REDACTED, redact_text
 
 if TYPE_CHECKING:
@@ -332,12 +332,11 @@ def infer_choices(
     return reasons, variables
 
 
-def advice(config: Config, registry: Registry | None = None) -> list[str]:
+def advice(config: Config, registry: Registry) -> list[str]:
     """Warnings before the run: section fields set that the chosen provider does not read
     although others do (``reads``), tables of chosen plugins that declare no settings, and
     each chosen ``factory.advise(config)``. A failing ``advise`` is said as one warning line
     naming the plugin (never silently dropped)."""
-    registry = registry or load_registry()
     out: list[str] = []
     for kind, chooser, name, reg in chosen_plugins(config, registry):
         if reg is None:

@@ -1,7 +1,11 @@
-"""Deterministic evaluation: training's rollout, search and reward, greedy by default, in file
-order, scored per ``data_source``. EM/F1 against the golden answers (:mod:`searchr1.core.answers`,
-SQuAD / Search-R1 normalisation) stay comparable with the Search-R1 paper whatever the
-reward. Macro EM weighs every source equally, micro EM every question."""
+"""Evaluation: :func:`evaluate` rolls questions out with training's rollout, search and reward
+(greedy by default, in file order) and scores them per ``data_source``; ``searchr1 eval``,
+``searchr1 smoke``, the Python API's ``run_rollout_group`` and the train loop's held-out,
+periodic and ceiling evals all call it. EM/F1 against the golden answers
+(:mod:`searchr1.core.answers`, SQuAD / Search-R1 normalisation) stay comparable with the
+Search-R1 paper whatever the reward. Macro EM weighs every source equally, micro EM every
+question. :meth:`EvalResult.numbers` is the one flat shape of an evaluation's scores that
+events, metric sinks and the report carry."""
 
 from __future__ import annotations
 
@@ -54,6 +58,11 @@ class EvalRecord:
     judge: float | None = None
     judge_vs_em: float | None = None
 
+    @property
+    def reward_result(self) -> RewardResult:
+        """The run's reward of the trajectory, with its components."""
+        return RewardResult(self.reward, dict(self.trajectory.get("components", {})))
+
     def to_dict(self) -> dict[str, Any]:
         judged = {"judge": self.judge, "judge_vs_em": self.judge_vs_em}
         return {
@@ -74,20 +83,18 @@ def score_trajectory(
     question: Question,
     traj: Trajectory,
     result: RewardResult,
-    protocol: AgentProtocol,
     judged: RewardResult | None = None,
 ) -> EvalRecord:
     """One finished trajectory's record: the run's reward ``result``, EM/F1 and, with
     ``judged`` (the ``judge`` reward's result), the judge's score; the answer format is the
-    protocol's rule (:meth:`AgentProtocol.answered_in_format`), whatever the reward."""
-    format_ok = protocol.answered_in_format(traj)
+    verdict the rollout recorded (``Trajectory.format_ok``), whatever the reward."""
     verdict = judged.components if judged is not None else {}
     return EvalRecord(
         question_id=question.id,
         data_source=question.data_source,
         em=float(exact_match(traj.final_answer, question.golden_answers)),
         f1=f1_score(traj.final_answer, question.golden_answers),
-        format_ok=format_ok,
+        format_ok=traj.format_ok,
         reward=float(result.reward),
         search_calls=traj.search_calls,
         search_errors=traj.search_errors,
@@ -144,77 +151,128 @@ def summarize(records: Sequence[EvalRecord], *, min_success_rate: float = 0.9) -
     return overall
 
 
+#: the per-source numbers of :meth:`EvalResult.numbers`, each as ``<key>/<source>``
+PER_SOURCE = ("em", "n", "f1", "format_rate", "search_success_rate")
+
+
 @dataclass
 class EvalResult:
-    """``metrics`` (:func:`summarize`) and one record per question, in order."""
+    """``metrics`` (:func:`summarize`) and one record per trajectory, in question order;
+    ``trajectories`` (the finished trajectories, aligned with ``records``) only when
+    :func:`evaluate` was asked to keep them."""
 
     label: str
     metrics: dict[str, Any]
     records: list[EvalRecord] = field(default_factory=list)
+    trajectories: list[Trajectory] = field(default_factory=list)
 
-    def flat_metrics(self, prefix: str = "eval/") -> dict[str, float]:
-        """Prefixed scalar metrics, per source as ``eval/<source>/em``."""
-        out: dict[str, float] = {}
-        for key, value in self.metrics.items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out[f"{prefix}{key}"] = value
+    def numbers(self) -> dict[str, float]:
+        """The scores as one flat record, the shape every event (``eval_result``,
+        ``eval/heldout_em``), the metric sinks (prefixed ``eval/heldout_``) and the report
+        read: each scalar of :attr:`metrics` (``em``, ``macro_em``, ``f1``, ``format_rate``,
+        ``search_success_rate``, ``n``, ...) and, per data source, ``<key>/<source>`` for each
+        of :data:`PER_SOURCE` (``em/nq``; a source without a name is ``none``)."""
+        out: dict[str, float] = {
+            key: value
+            for key, value in self.metrics.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
         for source, m in self.metrics["per_source"].items():
-            for key in ("n", "em", "f1", "format_rate", "search_success_rate"):
-                out[f"{prefix}{source or 'none'}/{key}"] = m[key]
+            for key in PER_SOURCE:
+                out[f"{key}/{source or 'none'}"] = m[key]
         return out
 
 
 # --------------------------------------------------------------------------- running
 
 
-async def evaluate_async(
-    model: Sampler,
+async def evaluate(
+    sampler: Sampler,
     search: SearchProvider,
     protocol: AgentProtocol,
     reward: RewardFn,
     questions: Sequence[Question],
     config: Config,
     *,
-    greedy: bool = True,
     label: str = "eval",
+    group_size: int = 1,
+    greedy: bool = True,
+    seeded: bool = True,
+    id_prefix: str | None = None,
     progress: str | None = None,
     judge: RewardFn | None = None,
+    keep_trajectories: bool = False,
 ) -> EvalResult:
-    """Roll out every question once, in order, and score it, with the rollout's sampling
-    (greedy by default; seeded by ``run.seed`` when sampling); with ``progress`` (a task
-    name), log a ``progress`` event as it begins and after each chunk; with ``judge`` (the
-    ``judge`` reward, ``eval --judge``), score each answer by the judge too."""
+    """Roll out every question ``group_size`` times, in order, with ``sampler`` (a run's
+    model, or a scripted agent: the ceiling) through ``search`` and ``protocol``, and score
+    each trajectory by ``reward`` (and, with ``judge``, by the ``judge`` reward too, ``eval
+    --judge``): one :class:`EvalRecord` per trajectory. A :class:`~searchr1.core.runs.Run`
+    passes its own parts (:func:`evaluate_run`).
+
+    Sampling is the rollout's, greedy unless ``greedy`` is false; ``seeded``: with
+    ``run.seed`` (an eval is reproducible), else unseeded as a training draw's first turn
+    (smoke, the API). Trajectory ids are ``{id_prefix}{question.id}/{i}`` (``id_prefix``
+    default ``"<label>/"``). With ``progress`` (a task name), log a ``progress`` event as it
+    begins and after each chunk of :data:`EVAL_CHUNK` questions. ``keep_trajectories``: the
+    result keeps the finished trajectories too (tokens and all; smoke and the API read them).
+    Exceptions of the rollout (the model channel, ``RolloutConfigError``) propagate."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import score_all
     from searchr1.core.rollout import rollout_questions, sampling_params
 
-    sampling = dataclasses.replace(
-        sampling_params(config, protocol, greedy=greedy), seed=config.run.seed
-    )
-    records: list[EvalRecord] = []
+    sampling = sampling_params(config, protocol, greedy=greedy)
+    if seeded:
+        sampling = dataclasses.replace(sampling, seed=config.run.seed)
+    prefix = f"{label}/" if id_prefix is None else id_prefix
+    result = EvalResult(label=label, metrics={})
     if progress is not None:  # the eval has begun (its bar shows before the first chunk ends)
         get_logger().info("progress", task=progress, done=0, total=len(questions))
     for start in range(0, len(questions), EVAL_CHUNK):
         chunk = list(questions[start : start + EVAL_CHUNK])
         groups = await rollout_questions(
-            model,
+            sampler,
             search,
             protocol,
             chunk,
             config,
-            group_size=1,
+            group_size=group_size,
             sampling=sampling,
-            id_prefix=f"{label}/",
+            id_prefix=prefix,
         )
-        items = [(g[0], q.golden_answers) for q, g in zip(chunk, groups, strict=True)]
-        results = await score_all(reward, items)
+        pairs = [(q, t) for q, g in zip(chunk, groups, strict=True) for t in g]
+        items = [(t, q.golden_answers) for q, t in pairs]
+        scored = await score_all(reward, items)
         judged = await score_all(judge, items) if judge is not None else [None] * len(items)
-        for (traj, _), result, verdict, question in zip(items, results, judged, chunk, strict=True):
-            records.append(score_trajectory(question, traj, result, protocol, verdict))
+        for (question, traj), score, verdict in zip(pairs, scored, judged, strict=True):
+            result.records.append(score_trajectory(question, traj, score, verdict))
+            if keep_trajectories:
+                result.trajectories.append(traj)
         if progress is not None:
-            get_logger().info("progress", task=progress, done=len(records), total=len(questions))
-    metrics = summarize(records, min_success_rate=config.search.min_success_rate)
-    return EvalResult(label=label, metrics=metrics, records=records)
+            done = start + len(chunk)
+            get_logger().info("progress", task=progress, done=done, total=len(questions))
+    result.metrics = summarize(result.records, min_success_rate=config.search.min_success_rate)
+    return result
+
+
+async def evaluate_run(
+    run: Run,
+    questions: Sequence[Question],
+    *,
+    sampler: Sampler | None = None,
+    config: Config | None = None,
+    **options: Any,
+) -> EvalResult:
+    """:func:`evaluate` with the run's model (or ``sampler``), search, protocol, reward and
+    config (or ``config``: smoke's, with its own ``--max-search-calls``)."""
+    return await evaluate(
+        sampler or run.sampler,
+        run.search,
+        run.protocol,
+        run.reward,
+        questions,
+        config or run.config,
+        **options,
+    )
 
 
 # --------------------------------------------------------------------------- output
@@ -342,21 +400,20 @@ async def heldout_eval(
     to_sinks: bool = True,
 ) -> EvalResult | None:
     """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
-    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event (also sent
-    to the metric sinks unless ``to_sinks`` is false: the caller sends them). A scripted
-    ``sampler`` that cannot play the protocol (ValueError) is skipped with a warning."""
+    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event, the
+    numbers of :meth:`EvalResult.numbers` with ``when``, ``step``, ``seconds`` and
+    ``peak_rss_gb`` (also sent to the metric sinks, each prefixed ``eval/heldout_``, unless
+    ``to_sinks`` is false: the caller sends them). A scripted ``sampler`` that cannot play
+    the protocol (ValueError) is skipped with a warning."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import reward_metrics
 
     t0 = time.perf_counter()
     try:
-        result = await evaluate_async(
-            sampler or run.sampler,
-            run.search,
-            run.protocol,
-            run.reward,
+        result = await evaluate_run(
+            run,
             questions,
-            run.config,
+            sampler=sampler,
             label=f"heldout-{when}",
             progress=f"held-out eval {when}",
         )
@@ -368,29 +425,26 @@ async def heldout_eval(
     finally:
         run.search.metrics(reset=True)  # eval searches are not a training step's
         reward_metrics(run.reward, reset=True)  # nor its judge calls (the run's totals keep them)
-    m = result.metrics
     write_records(run.folder / f"eval_heldout_{when}.jsonl", result)
     numbers = {
-        "value": m["em"],
-        "f1": m.get("f1"),
-        "format_rate": m.get("format_rate"),
-        "search_calls_mean": m.get("search_calls_mean"),
-        "search_success_rate": m.get("search_success_rate"),
-        "n": m.get("n"),
+        **result.numbers(),
         "seconds": round(time.perf_counter() - t0, 2),
         "peak_rss_gb": peak_rss_gb(),
-        **{f"em/{source}": float(v.get("em", 0.0)) for source, v in m["per_source"].items()},
     }
     get_logger().info("eval/heldout_em", when=when, step=step, **numbers)
     if to_sinks:
-        run.sinks.scalars(
-            step,
-            {
-                ("eval/heldout_em" if k == "value" else f"eval/heldout_{k}"): v
-                for k, v in numbers.items()
-            },
-        )
+        run.sinks.scalars(step, heldout_metrics(numbers))
     return result
+
+
+def heldout_metrics(numbers: Mapping[str, float]) -> dict[str, float]:
+    """``numbers`` (:meth:`EvalResult.numbers`) as the metric sinks and the step's
+    ``metrics`` event carry a held-out eval: each prefixed ``eval/heldout_``."""
+    return {f"eval/heldout_{key}": value for key, value in numbers.items()}
+
+
+#: the numbers of a periodic eval that join the step's ``metrics`` event (with ``em/<source>``)
+PERIODIC = ("em", "format_rate", "search_calls_mean")
 
 
 def balanced_subset(questions: Sequence[Question], n: int) -> list[Question]:
@@ -442,23 +496,18 @@ class PeriodicEval:
         return step == 0 or step % self.every == 0 or step == last
 
     async def evaluate(self, run: Run, step: int) -> dict[str, float]:
-        """Evaluate the current weights as step ``step``'s; returns the ``eval/*`` metrics
-        the step's ``metrics`` event carries. Updates the best (see :meth:`is_best`)."""
+        """Evaluate the current weights as step ``step``'s; returns the ``eval/heldout_*``
+        metrics the step's ``metrics`` event carries (:data:`PERIODIC` and ``em/<source>``
+        of :func:`heldout_metrics`). Updates the best (see :meth:`is_best`)."""
         result = await heldout_eval(run, self.questions, f"step_{step}", step=step, to_sinks=False)
         assert result is not None  # the run's own sampler: errors raise
-        m = result.metrics
-        em = float(m["em"])
+        em = float(result.metrics["em"])
         if self.keep_best and em > self.best_em:
             self.best_step, self.best_em = step, em
-        return {
-            "eval/heldout_em": em,
-            "eval/heldout_format_rate": float(m["format_rate"]),
-            "eval/heldout_search_calls_mean": float(m["search_calls_mean"]),
-            **{
-                f"eval/heldout_em/{source or 'none'}": float(v["em"])
-                for source, v in m["per_source"].items()
-            },
-        }
+        numbers = result.numbers()
+        return heldout_metrics(
+            {k: float(v) for k, v in numbers.items() if k in PERIODIC or k.startswith("em/")}
+        )
 
     def is_best(self, step: int) -> bool:
         """Whether step ``step``'s eval set a new best (its checkpoint becomes ``best``)."""

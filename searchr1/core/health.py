@@ -10,8 +10,9 @@ Metrics (all over the step's first draw, the unbiased sample of the policy):
 
 - ``health/response_tokens``: sampled (policy) tokens per trajectory;
   ``health/response_growth``: that over its mean across the run's first ``baseline_steps``;
-- ``health/format_rate``: share of trajectories answered in the protocol's format (the one
-  rule smoke and eval use, :meth:`AgentProtocol.answered_in_format`), whatever the reward;
+- ``health/format_rate``: share of trajectories answered in the protocol's format (the
+  verdict the rollout recorded, ``Trajectory.format_ok``, which smoke and eval read too),
+  whatever the reward;
   ``health/format_drop``: the running peak of its moving average minus the current moving
   average (0 while it is not falling);
 - ``health/repeat_ngram_rate``: share of the sampled ``ngram``-grams of a trajectory that
@@ -40,15 +41,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.config_schema import Config, HealthSettings
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import RewardResult, ScoredGroup, Trajectory
-
-if TYPE_CHECKING:
-    from searchr1.core.plugins import Registry
 
 
 @dataclass(frozen=True)
@@ -94,13 +91,8 @@ def sampled_tokens(trajectory: Trajectory) -> list[int]:
     return [t for t, g in zip(trajectory.tokens, trajectory.generated_mask, strict=True) if g]
 
 
-def policy_metrics(
-    trajectories: Sequence[Trajectory],
-    ngram: int = 4,
-    protocol: type[AgentProtocol] | None = None,
-) -> dict[str, float]:
-    """The stateless ``health/*`` metrics of one step (see the module docstring); the format
-    rate by ``protocol``'s rule (none without one)."""
+def policy_metrics(trajectories: Sequence[Trajectory], ngram: int = 4) -> dict[str, float]:
+    """The stateless ``health/*`` metrics of one step (see the module docstring)."""
     if not trajectories:
         return {}
     lengths = [sum(t.generated_mask) for t in trajectories]
@@ -118,11 +110,8 @@ def policy_metrics(
     out = {
         "health/response_tokens": statistics.fmean(lengths),
         "health/repeat_ngram_rate": repeated / total if total else 0.0,
+        "health/format_rate": statistics.fmean(float(t.format_ok) for t in trajectories),
     }
-    if protocol is not None:
-        out["health/format_rate"] = statistics.fmean(
-            float(protocol.answered_in_format(t)) for t in trajectories
-        )
     if sampled:
         out["health/entropy"] = neg_logprob / sampled
     for source, calls in sorted(by_source.items()):
@@ -137,8 +126,6 @@ class HealthMonitor:
     resumed run reports what the uninterrupted one would have."""
 
     settings: HealthSettings = field(default_factory=HealthSettings)
-    #: the run's agent protocol, whose rule gives the format rate (None: no format rate)
-    protocol: type[AgentProtocol] | None = None
     length_baseline: list[float] = field(default_factory=list)
     ema: dict[str, float] = field(default_factory=dict)
     peak: dict[str, float] = field(default_factory=dict)
@@ -153,7 +140,7 @@ class HealthMonitor:
         ratio, not a sampler/learner drift -- so the mismatch alert is only raised on steps
         sampled on the weights they train (staleness 0)."""
         s = self.settings
-        metrics = policy_metrics(record.trajectories, s.ngram, self.protocol)
+        metrics = policy_metrics(record.trajectories, s.ngram)
         alerts: list[Alert] = []
         if "health/response_tokens" in metrics:
             length = metrics["health/response_tokens"]
@@ -333,16 +320,12 @@ class Health:
     stop_alert: Alert | None = None
 
     @classmethod
-    def for_config(cls, config: Config, registry: Registry | None = None) -> Health:
-        """``[train.health]``'s checks; the format rate by ``[rollout] protocol`` as
-        ``registry`` (None: the installed plugins) registers it."""
+    def for_config(cls, config: Config) -> Health:
+        """``[train.health]``'s checks."""
         from searchr1.core.config_validate import plugin_settings
-        from searchr1.core.plugins import load_registry
-        from searchr1.core.protocols import protocol_class
 
         settings = plugin_settings(config, "train", "health", HealthSettings)
-        protocol = protocol_class(config.rollout.protocol, registry or load_registry())
-        return cls(HealthMonitor(settings, protocol), RunNotices(config))
+        return cls(HealthMonitor(settings), RunNotices(config))
 
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """The step's ``health/*`` metrics and every alert (health checks first)."""

@@ -21,9 +21,3 @@ def make_protocol(config: Config, tokenizer: Tokenizer, registry: Registry) -> A
     """The protocol chosen by ``[rollout] protocol``, bound to ``tokenizer``."""
     cls = protocol_class(config.rollout.protocol, registry)
     return cls(tokenizer, enable_thinking=config.rollout.enable_thinking)
-
-
-def extract_answers(protocol: str, text: str, registry: Registry) -> list[str]:
-    """Every final-answer occurrence in one turn's ``text`` under the protocol named
-    ``protocol`` (a trajectory's ``protocol`` field)."""
-    return protocol_class(protocol, registry).extract_answers(text)

@@ -227,6 +227,7 @@ class _Rollout:
     ) -> Trajectory:
         state.turns.append(turn)
         q = state.question
+        final_answer = action.answer if action is not None else None
         return Trajectory(
             trajectory_id=state.trajectory_id,
             question=q.question,
@@ -237,7 +238,7 @@ class _Rollout:
             prompt_len=state.prompt_len,
             turns=tuple(state.turns),
             end_reason=reason,
-            final_answer=action.answer if action is not None else None,
+            final_answer=final_answer,
             final_text=self.protocol.decode(
                 state.tokens[state.prompt_len :], skip_special_tokens=False
             ),
@@ -245,7 +246,7 @@ class _Rollout:
             search_errors=state.search_errors,
             data_source=q.data_source,
             group_id=state.group_id,
-            protocol=self.protocol.name,
+            format_ok=self.protocol.answered_in_format([t.text for t in state.turns], final_answer),
         )
 
 

@@ -29,7 +29,7 @@ from searchr1.core.disk import (
 from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
 from searchr1.core.logs import get_logger, on_screen, say, setup_logging
-from searchr1.core.plugins import Registry, load_registry
+from searchr1.core.plugins import Registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
 from searchr1.core.stop import Stop
@@ -139,20 +139,19 @@ def open_run(
     config: Config,
     command: str,
     *,
+    registry: Registry,
     run_dir: str | None = None,
     resume: bool = False,
-    registry: Registry | None = None,
     world: World | None = None,
     stop: Stop | None = None,
     **log_kwargs: Any,
 ) -> Run:
-    """Choose the run folder and start logging into it, with ``registry``'s plugins (None:
-    the installed ones). Plugin names are resolved before the folder is created;
+    """Choose the run folder and start logging into it, with ``registry``'s plugins (the
+    command's, loaded by its entry point). Plugin names are resolved before the folder is created;
     :meth:`Run.start` creates the plugins. Under torchrun (``world``) rank 0 chooses the
     folder and alone writes events.jsonl and the sinks; rank ``r`` logs to
     ``ranks/rank<r>.jsonl`` there. ``stop``: the command's installed :class:`Stop` (None:
     one that no signal sets)."""
-    registry = registry or load_registry()
     world = world or World()
     if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
         raise ConfigError(problems)

@@ -89,7 +89,7 @@ def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
-    health = Health.for_config(cfg, run.registry)
+    health = Health.for_config(cfg)
     heldout = heldout_questions(cfg)
     periodic = PeriodicEval.for_config(cfg, heldout) if run.world.main else None
     if not cfg.train.eval_before_after or not run.world.main:

@@ -345,6 +345,7 @@ class Trajectory:
     prompt_len: int
     turns: tuple[Turn, ...]
     end_reason: EndReason
+    #: the final answer the agent protocol parsed from the answering turn (None: no answer)
     final_answer: str | None
     #: everything after the prompt (turns and observations) decoded with special tokens kept
     final_text: str
@@ -352,8 +353,10 @@ class Trajectory:
     search_errors: int
     data_source: str = ""
     group_id: str = ""
-    #: the agent protocol that produced it; rewards read the answer format from it
-    protocol: str = ""
+    #: the agent protocol's verdict, recorded by the rollout: it answered in the protocol's
+    #: format (:meth:`~searchr1.core.agent_protocol.AgentProtocol.answered_in_format`); the
+    #: rewards, health, eval and smoke read it
+    format_ok: bool = False
     #: optimizer steps taken by the weights it was sampled with (set by the train loop)
     policy_version: int = 0
 
@@ -376,6 +379,7 @@ class Trajectory:
                 for t in self.turns
             ],
             "final_answer": self.final_answer,
+            "format_ok": self.format_ok,
             "end_reason": self.end_reason,
             "search_calls": self.search_calls,
             "search_errors": self.search_errors,

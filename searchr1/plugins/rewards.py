@@ -4,7 +4,8 @@ components, so dashboards do not depend on the choice:
 
 * ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
   non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
-  ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0;
+  ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0: the agent
+  protocol's verdict, recorded by the rollout (``Trajectory.format_ok``);
 * ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
   normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
 * ``f1``: the best token F1 against the golden answers.
@@ -25,14 +26,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.plugins import Registry, load_registry
-from searchr1.core.protocols import protocol_class
 from searchr1.core.types import RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
 
@@ -50,15 +49,11 @@ class RewardSettings:
     correct_reward: float = 1.0
 
 
-def components(
-    trajectory: Trajectory, golden_answers: Sequence[str], registry: Registry
-) -> dict[str, float]:
-    """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring); its
-    answers are read by the protocol ``registry`` registers under its ``protocol`` name."""
-    protocol = trajectory.protocol or "tags"  # a hand-built trajectory names none
-    format_ok = protocol_class(protocol, registry).answered_in_format(trajectory)
+def components(trajectory: Trajectory, golden_answers: Sequence[str]) -> dict[str, float]:
+    """``format``, ``correct`` and ``f1`` of one trajectory (see the module docstring): the
+    format verdict and the final answer as the rollout recorded them."""
     return {
-        "format": float(format_ok),
+        "format": float(trajectory.format_ok),
         "correct": float(exact_match(trajectory.final_answer, golden_answers)),
         "f1": f1_score(trajectory.final_answer, golden_answers),
     }
@@ -72,12 +67,10 @@ class FormatAnswerReward:
     settings: RewardSettings
     use_format: bool = True
     use_answer: bool = True
-    #: the installed plugins, whose protocols read a trajectory's answers
-    registry: Registry = field(default_factory=load_registry, repr=False)
     score: str = "correct"
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
-        parts = components(trajectory, golden_answers, self.registry)
+        parts = components(trajectory, golden_answers)
         reward = 0.0
         if self.use_format and not parts["format"]:
             reward = self.settings.format_penalty
@@ -104,9 +97,8 @@ class JudgeReward:
     :meth:`score_many` judges a whole batch at once (what the train loop and eval call);
     calling the reward on one trajectory judges it alone."""
 
-    def __init__(self, settings: JudgeRewardSettings, registry: Registry):
+    def __init__(self, settings: JudgeRewardSettings):
         self.settings = settings
-        self.registry = registry
         self.judge = Judge(settings)
         self._fallbacks = 0
 
@@ -117,7 +109,7 @@ class JudgeReward:
         self, items: Sequence[tuple[Trajectory, Sequence[str]]]
     ) -> list[RewardResult]:
         s = self.settings
-        parts = [components(t, g, self.registry) for t, g in items]
+        parts = [components(t, g) for t, g in items]
         # only answers in the format are judged: the others get the penalty whatever they say
         asked = [i for i, (t, _) in enumerate(items) if parts[i]["format"] and t.final_answer]
         verdicts = await self.judge.judge_many(
@@ -184,7 +176,7 @@ def _factory(
 
 def _judge(config: Config) -> JudgeReward:
     settings = plugin_settings(config, "reward", "judge", JudgeRewardSettings, settings_problems)
-    return JudgeReward(settings, load_registry())
+    return JudgeReward(settings)
 
 
 @hookimpl

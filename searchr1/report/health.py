@@ -66,8 +66,8 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
     :mod:`searchr1.plugins.offline_world.ideal_agent`)."""
     by_when: dict[str, float] = {}
     for e in evals:
-        if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("value")):
-            by_when[str(e.get("when", ""))] = float(e["value"])
+        if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("em")):
+            by_when[str(e.get("when", ""))] = float(e["em"])
     if not by_when:
         return ""
     order = {"before": 0, "cold_start": 1, "after": 2, "ceiling": 3}

@@ -88,13 +88,6 @@ def _num(key: str, value: Any) -> str:
 def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
     if not evals:
         return '<p class="nodata" id="evals-empty">no eval results in this run</p>'
-    # The train loop logs its held-out EM as ``value`` of an ``eval/heldout_em`` event.
-    evals = [
-        {("em" if k == "value" else k): v for k, v in e.items()}
-        if str(e.get("event", "")).endswith("_em") and "em" not in e
-        else e
-        for e in evals
-    ]
     text_cols = ["event", "label", "when", "data", "checkpoint"]
     text_cols = [c for c in text_cols if any(c in e for e in evals)]
     has_step = any("step" in e for e in evals)
@@ -106,7 +99,7 @@ def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
                 and k not in _EVAL_SKIP
                 and k != "step"
                 and (is_number(v) or isinstance(v, bool))
-                and ("/" not in k or k.endswith("/em") or k.startswith("em/"))
+                and ("/" not in k or k.startswith("em/"))
             ):
                 keys.append(k)
     head = "".join(f'<th class="text">{escape(c)}</th>' for c in text_cols)

@@ -48,7 +48,7 @@ def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> 
     setup_logging(
         "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=60
     )
-    get_logger().info("eval/heldout_em", when="before", step=0, value=0.119, f1=0.2, n=200)
+    get_logger().info("eval/heldout_em", when="before", step=0, em=0.119, f1=0.2, n=200)
     log_metrics(1, {**STEP, "time/step": 12.0})
     log_metrics(2, {**STEP, "time/step": 14.0, "reward/mean": 0.5})
     close_console()
@@ -116,12 +116,12 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
         "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=2
     )
     log = get_logger()
-    log.info("eval/heldout_em", when="before", step=0, value=0.119, n=320)
-    log.info("eval/heldout_em", when="ceiling", step=0, value=1.0, n=320)
+    log.info("eval/heldout_em", when="before", step=0, em=0.119, n=320)
+    log.info("eval/heldout_em", when="ceiling", step=0, em=1.0, n=320)
     log_metrics(1, {**STEP, "time/step": 12.0})
-    log.info("eval/heldout_em", when="cold_start", step=1, value=0.25, n=320)
+    log.info("eval/heldout_em", when="cold_start", step=1, em=0.25, n=320)
     log_metrics(2, {**STEP, "time/step": 12.0})
-    log.info("eval/heldout_em", when="after", step=2, value=0.334, n=320)
+    log.info("eval/heldout_em", when="after", step=2, em=0.334, n=320)
     close_console()
     lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
     steps = [line for line in lines if line.startswith("step ")]

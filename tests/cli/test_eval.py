@@ -21,7 +21,7 @@ from eval_world import QUESTIONS, write_world
 from searchr1.cli.main import main as cli_main
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
-from searchr1.core.evaluation import evaluate_async, format_comparison, format_table, trust_warning
+from searchr1.core.evaluation import evaluate, format_comparison, format_table, trust_warning
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.types import SampledSequence, SamplingParams, SearchResponse
@@ -89,7 +89,7 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
 
     from searchr1.core.assets import resolve
 
-    config = load_config(world)
+    config = load_config(world, registry=load_registry())
     registry = load_registry()
     tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
     protocol = make_protocol(config, tokenizer, load_registry())
@@ -99,7 +99,7 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
     questions = load_questions(config.data.eval).questions
 
     result = asyncio.run(
-        evaluate_async(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
+        evaluate(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]
     )
     m = result.metrics
 
@@ -154,7 +154,7 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     # a checkpoint that was never loaded would pass).
     import torch
 
-    config = load_config(world)
+    config = load_config(world, registry=load_registry())
     for run, step, seed in (("run-a", 3, 1), ("run-b", 5, 2)):
         model = load_registry().create("model_provider", "local", config).trainer
         gen = torch.Generator().manual_seed(seed)

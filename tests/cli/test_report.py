@@ -59,13 +59,13 @@ def make_run(run_dir: Path, *, with_tokens: bool = True, with_health: bool = Fal
     events = [
         {"event": "run_start", "command": "train", "config_source": "x.toml", "run_id": "demo"}
     ]
-    # as the train loop logs it: the held-out EM is "value", per source "em/<source>"
+    # as the train loop logs it: the held-out EM is "em", per source "em/<source>"
     events.append(
         {
             "event": "eval/heldout_em",
             "when": "before",
             "step": 0,
-            "value": 0.2,
+            "em": 0.2,
             "em/nq": 0.25,
             "format_rate": 0.5,
         }
@@ -112,7 +112,7 @@ def make_run(run_dir: Path, *, with_tokens: bool = True, with_health: bool = Fal
             "event": "eval/heldout_em",
             "when": "after",
             "step": STEPS,
-            "value": 0.45,
+            "em": 0.45,
             "em/nq": 0.5,
             "format_rate": 0.9,
         }
@@ -162,7 +162,7 @@ def test_report_files_and_content(tmp_path: Path) -> None:
     assert "1 unreadable log lines skipped" in html
     assert "45.7%" in html and "not trustworthy" in html
     evals = html[html.index('<table id="evals">') : html.index("</table>")]
-    assert "<th>em</th>" in evals and "<th>em/nq</th>" in evals and "<th>value</th>" not in evals
+    assert "<th>em</th>" in evals and "<th>em/nq</th>" in evals
     assert "20.0%" in evals and "25.0%" in evals and "45.0%" in evals
     assert 'id="chart-m-0"' in html  # the extra "loss" metric gets its own chart
 

@@ -22,8 +22,7 @@ from smoke_configs import (
 )
 
 from searchr1.core.answers import exact_match
-from searchr1.core.plugins import load_registry
-from searchr1.core.protocols import extract_answers
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
 
 #: the reference setup's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
 #: answers France / Paris / None / France (trajectory 2 asks a fifth search and is stopped)
@@ -257,7 +256,7 @@ def test_smoke_with_the_tiny_model_and_offline_search(tmp_path, run_cli):
     # and answer of that same trajectory.
     for (_, printed, calls, answer), record in zip(lines, records, strict=True):
         text = "\n".join(t["text"] for t in record["turns"])
-        answers = extract_answers("tags", text, load_registry())
+        answers = TagsProtocol.extract_answers(text)
         final = record["final_answer"]
         well_formed = final is not None and final.strip() != "" and answers == [final.strip()]
         expected = 1.0 if exact_match(final, record["golden_answers"]) else 0.0
@@ -359,7 +358,8 @@ def test_every_docs_plugin_example_runs_the_development_loop_through_smoke(
     for module, hook in DOCS_MODULES.items():
         (tmp_path / f"{module}.py").write_text(docs_example(hook), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("SEARCHR1_PLUGINS", ",".join(DOCS_MODULES))
+    # the docs' modules next to the scripted model's (the scripted_plugin fixture's)
+    monkeypatch.setenv("SEARCHR1_PLUGINS", ",".join([*DOCS_MODULES, "scripted_plugin"]))
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
     for module in DOCS_MODULES:
         monkeypatch.delitem(sys.modules, module, raising=False)  # imported afresh, dropped after

@@ -11,6 +11,7 @@ import pytest
 
 from searchr1.core.config import load_config, parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.toml.example"
@@ -18,7 +19,9 @@ ENV = {"TAOTOKEN_API_KEY": "sk-test-abcdef123456", "ZHIHU_SEARCH_KEYS": "zk-one-
 
 
 def parse(text: str, env: dict[str, str] | None = None):
-    return parse_config(text, source="cfg.toml", env=env if env is not None else ENV)
+    return parse_config(
+        text, source="cfg.toml", env=env if env is not None else ENV, registry=load_registry()
+    )
 
 
 def test_example_config_parses_with_seed_values() -> None:
@@ -43,14 +46,20 @@ def test_the_examples_local_table_uncommented_is_checked_and_read() -> None:
     text = EXAMPLE.read_text().replace('provider = "taotoken"', 'provider = "local"')
     block = re.search(r"^# \[model\.local\]\n(?:# .*\n)+", text, re.M).group(0)
     table = re.sub(r"^# ", "", block, flags=re.M).replace('device = "auto"', 'device = "cpu"')
-    cfg = parse_config(text.replace(block, table), source="c.toml", env=ENV, check_plugins=True)
+    cfg = parse_config(
+        text.replace(block, table),
+        source="c.toml",
+        env=ENV,
+        check_plugins=True,
+        registry=load_registry(),
+    )
     assert (cfg.model.provider, cfg.model.device, cfg.model.dtype) == ("local", "cpu", "auto")
     local = plugin_settings(cfg, "model", "local", LocalSettings)
     assert (local.threads, local.learner_chunk_tokens, local.fsdp) == (0, 8192, False)
 
 
 def test_embedded_default_loads_without_any_variable() -> None:
-    cfg = load_config(None, env={})
+    cfg = load_config(None, env={}, registry=load_registry())
     assert cfg.model.provider == "local" and cfg.search.provider == "local"
     assert cfg.model.base_model.startswith("builtin:")
 
@@ -190,7 +199,7 @@ def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
         mode: str = "fast"
 
     text = "[search.engine]\ndepth = 0\nmdoe = 'slow'\n"
-    config = parse_config(text, source="my.toml", env={})
+    config = parse_config(text, source="my.toml", env={}, registry=load_registry())
     with pytest.raises(ConfigError) as err:
         plugin_settings(config, "search", "engine", EngineSettings, lambda s: ["needs a key"])
     assert err.value.problems == [
@@ -198,7 +207,9 @@ def test_plugin_settings_reports_every_problem_with_the_file_name() -> None:
         "my.toml: unknown key 'search.engine.mdoe'; did you mean 'mode'?",
         "my.toml: needs a key",
     ]
-    ok = parse_config("[search.engine]\ndepth = 3\n", source="my.toml", env={})
+    ok = parse_config(
+        "[search.engine]\ndepth = 3\n", source="my.toml", env={}, registry=load_registry()
+    )
     assert plugin_settings(ok, "search", "engine", EngineSettings) == EngineSettings(depth=3)
 
 
@@ -208,7 +219,7 @@ def test_max_staleness_defaults_by_provider_and_a_written_value_wins() -> None:
     from searchr1.core.config import parse_config
 
     def staleness(text: str) -> tuple[int, str]:
-        config = parse_config(text, source="t.toml", env={"K": "k"})
+        config = parse_config(text, source="t.toml", env={"K": "k"}, registry=load_registry())
         return config.train.max_staleness, config.choices["train.max_staleness"]
 
     remote = '[model]\napi_base = "http://127.0.0.1:1"\napi_key = "${K}"\n'

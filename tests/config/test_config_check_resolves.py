@@ -16,6 +16,7 @@ import pytest
 from searchr1.cli.main import main
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 
 GOOD = """
 [model]
@@ -111,17 +112,34 @@ def test_an_empty_file_says_so_and_what_would_be_used(project: Path, capsys) -> 
 @pytest.mark.parametrize("field", ["weight_decay", "grad_clip", "lr"])
 def test_non_finite_numbers_are_rejected(field: str, value: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(f"[optimizer]\n{field} = {value}\n", source="c.toml", env={})
+        parse_config(
+            f"[optimizer]\n{field} = {value}\n", source="c.toml", env={}, registry=load_registry()
+        )
     assert f"optimizer.{field}" in str(info.value) and "finite" in str(info.value)
 
 
 def test_inf_stays_allowed_where_it_means_forever() -> None:
     text = '[search]\nprovider = "zhihu"\nkey_cooldown_seconds = inf\n'
-    assert parse_config(text, source="c.toml", env={}).search.key_cooldown_seconds == math.inf
+    assert (
+        parse_config(
+            text, source="c.toml", env={}, registry=load_registry()
+        ).search.key_cooldown_seconds
+        == math.inf
+    )
     text = '[search]\nprovider = "zhihu"\n[search.zhihu]\nkey_cooldown_seconds = inf\n'
-    assert parse_config(text, source="c.toml", env={}).search.key_cooldown_seconds == math.inf
+    assert (
+        parse_config(
+            text, source="c.toml", env={}, registry=load_registry()
+        ).search.key_cooldown_seconds
+        == math.inf
+    )
     with pytest.raises(ConfigError, match="finite"):
-        parse_config("[search]\nkey_cooldown_seconds = nan\n", source="c.toml", env={})
+        parse_config(
+            "[search]\nkey_cooldown_seconds = nan\n",
+            source="c.toml",
+            env={},
+            registry=load_registry(),
+        )
 
 
 def test_bytes_that_are_not_utf8_are_named(project: Path, capsys) -> None:
@@ -146,7 +164,9 @@ def test_a_utf8_bom_is_accepted(project: Path, capsys) -> None:
 )
 def test_api_base_with_a_wrong_scheme_is_named(value: str, expect: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(f'[model]\napi_base = "{value}"\n', source="c.toml", env={})
+        parse_config(
+            f'[model]\napi_base = "{value}"\n', source="c.toml", env={}, registry=load_registry()
+        )
     text = str(info.value)
     assert "c.toml:2" in text and "model.api_base" in text and expect in text
     assert "https://" in text  # the fix
@@ -169,7 +189,12 @@ def test_config_check_names_a_typo_in_a_chosen_plugins_table(project: Path, caps
 
 def test_a_url_in_a_plugin_table_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"search\.search_r1\.api_base"):
-        parse_config('[search.search_r1]\napi_base = "127.0.0.1:8000"\n', source="c.toml", env={})
+        parse_config(
+            '[search.search_r1]\napi_base = "127.0.0.1:8000"\n',
+            source="c.toml",
+            env={},
+            registry=load_registry(),
+        )
 
 
 def test_good_urls_pass() -> None:
@@ -177,6 +202,7 @@ def test_good_urls_pass() -> None:
         '[model]\napi_base = "http://127.0.0.1:8000/v1"\n[search]\napi_base = "https://h"\n',
         source="c.toml",
         env={},
+        registry=load_registry(),
     )
     assert config.model.api_base == "http://127.0.0.1:8000/v1"
 
@@ -191,7 +217,12 @@ def test_a_missing_data_file_is_a_warning(project: Path, capsys) -> None:
 
 def test_an_integer_beyond_64_bits_is_named() -> None:
     with pytest.raises(ConfigError, match=r"run\.seed must fit in 64 bits"):
-        parse_config("[run]\nseed = 99999999999999999999999\n", source="c.toml", env={})
+        parse_config(
+            "[run]\nseed = 99999999999999999999999\n",
+            source="c.toml",
+            env={},
+            registry=load_registry(),
+        )
 
 
 def test_a_dotenv_that_is_not_utf8_is_named(project: Path, capsys) -> None:

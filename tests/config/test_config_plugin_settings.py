@@ -34,7 +34,7 @@ timeout_seconds = 4
 
 
 def test_the_skeletons_keys_are_fields_of_their_sections() -> None:
-    config = parse_config(SKELETON, source="c.toml", env=ENV)
+    config = parse_config(SKELETON, source="c.toml", env=ENV, registry=load_registry())
     assert config.model.provider == "taotoken"
     assert (config.model.api_base, config.model.api_key) == (
         "https://taotoken.net/api",
@@ -50,44 +50,63 @@ def test_the_skeletons_keys_are_fields_of_their_sections() -> None:
 
 def test_the_chosen_providers_table_may_set_a_key_it_reads_and_wins() -> None:
     text = SKELETON + "[search.zhihu]\ntimeout_seconds = 7\nsearch_db = 'all'\n"
-    config = parse_config(text, source="c.toml", env=ENV, check_plugins=True)
+    config = parse_config(
+        text, source="c.toml", env=ENV, check_plugins=True, registry=load_registry()
+    )
     assert config.search.timeout_seconds == 7.0
     assert config.plugin_table("search", "zhihu") == {"search_db": "all"}
     assert plugin_settings(config, "search", "zhihu", ZhihuSettings).search_db == "all"
     # checked where it is written
     with pytest.raises(ConfigError, match=r"c\.toml:10: search\.zhihu\.timeout_seconds = -1 must"):
-        parse_config(SKELETON + "[search.zhihu]\ntimeout_seconds = -1\n", source="c.toml", env=ENV)
+        parse_config(
+            SKELETON + "[search.zhihu]\ntimeout_seconds = -1\n",
+            source="c.toml",
+            env=ENV,
+            registry=load_registry(),
+        )
 
 
 def test_a_key_the_provider_does_not_read_stays_unknown_in_its_table() -> None:
     text = '[model]\nprovider = "local"\n[model.local]\napi_key = "${K}"\n'
     with pytest.raises(ConfigError, match=r"c\.toml:4: unknown key 'model\.local\.api_key'"):
-        parse_config(text, source="c.toml", env={"K": "k-1"}, check_plugins=True)
+        parse_config(
+            text, source="c.toml", env={"K": "k-1"}, check_plugins=True, registry=load_registry()
+        )
 
 
 def test_a_section_value_is_checked_where_it_is_written() -> None:
     with pytest.raises(ConfigError, match=r"c\.toml:4: search\.timeout_seconds = -1 must be > 0"):
         parse_config(
-            '[search]\nprovider = "zhihu"\n\ntimeout_seconds = -1\n', source="c.toml", env={}
+            '[search]\nprovider = "zhihu"\n\ntimeout_seconds = -1\n',
+            source="c.toml",
+            env={},
+            registry=load_registry(),
         )
 
 
 def test_a_key_no_plugin_reads_is_unknown() -> None:
     with pytest.raises(ConfigError, match="unknown key 'model.api_bsae'"):
-        parse_config('[model]\napi_bsae = "https://h"\n', source="c.toml", env={})
+        parse_config(
+            '[model]\napi_bsae = "https://h"\n', source="c.toml", env={}, registry=load_registry()
+        )
 
 
 def test_a_key_the_chosen_provider_does_not_read_is_named() -> None:
     config = parse_config(
-        '[model]\nprovider = "local"\napi_key = "x-lit"\n', source="c.toml", env={}
+        '[model]\nprovider = "local"\napi_key = "x-lit"\n',
+        source="c.toml",
+        env={},
+        registry=load_registry(),
     )
-    lines = advice(config)
+    lines = advice(config, load_registry())
     assert any(line.startswith("model.api_key is ignored by provider 'local'") for line in lines)
     assert "model.api_key holds a literal secret" in " ".join(config.warnings)
 
 
 def test_the_default_provider_is_declared_by_a_plugin() -> None:
-    config = parse_config('[model]\nbase_model = "builtin:tiny"\n', source="c.toml", env={})
+    config = parse_config(
+        '[model]\nbase_model = "builtin:tiny"\n', source="c.toml", env={}, registry=load_registry()
+    )
     assert (config.model.provider, config.search.provider) == ("local", "local")
     assert config.choices["model.provider"] == (
         "not set; no installed plugin claims [model], so the default: the model runs in this "

@@ -13,6 +13,7 @@ import pytest
 from searchr1.cli.main import main
 from searchr1.core.config import load_config, parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 
 KEY = "sk-live-4f9a8b7c6d5e"
 CRED = "cred-0a1b2c3d4e"  # in a variable whose name does not look secret
@@ -63,7 +64,7 @@ def test_the_checkpoint_config_dump_is_masked(project: Path, tmp_path: Path) -> 
             Path(path).mkdir(parents=True)
             (Path(path) / "state.json").write_text("{}")
 
-    config = load_config(project / "config.toml")
+    config = load_config(project / "config.toml", registry=load_registry())
     folder = save_checkpoint(tmp_path / "run", 1, _StateWriter(), config, {"data": {}})  # type: ignore[arg-type]
     dump = (folder / "config.toml").read_text()
     assert KEY not in dump and CRED not in dump
@@ -87,6 +88,7 @@ def test_parse_config_masks_a_value_in_a_range_error() -> None:
             '[model]\napi_key = "${K}"\n[search]\napi_base = "ftp://x/${K}"\n',
             source="c.toml",
             env={"K": "abcd1234"},
+            registry=load_registry(),
         )
     assert "abcd1234" not in str(info.value)
 
@@ -94,7 +96,7 @@ def test_parse_config_masks_a_value_in_a_range_error() -> None:
 def test_log_events_mask_the_key_everywhere(project: Path) -> None:
     from searchr1.core.logs import get_logger, setup_logging
 
-    config = load_config(project / "config.toml")
+    config = load_config(project / "config.toml", registry=load_registry())
     stream = io.StringIO()
     setup_logging("t", project / "events.jsonl", secrets=config.secrets, stream=stream)
     get_logger().info("request", url=f"https://h.example/v1?key={KEY}", detail=f"used {CRED}")
@@ -118,7 +120,7 @@ def test_only_secret_looking_variable_names_are_masked_by_value(
         '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
         'stopwords = "${HF_TOKEN} and ${MAX_TOKENS}"\n'
     )
-    config = load_config(str(tmp_path / "c.toml"))
+    config = load_config(str(tmp_path / "c.toml"), registry=load_registry())
     assert "hf-abcdef123456" in config.secrets and "2048" not in config.secrets
     assert main(["config", "check", "--config", str(tmp_path / "c.toml")]) == 0
     out = capsys.readouterr().out

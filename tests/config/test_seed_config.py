@@ -31,6 +31,7 @@ from search_fakes import Behaviour, start_fake_zhihu
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config import load_config
+from searchr1.core.plugins import load_registry
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "seed_config.toml"
 ZHIHU_KEYS = "key1,key2,key3"
@@ -237,7 +238,7 @@ def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, caps
     quota while the two others serve is a warning naming the key's index."""
     from searchr1.cli.smoke import main as smoke
 
-    config = load_config(project / "config.toml")  # verbatim, .env loaded
+    config = load_config(project / "config.toml", registry=load_registry())  # verbatim, .env loaded
     assert (config.model.provider, config.rollout.protocol) == ("taotoken", "tool_calls")
     with (
         FakePyTrio(policy=seed_policy(tiny_tokenizer())) as service,
@@ -263,7 +264,7 @@ def test_smoke_reproduces_the_seed_example_through_the_fakes(project: Path, caps
 def test_smoke_fails_when_every_key_is_limited(project: Path, capsys) -> None:
     from searchr1.cli.smoke import main as smoke
 
-    config = load_config(project / "config.toml")
+    config = load_config(project / "config.toml", registry=load_registry())
     with (
         FakePyTrio(policy=seed_policy(tiny_tokenizer())) as service,
         start_fake_zhihu(Behaviour(all_status=429)) as (zhihu_url, _),

@@ -9,10 +9,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import tomli_w
+
+if TYPE_CHECKING:
+    from searchr1.core.plugins import Registry
 
 #: a short run of the local provider on the tiny model and the offline world: the base every
 #: :func:`make_config` changes
@@ -77,12 +80,14 @@ def write_config(folder: Path, text: str, name: str = "config.toml") -> Path:
     return path
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> Result:
-    """``searchr1 ARGV`` run through ``searchr1.cli.main.main``, with what it printed since the
-    last read of ``capsys``."""
+def run_cli(
+    capsys: pytest.CaptureFixture[str], *argv: str | Path, registry: Registry | None = None
+) -> Result:
+    """``searchr1 ARGV`` run through ``searchr1.cli.main.main`` (with ``registry``'s plugins
+    when given), with what it printed since the last read of ``capsys``."""
     from searchr1.cli.main import main
 
-    code = main([str(arg) for arg in argv])
+    code = main([str(arg) for arg in argv], registry=registry)
     out, err = capsys.readouterr()
     return Result(code, out, err)
 

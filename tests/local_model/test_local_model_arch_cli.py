@@ -111,11 +111,9 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
     from samples one version old (a reward that varies per trajectory, so groups train)."""
     from remote_cli import ChecksumRewardPlugin
 
-    from searchr1.core import plugins
+    from searchr1.core.plugins import load_registry
 
-    real = plugins.load_registry
-    plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
+    registry = load_registry([ChecksumRewardPlugin()])
     model = build_family("qwen3_5", tmp_path / "qwen3_5")
     config = config_file(
         make_config(
@@ -126,7 +124,7 @@ def test_pipelined_steps_train_on_tiny_qwen3_5(
         )
     )
     run = tmp_path / "train"
-    assert run_cli("train", "--config", config, "--run-dir", run).code == 0
+    assert run_cli("train", "--config", config, "--run-dir", run, registry=registry).code == 0
     metrics = read_events(run, "metrics")
     assert [m["step"] for m in metrics] == [1, 2, 3]
     assert [m["staleness/max"] for m in metrics] == [0.0, 1.0, 1.0]

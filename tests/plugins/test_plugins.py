@@ -125,7 +125,9 @@ def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path
     from searchr1.core.scripted import ScriptedTeacher
     from searchr1.kit.tokenizers import load_tokenizer
 
-    config = load_config(None).replace(train={"eval_before_after": True})  # the offline demo
+    config = load_config(None, registry=load_registry()).replace(
+        train={"eval_before_after": True}
+    )  # the offline demo
     assert config.data.eval.startswith("builtin:world/")
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     registry = load_registry()
@@ -200,7 +202,11 @@ def test_every_documented_example_runs(hook: str, tmp_path: Path, monkeypatch) -
     mine = [r for r in registry.entries[kind].values() if r.plugin == "SimpleNamespace"]
     assert mine
     if kind == "metric_sink":  # cheap to run for real: feed it the way training does
-        _drive_sink(mine[0].factory(parse_config("", source="t.toml", env={}), tmp_path))
+        _drive_sink(
+            mine[0].factory(
+                parse_config("", source="t.toml", env={}, registry=load_registry()), tmp_path
+            )
+        )
     if kind == "agent_protocol":
         assert {r.name for r in mine} == {"final_line", "marker_tool_calls"}
         _drive_protocol(registry, "final_line")
@@ -316,6 +322,7 @@ def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch)
         '[search]\nprovider = "echo"\n[search.echo]\nprefix = "got: "\n[reward]\nterms = ["no_repeat"]\n',
         source="t.toml",
         env={},
+        registry=load_registry(),
     )
     search = registry.create("search_provider", cfg.search.provider, cfg)
     response = asyncio.run(search.search("little prince", 3))
@@ -337,6 +344,7 @@ def test_external_plugin_selected_from_config(example_plugin: Path, monkeypatch)
         final_text="",
         search_calls=2,
         search_errors=0,
+        format_ok=True,  # as the rollout records it: one <answer> element
     )
     result = reward(traj, ["Paris"])
     assert result.reward == 1.0 - 0.5  # right answer in the format, one repeated query

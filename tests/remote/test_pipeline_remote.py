@@ -20,12 +20,14 @@ def test_pipelined_steps_train_through_the_remote_service(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from searchr1.cli.main import main as cli
-    from searchr1.core import plugins
+    from searchr1.cli.main import main
+    from searchr1.core.plugins import load_registry
 
-    real = plugins.load_registry
-    plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
+    registry = load_registry([ChecksumRewardPlugin()])  # every command runs with its reward
+
+    def cli(argv: list[str]) -> int:
+        return main(argv, registry=registry)
+
     monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
     with FakePyTrio() as fake:
         config = write_cli_config(

@@ -220,12 +220,13 @@ def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
 
 @pytest.mark.slow
 def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeypatch, capsys):
-    from searchr1.cli.main import main as cli
-    from searchr1.core import plugins
+    from searchr1.cli.main import main
+    from searchr1.core.plugins import load_registry
 
-    real = plugins.load_registry
-    plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
+    registry = load_registry([ChecksumRewardPlugin()])  # every command runs with its reward
+
+    def cli(argv: list[str]) -> int:
+        return main(argv, registry=registry)
 
     monkeypatch.setenv("TAOTOKEN_API_KEY", API_KEY)
     remote_config = write_cli_config(

@@ -28,6 +28,7 @@ from remote_helpers import (
 from searchr1.core.config import load_config
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import RemoteAuthError
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import AdamParams, Datum, SamplingParams
 from searchr1.plugins.losses import NamedLoss, ppo
 from searchr1.plugins.remote_model.provider import RemoteModelProvider
@@ -302,7 +303,7 @@ rank = 8
 
 {backend.key_test_table}"""
     )
-    config = load_config(toml, env={backend.env_var: backend.wrong_key})
+    config = load_config(toml, env={backend.env_var: backend.wrong_key}, registry=load_registry())
     with pytest.raises(RemoteAuthError, match=f"{backend.env_var} is empty or wrong") as info:
         backend.open(config)
     assert "401" in str(info.value)

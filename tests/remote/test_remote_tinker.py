@@ -137,12 +137,14 @@ def test_a_sample_that_never_comes_fails_after_sampling_timeout_seconds(fake):
 def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, monkeypatch):
     """``searchr1 train`` with ``provider = "tinker"``: the train loop's deferred reads, the
     pipelined step and the checkpoint record work end to end, and ``--resume`` continues."""
-    from searchr1.cli.main import main as cli
-    from searchr1.core import plugins
+    from searchr1.cli.main import main
+    from searchr1.core.plugins import load_registry
 
-    real = plugins.load_registry
-    plugin = ChecksumRewardPlugin()
-    monkeypatch.setattr(plugins, "load_registry", lambda extra=(): real([plugin, *extra]))
+    registry = load_registry([ChecksumRewardPlugin()])  # every command runs with its reward
+
+    def cli(argv: list[str]) -> int:
+        return main(argv, registry=registry)
+
     monkeypatch.setenv("TINKER_API_KEY", API_KEY)
     config = write_cli_config(
         tmp_path / "cfg",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import json
 
 import pytest
-from fakes import template_tokenizer, tiny_tokenizer
+from fakes import FakeSearch, ScriptedModel, template_tokenizer, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,14 +16,13 @@ from searchr1.core.config_schema import Config
 from searchr1.core.errors import PluginError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
-from searchr1.core.protocols import extract_answers, make_protocol
+from searchr1.core.protocols import make_protocol
+from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import (
     Question,
     RewardResult,
     SearchResponse,
     SearchResult,
-    Trajectory,
-    Turn,
 )
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
@@ -166,7 +165,8 @@ def test_extract_answers_counts_every_occurrence(tags, tools) -> None:
 
 
 def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
-    """The format reward and smoke's verdict ask the protocol, so a protocol added to the
+    """The rollout applies the run's protocol's own format rule and records the verdict on
+    the trajectory; the format reward and smoke's verdict read it, so a protocol added to the
     registry is honoured by both without either naming it."""
 
     class Final(TagsProtocol):
@@ -177,43 +177,40 @@ def test_a_new_protocol_owns_its_answers_in_rewards_and_smoke() -> None:
         def extract_answers(cls, text: str) -> list[str]:
             return [line[6:] for line in text.splitlines() if line.startswith("FINAL=")]
 
+        def parse_action(self, text: str) -> Action:
+            answers = self.extract_answers(text)
+            return Action("answer", answer=answers[-1]) if answers else super().parse_action(text)
+
     class Plugin:
         @hookimpl
         def register_agent_protocols(self, register):  # type: ignore[no-untyped-def]
             register(Final.name, Final)
 
     registry = load_registry(extra_plugins=[Plugin()])
-    text = "<answer>not this</answer>\nFINAL=Lyon"
-    assert extract_answers("final", text, registry) == ["Lyon"]
-    with pytest.raises(PluginError, match="no agent protocol of that name is installed"):
-        extract_answers("xml", text, registry)
-
-    def trajectory(protocol: str) -> Trajectory:
-        turn = Turn((), text, "answer")
-        return Trajectory(
-            trajectory_id="t", question="q", golden_answers=("Lyon",), tokens=(),
-            generated_mask=(), logprobs=(), prompt_len=0, turns=(turn,), end_reason="answered",
-            final_answer="Lyon", final_text=text, search_calls=1, search_errors=0,
-            protocol=protocol,
-        )  # fmt: skip
-
-    assert components(trajectory("final"), ["Lyon"], registry)["format"] == 1.0
-    assert (
-        components(trajectory("tags"), ["Lyon"], registry)["format"] == 1.0
-    )  # one <answer> element
-    twice = dataclasses.replace(trajectory("final"), turns=(Turn((), f"{text}\n{text}", "answer"),))
-    assert components(twice, ["Lyon"], registry)["format"] == 0.0  # two FINAL= lines
-    # A trajectory that names no protocol (built by hand, an old record) is read as tags.
-    final_only = dataclasses.replace(trajectory("final"), turns=(Turn((), "FINAL=Lyon", "answer"),))
-    assert components(final_only, ["Lyon"], registry)["format"] == 1.0
-    no_protocol = dataclasses.replace(final_only, protocol="")
-    assert components(no_protocol, ["Lyon"], registry)["format"] == 0.0
+    config = Config().replace(rollout={"protocol": "final"})
+    protocol = make_protocol(config, tiny_tokenizer(), registry)
+    assert isinstance(protocol, Final)
+    scripts = [
+        ["I read it.\nFINAL=Lyon"],
+        ["FINAL=Lyon\nFINAL=Lyon"],  # two FINAL= lines: ambiguous
+        ["<answer>Lyon</answer>"],  # the tags format is not this protocol's
+    ]
+    model = ScriptedModel(protocol.tokenizer, scripts)
+    question = Question("q", "Where?", ("Lyon",))
+    (group,) = asyncio.run(
+        rollout_questions(model, FakeSearch(), protocol, [question], config, group_size=3)
+    )
+    assert [t.final_answer for t in group] == ["Lyon", "Lyon", "Lyon"]
+    assert [t.format_ok for t in group] == [True, False, False]
+    assert [components(t, ["Lyon"])["format"] for t in group] == [1.0, 0.0, 0.0]
 
     criteria = reference_criteria(
-        [trajectory("final")], [RewardResult(1.0, {"format": 1.0})], protocol=Final,
+        group, [RewardResult(1.0, {"format": 1.0})] * 3, protocol=protocol,
         max_search_calls=4, search_success=1.0, min_success_rate=0.9,
     )  # fmt: skip
-    assert "answers in the final format (one FINAL=<answer> line)" in [c.name for c in criteria]
+    formats = [c for c in criteria if c.key == "answer_format"]
+    assert formats[0].name == "answers in the final format (one FINAL=<answer> line)"
+    assert formats[0].detail.startswith("1 of 3 answered in the format")
 
 
 # ------------------------------------------------------------------ observations

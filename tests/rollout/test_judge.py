@@ -22,6 +22,7 @@ from searchr1.core.plugins import load_registry
 from searchr1.core.rewards import create_reward, reward_metrics, reward_problem, score_all
 from searchr1.core.types import Trajectory, Turn
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, parse_verdict
+from searchr1.plugins.agent_protocols.tags import TagsProtocol
 
 GOLDEN = ("Antoine de Saint-Exupéry",)
 
@@ -33,12 +34,15 @@ def traj(answer: str | None, question: str = "Who wrote The Little Prince?") -> 
         generated_mask=(), logprobs=(), prompt_len=0,
         turns=(Turn((), text, "answer" if answer is not None else "invalid"),),
         end_reason="answered" if answer is not None else "invalid_action",
-        final_answer=answer, final_text=text, search_calls=0, search_errors=0, protocol="tags",
+        final_answer=answer, final_text=text, search_calls=0, search_errors=0,
+        format_ok=TagsProtocol.answered_in_format([text], answer),
     )  # fmt: skip
 
 
 def config(table: str, reward: str = 'name = "judge"'):
-    return parse_config(f"[reward]\n{reward}\n{table}", source="c.toml", env={})
+    return parse_config(
+        f"[reward]\n{reward}\n{table}", source="c.toml", env={}, registry=load_registry()
+    )
 
 
 def judge_table(server: FakeJudgeServer, extra: str = "", keys: str = KEYS[0]) -> str:
@@ -261,7 +265,7 @@ def test_judge_settings_are_checked_with_file_and_line() -> None:
         'model = "qwen3-8b"\nprice_in = -1\nfallback = "maybe"\n'
     )
     with pytest.raises(ConfigError) as err:
-        parse_config(text, source="c.toml", env={}, check_plugins=True)
+        parse_config(text, source="c.toml", env={}, check_plugins=True, registry=load_registry())
     message = str(err.value)
     assert "c.toml:4: reward.judge.api_base = 'taotoken.net/api' has no scheme" in message
     assert "c.toml:6: reward.judge.price_in = -1 must be >= 0.0" in message
@@ -277,9 +281,14 @@ def test_judge_settings_are_checked_with_file_and_line() -> None:
 def test_judge_key_is_a_secret(tmp_path: Path) -> None:
     env = {"TAOTOKEN_API_KEY": "sk-live-abcdef0123456789"}
     text = '[reward]\nname = "judge"\n[reward.judge]\napi_key = "${TAOTOKEN_API_KEY}"\n'
-    cfg = parse_config(text, source="c.toml", env=env)
+    cfg = parse_config(text, source="c.toml", env=env, registry=load_registry())
     assert "sk-live-abcdef0123456789" not in str(cfg.to_dict(redact=True))
-    literal = parse_config(text.replace("${TAOTOKEN_API_KEY}", "sk-x-123456"), source="c", env={})
+    literal = parse_config(
+        text.replace("${TAOTOKEN_API_KEY}", "sk-x-123456"),
+        source="c",
+        env={},
+        registry=load_registry(),
+    )
     assert any("holds a literal secret" in w for w in literal.warnings)
 
 

@@ -14,15 +14,16 @@ from hypothesis import strategies as st
 from searchr1.core.answers import exact_match, f1_score, normalize_answer
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import Config
-from searchr1.core.errors import ConfigError, PluginError
+from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
-from searchr1.core.protocols import extract_answers
 from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import Question, Trajectory, Turn
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
 GOLDEN = ("Antoine de Saint-Exupéry",)
+#: the protocol whose rule the rollout applies to a trajectory's turns (its ``format_ok``)
+PROTOCOLS = {"tags": TagsProtocol, "tool_calls": ToolCallsProtocol}
 
 
 def reward(name: str = "format_answer", config: Config | None = None):
@@ -36,7 +37,7 @@ def traj(protocol: str, texts: list[str], final: str | None) -> Trajectory:
         logprobs=(), prompt_len=0, turns=turns,
         end_reason="answered" if final is not None else "invalid_action",
         final_answer=final, final_text="".join(texts), search_calls=0, search_errors=0,
-        protocol=protocol,
+        format_ok=PROTOCOLS[protocol].answered_in_format(texts, final),
     )  # fmt: skip
 
 
@@ -83,9 +84,15 @@ def test_reward_settings_come_from_the_reward_table() -> None:
         '[reward]\nname = "format_answer"\n[reward.format_answer]\nformat_penalty = -0.5\n',
         source="c.toml",
         env={},
+        registry=load_registry(),
     )
     assert reward(config=cfg)(traj("tags", ["no answer"], None), GOLDEN).reward == -0.5
-    bad = parse_config("[reward.format_answer]\nformat_penalti = -0.5\n", source="c.toml", env={})
+    bad = parse_config(
+        "[reward.format_answer]\nformat_penalti = -0.5\n",
+        source="c.toml",
+        env={},
+        registry=load_registry(),
+    )
     with pytest.raises(ConfigError, match="did you mean 'format_penalty'"):
         reward(config=bad)
 
@@ -178,10 +185,7 @@ def test_exact_match_agrees_with_search_r1_on_ascii(prediction: str, golden: str
 
 def test_normalize_answer_and_extract() -> None:
     assert normalize_answer("  The  Little   Prince! ") == "little prince"
-    registry = load_registry()
-    assert extract_answers("tags", "<answer>a</answer><answer> b </answer>", registry) == ["a", "b"]
-    assert extract_answers("tool_calls", "x\nAnswer: y\n", registry) == ["y"]
-    with pytest.raises(PluginError, match="no agent protocol of that name"):
-        extract_answers("xml", "", registry)
+    assert TagsProtocol.extract_answers("<answer>a</answer><answer> b </answer>") == ["a", "b"]
+    assert ToolCallsProtocol.extract_answers("x\nAnswer: y\n") == ["y"]
     assert f1_score("paris france", ["Paris"]) == pytest.approx(2 / 3)
     assert f1_score("lyon", ["Paris", "Lyon"]) == 1.0 and f1_score(None, ["x"]) == 0.0

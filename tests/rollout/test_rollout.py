@@ -88,7 +88,7 @@ def test_answer_on_first_turn_records_prompt_and_sampled_tokens_exactly() -> Non
     assert (t0.end_reason, t0.final_answer, t1.final_answer) == ("answered", "Alice", "Bob")
     assert (t0.search_calls, t0.search_errors, search.calls) == (0, 0, 0)
     assert t0.trajectory_id == "q1/0" and t1.trajectory_id == "q1/1" and t0.group_id == "q1"
-    assert t0.protocol == "tags" and t0.turns[0].action == "answer"
+    assert t0.format_ok and t0.turns[0].action == "answer"
     assert len(model.calls) == 1 and model.calls[0].num_samples == 2
     assert model.calls[0].prompt == tuple(prompt)
 
@@ -299,11 +299,11 @@ def test_tool_calls_protocol_produces_the_same_record() -> None:
     obs = observation(protocol, "old book author", s)
     assert tok.decode(obs, skip_special_tokens=False).startswith("<|im_end|>\n<|im_start|>user\n")
     assert t.tokens == tuple(prompt + enc(s) + obs + enc(a))
-    assert (t.end_reason, t.final_answer, t.search_calls, t.protocol) == (
+    assert (t.end_reason, t.final_answer, t.search_calls, t.format_ok) == (
         "answered",
         "Alice",
         1,
-        "tool_calls",
+        True,  # the tool_calls protocol's verdict: one Answer: line
     )
     assert search.queries == ["old book author"]
     assert t.tokens[-1] == tok.convert_tokens_to_ids("<|im_end|>")  # the model closed its turn

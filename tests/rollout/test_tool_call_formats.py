@@ -20,7 +20,7 @@ from searchr1.core.agent_protocol import Action
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigValueError
 from searchr1.core.plugins import load_registry
-from searchr1.core.protocols import extract_answers, make_protocol
+from searchr1.core.protocols import make_protocol
 from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import Question, SearchResponse, SearchResult
 from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
@@ -126,7 +126,7 @@ def test_answers_and_calls_inside_think_blocks_are_not_actions(case) -> None:
         turn = f"<think>\n{drafts}\n</think>\n\nAnswer: Saint-Exupéry"
         assert proto.parse_action(f"<think>\n{drafts}") == Action("invalid")  # unclosed
     assert proto.parse_action(turn) == Action("answer", answer="Saint-Exupéry")
-    assert extract_answers("tool_calls", turn, load_registry()) == ["Saint-Exupéry"]
+    assert proto.extract_answers(turn) == ["Saint-Exupéry"]
 
 
 def test_xml_calls_are_read_leniently_but_not_blindly() -> None:
@@ -219,7 +219,7 @@ def test_rollout_on_each_template_keeps_the_splice_and_scores_the_answer(case) -
     assert second_call.prompt[len(first_call.prompt) :][: len(sampled)] == sampled
     assert second_call.prompt == searched.tokens[: len(second_call.prompt)]
     for traj in group:
-        parts = components(traj, Q.golden_answers, load_registry())
+        parts = components(traj, Q.golden_answers)
         assert parts["format"] == 1.0 and parts["correct"] == 1.0, traj.turns
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.plugins.dense_search import DenseSearch
 from searchr1.plugins.dense_search.encoders import DEFAULT_ENCODER, load_encoder
 from searchr1.plugins.dense_search.index import IndexCard, build_index
@@ -50,7 +51,7 @@ def write_corpus(path: Path, rows: list[dict] = ROWS) -> Path:
 
 def dense_config(index: Path, extra: str = "") -> object:
     text = f'[search]\nprovider = "dense"\n[search.dense]\nindex = "{index}"\n{extra}'
-    return parse_config(text, source="test.toml", env={})
+    return parse_config(text, source="test.toml", env={}, registry=load_registry())
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +170,9 @@ def test_bad_corpus_and_bad_index_are_named_errors(tmp_path: Path, run_cli) -> N
     assert "Traceback" not in result.err
     missing = run_cli("index", "build", tmp_path / "nope.jsonl", "--out", tmp_path / "idx")
     assert missing.code == 2 and "no such corpus file" in missing.err
-    unset = parse_config('[search]\nprovider = "dense"\n', source="t.toml", env={})
+    unset = parse_config(
+        '[search]\nprovider = "dense"\n', source="t.toml", env={}, registry=load_registry()
+    )
     with pytest.raises(ConfigError, match="search.dense.index is not set"):
         DenseSearch.from_config(unset)
     with pytest.raises(ConfigError, match=r"search.dense.index = .*not a finished dense index"):
@@ -281,6 +284,7 @@ def test_search_r1_provider_reads_the_server_like_the_dense_provider(
         f'[search]\nprovider = "search_r1"\n[search.search_r1]\napi_base = "{server.url}"\n',
         source="test.toml",
         env={},
+        registry=load_registry(),
     )
     client = SearchR1Retriever(config)
     local = DenseSearch.from_config(dense_config(built))

@@ -32,7 +32,7 @@ def write_corpus(path: Path, rows: list[dict]) -> Path:
 
 def make_config(corpus: Path | str, extra: str = "", search: str = "") -> Config:
     text = f'[search]\nprovider = "local"\n{search}\n[search.local]\ncorpus = "{corpus}"\n{extra}'
-    return parse_config(text, source="test.toml", env={})
+    return parse_config(text, source="test.toml", env={}, registry=load_registry())
 
 
 def search(provider: LocalBM25Search, query: str, top_k: int = 3):

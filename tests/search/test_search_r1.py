@@ -12,6 +12,7 @@ from search_fakes import RETRIEVE_PATH, FakeSearchServer, start_fake_retriever
 
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.kit.search.http_provider import ResponseError
 from searchr1.plugins.search_r1_retriever import SearchR1Retriever, parse_retrieve
 
@@ -24,7 +25,9 @@ def make_provider(base_url: str, own: str = "batch_window_ms = 50", keys: str = 
         f'[search]\nprovider = "search_r1"\napi_base = "{base_url}"\n{key_line}{lines}'
         f"[search.search_r1]\n{own}\n"
     )
-    return SearchR1Retriever(parse_config(text, source="t.toml", env={}), backoff_base_s=0.01)
+    return SearchR1Retriever(
+        parse_config(text, source="t.toml", env={}, registry=load_registry()), backoff_base_s=0.01
+    )
 
 
 def gather(provider: SearchR1Retriever, queries: list[str], top_k: int = 2) -> list:
@@ -152,4 +155,4 @@ def test_parse_accepts_bare_documents_and_rejects_missing_contents() -> None:
 def test_own_table_is_checked() -> None:
     text = '[search]\nprovider = "search_r1"\n[search.search_r1]\nbatch_windo_ms = 3\n'
     with pytest.raises(ConfigError, match="did you mean 'batch_window_ms'"):
-        SearchR1Retriever(parse_config(text, source="t.toml", env={}))
+        SearchR1Retriever(parse_config(text, source="t.toml", env={}, registry=load_registry()))

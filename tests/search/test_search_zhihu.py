@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.kit.search.http_provider import ERR_DOWN, ERR_QUOTA
 from searchr1.plugins.zhihu_search import ZhihuSearch
 
@@ -28,7 +29,12 @@ def make_provider(base_url: str, keys: list[str] = KEYS, zhihu: str = "", **sear
         '[search]\nprovider = "zhihu"\napi_keys = "${ZHIHU_SEARCH_KEYS}"\n'
         f'api_base = "{base_url}"\n{lines}[search.zhihu]\n{zhihu}\n'
     )
-    config = parse_config(text, source="test.toml", env={"ZHIHU_SEARCH_KEYS": ",".join(keys)})
+    config = parse_config(
+        text,
+        source="test.toml",
+        env={"ZHIHU_SEARCH_KEYS": ",".join(keys)},
+        registry=load_registry(),
+    )
     return ZhihuSearch(config, backoff_base_s=0.01)
 
 
@@ -440,7 +446,7 @@ def test_config_requires_keys_and_checks_its_table(fake) -> None:
     text = (
         f'[search]\nprovider = "zhihu"\napi_base = "{base_url}"\n[search.zhihu]\nsearch_db = "x"\n'
     )
-    config = parse_config(text, source="t.toml", env={})
+    config = parse_config(text, source="t.toml", env={}, registry=load_registry())
     with pytest.raises(ConfigError) as err:
         ZhihuSearch(config)
     assert "search.api_keys is empty" in str(err.value)
@@ -448,7 +454,9 @@ def test_config_requires_keys_and_checks_its_table(fake) -> None:
 
 
 def test_default_api_base_is_zhihu() -> None:
-    config = parse_config('[search]\napi_keys = "k-123456"\n', source="t.toml", env={})
+    config = parse_config(
+        '[search]\napi_keys = "k-123456"\n', source="t.toml", env={}, registry=load_registry()
+    )
     assert ZhihuSearch(config).api_base == "https://developer.zhihu.com"
 
 

@@ -62,7 +62,7 @@ def write_user_data(folder: Path) -> dict[str, Path]:
 
 
 def _search_config(files: dict[str, Path], protocol: str) -> object:
-    config = load_config(None)
+    config = load_config(None, registry=load_registry())
     config = config.replace(
         rollout={"protocol": protocol, "max_trajectory_tokens": 2048, "max_observation_tokens": 96},
         model={"max_new_tokens": 96},
@@ -240,7 +240,7 @@ def test_removed_keys_are_named_with_what_to_write_instead(tmp_path: Path) -> No
         text.replace("[train]\n", '[train]\nstages = ["cold_start"]\nmonitors = []\n')
     )
     with pytest.raises(ConfigError) as info:
-        load_config(config)
+        load_config(config, registry=load_registry())
     said = "\n".join(info.value.problems)
     assert (
         "unknown section 'cold_start' (no longer read: its settings are [train.cold_start]'s"

@@ -80,7 +80,7 @@ class Stalls:
         print("saving", flush=True)
         time.sleep(300)
 
-save_checkpoint(Path(sys.argv[1]), 3, Stalls(), load_config(sys.argv[2]), {})
+save_checkpoint(Path(sys.argv[1]), 3, Stalls(), load_config(sys.argv[2], registry=load_registry()), {})
 """
 
 

@@ -17,7 +17,7 @@ HELDOUT = "builtin:world/heldout.jsonl"
 
 def _best_of(evals: list[dict]) -> tuple[int, float]:
     """The earliest step with the highest held-out EM among the periodic evals."""
-    periodic = sorted((e["step"], e["value"]) for e in evals if e["when"].startswith("step_"))
+    periodic = sorted((e["step"], e["em"]) for e in evals if e["when"].startswith("step_"))
     best = max(value for _, value in periodic)
     return next(step for step, value in periodic if value == best), best
 
@@ -55,7 +55,7 @@ def test_periodic_eval_keeps_the_best_checkpoint_and_kl_starts_at_zero(
     assert "eval/heldout_em" not in metrics[1]
     for e in evals[1:]:
         m = metrics[e["step"]]
-        assert m["eval/heldout_em"] == e["value"]
+        assert m["eval/heldout_em"] == e["em"]
         assert m["eval/heldout_em/world_2hop"] == e["em/world_2hop"]
 
     # KL: the first step scores the start policy itself; the update moves the adapter away

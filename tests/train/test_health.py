@@ -15,6 +15,7 @@ from searchr1.core.health import (
     policy_metrics,
     repeated_ngram_rate,
 )
+from searchr1.core.plugins import load_registry
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.types import RewardResult, Trajectory, Turn
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
@@ -29,7 +30,8 @@ def _traj(
     prompt: int = 3,
     format_ok: bool = True,
 ) -> Trajectory:
-    """``format_ok``: its one turn answers in the tags format, else it writes two answers."""
+    """``format_ok``: its one turn answers in the tags format, else it writes two answers
+    (the verdict recorded as the rollout records it, by the tags protocol's rule)."""
     lps = logprobs if logprobs is not None else [-1.0] * len(sampled)
     text = "<answer>a</answer>" if format_ok else "<answer>a</answer><answer>b</answer>"
     return Trajectory(
@@ -47,6 +49,7 @@ def _traj(
         search_calls=searches,
         search_errors=0,
         data_source=source,
+        format_ok=TagsProtocol.answered_in_format([text], "a"),
     )
 
 
@@ -55,7 +58,7 @@ def _reward(format_ok: bool) -> RewardResult:
 
 
 def _monitor(settings: HealthSettings) -> HealthMonitor:
-    return HealthMonitor(settings, TagsProtocol)
+    return HealthMonitor(settings)
 
 
 def test_repeated_ngrams_count_only_repeats_within_the_sequence() -> None:
@@ -73,7 +76,6 @@ def test_policy_metrics_of_a_step() -> None:
             _traj(fresh, [-1.5] * 16, searches=1, source="world_1hop", format_ok=False),
             _traj(fresh[:8], [-1.0] * 8, searches=3, source="world_2hop"),
         ],
-        protocol=TagsProtocol,
     )
     assert metrics["health/response_tokens"] == pytest.approx(40 / 3)  # prompts not counted
     assert metrics["health/repeat_ngram_rate"] == pytest.approx(9 / (13 + 13 + 5))
@@ -81,8 +83,8 @@ def test_policy_metrics_of_a_step() -> None:
     assert metrics["health/format_rate"] == pytest.approx(2 / 3)
     assert metrics["health/searches/world_2hop"] == 2.5
     assert metrics["health/searches/world_1hop"] == 1.0
-    # The format rate is the protocol's rule, whatever the reward reports; no protocol, none.
-    assert "health/format_rate" not in policy_metrics([_traj(fresh)])
+    # The format rate is the rollout's recorded verdict (the protocol's rule), whatever the
+    # reward reports.
 
 
 def test_mean_negative_log_prob_of_samples_estimates_the_entropy() -> None:
@@ -162,7 +164,7 @@ def test_a_checkpoint_state_with_health_under_its_name_resumes_the_health_checks
         "data": {},
         "health": {"length_baseline": [12.0], "ema": {"health/entropy": 1.5}},
     }
-    health = Health.for_config(parse_config("", source="t.toml", env={}))
+    health = Health.for_config(parse_config("", source="t.toml", env={}, registry=load_registry()))
     health.load_state(saved)
     state = health.state()
     assert state["health"]["length_baseline"] == [12.0]

@@ -75,7 +75,6 @@ class TestSinks:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[Recorder]]:
     """One real 2-step run of the tiny model with TensorBoard, a recording sink, a sink that
     always raises and one that cannot connect; the config holds two canary secrets."""
-    from searchr1.core import plugins
 
     tmp = tmp_path_factory.mktemp("sinks")
     config = make_config(
@@ -89,12 +88,13 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[R
     )
     (tmp / "config.toml").write_text(config)
     mp = pytest.MonkeyPatch()
-    real = load_registry
-    mp.setattr(plugins, "load_registry", lambda extra=(): real([TestSinks(), *extra]))
     mp.setenv("RECORDER_TOKEN", CANARY_ENV)
     Recorder.instances.clear()
     try:
-        rc = cli.main(["train", "--config", str(tmp / "config.toml"), "--run-dir", str(tmp / "r")])
+        rc = cli.main(
+            ["train", "--config", str(tmp / "config.toml"), "--run-dir", str(tmp / "r")],
+            registry=load_registry([TestSinks()]),
+        )
     finally:
         mp.undo()
     return tmp / "r", rc, list(Recorder.instances)
@@ -182,13 +182,18 @@ def test_unknown_sink_name_suggests_the_right_one(tmp_path: Path, config_file, r
 )
 def test_log_section_is_validated(text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(problem)):
-        parse_config(text, source="c.toml", env={})
+        parse_config(text, source="c.toml", env={}, registry=load_registry())
 
 
 def test_sinks_may_come_from_one_variable() -> None:
-    cfg = parse_config('[log]\nsinks = "${SINKS}"\n', source="c.toml", env={"SINKS": "a, b"})
+    cfg = parse_config(
+        '[log]\nsinks = "${SINKS}"\n',
+        source="c.toml",
+        env={"SINKS": "a, b"},
+        registry=load_registry(),
+    )
     assert cfg.log.sinks == ("a", "b")
-    assert parse_config("", source="c.toml", env={}).log.sinks == ()
+    assert parse_config("", source="c.toml", env={}, registry=load_registry()).log.sinks == ()
 
 
 @pytest.mark.parametrize(
@@ -203,21 +208,28 @@ def test_missing_package_names_the_install(
     sink: str, module: str, install: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # what `import` sees when it is absent
-    cfg = parse_config(f'[log]\nsinks = ["{sink}"]\n', source="c.toml", env={})
+    cfg = parse_config(
+        f'[log]\nsinks = ["{sink}"]\n', source="c.toml", env={}, registry=load_registry()
+    )
     with pytest.raises(UserError, match=re.escape(f"pip install '{install}'")):
         open_sinks(cfg, load_registry(), tmp_path)
 
 
 def test_bad_sink_table_stops_at_start(tmp_path: Path) -> None:
     cfg = parse_config(
-        '[log]\nsinks = ["tensorboard"]\n[log.tensorboard]\ndri = "x"\n', source="c.toml", env={}
+        '[log]\nsinks = ["tensorboard"]\n[log.tensorboard]\ndri = "x"\n',
+        source="c.toml",
+        env={},
+        registry=load_registry(),
     )
     with pytest.raises(ConfigError, match="did you mean 'dir'"):
         open_sinks(cfg, load_registry(), tmp_path)
 
 
 def test_unknown_sink_name_is_a_plugin_error(tmp_path: Path) -> None:
-    cfg = parse_config('[log]\nsinks = ["wandbb"]\n', source="c.toml", env={})
+    cfg = parse_config(
+        '[log]\nsinks = ["wandbb"]\n', source="c.toml", env={}, registry=load_registry()
+    )
     with pytest.raises(PluginError, match="did you mean 'wandb'"):
         open_sinks(cfg, load_registry(), tmp_path)
 
@@ -233,7 +245,9 @@ def test_tensorboard_keeps_one_point_per_step_after_a_resume(tmp_path: Path) -> 
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cfg = parse_config('[log]\nsinks = ["tensorboard"]\n', source="c.toml", env={})
+    cfg = parse_config(
+        '[log]\nsinks = ["tensorboard"]\n', source="c.toml", env={}, registry=load_registry()
+    )
     first = open_sinks(cfg, load_registry(), tmp_path / "run")
     for step in (1, 2, 3, 4):
         first.scalars(step, {"reward/mean": 0.1 * step})

@@ -37,6 +37,7 @@ def _run(sink: str, tmp_path: Path, table: str) -> Path:
         f'[model]\napi_key = "{CANARY}"\n[log]\nsinks = ["{sink}"]\n{table}',
         source="c.toml",
         env={},
+        registry=load_registry(),
     )
     run_dir = tmp_path / "train-test"
     setup_logging(
@@ -136,7 +137,10 @@ def test_wandb_online_without_a_key_stops_at_start_instead_of_prompting(
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
     wandb.teardown()  # forget settings an earlier (offline) test set up in this process
     cfg = parse_config(
-        '[log]\nsinks = ["wandb"]\n[log.wandb]\nmode = "online"\n', source="c.toml", env={}
+        '[log]\nsinks = ["wandb"]\n[log.wandb]\nmode = "online"\n',
+        source="c.toml",
+        env={},
+        registry=load_registry(),
     )
     with pytest.raises(UserError, match=r"no API key here: set WANDB_API_KEY.*mode = \"offline\""):
         open_sinks(cfg, load_registry(), tmp_path / "run")
@@ -151,7 +155,10 @@ def test_swanlab_online_without_a_key_stops_at_start_instead_of_prompting(
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no saved SwanLab login
     cfg = parse_config(
-        '[log]\nsinks = ["swanlab"]\n[log.swanlab]\nmode = "online"\n', source="c.toml", env={}
+        '[log]\nsinks = ["swanlab"]\n[log.swanlab]\nmode = "online"\n',
+        source="c.toml",
+        env={},
+        registry=load_registry(),
     )
     with pytest.raises(UserError, match=r"not logged in.*SWANLAB_API_KEY.*mode = \"offline\""):
         open_sinks(cfg, load_registry(), tmp_path / "run")

@@ -20,6 +20,7 @@ from cli_run import Result, make_config, read_events
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
+from searchr1.core.plugins import load_registry
 from searchr1.core.question_stream import QuestionStream
 
 
@@ -62,7 +63,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _checkpoint(project: Path, run_dir: Path, step: int, data: str = "a.jsonl") -> Path:
-    config = load_config(project / "config.toml").replace(data={"train": data})
+    config = load_config(project / "config.toml", registry=load_registry()).replace(
+        data={"train": data}
+    )
     stream = QuestionStream(load_questions(data).questions, seed=1)
     stream.next_batch(step)
     return save_checkpoint(run_dir, step, _StateWriter(), config, {"data": stream.state()})  # type: ignore[arg-type]

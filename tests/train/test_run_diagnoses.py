@@ -12,6 +12,8 @@ import pytest
 from arch_models import build_family
 from cli_run import read_events, write_config
 
+from searchr1.core.plugins import load_registry
+
 
 @pytest.mark.parametrize("kl", [False, True], ids=["policy-only", "kl-term"])
 def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
@@ -141,7 +143,8 @@ def test_the_model_load_logs_which_layer_types_lora_covers(
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
     config = load_config(
-        str(_offline_with(tmp_path, **{'"builtin:tiny"': f'"{qwen3_5_folder}"'}))
+        str(_offline_with(tmp_path, **{'"builtin:tiny"': f'"{qwen3_5_folder}"'})),
+        registry=load_registry(),
     ).replace(lora={"target_modules": ("q_proj", "k_proj", "v_proj", "o_proj")})
     setup_logging("r", tmp_path / "events.jsonl")
     LocalModelProvider.from_config(config).close()

@@ -11,7 +11,7 @@ import pytest
 
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
-from searchr1.core.evaluation import evaluate_async
+from searchr1.core.evaluation import evaluate
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.scripted import UNKNOWN
@@ -26,7 +26,7 @@ def _ceiling(config_text: str | None, tmp_path: Path) -> dict:
     if config_text is not None:
         path = tmp_path / "config.toml"
         path.write_text(config_text)
-    config = load_config(str(path) if path else None)
+    config = load_config(str(path) if path else None, registry=load_registry())
     registry = load_registry()
     tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
     protocol = make_protocol(config, tokenizer, load_registry())
@@ -38,7 +38,7 @@ def _ceiling(config_text: str | None, tmp_path: Path) -> dict:
 
     async def run():
         try:
-            return await evaluate_async(agent, search, protocol, reward, questions, config)
+            return await evaluate(agent, search, protocol, reward, questions, config)
         finally:
             await search.aclose()
 
@@ -77,8 +77,8 @@ def test_ideal_agent_is_only_for_the_offline_world_with_tags(tmp_path: Path) -> 
     # Which files it plays is the asset cache's choice (builtin:world/... only, see
     # test_plugins.py::test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set).
     tags, tool_calls = SimpleNamespace(name="tags"), SimpleNamespace(name="tool_calls")
-    assert ideal_agent_for(load_config(None), None, tool_calls) is None
-    agent = ideal_agent_for(load_config(None), None, tags)
+    assert ideal_agent_for(load_config(None, registry=load_registry()), None, tool_calls) is None
+    agent = ideal_agent_for(load_config(None, registry=load_registry()), None, tags)
     assert agent is not None
     with pytest.raises(ValueError, match="not in the offline world"):
         agent.next_turn("Question: who wrote Hamlet?")

@@ -52,7 +52,7 @@ def config(world_dir: Path):
     )
     path = world_dir / "offline.toml"
     path.write_text(text)
-    return load_config(path, env={})
+    return load_config(path, env={}, registry=load_registry())
 
 
 def test_same_seed_same_files_other_seed_other_world(world: World, world_dir: Path, tmp_path):
@@ -259,7 +259,7 @@ def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_
 def test_example_config_equals_the_embedded_default():
     example = (ROOT / "examples" / "offline.toml").read_text("utf-8")
     assert example == default_config_text()
-    cfg = load_config(ROOT / "examples" / "offline.toml", env={})
+    cfg = load_config(ROOT / "examples" / "offline.toml", env={}, registry=load_registry())
     assert cfg.model.base_model == "builtin:tiny"
     assert cfg.search.provider == "local"
     assert cfg.plugin_table("search", "local")["corpus"] == "builtin:world/corpus.jsonl"

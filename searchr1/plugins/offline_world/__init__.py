@@ -19,7 +19,7 @@ Modules, in the order a build uses them:
 - ``assets``: each asset's version and builder (what ends up in the cache folder);
 - ``generate``: the world of fictional entities, its corpus and question sets;
 - ``tiny_model``: tokenizer and Qwen3 model builders (also used by tests and benchmarks);
-- ``ideal_agent``: the world's ceiling (``python -m searchr1.plugins.offline_world.ideal_agent``).
+- ``ideal_agent``: the world's ceiling (``python scripts/ideal_agent.py`` evaluates it alone).
 
 ``warm_start/`` holds the shipped weights of ``builtin:tiny``; ``scripts/build_warm_start.py``
 (not part of the package) is the recipe that made them.

@@ -15,19 +15,16 @@ So its EM is the share of held-out questions that the configured search (``top_k
 BM25 index, the observation budget, the search budget) makes answerable: the distance from
 the trained policy to it is what learning can still gain; what it misses no policy can get.
 
-It runs through :func:`searchr1.core.evaluation.evaluate_async` with the run's search provider,
+It runs through :func:`searchr1.core.evaluation.evaluate` with the run's search provider,
 agent protocol, reward and sampling settings, so its numbers are computed exactly like the
 policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
 offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
 ``when = "ceiling"``);
-``python -m searchr1.plugins.offline_world.ideal_agent [--config F] [--limit N]`` runs it alone.
+``python scripts/ideal_agent.py [--config F] [--limit N]`` runs it alone.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
@@ -72,45 +69,3 @@ def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | 
 
     world = generate_world(WORLD_SEED)
     return IdealAgent(tokenizer, protocol, [*world.train, *world.heldout])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Evaluate the ideal agent on the configured held-out set and print the eval table."""
-    from searchr1.core.config import load_config
-    from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import evaluate_async, format_table
-    from searchr1.core.plugins import load_registry
-    from searchr1.core.runs import Run
-
-    parser = argparse.ArgumentParser(prog="python -m searchr1.plugins.offline_world.ideal_agent")
-    parser.add_argument("--config", help="default: the embedded offline demo config")
-    parser.add_argument("--limit", type=int, default=0, help="first N questions only")
-    args = parser.parse_args(argv)
-    registry = load_registry()
-    config = load_config(args.config, registry=registry)
-    run = Run(config, registry).start()
-    agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
-    run.close()  # the agent plays through the model's tokenizer and protocol only
-    if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
-        parser.error(
-            f"data.eval = {config.data.eval!r} and rollout.protocol = "
-            f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
-        )
-    questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
-    if args.limit:
-        questions = questions[: args.limit]
-
-    async def evaluate() -> Any:
-        try:
-            return await evaluate_async(
-                agent, run.search, run.protocol, run.reward, questions, config, label="ideal-agent"
-            )
-        finally:
-            await run.search.aclose()
-
-    print(format_table(asyncio.run(evaluate())))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""Evaluate the offline world's ideal agent (its ceiling,
+:mod:`searchr1.plugins.offline_world.ideal_agent`) on the configured held-out set and print
+the eval table: ``python scripts/ideal_agent.py [--config F] [--limit N]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from searchr1.core.config import load_config
+    from searchr1.core.data import load_questions
+    from searchr1.core.evaluation import evaluate_run, format_table
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.runs import Run
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
+
+    parser = argparse.ArgumentParser(prog="python scripts/ideal_agent.py")
+    parser.add_argument("--config", help="default: the embedded offline demo config")
+    parser.add_argument("--limit", type=int, default=0, help="first N questions only")
+    args = parser.parse_args(argv)
+    registry = load_registry()
+    config = load_config(args.config, registry=registry)
+    run = Run(config, registry).start()
+    agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
+    run.close()  # the agent plays through the model's tokenizer and protocol only
+    if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
+        parser.error(
+            f"data.eval = {config.data.eval!r} and rollout.protocol = "
+            f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
+        )
+    questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
+    if args.limit:
+        questions = questions[: args.limit]
+
+    async def evaluate() -> object:
+        try:
+            return await evaluate_run(run, questions, sampler=agent, label="ideal-agent")
+        finally:
+            await run.search.aclose()
+
+    print(format_table(asyncio.run(evaluate())))  # type: ignore[arg-type]
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
