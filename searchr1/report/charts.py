@@ -33,7 +33,11 @@ CHARTS: tuple[ChartSpec, ...] = (
     ),
     ChartSpec("degenerate", "Degenerate group rate", ("degenerate_group_rate",)),
     ChartSpec("searches", "Searches per trajectory", ("searches_per_trajectory",)),
-    ChartSpec("tokens", "Tokens sampled", ("tokens/sampled",)),
+    ChartSpec(
+        "tokens",
+        "Tokens per trajectory (all / sampled)",
+        ("tokens/trajectory_mean", "health/response_tokens"),
+    ),
     ChartSpec("step_time", "Step time (s)", ("time/step",)),
 )
 
