@@ -5,7 +5,7 @@
 
 Reads ``events.jsonl`` and prints: the number of ``metrics`` events (steps), the number of
 distinct keys over them (the event's bookkeeping fields ``event``, ``run_id``, ``level``,
-``timestamp`` not counted; ``step`` counted), the most keys of one event, the mean bytes of a
+``timestamp`` and its ``step`` not counted, as issue 48 counts), the most keys of one event, the mean bytes of a
 ``metrics`` line, and the keys whose value is the same on every step: those constant at 0
 first (issue 48's check: none), then the other constants. A key present on only some steps
 (a sparse diagnostic) counts as constant only if every value it has is the same.
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-BOOKKEEPING = frozenset({"event", "run_id", "level", "timestamp", "logger"})
+BOOKKEEPING = frozenset({"event", "run_id", "level", "timestamp", "logger", "step"})
 
 
 def summarize(run_dir: Path) -> dict[str, object]:
@@ -33,7 +33,7 @@ def summarize(run_dir: Path) -> dict[str, object]:
         for key, value in event.items():
             if key not in BOOKKEEPING:
                 values.setdefault(key, set()).add(value)
-    constant = {k: next(iter(v)) for k, v in values.items() if len(v) == 1 and k != "step"}
+    constant = {k: next(iter(v)) for k, v in values.items() if len(v) == 1}
     zero = sorted(k for k, v in constant.items() if v == 0)
     return {
         "steps": len(events),
