@@ -223,7 +223,8 @@ def record(
             timing["staleness/max"],
         )
     )
-    values = {**step_metrics(batch, learned, health_metrics, timing), **(extra or {})}
+    kl = run.loss is not None and kl_coef(run.loss) > 0
+    values = {**step_metrics(batch, learned, health_metrics, timing, kl=kl), **(extra or {})}
     if run.world.size > 1:
         values["world_size"] = float(run.world.size)
     modes = ("pipelined",) if cfg.train.max_staleness > 0 else ()
@@ -262,15 +263,17 @@ def step_metrics(
     learned: Learned,
     health_metrics: Mapping[str, float],
     timing: Mapping[str, float],
+    *,
+    kl: bool = False,
 ) -> dict[str, Any]:
     """Every number of the step, once: what the ``metrics`` event and the run totals are
     made of (:func:`~searchr1.core.metric_schema.assemble` sorts them). Rollout metrics come
     from the first draw, an unbiased policy sample: the groups dynamic sampling keeps are
     picked for mixed rewards, so their mean sits mid-range by construction. ``timing``: the
-    window metrics (``staleness/*``, ``pipeline/*``, ``time/step``)."""
+    window metrics (``staleness/*``, ``pipeline/*``, ``time/step``); ``kl``: the loss has a
+    KL term (dynamic sampling then keeps degenerate groups: ``groups`` says how many)."""
     trajectories, rewards = first_draw(batch)
     train_metrics = learned.train_metrics
-    kl = kl_metrics(train_metrics)
     return {
         **rollout_metrics(trajectories, rewards),
         **batch.search_metrics,
@@ -282,7 +285,7 @@ def step_metrics(
         "loss": learned.loss,
         **ratio_metrics(train_metrics),
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
-        **kl,
+        **kl_metrics(train_metrics),
         # without a KL term dynamic sampling keeps exactly questions_per_batch groups
         **({"groups": float(len(batch.groups))} if kl else {}),
         **health_metrics,
