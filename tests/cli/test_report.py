@@ -189,6 +189,13 @@ def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
     html = build_report(make_run(tmp_path / "run", with_tokens=False), pngs=False).html.read_text()
     assert '<figure class="chart empty" id="chart-tokens">' in html
     assert "tokens/trajectory_mean, health/response_tokens not logged" in html
+    # a sparse diagnostic without a point was 0 on every step, which the chart says
+    quiet = make_run(tmp_path / "quiet")
+    events = quiet / "events.jsonl"
+    text = events.read_text().replace('"search/error_rate": ', '"search/error_rate_": ')
+    events.write_text(text)  # the key renamed away: no step logged it
+    page = build_report(quiet, pngs=False).html.read_text()
+    assert "0 on every step: search/error_rate" in page
 
 
 def test_report_cli(tmp_path: Path, run_cli) -> None:
