@@ -330,7 +330,9 @@ def cli_page() -> str:
 
 
 def metrics_page() -> str:
-    from metric_docs import EVENTS, METRICS
+    from metric_docs import EVENTS, NOT_LOGGED, WATCH
+
+    from searchr1.core.metric_schema import SCHEMA
 
     lines = [
         "# Metrics and events reference",
@@ -342,9 +344,36 @@ def metrics_page() -> str:
         "",
         "## The `metrics` event",
         "",
-        "| key | when | meaning | what to watch |",
-        "| --- | --- | --- | --- |",
-        *(f"| `{k}` | {_cell(w)} | {_cell(m)} | {_cell(a)} |" for k, w, m, a in METRICS),
+        "Each group of keys is reported by one producer and says when it is in the event: a "
+        "per-step curve while its producer is present, a sparse diagnostic only on steps "
+        "where it is not 0, a mode-only group in that mode of the loop; run totals go to "
+        "`train_done`, constants are the config (the metric sinks' hparams). `merge` is how "
+        "the values of several ranks or learner batches become one (`per_call`: weighted by "
+        "the calls; `recomputed`: computed once from the learners' merged sums).",
+        "",
+    ]
+    for group in SCHEMA:
+        lines += [
+            f"### {group.name}",
+            "",
+            f"{group.kind.value}; when: {group.when}; merge: `{group.merge}`",
+            "",
+            "| key | meaning | what to watch |",
+            "| --- | --- | --- |",
+            *(
+                f"| `{m.key}` | {_cell(m.meaning)}"
+                + (f" (merge: `{m.merge}`)" if m.merge else "")
+                + f" | {_cell(WATCH.get(m.key, ''))} |"
+                for m in group.metrics
+            ),
+            "",
+        ]
+    lines += [
+        "### Not logged",
+        "",
+        "| number | where it is |",
+        "| --- | --- |",
+        *(f"| `{k}` | {_cell(w)} |" for k, w in NOT_LOGGED),
         "",
         "## Other events",
         "",

@@ -195,30 +195,6 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
             offset += n
 
 
-def merge_search_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One step's search metrics from every rank's provider: counts and totals summed,
-    rates (``*_rate``, ``results_per_call``) and latency percentiles weighted by ``calls``
-    (a percentile of the merged calls is not recoverable from per-rank ones; the weighted
-    mean is close), ``available`` the minimum."""
-    if len(parts) == 1:
-        return dict(parts[0])
-    calls = [float(p.get("calls", 0.0)) for p in parts]
-    total = sum(calls)
-    out: dict[str, float] = {}
-    for key in {k for p in parts for k in p}:
-        values = [float(p.get(key, 0.0)) for p in parts]
-        if key == "available":
-            out[key] = min(values)
-        elif key.endswith("_rate") or key.startswith("latency_") or key == "results_per_call":
-            if total:
-                out[key] = sum(v * c for v, c in zip(values, calls, strict=True)) / total
-            else:
-                out[key] = values[0]
-        else:
-            out[key] = sum(values)
-    return out
-
-
 def check_supported(
     world: World, *, max_staleness: int, data_parallel: bool | None, provider: str
 ) -> None:

@@ -53,6 +53,8 @@ class Run:
     world: World = field(default_factory=World)
     #: SIGINT/SIGTERM for the command (installed by the CLI command; every phase checks it)
     stop: Stop = field(default_factory=Stop)
+    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s
+    totals: dict[str, float] = field(default_factory=dict)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)

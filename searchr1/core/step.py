@@ -41,10 +41,10 @@ from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.disk import atomic_write
-from searchr1.core.distributed import merge_search_metrics
 from searchr1.core.errors import EnvironmentDown
 from searchr1.core.health import Health, StepRecord
 from searchr1.core.logs import get_logger, log_metrics
+from searchr1.core.metric_schema import assemble, merge
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import reward_metrics, reward_problem, score_all
 from searchr1.core.runs import Run
@@ -53,6 +53,7 @@ from searchr1.core.step_metrics import (
     merge_train_metrics,
     peak_rss_gb,
     prefixed,
+    ratio_metrics,
     rollout_metrics,
 )
 from searchr1.core.types import (
@@ -77,6 +78,7 @@ class Batch:
     first: list[ScoredGroup]
     groups: list[ScoredGroup]
     draws: int
+    #: the search provider's numbers for the step (``search/*``), every rank's merged
     search_metrics: dict[str, float]
     cursor: dict[str, Any]
     policy_version: int
@@ -107,6 +109,7 @@ class Learned:
     """What :func:`learn` did, read by :func:`step_metrics`."""
 
     loss: float
+    #: the learners' sums (``tokens``, ``ratio_sum``, ``mismatch/*``, ...), merged once
     train_metrics: dict[str, float]
     optim: Mapping[str, float]
     micro_batches: int
@@ -122,12 +125,12 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
     t0 = time.perf_counter()
     for attempt in range(cfg.train.guard_max_waits + 1):
         first, groups, owners, draws = await _collect_groups(run, stream, step, policy_version)
-        search_metrics = merge_search_metrics(world.gather(run.search.metrics(reset=True)))
+        search_metrics = merge(world.gather(prefixed("search", run.search.metrics(reset=True))))
         down = world.any(not run.search.available())
         broken = _environment_problem(run, search_metrics, down)
         fix = "search environment (keys, quota, server)"
         judged = [p for p in world.gather(reward_problem(run.reward)) if p]
-        reward_numbers = merge_search_metrics(world.gather(reward_metrics(run.reward, reset=True)))
+        reward_numbers = merge(world.gather(reward_metrics(run.reward, reset=True)))
         if broken is None and judged:
             broken, fix = judged[0], "reward judge ([reward.judge] api_base, model, keys, quota)"
         if broken is None:
@@ -203,7 +206,9 @@ def record(
 ) -> dict[str, Any]:
     """Health checks, the ``metrics`` event (returned; ``extra`` joins it: the periodic
     held-out eval's ``eval/*``), alerts and the trajectory dump; rank 0 alone under torchrun
-    (others return ``{}``)."""
+    (others return ``{}``). The event holds what :func:`~searchr1.core.metric_schema.assemble`
+    keeps of the step's numbers; the run totals it sets apart go to ``run.totals``
+    (``train_done``)."""
     if not run.world.main:
         return {}
     cfg, log = run.config, get_logger()
@@ -218,9 +223,13 @@ def record(
             timing["staleness/max"],
         )
     )
-    metrics = {**step_metrics(batch, learned, health_metrics, timing), **(extra or {})}
+    kl = run.loss is not None and kl_coef(run.loss) > 0
+    values = {**step_metrics(batch, learned, health_metrics, timing, kl=kl), **(extra or {})}
     if run.world.size > 1:
-        metrics["world_size"] = float(run.world.size)
+        values["world_size"] = float(run.world.size)
+    modes = ("pipelined",) if cfg.train.max_staleness > 0 else ()
+    metrics, totals = assemble(values, modes)
+    run.totals.update(totals)
     log_metrics(batch.step, metrics)
     run.sinks.scalars(batch.step, metrics)
     for alert in alerts:
@@ -254,30 +263,31 @@ def step_metrics(
     learned: Learned,
     health_metrics: Mapping[str, float],
     timing: Mapping[str, float],
+    *,
+    kl: bool = False,
 ) -> dict[str, Any]:
-    """The step's ``metrics`` event, every part merged here. Rollout metrics come from the
-    first draw, an unbiased policy sample: the groups dynamic sampling keeps are picked for
-    mixed rewards, so their mean sits mid-range by construction. ``timing``: the window
-    metrics (``staleness/*``, ``pipeline/*``, ``time/step``)."""
+    """Every number of the step, once: what the ``metrics`` event and the run totals are
+    made of (:func:`~searchr1.core.metric_schema.assemble` sorts them). Rollout metrics come
+    from the first draw, an unbiased policy sample: the groups dynamic sampling keeps are
+    picked for mixed rewards, so their mean sits mid-range by construction. ``timing``: the
+    window metrics (``staleness/*``, ``pipeline/*``, ``time/step``); ``kl``: the loss has a
+    KL term (dynamic sampling then keeps degenerate groups: ``groups`` says how many)."""
     trajectories, rewards = first_draw(batch)
     train_metrics = learned.train_metrics
-    tokens = train_metrics.get("tokens", 0.0)
     return {
         **rollout_metrics(trajectories, rewards),
-        **prefixed("search", batch.search_metrics),
+        **batch.search_metrics,
         **batch.reward_metrics,
-        "trajectories": float(len(trajectories)),
         "degenerate_group_rate": sum(g.degenerate for g in batch.first) / len(batch.first),
         "reward/trained_mean": _mean_reward(batch.groups),
-        "groups": float(len(batch.groups)),
         "draws/extra": float(batch.draws),
-        "tokens/trained": tokens,
-        "micro_batches": float(learned.micro_batches),
+        "tokens/trained": train_metrics.get("tokens", 0.0),
         "loss": learned.loss,
-        "ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0,
-        "clip_fraction": train_metrics.get("clipped_tokens", 0.0) / tokens if tokens else 0.0,
+        **ratio_metrics(train_metrics),
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
         **kl_metrics(train_metrics),
+        # without a KL term dynamic sampling keeps exactly questions_per_batch groups
+        **({"groups": float(len(batch.groups))} if kl else {}),
         **health_metrics,
         **{f"optim/{k}": float(v) for k, v in learned.optim.items()},
         "time/rollout": batch.seconds,
@@ -425,8 +435,8 @@ def _environment_problem(run: Run, search_metrics: dict[str, float], down: bool)
     cfg = run.config
     if down:
         return "the search provider is down (every key benched or the service unreachable)"
-    calls = search_metrics.get("calls", 0.0)
-    rate = search_metrics.get("success_rate", 1.0)
+    calls = search_metrics.get("search/calls", 0.0)
+    rate = search_metrics.get("search/success_rate", 1.0)
     if calls > 0 and rate < cfg.search.min_success_rate:
         return (
             f"search success rate {rate:.0%} over {int(calls)} calls is under "

@@ -1,4 +1,5 @@
-"""Per-step metrics of the train loop, as flat ``name -> float`` dicts."""
+"""Per-step metrics of the train loop, as flat ``name -> float`` dicts (what each key means,
+when it is logged and how it merges: :mod:`searchr1.core.metric_schema`)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ END_REASONS = ("answered", "search_limit", "turn_limit", "token_limit", "invalid
 def rollout_metrics(
     trajectories: Sequence[Trajectory], rewards: Sequence[RewardResult]
 ) -> dict[str, float]:
-    """``reward/mean``, ``reward/<component>`` means (over the trajectories reporting it), searches and turns per trajectory,
-    ``end_reason/<reason>`` rates and ``tokens/sampled``."""
+    """``reward/mean``, ``reward/<component>`` means (over the trajectories reporting it),
+    searches per trajectory, ``end_reason/<reason>`` rates and the trajectories' mean length.
+    A trajectory's turns are its searches + 1 and its sampled tokens are
+    ``health/response_tokens``: neither is repeated here."""
     n = len(trajectories)
     if n == 0:
         return {}
@@ -30,11 +33,9 @@ def rollout_metrics(
         )
     out["searches_per_trajectory"] = statistics.fmean(t.search_calls for t in trajectories)
     out["search_rate"] = sum(t.search_calls > 0 for t in trajectories) / n
-    out["turns_per_trajectory"] = statistics.fmean(len(t.turns) for t in trajectories)
     reasons = Counter(t.end_reason for t in trajectories)
     for reason in END_REASONS:
         out[f"end_reason/{reason}"] = reasons.get(reason, 0) / n
-    out["tokens/sampled"] = float(sum(sum(t.generated_mask) for t in trajectories))
     out["tokens/trajectory_mean"] = statistics.fmean(len(t.tokens) for t in trajectories)
     return out
 
@@ -96,8 +97,8 @@ def _merge_scope(parts: Sequence[Mapping[str, float]], scope: str) -> dict[str, 
 def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """One step's ``forward_backward`` metrics as one dict: ``mismatch/*`` by
     :func:`merge_mismatch`, ``*_max`` by max, ``*_min`` by min, the rest (``tokens``,
-    ``ratio_sum``, ...) by sum. ``ratio_mean`` and ``clip_fraction`` are dropped: the loop
-    recomputes them from the sums."""
+    ``ratio_sum``, ...) by sum. Means a learner reports (``ratio_mean``, ``clip_fraction``)
+    are dropped: :func:`ratio_metrics` computes them once from the merged sums."""
     out: dict[str, float] = {}
     for metrics in parts:
         for key, value in metrics.items():
@@ -112,6 +113,27 @@ def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float
                 out[key] = out.get(key, 0.0) + v
     out.update(merge_mismatch(parts))
     return out
+
+
+def ratio_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:
+    """``ratio_mean`` (``ratio_sum / tokens``, 1 when nothing trained) and, for a loss that
+    clips its ratio (its learner sums ``clipped_tokens``), ``clip_fraction``, from a step's
+    merged learner sums."""
+    tokens = train_metrics.get("tokens", 0.0)
+    out = {"ratio_mean": train_metrics.get("ratio_sum", 0.0) / tokens if tokens else 1.0}
+    if "clipped_tokens" in train_metrics:
+        out["clip_fraction"] = train_metrics["clipped_tokens"] / tokens if tokens else 0.0
+    return out
+
+
+def logprob_diff_max(metrics: Mapping[str, float], scope: str = "mismatch") -> float | None:
+    """The largest |learner - sampler| log-prob of a step, from the ratio extremes its
+    ``metrics`` event logs (``<scope>/ratio_min``, ``<scope>/ratio_max``), or None without
+    them."""
+    low, high = metrics.get(f"{scope}/ratio_min"), metrics.get(f"{scope}/ratio_max")
+    if low is None or high is None:
+        return None
+    return max(math.log(high) if high > 0 else math.inf, -math.log(low) if low > 0 else math.inf)
 
 
 def kl_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:

@@ -262,7 +262,8 @@ def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     best = periodic.summary(run.folder) if periodic is not None else {}
     if best:
         log.info("best_checkpoint", **best)
-    log.info("train_done", steps=step, stopped_early=stopped, **health.notices.totals())
+    totals = {**run.totals, **health.notices.totals()}
+    log.info("train_done", steps=step, stopped_early=stopped, **totals)
     close_console()
     if asked is not None:
         raise Interrupted(asked, cut[0] if cut else f"RL step {step} (finished)")

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from searchr1.core.metric_schema import Kind, declared
+
 #: matplotlib's default palette, so the PNGs and the page agree
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 
@@ -33,7 +35,11 @@ CHARTS: tuple[ChartSpec, ...] = (
     ),
     ChartSpec("degenerate", "Degenerate group rate", ("degenerate_group_rate",)),
     ChartSpec("searches", "Searches per trajectory", ("searches_per_trajectory",)),
-    ChartSpec("tokens", "Tokens sampled", ("tokens/sampled",)),
+    ChartSpec(
+        "tokens",
+        "Tokens per trajectory (all / sampled)",
+        ("tokens/trajectory_mean", "health/response_tokens"),
+    ),
     ChartSpec("step_time", "Step time (s)", ("time/step",)),
 )
 
@@ -157,5 +163,23 @@ def svg_chart(spec: ChartSpec, series: Mapping[str, Series]) -> str:
         legend_x += 22 + 7 * len(key)
         del i
     parts.append("</svg>")
-    note = f'<p class="nodata">not logged: {escape(", ".join(missing))}</p>' if missing else ""
+    note = _missing_note(missing)
     return f'<figure class="chart" id="chart-{spec.slug}">{caption}{"".join(parts)}{note}</figure>'
+
+
+def _missing_note(missing: Sequence[str]) -> str:
+    """What a chart says of its keys without a point: a sparse diagnostic is logged only on
+    steps where it is not 0 (:mod:`searchr1.core.metric_schema`), so it was 0 throughout."""
+    if not missing:
+        return ""
+
+    def sparse(key: str) -> bool:
+        found = declared(key)
+        return found is not None and found[0].kind is Kind.SPARSE
+
+    zero = [k for k in missing if sparse(k)]
+    absent = [k for k in missing if not sparse(k)]
+    bits = ([f"not logged: {', '.join(absent)}"] if absent else []) + (
+        [f"0 on every step: {', '.join(zero)}"] if zero else []
+    )
+    return f'<p class="nodata">{escape("; ".join(bits))}</p>'

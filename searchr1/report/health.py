@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from searchr1.core.step_metrics import logprob_diff_max
 from searchr1.report.charts import ChartSpec, svg_chart
 from searchr1.report.runlog import RunLog, is_number
 
@@ -27,7 +28,6 @@ ROWS = (
     ("health/entropy", "entropy of sampled tokens (nats)"),
     ("mismatch/k3", "sampler/learner KL (k3)"),
     ("mismatch/kl_sample_train", "mean sampler - learner log-prob"),
-    ("mismatch/logprob_diff_max", "max |sampler - learner| log-prob"),
     ("mismatch/ratio_min", "smallest importance ratio"),
     ("mismatch/ratio_max", "largest importance ratio"),
 )
@@ -98,6 +98,20 @@ def _untrained_line(log: RunLog) -> str:
     )
 
 
+def _diff_max_series(log: RunLog) -> list[tuple[float, float]]:
+    """The largest |sampler - learner| log-prob per step: logged by older runs, else from the
+    ratio extremes the step logs (:func:`~searchr1.core.step_metrics.logprob_diff_max`)."""
+    if log.series.get("mismatch/logprob_diff_max"):
+        return log.series["mismatch/logprob_diff_max"]
+    highs = dict(log.series.get("mismatch/ratio_max", ()))
+    points = []
+    for step, low in log.series.get("mismatch/ratio_min", ()):
+        if step in highs:
+            value = logprob_diff_max({"mismatch/ratio_min": low, "mismatch/ratio_max": highs[step]})
+            points.append((step, value))
+    return points
+
+
 def health_html(log: RunLog) -> str:
     """The whole health section (without its heading)."""
     alerts = log.alerts
@@ -117,6 +131,9 @@ def health_html(log: RunLog) -> str:
         for k in keys
         if log.series.get(k)
     )
+    diff = _diff_max_series(log)
+    if diff:
+        rows += _row("max |sampler - learner| log-prob", "mismatch/logprob_diff_max", diff)
     if rows:
         table = (
             '<div class="scroll"><table id="health-table"><thead><tr><th class="text">signal'

@@ -86,7 +86,7 @@ def make_run(run_dir: Path, *, with_tokens: bool = True, with_health: bool = Fal
             "loss": -0.01 * step,
         }
         if with_tokens:
-            m["tokens/sampled"] = 1000 + 50 * step
+            m["tokens/trajectory_mean"] = 100 + 5 * step
         if with_health:
             m |= {
                 "health/entropy": 1.2 if step < 9 else 0.2,
@@ -178,6 +178,7 @@ def test_health_section_opens_the_page(tmp_path: Path) -> None:
     # first step, last step, min, max of the entropy
     assert "<td>1.2</td><td>0.2</td><td>0.2</td><td>1.2</td>" in table
     assert "world_2hop" in table and "mismatch/ratio_max" in table
+    assert "mismatch/logprob_diff_max" in table  # from the ratio extremes
     assert 'id="chart-health-entropy"' in top
     # The plain run (older versions) says there is nothing, instead of an empty table.
     plain = build_report(make_run(tmp_path / "old"), pngs=False).html.read_text()
@@ -187,7 +188,14 @@ def test_health_section_opens_the_page(tmp_path: Path) -> None:
 def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
     html = build_report(make_run(tmp_path / "run", with_tokens=False), pngs=False).html.read_text()
     assert '<figure class="chart empty" id="chart-tokens">' in html
-    assert "tokens/sampled not logged" in html
+    assert "tokens/trajectory_mean, health/response_tokens not logged" in html
+    # a sparse diagnostic without a point was 0 on every step, which the chart says
+    quiet = make_run(tmp_path / "quiet")
+    events = quiet / "events.jsonl"
+    text = events.read_text().replace('"search/error_rate": ', '"search/error_rate_": ')
+    events.write_text(text)  # the key renamed away: no step logged it
+    page = build_report(quiet, pngs=False).html.read_text()
+    assert "0 on every step: search/error_rate" in page
 
 
 def test_report_cli(tmp_path: Path, run_cli) -> None:
@@ -269,7 +277,7 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         "search/error_rate",
         "degenerate_group_rate",
         "searches_per_trajectory",
-        "tokens/sampled",
+        "tokens/trajectory_mean",
         "time/step",
     ):
         assert drawn.get(key, 0) > 50, (key, drawn)
@@ -333,10 +341,9 @@ def test_report_of_a_real_training_run(tmp_path: Path) -> None:
         "reward/format",
         "reward/correct",
         "search/success_rate",
-        "search/error_rate",
         "degenerate_group_rate",
         "searches_per_trajectory",
-        "tokens/sampled",
+        "tokens/trajectory_mean",
         "time/step",
         "health/entropy",
         "health/response_tokens",

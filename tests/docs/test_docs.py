@@ -10,7 +10,9 @@ from pathlib import Path
 
 import gen_docs
 import pytest
-from metric_docs import undocumented
+from metric_docs import WATCH, undocumented
+
+from searchr1.core.metric_schema import SCHEMA, declared
 
 ROOT = Path(__file__).resolve().parents[2]
 #: every config a user copies: config.toml.example and examples/
@@ -94,3 +96,11 @@ def test_every_example_passes_config_check(
     assert result.out.startswith(f"# {example}: OK"), result.out.splitlines()[0]
     for line in result.err.splitlines():  # the only complaint allowed: data not there yet
         assert "data/nq_hotpotqa/" in line and "file not found" in line, line
+
+
+def test_what_to_watch_names_declared_keys_and_the_page_lists_every_key() -> None:
+    """``scripts/metric_docs.py``'s hints name keys of the schema, and the generated page has a
+    row for each key the schema declares."""
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    assert [k for k in WATCH if declared(k) is None] == []
+    assert [m.key for g in SCHEMA for m in g.metrics if f"| `{m.key}` |" not in page] == []

@@ -92,9 +92,12 @@ def test_percentile_and_rates() -> None:
     assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
     m = SearchMetrics(calls=10, invalid_queries=2, errors=2, attempts=10, http_429=3, results=12)
-    snap = m.snapshot()
+    snap = m.snapshot(http=True)
     assert snap["success_rate"] == 0.75 and snap["error_rate"] == 0.25
     assert snap["429_rate"] == 0.3 and snap["results_per_call"] == 2.0
+    # a provider that sends no HTTP request and bills nothing reports neither group
+    assert not {"429_rate", "attempts", "paid_calls", "cache_hits"} & set(m.snapshot())
+    assert {"paid_calls", "cache_hits", "disk_hits"} <= set(m.snapshot(spend=True))
     m.reset()
     assert m.snapshot()["calls"] == 0 and m.snapshot()["success_rate"] == 1.0
 

@@ -148,13 +148,13 @@ def test_a_kl_term_trains_the_sampled_tokens_of_degenerate_groups(
         metrics = read_events(folder / "run", "metrics")
         assert [m["degenerate_group_rate"] for m in metrics] == [1.0, 1.0]
         model = scripted_plugin.created[-1]
-        trained[kl] = (model, [m["micro_batches"] for m in metrics])
+        trained[kl] = (model, [m.get("groups") for m in metrics])
 
-    model, micro_batches = trained[0.0]
-    assert model.trained == [] and micro_batches == [0.0, 0.0]
-    model, micro_batches = trained[0.1]
+    model, groups = trained[0.0]
+    assert model.trained == [] and groups == [None, None]  # exactly questions_per_batch
+    model, groups = trained[0.1]
     assert len(model.trained) == 2 * 2 * 2  # steps x questions x group_size
-    assert all(m > 0 for m in micro_batches)
+    assert groups == [2.0, 2.0]  # every degenerate group kept
     for datum in model.trained:
         assert set(datum.advantages) == {0.0}
         sampled = [t for t, s in zip(datum.target_tokens, datum.sampled, strict=True) if s]

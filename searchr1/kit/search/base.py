@@ -41,6 +41,9 @@ class BaseSearchProvider(ABC):
 
     #: the name the provider is registered under (used in logs)
     name: str = "search"
+    #: the provider sends HTTP requests: its metrics carry the attempt counters and
+    #: ``available``
+    http: bool = False
 
     def __init__(self, settings: SearchConfig):
         self.settings = settings
@@ -93,19 +96,27 @@ class BaseSearchProvider(ABC):
             return SearchResponse(error="search failed (internal error)")
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
+        """The step's counters (:meth:`SearchMetrics.snapshot`: the HTTP ones when
+        :attr:`http`, the spend and its run totals for a keyed service, one with a
+        :meth:`persistent_scope`), ``available`` when :attr:`http`, and
+        :meth:`_extra_metrics`."""
         m = self._metrics
-        out = m.snapshot()
-        out["available"] = 1.0 if self.available() else 0.0
+        spend = self.persistent_scope() is not None
+        out = m.snapshot(http=self.http, spend=spend)
+        if self.http:
+            out["available"] = 1.0 if self.available() else 0.0
         out.update(self._extra_metrics(reset))
         paid_total = self._paid_total + m.paid_calls
-        out["paid_calls_total"] = float(paid_total)
-        out["disk_hits_total"] = float(self._disk_hits_total + m.disk_hits)
-        price = self.settings.cost_per_call
-        if price > 0:
-            out["cost"] = m.paid_calls * price
-            out["cost_total"] = paid_total * price
+        disk_total = self._disk_hits_total + m.disk_hits
+        if spend:
+            out["paid_calls_total"] = float(paid_total)
+            out["disk_hits_total"] = float(disk_total)
+            price = self.settings.cost_per_call
+            if price > 0:
+                out["cost"] = m.paid_calls * price
+                out["cost_total"] = paid_total * price
         if reset:
-            self._paid_total, self._disk_hits_total = paid_total, int(out["disk_hits_total"])
+            self._paid_total, self._disk_hits_total = paid_total, disk_total
             m.reset()
         return out
 

@@ -123,6 +123,7 @@ class HttpSearchProvider(BaseSearchProvider):
     """Key pool, retries, concurrency limit and a pooled HTTP client for one provider; see
     the module docstring."""
 
+    http = True
     #: used when ``api_base`` is empty
     default_api_base: str = ""
 
@@ -173,10 +174,11 @@ class HttpSearchProvider(BaseSearchProvider):
         await super().aclose()
 
     def _extra_metrics(self, reset: bool) -> dict[str, float]:
-        out = {"keys_available": float(self.keys.available_count())}
         calls = self.keys.take_calls() if reset else list(self.keys.calls)
-        if not self.keys.anonymous:
-            out.update({f"key_calls/{i}": float(n) for i, n in enumerate(calls)})
+        if self.keys.anonymous:
+            return {}
+        out = {"keys_available": float(self.keys.available_count())}
+        out.update({f"key_calls/{i}": float(n) for i, n in enumerate(calls)})
         return out
 
     def persistent_scope(self) -> str | None:

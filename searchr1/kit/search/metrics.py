@@ -5,6 +5,12 @@ records one outcome per ``search`` call; the HTTP layer records one entry per HT
 The train loop calls the provider's ``metrics(reset=True)`` once per step and logs the values
 under ``search/``.
 
+Which counters a provider reports follows the groups of
+:mod:`searchr1.core.metric_schema`: every provider the call counters; a provider that sends
+HTTP requests (``http``) the attempt counters too; a keyed (billed) service (``spend``) the
+spend (paid calls, cache and disk hits, the run's totals). The train loop leaves a failure
+counter out of a step's event while it is 0.
+
 Definitions (a step with no calls reports rates of 0 and a success rate of 1):
 
 * ``calls``: every ``search`` call; ``invalid_queries`` (empty / whitespace / bad ``top_k``)
@@ -50,12 +56,12 @@ class SearchMetrics:
     cache_hits: int = 0
     disk_hits: int = 0
     paid_calls: int = 0
-    key_retries: int = 0
     errors: int = 0
     empty: int = 0
     results: int = 0
     # HTTP attempts (one per request sent, retries and key switches included)
     attempts: int = 0
+    key_retries: int = 0
     retries: int = 0
     http_429: int = 0
     auth_errors: int = 0
@@ -77,8 +83,10 @@ class SearchMetrics:
         for f in fields(self):
             setattr(self, f.name, [] if f.name == "latencies" else 0)
 
-    def snapshot(self) -> dict[str, float]:
-        """Rates and raw counts, named without the ``search/`` prefix."""
+    def snapshot(self, *, http: bool = False, spend: bool = False) -> dict[str, float]:
+        """Rates and raw counts, named without the ``search/`` prefix: the call counters,
+        with ``http`` the HTTP attempts' (``attempts`` .. ``key_retries``), with ``spend``
+        ``paid_calls``, ``cache_hits`` and ``disk_hits``."""
         valid = self.calls - self.invalid_queries
         answered = valid - self.errors
 
@@ -89,15 +97,29 @@ class SearchMetrics:
             "calls": float(self.calls),
             "success_rate": rate(answered, valid) if valid else 1.0,
             "error_rate": rate(self.errors, valid),
-            "429_rate": rate(self.http_429, self.attempts),
-            "timeout_rate": rate(self.timeouts, self.attempts),
             "latency_p50": percentile(self.latencies, 50),
             "latency_p95": percentile(self.latencies, 95),
             "cache_hit_rate": rate(self.cache_hits, valid),
             "results_per_call": rate(self.results, answered),
             "empty_rate": rate(self.empty, valid),
+            "errors": float(self.errors),
+            "invalid_queries": float(self.invalid_queries),
+            "truncated_queries": float(self.truncated_queries),
         }
-        for f in fields(self):
-            if f.name not in ("calls", "latencies", "results", "empty"):
-                out[f.name] = float(getattr(self, f.name))
+        if http:
+            out["429_rate"] = rate(self.http_429, self.attempts)
+            out["timeout_rate"] = rate(self.timeouts, self.attempts)
+            out.update({name: float(getattr(self, name)) for name in _HTTP_COUNTERS})
+        if spend:
+            out.update({name: float(getattr(self, name)) for name in _SPEND_COUNTERS})
         return out
+
+
+#: the counters of HTTP attempts, reported by a provider that sends HTTP requests
+_HTTP_COUNTERS = (
+    "attempts", "key_retries", "retries", "http_429", "auth_errors", "timeouts",
+    "connection_errors", "server_errors", "http_errors", "malformed_responses", "api_errors",
+    "unavailable",
+)  # fmt: skip
+#: what a keyed (billed) service's calls cost and what answered them instead
+_SPEND_COUNTERS = ("paid_calls", "cache_hits", "disk_hits")

@@ -1,0 +1,390 @@
+"""The numbers a training step logs, declared: every key of the ``metrics`` event belongs to
+one :class:`MetricGroup` of :data:`SCHEMA`, which says what kind of number it is, when it is
+emitted and how values of several parts (ranks, learner batches) merge into one.
+
+Kinds (:class:`Kind`):
+
+* ``curve``: a per-step curve, in every step's event while its producer is present (a loss
+  without a KL term reports no ``kl/*``, a search provider that sends no HTTP request no HTTP
+  counters);
+* ``sparse``: a diagnostic that is 0 on a healthy step (errors, rare end reasons, alerts):
+  in the event only on steps where it is not 0;
+* ``mode``: only in one mode of the loop, named by :attr:`MetricGroup.mode` (``pipelined``:
+  ``[train] max_staleness > 0``);
+* ``total``: a running total over the run: not in the ``metrics`` event, its latest value in
+  ``train_done``;
+* ``constant``: the same on every step (the config says it, and the config is the run's
+  hparams): never in the event;
+* ``derived``: a number the producer reports that other keys of the event give exactly (a
+  merge weight, a maximum the extremes give): never in the event.
+
+:func:`assemble` turns one step's numbers into the event and the run totals. A key no group
+declares (a third-party plugin's own number) is passed on unchanged. ``docs/reference/metrics.md``
+is written from this schema (``scripts/gen_docs.py``), and the tests fail on an emitted key it
+does not declare.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+
+class Kind(enum.Enum):
+    CURVE = "per-step curve"
+    SPARSE = "sparse diagnostic (steps where it is not 0)"
+    MODE = "mode-only"
+    TOTAL = "run total (in `train_done`)"
+    CONSTANT = "constant (the config: the run's hparams)"
+    DERIVED = "not logged (another key gives it)"
+
+
+#: how the values of several parts merge: ``per_call`` is the mean weighted by the part's
+#: ``calls`` (the key's own prefix: ``search/calls``); ``recomputed``: the step computes it
+#: once from the merged learner sums (``ratio_mean = ratio_sum / tokens``)
+Merge = Literal["sum", "mean", "min", "max", "last", "per_call", "recomputed"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One key (``<name>`` matches a part that varies) and what it means; ``merge`` overrides
+    its group's rule."""
+
+    key: str
+    meaning: str
+    merge: Merge | None = None
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """Keys that one producer reports together, under one condition."""
+
+    name: str
+    kind: Kind
+    #: when the group is in the event, in words (the docs' "when")
+    when: str
+    merge: Merge
+    metrics: tuple[Metric, ...]
+    #: the loop mode a ``mode`` group needs (``pipelined``), None: its producer's presence
+    mode: str | None = None
+
+
+def _g(
+    name: str,
+    kind: Kind,
+    when: str,
+    merge: Merge,
+    *metrics: tuple[str, str] | Metric,
+    mode: str | None = None,
+) -> MetricGroup:
+    rows = tuple(m if isinstance(m, Metric) else Metric(*m) for m in metrics)
+    return MetricGroup(name, kind, when, merge, rows, mode)
+
+
+CURVE, SPARSE, MODE, TOTAL = Kind.CURVE, Kind.SPARSE, Kind.MODE, Kind.TOTAL
+CONSTANT, DERIVED = Kind.CONSTANT, Kind.DERIVED
+
+#: every group, in the docs' order; a key belongs to the first group with a matching key
+SCHEMA: tuple[MetricGroup, ...] = (
+    _g(
+        "step",
+        CURVE,
+        "every step",
+        "last",
+        ("step", "the RL step (1-based)"),
+        ("world_size", "processes of the torchrun job (only under torchrun); the other numbers count every rank's"),
+    ),
+    _g(
+        "rewards",
+        CURVE,
+        "every step",
+        "mean",
+        ("reward/mean", "mean reward of the first draw (an unbiased sample of the policy)"),
+        ("reward/trained_mean", "mean reward of the groups trained (after dynamic sampling)"),
+        ("reward/judge_vs_em", "with an LLM judge: share of judged trajectories where the judge's verdict agrees with exact match"),
+        Metric("reward/judge_fallbacks", "with an LLM judge: trajectories scored by `[reward.judge] fallback` because the judge gave no verdict", "sum"),
+        ("reward/<component>", "mean of a reward component over the trajectories reporting it: `format` (answered in the format), `correct` (exact match), `f1` (token F1, a metric only), and any shaping term's"),
+        ("degenerate_group_rate", "share of the first draw's groups whose rewards are all equal: no gradient"),
+        Metric("draws/extra", "extra questions dynamic sampling drew to replace degenerate groups", "sum"),
+    ),
+    _g(
+        "behaviour",
+        CURVE,
+        "every step",
+        "mean",
+        ("search_rate", "share of trajectories that searched at least once"),
+        ("searches_per_trajectory", "mean searches per trajectory (a trajectory's assistant turns are its searches + 1)"),
+        ("tokens/trajectory_mean", "mean length of a trajectory, prompt and search results included"),
+    ),
+    _g(
+        "end reasons",
+        SPARSE,
+        "steps where some trajectory ended so",
+        "mean",
+        ("end_reason/<reason>", "share of trajectories that ended `answered`, at the `search_limit`, the `turn_limit`, the `token_limit`, or with an `invalid_action`"),
+    ),
+    _g(
+        "update constants",
+        CONSTANT,
+        "never (the config holds them)",
+        "last",
+        ("optim/lr", "the learning rate: `[optimizer] lr`"),
+        ("optim/step", "the adapter's version: the step plus the cold start's steps"),
+    ),
+    _g(
+        "update",
+        CURVE,
+        "every step (`optim/*`: every step with an update)",
+        "sum",
+        ("tokens/trained", "tokens that entered the loss (non-zero advantage, or a KL term)"),
+        ("loss", "the policy loss summed over micro-batches"),
+        Metric("ratio_mean", "mean importance ratio learner / sampler over trained tokens (the learners' `ratio_sum / tokens`)", "recomputed"),
+        Metric("optim/grad_norm", "the gradient norm of the optimizer step, before clipping", "last"),
+        Metric("optim/<name>", "another number a trainer's optimizer step reports", "last"),
+    ),
+    _g(
+        "clipping",
+        CURVE,
+        "the loss clips its ratio (the learner reports clipped tokens)",
+        "recomputed",
+        ("clip_fraction", "share of trained tokens whose ratio the loss clipped"),
+    ),
+    _g(
+        "kl",
+        CURVE,
+        "`[train.loss] kl_coef > 0`",
+        "recomputed",
+        ("kl/mean", "the KL term's k3 estimate per token it read (policy vs the start policy)"),
+        Metric("kl/max", "the largest per-token k3 of the step", "max"),
+        Metric("groups", "groups trained (a KL term keeps degenerate groups too; without one it is `[rollout] questions_per_batch`)", "sum"),
+    ),
+    _g(
+        "mismatch weights",
+        DERIVED,
+        "never",
+        "sum",
+        ("mismatch/tokens", "trained tokens the mismatch numbers are over (`tokens/trained`)"),
+        Metric("mismatch/logprob_diff_max", "largest |learner - sampler| log-prob: max(ln `ratio_max`, -ln `ratio_min`)", "max"),
+    ),
+    _g(
+        "mismatch",
+        CURVE,
+        "the learner reports log-probs",
+        "mean",
+        ("mismatch/kl_sample_train", "mean sampler log-prob minus learner log-prob over trained tokens"),
+        ("mismatch/k3", "mean k3 KL estimate, sampler vs learner"),
+        Metric("mismatch/ratio_min", "smallest per-token ratio learner / sampler", "min"),
+        Metric("mismatch/ratio_max", "largest per-token ratio", "max"),
+        ("mismatch/server<k>/<name>", "the same numbers for sampling server k of a sampler with several servers (in the order of `api_bases`)"),
+    ),
+    _g(
+        "health",
+        CURVE,
+        "every step",
+        "last",
+        ("health/response_tokens", "sampled tokens per trajectory (x trajectories: the step's sampled tokens)"),
+        ("health/response_growth", "that over its mean across the first `baseline_steps`"),
+        ("health/format_rate", "share of trajectories answered in the protocol's format (the console's `format`)"),
+        ("health/repeat_ngram_rate", "share of sampled n-grams already seen earlier in the same trajectory"),
+        ("health/entropy", "mean -log p of the sampled tokens (an entropy estimate)"),
+        ("health/searches/<data_source>", "searches per question of each data source"),
+    ),
+    _g(
+        "health diagnostics",
+        SPARSE,
+        "steps where it is not 0",
+        "last",
+        ("health/format_drop", "running peak of the format rate's moving average minus its current value"),
+        ("health/alerts", "health alerts this step raised (`health_alert` events)"),
+    ),
+    _g(
+        "search totals",
+        TOTAL,
+        "`train_done`",
+        "sum",
+        ("search/<name>_total", "the run's total of `search/<name>` (`paid_calls`, `disk_hits`, `cost`)"),
+        ("judge/<name>_total", "the run's total of `judge/<name>`"),
+    ),
+    _g(
+        "search",
+        CURVE,
+        "every step",
+        "per_call",
+        Metric("search/calls", "searches asked", "sum"),
+        ("search/success_rate", "share of valid searches that got an answer"),
+        ("search/cache_hit_rate", "share of valid searches answered from memory (this run's, the disk cache's, or a query in flight)"),
+        ("search/empty_rate", "share of valid searches answered with no result"),
+        ("search/results_per_call", "results per answered search"),
+        ("search/latency_p50", "median search latency, seconds (over calls that went to the backend)"),
+        ("search/latency_p95", "95th percentile search latency, seconds"),
+    ),
+    _g(
+        "search failures",
+        SPARSE,
+        "steps where it is not 0",
+        "sum",
+        ("search/errors", "searches that failed"),
+        Metric("search/error_rate", "share of valid searches that failed", "per_call"),
+        ("search/invalid_queries", "empty or unusable queries (not sent, not in the rates)"),
+        ("search/truncated_queries", "queries cut to `[search] max_query_chars`"),
+    ),
+    _g(
+        "search over HTTP",
+        CURVE,
+        "a search provider that sends HTTP requests",
+        "sum",
+        ("search/attempts", "HTTP requests sent (retries and key switches included)"),
+        Metric("search/available", "1 while the provider can serve, 0 when every key is benched (the run stops, exit 3)", "min"),
+    ),
+    _g(
+        "search HTTP failures",
+        SPARSE,
+        "a search provider that sends HTTP requests, steps where it is not 0",
+        "sum",
+        ("search/retries", "requests retried after a timeout, connection error or 5xx"),
+        ("search/http_429", "answers 429 (rate limited)"),
+        Metric("search/429_rate", "share of attempts answered 429", "per_call"),
+        ("search/auth_errors", "answers 401/403 (the key was rejected)"),
+        ("search/timeouts", "attempts that timed out"),
+        Metric("search/timeout_rate", "share of attempts that timed out", "per_call"),
+        ("search/connection_errors", "attempts that could not connect"),
+        ("search/server_errors", "answers 5xx"),
+        ("search/http_errors", "other HTTP error answers"),
+        ("search/malformed_responses", "answers whose body could not be read"),
+        ("search/api_errors", "API errors inside a 200 answer"),
+        ("search/unavailable", "searches refused because every key was benched"),
+        ("search/key_retries", "requests asked again with the next key after an unusable answer"),
+    ),
+    _g(
+        "search spend",
+        CURVE,
+        "a keyed (billed) search service",
+        "sum",
+        ("search/paid_calls", "answers the service sent (what it bills)"),
+        ("search/cache_hits", "searches answered from memory instead"),
+        ("search/disk_hits", "searches answered from the disk cache of earlier runs"),
+        ("search/cost", "`paid_calls` x `[search] cost_per_call` (set)"),
+        ("search/keys_available", "keys not benched"),
+        ("search/key_calls/<i>", "requests sent with key i (by index, never the key)"),
+    ),
+    _g(
+        "judge",
+        CURVE,
+        "a reward with an LLM judge",
+        "sum",
+        ("judge/<name>", "the step's judge spend: `calls`, `cache_hits`, `disk_hits`, `failures`, `unparsed` (replies with no verdict), `tokens_in`, `tokens_out`, `cost` (with `price_in`/`price_out` set)"),
+    ),
+    _g(
+        "held-out eval",
+        CURVE,
+        "`[train] eval_every` steps",
+        "last",
+        ("eval/heldout_em", "held-out exact match of the periodic eval (also its own `eval/heldout_em` event)"),
+        ("eval/heldout_format_rate", "held-out share answered in the format"),
+        ("eval/heldout_search_calls_mean", "held-out searches per question"),
+        ("eval/heldout_em/<source>", "held-out exact match of each data source"),
+    ),
+    _g(
+        "time and memory",
+        CURVE,
+        "every step",
+        "max",
+        ("time/rollout", "seconds of rollouts (sampling + search + reward)"),
+        ("time/train", "seconds of the learner (forward/backward + optimizer step)"),
+        ("time/step", "seconds of the whole step"),
+        ("memory/peak_rss_gb", "this process's peak resident memory so far, GiB"),
+    ),
+    _g(
+        "pipeline",
+        MODE,
+        "pipelined steps (`[train] max_staleness > 0`)",
+        "last",
+        ("staleness/mean", "mean of (policy version trained on - version that sampled) over the step's trajectories"),
+        ("staleness/max", "the largest staleness of the step"),
+        ("pipeline/trainer_idle_frac", "share of the step's window the trainer waited for rollouts"),
+        ("pipeline/sampler_idle_frac", "share of the window the sampler waited"),
+        ("pipeline/overlap_s", "seconds of rollouts that overlapped training"),
+        mode="pipelined",
+    ),
+)  # fmt: skip
+
+
+def _pattern(key: str) -> re.Pattern[str]:
+    parts = re.split(r"<[a-z_]+>", key)
+    return re.compile(".+".join(re.escape(p) for p in parts) + r"\Z")
+
+
+@cache
+def _patterns() -> tuple[tuple[re.Pattern[str], MetricGroup, Metric], ...]:
+    return tuple((_pattern(m.key), g, m) for g in SCHEMA for m in g.metrics)
+
+
+@cache
+def declared(key: str) -> tuple[MetricGroup, Metric] | None:
+    """The group and row that declare ``key``, or None."""
+    for pattern, group, metric in _patterns():
+        if pattern.match(key):
+            return group, metric
+    return None
+
+
+def assemble(
+    values: Mapping[str, float], modes: Iterable[str] = ()
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``(metrics event, run totals)`` of one step's ``values``: constants dropped, sparse
+    diagnostics only when not 0, a ``mode`` group only in one of ``modes``, totals apart."""
+    on = set(modes)
+    event: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    for key, value in values.items():
+        found = declared(key)
+        if found is None:
+            event[key] = value
+            continue
+        group = found[0]
+        if group.kind is Kind.TOTAL:
+            totals[key] = value
+        elif group.kind in (Kind.CONSTANT, Kind.DERIVED):
+            continue
+        elif group.kind is Kind.SPARSE and value == 0:
+            continue
+        elif group.mode is None or group.mode in on:
+            event[key] = value
+    return event, totals
+
+
+def merge(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One dict from several parts' (every rank's search or judge numbers), each key by its
+    declared rule. A key a part lacks counts as 0 there (sparse keys are left out at 0);
+    ``per_call`` weighs each part by its ``<prefix>/calls``."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    out: dict[str, float] = {}
+    for key in sorted({k for p in parts for k in p}):
+        values = [float(p.get(key, 0.0)) for p in parts]
+        found = declared(key)
+        rule = (found[1].merge or found[0].merge) if found else "sum"
+        if rule == "per_call":
+            calls_key = key.rsplit("/", 1)[0] + "/calls" if "/" in key else "calls"
+            calls = [float(p.get(calls_key, 0.0)) for p in parts]
+            total = sum(calls)
+            out[key] = (
+                sum(v * c for v, c in zip(values, calls, strict=True)) / total
+                if total
+                else values[0]
+            )
+        elif rule == "min":
+            out[key] = min(float(p[key]) for p in parts if key in p)
+        elif rule == "max":
+            out[key] = max(float(p[key]) for p in parts if key in p)
+        elif rule == "mean":
+            out[key] = sum(values) / len(values)
+        elif rule == "last":
+            out[key] = float(next(p[key] for p in reversed(parts) if key in p))
+        else:
+            out[key] = sum(values)
+    return out
