@@ -6,6 +6,7 @@ the N processes once with whole copies (the gradients all-reduced) and once with
     python bench/scale.py                  # 1 vs 2 processes (whole, sharded), 6 steps each
     python bench/scale.py --nproc 4 --steps 10 --threads 4
     python bench/scale.py --check-equal    # on a lent GPU: one step's update, three ways
+    python bench/scale.py --sampling       # FSDP2 sampling: gathered whole vs lockstep
 
 ``--check-equal`` (meant for one GPU, nccl; ``--device cpu`` runs the same code with gloo):
 two optimizer steps of the local learner on fixed random datums, float32, TF32 off, first
@@ -22,6 +23,17 @@ N processes can win there is what one process leaves idle (the rollout's Python 
 forwards, one thread's poor scaling); the real gain needs a device per process. s/step is the
 mean ``time/step`` of the steps after the first; tokens/s is sampled tokens (every rank's)
 per second over the same steps. Ends with one JSON line.
+
+``--sampling``: an FSDP2-sharded random Qwen3 model (``--layers``, ``--hidden``; float32)
+sampled by N torchrun ranks calling ``BatchedSampler.generate`` directly, once gathered
+whole (``Sharding.for_sampling``, what the rollout does) and once sharded in lockstep
+(``fsdp.Lockstep``), each in a job of its own. Every rank decodes ``--rows`` sequences of
+``--new-tokens`` (rank ``r``: ``r x 16`` more, so the ranks finish apart) after a
+``--prompt``-token prompt. Per mode: sampled tokens per second (every rank's tokens over
+the slowest rank's seconds), each rank's peak bytes of model weights held while sampling
+(FSDP's shards and gathered units, the whole output head; counted at every decoder layer's
+forward), its peak resident memory over the same moments and before sampling, and the
+lockstep's idle forwards. One JSON line.
 """
 
 from __future__ import annotations
@@ -80,9 +92,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="per process; 0: cores / nproc")
     parser.add_argument("--check-equal", action="store_true", help="see the docstring")
     parser.add_argument("--device", default="cuda", help="--check-equal: cuda or cpu")
+    parser.add_argument("--sampling", action="store_true", help="see the docstring")
+    parser.add_argument("--layers", type=int, default=8, help="--sampling: decoder layers")
+    parser.add_argument("--hidden", type=int, default=512, help="--sampling: hidden size")
+    parser.add_argument("--rows", type=int, default=8, help="--sampling: sequences a rank")
+    parser.add_argument("--prompt", type=int, default=64, help="--sampling: prompt tokens")
+    parser.add_argument("--new-tokens", type=int, default=48, help="--sampling: per row")
+    parser.add_argument("--sampling-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.check_equal:
         print(json.dumps(check_equal(args.device)))
+        return
+    if args.sampling_worker:
+        sampling_worker(*args.sampling_worker, args)
+        return
+    if args.sampling:
+        print(json.dumps(sampling(args)))
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
@@ -99,6 +124,147 @@ def main(argv: list[str] | None = None) -> None:
     result["speedup"] = round(one["s_per_step"] / many["s_per_step"], 2)
     result["speedup_fsdp"] = round(one["s_per_step"] / sharded["s_per_step"], 2)
     print(json.dumps(result))
+
+
+def sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """``--sampling``: gathered vs lockstep FSDP2 sampling, one torchrun job each."""
+    from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = args.threads or max(1, (cores or 1) // args.nproc)
+    result: dict[str, Any] = {"bench": "scale_sampling", "nproc": args.nproc, "cores": cores}
+    result.update(load_avg=os.getloadavg()[0], threads_per_process=threads)
+    result.update(layers=args.layers, hidden=args.hidden, rows=args.rows, prompt=args.prompt)
+    result["new_tokens"] = args.new_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_model(
+            Path(tmp) / "model",
+            BUILTIN_TEXT,
+            hidden_size=args.hidden,
+            num_layers=args.layers,
+            num_heads=8,
+            num_kv_heads=4,
+            intermediate_size=args.hidden * 11 // 4,
+        )
+        # glibc hands large blocks straight back to the system when freed (a fixed mmap
+        # threshold), so resident memory follows what is live, not the loading's high mark
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
+        for mode in ("gather", "lockstep"):
+            out = Path(tmp) / mode
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+            command += ["--nproc-per-node", str(args.nproc), __file__, "--sampling-worker"]
+            command += [str(model), mode, str(out), "--threads", str(threads)]
+            command += ["--rows", str(args.rows), "--prompt", str(args.prompt)]
+            command += ["--new-tokens", str(args.new_tokens)]
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                sys.exit(f"--sampling {mode} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+            ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(args.nproc)]
+            seconds = max(r["seconds"] for r in ranks)
+            result[mode] = {
+                "tokens_per_s": round(sum(r["tokens"] for r in ranks) / seconds, 1),
+                "seconds": round(seconds, 2),
+                "weights_peak_mb": [r["weights_peak_mb"] for r in ranks],
+                "rss_peak_mb": [r["rss_peak_mb"] for r in ranks],
+                "rss_before_mb": [r["rss_before_mb"] for r in ranks],
+                "idle_forwards": [r["idle_forwards"] for r in ranks],
+            }
+    return result
+
+
+def sampling_worker(model_dir: str, mode: str, out: str, args: argparse.Namespace) -> None:
+    """One rank of ``--sampling``'s job: shard, warm up, sample, write ``rank{r}.json``."""
+    import threading
+    import time
+
+    from searchr1.core.config_schema import Config
+    from searchr1.core.distributed import World
+    from searchr1.core.types import SamplingParams
+    from searchr1.plugins.local_model.fsdp import Lockstep, shard_model
+    from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model
+    from searchr1.plugins.local_model.sampler import BatchedSampler
+
+    world = World.from_env()
+    config = Config().replace(model={"base_model": model_dir, "dtype": "float32"})
+    model, tokenizer, device, _ = load_lora_model(config, LocalSettings(threads=args.threads))
+    sharding = shard_model(model, device)
+    layers = sharding.units[:-1]
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page / 2**20
+
+    def held() -> float:
+        """Bytes of weights held now: FSDP's shards and gathered copies, the rest whole."""
+        seen: dict[int, int] = {}
+        for unit in sharding.units:
+            for group in unit._get_fsdp_state()._fsdp_param_groups:
+                for fp in group.fsdp_params:
+                    for t in (fp._sharded_param_data, getattr(fp, "_unsharded_param", None)):
+                        if t is not None:
+                            storage = t.untyped_storage()
+                            seen[storage.data_ptr()] = storage.nbytes()
+        for p in model.parameters():
+            storage = (p.to_local() if hasattr(p, "to_local") else p).untyped_storage()
+            seen.setdefault(storage.data_ptr(), storage.nbytes())
+        seen.pop(0, None)  # freed (resharded) storages
+        return sum(seen.values()) / 2**20
+
+    peak = {"weights": 0.0, "rss": 0.0}
+
+    def note(*_: Any) -> None:
+        peak["weights"] = max(peak["weights"], held())
+        peak["rss"] = max(peak["rss"], rss())
+
+    for layer in layers:
+        layer.register_forward_pre_hook(note)  # after FSDP's own hook gathered the layer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    lockstep = None
+    if mode == "gather":
+        sharding.for_sampling()
+    else:
+        lockstep = Lockstep(model, device, pad)
+    sampler = BatchedSampler(
+        model,
+        tokenizer,
+        device=device,
+        model_lock=threading.Lock(),
+        context_length=int(model.config.max_position_embeddings),
+        eos_token_ids=[],  # every row runs to its token budget
+        pad_token_id=pad,
+        vocab_size=int(model.config.vocab_size),
+        lockstep=lockstep,
+    )
+    vocab = int(model.config.vocab_size)
+
+    def requests(new: int) -> list[tuple[list[int], int, SamplingParams]]:
+        return [
+            (
+                [(world.rank * 131 + i * 17 + k) % (vocab - 10) + 5 for k in range(args.prompt)],
+                1,
+                SamplingParams(max_tokens=new, temperature=1.0, seed=1000 * world.rank + i),
+            )
+            for i in range(args.rows)
+        ]
+
+    sampler.generate(requests(4))  # warm-up
+    before = rss()
+    peak.update(weights=0.0, rss=0.0)
+    start = time.perf_counter()
+    results = sampler.generate(requests(args.new_tokens + 16 * world.rank))
+    seconds = time.perf_counter() - start
+    tokens = sum(len(s.tokens) for samples in results for s in samples)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    figures = {
+        "tokens": tokens,
+        "seconds": seconds,
+        "weights_peak_mb": round(peak["weights"], 1),
+        "rss_peak_mb": round(peak["rss"], 1),
+        "rss_before_mb": round(before, 1),
+        "idle_forwards": lockstep.idle_forwards if lockstep is not None else 0,
+    }
+    (Path(out) / f"rank{world.rank}.json").write_text(json.dumps(figures))
 
 
 def check_equal(device_name: str) -> dict[str, Any]:

@@ -22,8 +22,11 @@ What stays whole on every rank:
   sharding lowers the learner's peak (activations, gradients and optimizer state beside
   one layer's gathered weights), not the sampler's: the base must still fit one device
   with the sampler's caches. Decoding in lockstep (every rank runs a forward each decoding
-  iteration until all are done, as HF ``generate(synced_gpus=True)``) would keep it
-  sharded; it is not built.
+  iteration until all are done, as HF ``generate(synced_gpus=True)``) keeps it sharded:
+  :class:`Lockstep` does that for a sampler called directly
+  (:meth:`~searchr1.plugins.local_model.sampler.BatchedSampler.generate` on every rank);
+  the rollout does not use it yet (its ranks would have to keep joining forwards from one
+  optimizer step to the next, on a process group of their own: see docs/scale-out.md).
 
 Equal schedules: a learner's forwards under FSDP are collectives too, so the learner
 defers a step's micro-batches to ``optim_step`` (every rank calls it), agrees on the most
@@ -90,6 +93,57 @@ class Sharding:
             unit.set_reshard_after_forward(True)
             unit.reshard()
         self.sampling = False
+
+
+class Lockstep:
+    """Sampling forwards of a sharded model in step over the ranks of ``group`` (default:
+    the default process group), so its weights stay sharded while sampling.
+
+    Every forward of an FSDP2 model all-gathers each unit's weights: a collective that
+    every rank must enter. So before each of its forwards (a prefill chunk, a decoding step)
+    a rank with work calls :meth:`before_forward`, and a rank without work calls
+    :meth:`drain`: both all-reduce a "working" flag, and while some rank works, a rank
+    without work runs a one-token forward (:meth:`_idle_forward`) to join its gathers. The
+    ranks' forwards thus pair up one to one, whatever each decodes; every rank's
+    :meth:`drain` returns together, at the first flag round in which no rank works (as
+    ``generate(synced_gpus=True)`` in transformers). Costs one all-reduce of one integer per
+    forward beside the gathers, and each gather is the one unit's, not the whole model's.
+    """
+
+    def __init__(
+        self, model: Any, device: torch.device, pad_token_id: int, group: Any = None
+    ) -> None:
+        self.model = model
+        self.device = device
+        self.pad_token_id = pad_token_id
+        self.group = group
+        self.idle_forwards = 0  # forwards run only to join another rank's (tests, benches)
+
+    def before_forward(self) -> None:
+        """Called by a rank with work right before each forward it runs."""
+        self._agree(1)
+
+    def drain(self) -> None:
+        """Join the other ranks' forwards until none has work left (a collective)."""
+        while self._agree(0):
+            self._idle_forward()
+
+    def _agree(self, working: int) -> int:
+        """How many ranks will run a forward of their own next (a collective)."""
+        import torch.distributed as dist
+
+        from searchr1.core.distributed import _collective
+
+        size = dist.get_world_size(self.group)
+        box = torch.tensor([working], dtype=torch.int64, device=self.device)
+        _collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
+        return int(box.item())
+
+    def _idle_forward(self) -> None:
+        # one pad token, no cache: the same units gathered in the same order as any forward
+        ids = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        self.idle_forwards += 1
 
 
 def shard_model(model: Any, device: torch.device) -> Sharding:

@@ -169,6 +169,13 @@ class Forward:
     cache_kw: str
     prefill_chunk_tokens: int
     count: Callable[[], None]
+    #: a sharded model's forwards in step with the other ranks' (fsdp.Lockstep), or None
+    lockstep: Any = None
+
+    def _model(self, **kwargs: Any) -> Any:
+        if self.lockstep is not None:
+            self.lockstep.before_forward()
+        return self.model(**kwargs)
 
     def prefill(self, jobs: list[Job]) -> Batch:
         """A batch over ``jobs``' rows, every prompt (or its new tokens) prefilled."""
@@ -218,7 +225,7 @@ class Forward:
         for c0 in range(0, width, step):
             c1 = min(width, c0 + step)
             kwargs = {self.cache_kw: cache} if cache is not None else {}
-            out = self.model(
+            out = self._model(
                 input_ids=ids_PL[:, c0:c1],
                 attention_mask=mask_PL[:, : past_w + c1],
                 position_ids=pos_PL[:, c0:c1],
@@ -270,7 +277,7 @@ class Forward:
     def decode_step(self, batch: Batch, tokens_R: torch.Tensor) -> None:
         """Feed each row's newest token; the logits of the next one replace ``logits_RV``."""
         batch.mask_RL = torch.cat([batch.mask_RL, batch.mask_RL.new_ones((len(batch.rows), 1))], 1)
-        out = self.model(
+        out = self._model(
             input_ids=tokens_R[:, None],
             attention_mask=batch.mask_RL,
             position_ids=batch.next_pos_R[:, None],

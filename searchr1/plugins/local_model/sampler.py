@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +39,9 @@ from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row, ca
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
 from searchr1.plugins.local_model.sample_request import SampleRequest, check_request, resolve
+
+if TYPE_CHECKING:
+    from searchr1.plugins.local_model.fsdp import Lockstep
 
 
 @dataclass
@@ -85,7 +88,11 @@ class BatchedSampler:
         batch_wait_s: float = 0.005,
         seed: int = 0,
         may_join: Callable[[], bool] | None = None,
+        lockstep: Lockstep | None = None,
     ) -> None:
+        """``lockstep``: the model is sharded (FSDP2) and each forward runs in step with the
+        other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`); only
+        :meth:`generate` serves then, called by every rank."""
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
@@ -114,6 +121,7 @@ class BatchedSampler:
             cache_kw=cache_kwarg(model),
             prefill_chunk_tokens=prefill_chunk_tokens,
             count=self._count_forward,
+            lockstep=lockstep,
         )
         self._generator = torch.Generator(device="cpu")
         self._generator.manual_seed(seed)
@@ -143,6 +151,10 @@ class BatchedSampler:
         )
         if self._closed:
             raise RuntimeError("the local model provider is closed")
+        if self.forward.lockstep is not None:
+            # the worker thread would decode at its own pace; a lockstep rank must join the
+            # others' forwards until every rank is done, which generate() does
+            raise RuntimeError("a lockstep sampler serves generate() only, on every rank")
         self._ensure_worker()
         loop = asyncio.get_running_loop()
         request = SampleRequest(prompt, num_samples, params, loop.create_future(), loop)
@@ -269,9 +281,15 @@ class BatchedSampler:
         self, requests: Sequence[tuple[Sequence[int], int, SamplingParams]]
     ) -> list[list[SampledSequence]]:
         """Run one batched generation over ``(prompt, num_samples, params)`` requests and
-        return each request's samples (tests and benchmarks call this directly)."""
+        return each request's samples (tests and benchmarks call this directly). In lockstep
+        (``lockstep``) every rank calls it, with its own requests or none, and it returns
+        once every rank's are done."""
         jobs = [Job(list(p), n, params) for p, n, params in requests]
-        self._run(jobs)
+        if jobs:
+            self._run(jobs)
+        if self.forward.lockstep is not None:
+            with self.model_lock, torch.inference_mode():
+                self.forward.lockstep.drain()
         return [list(job.results) for job in jobs]  # type: ignore[arg-type]
 
     def _run(self, jobs: list[Job], admit: Callable[[Batch], list[Job]] | None = None) -> None:
