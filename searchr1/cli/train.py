@@ -17,6 +17,7 @@ process (:func:`_launch`) and exits as the job's first failing rank did: its mes
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from typing import Any
@@ -49,7 +50,7 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
 
     run = open_run_from_args(args, "train", world=world, stop=stop)
     try:
-        train(run, resume=bool(getattr(args, "resume", False)))
+        asyncio.run(train(run, resume=bool(getattr(args, "resume", False))))
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
         if world.main:  # every rank stops alike; one says so
