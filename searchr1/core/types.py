@@ -228,9 +228,9 @@ class Trainer(Protocol):
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> Awaitable[ForwardBackwardResult]:
         """Queue the gradients of ``loss_scale * sum(loss over datums)`` behind every call
-        before it; returns once queued, with the awaitable of the result (Tinker's shape:
-        the core queues a step's micro-batches and its :meth:`optim_step`, then awaits the
-        results). The result may be computed as late as that ``optim_step``."""
+        before it; returns once queued, with the awaitable of the result (the training-service
+        API's shape: the core queues a step's micro-batches, awaits its :meth:`optim_step`,
+        then awaits the results). The result may be computed as late as that ``optim_step``."""
 
     async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the gradients of every ``forward_backward`` queued before

@@ -188,6 +188,8 @@ class Learner:
         self.sharding = sharding
         # FSDP: the step's micro-batches, run by optim_step (module docstring)
         self._queued: list[tuple[list[Datum], LossFn, float, Future[ForwardBackwardResult]]] = []
+        # a queued forward_backward's failure, raised by the next optim_step
+        self._failed: BaseException | None = None
         #: the one thread that runs the learner's torch work, in call order (:meth:`submit`)
         self.worker = ThreadPoolExecutor(
             1, thread_name_prefix="searchr1-learner", initializer=_use_device, initargs=(device,)
@@ -221,13 +223,26 @@ class Learner:
         """Queue :meth:`forward_backward` in :attr:`worker`, behind what was queued before;
         under FSDP the result is filled in by the next :meth:`optim_step`, where every rank
         runs its step's micro-batches in step."""
-        if self.sharding is None:
-            return self.worker.submit(self.forward_backward, datums, loss_fn, loss_scale)
+        if not datums:
+            raise ValueError("forward_backward(): no datums")
         for d in datums:
-            self._check_datum(d)  # a bad datum fails here, not in the step of every rank
+            self._check_datum(d)  # a bad datum fails here, before anything is queued
+        if self.sharding is None:
+            return self.worker.submit(self._queued_call, datums, loss_fn, loss_scale)
         result: Future[ForwardBackwardResult] = Future()
         self.worker.submit(self._queued.append, (list(datums), loss_fn, loss_scale, result))
         return result
+
+    def _queued_call(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float
+    ) -> ForwardBackwardResult:
+        """:meth:`forward_backward` in the worker; a failure is kept for the next
+        :meth:`optim_step`, which raises it instead of stepping on part of the gradients."""
+        try:
+            return self.forward_backward(datums, loss_fn, loss_scale)
+        except BaseException as exc:
+            self._failed = exc
+            raise
 
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
@@ -580,10 +595,15 @@ class Learner:
         global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step. Under
         torchrun the gradients are first summed over the ranks (every rank calls this); under
         FSDP the step's queued micro-batches run here first (module docstring), and the
-        weights are gathered whole again for sampling after the step."""
+        weights are gathered whole again for sampling after the step. A micro-batch queued
+        since the last step that failed is raised here instead, with no step taken."""
         from searchr1.core.distributed import all_reduce_grads
         from searchr1.plugins.local_model.fsdp import full_optimizer_state, is_sharded, whole
 
+        if self._failed is not None:  # a micro-batch of this step failed: no step
+            failed, self._failed = self._failed, None
+            self.optimizer.zero_grad(set_to_none=True)
+            raise failed
         with self.model_lock:
             if self.sharding is not None:
                 self._sharded_forward_backward()
