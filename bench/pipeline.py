@@ -203,7 +203,7 @@ def run_mode(
     try:
         run = runs.open_run(config, "train", run_dir=str(tmp / f"staleness{staleness}"))
         t0 = time.perf_counter()
-        asyncio.run(train(run))
+        train(run)
         wall = time.perf_counter() - t0
     finally:
         runs.load_registry = real  # type: ignore[assignment]

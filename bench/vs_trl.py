@@ -20,7 +20,6 @@ searchr1), tokens/s and peak memory of both.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import resource
@@ -81,7 +80,7 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
         config = dataclasses.replace(config, plugins={**config.plugins, "model.local": local})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-searchr1-"))
     run = open_run(config, "train", run_dir=str(run_dir), stream=open(os.devnull, "w"))
-    asyncio.run(train(run))
+    train(run)
     from searchr1.core.logs import read_jsonl
 
     events = read_jsonl(run_dir / "events.jsonl")[0]

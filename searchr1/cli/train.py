@@ -17,7 +17,6 @@ process (:func:`_launch`) and exits as the job's first failing rank did: its mes
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any
@@ -50,7 +49,7 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
 
     run = open_run_from_args(args, "train", world=world, stop=stop)
     try:
-        asyncio.run(train(run, resume=bool(getattr(args, "resume", False))))
+        train(run, resume=bool(getattr(args, "resume", False)))
     except EnvironmentDown as exc:
         get_logger().error("train_stopped", reason=str(exc))
         if world.main:  # every rank stops alike; one says so

@@ -31,6 +31,7 @@ and the ranks stop together at the first step boundary after any of them got a s
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from dataclasses import dataclass, field
@@ -71,12 +72,14 @@ from searchr1.core.trainer_checks import loss_refusals
 from searchr1.core.types import LossFn, Question, kl_coef
 
 
-async def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
+def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics.
-    A stop (``run.stop``: SIGINT/SIGTERM) ends the phase it arrives in and raises
-    :class:`Interrupted` saying what was kept and the command that goes on."""
+    The loads come first (what the config names, the model, the checkpoint on ``resume``),
+    then everything else runs in one event loop. A stop (``run.stop``: SIGINT/SIGTERM) ends
+    the phase it arrives in and raises :class:`Interrupted` saying what was kept and the
+    command that goes on."""
     try:
-        return await _train(run, resume=resume)
+        return asyncio.run(_train(_prepare(run, resume=resume)))
     except Interrupted as stop:
         raise _outcome(run, stop) from None
 
@@ -96,6 +99,9 @@ class _Plan:
     #: the step the loop continues after (the checkpoint's on --resume)
     start: int
     fresh: bool
+    #: ``[train.cold_start]`` and its loss (None: no cold start)
+    warm_up: ColdStartSettings
+    warm_up_loss: LossFn | None
 
     def saves(self, step: int) -> bool:
         t = self.run.config.train
@@ -117,13 +123,12 @@ class _Progress:
     cut: list[str] = field(default_factory=list)
 
 
-async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
-    stop = run.stop
-    plan, warm_up = _prepare(run, resume=resume)
+async def _train(plan: _Plan) -> dict[str, Any]:
+    run, stop = plan.run, plan.run.stop
     progress = _Progress()
     try:
         if plan.fresh:
-            await _before_rl(plan, warm_up, progress)
+            await _before_rl(plan, progress)
         else:
             stop.check(f"the resume from checkpoint step {plan.start}", run.world)
         if run.config.train.max_staleness == 0:
@@ -142,7 +147,7 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     return _end(plan, progress, step, asked)
 
 
-def _prepare(run: Run, *, resume: bool) -> tuple[_Plan, ColdStartSettings]:
+def _prepare(run: Run, *, resume: bool) -> _Plan:
     """Read and check what the config names (before the slow model load), load the model
     (``run.start``) and, on ``resume``, the checkpoint's state."""
     cfg, log = run.config, get_logger()
@@ -167,6 +172,7 @@ def _prepare(run: Run, *, resume: bool) -> tuple[_Plan, ColdStartSettings]:
     assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
+        warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
         log.info(
             "importance_ratio",
             message=ratio_basis(
@@ -184,17 +190,18 @@ def _prepare(run: Run, *, resume: bool) -> tuple[_Plan, ColdStartSettings]:
         run.close()
         raise
     start = checkpoint.step if checkpoint is not None else 0
-    plan = _Plan(run, stream, health, periodic, heldout, run.loss, start, checkpoint is None)
-    return plan, warm_up
+    fresh = checkpoint is None
+    return _Plan(
+        run, stream, health, periodic, heldout, run.loss, start, fresh, warm_up, warm_up_loss
+    )
 
 
-async def _before_rl(plan: _Plan, warm_up: ColdStartSettings, progress: _Progress) -> None:
+async def _before_rl(plan: _Plan, progress: _Progress) -> None:
     """A fresh run's phases before step 1: the held-out eval "before" (and the asset's
     ceiling agent), the cold start with its eval "cold_start", the KL reference pinned and
     checkpoint 0, and the periodic eval of step 0. After each phase every rank checks the
     stop at the same boundary (the ranks stop together)."""
     run, cfg, stop = plan.run, plan.run.config, plan.run.stop
-    warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
     evals = cfg.train.eval_before_after and bool(cfg.data.eval)  # on rank 0
     if evals:
         last = "before"
@@ -204,8 +211,8 @@ async def _before_rl(plan: _Plan, warm_up: ColdStartSettings, progress: _Progres
             last = "ceiling"
             await _heldout_phase(plan, last, sampler=ceiling)
         stop.check(_phase(last), run.world)
-    if warm_up_loss is not None:
-        await cold_start(run, warm_up, warm_up_loss)
+    if plan.warm_up_loss is not None:
+        await cold_start(run, plan.warm_up, plan.warm_up_loss)
         if evals:
             await _heldout_phase(plan, "cold_start")
             stop.check(_phase("cold_start"), run.world)
