@@ -287,8 +287,13 @@ def train_step(provider: Any, trajectories: list) -> dict:
             )
         )
     t0 = time.perf_counter()
-    result = provider.forward_backward(datums, NamedLoss("importance_sampling", watched))
-    provider.optim_step(AdamParams(learning_rate=1e-6))
+
+    async def step() -> Any:
+        queued = await provider.forward_backward(datums, NamedLoss("importance_sampling", watched))
+        await provider.optim_step(AdamParams(learning_rate=1e-6))
+        return await queued
+
+    result = asyncio.run(step())
     if provider.device.type == "cuda":
         torch.cuda.synchronize()
     return {

@@ -76,7 +76,7 @@ def measure(
         learner.scoring_mode = train_mode
     try:
         torch.manual_seed(seed)
-        m = p.forward_backward(datums, loss, loss_scale=1.0 / len(datums)).metrics
+        m = p.learner.forward_backward(datums, loss, loss_scale=1.0 / len(datums)).metrics
     finally:
         learner.scoring_mode = original
     p.close()

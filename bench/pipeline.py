@@ -15,7 +15,7 @@ with the two latencies the reference setup's setting has and the offline demo ha
   (registered here as ``local_service``) that waits ``--sample-latency`` seconds before each
   ``sample`` (asynchronously: concurrent samples wait together, like requests in flight to a
   service) and ``--train-latency`` seconds before each ``forward_backward`` and
-  ``optim_step`` (blocking, like a synchronous SDK call). The computation itself still runs
+  ``optim_step`` (awaited, like a call in flight to a service). The computation itself still runs
   on this machine's CPU, where sampling and training take turns on one model lock; on a real
   service it would run remotely, so this under-states what pipelining saves there.
 
@@ -39,7 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -129,15 +129,15 @@ class ServiceLatency:
         await asyncio.sleep(self.sample_s)
         return await self.inner.sample(prompt_tokens, num_samples, params)
 
-    def forward_backward(
+    async def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
-        time.sleep(self.train_s)
-        return self.inner.forward_backward(datums, loss_fn, loss_scale)
+    ) -> Awaitable[ForwardBackwardResult]:
+        await asyncio.sleep(self.train_s)
+        return await self.inner.forward_backward(datums, loss_fn, loss_scale)
 
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        time.sleep(self.train_s)
-        return self.inner.optim_step(adam)
+    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        await asyncio.sleep(self.train_s)
+        return await self.inner.optim_step(adam)
 
     def snapshot_sampler(self) -> None:
         self.inner.snapshot_sampler()

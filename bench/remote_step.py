@@ -26,6 +26,7 @@ Prints one JSON line per SDK: before/after s per step, ratio, round trips before
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import statistics
@@ -77,14 +78,17 @@ def one_step(provider: RemoteModelProvider, batches: list[list[Datum]], before: 
         provider_module.queues_sampler_save = lambda sdk: False  # type: ignore[assignment]
     try:
         t0 = time.perf_counter()
-        results = []
-        for batch in batches:
-            result = provider.forward_backward(batch, LOSS, 1.0 / len(batches))
-            if before:
-                result.loss  # noqa: B018 -- reading awaits the call
-            results.append(result)
-        provider.optim_step(ADAM)
-        sum(r.loss for r in results)
+
+        async def step() -> None:
+            results = []
+            for batch in batches:
+                result = await provider.forward_backward(batch, LOSS, 1.0 / len(batches))
+                results.append(await result if before else result)  # before: each at once
+            await provider.optim_step(ADAM)
+            for result in results:
+                await result
+
+        asyncio.run(step())
         return time.perf_counter() - t0
     finally:
         provider_module.queues_sampler_save = queued  # type: ignore[assignment]

@@ -191,9 +191,13 @@ def run_forward_backward(provider: Any, prompts: list[list[int]], results: list)
     loss = NamedLoss("importance_sampling", importance_sampling)
     t0 = time.perf_counter()
     diff_max = 0.0
-    for start in range(0, len(datums), 32):
-        chunk = datums[start : start + 32]
-        r = provider.forward_backward(chunk, loss, loss_scale=len(chunk) / len(datums))
+
+    async def passes() -> list[Any]:
+        chunks = [datums[start : start + 32] for start in range(0, len(datums), 32)]
+        queued = [await provider.forward_backward(c, loss, len(c) / len(datums)) for c in chunks]
+        return [await q for q in queued]
+
+    for r in asyncio.run(passes()):
         diff_max = max(diff_max, r.metrics["logprob_diff_max"])
     seconds = time.perf_counter() - t0
     provider.learner.optimizer.zero_grad(set_to_none=True)

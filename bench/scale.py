@@ -39,6 +39,7 @@ lockstep's idle forwards. One JSON line.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -306,10 +307,14 @@ def check_equal(device_name: str) -> dict[str, Any]:
         )
         vocab = model.config.vocab_size
         start = time.perf_counter()
-        for step in (1, 2):
-            for datum in random_datums(vocab, 6, seed=step):
-                provider.forward_backward([datum], loss, 1.0 / 6)
-            provider.optim_step(adam)
+
+        async def step(seed: int) -> None:
+            for datum in random_datums(vocab, 6, seed=seed):
+                await provider.forward_backward([datum], loss, 1.0 / 6)
+            await provider.optim_step(adam)
+
+        for seed in (1, 2):
+            asyncio.run(step(seed))
         seconds = time.perf_counter() - start
         named = dict(provider.model.named_parameters())
         weights = {n: named[n].detach().float().cpu().clone() for n in provider.learner.param_names}

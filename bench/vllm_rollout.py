@@ -105,8 +105,13 @@ def vllm_rollout(
         loss = NamedLoss("importance_sampling", importance_sampling)
         diff_max = 0.0
         per_server = [0.0] * servers
-        for i in range(0, len(datums), 32):
-            r = provider.forward_backward(datums[i : i + 32], loss, 1.0 / len(datums))
+
+        async def passes() -> list[Any]:
+            parts = [datums[i : i + 32] for i in range(0, len(datums), 32)]
+            queued = [await provider.forward_backward(d, loss, 1.0 / len(datums)) for d in parts]
+            return [await q for q in queued]
+
+        for r in asyncio.run(passes()):
             diff_max = max(diff_max, r.metrics["logprob_diff_max"])
             for k in range(servers if servers > 1 else 0):
                 key = f"mismatch/server{k}/logprob_diff_max"

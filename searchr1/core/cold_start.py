@@ -140,7 +140,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
                 f"{spec!r}",
             )
             continue
-        learned = learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
+        learned = await learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
         # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
         metrics = learned.train_metrics
         loss = metrics["nll_sum"] / tokens if "nll_sum" in metrics else learned.loss

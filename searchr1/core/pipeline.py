@@ -3,8 +3,9 @@ run while step ``s`` is learned, over the same ``collect``, ``learn`` and ``reco
 plain loop of :func:`searchr1.core.train.train`.
 
 Two coroutines share the event loop: the **collector** rolls out step after step, the
-**learner** takes collected steps strictly in order, runs ``learn`` in a worker thread and
-then awaits ``finish`` (periodic eval, record, checkpoint) back in the loop.
+**learner** takes collected steps strictly in order, awaits ``learn`` (the trainer computes
+off the loop, so the collector's rollouts go on meanwhile) and then ``finish`` (periodic
+eval, record, checkpoint).
 
 The *policy version* is the number of optimizer steps the weights have taken. Step ``s`` is
 learned on version ``s - 1``; its rollouts may start once version ``s - 1 - max_staleness``
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from searchr1.core.step import Batch, Learned, window_metrics
 
 Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
-Learn = Callable[[Batch], Learned]  # blocking; runs in a worker thread
+Learn = Callable[[Batch], Awaitable[Learned]]
 Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
 
 
@@ -119,7 +120,7 @@ async def run_steps(
                     raise item.error
                 break
             t0 = time.perf_counter()
-            learned = await asyncio.to_thread(learn, item)
+            learned = await learn(item)
             t1 = time.perf_counter()
             busy, overlap = clock.busy(window, t1), clock.busy(t0, t1)
             timing = window_metrics(item, window, t0, t1, rollout_busy=busy, overlap=overlap)

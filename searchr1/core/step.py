@@ -10,8 +10,8 @@
              A_i      = r_i - mean(r_group)                   degenerate groups dropped
                                                               (kept for the KL term)
     learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
-             for micro-batch in pack(datums): forward_backward(micro-batch, loss, 1 / N)
-             optim_step(adam)                                 exactly one per step
+             for micro-batch in pack(datums): queue forward_backward(micro-batch, loss, 1 / N)
+             queue optim_step(adam), then await the results   exactly one step each
     record   health checks, the metrics event, a few trajectories dumped, checkpoint every
              save_every
 
@@ -159,11 +159,12 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
     )
 
 
-def learn(
+async def learn(
     run: Run, datums: Sequence[Datum], loss: LossFn, *, loss_scale: float, adam: AdamParams
 ) -> Learned:
-    """Pack ``datums`` into micro-batches, ``forward_backward`` each with ``loss`` scaled by
-    ``loss_scale``, then one ``optim_step`` (none when no rank packed anything). Blocking.
+    """Pack ``datums`` into micro-batches, queue ``forward_backward`` for each with ``loss``
+    scaled by ``loss_scale`` and then one ``optim_step`` (none when no rank packed
+    anything), and await the results: a remote trainer gets the whole step back to back.
     Under torchrun the loss and metrics are every rank's."""
     cfg, world = run.config, run.world
     t0 = time.perf_counter()
@@ -174,13 +175,13 @@ def learn(
     )
     micro_batches = pack_micro_batches(list(datums), limits)
     trainer = run.trainer
-    results = [
-        trainer.forward_backward(batch, loss, loss_scale=loss_scale) for batch in micro_batches
+    queued = [
+        await trainer.forward_backward(batch, loss, loss_scale=loss_scale)
+        for batch in micro_batches
     ]
     # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
-    optim = trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
-    # Read results only after optim_step: a remote trainer returns them in flight, and
-    # reading one earlier would stall the micro-batches reaching the service back to back.
+    optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
+    results = [await result for result in queued]
     mine = (
         sum((r.loss for r in results), 0.0),
         merge_train_metrics([r.metrics for r in results]),

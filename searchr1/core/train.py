@@ -34,11 +34,12 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from searchr1.core.checkpoint import remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
+from searchr1.core.config_schema import ColdStartSettings
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import check_supported
 from searchr1.core.errors import ConfigError, HealthStop, Interrupted
@@ -68,24 +69,88 @@ from searchr1.core.step import (
 )
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
-from searchr1.core.types import LossFn, kl_coef
-
-T = TypeVar("T")
+from searchr1.core.types import LossFn, Question, kl_coef
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics.
-    A stop (``run.stop``: SIGINT/SIGTERM) ends the phase it arrives in and raises
-    :class:`Interrupted` saying what was kept and the command that goes on."""
+    The loads come first (what the config names, the model, the checkpoint on ``resume``),
+    then everything else runs in one event loop. A stop (``run.stop``: SIGINT/SIGTERM) ends
+    the phase it arrives in and raises :class:`Interrupted` saying what was kept and the
+    command that goes on."""
     try:
-        return _train(run, resume=resume)
+        return asyncio.run(_train(_prepare(run, resume=resume)))
     except Interrupted as stop:
         raise _outcome(run, stop) from None
 
 
-def _train(run: Run, *, resume: bool) -> dict[str, Any]:
-    cfg, log, stop = run.config, get_logger(), run.stop
-    # What the config names is read and checked before the (slow) model load.
+@dataclass
+class _Plan:
+    """What the loop reads, fixed before step 1."""
+
+    run: Run
+    stream: QuestionStream
+    health: Health
+    #: rank 0's periodic held-out eval (``train.eval_every``), None when off
+    periodic: PeriodicEval | None
+    #: the questions of the evals "before", "cold_start" and "after" ([] when off, or off rank 0)
+    heldout: list[Question]
+    loss: LossFn
+    #: the step the loop continues after (the checkpoint's on --resume)
+    start: int
+    fresh: bool
+    #: ``[train.cold_start]`` and its loss (None: no cold start)
+    warm_up: ColdStartSettings
+    warm_up_loss: LossFn | None
+
+    def saves(self, step: int) -> bool:
+        t = self.run.config.train
+        return step > self.start and (step % t.save_every == 0 or step == t.max_steps)
+
+    def evaluates(self, step: int) -> bool:
+        return self.periodic is not None and self.periodic.due(
+            step, self.run.config.train.max_steps
+        )
+
+
+@dataclass
+class _Progress:
+    """What the RL steps left: the latest recorded step and its metrics, and the periodic
+    eval a stop cut short."""
+
+    batch: Batch | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    cut: list[str] = field(default_factory=list)
+
+
+async def _train(plan: _Plan) -> dict[str, Any]:
+    run, stop = plan.run, plan.run.stop
+    progress = _Progress()
+    try:
+        if plan.fresh:
+            await _before_rl(plan, progress)
+        else:
+            stop.check(f"the resume from checkpoint step {plan.start}", run.world)
+        if run.config.train.max_staleness == 0:
+            await _plain_steps(plan, progress)
+        else:
+            await _pipelined_steps(plan, progress)
+        step = progress.batch.step if progress.batch else plan.start
+        asked = stop.asked(run.world)  # a rank that got no signal stops too
+        stopped = asked is not None or plan.health.stop_alert is not None
+        if stopped and progress.batch and not plan.saves(step):
+            save(run, plan.health, progress.batch.cursor, step)
+        if not stopped:
+            await _final_eval(plan, step)
+    finally:
+        await _close(run)
+    return _end(plan, progress, step, asked)
+
+
+def _prepare(run: Run, *, resume: bool) -> _Plan:
+    """Read and check what the config names (before the slow model load), load the model
+    (``run.start``) and, on ``resume``, the checkpoint's state."""
+    cfg, log = run.config, get_logger()
     stream = QuestionStream(
         load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
     )
@@ -104,172 +169,191 @@ def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login
         raise ConfigError(refused)
     run.start(need_loss=True)
-    loss = run.loss
-    assert loss is not None  # start(need_loss=True) created it
+    assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
-    except ConfigError:
+        warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
+        log.info(
+            "importance_ratio",
+            message=ratio_basis(
+                cfg.model.temperature, run.trainer.capabilities.learner_temperature
+            ),
+        )
+        if checkpoint is not None:
+            load_model_state(run, checkpoint)
+            health.load_state(checkpoint.state)
+            restore_rng(checkpoint)
+            log.info("resumed", step=checkpoint.step, checkpoint=str(checkpoint.path))
+            if periodic is not None:
+                periodic.resume(run.folder)
+    except BaseException:
         run.close()
         raise
-    warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
-    log.info(
-        "importance_ratio",
-        message=ratio_basis(cfg.model.temperature, run.trainer.capabilities.learner_temperature),
+    start = checkpoint.step if checkpoint is not None else 0
+    fresh = checkpoint is None
+    return _Plan(
+        run, stream, health, periodic, heldout, run.loss, start, fresh, warm_up, warm_up_loss
     )
-    start = 0
-    if checkpoint is not None:
-        load_model_state(run, checkpoint)
-        health.load_state(checkpoint.state)
-        restore_rng(checkpoint)
-        start = checkpoint.step
-        log.info("resumed", step=start, checkpoint=str(checkpoint.path))
-        if periodic is not None:
-            periodic.resume(run.folder)
 
-    def saves(step: int) -> bool:
-        t = cfg.train
-        return step > start and (step % t.save_every == 0 or step == t.max_steps)
 
-    def evaluates(step: int) -> bool:
-        return periodic is not None and periodic.due(step, cfg.train.max_steps)
+async def _before_rl(plan: _Plan, progress: _Progress) -> None:
+    """A fresh run's phases before step 1: the held-out eval "before" (and the asset's
+    ceiling agent), the cold start with its eval "cold_start", the KL reference pinned and
+    checkpoint 0, and the periodic eval of step 0. After each phase every rank checks the
+    stop at the same boundary (the ranks stop together)."""
+    run, cfg, stop = plan.run, plan.run.config, plan.run.stop
+    evals = cfg.train.eval_before_after and bool(cfg.data.eval)  # on rank 0
+    if evals:
+        last = "before"
+        await _heldout_phase(plan, last)
+        ceiling = ceiling_agent(run) if plan.heldout else None
+        if ceiling is not None and not stop.requested:
+            last = "ceiling"
+            await _heldout_phase(plan, last, sampler=ceiling)
+        stop.check(_phase(last), run.world)
+    if plan.warm_up_loss is not None:
+        await cold_start(run, plan.warm_up, plan.warm_up_loss)
+        if evals:
+            await _heldout_phase(plan, "cold_start")
+            stop.check(_phase("cold_start"), run.world)
+        pin_kl_reference(run, plan.loss)  # before checkpoint 0, which saves it
+        save(run, plan.health, plan.stream.state(), 0)  # --resume starts after it
+    if cfg.train.eval_every:
+        await _eval_step(plan, progress, 0, plan.stream.state())  # rank 0's; {} on the others
+        stop.check("the held-out eval of step 0", run.world)
 
-    async def heldout_phase(coro: Coroutine[Any, Any, T], phase: str) -> T | None:
-        """Rank 0's held-out eval ``coro``, cut short by a stop; under torchrun the cut
-        eval returns None and the ranks stop together at the next boundary."""
-        try:
-            return await stop.cut(coro, phase)
-        except Interrupted:
-            if run.world.size == 1:
-                raise
-            return None
 
-    async def eval_step(step: int, cursor: dict[str, Any]) -> dict[str, float]:
-        """The periodic held-out eval of the weights after step ``step`` (when due); a new
-        best is saved as ``checkpoints/best``. A stop cuts it short: no metrics, the
-        step itself is kept."""
-        if periodic is None or not evaluates(step):
-            return {}
-        snapshot = run.trainer.capabilities.snapshot_sampler
-        if snapshot is not None and cfg.train.max_staleness > 0:
-            snapshot()  # evaluate the newest weights, not the pinned rollout version
-        try:
-            phase = f"the held-out eval of step {step}"
-            metrics = await stop.cut(periodic.evaluate(run, step), phase)
-        except Interrupted as exc:
-            cut.append(exc.phase)
-            return {}
-        if periodic.is_best(step):
-            save(run, health, cursor, step, name=BEST, extra={"best_heldout": periodic.state()})
-        return metrics
+def _phase(name: str) -> str:
+    return f'the held-out eval "{name}"'
 
-    last: dict[str, Any] = {}
-    step = start
-    cut: list[str] = []  # the periodic eval a stop cut short
+
+async def _heldout_phase(plan: _Plan, name: str, **kwargs: Any) -> None:
+    """Rank 0's held-out eval ``name``, cut short by a stop; under torchrun the cut eval
+    just ends and the ranks stop together at the next boundary."""
+    if not plan.heldout:
+        return
     try:
-        with asyncio.Runner() as loop:
-            try:
-                # Before RL: rank 0's evals, cut by a stop; after each phase every rank
-                # checks the stop at the same boundary (the ranks stop together).
-                fresh = checkpoint is None
-                evals = cfg.train.eval_before_after and bool(cfg.data.eval)  # on rank 0
-                if fresh and evals:
-                    phase = 'the held-out eval "before"'
-                    if heldout:
-                        loop.run(heldout_phase(heldout_eval(run, heldout, "before"), phase))
-                        ceiling = ceiling_agent(run)
-                        if ceiling is not None and not stop.requested:
-                            phase = 'the held-out eval "ceiling"'
-                            ceiled = heldout_eval(run, heldout, "ceiling", sampler=ceiling)
-                            loop.run(heldout_phase(ceiled, phase))
-                    stop.check(phase, run.world)
-                if fresh and warm_up_loss is not None:
-                    loop.run(cold_start(run, warm_up, warm_up_loss))
-                    if evals:
-                        phase = 'the held-out eval "cold_start"'
-                        if heldout:
-                            cold = heldout_eval(run, heldout, "cold_start")
-                            loop.run(heldout_phase(cold, phase))
-                        stop.check(phase, run.world)
-                    pin_kl_reference(run, loss)  # before checkpoint 0, which saves it
-                    save(run, health, stream.state(), 0)  # --resume starts after it
-                if fresh and cfg.train.eval_every:
-                    loop.run(eval_step(0, stream.state()))  # rank 0's; {} on the others
-                    stop.check("the held-out eval of step 0", run.world)
-                if not fresh:
-                    stop.check(f"the resume from checkpoint step {start}", run.world)
+        await plan.run.stop.cut(heldout_eval(plan.run, plan.heldout, name, **kwargs), _phase(name))
+    except Interrupted:
+        if plan.run.world.size == 1:
+            raise
 
-                adam = adam_params(cfg)
-                scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
 
-                def learn_batch(batch: Batch) -> Learned:
-                    datums = batch.datums(cfg.train.max_datum_tokens, kl=kl_coef(loss) > 0)
-                    return learn(run, datums, loss, loss_scale=scale, adam=adam)
+async def _plain_steps(plan: _Plan, progress: _Progress) -> None:
+    """Steps ``start + 1 .. max_steps`` one after the other: each rolls out on the weights
+    its previous step left."""
+    run, stop, health = plan.run, plan.run.stop, plan.health
+    for step in range(plan.start + 1, run.config.train.max_steps + 1):
+        t0 = time.perf_counter()
+        batch = await collect(run, plan.stream, step, policy_version=step - 1)
+        t1 = time.perf_counter()
+        learned = await _learn(plan, batch)
+        timing = window_metrics(batch, t0, t1, time.perf_counter())
+        await _finish(plan, progress, batch, learned, timing)
+        # rank 0 alone sees health alerts: every rank stops at the same step
+        if run.world.any(stop.requested or health.stop_alert is not None):
+            break
 
-                recorded: list[Batch] = []  # the latest recorded step
 
-                async def record_step(
-                    batch: Batch, learned: Learned, timing: dict[str, float]
-                ) -> None:
-                    evaluated = await eval_step(batch.step, batch.cursor)
-                    last.clear()
-                    last.update(record(run, health, batch, learned, timing, evaluated))
-                    recorded[:] = [batch]
-                    if saves(batch.step):
-                        save(run, health, batch.cursor, batch.step)
+async def _pipelined_steps(plan: _Plan, progress: _Progress) -> None:
+    """The same steps with ``train.max_staleness > 0``: the next steps' rollouts run while
+    a step learns (:func:`searchr1.core.pipeline.run_steps`)."""
+    run, stop = plan.run, plan.run.stop
+    await run_steps(
+        first=plan.start + 1,
+        last=run.config.train.max_steps,
+        max_staleness=run.config.train.max_staleness,
+        collect=lambda step, version: collect(run, plan.stream, step, version),
+        learn=lambda batch: _learn(plan, batch),
+        finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
+        is_barrier=lambda step: plan.saves(step) or plan.evaluates(step),
+        stopping=lambda: stop.requested or plan.health.stop_alert is not None,
+        snapshot=run.trainer.capabilities.snapshot_sampler,
+    )
 
-                if cfg.train.max_staleness == 0:
-                    for step in range(start + 1, cfg.train.max_steps + 1):
-                        t0 = time.perf_counter()
-                        batch = loop.run(collect(run, stream, step, policy_version=step - 1))
-                        t1 = time.perf_counter()
-                        learned = learn_batch(batch)
-                        timing = window_metrics(batch, t0, t1, time.perf_counter())
-                        loop.run(record_step(batch, learned, timing))
-                        # rank 0 alone sees health alerts: every rank stops at the same step
-                        if run.world.any(stop.requested or health.stop_alert is not None):
-                            break
-                else:
-                    loop.run(
-                        run_steps(
-                            first=start + 1,
-                            last=cfg.train.max_steps,
-                            max_staleness=cfg.train.max_staleness,
-                            collect=lambda s, v: collect(run, stream, s, v),
-                            learn=learn_batch,
-                            finish=record_step,
-                            is_barrier=lambda s: saves(s) or evaluates(s),
-                            stopping=lambda: stop.requested or health.stop_alert is not None,
-                            snapshot=run.trainer.capabilities.snapshot_sampler,
-                        )
-                    )
-                step = recorded[0].step if recorded else start
-                asked = stop.asked(run.world)  # a rank that got no signal stops too
-                stopped = asked is not None or health.stop_alert is not None
-                if stopped and recorded and not saves(step):
-                    save(run, health, recorded[0].cursor, step)
-                # a resumed run whose last step was saved before its final eval runs it
-                final_due = step > start or not (run.folder / AFTER_FILE).exists()
-                if not stopped and step == cfg.train.max_steps and final_due and heldout:
-                    after = heldout_eval(run, heldout, "after", step=step)
-                    loop.run(stop.cut(after, 'the held-out eval "after"'))
-            finally:
-                # An async HTTP client must be closed in the loop it was used in.
-                loop.run(run.search.aclose())
-                loop.run(close_reward(run.reward))
+
+async def _learn(plan: _Plan, batch: Batch) -> Learned:
+    """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
+    batch's trajectories, degenerate ones included)."""
+    cfg = plan.run.config
+    datums = batch.datums(cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0)
+    scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
+    return await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))
+
+
+async def _finish(
+    plan: _Plan, progress: _Progress, batch: Batch, learned: Learned, timing: dict[str, float]
+) -> None:
+    """After a step learned: its periodic eval (when due), its record, its checkpoint (every
+    ``save_every``)."""
+    evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
+    progress.metrics = record(plan.run, plan.health, batch, learned, timing, evaluated)
+    progress.batch = batch
+    if plan.saves(batch.step):
+        save(plan.run, plan.health, batch.cursor, batch.step)
+
+
+async def _eval_step(
+    plan: _Plan, progress: _Progress, step: int, cursor: dict[str, Any]
+) -> dict[str, float]:
+    """The periodic held-out eval of the weights after step ``step`` (when due); a new
+    best is saved as ``checkpoints/best``. A stop cuts it short (noted in ``progress``): no
+    metrics, the step itself is kept."""
+    run, periodic = plan.run, plan.periodic
+    if periodic is None or not plan.evaluates(step):
+        return {}
+    snapshot = run.trainer.capabilities.snapshot_sampler
+    if snapshot is not None and run.config.train.max_staleness > 0:
+        snapshot()  # evaluate the newest weights, not the pinned rollout version
+    try:
+        phase = f"the held-out eval of step {step}"
+        metrics = await run.stop.cut(periodic.evaluate(run, step), phase)
+    except Interrupted as exc:
+        progress.cut.append(exc.phase)
+        return {}
+    if periodic.is_best(step):
+        extra = {"best_heldout": periodic.state()}
+        save(run, plan.health, cursor, step, name=BEST, extra=extra)
+    return metrics
+
+
+async def _final_eval(plan: _Plan, step: int) -> None:
+    """The held-out eval "after", once the last step is done; a resumed run whose last step
+    was saved before its final eval runs it."""
+    run = plan.run
+    due = step > plan.start or not (run.folder / AFTER_FILE).exists()
+    if step == run.config.train.max_steps and due and plan.heldout:
+        after = heldout_eval(run, plan.heldout, "after", step=step)
+        await run.stop.cut(after, _phase("after"))
+
+
+async def _close(run: Run) -> None:
+    """Close the run's async clients in the loop they were used in, then the run."""
+    try:
+        await run.search.aclose()
+        await close_reward(run.reward)
     finally:
         run.close()
         run.sinks.close()
-    best = periodic.summary(run.folder) if periodic is not None else {}
+
+
+def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict[str, Any]:
+    """The run's last events; the last step's metrics, or the error a stop (``asked``: its
+    signal) or a health alert with ``on_alert = "stop"`` ends the run with."""
+    log = get_logger()
+    best = plan.periodic.summary(plan.run.folder) if plan.periodic is not None else {}
     if best:
         log.info("best_checkpoint", **best)
-    totals = {**run.totals, **health.notices.totals()}
+    alert = plan.health.stop_alert
+    stopped = asked is not None or alert is not None
+    totals = {**plan.run.totals, **plan.health.notices.totals()}
     log.info("train_done", steps=step, stopped_early=stopped, **totals)
     close_console()
     if asked is not None:
-        raise Interrupted(asked, cut[0] if cut else f"RL step {step} (finished)")
-    if health.stop_alert is not None:
-        raise HealthStop(health.stop_alert.kind, health.stop_alert.message, step)
-    return last
+        raise Interrupted(asked, progress.cut[0] if progress.cut else f"RL step {step} (finished)")
+    if alert is not None:
+        raise HealthStop(alert.kind, alert.message, step)
+    return progress.metrics
 
 
 #: the final held-out eval's records: a resumed run at ``max_steps`` runs it when missing

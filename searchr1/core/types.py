@@ -6,7 +6,7 @@ its shape (``logprobs_T``: one value per position)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -224,12 +224,18 @@ class Trainer(Protocol):
     @property
     def capabilities(self) -> TrainerCapabilities: ...
 
-    def forward_backward(
+    async def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
-        """Accumulate gradients of ``loss_scale * sum(loss over datums)``."""
+    ) -> Awaitable[ForwardBackwardResult]:
+        """Queue the gradients of ``loss_scale * sum(loss over datums)`` behind every call
+        before it; returns once queued, with the awaitable of the result (the training-service
+        API's shape: the core queues a step's micro-batches, awaits its :meth:`optim_step`,
+        then awaits the results). The result may be computed as late as that ``optim_step``."""
 
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]: ...
+    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        """One optimizer step on the gradients of every ``forward_backward`` queued before
+        it; once it returns their results are complete and later samples use the new
+        weights."""
 
     def save_state(self, path: str) -> None:
         """Write adapter weights, optimizer state and step under the folder ``path``."""

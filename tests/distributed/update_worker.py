@@ -28,6 +28,7 @@ from searchr1.plugins.losses import NamedLoss, importance_sampling
 # run as a script by torchrun: the shared test helpers are not on its path yet
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from numerics import random_datums  # noqa: E402
+from trainer_calls import train_step  # noqa: E402
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 IS_KL = NamedLoss("importance_sampling", importance_sampling, {"kl_coef": 0.5})
@@ -54,13 +55,14 @@ def main(model_dir: str, out: str, mode: str = "") -> None:
     for step, n in ((1, 5), (2, 1)):
         batch = random_datums(vocab, n, seed=step)
         mine = world.shard(batch)
-        results = []
+        scale = 1.0 / len(batch)
         if mode:  # one micro-batch a datum: the ranks run different numbers of them
-            results = [provider.forward_backward([d], loss, 1.0 / len(batch)) for d in mine]
-        elif mine:
-            results = [provider.forward_backward(mine, loss, loss_scale=1.0 / len(batch))]
-        norms.append(provider.optim_step(ADAM)["grad_norm"])
-        assert all(r.loss == r.loss for r in results)  # read after the step (FSDP: filled)
+            micro_batches = [([d], scale) for d in mine]
+        else:
+            micro_batches = [(mine, scale)] if mine else []
+        results, metrics = train_step(provider, micro_batches, loss, ADAM)
+        norms.append(metrics["grad_norm"])
+        assert all(r.loss == r.loss for r in results)  # awaited after the step (FSDP: filled)
         if fsdp and step == 1:
             asyncio.run(_sample_unequal(provider, world.rank))
     if world.main:  # under FSDP the weights are whole between steps

@@ -50,6 +50,7 @@ import msgpack
 from fake_pytrio_control import Checkpoint, ControlAPI, TrainingRun
 from fake_pytrio_wire import Reply, handler_for, wire
 from fake_service_base import FaultsAndLog
+from trainer_calls import optim_step
 
 API_KEY = "sk-fake-taotoken-0123456789"
 
@@ -193,7 +194,7 @@ class FakePyTrio(ControlAPI, FaultsAndLog):
         if kind in ("trainer.forward", "trainer.forward_backward"):
             return self._forward(run.provider, parsed, backward=kind.endswith("backward"))
         if kind == "trainer.optimize_step":
-            metrics = run.provider.optim_step(compute.adam(parsed.adam_params))
+            metrics = optim_step(run.provider, compute.adam(parsed.adam_params))
             return {"metrics": dict(metrics)}
         if kind in ("trainer.save_state", "trainer.save_weights"):
             uri = f"trio://fake/{run.cuid}/{parsed.name}"

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from trainer_calls import forward_backward
 
 _ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 _MLP = ["gate_proj", "up_proj", "down_proj"]
@@ -105,7 +106,7 @@ def forward(
             )[0]
         logprobs.append(lp.numpy().astype(np.float32))
     if backward:
-        loss = provider.forward_backward(list(datums), loss_fn, 1.0).loss
+        loss = forward_backward(provider, list(datums), loss_fn, 1.0).loss
     else:
         loss = 0.0
         for d, lp in zip(datums, logprobs, strict=True):

@@ -54,6 +54,7 @@ from fake_service_base import FaultsAndLog, LazySampler
 from fake_tinker_futures import Future, Futures, UnknownRequest
 from fake_tinker_sampling import SamplingRoutes
 from fake_tinker_wire import Reply, datum, forward_output, handler_for
+from trainer_calls import optim_step
 
 API_KEY = "tml-fake-tinker-0123456789"
 #: the JSON routes under /api/v1 (``forward_backward`` is protobuf, handled on its own)
@@ -309,7 +310,7 @@ class FakeTinker(SamplingRoutes, FaultsAndLog):
         model = self._model(req.model_id)
 
         def run() -> dict[str, Any]:
-            metrics = model.provider.optim_step(compute.adam(req.optim_params))
+            metrics = optim_step(model.provider, compute.adam(req.optim_params))
             return {"metrics": {k: float(v) for k, v in metrics.items()}}
 
         return self._ordered(model, req.seq_id, "OptimStep", run)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer_calls import forward_backward, optim_step
+
 SAMPLED = (5, 6, 7)
 
 
@@ -146,5 +148,5 @@ def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict[str, 
         tuple(pad + [-1.0] * len(sampled)),
         tuple(pad + [1.0] * len(sampled)),
     )
-    provider.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
-    return dict(provider.optim_step(AdamParams(learning_rate=1e-3)))
+    forward_backward(provider, [datum], NamedLoss("importance_sampling", importance_sampling))
+    return dict(optim_step(provider, AdamParams(learning_rate=1e-3)))

@@ -17,6 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from trainer_calls import answered
+
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.types import (
     ForwardBackwardResult,
@@ -158,19 +160,19 @@ class ScriptedModel:
         self._groups.append((prompt, [1] * num_samples))
         return [self._emit(i, 0, params) for i in range(num_samples)]
 
-    def forward_backward(self, datums: Any, loss_fn: Any, loss_scale: float = 1.0) -> Any:
+    async def forward_backward(self, datums: Any, loss_fn: Any, loss_scale: float = 1.0) -> Any:
         """No weights: records ``datums`` and reports the token counts a real learner would
         (``tokens`` with a non-zero advantage, at ratio 1; ``kl_tokens``, every sampled token,
-        when the loss has a KL term)."""
+        when the loss has a KL term), as an answer already there."""
         self.trained.extend(datums)
         tokens = float(sum(a != 0.0 for d in datums for a in d.advantages))
         metrics = {"tokens": tokens, "ratio_sum": tokens}  # on-policy: every ratio is 1
         if kl_coef(loss_fn) > 0:
             kl_tokens = float(sum(sum(d.sampled) for d in datums))
             metrics |= {"kl_sum": 0.0, "kl_tokens": kl_tokens, "kl_max": 0.0}
-        return ForwardBackwardResult(loss=0.0, metrics=metrics)
+        return answered(ForwardBackwardResult(loss=0.0, metrics=metrics))
 
-    def optim_step(self, adam: Any) -> Mapping[str, float]:
+    async def optim_step(self, adam: Any) -> Mapping[str, float]:
         return {}
 
     def snapshot_sampler(self) -> None:

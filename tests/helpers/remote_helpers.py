@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
+from trainer_calls import forward_backward, optim_step
+
 from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins.losses import NamedLoss, importance_sampling
@@ -41,10 +43,10 @@ def make_datums(vocab: int, seed: int = 1, n: int = 4) -> list[Datum]:
 def one_step(provider, datums, loss_fn=IS_LOSS) -> tuple[float, float, float]:
     """Two micro-batches (loss_scale n_k/N), one optimizer step, then the loss after it."""
     half = len(datums) // 2
-    first = provider.forward_backward(datums[:half], loss_fn, half / len(datums))
-    second = provider.forward_backward(datums[half:], loss_fn, (len(datums) - half) / len(datums))
-    metrics = provider.optim_step(ADAM)
-    after = provider.forward_backward(datums, loss_fn, 1.0)
+    first = forward_backward(provider, datums[:half], loss_fn, half / len(datums))
+    second = forward_backward(provider, datums[half:], loss_fn, (len(datums) - half) / len(datums))
+    metrics = optim_step(provider, ADAM)
+    after = forward_backward(provider, datums, loss_fn, 1.0)
     return first.loss + second.loss, metrics["grad_norm"], after.loss
 
 
@@ -85,8 +87,8 @@ def check_pin_holds_until_the_next_pin(provider) -> None:
     params = SamplingParams(max_tokens=4, seed=3)
     before = asyncio.run(provider.sample(prompt, 1, params))[0]
     provider.snapshot_sampler()
-    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
-    provider.optim_step(AdamParams(learning_rate=0.5))
+    forward_backward(provider, make_datums(len(provider.tokenizer)), IS_LOSS)
+    optim_step(provider, AdamParams(learning_rate=0.5))
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
     provider.snapshot_sampler()
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs

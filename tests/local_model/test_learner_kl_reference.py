@@ -12,6 +12,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64
+from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, LossInputs, LossOutput
@@ -70,7 +71,7 @@ class Recorded:
 def _step(p: LocalModelProvider, kl_coef: float) -> tuple[dict, list[torch.Tensor], Recorded]:
     """One forward_backward; its metrics, the LoRA gradients (then zeroed) and the loss."""
     loss = Recorded(kl_coef)
-    result = p.forward_backward(_datums(), loss.loss)
+    result = forward_backward(p, _datums(), loss.loss)
     grads = [q.grad.clone() for q in p.learner.params]
     p.learner.optimizer.zero_grad(set_to_none=True)
     return dict(result.metrics), grads, loss
@@ -156,7 +157,7 @@ def test_a_degenerate_groups_datum_is_trained_by_the_kl_term_alone(model_dir: Pa
 
     for kl_coef in (0.0, 0.5):
         loss = Recorded(kl_coef)
-        result = p.forward_backward(degenerate, loss.loss)
+        result = forward_backward(p, degenerate, loss.loss)
         grads = [q.grad for q in p.learner.params]
         if kl_coef == 0.0:
             assert "kl_sum" not in result.metrics
@@ -202,7 +203,7 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
         _enable_checkpointing(p.model.get_base_model())
     p.learner.chunk_tokens = 60
     datums = _group()
-    p.forward_backward(datums, Recorded(0.5).loss)  # the first call checks the shared path
+    forward_backward(p, datums, Recorded(0.5).loss)  # the first call checks the shared path
     assert p.learner._shared_ok is True
     p.learner.optimizer.zero_grad(set_to_none=True)
 
@@ -213,7 +214,7 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
     )
     loss = Recorded(0.5)
     try:
-        shared = p.forward_backward(datums, loss.loss)
+        shared = forward_backward(p, datums, loss.loss)
     finally:
         hook.remove()
     # Per chunk, the reference's forward, then the policy's: the prefix once, then the rows'
@@ -235,7 +236,7 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
         lambda _m, _a, kw: positions.append(kw["input_ids"].numel()), with_kwargs=True
     )
     try:
-        fallback = p.forward_backward(datums, Recorded(0.5).loss)
+        fallback = forward_backward(p, datums, Recorded(0.5).loss)
     finally:
         hook.remove()
     assert positions == [2 * 25] * 4
@@ -243,7 +244,7 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
     p.learner._chunked_ok = True
 
     p.learner._shared_ok = False  # every row whole
-    whole = p.forward_backward(datums, Recorded(0.5).loss)
+    whole = forward_backward(p, datums, Recorded(0.5).loss)
     assert fallback.loss == pytest.approx(whole.loss, rel=RTOL64)
     assert shared.loss == pytest.approx(whole.loss, rel=RTOL64)
     assert shared.metrics["kl_sum"] == pytest.approx(whole.metrics["kl_sum"], rel=RTOL64)

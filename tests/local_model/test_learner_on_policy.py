@@ -14,6 +14,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64
+from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.step_metrics import (
@@ -88,7 +89,7 @@ def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpoint
             layer._gradient_checkpointing_func = counted
     datums = _on_policy_datums(p)
     p.model.train()  # whatever mode the model was in, the learner scores without dropout
-    result = p.forward_backward(datums, IS, loss_scale=1.0 / len(datums))
+    result = forward_backward(p, datums, IS, loss_scale=1.0 / len(datums))
     m = result.metrics
     trained = sum(1 for d in datums for a in d.advantages if a != 0)
     assert m["mismatch/tokens"] == trained > 20

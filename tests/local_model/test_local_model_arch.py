@@ -21,6 +21,7 @@ import pytest
 import torch
 from arch_models import FAMILIES, build_family
 from numerics import FLOAT32_KERNEL_FAMILIES, LOGPROB_TOL_F32, RTOL64
+from trainer_calls import forward_backward, optim_step
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum, SamplingParams
@@ -121,14 +122,14 @@ def test_family_samples_trains_saves_and_loads(
     before = {
         n: p.detach().clone() for n, p in provider.model.named_parameters() if p.requires_grad
     }
-    out = provider.forward_backward(datums, loss)
+    out = forward_backward(provider, datums, loss)
     assert out.metrics["logprob_diff_max"] <= _tolerance(name), name
     assert torch.isfinite(torch.tensor(out.loss))
 
     base = provider.model.get_base_model()
     assert getattr(base, "is_activation_checkpointing", None) or base.is_gradient_checkpointing
     # One training step moves the LoRA weights.
-    provider.optim_step(AdamParams(learning_rate=1e-2))
+    optim_step(provider, AdamParams(learning_rate=1e-2))
     after = {n: p.detach() for n, p in provider.model.named_parameters() if p.requires_grad}
     assert any(not torch.equal(before[n], after[n]) for n in before), name
 
@@ -239,7 +240,7 @@ def test_chunked_prefill_and_concurrent_continuations_match_the_learner(family: 
                     trajectory_id="t",
                 )
             )
-        out = p.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling))
+        out = forward_backward(p, datums, NamedLoss("importance_sampling", importance_sampling))
         assert out.metrics["logprob_diff_max"] <= _tolerance(name), name
     finally:
         p.close()

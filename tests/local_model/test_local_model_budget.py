@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from numerics import LOGPROB_TOL_F32
+from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
@@ -97,7 +98,7 @@ def test_one_long_trajectory_keeps_the_batch_under_the_token_budget(
         (0.0,) * pad + (1.0,) * len(s.tokens),
         trajectory_id="long",
     )
-    out = bounded.forward_backward([datum], NamedLoss("is", importance_sampling))
+    out = forward_backward(bounded, [datum], NamedLoss("is", importance_sampling))
     assert out.metrics["logprob_diff_max"] <= LOGPROB_TOL_F32  # a float32 model
 
 

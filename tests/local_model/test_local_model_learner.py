@@ -10,6 +10,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64, assert_same64, assert_same_grads64, random_datums
+from trainer_calls import forward_backward, optim_step
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -84,7 +85,7 @@ def test_micro_batches_scaled_by_one_over_n_give_the_full_batch_gradient(model_d
 
     def accumulated(splits: list[list[Datum]], scale: float) -> dict:
         for batch in splits:
-            p.forward_backward(batch, IS, loss_scale=scale)
+            forward_backward(p, batch, IS, loss_scale=scale)
         out = _grads(p)
         p.learner.optimizer.zero_grad(set_to_none=True)
         return out
@@ -101,17 +102,17 @@ def test_micro_batches_scaled_by_one_over_n_give_the_full_batch_gradient(model_d
     for name, g in expected.items():
         assert_same64(doubled[name], 2 * g, name)
     # The reported loss is unscaled (the sum over datums), whatever the split.
-    losses = [p.forward_backward(b, IS, loss_scale=1.0 / n).loss for b in (datums[:2], datums[2:])]
-    assert sum(losses) == pytest.approx(p.forward_backward(datums, IS).loss, rel=RTOL64)
+    losses = [forward_backward(p, b, IS, loss_scale=1.0 / n).loss for b in (datums[:2], datums[2:])]
+    assert sum(losses) == pytest.approx(forward_backward(p, datums, IS).loss, rel=RTOL64)
     p.close()
 
 
 def test_only_lora_parameters_change(model_dir: Path) -> None:
     p = _provider(model_dir)
     before = {n: t.detach().clone() for n, t in p.model.named_parameters()}
-    result = p.forward_backward(_datums(p.vocab_size), IS)
+    result = forward_backward(p, _datums(p.vocab_size), IS)
     assert result.metrics["tokens"] > 0 and "ratio_mean" in result.metrics
-    metrics = p.optim_step(ADAM)
+    metrics = optim_step(p, ADAM)
     assert metrics["grad_norm"] > 0 and metrics["lr"] == ADAM.learning_rate
     assert metrics["step"] == 1
     changed = {n for n, t in p.model.named_parameters() if not torch.equal(t, before[n])}
@@ -134,8 +135,8 @@ def test_sampler_sees_the_new_weights_after_a_step(model_dir: Path) -> None:
     prompt = [5, 6, 7, 8, 9]
     params = SamplingParams(max_tokens=6, temperature=0.0)
     (before,) = asyncio.run(p.sample(prompt, 1, params))
-    p.forward_backward(_datums(p.vocab_size), IS)
-    p.optim_step(AdamParams(learning_rate=0.5))
+    forward_backward(p, _datums(p.vocab_size), IS)
+    optim_step(p, AdamParams(learning_rate=0.5))
     (after,) = asyncio.run(p.sample(prompt, 1, params))
     assert after.logprobs[0] != before.logprobs[0]
     p.close()
@@ -149,21 +150,21 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
     loss = NamedLoss("cispo", cispo)
     # float32, as users run it: the adapter is stored in float32 (bit-identical resume).
     a = _provider(model_dir, "float32")
-    a.forward_backward(datums, loss)
-    a.optim_step(ADAM)
+    forward_backward(a, datums, loss)
+    optim_step(a, ADAM)
     a.save_state(str(tmp_path / "ckpt"))
     next_a = []
     for _ in range(2):
-        next_a.append(a.forward_backward(datums, loss).loss)
-        a.optim_step(ADAM)
+        next_a.append(forward_backward(a, datums, loss).loss)
+        optim_step(a, ADAM)
 
     b = LocalModelProvider.from_config(_config(model_dir, "float32").replace(run={"seed": 7}))
     b.load_state(str(tmp_path / "ckpt"))
     assert b.learner.step == 1
     next_b = []
     for _ in range(2):
-        next_b.append(b.forward_backward(datums, loss).loss)
-        b.optim_step(ADAM)
+        next_b.append(forward_backward(b, datums, loss).loss)
+        optim_step(b, ADAM)
     assert next_b == next_a  # bit-identical
 
     # The adapter folder is plain peft: loadable without searchr1.
@@ -197,7 +198,7 @@ def test_too_long_datum_names_its_trajectory(model_dir: Path) -> None:
     n = 200  # context is 128
     d = Datum((5,) * n, (5,) * n, (0.0,) * n, (1.0,) * n, trajectory_id="q17-t3")
     with pytest.raises(ValueError, match="q17-t3"):
-        p.forward_backward([d], IS)
+        forward_backward(p, [d], IS)
     p.close()
 
 
@@ -236,7 +237,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(model_dir: Path) -> None
             for name, param in p.model.named_parameters():
                 if "lora_B" in name:
                     param.fill_(0.01)
-        p.forward_backward(datums, IS)
+        forward_backward(p, datums, IS)
         grads.append(_grads(p))
         p.close()
     assert_same_grads64(grads[1], grads[0])

@@ -11,6 +11,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64
+from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
@@ -108,7 +109,7 @@ def test_sampler_logprobs_match_learner(provider: LocalModelProvider, top_p: flo
                     trajectory_id="t",
                 )
             )
-    result = provider.forward_backward(datums, NamedLoss("is", importance_sampling))
+    result = forward_backward(provider, datums, NamedLoss("is", importance_sampling))
     provider.learner.optimizer.zero_grad(set_to_none=True)
     assert result.metrics["logprob_diff_max"] <= LOGPROB_TOL
     assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=LOGPROB_TOL)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainer_calls import forward_backward, optim_step
 
 pytest.importorskip("pytrio")
 
@@ -86,7 +87,7 @@ def test_loss_unknown_to_the_service_is_a_config_error(provider, fake):
     assert "importance_sampling, ppo, cispo" in str(info.value) and "dro" not in str(info.value)
     submitted = fake.count("POST /actor/v1/events")
     with pytest.raises(ConfigError, match="loss_fn = 'my_loss'"):
-        provider.forward_backward(make_datums(725, n=1), custom)
+        forward_backward(provider, make_datums(725, n=1), custom)
     assert fake.count("POST /actor/v1/events") == submitted  # refused before anything is sent
 
 
@@ -118,10 +119,10 @@ def test_slow_response_times_out_and_the_retry_is_deduplicated(fake, tmp_path):
     try:
         datums = make_datums(725)
         # init the trainer before timing one call (reading the loss awaits the call)
-        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018
+        forward_backward(provider, datums[:1], IS_LOSS).loss  # noqa: B018
         done_before = fake.count("done:trainer.forward_backward")
         slow = fake.inject("POST", r"^/actor/v1/events$", 0, delay=2.5)
-        result = provider.forward_backward(datums, IS_LOSS)
+        result = forward_backward(provider, datums, IS_LOSS)
     finally:
         provider.close()
     assert slow.hits == 1
@@ -136,10 +137,10 @@ def test_a_failed_sampler_refresh_is_retried_by_the_next_sample(provider, fake):
     prompt = provider.tokenizer.encode("Question: who wrote the novel?")
     params = SamplingParams(max_tokens=4, seed=3)
     before = asyncio.run(provider.sample(prompt, 1, params))[0]
-    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
+    forward_backward(provider, make_datums(len(provider.tokenizer)), IS_LOSS)
     down = fake.inject("POST", r"/sampling-runs$", 503, times=10_000)
     with pytest.raises(RemoteServerError):
-        provider.optim_step(AdamParams(learning_rate=0.5))
+        optim_step(provider, AdamParams(learning_rate=0.5))
     fake.clear_faults()
     runs = fake.count("sampling_runs")
     after = asyncio.run(provider.sample(prompt, 1, params))[0]
@@ -151,12 +152,12 @@ def test_persistent_5xx_gives_up_with_a_clear_error_and_stops_training(provider,
     datums = make_datums(725)
     fake.inject("POST", r"^/actor/v1/events$", 503, times=10_000)
     with pytest.raises(RemoteStepError, match="HTTP 503") as info:
-        provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
+        forward_backward(provider, datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
     assert "--resume" in str(info.value)
     fake.clear_faults()
     submitted = fake.count("POST /actor/v1/events")
     with pytest.raises(RemoteStepError):
-        provider.optim_step(ADAM)
+        optim_step(provider, ADAM)
     assert fake.count("POST /actor/v1/events") == submitted  # nothing more was sent
 
 
@@ -166,23 +167,23 @@ def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step
     ckpt = str(tmp_path / "ckpt" / "step-000001")
     first = RemoteModelProvider(config)
     try:
-        first.forward_backward(datums, IS_LOSS)
-        first.optim_step(ADAM)
+        forward_backward(first, datums, IS_LOSS)
+        optim_step(first, ADAM)
         first.save_state(ckpt)
-        expected = first.forward_backward(datums, IS_LOSS).loss  # gradients of the half step
+        expected = forward_backward(first, datums, IS_LOSS).loss  # gradients of the half step
         fake.inject("POST", r"^/actor/v1/events$", 500, times=10_000)
         with pytest.raises(RemoteStepError, match="optim_step"):
-            first.optim_step(ADAM)
+            optim_step(first, ADAM)
         fake.clear_faults()
         with pytest.raises(RemoteStepError, match="--resume"):
-            first.forward_backward(datums, IS_LOSS)
+            forward_backward(first, datums, IS_LOSS)
     finally:
         first.close()
     resumed = RemoteModelProvider(config)
     try:
         resumed.load_state(ckpt)
-        assert resumed.forward_backward(datums, IS_LOSS).loss == pytest.approx(expected, abs=1e-5)
-        resumed.optim_step(ADAM)  # the fresh run has only this step's gradients
+        assert forward_backward(resumed, datums, IS_LOSS).loss == pytest.approx(expected, abs=1e-5)
+        optim_step(resumed, ADAM)  # the fresh run has only this step's gradients
     finally:
         resumed.close()
 

@@ -1,5 +1,6 @@
-"""A remote step costs one service wait, not one per call: ``forward_backward`` returns a
-result still in flight and ``optim_step`` submits behind it before awaiting anything.
+"""A remote step costs one service wait, not one per call: awaiting ``forward_backward``
+submits it and hands back the answer's awaitable, and ``optim_step`` submits behind it before
+awaiting anything.
 
 Real ``pytrio`` SDK, real HTTP to the loopback fake (``tests/helpers/fake_pytrio_service.py``) with
 200 ms injected into every wait for an event's result (``GET /actor/v1/events/{id}``). The
@@ -8,6 +9,7 @@ not on a wall-clock threshold."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -17,6 +19,7 @@ pytest.importorskip("pytrio")
 from fake_pytrio_service import API_KEY, FakePyTrio  # noqa: E402
 from remote_helpers import ADAM, IS_LOSS, make_datums  # noqa: E402
 from test_remote_model import make_config  # noqa: E402
+from trainer_calls import forward_backward, train_step  # noqa: E402
 
 from searchr1.core.errors import RemoteStepError  # noqa: E402
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
@@ -55,17 +58,21 @@ def max_in_flight(requests: list[tuple[str, str, float, float]], since: float) -
 
 
 def step(provider, datums, n_micro: int, *, read_each: bool) -> tuple[float, float]:
-    """One train-loop step of ``n_micro`` micro-batches. ``read_each`` reads every loss right
-    after its call (what the train loop did before results were deferred)."""
+    """One train-loop step of ``n_micro`` micro-batches. ``read_each`` awaits every answer
+    right after its call (a loop that waits on each call)."""
     size = len(datums) // n_micro
-    results = []
-    for k in range(n_micro):
-        result = provider.forward_backward(datums[k * size : (k + 1) * size], IS_LOSS, 1 / n_micro)
-        if read_each:
-            result.loss  # noqa: B018 -- reading awaits the call
-        results.append(result)
-    metrics = provider.optim_step(ADAM)
-    return sum(r.loss for r in results), metrics["grad_norm"]
+
+    async def run() -> tuple[float, float]:
+        results = []
+        for k in range(n_micro):
+            part = datums[k * size : (k + 1) * size]
+            result = await provider.forward_backward(part, IS_LOSS, 1 / n_micro)
+            results.append(await result if read_each else result)
+        metrics = await provider.optim_step(ADAM)
+        done = results if read_each else [await r for r in results]
+        return sum(r.loss for r in done), metrics["grad_norm"]
+
+    return asyncio.run(run())
 
 
 def test_micro_batches_and_optim_step_are_awaited_together(provider, fake):
@@ -91,28 +98,36 @@ def test_micro_batches_and_optim_step_are_awaited_together(provider, fake):
     assert pipelined[0] != pytest.approx(sequential[0], abs=1e-6)  # the step trained
 
 
-def test_loss_read_before_optim_step_is_the_same_value(provider):
+def test_an_answer_awaited_before_optim_step_is_the_same_value(provider):
     datums = make_datums(len(provider.tokenizer), n=4)
-    early = provider.forward_backward(datums, IS_LOSS)
-    value = early.loss  # awaited here, before optim_step
-    provider.optim_step(ADAM)
-    assert early.loss == value and early.metrics["tokens"] > 0
+
+    async def run() -> tuple[float, float, float]:
+        queued = await provider.forward_backward(datums, IS_LOSS)
+        early = await queued  # before optim_step
+        await provider.optim_step(ADAM)
+        return early.loss, (await queued).loss, early.metrics["tokens"]
+
+    early, late, tokens = asyncio.run(run())
+    assert early == late and tokens > 0
 
 
 def test_failed_forward_backward_surfaces_in_optim_step_and_stops_the_run(provider, fake):
     datums = make_datums(len(provider.tokenizer), n=4)
-    provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- init the trainer
-    provider.optim_step(ADAM)
+    train_step(provider, [(datums, 1.0)], IS_LOSS, ADAM)  # init the trainer
     fake.inject("POST", r"^/actor/v1/events$", 503, times=10_000)
-    result = provider.forward_backward(datums, IS_LOSS)  # submitted, not awaited: no error yet
-    with pytest.raises(RemoteStepError, match="forward_backward") as info:
-        provider.optim_step(ADAM)
-    assert "--resume" in str(info.value)
-    with pytest.raises(RemoteStepError):
-        result.loss  # noqa: B018 -- the failure is the result
+
+    async def run() -> None:
+        queued = await provider.forward_backward(datums, IS_LOSS)  # submitted: no error yet
+        with pytest.raises(RemoteStepError, match="forward_backward") as info:
+            await provider.optim_step(ADAM)
+        assert "--resume" in str(info.value)
+        with pytest.raises(RemoteStepError):
+            await queued  # the failure is the answer
+
+    asyncio.run(run())
     fake.clear_faults()
     with pytest.raises(RemoteStepError, match="--resume"):
-        provider.forward_backward(datums, IS_LOSS)
+        forward_backward(provider, datums, IS_LOSS)
 
 
 def test_tinker_service_session_is_finished_on_close():

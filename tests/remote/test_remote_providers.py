@@ -24,6 +24,7 @@ from remote_helpers import (
     one_step,
     remote_config,
 )
+from trainer_calls import forward_backward, optim_step
 
 from searchr1.core.config import load_config
 from searchr1.core.config_schema import Config
@@ -204,7 +205,7 @@ def test_sampling_returns_tokens_and_logprobs_of_the_current_weights(provider, b
         tuple([0.0] * gen + list(seq.logprobs)),
         tuple([0.0] * gen + [1.0] * len(seq.tokens)),
     )
-    result = provider.forward_backward([datum], IS_LOSS)
+    result = forward_backward(provider, [datum], IS_LOSS)
     assert result.metrics["tokens"] == len(seq.tokens)
     assert result.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
 
@@ -215,8 +216,8 @@ def test_sampling_after_optim_step_uses_the_new_weights(provider, backend):
     params = SamplingParams(max_tokens=4, seed=3)
     before = asyncio.run(provider.sample(prompt, 1, params))[0]
     samplers = backend.fake.count(backend.samplers_made)
-    provider.forward_backward(make_datums(len(provider.tokenizer)), IS_LOSS)
-    provider.optim_step(AdamParams(learning_rate=0.5))
+    forward_backward(provider, make_datums(len(provider.tokenizer)), IS_LOSS)
+    optim_step(provider, AdamParams(learning_rate=0.5))
     assert backend.fake.count(backend.samplers_made) == samplers + 1
     after = asyncio.run(provider.sample(prompt, 1, params))[0]
     assert after.logprobs != before.logprobs
@@ -255,8 +256,8 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(backend):
     folder = backend.tmp_path / "ckpt" / "step-000001"
     datums = make_datums(725, seed=5)
     first = backend.open()
-    first.forward_backward(datums, IS_LOSS)
-    first.optim_step(ADAM)
+    forward_backward(first, datums, IS_LOSS)
+    optim_step(first, ADAM)
     first.save_state(str(folder))
     record = (folder / "remote_checkpoint.json").read_text("utf-8")
     assert all(part in record for part in backend.checkpoint_record_has), record
@@ -276,12 +277,12 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(backend):
 def test_429_and_5xx_are_retried_and_the_step_is_applied_once(provider, backend):
     datums = make_datums(725)
     if backend.warm_before_faults:
-        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists now
-        provider.optim_step(ADAM)
+        forward_backward(provider, datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists now
+        optim_step(provider, ADAM)
     done_before = backend.fake.count(backend.step_done)
     faults = backend.transient_faults(backend.fake)
-    result = provider.forward_backward(datums, IS_LOSS)
-    provider.optim_step(ADAM)
+    result = forward_backward(provider, datums, IS_LOSS)
+    optim_step(provider, ADAM)
     assert tuple(f.hits for f in faults) == (2, 2, 1)
     assert math.isfinite(result.loss) and result.metrics["tokens"] > 0
     assert backend.fake.count(backend.step_done) == done_before + 1

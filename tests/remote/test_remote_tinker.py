@@ -25,6 +25,7 @@ from remote_helpers import (
     round_trips,
     waits,
 )
+from trainer_calls import forward_backward  # noqa: E402
 
 from searchr1.core.config_schema import Config  # noqa: E402
 from searchr1.core.errors import RemoteStepError, RemoteTimeout  # noqa: E402
@@ -84,11 +85,20 @@ def test_a_step_waits_once_for_its_micro_batches_optim_step_and_new_sampler(prov
     def step(read_each: bool) -> list:
         since = time.monotonic()
         size = len(datums) // n_micro
-        for k in range(n_micro):
-            result = provider.forward_backward(datums[k * size : (k + 1) * size], IS_LOSS)
-            if read_each:
-                result.loss  # noqa: B018 -- reading awaits the call
-        provider.optim_step(ADAM)
+
+        async def run() -> None:
+            queued = []
+            for k in range(n_micro):
+                queued.append(
+                    await provider.forward_backward(datums[k * size : (k + 1) * size], IS_LOSS)
+                )
+                if read_each:
+                    await queued[-1]  # awaiting each answer at once
+            await provider.optim_step(ADAM)
+            for result in queued:
+                await result
+
+        asyncio.run(run())
         return waits(fake.requests, "/api/v1/retrieve_future", since)
 
     step(read_each=False)  # the training run exists before the measurement
@@ -109,11 +119,11 @@ def test_a_service_that_keeps_failing_stops_the_run_after_result_timeout_seconds
     provider = open_provider(fake, result_timeout_seconds=5)
     try:
         datums = make_datums(725)
-        provider.forward_backward(datums[:1], IS_LOSS).loss  # noqa: B018 -- the model exists
+        forward_backward(provider, datums[:1], IS_LOSS)  # the model exists
         fake.inject("POST", r"^/api/v1/retrieve_future$", 503, times=10**6)
         started = time.monotonic()
         with pytest.raises(RemoteStepError, match="result_timeout_seconds = 5") as info:
-            provider.forward_backward(datums, IS_LOSS).loss  # noqa: B018 -- reading awaits it
+            forward_backward(provider, datums, IS_LOSS)
         assert time.monotonic() - started < 30 and "--resume" in str(info.value)
     finally:
         fake.clear_faults()

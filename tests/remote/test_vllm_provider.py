@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 from cli_run import read_events
+from trainer_calls import forward_backward, optim_step
 from vllm_env import require_vllm_python
 
 from searchr1.cli.main import main as cli
@@ -185,8 +186,8 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
                     trajectory_id=f"match/{g}/{k}",
                 )
             )
-    result = provider.forward_backward(
-        datums, NamedLoss("importance_sampling", importance_sampling), 1 / 16
+    result = forward_backward(
+        provider, datums, NamedLoss("importance_sampling", importance_sampling), 1 / 16
     )
     m = result.metrics  # each server's samples, traced back to it, match the learner
     assert m["mismatch/server0/tokens"] + m["mismatch/server1/tokens"] == m["mismatch/tokens"]
@@ -195,7 +196,7 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
         max(m["mismatch/server0/logprob_diff_max"], m["mismatch/server1/logprob_diff_max"])
         < MAX_DIFF
     )
-    metrics = provider.optim_step(AdamParams(learning_rate=2e-3))
+    metrics = optim_step(provider, AdamParams(learning_rate=2e-3))
     assert metrics["adapter_sync_s"] > 0
     assert provider.adapter.name != old_name
     served = {m["id"] for m in httpx.get(f"{api_base}/v1/models").json()["data"]}
@@ -357,8 +358,8 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
         for prompt, group in zip(prompts, before, strict=True)
         for k, s in enumerate(group)
     ]
-    provider.forward_backward(datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
-    provider.optim_step(AdamParams(learning_rate=2e-3))
+    forward_backward(provider, datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
+    optim_step(provider, AdamParams(learning_rate=2e-3))
     assert provider.adapter.name != pinned
     for served in _served(provider):  # the pinned one is still loaded, on both servers
         assert {pinned, provider.adapter.name} <= served

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers, train_on
+from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -203,8 +204,8 @@ def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: P
         loss = NamedLoss("importance_sampling", importance_sampling)
         # Two micro-batches, merged as the train loop merges them.
         parts = [
-            provider.forward_backward(datums[:3], loss),
-            provider.forward_backward(datums[3:], loss),
+            forward_backward(provider, datums[:3], loss),
+            forward_backward(provider, datums[3:], loss),
         ]
         m = merge_train_metrics([p.metrics for p in parts])
     finally:

@@ -73,11 +73,11 @@ def fill_at_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
     plan: dict = {"step": None, "leave": 0, "folder": None, "calls": 0}
     real = ScriptedModel.optim_step
 
-    def optim_step(self, adam):  # noqa: ANN001, ANN202
+    async def optim_step(self, adam):  # noqa: ANN001, ANN202
         plan["calls"] += 1
         if plan["calls"] == plan["step"]:
             plan["filler"] = fill(plan["folder"], plan["leave"])
-        return real(self, adam)
+        return await real(self, adam)
 
     monkeypatch.setattr(ScriptedModel, "optim_step", optim_step)
     yield plan

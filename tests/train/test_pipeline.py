@@ -44,9 +44,9 @@ class Recorder:
         self._log("collect_end", step)
         return Batch(step, [], [], 0, {}, {"cursor": step}, version, self.collect_s, [])
 
-    def learn(self, collected: Batch) -> Learned:
+    async def learn(self, collected: Batch) -> Learned:
         self._log("learn_start", collected.step)
-        time.sleep(self.learn_s)
+        await asyncio.sleep(self.learn_s)  # a trainer computes off the event loop
         self._log("learn_end", collected.step)
         return Learned(0.0, {}, {}, 1, self.learn_s)
 
@@ -158,7 +158,7 @@ def test_a_collect_error_is_raised_after_the_steps_before_it_trained() -> None:
 def test_a_learn_error_stops_the_collector() -> None:
     r = Recorder()
 
-    def broken(collected: Batch) -> Learned:
+    async def broken(collected: Batch) -> Learned:
         raise RuntimeError("service gone")
 
     r.learn = broken  # type: ignore[method-assign]
@@ -177,7 +177,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_small_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def _train_once(p, lr: float = 0.5) -> None:  # noqa: ANN001
+async def _train_once(p, lr: float = 0.5) -> None:  # noqa: ANN001
     from searchr1.core.types import AdamParams, Datum
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
@@ -188,8 +188,8 @@ def _train_once(p, lr: float = 0.5) -> None:  # noqa: ANN001
         tuple([0.0] * 4 + [-6.0] * 15),
         tuple([0.0] * 4 + [1.0] * 15),
     )
-    p.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
-    p.optim_step(AdamParams(learning_rate=lr))
+    await p.forward_backward([datum], NamedLoss("importance_sampling", importance_sampling))
+    await p.optim_step(AdamParams(learning_rate=lr))
 
 
 def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
@@ -212,14 +212,14 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
 
     base = sample()
     p.snapshot_sampler()  # version 0
-    _train_once(p)
+    asyncio.run(_train_once(p))
     assert sample() == base, "the pinned sampler saw the learner's update"
     # the learner trains on its own weights: a second step moves them again
     p.save_state(str(tmp_path / "v1"))
     p.snapshot_sampler()  # version 1
     v1 = sample()
     assert v1 != base
-    _train_once(p)
+    asyncio.run(_train_once(p))
     assert sample() == v1
     p.snapshot_sampler()  # version 2
     assert sample() != v1
@@ -232,8 +232,8 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
     q.close()
 
 
-def test_local_sampling_and_training_from_two_threads(model_dir: Path) -> None:
-    """A rollout samples in the event loop while the learner trains in a worker thread, as
+def test_local_sampling_while_the_learner_trains_in_its_worker(model_dir: Path) -> None:
+    """A rollout samples in the event loop while the learner trains in its worker thread, as
     the pipeline runs them: every sample comes from the pinned version."""
     from searchr1.core.config_schema import Config
     from searchr1.core.types import SamplingParams
@@ -249,9 +249,12 @@ def test_local_sampling_and_training_from_two_threads(model_dir: Path) -> None:
     async def main() -> tuple[list[list[float]], list[float]]:
         p.snapshot_sampler()
         (ref,) = await p.sample(prompt, 1, params)
-        training = asyncio.create_task(
-            asyncio.to_thread(lambda: [_train_once(p) for _ in range(3)])
-        )
+
+        async def three_steps() -> None:
+            for _ in range(3):
+                await _train_once(p)
+
+        training = asyncio.create_task(three_steps())
         seen = []
         while not training.done():
             (s,) = await p.sample(prompt, 1, params)
@@ -286,7 +289,7 @@ def test_a_request_after_a_new_pin_never_joins_a_batch_of_the_old_weights(
     async def main() -> tuple[list[float], list[float], list[float]]:
         (old,) = await p.sample([5, 6, 7], 1, short)
         p.snapshot_sampler()  # version 0
-        _train_once(p)  # version 1 published, not pinned yet
+        await _train_once(p)  # version 1 published, not pinned yet
         running = asyncio.create_task(p.sample([9, 8, 7, 6], 1, long))
         while p.sampler.stats.batches == 1:  # until the long batch has started
             await asyncio.sleep(0.001)

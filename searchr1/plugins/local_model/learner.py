@@ -1,8 +1,10 @@
 """Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
 
-The train loop calls :meth:`Learner.forward_backward` once per micro-batch (with
+The train loop queues :meth:`Learner.forward_backward` once per micro-batch (with
 ``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
-the whole batch's) and :meth:`Learner.optim_step` once per step.
+the whole batch's) and :meth:`Learner.optim_step` once per step, through the provider's
+Trainer methods: they run in the learner's one worker thread (:attr:`Learner.worker`), in
+call order and off the event loop (:meth:`Learner.submit`).
 Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
 ratios are exactly 1 up to float error. Only the positions a loss reads (``Datum.sampled``: the
 tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks
@@ -47,6 +49,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +165,7 @@ class Learner:
         sharding: Sharding | None = None,
     ) -> None:
         """``sharding``: the FSDP2 units of ``model`` (:func:`.fsdp.shard_model`, applied
-        before this), which makes :meth:`forward_backward` queue for :meth:`optim_step`."""
+        before this): :meth:`submit` then queues micro-batches for :meth:`optim_step`."""
         self.model = model
         self.device = device
         self.model_lock = model_lock
@@ -184,7 +187,13 @@ class Learner:
         )
         self.sharding = sharding
         # FSDP: the step's micro-batches, run by optim_step (module docstring)
-        self._queued: list[tuple[list[Datum], LossFn, float, dict[str, Any]]] = []
+        self._queued: list[tuple[list[Datum], LossFn, float, Future[ForwardBackwardResult]]] = []
+        # a queued forward_backward's failure, raised by the next optim_step
+        self._failed: BaseException | None = None
+        #: the one thread that runs the learner's torch work, in call order (:meth:`submit`)
+        self.worker = ThreadPoolExecutor(
+            1, thread_name_prefix="searchr1-learner", initializer=_use_device, initargs=(device,)
+        )
         # FSDP: the optimizer state gathered whole after the last step (rank 0 saves it)
         self._whole_optimizer: dict[str, Any] | None = None
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -208,10 +217,38 @@ class Learner:
 
     # ------------------------------------------------------------------ forward/backward
 
+    def submit(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
+    ) -> Future[ForwardBackwardResult]:
+        """Queue :meth:`forward_backward` in :attr:`worker`, behind what was queued before;
+        under FSDP the result is filled in by the next :meth:`optim_step`, where every rank
+        runs its step's micro-batches in step."""
+        if not datums:
+            raise ValueError("forward_backward(): no datums")
+        for d in datums:
+            self._check_datum(d)  # a bad datum fails here, before anything is queued
+        if self.sharding is None:
+            return self.worker.submit(self._queued_call, datums, loss_fn, loss_scale)
+        result: Future[ForwardBackwardResult] = Future()
+        self.worker.submit(self._queued.append, (list(datums), loss_fn, loss_scale, result))
+        return result
+
+    def _queued_call(
+        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float
+    ) -> ForwardBackwardResult:
+        """:meth:`forward_backward` in the worker; a failure is kept for the next
+        :meth:`optim_step`, which raises it instead of stepping on part of the gradients."""
+        try:
+            return self.forward_backward(datums, loss_fn, loss_scale)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
     def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
-        """Accumulate the gradient of ``loss_scale * sum(loss_fn over datums)``.
+        """Accumulate the gradient of ``loss_scale * sum(loss_fn over datums)``, now (in the
+        calling thread; not under FSDP, see :meth:`submit`).
 
         The datums are processed in chunks of at most ``chunk_tokens`` positions of decoder
         work (:meth:`_chunks`; the loss is a sum, so chunking changes nothing but peak
@@ -221,14 +258,13 @@ class Learner:
         is off (module docstring)."""
         if not datums:
             raise ValueError("forward_backward(): no datums")
+        if self.sharding is not None:
+            raise RuntimeError(
+                "[model.local] fsdp = true: forward_backward runs in optim_step, where every "
+                "rank runs the step's micro-batches in step; queue it with submit()"
+            )
         for d in datums:
             self._check_datum(d)
-        if self.sharding is not None:
-            from searchr1.kit.pending import PendingResult
-
-            box: dict[str, Any] = {}
-            self._queued.append((list(datums), loss_fn, loss_scale, box))
-            return PendingResult(lambda: _after_optim_step(box))
         with self.model_lock, scoring_mode(self.model):
             parts = [
                 self._forward_backward_chunk(chunk, loss_fn, loss_scale)
@@ -260,8 +296,8 @@ class Learner:
                     parts.setdefault(i, []).append(out)
                 else:  # this rank has run out: a zero-weight chunk, for the collectives
                     self._forward_backward_chunk([idle], _IDLE_LOSS, 0.0, bool(reference))
-        for i, (datums, _, _, box) in enumerate(queued):
-            box["result"] = _merge_chunks(parts[i], len(datums))
+        for i, (datums, _, _, result) in enumerate(queued):
+            result.set_result(_merge_chunks(parts[i], len(datums)))
 
     def _idle_tensors(self, idle: Datum) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ids = torch.tensor([idle.input_tokens], device=self.device)
@@ -559,10 +595,15 @@ class Learner:
         global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step. Under
         torchrun the gradients are first summed over the ranks (every rank calls this); under
         FSDP the step's queued micro-batches run here first (module docstring), and the
-        weights are gathered whole again for sampling after the step."""
+        weights are gathered whole again for sampling after the step. A micro-batch queued
+        since the last step that failed is raised here instead, with no step taken."""
         from searchr1.core.distributed import all_reduce_grads
         from searchr1.plugins.local_model.fsdp import full_optimizer_state, is_sharded, whole
 
+        if self._failed is not None:  # a micro-batch of this step failed: no step
+            failed, self._failed = self._failed, None
+            self.optimizer.zero_grad(set_to_none=True)
+            raise failed
         with self.model_lock:
             if self.sharding is not None:
                 self._sharded_forward_backward()
@@ -608,13 +649,11 @@ def _merge_chunks(
     return ForwardBackwardResult(loss=total_loss, metrics=out)
 
 
-def _after_optim_step(box: Mapping[str, Any]) -> ForwardBackwardResult:
-    if "result" not in box:
-        raise RuntimeError(
-            "[model.local] fsdp = true: a forward_backward result is ready after optim_step "
-            "(where every rank runs the step's micro-batches, in step)"
-        )
-    return box["result"]
+def _use_device(device: torch.device) -> None:
+    """The worker thread's current CUDA device is the learner's (it is per thread: a
+    torchrun rank's collectives run on its own GPU)."""
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
 
 
 def _idle_datum(vocab_size: int) -> Datum:

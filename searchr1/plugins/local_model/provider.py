@@ -3,7 +3,8 @@
 Created once per run by the ``local`` factory (``[model] provider = "local"``) through
 :meth:`LocalModelProvider.from_config`. The rollout awaits :meth:`sample` from many asyncio
 tasks (batched by :class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train
-loop calls :meth:`forward_backward` per micro-batch and :meth:`optim_step` per step
+loop queues :meth:`forward_backward` per micro-batch and awaits :meth:`optim_step` per step,
+which run in the learner's worker thread
 (:class:`~searchr1.plugins.local_model.learner.Learner`). Both work on the same peft model, so
 sampling after ``optim_step`` uses the new adapter weights -- unless the train loop pipelines
 steps (``train.max_staleness > 0``): it then calls :meth:`snapshot_sampler` at the start of
@@ -35,9 +36,10 @@ Optional settings live in ``[model.local]``::
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -212,19 +214,26 @@ class LocalModelProvider:
         in flight."""
         return await self.sampler.sample(prompt_tokens, num_samples, params)
 
-    def forward_backward(
+    async def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
+    ) -> Awaitable[ForwardBackwardResult]:
+        """Queue the learner's ``forward_backward`` in its worker thread; the awaitable of
+        its result."""
         # Training follows the rollout: caches kept for further turns are stale from here on,
         # and their memory is the learner's now. (Pinned, they stay valid: the sampler keeps
         # its weights, and the next rollout may be using them right now.)
         if not self.sampler_weights.pinned:
             self.sampler.forget()
-        return self.learner.forward_backward(datums, loss_fn, loss_scale)
+        return asyncio.wrap_future(self.learner.submit(datums, loss_fn, loss_scale))
 
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        """The learner's step behind the queued micro-batches, in its worker thread; then the
+        sampler's copy of the new weights is published there too."""
         if not self.sampler_weights.pinned:
             self.sampler.forget()
+        return await asyncio.wrap_future(self.learner.worker.submit(self._step, adam))
+
+    def _step(self, adam: AdamParams) -> Mapping[str, float]:
         result = self.learner.optim_step(adam)
         self.sampler_weights.publish()
         return result
@@ -245,6 +254,7 @@ class LocalModelProvider:
 
     def close(self) -> None:
         self.sampler.close()
+        self.learner.worker.shutdown()
 
 
 def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, torch.device, int]:

@@ -10,12 +10,12 @@ the ``local`` provider; what changes is where the work happens:
   computes the loss; :func:`~searchr1.plugins.remote_model.conversions.loss_config`). Each
   ``Datum`` becomes an SDK ``Datum`` (:func:`~searchr1.plugins.remote_model.conversions.sdk_datum`,
   which applies ``loss_scale`` to the advantages). The returned ``loss`` is divided back by
-  ``loss_scale`` so it means the same as the local provider's. The call is submitted and
-  its result returned still in flight (:class:`PendingResult`): it is awaited when
-  ``loss``/``metrics`` are first read, or by ``optim_step``, whichever comes first.
-* ``optim_step(adam)`` -> ``TrainingClient.optim_step`` submitted right behind the step's
-  ``forward_backward`` events, then all of them are awaited together (one service round trip
-  per step instead of one per call; ``bench/remote_step.py``), then
+  ``loss_scale`` so it means the same as the local provider's. Awaiting the call submits it
+  (the SDK's ``forward_backward_async``); the awaitable it returns is the SDK's future of
+  the answer.
+* ``optim_step(adam)`` -> ``TrainingClient.optim_step_async`` submitted right behind the
+  step's ``forward_backward`` events, then all of them are awaited together (one service
+  round trip per step instead of one per call; ``bench/remote_step.py``), then
   ``save_weights_and_get_sampling_client()``, so every later ``sample`` uses the new weights.
   With tinker, whose calls all return futures run in submission order, the sampler save is
   submitted right behind ``optim_step`` too, so a whole step waits once.
@@ -62,7 +62,8 @@ import asyncio
 import dataclasses
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -81,7 +82,6 @@ from searchr1.core.types import (
     TrainerCapabilities,
 )
 from searchr1.kit.http import Channel
-from searchr1.kit.pending import PendingResult
 from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
 from searchr1.plugins.remote_model.checkpoints import checkpoint_name, read_checkpoint, write_record
@@ -95,11 +95,13 @@ from searchr1.plugins.remote_model.conversions import (
     to_sequence,
 )
 from searchr1.plugins.remote_model.sdk import (
+    answer,
     close_service,
     import_sdk,
     open_service,
     queues_sampler_save,
     resolve,
+    submit,
 )
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
@@ -153,8 +155,9 @@ class RemoteModelProvider:
         self._sampler_lock = threading.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: RemoteStepError | None = None
-        #: forward_backward results submitted but not yet awaited (settled by optim_step)
-        self._pending: list[PendingResult] = []
+        #: the answers of the forward_backward calls since the last optim_step (which
+        #: awaits them)
+        self._pending: list[asyncio.Future[ForwardBackwardResult]] = []
         log.info(
             "remote_model_ready",
             provider=provider_name,
@@ -169,9 +172,31 @@ class RemoteModelProvider:
     def _call(self, operation: str, fn: Callable[[], T], *, step: bool = False) -> T:
         """Run one SDK call; its failure becomes the RemoteError of its class (``step``: a
         training call, whose failure breaks the run, :meth:`_step_failed`)."""
+        with self._failures(operation, step=step):
+            return fn()
+
+    async def _answer(self, operation: str, submitted: Any, *, step: bool = False) -> Any:
+        """The answer of a submitted SDK call (:func:`~.sdk.submit`), waiting at most
+        ``result_timeout_seconds`` (tinker retries a failing result poll forever); a failure
+        as in :meth:`_call`."""
+        with self._failures(operation, step=step):
+            return await answer(submitted, self._settings.result_timeout_seconds or None)
+
+    async def _submit(
+        self, operation: str, client: Any, *args: Any, step: bool = True, **kwargs: Any
+    ) -> Any:
+        """Submit call ``operation`` of ``client``; its future (``step``: a training call,
+        whose failure breaks the run)."""
+        with self._failures(operation, step=step):
+            return await submit(self._sdk, client, operation, *args, **kwargs)
+
+    @contextmanager
+    def _failures(self, operation: str, *, step: bool) -> Iterator[None]:
+        """A failure of the block as the RemoteError of its class (``step``: it breaks the
+        run)."""
         try:
             try:
-                return fn()
+                yield
             except RemoteError:
                 raise
             except TimeoutError as exc:  # concurrent.futures.TimeoutError since 3.11
@@ -196,20 +221,21 @@ class RemoteModelProvider:
 
     # ------------------------------------------------------------------ clients
 
-    def _training_client(self) -> Any:
+    async def _training_client(self) -> Any:
         if self._training is None:
-            self._training = self._call(
-                "create_lora_training_client",
-                lambda: self._wait(
-                    self._service.create_lora_training_client(
-                        base_model=self.base_model,
-                        rank=self.lora_rank,
-                        seed=self._seed,
-                        **self._lora_groups,
-                    )
-                ),
-            )
+            operation = "create_lora_training_client"
+            created = await self._submit(operation, self._service, step=False, **self._lora_run())
+            self._training = await self._answer(operation, created)
         return self._training
+
+    def _lora_run(self) -> dict[str, Any]:
+        """The arguments of ``create_lora_training_client``."""
+        return {
+            "base_model": self.base_model,
+            "rank": self.lora_rank,
+            "seed": self._seed,
+            **self._lora_groups,
+        }
 
     def _sampling_client(self) -> Any:
         with self._sampler_lock:
@@ -227,13 +253,12 @@ class RemoteModelProvider:
                     )
             return self._sampler
 
-    def _refresh_sampler(self, submitted: Any = None) -> None:
-        """Point sampling at the training run's current weights (``submitted``: the future of
-        a ``save_weights_and_get_sampling_client`` already submitted)."""
-        training = self._training_client()
+    def _refresh_sampler(self) -> None:
+        """Point sampling at the training run's current weights."""
+        training = self._training
         self._sampler = self._call(
             "save_weights_and_get_sampling_client",
-            lambda: self._wait(submitted or training.save_weights_and_get_sampling_client()),
+            lambda: self._wait(training.save_weights_and_get_sampling_client()),
         )
 
     def _check_trainable(self) -> None:
@@ -284,54 +309,46 @@ class RemoteModelProvider:
         except ValueError as exc:  # a sample without a log-prob per token
             raise self.channel.failed(RemoteMalformed, str(exc), "sample") from exc
 
-    def forward_backward(
+    async def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
-        """Accumulate gradients of ``loss_scale * sum(loss over datums)`` on the service."""
+    ) -> Awaitable[ForwardBackwardResult]:
+        """Submit the gradients of ``loss_scale * sum(loss over datums)`` to the service; the
+        awaitable of its answer."""
         self._check_trainable()
         if not datums:
-            return ForwardBackwardResult(loss=0.0, metrics={"tokens": 0.0})
+            return _answered(ForwardBackwardResult(loss=0.0, metrics={"tokens": 0.0}))
         # Also for callers that skipped the build check: nothing unknown reaches the service.
         check_loss(self.capabilities, loss_fn, field="loss_fn", provider=self.provider_name)
         if not (loss_scale > 0.0 and math.isfinite(loss_scale)):
             raise ValueError(f"loss_scale must be a positive finite number, got {loss_scale}")
         data = [sdk_datum(self._sdk, d, loss_scale) for d in datums]
         config = loss_config(loss_fn)
-        training = self._training_client()
-        # Both SDKs queue the event and return a future at once; the answer is awaited
-        # only when the result is read or when optim_step runs (see PendingResult).
-        future = self._call(
-            "forward_backward",
-            lambda: training.forward_backward(data, loss_fn=loss_fn.name, loss_fn_config=config),
-            step=True,
+        training = await self._training_client()
+        # Both SDKs queue the event and return its future; the answer is awaited by the
+        # caller, or by optim_step (which settles the step's answers before its own).
+        future = await self._submit(
+            "forward_backward", training, data, loss_fn=loss_fn.name, loss_fn_config=config
         )
-        pending = PendingResult(lambda: self._await_forward(future, datums, loss_scale))
-        self._pending.append(pending)
-        return pending
+        result = asyncio.ensure_future(self._forward_result(future, datums, loss_scale))
+        self._pending.append(result)
+        return result
 
-    def _await_forward(
+    async def _forward_result(
         self, future: Any, datums: Sequence[Datum], loss_scale: float
     ) -> ForwardBackwardResult:
         """Wait for one submitted ``forward_backward``; a failure breaks the run."""
-        output = self._call("forward_backward", lambda: self._wait(future), step=True)
+        output = await self._answer("forward_backward", future, step=True)
         return forward_result(output, datums, loss_scale)
-
-    def _settle(self) -> None:
-        """Wait for every submitted ``forward_backward``, in submission order; the first failure
-        raises (and breaks the run). Called by optim_step, save_state and close."""
-        pending, self._pending = self._pending, []
-        for result in pending:
-            result.resolve()
 
     def snapshot_sampler(self) -> None:
         """Pipelined steps: sample the newest sampler until the next call, whatever optim_step
         does meanwhile (a client names saved weights, so it stays valid)."""
         self._pinned = self._sampler
 
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the accumulated gradients, then point sampling at the result."""
         self._check_trainable()
-        training = self._training_client()
+        training = await self._training_client()
         params = self._sdk.AdamParams(
             learning_rate=adam.learning_rate,
             beta1=adam.beta1,
@@ -343,34 +360,42 @@ class RemoteModelProvider:
         # Submitted behind the step's forward_backward events before any of them is awaited,
         # so the step costs one wait for all of them instead of one wait each; where the SDK
         # queues it (tinker), the sampler save goes behind them in the same wait.
-        future = self._call("optim_step", lambda: training.optim_step(params), step=True)
+        future = await self._submit("optim_step", training, params)
         sampler_save = None
         if queues_sampler_save(self._sdk):
-            sampler_save = self._call(
-                "save_weights_and_get_sampling_client",
-                training.save_weights_and_get_sampling_client,
+            sampler_save = await self._submit(
+                "save_weights_and_get_sampling_client", training, step=False
             )
-        self._settle()
-        response = self._call("optim_step", lambda: self._wait(future), step=True)
-        with self._sampler_lock:
-            # The old sampler stays until the new one exists (a pin taken meanwhile gets the
-            # weights the loop records); if the refresh fails it is dropped, so the next sample
-            # retries it instead of silently sampling the weights from before this step.
-            try:
-                self._refresh_sampler(sampler_save)
-            except BaseException:
-                self._sampler = None
-                raise
+        pending, self._pending = self._pending, []
+        for result in pending:  # in submission order: the first failure raises
+            await result
+        response = await self._answer("optim_step", future, step=True)
+        # The old sampler stays until the new one exists (a pin taken meanwhile gets the
+        # weights the loop records); if the refresh fails it is dropped, so the next sample
+        # retries it instead of silently sampling the weights from before this step.
+        try:
+            if sampler_save is None:
+                sampler_save = await self._submit(
+                    "save_weights_and_get_sampling_client", training, step=False
+                )
+            self._sampler = await self._answer("save_weights_and_get_sampling_client", sampler_save)
+        except BaseException:
+            self._sampler = None
+            raise
         metrics = getattr(response, "metrics", None) or {}
         return {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)}
 
     def save_state(self, path: str) -> None:
         """Save weights + optimizer state on the service; record the URI under ``path``."""
-        self._settle()
         self._check_trainable()
         folder = Path(path)
         name = checkpoint_name(folder.name)
-        training = self._training_client()
+        if self._training is None:  # a save before any step (the best of step 0)
+            self._training = self._call(
+                "create_lora_training_client",
+                lambda: self._wait(self._service.create_lora_training_client(**self._lora_run())),
+            )
+        training = self._training
         kwargs: dict[str, Any] = {}
         if self._settings.checkpoint_ttl_seconds:
             kwargs["ttl_seconds"] = self._settings.checkpoint_ttl_seconds
@@ -409,20 +434,17 @@ class RemoteModelProvider:
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
 
     def close(self) -> None:
-        # Results already handed out stay readable after close: wait for them here (a failure
-        # stays in its result and is raised when read; closing must not raise it).
-        pending, self._pending = self._pending, []
-        for result in pending:
-            try:
-                result.resolve()
-            except Exception:
-                pass
+        self._pending = []
         self._training = None
         self._sampler = self._pinned = None
         try:
             close_service(self._service)
         except Exception as exc:  # closing must not hide the error that ended the run
             log.warning("remote_close_failed", error=f"{type(exc).__name__}: {exc}")
+
+
+async def _answered(result: ForwardBackwardResult) -> ForwardBackwardResult:
+    return result
 
 
 def _channel(config: Config, provider_name: str, settings: RemoteSettings) -> Channel:

@@ -8,6 +8,9 @@ SDKs differ.
 * how the base URL, the retry budget and telemetry are set (:func:`open_service`);
 * client creation: PyTRIO returns the training/sampling client, tinker >= 0.38 a future of
   it (:func:`resolve`);
+* submitting from async code: PyTRIO's ``<call>_async`` coroutines submit without blocking
+  the event loop, tinker's plain calls return their future at once (its ``_async`` ones are
+  deprecated) (:func:`submit`);
 * sampling: PyTRIO's ``sample_async`` is a coroutine, tinker's ``sample`` returns an awaitable
   future and its ``sample_async`` is deprecated (:func:`sample`);
 * whether ``save_weights_and_get_sampling_client`` can be submitted without waiting
@@ -20,6 +23,7 @@ Called by :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider`.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import os
@@ -106,6 +110,23 @@ def resolve(client_or_future: Any, timeout: float | None = None) -> Any:
     client, with a FutureWarning); PyTRIO returns the client."""
     result = getattr(client_or_future, "result", None)
     return result(timeout=timeout) if callable(result) else client_or_future
+
+
+async def submit(sdk: ModuleType, client: Any, call: str, *args: Any, **kwargs: Any) -> Any:
+    """``client.<call>(...)`` submitted without blocking the event loop: the SDK's future of
+    the answer, or the answer itself (PyTRIO's client creation); :func:`answer` awaits
+    either."""
+    if sdk.__name__ == "pytrio":
+        return await getattr(client, f"{call}_async")(*args, **kwargs)
+    return getattr(client, call)(*args, **kwargs)
+
+
+async def answer(submitted: Any, timeout: float | None) -> Any:
+    """What :func:`submit` returned, awaited (TimeoutError after ``timeout`` seconds)."""
+    if not inspect.isawaitable(submitted):
+        return submitted
+    async with asyncio.timeout(timeout):
+        return await submitted
 
 
 async def sample(sampler: Any, **kwargs: Any) -> Any:

@@ -26,6 +26,7 @@ so version 0 samples exactly the base.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shutil
 import signal
@@ -33,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,36 +349,32 @@ class VllmModelProvider:
         finally:
             self._in_flight[k] -= 1
 
-    def forward_backward(
+    async def forward_backward(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> ForwardBackwardResult:
-        """The learner's ``forward_backward``. With several servers the datums go to it per
-        server (the loss is a sum over datums, so the gradient is the same), and each part's
-        ``mismatch/*`` is also reported as ``mismatch/server<k>/*``; the parts' metrics are
-        merged as the loop merges micro-batches (:func:`merge_train_metrics`)."""
+    ) -> Awaitable[ForwardBackwardResult]:
+        """The learner's ``forward_backward``, queued in its worker thread. With several
+        servers the datums go to it per server (the loss is a sum over datums, so the
+        gradient is the same), and each part's ``mismatch/*`` is also reported as
+        ``mismatch/server<k>/*``; the parts' metrics are merged as the loop merges
+        micro-batches (:func:`merge_train_metrics`)."""
         if len(self.clients) <= 1:
-            return self.learner.forward_backward(datums, loss_fn, loss_scale)
+            return asyncio.wrap_future(self.learner.submit(datums, loss_fn, loss_scale))
         parts: dict[int | None, list[Datum]] = {}
         for d in datums:
             group = (d.trajectory_id or "").rpartition("/")[0]
             parts.setdefault(self.server_of(group) if group else None, []).append(d)
-        loss, metrics = 0.0, []
-        for k, part in sorted(parts.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            result = self.learner.forward_backward(part, loss_fn, loss_scale)
-            loss += result.loss
-            metrics.append(dict(result.metrics))
-            if k is not None:
-                metrics[-1].update(
-                    {
-                        f"mismatch/server{k}/{key.removeprefix('mismatch/')}": value
-                        for key, value in result.metrics.items()
-                        if key.startswith("mismatch/")
-                    }
-                )
-        return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
+        queued = [
+            (k, asyncio.wrap_future(self.learner.submit(part, loss_fn, loss_scale)))
+            for k, part in sorted(parts.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+        ]
+        return asyncio.ensure_future(_per_server(queued))
 
-    def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        """The learner's AdamW step, then the new adapter goes to every server."""
+    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
+        """The learner's AdamW step, then the new adapter goes to every server (both in the
+        learner's worker thread)."""
+        return await asyncio.wrap_future(self.learner.worker.submit(self._step, adam))
+
+    def _step(self, adam: AdamParams) -> Mapping[str, float]:
         metrics = dict(self.learner.optim_step(adam))
         metrics["adapter_sync_s"] = self.publish_adapter()
         return metrics
@@ -399,6 +396,7 @@ class VllmModelProvider:
                 for adapter in (self.adapter, *self._retired):
                     self._drop(adapter)
         finally:
+            self.learner.worker.shutdown()
             clients, self.clients, self.adapter = self.clients, [], None
             try:
                 for client in clients:
@@ -411,6 +409,27 @@ class VllmModelProvider:
                             server.log_path.unlink(missing_ok=True)
                 finally:
                     shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+async def _per_server(
+    queued: Sequence[tuple[int | None, Awaitable[ForwardBackwardResult]]],
+) -> ForwardBackwardResult:
+    """One result of the per-server parts (``k``: the server, None for datums of no known
+    group), each part's ``mismatch/*`` also as ``mismatch/server<k>/*``."""
+    loss, metrics = 0.0, []
+    for k, part in queued:
+        result = await part
+        loss += result.loss
+        metrics.append(dict(result.metrics))
+        if k is not None:
+            metrics[-1].update(
+                {
+                    f"mismatch/server{k}/{key.removeprefix('mismatch/')}": value
+                    for key, value in result.metrics.items()
+                    if key.startswith("mismatch/")
+                }
+            )
+    return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
 
 
 def _base_max_model_len(models: list[dict[str, Any]], server: str) -> int:
