@@ -87,7 +87,8 @@ def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     cfg, log, stop = run.config, get_logger(), run.stop
     # What the config names is read and checked before the (slow) model load.
     stream = QuestionStream(
-        load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
+        load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True).questions,
+        cfg.run.seed,
     )
     health = Health.for_config(cfg)
     heldout = heldout_questions(cfg)
