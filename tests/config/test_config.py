@@ -66,11 +66,13 @@ def test_embedded_default_loads_without_any_variable() -> None:
 
 def test_the_config_carries_its_registrys_assets_but_never_writes_them(tmp_path, monkeypatch):
     """``builtin:`` paths resolve against the assets of the registry the config was parsed
-    with (a plugin's own asset included), kept by ``replace``; they are no setting: a config
-    dump, ``repr()`` and ``==`` leave them out."""
+    with (a plugin's own asset included), kept by ``replace``, or that the API runs with;
+    they are no setting: a config dump, ``repr()`` and ``==`` leave them out."""
     from types import SimpleNamespace
 
+    from searchr1.api import load_api_config
     from searchr1.core.assets import resolve
+    from searchr1.core.config_schema import Config
     from searchr1.core.hookspecs import hookimpl
     from searchr1.core.types import Asset
 
@@ -89,6 +91,8 @@ def test_the_config_carries_its_registrys_assets_but_never_writes_them(tmp_path,
     unknown = r"unknown built-in asset 'builtin:quiz/q\.jsonl'; known: .*tiny-random, world"
     with pytest.raises(FileNotFoundError, match=unknown):  # the assets it was parsed with
         resolve(plain.data.train, plain.assets)
+    # a config made in Python, given to the API, resolves against the plugins the API runs
+    assert load_api_config(Config(), registry).assets["quiz"] is quiz
 
 
 def test_misspelled_key_names_field_line_and_suggestion() -> None:
