@@ -35,12 +35,13 @@ def measure(
     import torch
 
     from searchr1.core.config_schema import Config
+    from searchr1.core.plugins import load_registry
     from searchr1.core.types import Datum, SamplingParams
     from searchr1.plugins.local_model import learner
     from searchr1.plugins.local_model.provider import LocalModelProvider
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
-    config = Config().replace(
+    config = Config(assets=load_registry().assets).replace(
         model={"base_model": model, "temperature": 0.8, "dtype": dtype, "device": "cpu"},
         lora={"rank": 16, "alpha": 32.0, "dropout": dropout},
         run={"seed": seed},

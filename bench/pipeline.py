@@ -70,7 +70,9 @@ def _serve(latency: float, urls: Any, stop: Any) -> None:
     from searchr1.core.assets import resolve
     from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
 
-    index = Bm25Index.open(Path(resolve(CORPUS)), LocalSearchSettings(corpus=CORPUS))
+    index = Bm25Index.open(
+        Path(resolve(CORPUS, load_registry().assets)), LocalSearchSettings(corpus=CORPUS)
+    )
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):

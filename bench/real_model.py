@@ -50,10 +50,15 @@ def heldout_subset(n: int, out: Path) -> Path:
     """The first ``n // 2`` one-hop and ``n - n // 2`` two-hop questions of the world's
     held-out set, as a JSONL file."""
     from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
 
     want = {"world_1hop": n // 2, "world_2hop": n - n // 2}
     rows = []
-    for line in Path(resolve("builtin:world/heldout.jsonl")).read_text().splitlines():
+    for line in (
+        Path(resolve("builtin:world/heldout.jsonl", load_registry().assets))
+        .read_text()
+        .splitlines()
+    ):
         row = json.loads(line)
         if want.get(row["data_source"], 0) > 0:
             want[row["data_source"]] -= 1
@@ -106,9 +111,9 @@ def ceiling_em(config: Path) -> float:
 
     cfg = load_config(config, registry=load_registry())
     registry = load_registry()
-    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model), load_registry())
+    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model, cfg.assets), load_registry())
     agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)
-    questions = list(load_questions(cfg.data.eval).questions)
+    questions = list(load_questions(cfg.data.eval, cfg.assets).questions)
     search = registry.create("search_provider", cfg.search.provider, cfg)
     reward = registry.create("reward", cfg.reward.name, cfg)
 

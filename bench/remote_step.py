@@ -44,6 +44,7 @@ from remote_helpers import round_trips, waits  # noqa: E402
 
 import searchr1.plugins.remote_model.provider as provider_module  # noqa: E402
 from searchr1.core.config_schema import Config  # noqa: E402
+from searchr1.core.plugins import load_registry  # noqa: E402
 from searchr1.core.types import AdamParams, Datum  # noqa: E402
 from searchr1.plugins.losses import NamedLoss, importance_sampling  # noqa: E402
 from searchr1.plugins.remote_model.provider import RemoteModelProvider  # noqa: E402
@@ -109,7 +110,7 @@ def bench(sdk: str, args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
         fake, api_key = open_fake(sdk, stack)
         home = stack.enter_context(tempfile.TemporaryDirectory())
-        config = Config().replace(
+        config = Config(assets=load_registry().assets).replace(
             model={
                 "provider": provider_name,
                 "api_base": fake.base_url,

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from searchr1.core.assets import resolve
+from searchr1.core.plugins import load_registry
 from searchr1.plugins.dense_search.index import DenseIndex, build_index
 from searchr1.plugins.local_search import Bm25Index, LocalSearchSettings
 
@@ -60,7 +61,10 @@ LEVEL_DEADLINE_S = 120.0
 
 
 def _heldout() -> tuple[list[str], list[str]]:
-    rows = [json.loads(x) for x in Path(resolve("builtin:world/heldout.jsonl")).open()]
+    rows = [
+        json.loads(x)
+        for x in Path(resolve("builtin:world/heldout.jsonl", load_registry().assets)).open()
+    ]
     return [r["question"] for r in rows], [r["id"].split("-", 1)[1] for r in rows]
 
 
@@ -234,7 +238,7 @@ def main() -> None:
     parser.add_argument("--server-only", action="store_true", help="only the server bench")
     args = parser.parse_args()
     os.environ.setdefault("SEARCHR1_LOAD_PLUGINS", "")
-    corpus = Path(resolve("builtin:world/corpus.jsonl"))
+    corpus = Path(resolve("builtin:world/corpus.jsonl", load_registry().assets))
     queries, gold = _heldout()
     out: dict[str, Any] = {"bench": "retrieval", "passages": None, "queries": len(queries)}
     with tempfile.TemporaryDirectory() as tmp:

@@ -56,9 +56,10 @@ def load_provider(model: str, temperature: float, **local: Any) -> Any:
     import dataclasses
 
     from searchr1.core.config_schema import Config
+    from searchr1.core.plugins import load_registry
     from searchr1.plugins.local_model.provider import LocalModelProvider
 
-    config = Config().replace(
+    config = Config(assets=load_registry().assets).replace(
         model={"base_model": model, "temperature": temperature}, lora={"dropout": 0.0}
     )
     if local:

@@ -277,6 +277,7 @@ def check_equal(device_name: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     from searchr1.core.config_schema import Config
+    from searchr1.core.plugins import load_registry
     from searchr1.core.types import AdamParams
     from searchr1.plugins.local_model.fsdp import shard_model
     from searchr1.plugins.local_model.provider import (
@@ -294,7 +295,7 @@ def check_equal(device_name: str) -> dict[str, Any]:
     loss = NamedLoss("importance_sampling", importance_sampling, {"kl_coef": 0.1})
     adam = AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
     settings = LocalSettings(device=device_name, dtype="float32")
-    config = Config().replace(
+    config = Config(assets=load_registry().assets).replace(
         model={"base_model": "builtin:tiny", "temperature": 0.9, "dtype": "float32"},
         lora={"rank": 8, "alpha": 16.0, "dropout": 0.0},
     )

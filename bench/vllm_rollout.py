@@ -148,9 +148,10 @@ def main() -> None:
 
     from rollout import make_prompts
 
+    from searchr1.core.plugins import load_registry
     from searchr1.kit.tokenizers import load_tokenizer
 
-    prompts = make_prompts(load_tokenizer(args.model), args.questions)
+    prompts = make_prompts(load_tokenizer(args.model, load_registry().assets), args.questions)
     load_before = os.getloadavg()[0]
     runs = {
         str(k): vllm_rollout(

@@ -112,11 +112,13 @@ def run_trl(steps: int, threads: int = 0) -> dict[str, float]:
     from searchr1.core.protocols import make_protocol
 
     config = load_config(None, registry=load_registry())
-    path = resolve(BASE_MODEL)
+    path = resolve(BASE_MODEL, config.assets)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     protocol = make_protocol(config, tokenizer, load_registry())
-    questions = list(load_questions(config.data.train).questions)[: QUESTIONS * (steps + 1)]
+    questions = list(load_questions(config.data.train, config.assets).questions)[
+        : QUESTIONS * (steps + 1)
+    ]
     data = Dataset.from_list(
         [{"prompt": protocol.render_prompt(q), "golden": list(q.golden_answers)} for q in questions]
     )

@@ -86,7 +86,7 @@ def build_warm_start(
     config = load_config(None, env={}, registry=registry)
     world = generate_world(WORLD_SEED)
     reading = generate_world(READING_WORLD_SEED)
-    resolve(config.plugin_table("search", "local")["corpus"])  # the same corpus the run reads
+    resolve(config.plugin_table("search", "local")["corpus"], config.assets)  # the run's corpus
     with tempfile.TemporaryDirectory() as tmp:
         base = init or build_base(
             Path(tmp) / "base", world, protocol_class(config.rollout.protocol, registry), seed

@@ -31,7 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"data.eval = {config.data.eval!r} and rollout.protocol = "
             f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
         )
-    questions = list(load_questions(config.data.eval, field_name="data.eval").questions)
+    questions = list(
+        load_questions(config.data.eval, config.assets, field_name="data.eval").questions
+    )
     if args.limit:
         questions = questions[: args.limit]
 

@@ -58,15 +58,14 @@ __all__ = [
 ]
 
 
-def load_api_config(
-    config: Config | str | os.PathLike[str] | None = None, registry: Registry | None = None
-) -> Config:
-    """The config the API runs: ``config`` itself, the file it names, or the CLI's default
-    (``$SEARCHR1_CONFIG``, ``./config.toml``, the embedded offline demo)."""
+def load_api_config(config: Config | str | os.PathLike[str] | None, registry: Registry) -> Config:
+    """The config the API runs with ``registry``'s plugins: ``config`` itself (its
+    ``builtin:`` paths resolved against ``registry``'s assets), the file it names, or the
+    CLI's default (``$SEARCHR1_CONFIG``, ``./config.toml``, the embedded offline demo)."""
     from searchr1.defaults import default_config_path
 
-    if isinstance(config, Config):
-        return config
+    if isinstance(config, Config):  # made in Python (``Config().replace(...)``) or loaded
+        return dataclasses.replace(config, assets=registry.assets)
     path = config if config is not None else default_config_path()[0]
     loaded = load_config(path, registry=registry)
     _quiet_logging(loaded)

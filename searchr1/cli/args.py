@@ -7,12 +7,13 @@ Python API.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
     from searchr1.core.runs import Run
+    from searchr1.core.types import Asset
 
 CONFIG_HELP = (
     "config.toml (default: $SEARCHR1_CONFIG when that file exists, else ./config.toml when it "
@@ -60,6 +61,19 @@ def add_no_cache_arg(p: argparse.ArgumentParser) -> None:
         help="ask the search service again for every query: no answers from earlier runs, "
         "none kept for later ones (search.disk_cache = false)",
     )
+
+
+def command_assets(args: argparse.Namespace, spec: str) -> Mapping[str, Asset]:
+    """The ``builtin:`` assets a command without a config resolves ``spec`` against: its
+    registry's (``args.registry``, else the installed plugins, loaded here) when ``spec`` is
+    ``builtin:``; none otherwise, so a plain file is read without loading any plugin."""
+    from searchr1.core.assets import is_builtin
+    from searchr1.core.plugins import load_registry
+
+    registry = getattr(args, "registry", None)
+    if registry is None and is_builtin(spec):
+        registry = load_registry()
+    return registry.assets if registry is not None else {}
 
 
 def open_run_from_args(

@@ -149,7 +149,7 @@ def data_problems(config: Config) -> list[str]:
             continue
         stops = STOPS if field_name == "train" else "train and eval would stop here"
         try:
-            real = Path(resolve(path)) if is_builtin(path) else Path(path)
+            real = Path(resolve(path, config.assets)) if is_builtin(path) else Path(path)
         except FileNotFoundError as exc:
             problems.append(f"{where(f'data.{field_name}')}: data.{field_name}: {exc} ({stops})")
             continue

@@ -32,9 +32,10 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 def cmd_data_check(args: argparse.Namespace) -> int:
+    from searchr1.cli.args import command_assets
     from searchr1.core.data import load_questions
 
-    loaded = load_questions(args.file, allow_empty=True)
+    loaded = load_questions(args.file, command_assets(args, args.file), allow_empty=True)
     print(summary(loaded))
     if not loaded.questions:
         print(f"{args.file}: no valid question", flush=True)
@@ -72,7 +73,8 @@ def cmd_data_get(args: argparse.Namespace) -> int:
                 raise UserError(f"--from {args.source}: no {split}.parquet there ({parquet})")
         else:
             parquet = download(repo, f"{split}.parquet", out / "parquet", args.revision)
-        loaded = load_questions(str(parquet), field_name=f"{split}.parquet")
+        # a downloaded (or --from) file: never a builtin: asset
+        loaded = load_questions(str(parquet), {}, field_name=f"{split}.parquet")
         target = out / f"{split}.jsonl"
         write_questions(loaded, target)
         print(summary(loaded).replace(str(loaded.path), str(target), 1), flush=True)

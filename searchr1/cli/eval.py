@@ -403,7 +403,7 @@ def _evaluate(
     config = run.config
     data_path = args.data or config.data.eval
     loaded = load_questions(
-        data_path, field_name="--data" if args.data else "data.eval", report=True
+        data_path, config.assets, field_name="--data" if args.data else "data.eval", report=True
     )
     questions = limit_per_source(loaded.questions, args.limit_per_source)
 

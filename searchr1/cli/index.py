@@ -28,10 +28,11 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise UserError(
             f"searchr1 index build needs {exc.name}: pip install 'searchr1[dense]'"
         ) from None
+    from searchr1.cli.args import command_assets
     from searchr1.core.assets import resolve
 
     try:
-        corpus = Path(resolve(args.corpus))
+        corpus = Path(resolve(args.corpus, command_assets(args, args.corpus)))
     except FileNotFoundError as exc:
         raise UserError(f"CORPUS {args.corpus!r}: {exc}") from None
     report = _TerminalProgress() if sys.stderr.isatty() else _json_progress

@@ -3,7 +3,9 @@ never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (defaul
 ``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built. Its
 ``.complete`` marker records every file's size; a folder damaged later (a file gone, cut
 short, a header that disagrees with its length: :mod:`searchr1.core.artifacts`) is found the
-first time a process uses it, and is discarded and built again with a warning."""
+first time a process uses it, and is discarded and built again with a warning. The assets a
+path resolves against are the run's registry's, loaded once at the command or API entry and
+carried by its config (``Config.assets``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from pathlib import Path
 
 from searchr1.core.artifacts import damage, file_sizes
 from searchr1.core.disk import as_disk_error, make_temp_dir, match_umask
-from searchr1.core.plugins import load_registry
 from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
@@ -37,13 +38,12 @@ def asset_name(spec: str) -> str:
     return spec[len(PREFIX) :].partition("/")[0]
 
 
-def resolve(spec: str, assets: Mapping[str, Asset] | None = None) -> str:
-    """A real path for ``spec``: unchanged unless ``builtin:``. ``assets`` (the run
-    registry's) defaults to those the installed plugins register."""
+def resolve(spec: str, assets: Mapping[str, Asset]) -> str:
+    """A real path for ``spec``: unchanged unless ``builtin:``, else the file or folder of
+    one of ``assets`` (the run registry's), built first if need be."""
     if not is_builtin(spec):
         return spec
     name, _, rest = spec[len(PREFIX) :].partition("/")
-    assets = load_registry().assets if assets is None else assets
     if name not in assets:
         known = ", ".join(sorted(assets)) or "(none)"
         raise FileNotFoundError(f"unknown built-in asset {spec!r}; known: {known}")

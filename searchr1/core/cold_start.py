@@ -93,7 +93,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     log, cfg, protocol = get_logger(), run.config, run.protocol
     spec = cs.data or cfg.data.train
     field = "train.cold_start.data" if cs.data else "data.train"
-    questions = list(load_questions(spec, field_name=field).questions)
+    questions = list(load_questions(spec, cfg.assets, field_name=field).questions)
     stream = QuestionStream(questions, cfg.run.seed + 1)
     teacher = teacher_for(
         cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets

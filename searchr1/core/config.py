@@ -207,6 +207,7 @@ def parse_config(
         warnings=tuple(warnings),
         explicit=explicit,
         lines=lines,
+        assets=registry.assets,
     )
     if check_plugins:  # on the values that passed (a bad one stands at its default)
         problems += plugin_problems(config, registry)

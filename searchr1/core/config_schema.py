@@ -289,6 +289,12 @@ class Config:
     explicit: frozenset[str] = field(default_factory=frozenset)
     #: dotted field (and section) -> its line in the file
     lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+    #: name -> :class:`~searchr1.core.types.Asset` (whose module imports this one): the
+    #: ``builtin:`` assets of the run's plugins, which :func:`~searchr1.core.config.parse_config`
+    #: takes from its registry and this config's ``builtin:`` paths resolve against
+    #: (:func:`searchr1.core.assets.resolve`). Not a setting: out of ``==``, ``repr()`` and
+    #: :meth:`to_dict`
+    assets: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def where(self, dotted: str) -> str:
         """``file:line`` of ``dotted``; of the nearest table holding it when the file leaves

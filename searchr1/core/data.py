@@ -30,7 +30,7 @@ from typing import Any
 
 from searchr1.core.assets import is_builtin, resolve
 from searchr1.core.errors import UserError
-from searchr1.core.types import Question
+from searchr1.core.types import Asset, Question
 
 #: how many malformed rows an error message quotes before "... and N more"
 _QUOTED_PROBLEMS = 5
@@ -67,12 +67,14 @@ class LoadedQuestions:
 
 def load_questions(
     path: str,
+    assets: Mapping[str, Asset],
     *,
     field_name: str | None = None,
     allow_empty: bool = False,
     report: bool = False,
 ) -> LoadedQuestions:
-    """Read a QA file (``builtin:...`` allowed) into questions with stable ids.
+    """Read a QA file (a ``builtin:`` one of ``assets``, the run's) into questions with
+    stable ids.
 
     ``field_name`` (e.g. ``"data.train"``) is named in errors. Unless ``allow_empty``, a file
     without a valid row raises DataError quoting the first reasons. ``report`` shows and logs
@@ -82,7 +84,7 @@ def load_questions(
     if not path:
         raise DataError(f"{field_name or 'data file'}: no QA file given (set it in [data])")
     try:
-        real = resolve(path) if is_builtin(path) else path
+        real = resolve(path, assets) if is_builtin(path) else path
     except FileNotFoundError as exc:
         raise DataError(f"{where}: {exc}") from exc
     p = Path(real)

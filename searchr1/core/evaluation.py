@@ -375,7 +375,8 @@ def heldout_questions(config: Config) -> list[Question]:
         return []
     from searchr1.core.data import load_questions
 
-    return list(load_questions(config.data.eval, field_name="data.eval", report=True).questions)
+    loaded = load_questions(config.data.eval, config.assets, field_name="data.eval", report=True)
+    return list(loaded.questions)
 
 
 def ceiling_agent(run: Run) -> Sampler | None:

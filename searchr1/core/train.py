@@ -152,7 +152,8 @@ def _prepare(run: Run, *, resume: bool) -> _Plan:
     (``run.start``) and, on ``resume``, the checkpoint's state."""
     cfg, log = run.config, get_logger()
     stream = QuestionStream(
-        load_questions(cfg.data.train, field_name="data.train", report=True).questions, cfg.run.seed
+        load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True).questions,
+        cfg.run.seed,
     )
     health = Health.for_config(cfg)
     heldout = heldout_questions(cfg)

@@ -13,6 +13,7 @@ ordinary safetensors next to the tokenizer (its chat template included).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from hashlib import sha256
 from pathlib import Path
 
@@ -26,11 +27,12 @@ GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
 GGUF_VERSION = "1"
 
 
-def model_path(spec: str) -> str:
-    """A real path for a model ``spec``: a ``builtin:`` asset's folder, the folder a ``.gguf``
-    file converts to (once; an edited or replaced file is converted again), else ``spec``."""
+def model_path(spec: str, assets: Mapping[str, Asset]) -> str:
+    """A real path for a model ``spec``: the folder of a ``builtin:`` asset of ``assets`` (the
+    run's: ``config.assets``), the folder a ``.gguf`` file converts to (once; an edited or
+    replaced file is converted again), else ``spec``."""
     if not spec.lower().endswith(".gguf"):
-        return resolve(spec)
+        return resolve(spec, assets)
     path = Path(spec).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{path.suffix} file {str(path)!r} does not exist")

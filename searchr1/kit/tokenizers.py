@@ -3,6 +3,7 @@ tokenize on this machine, so they need the served model's tokenizer)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.errors import ConfigValueError
@@ -10,15 +11,18 @@ from searchr1.kit.gguf import model_path
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
+    from searchr1.core.types import Asset
 
 
-def load_tokenizer(name: str, field: str = "model.base_model", hint: str = "") -> Any:
-    """The tokenizer of ``name`` (a ``builtin:`` asset, a folder or a hub id); failure is a
-    ConfigValueError naming ``field``, then ``hint``."""
+def load_tokenizer(
+    name: str, assets: Mapping[str, Asset], field: str = "model.base_model", hint: str = ""
+) -> Any:
+    """The tokenizer of ``name`` (a ``builtin:`` asset of ``assets``, a folder or a hub id);
+    failure is a ConfigValueError naming ``field``, then ``hint``."""
     from transformers import AutoTokenizer  # heavy: only when a provider is built
 
     try:
-        return AutoTokenizer.from_pretrained(model_path(name))
+        return AutoTokenizer.from_pretrained(model_path(name, assets))
     except Exception as exc:  # transformers raises OSError, ValueError, hub errors...
         raise ConfigValueError(
             f"{field} = {name!r}: cannot load a tokenizer ({type(exc).__name__}: {exc})"
@@ -33,8 +37,8 @@ def provider_tokenizer(config: Config, provider: str, tokenizer: str) -> Any:
         f"to a local folder or a hub id of the same model"
     )
     if tokenizer:
-        return load_tokenizer(tokenizer, f"model.{provider}.tokenizer", hint)
-    return load_tokenizer(config.model.base_model, "model.base_model", hint)
+        return load_tokenizer(tokenizer, config.assets, f"model.{provider}.tokenizer", hint)
+    return load_tokenizer(config.model.base_model, config.assets, "model.base_model", hint)
 
 
 def local_tokenizer(config: Config) -> tuple[Any | None, str]:
@@ -45,6 +49,7 @@ def local_tokenizer(config: Config) -> tuple[Any | None, str]:
     name = str(config.plugin_table("model", config.model.provider).get("tokenizer") or "")
     name = name or config.model.base_model
     try:
-        return AutoTokenizer.from_pretrained(model_path(name), local_files_only=True), name
+        path = model_path(name, config.assets)
+        return AutoTokenizer.from_pretrained(path, local_files_only=True), name
     except Exception as exc:  # not local (a hub id never downloaded), or not a tokenizer
         return None, f"{name!r} is not on this machine ({type(exc).__name__})"

@@ -269,7 +269,7 @@ class LocalBM25Search(BaseSearchProvider):
         if problems := check_corpus(config):
             raise ConfigError(problems)
         local = local_settings(config)
-        path = Path(resolve(local.corpus))
+        path = Path(resolve(local.corpus, config.assets))
         try:
             index = Bm25Index.open(path, local)
         except ValueError as exc:
@@ -303,7 +303,7 @@ def check_corpus(config: Config) -> list[str]:
             'e.g. [search.local] corpus = "builtin:world/corpus.jsonl"'
         ]
     try:
-        path = Path(resolve(corpus))
+        path = Path(resolve(corpus, config.assets))
     except FileNotFoundError as exc:  # an unknown builtin: asset or file
         return [f"{where}: search.local.corpus: {exc}"]
     if not path.is_file():

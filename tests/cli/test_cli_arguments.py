@@ -80,7 +80,7 @@ def test_a_bom_at_the_start_of_a_jsonl_file_loses_no_row(tmp_path: Path) -> None
     rows = [{"question": f"q{i}?", "answers": [f"a{i}"]} for i in range(3)]
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
-    loaded = load_questions(str(path))
+    loaded = load_questions(str(path), {})
     assert [q.question for q in loaded.questions] == ["q0?", "q1?", "q2?"]
     assert loaded.malformed == ()
 
@@ -102,13 +102,13 @@ def _mixed_rows(path: Path) -> Path:
 
 def test_load_reports_dropped_rows_when_asked(tmp_path: Path, capsys) -> None:
     path = _mixed_rows(tmp_path / "mixed.jsonl")
-    loaded = load_questions(str(path), field_name="data.train", report=True)
+    loaded = load_questions(str(path), {}, field_name="data.train", report=True)
     err = capsys.readouterr().err
     assert len(loaded.questions) == 2
     assert "data.train" in err and "skipped 6 malformed rows of 8" in err
     assert "row 2: not valid JSON" in err and "row 3: empty 'question'" in err
     assert "and 1 more" in err and "searchr1 data check" in err
-    load_questions(str(path))  # without report=True (data check prints its own list)
+    load_questions(str(path), {})  # without report=True (data check prints its own list)
     assert capsys.readouterr().err == ""
 
 

@@ -91,12 +91,12 @@ def test_scores_per_source_and_search_flag(world: Path) -> None:
 
     config = load_config(world, registry=load_registry())
     registry = load_registry()
-    tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random"))
+    tokenizer = AutoTokenizer.from_pretrained(resolve("builtin:tiny-random", config.assets))
     protocol = make_protocol(config, tokenizer, load_registry())
     model = ScriptedPolicy(lambda tok: make_protocol(config, tok, load_registry()), tokenizer)
     search = FailingOn(registry.create("search_provider", "local", config), "mayor")
     reward = registry.create("reward", "format_answer", config)
-    questions = load_questions(config.data.eval).questions
+    questions = load_questions(config.data.eval, config.assets).questions
 
     result = asyncio.run(
         evaluate(model, search, protocol, reward, questions, config, label="scripted")  # type: ignore[arg-type]

@@ -64,6 +64,37 @@ def test_embedded_default_loads_without_any_variable() -> None:
     assert cfg.model.base_model.startswith("builtin:")
 
 
+def test_the_config_carries_its_registrys_assets_but_never_writes_them(tmp_path, monkeypatch):
+    """``builtin:`` paths resolve against the assets of the registry the config was parsed
+    with (a plugin's own asset included), kept by ``replace``, or that the API runs with;
+    they are no setting: a config dump, ``repr()`` and ``==`` leave them out."""
+    from types import SimpleNamespace
+
+    from searchr1.api import load_api_config
+    from searchr1.core.assets import resolve
+    from searchr1.core.config_schema import Config
+    from searchr1.core.hookspecs import hookimpl
+    from searchr1.core.types import Asset
+
+    monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
+    quiz = Asset("1", lambda folder: (folder / "q.jsonl").write_text("{}\n"))
+    plugin = SimpleNamespace(register_assets=hookimpl(lambda register: register("quiz", quiz)))
+    registry = load_registry(extra_plugins=[plugin])
+    text = '[data]\ntrain = "builtin:quiz/q.jsonl"\n'
+    cfg = parse_config(text, source="cfg.toml", env={}, registry=registry)
+    cfg = cfg.replace(train={"max_steps": 2})
+    assert cfg.assets["quiz"] is quiz and {"world", "tiny"} <= set(cfg.assets)
+    assert Path(resolve(cfg.data.train, cfg.assets)) == tmp_path / "quiz-1" / "q.jsonl"
+    plain = parse(text).replace(train={"max_steps": 2})
+    assert "quiz" not in plain.assets and plain == cfg  # the same settings
+    assert "assets" not in cfg.to_dict() and "Asset(" not in repr(cfg)
+    unknown = r"unknown built-in asset 'builtin:quiz/q\.jsonl'; known: .*tiny-random, world"
+    with pytest.raises(FileNotFoundError, match=unknown):  # the assets it was parsed with
+        resolve(plain.data.train, plain.assets)
+    # a config made in Python, given to the API, resolves against the plugins the API runs
+    assert load_api_config(Config(), registry).assets["quiz"] is quiz
+
+
 def test_misspelled_key_names_field_line_and_suggestion() -> None:
     text = EXAMPLE.read_text().replace("max_search_calls = 4", "max_serach_calls = 4")
     with pytest.raises(ConfigError) as err:

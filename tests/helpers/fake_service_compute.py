@@ -29,11 +29,12 @@ class ModelNotFound(LookupError):
 def resolve_model(name: str) -> str:
     """The local folder of ``name`` (a ``builtin:`` model or a path)."""
     from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
 
     if not name:
         raise ModelNotFound("base_model is required")
     try:
-        return resolve(name)
+        return resolve(name, load_registry().assets)  # the service's own installed models
     except FileNotFoundError as exc:
         raise ModelNotFound(str(exc)) from None
 

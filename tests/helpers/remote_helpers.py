@@ -9,6 +9,7 @@ import random
 from trainer_calls import forward_backward, optim_step
 
 from searchr1.core.config_schema import Config
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import AdamParams, Datum
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
@@ -97,7 +98,7 @@ def check_pin_holds_until_the_next_pin(provider) -> None:
 def remote_config(provider: str, base_url: str, api_key: str, table: dict[str, object]) -> Config:
     """A remote provider's config against a fake service: the tiny random model's tokenizer,
     a rank-8 LoRA over every projection, and ``[model.<provider>]`` = ``table``."""
-    config = Config().replace(
+    config = Config(assets=load_registry().assets).replace(
         model={
             "provider": provider,
             "api_base": base_url,

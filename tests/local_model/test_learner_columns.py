@@ -8,12 +8,13 @@ from numerics import assert_same64, assert_same_grads64
 from transformers import AutoModelForCausalLM
 
 from searchr1.core.assets import resolve
+from searchr1.core.plugins import load_registry
 from searchr1.plugins.local_model.learner import token_logprobs, trained_token_logprobs
 
 
 def test_logprobs_on_selected_columns_match_every_position() -> None:
     model = AutoModelForCausalLM.from_pretrained(
-        resolve("builtin:tiny-random"), dtype=torch.float64
+        resolve("builtin:tiny-random", load_registry().assets), dtype=torch.float64
     )
     gen = torch.Generator().manual_seed(0)
     ids_BT = torch.randint(3, 200, (3, 12), generator=gen)
@@ -32,7 +33,7 @@ def test_gradients_through_selected_columns_match_every_position() -> None:
     taken on the trained columns and on the full tensor gives the same gradient on every
     weight (a column mix-up, a detached logsumexp or a dropped temperature would not)."""
     model = AutoModelForCausalLM.from_pretrained(
-        resolve("builtin:tiny-random"), dtype=torch.float64
+        resolve("builtin:tiny-random", load_registry().assets), dtype=torch.float64
     )
     gen = torch.Generator().manual_seed(1)
     ids_BT = torch.randint(3, 200, (2, 10), generator=gen)

@@ -118,8 +118,10 @@ def test_vocab_size_too_small_is_an_error() -> None:
 
 def test_builtin_tiny_random_asset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
 
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
-    path = Path(resolve("builtin:tiny-random"))
+    known = load_registry().assets
+    path = Path(resolve("builtin:tiny-random", known))
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
-    assert resolve("builtin:tiny-random/config.json") == str(path / "config.json")
+    assert resolve("builtin:tiny-random/config.json", known) == str(path / "config.json")

@@ -42,12 +42,12 @@ def test_a_gguf_file_as_base_model_is_converted_once_and_answers_like_the_model(
 
     gguf = _gguf_file()
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
-    folder = Path(model_path(str(gguf)))
+    folder = Path(model_path(str(gguf), {}))
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in folder.iterdir()
     }
     stamp = (folder / ".complete").stat().st_mtime_ns
-    assert Path(model_path(str(gguf))) == folder  # cached: the second use converts nothing
+    assert Path(model_path(str(gguf), {})) == folder  # cached: the second use converts nothing
     assert (folder / ".complete").stat().st_mtime_ns == stamp
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -93,9 +93,11 @@ def _small_real_model_config(tmp_path: Path) -> Path:
     """``examples/real-model.toml`` cut to minutes: 4 held-out questions, a short cold start,
     two RL steps of 2 x 2 trajectories."""
     from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
 
     heldout = tmp_path / "heldout.jsonl"
-    lines = Path(resolve("builtin:world/heldout.jsonl")).read_text().splitlines()
+    known = load_registry().assets
+    lines = Path(resolve("builtin:world/heldout.jsonl", known)).read_text().splitlines()
     heldout.write_text("\n".join(lines[:4]) + "\n")
     text = (ROOT / "examples" / "real-model.toml").read_text()
     for old, new in [

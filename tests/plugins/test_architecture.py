@@ -1,8 +1,8 @@
 """The layering a newcomer relies on, read from the import graph: the core imports no plugin,
 plugin kit, CLI or report; plugins and their kit never import the CLI; the Python API imports
-no plugin. The core names no built-in plugin (not even in a string), every docstring's
-reference lives in this repository, and no module imports itself back through others (no
-import cycle anywhere in ``searchr1``)."""
+no plugin; only a command or the API loads the plugins' registry. The core names no built-in
+plugin (not even in a string), every docstring's reference lives in this repository, and no
+module imports itself back through others (no import cycle anywhere in ``searchr1``)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,22 @@ def test_core_names_no_builtin_plugin_even_in_a_string() -> None:
         f"{where}:{n}: {line.strip()}" for where, n, line in _core_lines() if words.search(line)
     ]
     assert not hits, "the core names a built-in plugin:\n" + "\n".join(hits)
+
+
+def test_the_registry_is_loaded_only_at_a_command_or_api_entry() -> None:
+    """Only the commands and the Python API call ``load_registry``; everything else is given
+    the run's registry, or its config (whose ``assets`` every ``builtin:`` path resolves
+    against), so one run never sees two sets of plugins."""
+    allowed = (PACKAGE / "api.py", PACKAGE / "cli")
+    calls = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not any(path == a or a in path.parents for a in allowed)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "load_registry"
+    ]
+    assert not calls, "load_registry() outside a command or the API:\n" + "\n".join(calls)
 
 
 def test_references_point_into_the_repository() -> None:

@@ -129,7 +129,7 @@ def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path
         train={"eval_before_after": True}
     )  # the offline demo
     assert config.data.eval.startswith("builtin:world/")
-    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
     registry = load_registry()
     protocol = make_protocol(config, tokenizer, registry)
 
@@ -267,7 +267,7 @@ def _read_documented_asset(registry) -> None:
     assert mine == ["quiz"]
     path = resolve("builtin:quiz/quiz.jsonl", registry.assets)
     assert Path(path).is_relative_to(Path(os.environ["SEARCHR1_CACHE"]))
-    questions = load_questions(path, field_name="data.eval").questions
+    questions = load_questions(path, registry.assets, field_name="data.eval").questions
     assert [q.golden_answers for q in questions] == [("Antoine de Saint-Exupery",), ("Paris",)]
     assert resolve("builtin:quiz/quiz.jsonl", registry.assets) == path  # built once, reused
 

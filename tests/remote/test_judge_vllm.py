@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     """``(api_base, model name)`` of a vLLM-CPU server serving the tiny model."""
+    from searchr1.core.plugins import load_registry
     from searchr1.plugins.vllm_model.provider import model_path
     from searchr1.plugins.vllm_model.server import (
         VllmServer,
@@ -34,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         wait_ready,
     )
 
-    model, port = model_path("builtin:tiny"), free_port()
+    model, port = model_path("builtin:tiny", load_registry().assets), free_port()
     command = server_command(
         str(VLLM_PYTHON), model=model, port=port, dtype="float32", max_model_len=1024,
         lora_rank=8, seed=0,

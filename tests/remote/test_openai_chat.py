@@ -32,7 +32,7 @@ def server():
 
 
 def make_config(server: FakeChatServer, **table: object) -> Config:
-    config = Config().replace(
+    config = Config(assets=load_registry().assets).replace(
         model={
             "provider": "openai_chat",
             "api_base": server.base_url,

@@ -31,7 +31,15 @@ def fake():
 
 
 def new_run(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) -> Run:
-    config = Config().replace(
+    plugin = SimpleNamespace(
+        register_loss_fns=hookimpl(
+            lambda register: register(
+                "my_loss", lambda c: NamedLoss("my_loss", importance_sampling)
+            )
+        )
+    )
+    registry = load_registry(extra_plugins=[plugin])
+    config = Config(assets=registry.assets).replace(
         model={
             "provider": "tinker",
             "api_base": fake.base_url,
@@ -46,14 +54,6 @@ def new_run(fake: FakeTinker, tmp_path: Path, loss_fn: str, loss_table: dict) ->
     corpus.write_text('{"id": "1", "title": "Paris", "text": "The capital of France."}\n')
     tables = {"train.loss": loss_table, "search.local": {"corpus": str(corpus)}}
     config = dataclasses.replace(config, plugins={**config.plugins, **tables})
-    plugin = SimpleNamespace(
-        register_loss_fns=hookimpl(
-            lambda register: register(
-                "my_loss", lambda c: NamedLoss("my_loss", importance_sampling)
-            )
-        )
-    )
-    registry = load_registry(extra_plugins=[plugin])
     return Run(config, registry, tmp_path)
 
 

@@ -307,7 +307,11 @@ def test_ivfpq_index_is_smaller_and_memory_mapped(tmp_path: Path) -> None:
     # enough passages to train product quantisation: 1500 of the offline world's
     from searchr1.core.assets import resolve
 
-    world = Path(resolve("builtin:world/corpus.jsonl")).read_text("utf-8").splitlines()
+    world = (
+        Path(resolve("builtin:world/corpus.jsonl", load_registry().assets))
+        .read_text("utf-8")
+        .splitlines()
+    )
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(world[:1500]) + "\n", "utf-8")
     flat, _ = build_index(corpus, tmp_path / "flat")
@@ -367,7 +371,11 @@ def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) ->
 
     from searchr1.core.assets import resolve
 
-    world = Path(resolve("builtin:world/corpus.jsonl")).read_text("utf-8").splitlines()
+    world = (
+        Path(resolve("builtin:world/corpus.jsonl", load_registry().assets))
+        .read_text("utf-8")
+        .splitlines()
+    )
     corpus = tmp_path / "corpus.jsonl"
     with corpus.open("w", encoding="utf-8") as fh:  # 20,000 passages: seconds to encode
         for copy in range(4):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from searchr1.cli.eval import limit_per_source
 from searchr1.core.data import DataError, load_questions
+from searchr1.core.plugins import load_registry
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.types import Question
 
@@ -57,7 +58,7 @@ def test_flat_search_r1_jsonl(tmp_path: Path) -> None:
             },
         ],
     )
-    loaded = load_questions(str(f))
+    loaded = load_questions(str(f), {})
     assert [q.id for q in loaded.questions] == ["nq/test_0", "hotpotqa/test_0"]
     assert loaded.questions[1].golden_answers == ("Oslo", "oslo city")
     assert loaded.per_source() == {"hotpotqa": 1, "nq": 1}
@@ -68,7 +69,7 @@ def test_nested_parquet_layout(tmp_path: Path) -> None:
     rows = [_nested_row(i, "nq", f"question number {i}?", [f"ans{i}", "alt"]) for i in range(3)]
     f = tmp_path / "test.parquet"
     pq.write_table(pa.Table.from_pylist(rows), f)
-    loaded = load_questions(str(f))
+    loaded = load_questions(str(f), {})
     assert len(loaded.questions) == 3
     q = loaded.questions[2]
     assert q.question == "question number 2?"  # the instruction prefix is stripped
@@ -81,7 +82,7 @@ def test_published_parquet_with_both_layouts_prefers_flat_columns(tmp_path: Path
     row.update(id="test_7", question="Real question?", golden_answers=["Real", "answer"])
     f = tmp_path / "t.parquet"
     pq.write_table(pa.Table.from_pylist([row]), f)
-    (q,) = load_questions(str(f)).questions
+    (q,) = load_questions(str(f), {}).questions
     assert (q.id, q.question, q.golden_answers) == (
         "triviaqa/test_7",
         "Real question?",
@@ -91,8 +92,8 @@ def test_published_parquet_with_both_layouts_prefers_flat_columns(tmp_path: Path
 
 def test_plain_jsonl_and_stable_content_ids(tmp_path: Path) -> None:
     rows = [{"question": "q1?", "answers": ["a1"]}, {"question": "q2?", "answer": "a2"}]
-    a = load_questions(str(_write_jsonl(tmp_path / "a.jsonl", rows)))
-    b = load_questions(str(_write_jsonl(tmp_path / "b.jsonl", rows[::-1])))
+    a = load_questions(str(_write_jsonl(tmp_path / "a.jsonl", rows)), {})
+    b = load_questions(str(_write_jsonl(tmp_path / "b.jsonl", rows[::-1])), {})
     # ids derive from content, so reordering the file does not rename questions
     assert {q.id: q.question for q in a.questions} == {q.id: q.question for q in b.questions}
     assert a.questions[1].golden_answers == ("a2",)
@@ -114,7 +115,7 @@ def test_malformed_rows_are_skipped_with_row_numbers(tmp_path: Path) -> None:
             {"question": "number answer", "answers": [1851]},
         ],
     )
-    loaded = load_questions(str(f))
+    loaded = load_questions(str(f), {})
     assert [q.question for q in loaded.questions] == ["good?", "number answer"]
     assert loaded.questions[1].golden_answers == ("1851",)
     reasons = {m.row: m.reason for m in loaded.malformed}
@@ -130,15 +131,18 @@ def test_malformed_rows_are_skipped_with_row_numbers(tmp_path: Path) -> None:
 
 def test_duplicate_ids_get_a_suffix(tmp_path: Path) -> None:
     rows = [{"id": 1, "question": f"q{i}?", "answers": ["a"]} for i in range(3)]
-    loaded = load_questions(str(_write_jsonl(tmp_path / "d.jsonl", rows)))
+    loaded = load_questions(str(_write_jsonl(tmp_path / "d.jsonl", rows)), {})
     assert [q.id for q in loaded.questions] == ["1", "1#2", "1#3"]
 
 
 def test_missing_file_names_the_config_field(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"data\.train = .*nope\.jsonl.*file not found"):
-        load_questions(str(tmp_path / "nope.jsonl"), field_name="data.train")
-    with pytest.raises(DataError, match="data.eval"):
-        load_questions("builtin:no-such-asset/x.jsonl", field_name="data.eval")
+        load_questions(str(tmp_path / "nope.jsonl"), {}, field_name="data.train")
+    unknown = r"data\.eval = .*: unknown built-in asset .*; known: .*tiny-random, world"
+    with pytest.raises(DataError, match=unknown):  # the run's assets, named
+        load_questions(
+            "builtin:no-such-asset/x.jsonl", load_registry().assets, field_name="data.eval"
+        )
 
 
 def test_an_unknown_suffix_or_an_unreadable_file_names_the_config_field(tmp_path: Path) -> None:
@@ -146,20 +150,20 @@ def test_an_unknown_suffix_or_an_unreadable_file_names_the_config_field(tmp_path
     with pytest.raises(
         DataError, match=r"data\.train = .*'\.txt' files.*\.json, \.jsonl, \.parquet"
     ):
-        load_questions(str(notes), field_name="data.train")
+        load_questions(str(notes), {}, field_name="data.train")
     broken = tmp_path / "questions.PARQUET"  # suffixes fold case
     broken.write_text("not parquet")
     with pytest.raises(
         DataError, match=r"data\.eval = .*questions\.PARQUET.*not a readable parquet"
     ):
-        load_questions(str(broken), field_name="data.eval")
+        load_questions(str(broken), {}, field_name="data.eval")
 
 
 def test_no_valid_rows_raises_unless_allowed(tmp_path: Path) -> None:
     f = _write_jsonl(tmp_path / "empty.jsonl", [{"q": 1}, "oops"])
     with pytest.raises(DataError, match=r"no valid question in 2 rows.*row 1"):
-        load_questions(str(f))
-    assert len(load_questions(str(f), allow_empty=True).malformed) == 2
+        load_questions(str(f), {})
+    assert len(load_questions(str(f), {}, allow_empty=True).malformed) == 2
 
 
 def test_limit_per_source_keeps_file_order() -> None:

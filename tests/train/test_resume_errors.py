@@ -66,7 +66,7 @@ def _checkpoint(project: Path, run_dir: Path, step: int, data: str = "a.jsonl") 
     config = load_config(project / "config.toml", registry=load_registry()).replace(
         data={"train": data}
     )
-    stream = QuestionStream(load_questions(data).questions, seed=1)
+    stream = QuestionStream(load_questions(data, config.assets).questions, seed=1)
     stream.next_batch(step)
     return save_checkpoint(run_dir, step, _StateWriter(), config, {"data": stream.state()})  # type: ignore[arg-type]
 

@@ -28,11 +28,13 @@ def _ceiling(config_text: str | None, tmp_path: Path) -> dict:
         path.write_text(config_text)
     config = load_config(str(path) if path else None, registry=load_registry())
     registry = load_registry()
-    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
+    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
     protocol = make_protocol(config, tokenizer, load_registry())
     agent = ideal_agent_for(config, tokenizer, protocol)
     assert agent is not None
-    questions = list(load_questions(config.data.eval, field_name="data.eval").questions)[:N]
+    questions = list(
+        load_questions(config.data.eval, config.assets, field_name="data.eval").questions
+    )[:N]
     search = registry.create("search_provider", config.search.provider, config)
     reward = registry.create("reward", config.reward.name, config)
 

@@ -81,8 +81,8 @@ def test_heldout_entities_never_appear_in_training_questions(world: World):
 
 
 def test_question_files_layout_and_sizes(world_dir: Path):
-    heldout = load_questions(str(world_dir / "heldout.jsonl"))
-    train = load_questions(str(world_dir / "train.jsonl"))
+    heldout = load_questions(str(world_dir / "heldout.jsonl"), {})
+    train = load_questions(str(world_dir / "train.jsonl"), {})
     assert not heldout.malformed and not train.malformed
     assert len(heldout.questions) >= 300
     assert set(heldout.per_source()) == {ONE_HOP, TWO_HOP}
@@ -242,15 +242,16 @@ def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_
     from searchr1.core.assets import resolve
 
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
-    path = Path(resolve("builtin:world/heldout.jsonl"))
+    known = load_registry().assets
+    path = Path(resolve("builtin:world/heldout.jsonl", known))
     assert path.read_bytes() == (world_dir / "heldout.jsonl").read_bytes()
-    assert Path(resolve("builtin:world/corpus.jsonl")).is_file()
+    assert Path(resolve("builtin:world/corpus.jsonl", known)).is_file()
 
     with path.open("r+b") as fh:
         fh.truncate(100)
     monkeypatch.setattr(assets, "_whole", set())  # what a new process knows
     with capture_logs() as logs:
-        assert Path(resolve("builtin:world/heldout.jsonl")) == path
+        assert Path(resolve("builtin:world/heldout.jsonl", known)) == path
     (warning,) = [e for e in logs if e["event"] == "cache_damaged"]
     assert warning["log_level"] == "warning" and f"{path} is truncated" in warning["problem"]
     assert path.read_bytes() == (world_dir / "heldout.jsonl").read_bytes()
@@ -278,7 +279,7 @@ def test_builtin_tiny_is_the_shipped_warm_start_and_loads(tmp_path, monkeypatch,
     rebuild = "run python scripts/build_warm_start.py --shipped"
     assert (SHIPPED_WARM_START / "config.json").is_file(), rebuild
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path))
-    path = resolve("builtin:tiny")
+    path = resolve("builtin:tiny", load_registry().assets)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
@@ -298,7 +299,7 @@ def test_builtin_tiny_without_its_shipped_weights_says_how_to_mend_the_install(
     monkeypatch.setattr(assets, "SHIPPED_WARM_START", tmp_path / "warm_start")
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
     with pytest.raises(SearchR1Error) as caught:
-        resolve("builtin:tiny")
+        resolve("builtin:tiny", load_registry().assets)
     message = str(caught.value)
     assert str(tmp_path / "warm_start" / "config.json") in message
     assert "reinstall searchr1" in message and "scripts/build_warm_start.py --shipped" in message

@@ -220,7 +220,7 @@ def check_model(config: Config) -> list[str]:
             f"hub id or a builtin: model"
         ]
     try:
-        path = model_path(name)
+        path = model_path(name, config.assets)
     except FileNotFoundError as exc:  # an unknown builtin: asset, a .gguf file not there
         return [f"{where}: model.base_model = {name!r}: {exc}"]
     except ConfigValueError as exc:  # a builtin: model whose source is not installed
@@ -241,7 +241,7 @@ def coverage_warnings(config: Config) -> list[str]:
 
     name = config.model.base_model
     try:
-        layers = meta_layers(model_path(name))
+        layers = meta_layers(model_path(name, config.assets))
     except Exception:  # a builtin: asset that cannot be built is the load's error to report
         return []
     return missing_layer_types(layers or [], config.lora.target_modules, name)

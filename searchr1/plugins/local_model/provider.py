@@ -282,8 +282,8 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     device = choose_device(config.model.device)
     dtype = choose_dtype(config.model.dtype, device)
     threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
-    tokenizer = load_tokenizer(config.model.base_model, "model.base_model")
-    path = model_path(config.model.base_model)
+    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
+    path = model_path(config.model.base_model, config.assets)
     try:
         base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as exc:

@@ -195,7 +195,7 @@ class VllmModelProvider:
             port = free_port()
             command = server_command(
                 str(Path(settings.python).expanduser()),
-                model=model_path(config.model.base_model),  # builtin: assets resolved
+                model=model_path(config.model.base_model, config.assets),  # builtin: resolved
                 port=port,
                 dtype=str(next(self.learner.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len
