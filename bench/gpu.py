@@ -25,6 +25,19 @@ before it (``*_start_*``; GiB of CUDA allocations on a GPU, MiB of RSS on the CP
 prefill_ratio, ``logprob_diff_max``, the min/mean/max of the sampler-to-learner ratio
 exp(learner - sampler) over trained tokens, the training step's time, and the Gated
 DeltaNet kernel packages missing (``missing_kernels``; on CUDA these run the reference code).
+
+Then ``ranks``: two optimizer steps of the tiny model's LoRA learner in float64 on fixed
+datums, once in one process and once as 2 torchrun ranks each training its share
+(``tests/distributed/update_worker.py``, the CPU tests' worker): nccl with 2+ CUDA devices,
+gloo on the CPU with ``--tiny``, skipped (saying why) on one device. The weights after the
+steps must agree to float64 rounding (``max_abs_diff``; a wrong gradient scale or a rank's
+lost share moves them by O(lr) = 1e-2).
+
+With ``--vllm-python PATH`` (an interpreter that imports vLLM) or ``--vllm-wheel FILE`` (a
+vLLM wheel, installed offline into a temporary venv over this one's packages, with the
+wheels beside it as its dependencies), ``vllm``: one ``searchr1 train`` step of the offline
+demo with ``[model] provider = "vllm"`` on a server the provider launches, reporting the
+step's seconds, its sampler-to-learner mismatch and the command's exit code.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ import asyncio
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -314,6 +328,8 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--turn-tokens", type=int, default=512)
+    parser.add_argument("--vllm-python", help="an interpreter with vLLM: one vllm train step")
+    parser.add_argument("--vllm-wheel", help="a vLLM wheel, installed offline: the same")
     args = parser.parse_args()
     if args.tiny:
         args.questions, args.group_size, args.turn_tokens = 2, 2, 8
@@ -350,8 +366,115 @@ def main() -> None:
         del provider
         report[name] = figures
         print(f"{name}: {figures}", file=sys.stderr)
+    report["ranks"] = ranks_equal(cuda)
+    print(f"ranks: {report['ranks']}", file=sys.stderr)
+    if args.vllm_python or args.vllm_wheel:
+        report["vllm"] = vllm_step(args)
+        print(f"vllm: {report['vllm']}", file=sys.stderr)
     report["total_s"] = round(time.perf_counter() - t_all, 1)
     print(json.dumps(report))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+UPDATE_WORKER = ROOT / "tests" / "distributed" / "update_worker.py"
+
+
+def ranks_equal(cuda: bool) -> dict[str, Any]:
+    """2 ranks' update against one process's, float64 (module docstring)."""
+    import torch
+
+    devices = torch.cuda.device_count() if cuda else 2
+    if devices < 2:
+        return {"skipped": f"{devices} CUDA device: the 2-rank check needs 2"}
+    from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
+
+    model = resolve("builtin:tiny", load_registry().assets)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory(prefix="gpu-bench-ranks-") as tmp:
+        one, two = Path(tmp) / "one.pt", Path(tmp) / "two.pt"
+        t0 = time.perf_counter()
+        # the workers' logs go to stderr: stdout is this script's one JSON line
+        quiet = {"env": env, "timeout": 600, "check": True, "stdout": sys.stderr.fileno()}
+        subprocess.run([sys.executable, UPDATE_WORKER, model, one], **quiet)
+        t1 = time.perf_counter()
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+        torchrun += ["--master-port", "29541"]
+        subprocess.run([*torchrun, UPDATE_WORKER, model, two], **quiet)
+        t2 = time.perf_counter()
+        a, b = torch.load(one), torch.load(two)
+    diff = max(float((a[n] - b[n]).abs().max()) for n in a)
+    scale = max(float(t.abs().max()) for t in a.values())
+    tolerance = 1e-9 * max(1.0, scale)  # float64 rounding (2e-16) over reduction orders
+    learned = any(float(t.abs().max()) > 0 for n, t in a.items() if "lora_B" in n)
+    return {
+        "backend": "nccl" if cuda else "gloo",
+        "max_abs_diff": diff,
+        "tolerance": tolerance,
+        "equal": diff <= tolerance and learned and a.keys() == b.keys(),
+        "one_process_s": round(t1 - t0, 1),
+        "two_ranks_s": round(t2 - t1, 1),
+    }
+
+
+def vllm_step(args: Any) -> dict[str, Any]:
+    """One vLLM train step of the demo (module docstring); its figures and exit code."""
+    import tomllib
+
+    from searchr1.core.config import default_config_text
+
+    with tempfile.TemporaryDirectory(prefix="gpu-bench-vllm-") as tmp:
+        python = args.vllm_python or _vllm_venv(Path(args.vllm_wheel), Path(tmp) / "venv")
+        text = default_config_text().replace(
+            'provider = "local"\nbase_model', 'provider = "vllm"\nbase_model', 1
+        )
+        text = text.replace('dir = "runs"', f'dir = "{tmp}/runs"', 1)
+        text += (
+            f'\n[model.vllm]\npython = "{python}"\nadapters_dir = "{tmp}/adapters"\n'
+            'server_args = ["--kv-cache-memory-bytes", "67108864", "--max-num-seqs", "64"]\n'
+        )
+        tomllib.loads(text)  # a broken edit fails here, not in the server
+        config = Path(tmp) / "vllm.toml"
+        config.write_text(text, encoding="utf-8")
+        run_dir = Path(tmp) / "run"
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "searchr1", "train", "--config", config, "--run-dir", run_dir]
+            + ["--max-steps", "1"],
+            capture_output=True,
+            text=True,
+            timeout=480,
+        )
+        figures: dict[str, Any] = {"exit_code": done.returncode}
+        figures["seconds"] = round(time.perf_counter() - t0, 1)
+        events = run_dir / "events.jsonl"
+        metrics = [
+            json.loads(line)
+            for line in (events.read_text().splitlines() if events.exists() else [])
+            if '"event": "metrics"' in line
+        ]
+        if metrics:
+            last = metrics[-1]
+            figures["step_s"] = last.get("time/step")
+            figures.update({k: v for k, v in last.items() if k.startswith("mismatch/")})
+        if done.returncode:
+            figures["stderr_tail"] = done.stderr[-1500:]
+    return figures
+
+
+def _vllm_venv(wheel: Path, folder: Path) -> str:
+    """A venv over this interpreter's packages with ``wheel`` installed offline (its
+    dependencies from the wheels in the same folder); its python."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", folder], check=True, timeout=120
+    )
+    python = folder / "bin" / "python"
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheel.parent, wheel],
+        check=True,
+        timeout=600,
+    )
+    return str(python)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``bench/gpu.py --tiny``: the GPU check's code path (Qwen3-4B- and Qwen3.5-4B-shaped
 configs from ``bench/configs/``, shrunk; Qwen3.5 saved as its composite checkpoint with a
-vision tower and loaded text-only; multi-turn rollout with cache reuse; one training step)
-runs on the CPU and prints one JSON line with its figures."""
+vision tower and loaded text-only; multi-turn rollout with cache reuse; one training step;
+the 2-rank update against one process's) runs on the CPU and prints one JSON line with its
+figures."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def test_gpu_bench_tiny_runs_on_the_cpu() -> None:
         assert figures["learner_peak_mib"] >= figures["learner_start_mib"] > 0
     # Qwen3.5 goes through its published composite layout: the checkpoint holds a vision
     # tower, the provider's load takes the text stack alone, weight for weight.
+    # The 2-rank check (gloo here, nccl on 2+ GPUs): the ranks' update is one process's.
+    ranks = report["ranks"]
+    assert ranks["backend"] == "gloo" and ranks["equal"], ranks
     layout = report["qwen3.5-4b"]
     assert layout["loaded_class"] == "Qwen3_5ForCausalLM" and layout["text_weights_equal"]
     assert layout["vision_checkpoint_mib"] > 0 and layout["vision_on_device_mib"] == 0
