@@ -102,7 +102,8 @@ def test_two_ranks_record_once_draw_as_one_process_and_resume_on_one(tmp_path: P
     assert [m["step"] for m in metrics] == [1, 2]  # once per step, not once per rank
     for m in metrics:
         assert m["world_size"] == 2
-        assert m["trajectories"] == 6  # 3 questions x 2, from both ranks
+        dumped = two / "trajectories" / f"step_{m['step']:06d}.jsonl"
+        assert len(dumped.read_text().splitlines()) == 6  # 3 questions x 2, from both ranks
     assert [c["step"] for c in _events(two, "checkpoint")] == [2]
     assert (two / "ranks" / "rank1.jsonl").is_file()
     # the same run on one process, three steps; the 2-rank run resumed on one process

@@ -5,6 +5,7 @@ thread while the next step samples in the event loop."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_pipelined_steps_train_through_the_remote_service(
     # step s + 1 sampled on version s - 1 while step s trained on the service
     assert [steps[s]["staleness/max"] for s in (1, 2, 3)] == [0, 1, 1]
     for step, m in steps.items():
-        assert m["tokens/trained"] > 0 and m["mismatch/tokens"] == m["tokens/trained"]
+        assert m["tokens/trained"] > 0 and math.isfinite(m["mismatch/kl_sample_train"])
         rows = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
         assert {json.loads(r)["policy_version"] for r in rows} == {max(0, step - 2)}
     assert steps[1]["pipeline/overlap_s"] > 0  # step 2's rollout ran during step 1's training

@@ -253,10 +253,11 @@ def test_smoke_and_train_through_taotoken_log_like_local(fake, tmp_path, monkeyp
     both = [s for s in (1, 2, 3) if remote[s]["tokens/trained"] > 0 < local[s]["tokens/trained"]]
     assert both and max(remote[s]["staleness/max"] for s in (1, 2, 3)) == 1
     for step in both:
-        assert remote[step].keys() == local[step].keys()
+        # the same keys, and the pipelined run's own (staleness/*, pipeline/*) on top
+        pipelined = {k for k in remote[step] if k.startswith(("staleness/", "pipeline/"))}
+        assert pipelined and remote[step].keys() - pipelined == local[step].keys()
         # The mismatch is computed from the log-probs the service returns.
-        assert remote[step]["mismatch/tokens"] == remote[step]["tokens/trained"]
-        assert remote[step]["micro_batches"] >= 1
+        assert math.isfinite(remote[step]["mismatch/kl_sample_train"])
         assert math.isfinite(remote[step]["loss"]) and "optim/grad_norm" in remote[step]
     ckpt = remote_run / "checkpoints" / "step_000002"
     assert any(ckpt.rglob("remote_checkpoint.json")), "the remote checkpoint URI was not recorded"

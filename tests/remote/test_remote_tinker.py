@@ -169,7 +169,10 @@ def test_train_and_resume_through_tinker_from_the_command_line(fake, tmp_path, m
     trained = [step for step in steps.values() if step["tokens/trained"] > 0]
     assert trained  # (a step whose groups all tie trains nothing)
     for step in trained:
-        assert math.isfinite(step["loss"]) and step["mismatch/tokens"] == step["tokens/trained"]
+        assert math.isfinite(step["loss"]) and step["tokens/trained"] > 0
+        assert math.isfinite(
+            step["mismatch/kl_sample_train"]
+        )  # from the log-probs the service returns
     # tinker is a remote service: pipelined steps by default (max_staleness = 1)
     assert max(step["staleness/max"] for step in steps.values()) == 1
     record = next((run_dir / "checkpoints" / "step_000002").rglob("remote_checkpoint.json"))

@@ -72,6 +72,7 @@ import sys, time
 from pathlib import Path
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config import load_config
+from searchr1.core.plugins import load_registry
 
 class Stalls:
     def save_state(self, path):
