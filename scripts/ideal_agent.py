@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     registry = load_registry()
     config = load_config(args.config, registry=registry)
+
     async def evaluate() -> object:
         run = await Run(config, registry).start()
         try:
