@@ -141,8 +141,8 @@ class ServiceLatency:
         await asyncio.sleep(self.train_s)
         return await self.inner.optim_step(adam)
 
-    def snapshot_sampler(self) -> None:
-        self.inner.snapshot_sampler()
+    async def snapshot_sampler(self) -> None:
+        await self.inner.snapshot_sampler()
 
     def save_state(self, path: str) -> None:
         self.inner.save_state(path)

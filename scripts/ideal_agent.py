@@ -23,22 +23,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     registry = load_registry()
     config = load_config(args.config, registry=registry)
-    run = Run(config, registry).start()
-    agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
-    run.close()  # the agent plays through the model's tokenizer and protocol only
-    if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
-        parser.error(
-            f"data.eval = {config.data.eval!r} and rollout.protocol = "
-            f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with 'tags'"
-        )
-    questions = list(
-        load_questions(config.data.eval, config.assets, field_name="data.eval").questions
-    )
-    if args.limit:
-        questions = questions[: args.limit]
 
     async def evaluate() -> object:
+        run = await Run(config, registry).start()
         try:
+            agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
+            await run.aclose()  # the agent plays through the model's tokenizer and protocol only
+            if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
+                parser.error(
+                    f"data.eval = {config.data.eval!r} and rollout.protocol = "
+                    f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with "
+                    f"'tags'"
+                )
+            questions = list(
+                load_questions(config.data.eval, config.assets, field_name="data.eval").questions
+            )
+            if args.limit:
+                questions = questions[: args.limit]
             return await evaluate_run(run, questions, sampler=agent, label="ideal-agent")
         finally:
             await run.search.aclose()

@@ -34,7 +34,6 @@ caller configured logging.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import sys
@@ -187,8 +186,8 @@ async def run_rollout_group(
     every trajectory advances on its own (the reference setup's rule). ``max_search_calls`` overrides
     ``[rollout] max_search_calls``; ``search_client`` (a :class:`ZhihuSearchClient` or any
     search provider) replaces the config's ``[search]`` and is left open for the caller to
-    read its rates. The model provider is created from the config for this call and closed
-    after it."""
+    read its rates. The model provider is created from the config for this call, in the
+    caller's event loop (the load blocks it), and closed after it."""
     from searchr1.core.evaluation import evaluate_run
     from searchr1.core.plugins import load_registry
     from searchr1.core.runs import Run
@@ -206,8 +205,8 @@ async def run_rollout_group(
     given = (
         search_client.provider if isinstance(search_client, ZhihuSearchClient) else search_client
     )
-    # Providers may block (loading weights, logging in): keep the caller's loop free.
-    run = await asyncio.to_thread(Run(cfg, registry).start, search=given)
+    # The model loads in the caller's loop (blocking it meanwhile): its clients belong to it.
+    run = await Run(cfg, registry).start(search=given)
     try:
         evaluated = await evaluate_run(
             run,
@@ -220,7 +219,7 @@ async def run_rollout_group(
             keep_trajectories=True,
         )
     finally:
-        await asyncio.to_thread(run.close)
+        await run.aclose()
         if search_client is None:
             await run.search.aclose()
     results = tuple(

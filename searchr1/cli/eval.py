@@ -416,19 +416,17 @@ def _evaluate(
         again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
         return stop.outcome(kept, f"evaluate again with `{again}`")
 
-    # Built outside any event loop: a provider factory may run its own (asset builders do).
+    async def evaluate_all() -> dict[str, Any]:
+        await run.start()
+        try:
+            return await _evaluate_all(args, run, questions, targets, data_path, written, judge)
+        finally:
+            await run.aclose()
+
     try:
-        run.start()
+        results = asyncio.run(evaluate_all())
     except Interrupted as stop:
         raise stopped(stop) from None
-    try:
-        results = asyncio.run(
-            _evaluate_all(args, run, questions, targets, data_path, written, judge)
-        )
-    except Interrupted as stop:
-        raise stopped(stop) from None
-    finally:
-        run.close()
 
     ordered = [results[label] for label in labels]
     summary = {

@@ -106,19 +106,7 @@ def _smoke(args: argparse.Namespace, run: Run) -> int:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
     question = smoke_question(args, config)
     say(f"search keys: {search_key_count(config)}")
-    try:
-        run.start()
-    except (ConfigError, PluginError, Interrupted):
-        raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
-    except Exception as exc:  # a provider that cannot even start is a broken channel
-        say(f"could not start the providers: {_say(exc)}")
-        say("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
-        return 1
-    smoke = _Smoke(run, config, question, group_size)
-    try:
-        return smoke.run()
-    finally:
-        run.close()
+    return asyncio.run(_Smoke(run, config, question, group_size).run())
 
 
 def smoke_question(args: argparse.Namespace, config: Config) -> Question:
@@ -142,9 +130,29 @@ class _Smoke:
         self.problems: list[str] = []  # diagnoses that make the exit code non-zero
         self.warnings: list[str] = []
 
-    def run(self) -> int:
-        collect = self.c.stop.cut(self._collect(), "the smoke rollout")
-        probe, evaluated, model_error = asyncio.run(collect)
+    async def run(self) -> int:
+        """Start the providers, roll out, then judge what came back (one event loop)."""
+        try:
+            await self.c.start()
+        except (ConfigError, PluginError, Interrupted):
+            raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
+        except Exception as exc:  # a provider that cannot even start is a broken channel
+            say(f"could not start the providers: {_say(exc)}")
+            say(
+                "diagnosis: "
+                + _model_hint(exc, self.config.model.provider, self.config.model.base_model)
+            )
+            return 1
+        try:
+            collect = self.c.stop.cut(self._collect(), "the smoke rollout")
+            probe, evaluated, model_error = await collect
+            return self._report(probe, evaluated, model_error)
+        finally:
+            await self.c.aclose()
+
+    def _report(
+        self, probe: Any, evaluated: EvalResult | None, model_error: Exception | None
+    ) -> int:
         say(
             "search probe: "
             + (f"ok ({len(probe.results)} results)" if probe.ok else f"FAILED ({probe.error})")
@@ -233,8 +241,8 @@ class _Smoke:
         return criteria
 
     async def _collect(self) -> tuple[Any, EvalResult | None, Exception | None]:
-        """Probe the search channel once, then roll out and score one group (same event
-        loop, so the provider's HTTP client is closed on the loop that opened it)."""
+        """Probe the search channel once, then roll out and score one group; the search
+        provider is closed at the end."""
         from searchr1.core.evaluation import evaluate_run
         from searchr1.core.rollout import RolloutConfigError
 

@@ -73,7 +73,7 @@ async def run_steps(
     finish: Finish,
     is_barrier: Callable[[int], bool],
     stopping: Callable[[], bool],
-    snapshot: Callable[[], None] | None,
+    snapshot: Callable[[], Awaitable[None]] | None,
 ) -> None:
     """Collect and learn steps ``first..last``.
 
@@ -100,7 +100,7 @@ async def run_steps(
                 if stopping():
                     break
                 if snapshot is not None and max_staleness > 0:
-                    snapshot()
+                    await snapshot()
                 clock.running_since = time.perf_counter()
                 collected = await collect(step, version)
                 clock.rollouts.append((clock.running_since, time.perf_counter()))
@@ -141,4 +141,4 @@ async def run_steps(
             changed.notify_all()
         await asyncio.gather(task, return_exceptions=True)
     if snapshot is not None and max_staleness > 0:
-        snapshot()  # what samples next (the held-out eval "after") sees the trained weights
+        await snapshot()  # what samples next (the held-out eval "after") sees the trained weights

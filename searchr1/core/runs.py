@@ -6,7 +6,6 @@ agent all build theirs here.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from dataclasses import dataclass, field
@@ -88,32 +87,21 @@ class Run:
             raise ConfigError(["model.provider: the model only samples; training needs a trainer"])
         return self.model.trainer
 
-    def start(self, *, need_loss: bool = False, search: SearchProvider | None = None) -> Run:
+    async def start(self, *, need_loss: bool = False, search: SearchProvider | None = None) -> Run:
         """Create the search provider (or use ``search``, left open for the caller), reward,
-        loss (``need_loss``) and model. With ``need_loss``, a model without a
-        trainer, or a loss its trainer cannot train, is refused before any rollout
-        (:func:`~searchr1.core.trainer_checks.require_trainer`); on any failure what was
-        opened is closed. A stop signal interrupts the loads (nothing to keep yet)."""
-        model = self.config.model
-        with self.stop.at_once(f"the model load ({model.base_model or model.provider})"):
-            return self._start(need_loss=need_loss, search=search)
-
-    def _start(self, *, need_loss: bool, search: SearchProvider | None) -> Run:
-        cfg, reg = self.config, self.registry
-        self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
+        loss (``need_loss``) and model, then await the model's ``connect`` in the running
+        event loop (the command's one loop, which later calls and :meth:`aclose` use too).
+        With ``need_loss``, a model without a trainer, or a loss its trainer cannot train, is
+        refused before any rollout (:func:`~searchr1.core.trainer_checks.require_trainer`);
+        on any failure what was opened is closed. A stop signal interrupts the loads where they
+        are and the connect at its next ``await`` (nothing to keep yet)."""
+        cfg = self.config
+        phase = f"the model load ({cfg.model.base_model or cfg.model.provider})"
         try:
-            self.reward = create_reward(cfg, reg)
-            if need_loss:
-                self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
-            self.model = reg.create("model_provider", cfg.model.provider, cfg)
-            if not isinstance(self.model, Model):  # the factory's return type, not an ability
-                raise PluginError(
-                    f"model.provider = {cfg.model.provider!r}: its factory returned a "
-                    f"{type(self.model).__name__}, not a searchr1.core.types.Model(sampler=..., "
-                    f"trainer=...); see docs/plugins.md"
-                )
-            if self.loss is not None:
-                try:
+            with self.stop.at_once(phase):
+                self._create(need_loss=need_loss, search=search)
+            try:
+                if self.loss is not None:
                     trainer = require_trainer(self.model, cfg.model.provider)
                     check_loss(
                         trainer.capabilities,
@@ -121,20 +109,36 @@ class Run:
                         field="train.loss_fn",
                         provider=cfg.model.provider,
                     )
-                except BaseException:
-                    self.model.close()
-                    raise
+                if self.model.connect is not None:
+                    await self.stop.cut(self.model.connect(), phase)
+            except BaseException:
+                await self.model.aclose()
+                raise
         except BaseException:
             # The search provider may hold connections; a failed start must not leak them.
-            if search is None:
-                asyncio.run(self.search.aclose())
+            if search is None and hasattr(self, "search"):
+                await self.search.aclose()
             raise
         return self
 
-    def close(self) -> None:
-        """Release the model (the search provider is closed in the event loop that used it:
-        ``await run.search.aclose()``)."""
-        self.model.close()
+    def _create(self, *, need_loss: bool, search: SearchProvider | None) -> None:
+        cfg, reg = self.config, self.registry
+        self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
+        self.reward = create_reward(cfg, reg)
+        if need_loss:
+            self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
+        self.model = reg.create("model_provider", cfg.model.provider, cfg)
+        if not isinstance(self.model, Model):  # the factory's return type, not an ability
+            raise PluginError(
+                f"model.provider = {cfg.model.provider!r}: its factory returned a "
+                f"{type(self.model).__name__}, not a searchr1.core.types.Model(sampler=..., "
+                f"trainer=...); see docs/plugins.md"
+            )
+
+    async def aclose(self) -> None:
+        """Release the model, in the event loop it was started in (the search provider is
+        closed there too, by its owner: ``await run.search.aclose()``)."""
+        await self.model.aclose()
 
 
 def open_run(

@@ -74,12 +74,12 @@ from searchr1.core.types import LossFn, Question, kl_coef
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     """Run the loop of ``run.config`` in ``run``'s folder; returns the last step's metrics.
-    The loads come first (what the config names, the model, the checkpoint on ``resume``),
-    then everything else runs in one event loop. A stop (``run.stop``: SIGINT/SIGTERM) ends
+    Everything runs in one event loop: the loads first (what the config names, the model,
+    the checkpoint on ``resume``), then the phases. A stop (``run.stop``: SIGINT/SIGTERM) ends
     the phase it arrives in and raises :class:`Interrupted` saying what was kept and the
     command that goes on."""
     try:
-        return asyncio.run(_train(_prepare(run, resume=resume)))
+        return asyncio.run(_train(run, resume=resume))
     except Interrupted as stop:
         raise _outcome(run, stop) from None
 
@@ -123,8 +123,8 @@ class _Progress:
     cut: list[str] = field(default_factory=list)
 
 
-async def _train(plan: _Plan) -> dict[str, Any]:
-    run, stop = plan.run, plan.run.stop
+async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
+    plan, stop = await _prepare(run, resume=resume), run.stop
     progress = _Progress()
     try:
         if plan.fresh:
@@ -147,9 +147,9 @@ async def _train(plan: _Plan) -> dict[str, Any]:
     return _end(plan, progress, step, asked)
 
 
-def _prepare(run: Run, *, resume: bool) -> _Plan:
-    """Read and check what the config names (before the slow model load), load the model
-    (``run.start``) and, on ``resume``, the checkpoint's state."""
+async def _prepare(run: Run, *, resume: bool) -> _Plan:
+    """Read and check what the config names (before the slow model load), load and connect
+    the model (``run.start``) and, on ``resume``, the checkpoint's state."""
     cfg, log = run.config, get_logger()
     stream = QuestionStream(
         load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True).questions,
@@ -169,7 +169,7 @@ def _prepare(run: Run, *, resume: bool) -> _Plan:
     check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login
         raise ConfigError(refused)
-    run.start(need_loss=True)
+    await run.start(need_loss=True)
     assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
@@ -188,7 +188,7 @@ def _prepare(run: Run, *, resume: bool) -> _Plan:
             if periodic is not None:
                 periodic.resume(run.folder)
     except BaseException:
-        run.close()
+        await run.aclose()
         raise
     start = checkpoint.step if checkpoint is not None else 0
     fresh = checkpoint is None
@@ -305,7 +305,7 @@ async def _eval_step(
         return {}
     snapshot = run.trainer.capabilities.snapshot_sampler
     if snapshot is not None and run.config.train.max_staleness > 0:
-        snapshot()  # evaluate the newest weights, not the pinned rollout version
+        await snapshot()  # evaluate the newest weights, not the pinned rollout version
     try:
         phase = f"the held-out eval of step {step}"
         metrics = await run.stop.cut(periodic.evaluate(run, step), phase)
@@ -334,7 +334,7 @@ async def _close(run: Run) -> None:
         await run.search.aclose()
         await close_reward(run.reward)
     finally:
-        run.close()
+        await run.aclose()
         run.sinks.close()
 
 

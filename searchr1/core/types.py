@@ -196,8 +196,8 @@ class TrainerCapabilities:
       (:func:`searchr1.core.trainer_checks.check_loss`).
     * ``losses_reason``: why only those; ends that error.
     * ``snapshot_sampler``: pins the sampler to the newest ``optim_step`` weights until the
-      next call; called at each rollout start when ``train.max_staleness > 0``. None: the
-      sampler always follows the newest weights.
+      next call (awaited in the run's event loop); called at each rollout start when
+      ``train.max_staleness > 0``. None: the sampler always follows the newest weights.
     * ``learner_temperature``: the temperature ``forward_backward`` scores at; None if unknown.
     * ``data_parallel``: ``optim_step`` sums the gradients of every torchrun rank first
       (:func:`searchr1.core.distributed.all_reduce_grads`); without it ``train`` refuses to
@@ -211,7 +211,7 @@ class TrainerCapabilities:
 
     losses: Mapping[str, frozenset[str]] | None = None
     losses_reason: str = ""
-    snapshot_sampler: Callable[[], None] | None = None
+    snapshot_sampler: Callable[[], Awaitable[None]] | None = None
     learner_temperature: float | None = None
     data_parallel: bool = False
     kl_reference: Callable[[], None] | None = None
@@ -252,13 +252,25 @@ class Model:
 
     sampler: Sampler
     trainer: Trainer | None = None
+    #: awaited once in the command's event loop after the factory returns, before any other
+    #: call: what the model needs that loop for to get ready (reaching its servers over HTTP,
+    #: publishing its first weights). None: ready as made.
+    connect: Callable[[], Awaitable[None]] | None = None
+    #: awaited in that loop when the command ends, before ``close``: releases what lives in
+    #: the loop (HTTP pools, what ``connect`` set up). None: nothing there.
+    disconnect: Callable[[], Awaitable[None]] | None = None
 
-    def close(self) -> None:
-        """Close the trainer, then the sampler (an object that is both is closed once)."""
-        if self.trainer is not None:
-            self.trainer.close()
-        if self.sampler is not self.trainer:
-            self.sampler.close()
+    async def aclose(self) -> None:
+        """``disconnect``, then close the trainer and the sampler (an object that is both is
+        closed once)."""
+        try:
+            if self.disconnect is not None:
+                await self.disconnect()
+        finally:
+            if self.trainer is not None:
+                self.trainer.close()
+            if self.sampler is not self.trainer:
+                self.sampler.close()
 
 
 # --------------------------------------------------------------------------- search

@@ -269,7 +269,7 @@ class OpenAIChatProvider:
             ) from exc
 
     async def aclose(self) -> None:
-        """Close the connection pool (of the running loop)."""
+        """Close the connection pool (the model's ``disconnect``, in the loop that used it)."""
         await self._http.aclose()
 
     def close(self) -> None:
@@ -277,7 +277,8 @@ class OpenAIChatProvider:
 
 
 def _create(config: Config) -> Model:
-    return Model(sampler=OpenAIChatProvider.from_config(config))
+    provider = OpenAIChatProvider.from_config(config)
+    return Model(sampler=provider, disconnect=provider.aclose)
 
 
 @hookimpl

@@ -3,6 +3,7 @@ model factory that returns anything but a ``Model`` is named."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_failed_model_start_closes_the_search_provider(tmp_path: Path) -> None:
     config = Config().replace(model={"provider": "broken"}, search={"provider": "recording"})
     run = Run(config, load_registry(extra_plugins=[_Plugin()]), tmp_path)
     with pytest.raises(OSError, match="nowhere"):
-        run.start(need_loss=True)
+        asyncio.run(run.start(need_loss=True))
     assert _Search.closed
 
 
@@ -60,5 +61,5 @@ def test_a_factory_that_returns_no_model_is_named(tmp_path: Path) -> None:
     with pytest.raises(
         PluginError, match="model.provider = 'bare'.*not a searchr1.core.types.Model"
     ):
-        run.start()
+        asyncio.run(run.start())
     assert _Search.closed

@@ -19,13 +19,11 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from trainer_calls import forward_backward, optim_step
 
 SAMPLED = (5, 6, 7)
 
@@ -134,7 +132,24 @@ def fake_vllm_servers(count: int) -> Iterator[list[FakeVllm]]:
             s.server_close()
 
 
-def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict[str, float]:
+@asynccontextmanager
+async def connected(config: Any) -> AsyncIterator[Any]:
+    """A ``VllmModelProvider`` made and connected as a command does, in the running event
+    loop (which owns its HTTP pools), disconnected and closed when the block ends."""
+    from searchr1.plugins.vllm_model.provider import VllmModelProvider
+
+    provider = VllmModelProvider.from_config(config)
+    await provider.connect()
+    try:
+        yield provider
+    finally:
+        try:
+            await provider.disconnect()
+        finally:
+            provider.close()
+
+
+async def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict[str, float]:
     """One ``forward_backward`` + ``optim_step`` of ``provider`` on ``sampled`` after ``prompt``
     (advantage 1): a new adapter version for the provider to publish."""
     from searchr1.core.types import AdamParams, Datum
@@ -148,5 +163,8 @@ def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict[str, 
         tuple(pad + [-1.0] * len(sampled)),
         tuple(pad + [1.0] * len(sampled)),
     )
-    forward_backward(provider, [datum], NamedLoss("importance_sampling", importance_sampling))
-    return dict(optim_step(provider, AdamParams(learning_rate=1e-3)))
+    loss = NamedLoss("importance_sampling", importance_sampling)
+    queued = await provider.forward_backward([datum], loss)
+    metrics = await provider.optim_step(AdamParams(learning_rate=1e-3))
+    await queued
+    return dict(metrics)

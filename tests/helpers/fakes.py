@@ -175,7 +175,7 @@ class ScriptedModel:
     async def optim_step(self, adam: Any) -> Mapping[str, float]:
         return {}
 
-    def snapshot_sampler(self) -> None:
+    async def snapshot_sampler(self) -> None:
         """Counts the calls; the train loop makes them only when ``capabilities`` declares
         this method (a trainer is never probed for it)."""
         self.snapshots += 1

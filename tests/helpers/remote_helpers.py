@@ -87,11 +87,11 @@ def check_pin_holds_until_the_next_pin(provider) -> None:
     prompt = provider.tokenizer.encode("Question: who wrote the novel?")
     params = SamplingParams(max_tokens=4, seed=3)
     before = asyncio.run(provider.sample(prompt, 1, params))[0]
-    provider.snapshot_sampler()
+    asyncio.run(provider.snapshot_sampler())
     forward_backward(provider, make_datums(len(provider.tokenizer)), IS_LOSS)
     optim_step(provider, AdamParams(learning_rate=0.5))
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs == before.logprobs
-    provider.snapshot_sampler()
+    asyncio.run(provider.snapshot_sampler())
     assert asyncio.run(provider.sample(prompt, 1, params))[0].logprobs != before.logprobs
 
 

@@ -5,6 +5,7 @@ against the loopback fake (``tests/helpers/fake_tinker_service.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
@@ -69,7 +70,7 @@ def test_unsupported_remote_loss_fails_when_the_run_is_built(
 ):
     finished = len(fake.finished)
     with pytest.raises(ConfigError, match=message):
-        new_run(fake, tmp_path, loss_fn, table).start(need_loss=True)
+        asyncio.run(new_run(fake, tmp_path, loss_fn, table).start(need_loss=True))
     # Nothing was sampled or trained, and the provider that refused closed its session.
     assert fake.count("POST /api/v1/asample") == 0
     assert fake.count("POST /api/v1/create_model") == 0
@@ -78,7 +79,7 @@ def test_unsupported_remote_loss_fails_when_the_run_is_built(
 
 def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_path):
     run = new_run(fake, tmp_path, "cispo", {"clip_low": 0.1, "clip_high": 0.3})
-    run.start(need_loss=True)
+    asyncio.run(run.start(need_loss=True))
     try:
         assert run.loss.name == "cispo"
         assert run.loss.settings == {
@@ -88,4 +89,4 @@ def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_pat
             "kl_coef": 0.0,
         }
     finally:
-        run.close()
+        asyncio.run(run.aclose())

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_vllm import connected
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, RemoteRefused, RemoteTimeout
@@ -78,32 +79,44 @@ def test_a_server_that_is_down_is_named_with_its_address() -> None:
     client = VllmClient(
         f"http://127.0.0.1:{_closed_port()}", request_timeout_s=5, max_connections=4
     )
-    try:
-        assert client.healthy() is False
-        with pytest.raises(
-            RemoteRefused, match=r"connection refused.*Is the server running on port"
-        ):
-            asyncio.run(client.complete("m", [1, 2], 1, SamplingParams(max_tokens=4), 4))
-    finally:
-        client.close()
+
+    async def scenario() -> None:
+        try:
+            assert await client.healthy() is False
+            with pytest.raises(
+                RemoteRefused, match=r"connection refused.*Is the server running on port"
+            ):
+                await client.complete("m", [1, 2], 1, SamplingParams(max_tokens=4), 4)
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
 
 
 def test_a_server_that_never_answers_times_out_naming_the_setting(stalled_server: str) -> None:
     client = VllmClient(stalled_server, request_timeout_s=0.5, max_connections=4)
-    try:
-        t0 = time.monotonic()
-        with pytest.raises(
-            RemoteTimeout, match=r"within 0.5 s: raise model.vllm.request_timeout_s"
-        ):
-            asyncio.run(client.complete("m", [1, 2], 1, SamplingParams(max_tokens=4), 4))
-        assert time.monotonic() - t0 < 5
-    finally:
-        client.close()
+
+    async def scenario() -> None:
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(
+                RemoteTimeout, match=r"within 0.5 s: raise model.vllm.request_timeout_s"
+            ):
+                await client.complete("m", [1, 2], 1, SamplingParams(max_tokens=4), 4)
+            assert time.monotonic() - t0 < 5
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+async def _connect(cfg: Config) -> None:
+    """Make and connect the provider as a command does (one event loop), then close it."""
+    async with connected(cfg):
+        pass
 
 
 def test_a_server_that_is_not_up_fails_the_start_after_the_timeout(tmp_path: Path) -> None:
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
-
     cfg = _config(
         api_base=f"http://127.0.0.1:{_closed_port()}",
         adapters_dir=str(tmp_path / "adapters"),
@@ -112,15 +125,13 @@ def test_a_server_that_is_not_up_fails_the_start_after_the_timeout(tmp_path: Pat
     with pytest.raises(
         VllmServerError, match=r"not ready after 1 s \(model.vllm.startup_timeout_s\)"
     ):
-        VllmModelProvider.from_config(cfg)
+        asyncio.run(_connect(cfg))
 
 
 def test_a_launched_server_that_dies_shows_its_last_log_lines() -> None:
     """The trainer's own Python has no vLLM: the launched server exits at once."""
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
-
     with pytest.raises(VllmServerError) as info:
-        VllmModelProvider.from_config(_config(python=sys.executable, startup_timeout_s=120))
+        asyncio.run(_connect(_config(python=sys.executable, startup_timeout_s=120)))
     message = str(info.value)
     assert "exited with code 1 before it was ready" in message
     assert "No module named 'vllm'" in message  # the log's last lines
@@ -145,6 +156,10 @@ def test_a_python_that_is_not_there_says_how_to_make_one(tmp_path: Path) -> None
         VllmServer.launch(["/nope/python", "-m", "vllm"], tmp_path / "server.log")
 
 
+async def _never() -> bool:
+    return False
+
+
 def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     """A server that never gets ready: the wait times out, stop() ends it and its children."""
     script = tmp_path / "fake_server.sh"
@@ -152,7 +167,7 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     script.chmod(0o755)
     server = VllmServer.launch([str(script)], tmp_path / "server.log")
     with pytest.raises(VllmServerError, match="not ready after 0.5 s"):
-        wait_ready(lambda: False, where="fake", timeout_s=0.5, server=server, poll_s=0.1)
+        asyncio.run(wait_ready(_never, where="fake", timeout_s=0.5, server=server, poll_s=0.1))
     server.stop(grace_s=5)
     assert server.exited() is not None
     with pytest.raises(ProcessLookupError):
@@ -253,13 +268,14 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
             "-c",
             textwrap.dedent(
                 f"""
+                import asyncio
                 from searchr1.core.config_schema import Config
                 from searchr1.plugins.vllm_model.provider import VllmModelProvider
                 cfg = Config(plugins={{"model.vllm": {{"python": {str(fake)!r}}}}}).replace(
                     model={{"provider": "vllm", "base_model": "builtin:tiny-random"}},
                     lora={{"rank": 8, "alpha": 16}},
                 )
-                VllmModelProvider.from_config(cfg)
+                asyncio.run(VllmModelProvider.from_config(cfg).connect())
                 """
             ),
         ],
@@ -301,12 +317,10 @@ def test_model_api_base_and_key_reach_the_server(tmp_path: Path) -> None:
     thread.start()
     address = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        from searchr1.plugins.vllm_model.provider import VllmModelProvider
-
         cfg = _config(adapters_dir=str(tmp_path / "adapters"), startup_timeout_s=1)
         cfg = cfg.replace(model={"api_base": address, "api_key": "sk-test-key"})
         with pytest.raises(VllmServerError, match=f"server at {address} was not ready") as info:
-            VllmModelProvider.from_config(cfg)
+            asyncio.run(_connect(cfg))
         assert "sk-test-key" not in str(info.value)
         assert seen and set(seen) == {"Bearer sk-test-key"}
     finally:

@@ -28,12 +28,13 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_run import read_events
-from trainer_calls import forward_backward, optim_step
+from fake_vllm import connected
 from vllm_env import require_vllm_python
 
 from searchr1.cli.main import main as cli
@@ -74,13 +75,22 @@ def _config(api_base: str = "", **plugin_table: Any) -> Config:
 
 
 @pytest.fixture(scope="module")
-def provider() -> Any:
+def loop() -> Iterator[asyncio.Runner]:
+    """The module's one event loop: the provider's HTTP pools belong to it, as to a command's."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def provider(loop: asyncio.Runner) -> Any:
     from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
     p = VllmModelProvider.from_config(_config(servers=2))
+    loop.run(p.connect())
     servers = list(p.servers)
     assert len(servers) == 2
     yield p
+    loop.run(p.disconnect())
     p.close()
     for server in servers:
         assert server.exited() is not None, "close() left a vLLM server running"
@@ -96,8 +106,13 @@ def api_base(provider: Any) -> str:
 
 
 def _served(provider: Any) -> list[set[str]]:
-    """The adapters each server lists."""
-    return [{m["id"] for m in c.models() if m.get("parent")} for c in provider.clients]
+    """The adapters each server lists (asked over a connection of its own)."""
+    import httpx
+
+    return [
+        {m["id"] for m in httpx.get(f"{c.api_base}/v1/models").json()["data"] if m.get("parent")}
+        for c in provider.clients
+    ]
 
 
 def _prompts(provider: Any, count: int) -> list[list[int]]:
@@ -136,7 +151,9 @@ def _learner_diffs(provider: Any, prompts: list[list[int]], groups: list[Any]) -
     return torch.cat(diffs)
 
 
-def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_base: str) -> None:
+def test_samples_match_the_learner_and_follow_each_update(
+    loop: asyncio.Runner, provider: Any, api_base: str
+) -> None:
     import httpx
 
     from searchr1.core.types import AdamParams, Datum, SamplingParams
@@ -156,10 +173,10 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
             )
         )
 
-    before = asyncio.run(sample_all())
+    before = loop.run(sample_all())
     assert [len(g) for g in before] == [4, 4, 4, 4]  # n = num_samples per request
     assert sorted(provider.server_of(f"match/{g}") for g in range(4)) == [0, 0, 1, 1]
-    assert asyncio.run(sample_all()) == before  # seeds pass through: same seed, same samples
+    assert loop.run(sample_all()) == before  # seeds pass through: same seed, same samples
     for s in (s for g in before for s in g):
         assert len(s.tokens) == len(s.logprobs) and 1 <= len(s.tokens) <= 24
         text = provider.tokenizer.decode(s.tokens)
@@ -186,9 +203,8 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
                     trajectory_id=f"match/{g}/{k}",
                 )
             )
-    result = forward_backward(
-        provider, datums, NamedLoss("importance_sampling", importance_sampling), 1 / 16
-    )
+    loss = NamedLoss("importance_sampling", importance_sampling)
+    result = loop.run(_answer(provider.forward_backward(datums, loss, 1 / 16)))
     m = result.metrics  # each server's samples, traced back to it, match the learner
     assert m["mismatch/server0/tokens"] + m["mismatch/server1/tokens"] == m["mismatch/tokens"]
     assert min(m["mismatch/server0/tokens"], m["mismatch/server1/tokens"]) > 0
@@ -196,14 +212,14 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
         max(m["mismatch/server0/logprob_diff_max"], m["mismatch/server1/logprob_diff_max"])
         < MAX_DIFF
     )
-    metrics = optim_step(provider, AdamParams(learning_rate=2e-3))
+    metrics = loop.run(provider.optim_step(AdamParams(learning_rate=2e-3)))
     assert metrics["adapter_sync_s"] > 0
     assert provider.adapter.name != old_name
     served = {m["id"] for m in httpx.get(f"{api_base}/v1/models").json()["data"]}
     assert provider.adapter.name in served and old_name not in served  # old one unloaded
     assert _served(provider) == [{provider.adapter.name}] * 2  # on both servers
 
-    after = asyncio.run(sample_all())
+    after = loop.run(sample_all())
     flat_before = [s for g in before for s in g]
     flat_after = [s for g in after for s in g]
     # Same seeds, new weights: the samples (or at least their log-probs) change...
@@ -219,12 +235,11 @@ def test_samples_match_the_learner_and_follow_each_update(provider: Any, api_bas
 def test_a_refused_adapter_is_a_clear_error(api_base: str, tmp_path: Path) -> None:
     """The server runs with --max-lora-rank 16; a rank-32 adapter is refused at start."""
     from searchr1.plugins.vllm_model.client import VllmAdapterError
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
     cfg = _config(api_base=api_base, adapters_dir=str(tmp_path / "adapters"))
     cfg = cfg.replace(lora={"rank": 32, "alpha": 64})
     with pytest.raises(VllmAdapterError, match=r"refused LoRA adapter .*max_lora_rank 16"):
-        VllmModelProvider.from_config(cfg)
+        asyncio.run(_connect(cfg))
     assert list((tmp_path / "adapters").iterdir()) == []  # nothing left behind
 
 
@@ -232,7 +247,6 @@ def test_a_server_without_the_adapters_folder_is_a_clear_error(
     api_base: str, tmp_path: Path
 ) -> None:
     from searchr1.plugins.vllm_model.client import VllmAdapterError
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
     cfg = _config(
         api_base=api_base,
@@ -240,7 +254,18 @@ def test_a_server_without_the_adapters_folder_is_a_clear_error(
         server_adapters_dir="/nonexistent/adapters",
     )
     with pytest.raises(VllmAdapterError, match="server_adapters_dir"):
-        VllmModelProvider.from_config(cfg)
+        asyncio.run(_connect(cfg))
+
+
+async def _answer(queued: Any) -> Any:
+    """A ``forward_backward`` queued and awaited to its result."""
+    return await (await queued)
+
+
+async def _connect(cfg: Config) -> None:
+    """Make and connect the provider as a command does, then close it."""
+    async with connected(cfg):
+        pass
 
 
 def _offline_config(tmp_path: Path, api_base: str | list[str]) -> Path:
@@ -328,7 +353,9 @@ def test_smoke_train_and_resume_on_the_offline_world(
     assert not list((tmp_path / "adapters").iterdir())  # every run unloaded and removed its own
 
 
-def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> None:
+def test_a_pinned_adapter_keeps_serving_until_the_next_pin(
+    loop: asyncio.Runner, provider: Any
+) -> None:
     """Pipelined steps: after ``snapshot_sampler()`` a rollout samples the pinned weights even
     when the learner publishes new ones meanwhile; the next pin unloads the replaced adapter."""
     from searchr1.core.types import AdamParams, Datum, SamplingParams
@@ -345,9 +372,9 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
             )
         )
 
-    provider.snapshot_sampler()
+    loop.run(provider.snapshot_sampler())
     pinned = provider.adapter.name
-    before = asyncio.run(sample_all())
+    before = loop.run(sample_all())
     datums = [
         Datum(
             tuple((prompt + list(s.tokens))[:-1]),
@@ -358,16 +385,17 @@ def test_a_pinned_adapter_keeps_serving_until_the_next_pin(provider: Any) -> Non
         for prompt, group in zip(prompts, before, strict=True)
         for k, s in enumerate(group)
     ]
-    forward_backward(provider, datums, NamedLoss("importance_sampling", importance_sampling), 1 / 8)
-    optim_step(provider, AdamParams(learning_rate=2e-3))
+    loss = NamedLoss("importance_sampling", importance_sampling)
+    loop.run(_answer(provider.forward_backward(datums, loss, 1 / 8)))
+    loop.run(provider.optim_step(AdamParams(learning_rate=2e-3)))
     assert provider.adapter.name != pinned
     for served in _served(provider):  # the pinned one is still loaded, on both servers
         assert {pinned, provider.adapter.name} <= served
-    assert asyncio.run(sample_all()) == before  # same seed, same (pinned) weights
+    assert loop.run(sample_all()) == before  # same seed, same (pinned) weights
 
-    provider.snapshot_sampler()  # the next rollout: newest weights, the old adapter goes
+    loop.run(provider.snapshot_sampler())  # the next rollout: newest weights, the old adapter goes
     assert all(pinned not in served for served in _served(provider))
-    after = asyncio.run(sample_all())
+    after = loop.run(sample_all())
     assert after != before
     d = _learner_diffs(provider, prompts, after)
     assert float(d.abs().max()) < MAX_DIFF
@@ -385,7 +413,7 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
     config.write_text(
         config.read_text(encoding="utf-8").replace("[train]\n", "[train]\nmax_staleness = 1\n", 1)
     )
-    before = {m["id"] for m in provider.clients[0].models()}
+    before = set().union(*_served(provider))
     run_dir = tmp_path / "runs" / "pipelined"
     args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "4"]
     assert cli(args) == 0
@@ -396,7 +424,7 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
         assert 0 <= m["staleness/mean"] <= m["staleness/max"] <= 1
         if m["tokens/trained"] > 0 and m["staleness/max"] == 0:
             assert logprob_diff_max(m) < MAX_DIFF  # fresh samples: on-policy
-    assert {m["id"] for m in provider.clients[0].models()} == before  # nothing left loaded
+    assert set().union(*_served(provider)) == before  # nothing left loaded
     assert not list((tmp_path / "adapters").iterdir())
 
 

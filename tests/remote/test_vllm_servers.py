@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_vllm import SAMPLED, FakeVllm, fake_vllm_servers, train_on
-from trainer_calls import forward_backward
+from fake_vllm import SAMPLED, FakeVllm, connected, fake_vllm_servers, train_on
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -45,9 +44,8 @@ def _config(tmp_path: Path, api_base: str = "", **table: Any) -> Config:
 
 
 def _provider(fakes: list[FakeVllm], tmp_path: Path) -> Any:
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
-
-    return VllmModelProvider.from_config(_config(tmp_path, api_bases=[f.url for f in fakes]))
+    """The provider on ``fakes``, connected for an ``async with`` block."""
+    return connected(_config(tmp_path, api_bases=[f.url for f in fakes]))
 
 
 async def _rollout(provider: Any) -> list[list[Any]]:
@@ -63,33 +61,34 @@ async def _rollout(provider: Any) -> list[list[Any]]:
     return await asyncio.gather(*(group(g) for g in range(len(PROMPTS))))
 
 
-def _step(provider: Any) -> dict[str, float]:
-    return train_on(provider, PROMPTS[0], list(SAMPLED))
+async def _step(provider: Any) -> dict[str, float]:
+    return await train_on(provider, PROMPTS[0], list(SAMPLED))
 
 
 def test_groups_spread_over_servers_and_every_server_gets_each_adapter(
     fakes: list[FakeVllm], tmp_path: Path
 ) -> None:
-    provider = _provider(fakes, tmp_path)
-    try:
-        first = provider.adapter.name
-        assert [list(f.loaded) for f in fakes] == [[first], [first]]
-        asyncio.run(_rollout(provider))
-        by_group: dict[tuple[int, ...], set[int]] = {}
-        for k, fake in enumerate(fakes):
-            assert {c.model for c in fake.completions} == {first}
-            for c in fake.completions:
-                by_group.setdefault(c.prompt[:4], set()).add(k)
-        assert all(len(servers) == 1 for servers in by_group.values())  # a group stays on one
-        assert sorted(len(f.completions) for f in fakes) == [6, 6]  # two groups each
 
-        _step(provider)
-        second = provider.adapter.name
-        assert [list(f.loaded) for f in fakes] == [[second], [second]]  # the old one unloaded
-        asyncio.run(_rollout(provider))
-        assert {c.model for f in fakes for c in f.completions[6:]} == {second}
-    finally:
-        provider.close()
+    async def scenario() -> None:
+        async with _provider(fakes, tmp_path) as provider:
+            first = provider.adapter.name
+            assert [list(f.loaded) for f in fakes] == [[first], [first]]
+            await _rollout(provider)
+            by_group: dict[tuple[int, ...], set[int]] = {}
+            for k, fake in enumerate(fakes):
+                assert {c.model for c in fake.completions} == {first}
+                for c in fake.completions:
+                    by_group.setdefault(c.prompt[:4], set()).add(k)
+            assert all(len(servers) == 1 for servers in by_group.values())  # a group: one server
+            assert sorted(len(f.completions) for f in fakes) == [6, 6]  # two groups each
+
+            await _step(provider)
+            second = provider.adapter.name
+            assert [list(f.loaded) for f in fakes] == [[second], [second]]  # the old one unloaded
+            await _rollout(provider)
+            assert {c.model for f in fakes for c in f.completions[6:]} == {second}
+
+    asyncio.run(scenario())
     assert [f.loaded for f in fakes] == [{}, {}]
     assert list((tmp_path / "a").iterdir()) == []
 
@@ -97,68 +96,71 @@ def test_groups_spread_over_servers_and_every_server_gets_each_adapter(
 def test_a_server_that_refuses_the_adapter_is_named_and_the_others_unload_it(
     fakes: list[FakeVllm], tmp_path: Path
 ) -> None:
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
 
-    fakes[1].refuse_loads = True
-    with pytest.raises(
-        VllmAdapterError, match=rf"vLLM server1 at {fakes[1].url} refused LoRA adapter .*HTTP 404"
-    ):
-        VllmModelProvider.from_config(_config(tmp_path, api_bases=[f.url for f in fakes]))
-    assert fakes[0].loaded == {} and list((tmp_path / "a").iterdir()) == []
+    async def scenario() -> None:
+        fakes[1].refuse_loads = True
+        with pytest.raises(
+            VllmAdapterError,
+            match=rf"vLLM server1 at {fakes[1].url} refused LoRA adapter .*HTTP 404",
+        ):
+            async with _provider(fakes, tmp_path):
+                pass
+        assert fakes[0].loaded == {} and list((tmp_path / "a").iterdir()) == []
 
-    fakes[1].refuse_loads = False
-    provider = _provider(fakes, tmp_path)
-    try:
-        before = provider.adapter.name
-        fakes[1].refuse_loads = True  # e.g. the adapters folder is not mounted there
-        with pytest.raises(VllmAdapterError, match=r"vLLM server1 at .* refused LoRA adapter"):
-            _step(provider)
-        # Nothing samples a version that is not on every server: the previous one serves on.
-        assert provider.adapter.name == before
-        assert [list(f.loaded) for f in fakes] == [[before], [before]]
-    finally:
-        provider.close()
+        fakes[1].refuse_loads = False
+        async with _provider(fakes, tmp_path) as provider:
+            before = provider.adapter.name
+            fakes[1].refuse_loads = True  # e.g. the adapters folder is not mounted there
+            with pytest.raises(VllmAdapterError, match=r"vLLM server1 at .* refused LoRA adapter"):
+                await _step(provider)
+            # Nothing samples a version that is not on every server: the previous one serves on.
+            assert provider.adapter.name == before
+            assert [list(f.loaded) for f in fakes] == [[before], [before]]
+
+    asyncio.run(scenario())
 
 
 def test_a_load_that_never_reaches_the_sampler_is_an_error_naming_the_server(
     fakes: list[FakeVllm], tmp_path: Path
 ) -> None:
-    provider = _provider(fakes, tmp_path)
-    try:
-        stale = provider.adapter.name
-        fakes[0].ignore_loads = True  # answers 200 and keeps serving the old weights
-        with pytest.raises(
-            VllmAdapterError,
-            match=rf"vLLM server0 at {fakes[0].url} accepted LoRA adapter .* but does not list "
-            rf"it \(its adapters: \['{stale}'\]\).*model.vllm.api_bases",
-        ):
-            _step(provider)
-    finally:
-        provider.close()
+
+    async def scenario() -> None:
+        async with _provider(fakes, tmp_path) as provider:
+            stale = provider.adapter.name
+            fakes[0].ignore_loads = True  # answers 200 and keeps serving the old weights
+            with pytest.raises(
+                VllmAdapterError,
+                match=rf"vLLM server0 at {fakes[0].url} accepted LoRA adapter .* but does not "
+                rf"list it \(its adapters: \['{stale}'\]\).*model.vllm.api_bases",
+            ):
+                await _step(provider)
+
+    asyncio.run(scenario())
 
 
 def test_a_server_answering_without_the_adapter_is_an_error_naming_it(
     fakes: list[FakeVllm], tmp_path: Path
 ) -> None:
-    provider = _provider(fakes, tmp_path)
-    try:
-        name = provider.adapter.name
-        fakes[1].answer_as = "searchr1-old"  # e.g. a proxy that routed to other weights
-        with pytest.raises(
-            VllmAdapterError,
-            match=rf"vLLM server1 at {fakes[1].url} answered a request for LoRA adapter "
-            rf"'{name}' with 'searchr1-old'",
-        ):
-            asyncio.run(_rollout(provider))
-        fakes[1].answer_as = None
-        fakes[0].loaded.clear()  # the server restarted and lost its adapters
-        with pytest.raises(
-            VllmAdapterError,
-            match=rf"vLLM server0 at {fakes[0].url} does not serve LoRA adapter '{name}'",
-        ):
-            asyncio.run(_rollout(provider))
-    finally:
-        provider.close()
+
+    async def scenario() -> None:
+        async with _provider(fakes, tmp_path) as provider:
+            name = provider.adapter.name
+            fakes[1].answer_as = "searchr1-old"  # e.g. a proxy that routed to other weights
+            with pytest.raises(
+                VllmAdapterError,
+                match=rf"vLLM server1 at {fakes[1].url} answered a request for LoRA adapter "
+                rf"'{name}' with 'searchr1-old'",
+            ):
+                await _rollout(provider)
+            fakes[1].answer_as = None
+            fakes[0].loaded.clear()  # the server restarted and lost its adapters
+            with pytest.raises(
+                VllmAdapterError,
+                match=rf"vLLM server0 at {fakes[0].url} does not serve LoRA adapter '{name}'",
+            ):
+                await _rollout(provider)
+
+    asyncio.run(scenario())
 
 
 def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: Path) -> None:
@@ -169,47 +171,47 @@ def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: P
     from searchr1.plugins.local_model.learner import token_logprobs
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
-    provider = _provider(fakes, tmp_path)
+    async def scenario() -> dict[str, float]:
+        async with _provider(fakes, tmp_path) as provider:
 
-    def learner_logprobs(prompt: list[int], tokens: list[int]) -> list[float]:
-        ids = torch.tensor([prompt + tokens])
-        with torch.no_grad():
-            lp = token_logprobs(
-                provider.learner.model,
-                ids[:, :-1],
-                torch.ones_like(ids[:, :-1]),
-                ids[:, 1:],
-                provider.learner.temperature,
-            )
-        return [float(x) for x in lp[0, len(prompt) - 1 :]]
-
-    fakes[0].logprobs_for = learner_logprobs
-    fakes[1].logprobs_for = lambda p, t: [x + SHIFT for x in learner_logprobs(p, t)]
-    try:
-        groups = asyncio.run(_rollout(provider))
-        datums = []
-        for g, (first, *_) in enumerate(groups):
-            for i, s in enumerate(first):
-                tokens = PROMPTS[g] + list(s.tokens)
-                pad = [0.0] * (len(PROMPTS[g]) - 1)
-                datums.append(
-                    Datum(
-                        tuple(tokens[:-1]),
-                        tuple(tokens[1:]),
-                        tuple(pad + list(s.logprobs)),
-                        tuple(pad + [1.0 if i else -1.0] * len(s.tokens)),
-                        trajectory_id=f"s1d0/q{g}/{i}",
+            def learner_logprobs(prompt: list[int], tokens: list[int]) -> list[float]:
+                ids = torch.tensor([prompt + tokens])
+                with torch.no_grad():
+                    lp = token_logprobs(
+                        provider.learner.model,
+                        ids[:, :-1],
+                        torch.ones_like(ids[:, :-1]),
+                        ids[:, 1:],
+                        provider.learner.temperature,
                     )
-                )
-        loss = NamedLoss("importance_sampling", importance_sampling)
-        # Two micro-batches, merged as the train loop merges them.
-        parts = [
-            forward_backward(provider, datums[:3], loss),
-            forward_backward(provider, datums[3:], loss),
-        ]
-        m = merge_train_metrics([p.metrics for p in parts])
-    finally:
-        provider.close()
+                return [float(x) for x in lp[0, len(prompt) - 1 :]]
+
+            fakes[0].logprobs_for = learner_logprobs
+            fakes[1].logprobs_for = lambda p, t: [x + SHIFT for x in learner_logprobs(p, t)]
+            groups = await _rollout(provider)
+            datums = []
+            for g, (first, *_) in enumerate(groups):
+                for i, s in enumerate(first):
+                    tokens = PROMPTS[g] + list(s.tokens)
+                    pad = [0.0] * (len(PROMPTS[g]) - 1)
+                    datums.append(
+                        Datum(
+                            tuple(tokens[:-1]),
+                            tuple(tokens[1:]),
+                            tuple(pad + list(s.logprobs)),
+                            tuple(pad + [1.0 if i else -1.0] * len(s.tokens)),
+                            trajectory_id=f"s1d0/q{g}/{i}",
+                        )
+                    )
+            loss = NamedLoss("importance_sampling", importance_sampling)
+            # Two micro-batches, merged as the train loop merges them.
+            parts = [
+                await (await provider.forward_backward(datums[:3], loss)),
+                await (await provider.forward_backward(datums[3:], loss)),
+            ]
+            return merge_train_metrics([p.metrics for p in parts])
+
+    m = asyncio.run(scenario())
     per_server_tokens = 2 * 2 * len(SAMPLED)  # two groups of two samples on each
     assert m["mismatch/server0/tokens"] == m["mismatch/server1/tokens"] == per_server_tokens
     assert m["mismatch/tokens"] == 2 * per_server_tokens
@@ -222,14 +224,17 @@ def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: P
     assert abs(m["mismatch/kl_sample_train"] - SHIFT / 2) < 1e-3
 
 
+async def _connect_only(cfg: Config) -> None:
+    async with connected(cfg):
+        pass
+
+
 def test_launched_servers_each_get_their_own_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``servers = 2`` with tensor-parallel size 2 on four GPUs: two processes, each on its
     own port and two GPUs. A stand-in for vLLM's Python records how it was started and
     exits, so the start fails with its log."""
-    from searchr1.plugins.vllm_model.provider import VllmModelProvider
-
     record = tmp_path / "launches"
     fake_python = tmp_path / "python"
     fake_python.write_text(
@@ -248,7 +253,7 @@ def test_launched_servers_each_get_their_own_gpus(
         startup_timeout_s=60,
     )
     with pytest.raises(VllmServerError, match=r"exited with code 3 before it was ready"):
-        VllmModelProvider.from_config(cfg)
+        asyncio.run(_connect_only(cfg))
     launches = sorted(record.read_text().splitlines())
     assert [line.split()[0] for line in launches] == ["0,1", "2,3"]
     ports = {line.split("--port ")[1].split()[0] for line in launches}

@@ -73,7 +73,7 @@ class Recorder:
             )
         )
 
-    def _snapshot(self) -> None:
+    async def _snapshot(self) -> None:
         self.snapshots += 1
 
 
@@ -211,17 +211,17 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
         return list(asyncio.run(p.sample(prompt, 1, params))[0].logprobs)
 
     base = sample()
-    p.snapshot_sampler()  # version 0
+    asyncio.run(p.snapshot_sampler())  # version 0
     asyncio.run(_train_once(p))
     assert sample() == base, "the pinned sampler saw the learner's update"
     # the learner trains on its own weights: a second step moves them again
     p.save_state(str(tmp_path / "v1"))
-    p.snapshot_sampler()  # version 1
+    asyncio.run(p.snapshot_sampler())  # version 1
     v1 = sample()
     assert v1 != base
     asyncio.run(_train_once(p))
     assert sample() == v1
-    p.snapshot_sampler()  # version 2
+    asyncio.run(p.snapshot_sampler())  # version 2
     assert sample() != v1
 
     # the checkpoint holds the learner's weights (version 1), not the sampler's copy
@@ -247,7 +247,7 @@ def test_local_sampling_while_the_learner_trains_in_its_worker(model_dir: Path) 
     prompt, params = [5, 6, 7, 8, 9], SamplingParams(max_tokens=8, temperature=0.0)
 
     async def main() -> tuple[list[list[float]], list[float]]:
-        p.snapshot_sampler()
+        await p.snapshot_sampler()
         (ref,) = await p.sample(prompt, 1, params)
 
         async def three_steps() -> None:
@@ -264,7 +264,7 @@ def test_local_sampling_while_the_learner_trains_in_its_worker(model_dir: Path) 
 
     seen, ref = asyncio.run(main())
     assert seen and all(s == ref for s in seen)
-    p.snapshot_sampler()
+    asyncio.run(p.snapshot_sampler())
     assert list(asyncio.run(p.sample(prompt, 1, params))[0].logprobs) != ref
     p.close()
 
@@ -288,12 +288,12 @@ def test_a_request_after_a_new_pin_never_joins_a_batch_of_the_old_weights(
 
     async def main() -> tuple[list[float], list[float], list[float]]:
         (old,) = await p.sample([5, 6, 7], 1, short)
-        p.snapshot_sampler()  # version 0
+        await p.snapshot_sampler()  # version 0
         await _train_once(p)  # version 1 published, not pinned yet
         running = asyncio.create_task(p.sample([9, 8, 7, 6], 1, long))
         while p.sampler.stats.batches == 1:  # until the long batch has started
             await asyncio.sleep(0.001)
-        p.snapshot_sampler()  # version 1
+        await p.snapshot_sampler()  # version 1
         pending = asyncio.create_task(p.sample([5, 6, 7], 1, short))
         await asyncio.sleep(0.02)  # queued while the version-0 batch still runs
         assert not running.done(), "the long batch ended first: nothing was tested"

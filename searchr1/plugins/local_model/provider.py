@@ -238,7 +238,7 @@ class LocalModelProvider:
         self.sampler_weights.publish()
         return result
 
-    def snapshot_sampler(self) -> None:
+    async def snapshot_sampler(self) -> None:
         """Sample on the newest trained adapter from now on, and on it alone until the next
         call (declared as :attr:`~searchr1.core.types.TrainerCapabilities.snapshot_sampler`;
         the train loop calls it at the start of each rollout when ``train.max_staleness > 0``)."""

@@ -61,7 +61,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -152,7 +151,7 @@ class RemoteModelProvider:
         self._training: Any = None  # created on first use, or by load_state
         self._sampler: Any = None
         self._pinned: Any = None  # the one a pipelined rollout samples (snapshot_sampler)
-        self._sampler_lock = threading.Lock()
+        self._sampler_lock = asyncio.Lock()
         #: set after a training call failed: the remote step state is unknown from then on
         self._broken: RemoteStepError | None = None
         #: the answers of the forward_backward calls since the last optim_step (which
@@ -237,20 +236,22 @@ class RemoteModelProvider:
             **self._lora_groups,
         }
 
-    def _sampling_client(self) -> Any:
-        with self._sampler_lock:
+    async def _sampling_client(self) -> Any:
+        """The sampler of the current weights, created on first use (once, however many
+        samples ask at the same time)."""
+        async with self._sampler_lock:
             if self._sampler is None:
                 if self._training is not None:
-                    self._refresh_sampler()
+                    operation, client, kwargs = (
+                        "save_weights_and_get_sampling_client", self._training, {}
+                    )  # fmt: skip
                 else:
                     # Before any training the adapter's weights are the base model's (LoRA
                     # starts as a no-op), so sample the base model without starting a trainer.
-                    self._sampler = self._call(
-                        "create_sampling_client",
-                        lambda: self._wait(
-                            self._service.create_sampling_client(base_model=self.base_model)
-                        ),
-                    )
+                    operation, client = "create_sampling_client", self._service
+                    kwargs = {"base_model": self.base_model}
+                submitted = await self._submit(operation, client, step=False, **kwargs)
+                self._sampler = await self._answer(operation, submitted)
             return self._sampler
 
     def _refresh_sampler(self) -> None:
@@ -286,8 +287,7 @@ class RemoteModelProvider:
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
         """Sample ``num_samples`` continuations of ``prompt_tokens`` with the current weights."""
-        # Creating the sampler waits on the service: off the event loop, so other rollouts run.
-        sampler = self._pinned or self._sampler or await asyncio.to_thread(self._sampling_client)
+        sampler = self._pinned or self._sampler or await self._sampling_client()
         sdk_params = self._sdk.SamplingParams(**sampling_kwargs(params, self.tokenizer))
         prompt = self._sdk.ModelInput.from_ints(list(prompt_tokens))
         seconds = self._settings.sampling_timeout_seconds
@@ -340,7 +340,7 @@ class RemoteModelProvider:
         output = await self._answer("forward_backward", future, step=True)
         return forward_result(output, datums, loss_scale)
 
-    def snapshot_sampler(self) -> None:
+    async def snapshot_sampler(self) -> None:
         """Pipelined steps: sample the newest sampler until the next call, whatever optim_step
         does meanwhile (a client names saved weights, so it stays valid)."""
         self._pinned = self._sampler
@@ -429,8 +429,7 @@ class RemoteModelProvider:
         self._broken = None
         self._pending = []  # anything submitted to the old training run is abandoned with it
         self._pinned = None  # the loaded weights are the newest: sample them
-        with self._sampler_lock:
-            self._refresh_sampler()
+        self._refresh_sampler()
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
 
     def close(self) -> None:

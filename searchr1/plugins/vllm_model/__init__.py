@@ -10,8 +10,8 @@ and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).
 
 Modules: ``settings`` (``[model.vllm]``), ``server`` (launch, readiness, shutdown of a local
 server, each launched server's GPUs), ``client`` (one server's HTTP calls: completions, adapter
-load/unload, on one pooled :class:`searchr1.kit.http.HttpClient` in its own event-loop
-thread), ``provider`` (VllmModelProvider, which composes the servers' sampling with the local
+load/unload, on one pooled :class:`searchr1.kit.http.HttpClient` of the command's event
+loop), ``provider`` (VllmModelProvider, which composes the servers' sampling with the local
 learner, routes groups and keeps every server on the trained adapter). Importing this package
 stays cheap: torch, transformers and httpx are imported when the factory runs.
 """
@@ -37,7 +37,12 @@ def _create_vllm(config: Config) -> Model:
 
     # One object: its sample() goes to the server, its training is the local learner's.
     provider = VllmModelProvider.from_config(config)
-    return Model(sampler=provider, trainer=provider)
+    return Model(
+        sampler=provider,
+        trainer=provider,
+        connect=provider.connect,
+        disconnect=provider.disconnect,
+    )
 
 
 @hookimpl

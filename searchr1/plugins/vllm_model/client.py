@@ -1,16 +1,14 @@
 """The HTTP calls to a vLLM OpenAI-compatible server, on one pooled
 :class:`~searchr1.kit.http.HttpClient` (the HTTP helper every plugin shares).
 
-Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. The client and its
-connection pool live in an event loop of their own (a daemon thread), whatever loop the caller
-runs: the rollout awaits :meth:`VllmClient.complete` from many asyncio tasks of its loop (each
-call hops to the client's loop), while the train loop calls the adapter methods synchronously
-between steps, and ``smoke``/``eval`` run their own loops. One pool serves them all and
-:meth:`VllmClient.close` can always close it in the loop it was created in. Retries are off
-(a local server that is down or stalled is reported at once) and every status comes back to
-the caller, which reads vLLM's own error text. A failure to reach the server, an error status
-and an answer that is not the API's are the :class:`~searchr1.core.errors.RemoteError` of
-their class (refused, timeout naming ``model.vllm.request_timeout_s``, ...).
+Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. Every call is a
+coroutine of the command's one event loop, which owns the pool: the rollout awaits
+:meth:`VllmClient.complete` from many asyncio tasks, the provider awaits the adapter calls
+between steps, and :meth:`VllmClient.aclose` closes the pool there. Retries are off (a local
+server that is down or stalled is reported at once) and every status comes back to the
+caller, which reads vLLM's own error text. A failure to reach the server, an error status and
+an answer that is not the API's are the :class:`~searchr1.core.errors.RemoteError` of their
+class (refused, timeout naming ``model.vllm.request_timeout_s``, ...).
 
 The server API used (vLLM 0.32; see also docs/vllm.md):
 
@@ -34,19 +32,14 @@ endpoint; verl #7495), not train on samples from other weights.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 
 from searchr1.core.errors import RemoteError, RemoteMalformed, UserError
 from searchr1.core.types import SampledSequence, SamplingParams
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
-
-T = TypeVar("T")
 
 
 class VllmError(UserError, RuntimeError):
@@ -85,11 +78,6 @@ class VllmClient:
             timeout_setting="model.vllm.request_timeout_s",
             retries="no retries",
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="searchr1-vllm-http", daemon=True
-        )
-        self._thread.start()
         self._http = HttpClient(
             self.api_base,
             policy=RetryPolicy(max_retries=0, attempt_timeout_s=None),
@@ -100,31 +88,9 @@ class VllmClient:
             trust_env=False,
         )
 
-    # ------------------------------------------------------------------ loop plumbing
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` in the client's loop and wait for it (from a thread without a loop,
-        or from inside another loop's synchronous code, such as ``optim_step``)."""
-        return self.submit(coro).result()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Start ``coro`` in the client's loop; the future holds its result (several servers
-        are called at once this way)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    async def _in_loop(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
-
-    def close(self) -> None:
-        if not self._loop.is_running():
-            return
-        try:
-            self.call(self._http.aclose())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            if not self._loop.is_running():
-                self._loop.close()
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
 
     # ------------------------------------------------------------------ requests
 
@@ -139,21 +105,15 @@ class VllmClient:
         except HttpError as exc:
             raise self.channel.error(exc, f"{method} {path}") from exc
 
-    def healthy(self) -> bool:
+    async def healthy(self) -> bool:
         """True when ``/health`` answers 200 (False while the server starts or is down)."""
+        try:
+            return (await self._request("GET", "/health", timeout=5.0)).status_code == 200
+        except RemoteError:
+            return False
 
-        async def probe() -> bool:
-            try:
-                return (await self._request("GET", "/health", timeout=5.0)).status_code == 200
-            except RemoteError:
-                return False
-
-        return self.call(probe())
-
-    def models(self) -> list[dict[str, Any]]:
-        return self.call(self._models())
-
-    async def _models(self) -> list[dict[str, Any]]:
+    async def models(self) -> list[dict[str, Any]]:
+        """The cards of ``GET /v1/models``: the base model and each loaded adapter."""
         response = await self._request("GET", "/v1/models")
         self._raise_for_status(response, "GET /v1/models")
         try:
@@ -163,11 +123,10 @@ class VllmClient:
                 RemoteMalformed, "the model list is not JSON with a data list", "GET /v1/models"
             ) from exc
 
-    async def load_adapter_async(self, name: str, path: str) -> None:
+    async def load_adapter(self, name: str, path: str) -> None:
         """Load adapter ``name`` from ``path`` (as the server sees it), then check that the
         server lists it with that path: a load answered 200 that did not reach the model the
-        server samples from raises :class:`VllmAdapterError`. Runs in the client's loop
-        (``submit`` it)."""
+        server samples from raises :class:`VllmAdapterError`."""
         response = await self._request(
             "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
         )
@@ -179,7 +138,7 @@ class VllmClient:
                 f"VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and that it can read that folder "
                 f"(model.vllm.server_adapters_dir when it mounts the adapters elsewhere)"
             )
-        cards = {str(c.get("id")): c for c in await self._models()}
+        cards = {str(c.get("id")): c for c in await self.models()}
         card = cards.get(name)
         if card is None or card.get("root", path) != path:
             serves = sorted(n for n, c in cards.items() if c.get("parent"))
@@ -191,10 +150,7 @@ class VllmClient:
                 f"own address in model.vllm.api_bases"
             )
 
-    def unload_adapter(self, name: str) -> None:
-        self.call(self.unload_adapter_async(name))
-
-    async def unload_adapter_async(self, name: str) -> None:
+    async def unload_adapter(self, name: str) -> None:
         response = await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
         self._raise_for_status(response, f"unloading LoRA adapter {name!r}")
 
@@ -208,7 +164,7 @@ class VllmClient:
     ) -> list[SampledSequence]:
         """``num_samples`` continuations of ``prompt`` from adapter (or model) ``model``."""
         body = completion_body(model, prompt, num_samples, params, max_tokens)
-        response = await self._in_loop(self._request("POST", "/v1/completions", body))
+        response = await self._request("POST", "/v1/completions", body)
         if response.status_code == 404:
             raise VllmAdapterError(
                 f"{self.name} does not serve LoRA adapter {model!r} that this run loaded there "

@@ -1,7 +1,10 @@
 """``VllmModelProvider``: vLLM servers' sampling composed with the local learner.
 
 Created once per run by the ``vllm`` factory (``[model] provider = "vllm"``) through
-:meth:`VllmModelProvider.from_config`. Training is the local provider's own
+:meth:`VllmModelProvider.from_config` (the model load), then connected in the command's event
+loop by :meth:`VllmModelProvider.connect` (the servers reached or launched, the first adapter
+published; the model's ``connect``); :meth:`~VllmModelProvider.disconnect` (the model's
+``disconnect``) and :meth:`~VllmModelProvider.close` end it. Training is the local provider's own
 :class:`~searchr1.plugins.local_model.learner.Learner` on the model
 :func:`~searchr1.plugins.local_model.provider.load_lora_model` loads (same LoRA, optimizer,
 checkpoints and resume, and the learner's sampler/learner mismatch metrics); :meth:`sample`
@@ -14,8 +17,9 @@ prompt stays in that server's prefix cache), and with several servers each one's
 sampler/learner mismatch is logged as ``mismatch/server<k>/*`` (the group's datums are traced
 back to it through ``trajectory_id``).
 
-The policy every server samples from is always the trainer's current adapter: at start, after
-each :meth:`optim_step` and after :meth:`load_state`, the adapter is saved into a new folder
+The policy every server samples from is always the trainer's current adapter: at the connect,
+after each :meth:`optim_step` and after :meth:`load_state` (before the next sample, pin or
+step), the adapter is saved into a new folder
 under ``adapters_dir``, loaded under a new name (``searchr1-<run token>-<version>``; a new name,
 so no cached prefix computed with older weights is reused) into every server at once and
 checked in each one's model list; only then does sampling switch to it, and the previous one
@@ -91,6 +95,8 @@ class VllmModelProvider:
     adapter: _Adapter | None = None
     #: the adapter pipelined steps sample on (None: always the newest, ``adapter``)
     pinned: _Adapter | None = None
+    _config: Config
+    _settings: VllmSettings
     max_model_len: int = 0
     keep_server_log: bool = False
 
@@ -102,7 +108,9 @@ class VllmModelProvider:
         self._token = secrets.token_hex(3)
         self._version = 0
         self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
-        self._retired_lock = threading.Lock()
+        #: load_state changed the weights: published before the next sample, pin or step
+        self._loaded = False
+        self._publishing = asyncio.Lock()
         self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
         #: one per server, in the order of the settings (server0, server1, ...)
         self.clients: list[VllmClient] = []
@@ -114,9 +122,8 @@ class VllmModelProvider:
 
     @classmethod
     def from_config(cls, config: Config) -> VllmModelProvider:
-        """Check ``[model.vllm]``, load the model for training (``[model.local]``'s device,
-        dtype and learner settings), reach or launch the servers, and publish the initial
-        adapter."""
+        """Check ``[model.vllm]`` and load the model for training (``[model.local]``'s device,
+        dtype and learner settings); :meth:`connect` then reaches or launches the servers."""
         from searchr1.core.config_validate import plugin_settings
         from searchr1.core.errors import ConfigError
 
@@ -130,16 +137,25 @@ class VllmModelProvider:
         lock = threading.Lock()
         learner = make_learner(model, tokenizer, device, lock, config.model.temperature, local)
         provider = cls(learner, tokenizer)
-        with _sigterm_raises():
-            try:
-                provider._connect(config, settings)
-            except BaseException:
-                provider.keep_server_log = True  # the error names it
-                provider.close()
-                raise
+        provider._config, provider._settings = config, settings
         return provider
 
-    def _connect(self, config: Config, settings: VllmSettings) -> None:
+    async def connect(self) -> None:
+        """Reach or launch the servers, wait until each is ready, and publish the initial
+        adapter; in the event loop that later calls use. On a failure everything is closed
+        (a launched server's log is kept: the error names it)."""
+        with _sigterm_raises():
+            try:
+                await self._connect(self._config, self._settings)
+            except BaseException:
+                self.keep_server_log = True
+                try:
+                    await self.disconnect()
+                finally:
+                    self.close()
+                raise
+
+    async def _connect(self, config: Config, settings: VllmSettings) -> None:
         self._adapters = Path(settings.adapters_dir) if settings.adapters_dir else self._workdir
         self._server_adapters = settings.server_adapters_dir or str(self._adapters)
         self._adapters.mkdir(parents=True, exist_ok=True)
@@ -164,7 +180,7 @@ class VllmModelProvider:
         for k, client in enumerate(self.clients):
             waited = max(
                 waited,
-                wait_ready(
+                await wait_ready(
                     client.healthy,
                     where=client.api_base,
                     timeout_s=settings.startup_timeout_s,
@@ -172,9 +188,9 @@ class VllmModelProvider:
                 ),
             )
         self.max_model_len = min(
-            _base_max_model_len(client.models(), client.name) for client in self.clients
+            [_base_max_model_len(await client.models(), client.name) for client in self.clients]
         )
-        self.publish_adapter()
+        await self.publish_adapter()
         log.info(
             "vllm_ready",
             api_bases=[client.api_base for client in self.clients],
@@ -215,50 +231,56 @@ class VllmModelProvider:
 
     # ------------------------------------------------------------------ adapter sync
 
-    def publish_adapter(self) -> float:
-        """Save the current adapter, load it into every server under a new name (checked in
-        each one's model list), unload the old one; returns the seconds it took. Sampling
-        uses the new one from now on."""
-        if not self.clients:
-            raise RuntimeError("the vllm model provider is closed")
+    async def publish_adapter(self) -> float:
+        """Save the current adapter (in the learner's worker, between its steps), load it
+        into every server under a new name (checked in each one's model list), unload the old
+        one; returns the seconds it took. Sampling uses the new one from now on."""
         t0 = time.perf_counter()
-        name = f"searchr1-{self._token}-{self._version}"
-        local_dir = self._adapters / name
-        server_path = f"{self._server_adapters.rstrip('/')}/{name}"
-        with self.learner.model_lock:
-            self.learner.model.save_pretrained(str(local_dir))
-        try:
-            self._load_everywhere(name, server_path)
-        except BaseException:
-            shutil.rmtree(local_dir, ignore_errors=True)
-            raise
-        old, self.adapter = self.adapter, _Adapter(name, local_dir)
-        self._version += 1
-        if old is not None and old is self.pinned:
-            # Pipelined steps: a rollout may still sample it; unloaded at the next pin.
-            with self._retired_lock:
-                self._retired.append(old)
-        elif old is not None:
-            self._drop(old)
+        saved = await asyncio.wrap_future(self.learner.worker.submit(self._save_adapter))
+        await self._publish(saved)
         return time.perf_counter() - t0
 
-    def _load_everywhere(self, name: str, path: str) -> None:
+    def _save_adapter(self) -> _Adapter:
+        """Write the current adapter into a folder of its own, under a new name."""
+        name = f"searchr1-{self._token}-{self._version}"
+        self._version += 1
+        adapter = _Adapter(name, self._adapters / name)
+        with self.learner.model_lock:
+            self.learner.model.save_pretrained(str(adapter.local_dir))
+        return adapter
+
+    async def _publish(self, saved: _Adapter) -> None:
+        """Load the saved adapter everywhere, then sample it and drop the one it replaces."""
+        if not self.clients:
+            raise RuntimeError("the vllm model provider is closed")
+        try:
+            await self._load_everywhere(
+                saved.name, f"{self._server_adapters.rstrip('/')}/{saved.name}"
+            )
+        except BaseException:
+            shutil.rmtree(saved.local_dir, ignore_errors=True)
+            raise
+        old, self.adapter = self.adapter, saved
+        self._loaded = False
+        if old is not None and old is self.pinned:
+            self._retired.append(old)  # pipelined steps: a rollout may still sample it
+        elif old is not None:
+            await self._drop(old)
+
+    async def _load_everywhere(self, name: str, path: str) -> None:
         """Load adapter ``name`` into every server at once; when any fails, unload it from
         the others and raise the failures (each names its server)."""
-        futures = [c.submit(c.load_adapter_async(name, path)) for c in self.clients]
-        failures: list[BaseException] = []
-        loaded: list[VllmClient] = []
-        for client, future in zip(self.clients, futures, strict=True):
-            try:
-                future.result()
-                loaded.append(client)
-            except BaseException as exc:  # every server's answer is read before raising
-                failures.append(exc)
+        answers = await asyncio.gather(
+            *(c.load_adapter(name, path) for c in self.clients), return_exceptions=True
+        )
+        failures = [a for a in answers if isinstance(a, BaseException)]
         if not failures:
             return
-        for client in loaded:
+        for client, answer in zip(self.clients, answers, strict=True):
+            if isinstance(answer, BaseException):
+                continue
             try:
-                client.unload_adapter(name)
+                await client.unload_adapter(name)
             except (VllmError, RemoteError) as exc:
                 log.warning("vllm_unload_failed", adapter=name, error=str(exc))
         first = failures[0]
@@ -266,23 +288,37 @@ class VllmModelProvider:
             raise first
         raise type(first)("; ".join(str(f) for f in failures)) from first
 
-    def snapshot_sampler(self) -> None:
+    async def _current(self) -> _Adapter:
+        """The adapter to sample: the pinned one, else the newest; weights that
+        :meth:`load_state` loaded are published first."""
+        if self._loaded:
+            async with self._publishing:  # one publish, however many samples ask at once
+                if self._loaded:
+                    await self.publish_adapter()
+        adapter = self.pinned or self.adapter
+        if not self.clients or adapter is None:
+            raise RuntimeError("the vllm model provider is not connected, or closed")
+        return adapter
+
+    async def snapshot_sampler(self) -> None:
         """Pipelined steps (``train.max_staleness > 0``): sample on the newest published
         adapter until the next call, and unload the adapters no rollout samples any more."""
+        await self._current()  # weights that load_state loaded are published first
         self.pinned = self.adapter
-        with self._retired_lock:
-            retired, self._retired = self._retired, []
+        retired, self._retired = self._retired, []
         for old in retired:
             if old is not self.pinned:
-                self._drop(old)
+                await self._drop(old)
 
-    def _drop(self, adapter: _Adapter) -> None:
-        futures = [c.submit(c.unload_adapter_async(adapter.name)) for c in self.clients]
-        for future in futures:
-            try:
-                future.result()
-            except (VllmError, RemoteError) as exc:  # a leftover adapter costs memory only
-                log.warning("vllm_unload_failed", adapter=adapter.name, error=str(exc))
+    async def _drop(self, adapter: _Adapter) -> None:
+        answers = await asyncio.gather(
+            *(c.unload_adapter(adapter.name) for c in self.clients), return_exceptions=True
+        )
+        for answer in answers:
+            if isinstance(answer, VllmError | RemoteError):  # a leftover costs memory only
+                log.warning("vllm_unload_failed", adapter=adapter.name, error=str(answer))
+            elif isinstance(answer, BaseException):
+                raise answer
         shutil.rmtree(adapter.local_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ routing
@@ -328,8 +364,7 @@ class VllmModelProvider:
         """``num_samples`` continuations of ``prompt_tokens`` from the current adapter, in one
         completions request to the group's server (which batches it with every other request
         in flight)."""
-        if not self.clients or self.adapter is None:
-            raise RuntimeError("the vllm model provider is closed")
+        adapter = await self._current()
         prompt = check_request(
             prompt_tokens,
             num_samples,
@@ -339,7 +374,6 @@ class VllmModelProvider:
             context="the vLLM server's context (model.vllm.max_model_len)",
         )
         max_tokens = min(params.max_tokens, self.max_model_len - len(prompt))
-        adapter = self.pinned or self.adapter
         k = self._route(params.group_id)
         self._in_flight[k] += 1
         try:
@@ -370,45 +404,57 @@ class VllmModelProvider:
         return asyncio.ensure_future(_per_server(queued))
 
     async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        """The learner's AdamW step, then the new adapter goes to every server (both in the
-        learner's worker thread)."""
-        return await asyncio.wrap_future(self.learner.worker.submit(self._step, adam))
-
-    def _step(self, adam: AdamParams) -> Mapping[str, float]:
-        metrics = dict(self.learner.optim_step(adam))
-        metrics["adapter_sync_s"] = self.publish_adapter()
+        """The learner's AdamW step and the new adapter's save (in the learner's worker
+        thread), then its load into every server."""
+        step = self.learner.worker.submit(self._step, adam)
+        metrics, saved, saving_s = await asyncio.wrap_future(step)
+        t0 = time.perf_counter()
+        await self._publish(saved)
+        metrics["adapter_sync_s"] = saving_s + time.perf_counter() - t0
         return metrics
+
+    def _step(self, adam: AdamParams) -> tuple[dict[str, float], _Adapter, float]:
+        metrics = dict(self.learner.optim_step(adam))
+        t0 = time.perf_counter()
+        saved = self._save_adapter()
+        return metrics, saved, time.perf_counter() - t0
 
     def save_state(self, path: str) -> None:
         self.learner.save_state(path)
 
     def load_state(self, path: str) -> None:
+        """Load a checkpoint's learner state; its adapter reaches the servers before the next
+        sample, pin or step."""
         self.learner.load_state(path)
         self.pinned = None  # the loaded weights are the newest: sample them
-        if self.clients:
-            self.publish_adapter()
+        self._loaded = True
+
+    async def disconnect(self) -> None:
+        """Unload this run's adapters (a server that outlives the run keeps no trace) and
+        close the HTTP pools, in the event loop that used them."""
+        clients = self.clients
+        try:
+            if clients and self.adapter is not None and not self.servers:
+                for adapter in (self.adapter, *self._retired):
+                    await self._drop(adapter)
+        finally:
+            self.clients, self.adapter, self._retired = [], None, []
+            for client in clients:
+                await client.aclose()
 
     def close(self) -> None:
-        """Unload this run's adapters (a server that outlives the run keeps no trace), stop
-        the launched servers, close the HTTP pools and remove the temporary folder."""
+        """Stop the learner's worker and the launched servers, and remove the temporary
+        folder (after :meth:`disconnect`; safe to call twice)."""
+        self.learner.worker.shutdown()
+        self.clients, self.adapter = [], None
+        servers, self.servers = self.servers, []
         try:
-            if self.clients and self.adapter is not None and not self.servers:
-                for adapter in (self.adapter, *self._retired):
-                    self._drop(adapter)
+            for server in servers:
+                server.stop()
+                if not self.keep_server_log:
+                    server.log_path.unlink(missing_ok=True)
         finally:
-            self.learner.worker.shutdown()
-            clients, self.clients, self.adapter = self.clients, [], None
-            try:
-                for client in clients:
-                    client.close()
-            finally:
-                try:
-                    for server in self.servers:
-                        server.stop()
-                        if not self.keep_server_log:
-                            server.log_path.unlink(missing_ok=True)
-                finally:
-                    shutil.rmtree(self._workdir, ignore_errors=True)
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 async def _per_server(

@@ -26,6 +26,7 @@ the trainer dies (Linux parent-death signal), so a killed trainer leaves no serv
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import shutil
@@ -34,7 +35,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from searchr1.core.logs import get_logger
@@ -265,8 +266,8 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def wait_ready(
-    is_ready: Callable[[], bool],
+async def wait_ready(
+    is_ready: Callable[[], Awaitable[bool]],
     *,
     where: str,
     timeout_s: float,
@@ -283,7 +284,7 @@ def wait_ready(
                 f"the vLLM server exited with code {server.exited()} before it was ready "
                 f"(log: {server.log_path}); its last lines:\n{server.log_tail()}"
             )
-        if is_ready():
+        if await is_ready():
             return time.monotonic() - t0
         waited = time.monotonic() - t0
         if waited > timeout_s:
@@ -292,4 +293,4 @@ def wait_ready(
                 f"the vLLM server at {where} was not ready after {timeout_s:g} s "
                 f"(model.vllm.startup_timeout_s){tail}"
             )
-        time.sleep(poll_s)
+        await asyncio.sleep(poll_s)
