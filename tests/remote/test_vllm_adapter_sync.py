@@ -20,6 +20,7 @@ import pytest
 from fake_vllm import SAMPLED, FakeVllm, connected, fake_vllm_servers, train_on
 
 from searchr1.core.config_schema import Config
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import SamplingParams
 
 PROMPT = [1, 2, 3, 4]
@@ -42,7 +43,9 @@ async def _sample(provider: Any) -> list[Any]:
 def test_each_update_reaches_the_server_as_a_new_adapter(
     fake_vllm: FakeVllm, tmp_path: Path
 ) -> None:
-    config = Config(plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a")}}).replace(
+    config = Config(
+        plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a")}}, assets=load_registry().assets
+    ).replace(
         model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": fake_vllm.url},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )

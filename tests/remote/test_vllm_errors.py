@@ -25,6 +25,7 @@ from fake_vllm import connected
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, RemoteRefused, RemoteTimeout
+from searchr1.core.plugins import load_registry
 from searchr1.core.types import SamplingParams
 from searchr1.plugins.vllm_model.client import (
     VllmClient,
@@ -69,7 +70,7 @@ def stalled_server() -> Iterator[str]:
 
 
 def _config(api_base: str = "", **table: Any) -> Config:
-    return Config(plugins={"model.vllm": table}).replace(
+    return Config(plugins={"model.vllm": table}, assets=load_registry().assets).replace(
         model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": api_base},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )
@@ -270,8 +271,12 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
                 f"""
                 import asyncio
                 from searchr1.core.config_schema import Config
+                from searchr1.core.plugins import load_registry
                 from searchr1.plugins.vllm_model.provider import VllmModelProvider
-                cfg = Config(plugins={{"model.vllm": {{"python": {str(fake)!r}}}}}).replace(
+                cfg = Config(
+                    plugins={{"model.vllm": {{"python": {str(fake)!r}}}}},
+                    assets=load_registry().assets,
+                ).replace(
                     model={{"provider": "vllm", "base_model": "builtin:tiny-random"}},
                     lora={{"rank": 8, "alpha": 16}},
                 )

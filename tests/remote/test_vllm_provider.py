@@ -39,6 +39,7 @@ from vllm_env import require_vllm_python
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config_schema import Config
+from searchr1.core.plugins import load_registry
 from searchr1.core.step_metrics import logprob_diff_max
 
 VLLM_PYTHON = require_vllm_python()
@@ -60,7 +61,7 @@ def _config(api_base: str = "", **plugin_table: Any) -> Config:
         "server_args": ["--kv-cache-memory-bytes", str(64 << 20), "--max-num-seqs", "64"],
         **plugin_table,
     }
-    return Config(plugins={"model.vllm": table}).replace(
+    return Config(plugins={"model.vllm": table}, assets=load_registry().assets).replace(
         model={
             "provider": "vllm",
             "api_base": api_base,

@@ -21,6 +21,7 @@ from fake_vllm import SAMPLED, FakeVllm, connected, fake_vllm_servers, train_on
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
+from searchr1.core.plugins import load_registry
 from searchr1.core.step_metrics import merge_train_metrics
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.vllm_model.client import VllmAdapterError
@@ -37,7 +38,10 @@ def fakes() -> Iterator[list[FakeVllm]]:
 
 
 def _config(tmp_path: Path, api_base: str = "", **table: Any) -> Config:
-    return Config(plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a"), **table}}).replace(
+    return Config(
+        plugins={"model.vllm": {"adapters_dir": str(tmp_path / "a"), **table}},
+        assets=load_registry().assets,
+    ).replace(
         model={"provider": "vllm", "base_model": "builtin:tiny-random", "api_base": api_base},
         lora={"rank": 8, "alpha": 16, "dropout": 0.0},
     )
