@@ -44,14 +44,15 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     process = VllmServer.launch(command, tmp_path_factory.mktemp("vllm") / "server.log")
     api_base = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
+    async def healthy() -> bool:
         try:
-            return httpx.get(f"{api_base}/health", timeout=2.0).status_code == 200
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                return (await client.get(f"{api_base}/health")).status_code == 200
         except httpx.HTTPError:
             return False
 
     try:
-        wait_ready(healthy, where=api_base, timeout_s=600, server=process)
+        asyncio.run(wait_ready(healthy, where=api_base, timeout_s=600, server=process))
         yield api_base, model
     finally:
         process.stop()
