@@ -9,8 +9,9 @@ a third-party model provider implements, so ``[model] provider = "scripted"`` wo
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,14 @@ from fakes import ScriptedPlugin  # noqa: E402
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.Runner]:
+    """The test's one event loop, as a command has one: the clients and providers a test
+    uses belong to the loop of their first call, so every ``loop.run(coro)`` shares it."""
+    with asyncio.Runner() as runner:
+        yield runner
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from searchr1.core.data import load_questions
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
+from searchr1.core.rewards import score_all
 from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
@@ -122,10 +123,15 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
         # one process: a stop cuts the rollouts short (a rank must not leave the gather below)
         groups = await (run.stop.cut(rollouts, phase) if run.world.size == 1 else rollouts)
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
-        datums: list[Datum] = []
-        for question, (trajectory,) in zip(mine, groups, strict=True):
-            if run.reward(trajectory, question.golden_answers).reward > 0:
-                datums.append(trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens))
+        trajectories = [trajectory for (trajectory,) in groups]
+        scored = await score_all(
+            run.reward, [(t, q.golden_answers) for q, t in zip(mine, trajectories, strict=True)]
+        )
+        datums: list[Datum] = [
+            trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens)
+            for trajectory, result in zip(trajectories, scored, strict=True)
+            if result.reward > 0
+        ]
         own_tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
         counts = run.world.gather((len(datums), own_tokens))  # [(kept, tokens)] per rank
         kept, tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)

@@ -8,11 +8,12 @@ HTTP").
 
 What one call does (:meth:`HttpClient.send`):
 
-* sends on an ``httpx.AsyncClient`` kept per event loop, so one plugin instance reuses its
-  keep-alive connections (a new loop gets a new pool: connections belong to their loop);
-  at most ``max_connections`` attempts run at once, each holding a slot of a per-loop
+* sends on one ``httpx.AsyncClient``, so one plugin instance reuses its keep-alive
+  connections; at most ``max_connections`` attempts run at once, each holding a slot of one
   semaphore while it runs and never while it waits to retry (a call queued behind them
-  waits for a slot, not in the pool, where httpx's pool timeout would end it);
+  waits for a slot, not in the pool, where httpx's pool timeout would end it). The pool and
+  the semaphore are made in the event loop of the first call and belong to it (a command
+  runs in one loop): a call from another loop raises :class:`WrongEventLoop`;
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
 * retries timeouts, connection errors and the statuses of
@@ -177,12 +178,32 @@ class HttpRejected(HttpError):
     """A status that retrying cannot fix (most 4xx), or one the caller's ``decide`` refused."""
 
 
+class WrongEventLoop(RuntimeError):
+    """An object whose connections, futures or tasks belong to one event loop was used from
+    another (a plugin instance lives in the loop of the command that made it)."""
+
+
+def bound_loop(loop: asyncio.AbstractEventLoop | None, what: str) -> asyncio.AbstractEventLoop:
+    """The running event loop, which must be ``loop`` when that is set: ``what`` (e.g. "the
+    HTTP client of http://host:8000") was first used in ``loop`` and belongs to it alone.
+    Raises :class:`WrongEventLoop` naming ``what`` otherwise."""
+    running = asyncio.get_running_loop()
+    if loop is not None and running is not loop:
+        raise WrongEventLoop(
+            f"{what} was first used in another event loop, and one client belongs to one "
+            "event loop (its connections, futures and tasks live there): make it in the loop "
+            "that uses it, and run a command in one loop (one asyncio.run)"
+        )
+    return running
+
+
 class HttpClient:
     """A pooled, retrying HTTP client for one plugin instance; see the module docstring.
 
     ``base_url`` is prefixed to relative request URLs; ``headers`` go with every request
     (their values never appear in errors); ``timeout`` is httpx's per-phase timeout
-    (connect, read, write, pool), a number or an ``httpx.Timeout``."""
+    (connect, read, write, pool), a number or an ``httpx.Timeout``; ``name`` says what the
+    client is in a :class:`WrongEventLoop` error (default: its ``base_url``)."""
 
     def __init__(
         self,
@@ -195,8 +216,10 @@ class HttpClient:
         trust_env: bool = True,
         follow_redirects: bool = False,
         rng: random.Random | None = None,
+        name: str = "",
     ):
         self.base_url = base_url.rstrip("/")
+        self.name = name or f"the HTTP client of {safe_url(self.base_url) or 'absolute URLs'}"
         self.policy = policy or RetryPolicy()
         self._max_connections = max_connections
         self._headers = dict(headers or {})
@@ -208,14 +231,12 @@ class HttpClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The pool of the running event loop (made on first use in each loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            # a pool opened in another loop cannot be used (or closed) from this one
-            self._loop = loop
+    def _pool(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """The pool and its slots, made on the first call in the loop this client belongs to."""
+        self._loop = bound_loop(self._loop, self.name)
+        if self._slots is None:
             self._slots = asyncio.Semaphore(self._max_connections)
+        if self._client is None:
             self._client = httpx.AsyncClient(
                 base_url=self.base_url,
                 headers=self._headers,
@@ -227,19 +248,16 @@ class HttpClient:
                 trust_env=self._trust_env,
                 follow_redirects=self._follow_redirects,
             )
-        return self._client
+        return self._client, self._slots
 
     async def aclose(self) -> None:
-        """Close the pool (a pool left in another, finished loop is just dropped)."""
-        client, loop = self._client, self._loop
-        self._client = self._loop = None
-        if client is None:
+        """Close the pool, in the loop it belongs to (a later call in that loop opens a new
+        one)."""
+        if self._client is None:
             return
-        try:
-            if loop is asyncio.get_running_loop():
-                await client.aclose()
-        except RuntimeError:  # bound to a loop that is gone; nothing left to release
-            pass
+        self._loop = bound_loop(self._loop, self.name)
+        client, self._client = self._client, None
+        await client.aclose()
 
     async def request(
         self,
@@ -279,8 +297,7 @@ class HttpClient:
         deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
         attempts = retries = 0
         while True:
-            client, slots = self.client, self._slots
-            assert slots is not None  # made with the pool
+            client, slots = self._pool()
             request = build(client)
             attempts += 1
             response: httpx.Response | None = None

@@ -200,6 +200,7 @@ class Judge:
             ),
             max_connections=settings.concurrency,
             timeout=settings.timeout_s,
+            name=f"the judge's HTTP client ({safe_url(self.url)})",
         )
         # what decides a verdict besides the item: the prompt and the request's extras
         version = json.dumps([settings.prompt, settings.extra_body], sort_keys=True, default=str)

@@ -146,6 +146,7 @@ class OpenAIChatProvider:
             max_connections=settings.max_concurrency,
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             timeout=settings.timeout_seconds,
+            name=f"the HTTP client of provider 'openai_chat' ({self.channel.url})",
         )
 
     @classmethod

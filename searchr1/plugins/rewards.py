@@ -23,11 +23,9 @@ the judge's.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
@@ -37,8 +35,6 @@ from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problem
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,8 +90,10 @@ class JudgeReward:
     judge's score; a trajectory the judge gave no verdict for is scored by ``fallback``
     (``em``: exact match, ``f1``, ``zero``) and counted in ``reward/judge_fallbacks``.
 
-    :meth:`score_many` judges a whole batch at once (what the train loop and eval call);
-    calling the reward on one trajectory judges it alone."""
+    The judge is asynchronous: :meth:`score_many` judges a whole batch at once, in the
+    command's event loop (what the train loop, the cold start and eval await, through
+    :func:`searchr1.core.rewards.score_all`); calling the reward synchronously raises
+    TypeError."""
 
     def __init__(self, settings: JudgeRewardSettings):
         self.settings = settings
@@ -103,7 +101,13 @@ class JudgeReward:
         self._fallbacks = 0
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
-        return run_blocking(self.score_many([(trajectory, golden_answers)]))[0]
+        # A sync call would need a loop of its own, and the judge's pool belongs to the
+        # command's loop.
+        raise TypeError(
+            "the judge reward is asynchronous: await its score_many([(trajectory, "
+            "golden_answers)]) (or searchr1.core.rewards.score_all) in the command's event "
+            "loop instead of calling it"
+        )
 
     async def score_many(
         self, items: Sequence[tuple[Trajectory, Sequence[str]]]
@@ -147,17 +151,6 @@ class JudgeReward:
 
     async def aclose(self) -> None:
         await self.judge.aclose()
-
-
-def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """``coro``'s result, from synchronous code: in this thread when no event loop runs here,
-    else in a worker thread with its own loop (a sync caller inside a running loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 def _factory(

@@ -103,11 +103,6 @@ class SearchR1Retriever(HttpSearchProvider):
         self._pending: dict[int, Batch] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _on_new_loop(self) -> None:
-        super()._on_new_loop()
-        self._pending = {}
-        self._tasks = set()
-
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
         future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
         batch = self._pending.setdefault(top_k, [])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Iterator
 
 import pytest
 from fake_chat_server import API_KEY, FakeChatServer
@@ -45,10 +46,18 @@ def make_config(server: FakeChatServer, **table: object) -> Config:
 
 
 @pytest.fixture(scope="module")
-def provider(server):
+def loop() -> Iterator[asyncio.Runner]:
+    """The module's one event loop: the shared ``provider``'s pool belongs to it."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def provider(server, loop: asyncio.Runner):
     model = load_registry().create("model_provider", "openai_chat", make_config(server))
     assert model.trainer is None  # it only samples
-    return model.sampler
+    yield model.sampler
+    loop.run(model.aclose())
 
 
 def sampling(protocol, n_tokens: int = 64) -> SamplingParams:
@@ -66,12 +75,12 @@ def next_prompt(protocol, prompt: list[int], turn: tuple[int, ...]) -> list[int]
     return prompt + list(turn) + before + body + after
 
 
-def test_tool_call_conversation_round_trips_through_the_protocol(provider, server):
+def test_tool_call_conversation_round_trips_through_the_protocol(loop, provider, server):
     protocol = ToolCallsProtocol(provider.tokenizer)
     prompt = protocol.initial_prompt_tokens(QUESTION)
     params = sampling(protocol)
     server.reply(tool_calls=[{"name": "search", "arguments": {"query": "capital of France"}}])
-    seqs = asyncio.run(provider.sample(prompt, 2, params))
+    seqs = loop.run(provider.sample(prompt, 2, params))
     sent = server.requests[-1]
     assert sent["model"] == "qwen-test" and sent["n"] == 2
     assert sent["tools"] == [SEARCH_TOOL]
@@ -85,7 +94,7 @@ def test_tool_call_conversation_round_trips_through_the_protocol(provider, serve
     assert (action.kind, action.query) == ("search", "capital of France")
 
     server.reply(content="The capital is Paris.\nAnswer: Paris")
-    final = asyncio.run(provider.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))[0]
+    final = loop.run(provider.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))[0]
     sent = server.requests[-1]
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
     call = sent["messages"][1]["tool_calls"][0]
@@ -97,22 +106,22 @@ def test_tool_call_conversation_round_trips_through_the_protocol(provider, serve
     assert (action.kind, action.answer) == ("answer", "Paris")
 
 
-def test_tags_protocol_restores_the_stop_tag_and_needs_continuation(server):
+def test_tags_protocol_restores_the_stop_tag_and_needs_continuation(loop, server):
     plain = OpenAIChatProvider.from_config(make_config(server))
     protocol = TagsProtocol(plain.tokenizer)
     prompt = protocol.initial_prompt_tokens(QUESTION)
     server.reply(content="<think> look it up </think> <search> capital of France ")
-    turn = asyncio.run(plain.sample(prompt, 1, sampling(protocol)))[0]
+    turn = loop.run(plain.sample(prompt, 1, sampling(protocol)))[0]
     action = protocol.parse_action(protocol.decode(turn.tokens))
     assert (action.kind, action.query) == ("search", "capital of France")
 
     follow_up = next_prompt(protocol, prompt, turn.tokens)
     with pytest.raises(ChatServiceError, match="continue_final_message"):
-        asyncio.run(plain.sample(follow_up, 1, sampling(protocol)))
+        loop.run(plain.sample(follow_up, 1, sampling(protocol)))
 
     vllm = OpenAIChatProvider.from_config(make_config(server, continue_final_message=True))
     server.reply(content="<answer> Paris </answer>")
-    final = asyncio.run(vllm.sample(follow_up, 1, sampling(protocol)))[0]
+    final = loop.run(vllm.sample(follow_up, 1, sampling(protocol)))[0]
     sent = server.requests[-1]
     assert sent["continue_final_message"] is True and sent["add_generation_prompt"] is False
     assert sent["messages"][-1]["role"] == "assistant"
@@ -120,51 +129,51 @@ def test_tags_protocol_restores_the_stop_tag_and_needs_continuation(server):
     assert protocol.parse_action(protocol.decode(final.tokens)).answer == "Paris"
 
 
-def test_length_finish_is_reported(provider, server):
+def test_length_finish_is_reported(loop, provider, server):
     server.reply(content="a long answer that was cut", finish_reason="length")
-    seq = asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=50)))[0]
+    seq = loop.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=50)))[0]
     assert seq.stop_reason == "length"
 
 
-def test_429_and_5xx_are_retried(provider, server):
+def test_429_and_5xx_are_retried(loop, provider, server):
     answered = len(server.requests)
     server.fail(429, times=1, retry_after="0")
     server.fail(503, times=1)
-    seqs = asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    seqs = loop.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
     assert len(seqs) == 1 and len(server.requests) == answered + 1
 
 
-def test_persistent_failure_gives_up_with_a_clear_error(server):
+def test_persistent_failure_gives_up_with_a_clear_error(loop, server):
     provider = OpenAIChatProvider.from_config(make_config(server, max_retries=1))
     server.fail(503, times=2, message=f"overloaded (key {API_KEY})")
     with pytest.raises(RemoteServerError) as info:
-        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+        loop.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
     message = str(info.value)
     assert f"POST {server.base_url}/v1/chat/completions: HTTP 503" in message
     assert "2 attempts" in message and "overloaded (key ***)" in message
     assert API_KEY not in message
 
 
-def test_a_bad_request_is_not_retried(provider, server):
+def test_a_bad_request_is_not_retried(loop, provider, server):
     server.fail(400, times=2, message="unknown field")
     params = SamplingParams(max_tokens=8)
     with pytest.raises(RemoteRejected, match=r"HTTP 400.*unknown field.*, 1 attempt\)"):
-        asyncio.run(provider.sample([1, 2, 3], 1, params))
+        loop.run(provider.sample([1, 2, 3], 1, params))
     # the second 400 is still queued: the first call did not retry
     with pytest.raises(RemoteRejected, match="HTTP 400"):
-        asyncio.run(provider.sample([1, 2, 3], 1, params))
-    assert len(asyncio.run(provider.sample([1, 2, 3], 1, params))) == 1
+        loop.run(provider.sample([1, 2, 3], 1, params))
+    assert len(loop.run(provider.sample([1, 2, 3], 1, params))) == 1
 
 
-def test_retry_after_is_waited_for(server):
+def test_retry_after_is_waited_for(loop, server):
     provider = OpenAIChatProvider.from_config(make_config(server))
     server.fail(429, retry_after="1")
     start = time.monotonic()
-    asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+    loop.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
     assert time.monotonic() - start >= 1.0  # the backoff alone waits <= 0.01 s
 
 
-def test_samples_of_one_loop_share_one_connection(server):
+def test_samples_of_one_loop_share_one_connection(loop, server):
     provider = OpenAIChatProvider.from_config(make_config(server))
     before = server.connections
 
@@ -173,15 +182,15 @@ def test_samples_of_one_loop_share_one_connection(server):
             await provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8))
         await provider.aclose()
 
-    asyncio.run(three())
+    loop.run(three())
     assert server.connections - before == 1
 
 
-def test_rejected_key_is_a_clear_error(server):
+def test_rejected_key_is_a_clear_error(loop, server):
     config = make_config(server).replace(model={"api_key": "sk-wrong-1234567"})
     provider = OpenAIChatProvider.from_config(config)
     with pytest.raises(RemoteAuthError, match="model.api_key is empty or wrong") as info:
-        asyncio.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
+        loop.run(provider.sample([1, 2, 3], 1, SamplingParams(max_tokens=8)))
     assert "sk-wrong-1234567" not in str(info.value)
 
 
@@ -212,7 +221,7 @@ def test_plain_text_prompt_becomes_one_user_message():
     assert conv.partial is None
 
 
-def test_qwen3_5_xml_calls_and_thinking_round_trip(server, tmp_path):
+def test_qwen3_5_xml_calls_and_thinking_round_trip(loop, server, tmp_path):
     """A Qwen3.5-template tokenizer: the think prefill is left to the server (told the mode),
     XML calls in the prompt become ``tool_calls`` and the server's calls and reasoning come
     back as the XML and think text the protocol parses."""
@@ -228,7 +237,7 @@ def test_qwen3_5_xml_calls_and_thinking_round_trip(server, tmp_path):
         reasoning="Look it up.",
         tool_calls=[{"name": "search", "arguments": {"query": "capital of France"}}],
     )
-    (turn,) = asyncio.run(chat.sample(prompt, 1, params))
+    (turn,) = loop.run(chat.sample(prompt, 1, params))
     sent = server.requests[-1]
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
     assert "continue_final_message" not in sent and sent["tools"] == [SEARCH_TOOL]
@@ -237,7 +246,7 @@ def test_qwen3_5_xml_calls_and_thinking_round_trip(server, tmp_path):
     assert protocol.parse_action(text) == Action("search", "capital of France")
 
     server.reply(content="Answer: Paris", reasoning="Answer: Lyon? No, the result says Paris.")
-    (final,) = asyncio.run(chat.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))
+    (final,) = loop.run(chat.sample(next_prompt(protocol, prompt, turn.tokens), 1, params))
     sent = server.requests[-1]
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
     (call,) = sent["messages"][1]["tool_calls"]

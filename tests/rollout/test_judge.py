@@ -19,7 +19,13 @@ from searchr1.core.answers import f1_score
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
-from searchr1.core.rewards import create_reward, reward_metrics, reward_problem, score_all
+from searchr1.core.rewards import (
+    close_reward,
+    create_reward,
+    reward_metrics,
+    reward_problem,
+    score_all,
+)
 from searchr1.core.types import Trajectory, Turn
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, parse_verdict
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
@@ -159,12 +165,14 @@ def test_parse_verdict(text: str | None, score: float | None) -> None:
     assert parse_verdict(text) == score
 
 
-def test_judge_scores_a_batch_pays_each_answer_once_and_counts_the_spend(tmp_path: Path) -> None:
+def test_judge_scores_a_batch_pays_each_answer_once_and_counts_the_spend(
+    loop: asyncio.Runner, tmp_path: Path
+) -> None:
     with FakeJudgeServer() as server:
         table = judge_table(server, "price_in = 2.0\nprice_out = 10.0\n")
         reward = judge_reward(table)
         answers = ["Saint-Exupéry", "saint-exupéry", "Antoine de Saint-Exupéry", "Lyon", None]
-        results = asyncio.run(score_all(reward, [(traj(a), GOLDEN) for a in answers]))
+        results = loop.run(score_all(reward, [(traj(a), GOLDEN) for a in answers]))
         # "Saint-Exupéry" twice (case-folded): one call; no answer: no call
         assert len(server.requests) == 3
         body = server.requests[0][1]
@@ -183,7 +191,7 @@ def test_judge_scores_a_batch_pays_each_answer_once_and_counts_the_spend(tmp_pat
 
         # a second run (a new reward, the same disk cache) pays nothing again
         again = judge_reward(table)
-        repeat = asyncio.run(score_all(again, [(traj(a), GOLDEN) for a in answers]))
+        repeat = loop.run(score_all(again, [(traj(a), GOLDEN) for a in answers]))
         assert [r.reward for r in repeat] == [r.reward for r in results]
         assert len(server.requests) == 3
         m = reward_metrics(again, reset=True)
@@ -193,24 +201,39 @@ def test_judge_scores_a_batch_pays_each_answer_once_and_counts_the_spend(tmp_pat
             table + 'prompt = "Q: {question}\\nGolden answers: {golden_answers}\\n'
             'Predicted answer: {prediction}\\nyes or no?"\n'
         )
-        reworded(traj("Lyon"), GOLDEN)  # one trajectory, called synchronously
+        loop.run(score_all(reworded, [(traj("Lyon"), GOLDEN)]))
         assert len(server.requests) == 4
 
 
-def test_judge_rides_out_429_5xx_and_timeouts_and_rotates_keys(capsys) -> None:
+def test_the_judge_reward_is_awaited_not_called(loop: asyncio.Runner) -> None:
+    """Its calls run in the command's one event loop (score_all / score_many), where its
+    connection pool belongs; a synchronous call says so instead of opening another loop."""
+    with FakeJudgeServer() as server:
+        reward = judge_reward(judge_table(server))
+        with pytest.raises(TypeError, match="the judge reward is asynchronous: await its"):
+            reward(traj("Lyon"), GOLDEN)
+        assert not server.requests
+        (result,) = loop.run(score_all(reward, [(traj("Lyon"), GOLDEN)]))
+        assert result.components["judge"] == 0.0 and len(server.requests) == 1
+        loop.run(close_reward(reward))
+
+
+def test_judge_rides_out_429_5xx_and_timeouts_and_rotates_keys(
+    loop: asyncio.Runner, capsys
+) -> None:
     with FakeJudgeServer() as server:
         one_key = judge_reward(judge_table(server, "timeout_s = 0.5\nmax_retries = 3"))
         server.fault("status", 429, "0.1")  # rate limited: waits Retry-After, asks again
         server.fault("status", 503, "0")
         server.fault("hang", 1.0)  # past timeout_s: retried
-        result = one_key(traj("Saint-Exupéry"), GOLDEN)
+        (result,) = loop.run(score_all(one_key, [(traj("Saint-Exupéry"), GOLDEN)]))
         assert result.reward == 1.0
         m = reward_metrics(one_key)
         assert (m["judge/calls"], m["judge/failures"]) == (1, 0)  # one call, retried
         # two keys in turn; one's quota is gone (429 for an hour): the other answers all
         reward = judge_reward(judge_table(server, keys=",".join(KEYS)))
         server.limit_key(KEYS[1])
-        results = asyncio.run(score_all(reward, [(traj(f"Name {i}"), GOLDEN) for i in range(4)]))
+        results = loop.run(score_all(reward, [(traj(f"Name {i}"), GOLDEN) for i in range(4)]))
         assert all(r.components["judge"] == 0.0 for r in results)
         assert {key for key, _ in server.requests[-4:]} == {KEYS[0]}
         m = reward_metrics(reward, reset=True)
@@ -229,11 +252,13 @@ def test_judge_rides_out_429_5xx_and_timeouts_and_rotates_keys(capsys) -> None:
         (("status", 500, "0"), "f1", 0.5),  # after max_retries = 2
     ],
 )
-def test_a_failed_call_falls_back_and_is_counted(fault, fallback, score) -> None:
+def test_a_failed_call_falls_back_and_is_counted(
+    loop: asyncio.Runner, fault, fallback, score
+) -> None:
     with FakeJudgeServer() as server:
         reward = judge_reward(judge_table(server, f'fallback = "{fallback}"\n'))
         server.fault(*fault, times=3)
-        result = reward(traj("Saint-Exupéry"), GOLDEN)
+        (result,) = loop.run(score_all(reward, [(traj("Saint-Exupéry"), GOLDEN)]))
         assert result.components["judge"] == pytest.approx(score)
         assert "judge_vs_em" not in result.components  # no verdict to compare
         assert "gave no verdict on any of its 1 calls" in reward_problem(reward)
@@ -242,19 +267,19 @@ def test_a_failed_call_falls_back_and_is_counted(fault, fallback, score) -> None
         assert m["judge/unparsed"] == (fault[0] == "reply")
 
 
-def test_the_step_deadline_ends_a_batch_and_a_dead_judge_is_a_problem() -> None:
+def test_the_step_deadline_ends_a_batch_and_a_dead_judge_is_a_problem(loop: asyncio.Runner) -> None:
     with FakeJudgeServer() as server:
         reward = judge_reward(
             judge_table(server, "step_deadline_s = 0.5\nmax_retries = 0\ntimeout_s = 5\n")
         )
         server.fault("hang", 2.0, times=2)
-        results = asyncio.run(score_all(reward, [(traj(f"Name {i}"), GOLDEN) for i in range(2)]))
+        results = loop.run(score_all(reward, [(traj(f"Name {i}"), GOLDEN) for i in range(2)]))
         assert [r.components["judge"] for r in results] == [0.0, 0.0]  # em fallback
         assert "step deadline" in reward_problem(reward)
         reward_metrics(reward, reset=True)
         assert reward_problem(reward) is None  # a new step
     # nothing listens there any more: every call fails, the judge is down
-    results = asyncio.run(score_all(reward, [(traj("Lyon"), GOLDEN)]))
+    results = loop.run(score_all(reward, [(traj("Lyon"), GOLDEN)]))
     assert results[0].components["judge"] == 0.0
     assert "connection" in reward_problem(reward)
 
@@ -292,24 +317,26 @@ def test_judge_key_is_a_secret(tmp_path: Path) -> None:
     assert any("holds a literal secret" in w for w in literal.warnings)
 
 
-def test_a_judge_with_no_cache_on_disk_still_caches_within_the_run(tmp_path: Path) -> None:
+def test_a_judge_with_no_cache_on_disk_still_caches_within_the_run(
+    loop: asyncio.Runner, tmp_path: Path
+) -> None:
     with FakeJudgeServer() as server:
         settings = JudgeSettings(api_base=server.base_url, api_key=KEYS[0], model="m")
         judge = Judge(settings, store_path=tmp_path / "no" / "such" / "\0bad")
         item = JudgeItem("q", "Lyon", ("Paris",))
-        first = asyncio.run(judge.judge_many([item]))
-        second = asyncio.run(judge.judge_many([item]))
+        first = loop.run(judge.judge_many([item]))
+        second = loop.run(judge.judge_many([item]))
         assert first[0].score == 0.0 and second[0].cached and len(server.requests) == 1
 
 
-def test_a_judge_as_a_weighted_term_is_batched_and_reports_its_spend() -> None:
+def test_a_judge_as_a_weighted_term_is_batched_and_reports_its_spend(loop: asyncio.Runner) -> None:
     with FakeJudgeServer() as server:
         table = judge_table(server, "format_penalty = 0.0")
         reward = judge_reward(
             table, 'name = "format_answer"\nterms = ["judge"]\nweights = {judge = 0.5}'
         )
         answers = ["Saint-Exupéry", "Antoine de Saint-Exupéry", None]
-        results = asyncio.run(score_all(reward, [(traj(a), GOLDEN) for a in answers]))
+        results = loop.run(score_all(reward, [(traj(a), GOLDEN) for a in answers]))
         assert [r.reward for r in results] == [0.5, 1.5, pytest.approx(-0.1)]
         assert [r.components["judge"] for r in results] == [1.0, 1.0, 0.0]
         assert results[0].components["judge/judge_vs_em"] == 0.0

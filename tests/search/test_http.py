@@ -29,6 +29,7 @@ from searchr1.kit.http import (
     HttpGaveUp,
     HttpRejected,
     RetryPolicy,
+    WrongEventLoop,
     safe_url,
 )
 
@@ -147,6 +148,22 @@ def test_requests_of_one_client_reuse_one_connection(server) -> None:
     server.queue(200, times=12, body="{}", delay_s=0.05)  # slow enough to overlap
     assert len(asyncio.run(concurrent())) == 12
     assert server.connections == 2  # the pool's limit, and reused
+
+
+def test_a_client_belongs_to_the_event_loop_of_its_first_call(server, loop) -> None:
+    client = HttpClient(server.url, policy=FAST)
+    for _ in range(2):  # calls in the one loop share its pool
+        assert loop.run(client.request("GET", "/x")).status_code == 200
+    one_loop = "was first used in another event loop, and one client belongs to one event loop"
+    with pytest.raises(WrongEventLoop, match=rf"the HTTP client of {server.url} {one_loop}"):
+        asyncio.run(client.request("GET", "/x"))  # an error, not a second pool
+    with pytest.raises(RuntimeError, match=one_loop):  # closing is done in its loop too
+        asyncio.run(client.aclose())
+    assert len(server.arrivals) == 2 and server.connections == 1
+    loop.run(client.aclose())
+    assert loop.run(client.request("GET", "/x")).status_code == 200  # reopened in its loop
+    loop.run(client.aclose())
+    assert server.connections == 2
 
 
 def test_429_waits_for_retry_after_in_seconds(server) -> None:

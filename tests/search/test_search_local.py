@@ -6,6 +6,7 @@ import asyncio
 import importlib.metadata
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from searchr1.core.config import parse_config
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
+from searchr1.core.types import SearchResponse
+from searchr1.kit.http import WrongEventLoop
 from searchr1.plugins.local_search import LocalBM25Search
 
 ROWS = [
@@ -35,8 +38,17 @@ def make_config(corpus: Path | str, extra: str = "", search: str = "") -> Config
     return parse_config(text, source="test.toml", env={}, registry=load_registry())
 
 
-def search(provider: LocalBM25Search, query: str, top_k: int = 3):
-    return asyncio.run(provider.search(query, top_k))
+Search = Callable[..., SearchResponse]
+
+
+@pytest.fixture
+def search(loop: asyncio.Runner) -> Search:
+    """``search(provider, query, top_k=3)``: one search in the test's one event loop."""
+
+    def run(provider: LocalBM25Search, query: str, top_k: int = 3) -> SearchResponse:
+        return loop.run(provider.search(query, top_k))
+
+    return run
 
 
 @pytest.fixture
@@ -44,7 +56,7 @@ def corpus(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus.jsonl", ROWS)
 
 
-def test_both_row_layouts_are_searchable_with_titles_split(corpus: Path) -> None:
+def test_both_row_layouts_are_searchable_with_titles_split(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus))
     top = search(provider, "capital of Germany", 1)
     assert top.ok and len(top.results) == 1
@@ -57,7 +69,7 @@ def test_both_row_layouts_are_searchable_with_titles_split(corpus: Path) -> None
     assert plain[0].score > 0
 
 
-def test_top_k_limits_results_and_orders_by_score(corpus: Path) -> None:
+def test_top_k_limits_results_and_orders_by_score(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus))
     results = search(provider, "Paris Seine river", 2).results
     assert len(results) == 2
@@ -65,14 +77,14 @@ def test_top_k_limits_results_and_orders_by_score(corpus: Path) -> None:
     assert {r.title for r in results} == {"Paris", "Seine"}
 
 
-def test_query_with_no_known_term_is_an_empty_success(corpus: Path) -> None:
+def test_query_with_no_known_term_is_an_empty_success(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus))
     response = search(provider, "zyxwv qwerty", 3)
     assert response.ok and response.results == ()
     assert provider.metrics()["empty_rate"] == 1.0
 
 
-def test_empty_query_is_an_error_outside_the_success_rate(corpus: Path) -> None:
+def test_empty_query_is_an_error_outside_the_success_rate(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus))
     assert search(provider, "   \n ").error == "empty query"
     assert search(provider, "Paris", 0).error is not None
@@ -81,7 +93,7 @@ def test_empty_query_is_an_error_outside_the_success_rate(corpus: Path) -> None:
     assert m["success_rate"] == 1.0 and m["errors"] == 0
 
 
-def test_long_query_is_truncated_and_counted(corpus: Path) -> None:
+def test_long_query_is_truncated_and_counted(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus, search="max_query_chars = 20"))
     response = search(provider, "capital of Germany " + "blah " * 50)
     assert response.ok and response.results[0].title == "Berlin"
@@ -107,13 +119,15 @@ def test_repeated_query_is_served_from_the_cache(corpus: Path) -> None:
     assert provider.metrics()["calls"] == 0
 
 
-def test_cache_can_be_disabled(corpus: Path) -> None:
+def test_cache_can_be_disabled(search: Search, corpus: Path) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus, search="cache = false"))
     search(provider, "Paris")
     assert not search(provider, "Paris").cached
 
 
-def test_index_is_cached_next_to_the_corpus_and_reused(corpus: Path, monkeypatch) -> None:
+def test_index_is_cached_next_to_the_corpus_and_reused(
+    search: Search, corpus: Path, monkeypatch
+) -> None:
     LocalBM25Search.from_config(make_config(corpus))
     assert (corpus.parent / ".corpus.jsonl.bm25" / "meta.json").is_file()
 
@@ -125,7 +139,7 @@ def test_index_is_cached_next_to_the_corpus_and_reused(corpus: Path, monkeypatch
     assert search(provider, "capital of Germany", 1).results[0].title == "Berlin"
 
 
-def test_index_is_rebuilt_when_the_corpus_changes(corpus: Path) -> None:
+def test_index_is_rebuilt_when_the_corpus_changes(search: Search, corpus: Path) -> None:
     LocalBM25Search.from_config(make_config(corpus))
     write_corpus(corpus, ROWS + [{"title": "Lake Zorbu", "text": "Zorbu is a frozen lake."}])
     stat = corpus.stat()
@@ -135,7 +149,7 @@ def test_index_is_rebuilt_when_the_corpus_changes(corpus: Path) -> None:
 
 
 def test_index_goes_to_the_cache_dir_when_the_corpus_dir_is_read_only(
-    corpus: Path, tmp_path: Path, monkeypatch
+    search: Search, corpus: Path, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(local_search.os, "access", lambda path, mode: False)
@@ -164,12 +178,16 @@ def test_config_problems_name_the_key(tmp_path: Path) -> None:
         LocalBM25Search.from_config(make_config(tmp_path / "x.jsonl", extra='corpos = "y"'))
 
 
-def test_provider_survives_a_new_event_loop_per_call(corpus: Path) -> None:
+def test_a_provider_belongs_to_the_event_loop_of_its_first_search(
+    search: Search, loop: asyncio.Runner, corpus: Path
+) -> None:
     provider = LocalBM25Search.from_config(make_config(corpus))
     for _ in range(2):
         assert search(provider, "Paris").ok
+    with pytest.raises(WrongEventLoop, match="the local search provider was first used in"):
+        asyncio.run(provider.search("Paris", 3))
     assert provider.available()
-    asyncio.run(provider.aclose())
+    loop.run(provider.aclose())
 
 
 def test_registered_as_local_through_the_entry_point() -> None:

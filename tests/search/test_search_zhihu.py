@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from searchr1.core.config import parse_config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
+from searchr1.kit.http import WrongEventLoop
 from searchr1.kit.search.http_provider import ERR_DOWN, ERR_QUOTA
 from searchr1.plugins.zhihu_search import ZhihuSearch
 
@@ -429,10 +430,17 @@ def test_no_key_ever_appears_in_logs_errors_or_metrics(fake, capsys) -> None:
     server.behaviour.message = "bad token {key}"  # the service echoes the key back
     server.behaviour.script = ["code", "503", "malformed"]
     provider = make_provider(base_url)
+
+    async def go() -> list:
+        try:
+            responses = [await provider.search(q, 3) for q in ["a", "b", "c", "d"]]
+            server.behaviour.all_status = 429
+            return responses + [await provider.search(q, 3) for q in ["e", "f"]]
+        finally:
+            await provider.aclose()
+
     with capture_logs() as logs:
-        responses = run_queries(provider, ["a", "b", "c", "d"])
-        server.behaviour.all_status = 429
-        responses += run_queries(provider, ["e", "f"])
+        responses = asyncio.run(go())
     seen = repr(logs) + repr(responses) + repr(provider.metrics()) + repr(provider.settings)
     captured = capsys.readouterr()
     seen += captured.out + captured.err
@@ -460,12 +468,15 @@ def test_default_api_base_is_zhihu() -> None:
     assert ZhihuSearch(config).api_base == "https://developer.zhihu.com"
 
 
-def test_the_same_provider_works_across_event_loops(fake) -> None:
+def test_a_provider_belongs_to_the_event_loop_of_its_first_search(fake, loop) -> None:
     base_url, server = fake
     provider = make_provider(base_url)
-    assert asyncio.run(provider.search("one", 3)).ok
-    assert asyncio.run(provider.search("two", 3)).ok
-    assert len(server.records) == 2
+    assert loop.run(provider.search("one", 3)).ok
+    assert loop.run(provider.search("two", 3)).ok  # the same loop, its pool reused
+    with pytest.raises(WrongEventLoop, match="the zhihu search provider was first used in"):
+        asyncio.run(provider.search("three", 3))  # a second loop: an error, not a new pool
+    assert len(server.records) == 2 and server.connections == 1
+    loop.run(provider.aclose())
 
 
 def test_an_answer_store_that_cannot_be_written_is_turned_off_with_one_warning(

@@ -14,9 +14,9 @@ to its backend, returning a :class:`SearchResponse` and never raising). The roll
 * records one outcome per call in :class:`~searchr1.kit.search.metrics.SearchMetrics`,
 * turns any unexpected exception into an error response: a search bug must not kill a rollout.
 
-State that belongs to an event loop (futures here, batch queues and tasks in
-subclasses) is rebuilt when ``search`` runs on a new loop, so a provider survives callers that
-use ``asyncio.run`` once per step.
+A provider belongs to the event loop of its first search (its futures here, batch queues and
+tasks in subclasses, its HTTP pool live there, as long as the provider): a search from another
+loop raises :class:`~searchr1.kit.http.WrongEventLoop` rather than a silent error response.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse
+from searchr1.kit.http import bound_loop
 from searchr1.kit.search.cache import AnswerStore, CacheKey, QueryCache, answer_store_path
 from searchr1.kit.search.metrics import SearchMetrics
 
@@ -65,10 +66,6 @@ class BaseSearchProvider(ABC):
         response (``error`` set on failure) rather than raise; attempt-level counters go in
         ``self._metrics``."""
 
-    def _on_new_loop(self) -> None:
-        """Drop state bound to the previous event loop (subclasses extend)."""
-        return None
-
     def persistent_scope(self) -> str | None:
         """The endpoint under which answers are kept on disk across runs (no secret in it),
         or None: not kept (the default; keyed HTTP services return their address)."""
@@ -77,12 +74,9 @@ class BaseSearchProvider(ABC):
     # ------------------------------------------------------------------ protocol
 
     async def search(self, query: str, top_k: int) -> SearchResponse:
-        """One search; never raises (except for cancellation of the calling task)."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop = loop
-            self._inflight = {}
-            self._on_new_loop()
+        """One search; never raises (except for cancellation of the calling task, and
+        :class:`~searchr1.kit.http.WrongEventLoop` from a second event loop)."""
+        self._loop = bound_loop(self._loop, f"the {self.name} search provider")
         self._metrics.calls += 1
         try:
             return await self._search(query, top_k)

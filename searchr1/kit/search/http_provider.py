@@ -148,6 +148,7 @@ class HttpSearchProvider(BaseSearchProvider):
             max_connections=settings.max_concurrency,
             timeout=settings.timeout_seconds,
             follow_redirects=True,
+            name=f"the HTTP client of the {self.name} search provider ({safe_url(self.api_base)})",
         )
         self.channel = Channel(
             service=f"the {self.name} search API",

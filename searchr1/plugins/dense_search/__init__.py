@@ -138,10 +138,6 @@ class DenseSearch(BaseSearchProvider):
         options = dense_settings(config)
         return cls(config.search, options, open_index(options.index, options, "search.dense.index"))
 
-    def _on_new_loop(self) -> None:
-        self._pending = []
-        self._tasks = set()
-
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
         future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
         self._pending.append((query, top_k, future))
