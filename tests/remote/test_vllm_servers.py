@@ -271,6 +271,11 @@ def test_launched_servers_each_get_their_own_gpus(
     ):
         server_gpus(3, ["-tp", "2"], ["0", "1", "2", "3"])
     assert server_gpus(2, [], []) == ["", ""]  # vLLM-CPU: no devices to split
+    # torchrun: this machine's 2 ranks train on GPUs 0 and 1, the servers get the others
+    assert server_gpus(1, [], ["0", "1", "2", "3"], learners=2) == ["2"]
+    assert server_gpus(2, [], ["4", "5", "6", "7"], learners=2) == ["6", "7"]
+    with pytest.raises(VllmServerError, match=r"the torchrun ranks train on the first 3"):
+        server_gpus(2, [], ["0", "1", "2", "3"], learners=3)
 
 
 def test_server_settings_are_checked(tmp_path: Path) -> None:
