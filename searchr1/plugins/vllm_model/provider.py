@@ -129,8 +129,6 @@ class VllmModelProvider:
         #: load_state changed the weights: published before the next sample, pin or step
         self._loaded = False
         self._publishing = asyncio.Lock()
-        #: rank 0 under torchrun: the publish that load_state started (awaited before a step)
-        self._republish: asyncio.Task[Any] | None = None
         self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
         #: one per server, in the order of the settings (server0, server1, ...)
         self.clients: list[VllmClient] = []
@@ -229,18 +227,23 @@ class VllmModelProvider:
         return api_bases, launched, self._token, self.max_model_len
 
     def _make_clients(self, api_bases: Sequence[str], settings: VllmSettings, key: str) -> None:
-        several = len(api_bases) > 1
-        for k, api_base in enumerate(api_bases):
-            self.clients.append(
-                VllmClient(
-                    api_base,
-                    request_timeout_s=settings.request_timeout_s,
-                    max_connections=settings.max_connections,
-                    api_key=key,
-                    label=f"vLLM server{k}" if several else "",
-                )
-            )
+        self._api_key = key
+        self.clients = self._new_clients(api_bases)
         self._in_flight = [0] * len(self.clients)
+
+    def _new_clients(self, api_bases: Sequence[str]) -> list[VllmClient]:
+        """One client per server, named server0, server1, ... when there are several."""
+        several = len(api_bases) > 1
+        return [
+            VllmClient(
+                api_base,
+                request_timeout_s=self._settings.request_timeout_s,
+                max_connections=self._settings.max_connections,
+                api_key=self._api_key,
+                label=f"vLLM server{k}" if several else "",
+            )
+            for k, api_base in enumerate(api_bases)
+        ]
 
     async def _on_rank0(self, work: Callable[[], Awaitable[T]]) -> T:
         """``work()`` done by rank 0 (the one process: just done), its result on every rank;
@@ -335,8 +338,8 @@ class VllmModelProvider:
         if not self.clients:
             raise RuntimeError("the vllm model provider is closed")
         try:
-            await self._load_everywhere(
-                saved.name, f"{self._server_adapters.rstrip('/')}/{saved.name}"
+            await _load_into(
+                self.clients, saved.name, f"{self._server_adapters.rstrip('/')}/{saved.name}"
             )
         except BaseException:
             shutil.rmtree(saved.local_dir, ignore_errors=True)
@@ -348,26 +351,38 @@ class VllmModelProvider:
         elif old is not None:
             await self._drop(old)
 
-    async def _load_everywhere(self, name: str, path: str) -> None:
-        """Load adapter ``name`` into every server at once; when any fails, unload it from
-        the others and raise the failures (each names its server)."""
-        answers = await asyncio.gather(
-            *(c.load_adapter(name, path) for c in self.clients), return_exceptions=True
-        )
-        failures = [a for a in answers if isinstance(a, BaseException)]
-        if not failures:
-            return
-        for client, answer in zip(self.clients, answers, strict=True):
-            if isinstance(answer, BaseException):
-                continue
+    def _publish_in_thread(self) -> None:
+        """Rank 0 under torchrun, in :meth:`load_state`: save and load the loaded adapter into
+        every server (checked), unload the one it replaces, and return once done. The
+        command's event loop called this and may next block in a collective, so the loads run
+        in a thread with an event loop and connections of their own."""
+        saved = self._save_adapter()
+        old = self.adapter
+        path = f"{self._server_adapters.rstrip('/')}/{saved.name}"
+        api_bases = [client.api_base for client in self.clients]
+
+        async def publish() -> None:
+            clients = self._new_clients(api_bases)
             try:
-                await client.unload_adapter(name)
-            except (VllmError, RemoteError) as exc:
-                log.warning("vllm_unload_failed", adapter=name, error=str(exc))
-        first = failures[0]
-        if len(failures) == 1 or not all(isinstance(f, VllmError | RemoteError) for f in failures):
-            raise first
-        raise type(first)("; ".join(str(f) for f in failures)) from first
+                await _load_into(clients, saved.name, path)
+                if old is not None:
+                    await _unload_from(clients, old.name)
+            finally:
+                for client in clients:
+                    await client.aclose()
+
+        failed: list[BaseException] = []
+        thread = threading.Thread(
+            target=lambda: _run_collecting(publish, failed), name="searchr1-vllm-publish"
+        )
+        thread.start()
+        thread.join()
+        if failed:
+            shutil.rmtree(saved.local_dir, ignore_errors=True)
+            raise failed[0]
+        self.adapter = saved
+        if old is not None:
+            shutil.rmtree(old.local_dir, ignore_errors=True)
 
     async def _current(self) -> _Adapter:
         """The adapter to sample: the pinned one, else the newest; weights that
@@ -413,14 +428,7 @@ class VllmModelProvider:
                 await self._drop(old)
 
     async def _drop(self, adapter: _Adapter) -> None:
-        answers = await asyncio.gather(
-            *(c.unload_adapter(adapter.name) for c in self.clients), return_exceptions=True
-        )
-        for answer in answers:
-            if isinstance(answer, VllmError | RemoteError):  # a leftover costs memory only
-                log.warning("vllm_unload_failed", adapter=adapter.name, error=str(answer))
-            elif isinstance(answer, BaseException):
-                raise answer
+        await _unload_from(self.clients, adapter.name)
         shutil.rmtree(adapter.local_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ routing
@@ -512,9 +520,6 @@ class VllmModelProvider:
         thread), then its load into every server. Under torchrun every rank steps (the
         gradients summed over the ranks), rank 0 alone saves and loads the adapter, and every
         rank returns once every server serves it."""
-        if self._republish is not None:  # what load_state published: done, or its error
-            republish, self._republish = self._republish, None
-            await republish
         step = self.learner.worker.submit(self._step, adam)
         metrics, saved, saving_s = await asyncio.wrap_future(step)
         t0 = time.perf_counter()
@@ -540,25 +545,17 @@ class VllmModelProvider:
         sample, pin or step."""
         self.learner.load_state(path)
         self.pinned = None  # the loaded weights are the newest: sample them
-        self._loaded = True
-        if self.world.size > 1 and self.world.main:
-            # Published now, not at rank 0's first sample: the other ranks wait for it, and
-            # rank 0 may have no share of the next step to sample.
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return  # no event loop yet: published before the next sample
-            self._republish = loop.create_task(self._current())
+        if self.world.size > 1 and self.world.main and self.clients:
+            # Now, not at rank 0's first sample: the other ranks wait for this version
+            # before theirs, and rank 0 may have no share of the next step to sample.
+            self._publish_in_thread()
+        else:
+            self._loaded = True  # published before this rank's next sample, pin or step
 
     async def disconnect(self) -> None:
         """Unload this run's adapters (a server that outlives the run keeps no trace) and
         close the HTTP pools, in the event loop that used them."""
         clients = self.clients
-        republish, self._republish = self._republish, None
-        if republish is not None and not republish.done():
-            republish.cancel()
-        if republish is not None:
-            await asyncio.gather(republish, return_exceptions=True)  # its error is read
         try:
             # rank 0 loaded them, rank 0 unloads them
             if clients and self.adapter is not None and not self.servers and self.world.main:
@@ -603,6 +600,49 @@ async def _per_server(
                 }
             )
     return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
+
+
+async def _load_into(clients: Sequence[VllmClient], name: str, path: str) -> None:
+    """Load adapter ``name`` into every server at once; when any fails, unload it from
+    the others and raise the failures (each names its server)."""
+    answers = await asyncio.gather(
+        *(c.load_adapter(name, path) for c in clients), return_exceptions=True
+    )
+    failures = [a for a in answers if isinstance(a, BaseException)]
+    if not failures:
+        return
+    for client, answer in zip(clients, answers, strict=True):
+        if isinstance(answer, BaseException):
+            continue
+        try:
+            await client.unload_adapter(name)
+        except (VllmError, RemoteError) as exc:
+            log.warning("vllm_unload_failed", adapter=name, error=str(exc))
+    first = failures[0]
+    if len(failures) == 1 or not all(isinstance(f, VllmError | RemoteError) for f in failures):
+        raise first
+    raise type(first)("; ".join(str(f) for f in failures)) from first
+
+
+async def _unload_from(clients: Sequence[VllmClient], name: str) -> None:
+    """Unload adapter ``name`` from every server; a server that cannot is only logged (a
+    leftover adapter costs memory only)."""
+    answers = await asyncio.gather(
+        *(c.unload_adapter(name) for c in clients), return_exceptions=True
+    )
+    for answer in answers:
+        if isinstance(answer, VllmError | RemoteError):
+            log.warning("vllm_unload_failed", adapter=name, error=str(answer))
+        elif isinstance(answer, BaseException):
+            raise answer
+
+
+def _run_collecting(work: Callable[[], Awaitable[None]], failed: list[BaseException]) -> None:
+    """``work()`` in an event loop of this thread; its exception appended to ``failed``."""
+    try:
+        asyncio.run(work())  # type: ignore[arg-type]
+    except BaseException as exc:
+        failed.append(exc)
 
 
 async def _nothing() -> None:
