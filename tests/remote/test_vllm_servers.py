@@ -298,3 +298,25 @@ def test_server_settings_are_checked(tmp_path: Path) -> None:
     for message, table in cases.items():
         with pytest.raises(ConfigError, match=message):
             VllmModelProvider.from_config(_config(tmp_path, **table))
+
+
+def test_what_a_torchrun_rank_cannot_do_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launching servers from a job over several machines (they listen on rank 0's loopback)
+    and FSDP (this learner is a whole copy per rank) are refused, naming the setting."""
+    from searchr1.core.distributed import World
+    from searchr1.plugins.local_model.provider import LocalSettings
+    from searchr1.plugins.vllm_model.provider import job_problems
+    from searchr1.plugins.vllm_model.settings import VllmSettings
+
+    world, launch = World(rank=0, size=4), VllmSettings(python="/x/python")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # one machine: rank 0 launches them
+    assert job_problems(launch, "", LocalSettings(), world) == []
+    assert job_problems(launch, "", LocalSettings(), World()) == []
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two machines
+    (problem,) = job_problems(launch, "", LocalSettings(), world)
+    assert "spans several machines" in problem and "model.vllm.api_bases" in problem
+    running = VllmSettings(api_bases=("http://a:8000",), adapters_dir="/shared")
+    assert job_problems(running, "", LocalSettings(), world) == []
+    (problem,) = job_problems(running, "", LocalSettings(fsdp=True), world)
+    assert problem.startswith("model.local.fsdp = true")
