@@ -7,9 +7,13 @@ during step 2 stops the job with an error naming it, the step-1 checkpoint intac
 ``--resume`` continues (the adapter loaded from the checkpoint reaches every server before
 either rank samples it).
 
-The servers answer as a scripted policy: the first sample of a group plays the offline
-world's ideal agent (search, then the answer it read), the second answers ``unknown``, so the
-groups' rewards differ and the step has a gradient.
+Rank 0 can also launch the servers (``[model.vllm] python``; here a script that runs the fake
+server on the command line's port): the other ranks reach them at the addresses it tells them,
+and no server inherits the torchrun job's variables.
+
+The servers answer as a scripted policy (``fake_vllm.scripted_policy``): the first sample of
+a group plays the offline world's ideal agent, the second answers ``unknown``, so the groups'
+rewards differ and the step has a gradient.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import pytest
 from cli_run import make_config, write_config
-from fake_vllm import FakeVllm
+from fake_vllm import FakeVllm, scripted_policy
 from numerics import assert_same64
 
 from searchr1.core.checkpoint import list_checkpoints
@@ -43,33 +47,6 @@ RUN: dict[str, dict[str, Any]] = {
     "train": {"max_steps": 2, "save_every": 1, "dump_trajectories": 64},
     "optimizer": {"lr": 5e-3},
 }
-
-
-def _scripted_policy(config_path: Path) -> Callable[[list[int], int], list[int]]:
-    """Choice 0 of a request: the ideal agent's next turn; any other: answer "unknown"."""
-    from searchr1.core.config import load_config
-    from searchr1.core.plugins import load_registry
-    from searchr1.core.protocols import make_protocol
-    from searchr1.kit.tokenizers import load_tokenizer
-    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
-
-    registry = load_registry()
-    config = load_config(str(config_path), registry=registry)
-    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
-    protocol = make_protocol(config, tokenizer, registry)
-    agent = ideal_agent_for(config, tokenizer, protocol)
-    assert agent is not None
-    wrong = protocol.assistant_turn_tokens(answer="unknown")
-    lock = threading.Lock()  # the servers answer from several threads
-
-    def sample_for(prompt: list[int], index: int) -> list[int]:
-        if index:
-            return list(wrong)
-        with lock:
-            text = tokenizer.decode(prompt, skip_special_tokens=False)
-            return protocol.encode(agent.next_turn(text))
-
-    return sample_for
 
 
 @contextmanager
@@ -91,8 +68,11 @@ def _servers(
             server.server_close()
 
 
-def _train(tmp_path: Path, *args: str | Path, nproc: int = 1) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+def _train(
+    tmp_path: Path, *args: str | Path, nproc: int = 1, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    own = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = {**own, **(env or {})}
     command = [sys.executable, "-m", "searchr1", "train", *map(str, args)]
     if nproc > 1:
         command += ["--nproc", str(nproc)]
@@ -132,7 +112,7 @@ def _trajectories(run_dir: Path, step: int) -> list[tuple[str, float]]:
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[int], int], list[int]]:
     folder = tmp_path_factory.mktemp("policy")
-    return _scripted_policy(write_config(folder, make_config(RUN)))
+    return scripted_policy(write_config(folder, make_config(RUN)))
 
 
 def test_two_ranks_on_two_servers_train_as_one_process(
@@ -192,3 +172,29 @@ def test_a_server_that_dies_is_named_and_the_run_resumes(
     # the connect's version, the checkpoint's (published at once by rank 0), step 2's
     assert len(loads[0]) == 3 and loads[0] == loads[1], loads
     assert [c.step for c in list_checkpoints(run_dir)] == [1, 2]
+
+
+def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    root = Path(__file__).resolve().parents[2]
+    python = tmp_path / "vllm-python"  # the launched server's PYTHONPATH is cleared: set here
+    python.write_text(
+        f"#!/bin/sh\nexport PYTHONPATH={root}:{helpers}\n"
+        f'exec {sys.executable} {helpers / "fake_vllm.py"} "$@"\n'
+    )
+    python.chmod(0o755)
+    record = tmp_path / "record"
+    record.mkdir()
+    vllm = {"python": str(python), "servers": 2, "startup_timeout_s": 120}
+    config = write_config(tmp_path, make_config(RUN, model={"vllm": vllm}))
+    env = {"FAKE_VLLM_POLICY": str(config), "FAKE_VLLM_RECORD": str(record)}
+    job = _train(tmp_path, "--config", config, "--run-dir", tmp_path / "run", nproc=2, env=env)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    metrics = _events(tmp_path / "run", "metrics")
+    assert [m["step"] for m in metrics] == [1, 2] and all(m["world_size"] == 2 for m in metrics)
+    assert len(_trajectories(tmp_path / "run", 1)) == 6
+    loads = sorted(p.read_text().splitlines() for p in record.glob("*.loads"))
+    assert len(loads) == 2 and len(loads[0]) == 3 and loads[0] == loads[1], loads  # two servers
+    for seen in record.glob("*.env"):  # none of the job's variables reached a server
+        names = set(seen.read_text().split())
+        assert not names & {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}

@@ -16,8 +16,14 @@ order) is recorded. Faults a test can switch on:
 ``sample_tokens`` / ``logprobs_for`` choose what a completion returns (default: fixed tokens
 with log-prob -1 each), so a test can hand out the learner's own log-probs, or shifted ones;
 ``sample_for(prompt, index)`` instead chooses each choice's tokens (a scripted policy), and
-``finish_reason`` says why they end. ``port`` binds a given port (a server started again
-where a dead one was).
+``finish_reason`` says why they end (:func:`scripted_policy`: the offline world's ideal
+agent). ``port`` binds a given port (a server started again where a dead one was).
+
+Run as a script with a vLLM server's command line (``fake_vllm.py -m vllm... --port N ...``)
+it serves on that port until killed, as the server a provider launches; with
+``$FAKE_VLLM_POLICY`` (a config file) it answers as :func:`scripted_policy`, and with
+``$FAKE_VLLM_RECORD`` (a folder) it writes there what it saw: ``<port>.env`` (the names of
+its environment) and ``<port>.loads`` (each adapter loaded, a line each).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class FakeVllm(http.server.ThreadingHTTPServer):
         self.dead = False
         self.sample_for: Callable[[list[int], int], list[int]] | None = None
         self.finish_reason = "length"
+        self.record: Path | None = None
         self.completions: list[Completion] = []
         self.refuse_loads = False
         self.ignore_loads = False
@@ -104,6 +111,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if not fake.ignore_loads:
                 fake.loaded[body["lora_name"]] = body["lora_path"]
                 fake.loads.append(body["lora_name"])
+                if fake.record is not None:
+                    with open(fake.record / f"{fake.server_address[1]}.loads", "a") as out:
+                        out.write(body["lora_name"] + "\n")
             self._answer(200, "Success")
             return
         if self.path == "/v1/unload_lora_adapter":
@@ -194,3 +204,53 @@ async def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict
     metrics = await provider.optim_step(AdamParams(learning_rate=1e-3))
     await queued
     return dict(metrics)
+
+
+def scripted_policy(config_path: Path) -> Callable[[list[int], int], list[int]]:
+    """Choice 0 of a request: the offline world's ideal agent's next turn after the prompt
+    (search, then the answer it read); any other choice: answer "unknown". So a group's
+    rewards differ and a step on them has a gradient."""
+    from searchr1.core.config import load_config
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.protocols import make_protocol
+    from searchr1.kit.tokenizers import load_tokenizer
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
+
+    registry = load_registry()
+    config = load_config(str(config_path), registry=registry)
+    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
+    protocol = make_protocol(config, tokenizer, registry)
+    agent = ideal_agent_for(config, tokenizer, protocol)
+    assert agent is not None
+    wrong = protocol.assistant_turn_tokens(answer="unknown")
+    lock = threading.Lock()  # a server answers from several threads
+
+    def sample_for(prompt: list[int], index: int) -> list[int]:
+        if index:
+            return list(wrong)
+        with lock:
+            text = tokenizer.decode(prompt, skip_special_tokens=False)
+            return list(protocol.encode(agent.next_turn(text)))
+
+    return sample_for
+
+
+def _serve_as_launched(argv: list[str]) -> None:
+    import os
+
+    server = FakeVllm(int(argv[argv.index("--port") + 1]))
+    server.max_model_len = int(argv[argv.index("--max-model-len") + 1])
+    if os.environ.get("FAKE_VLLM_POLICY"):
+        server.sample_for = scripted_policy(Path(os.environ["FAKE_VLLM_POLICY"]))
+        server.finish_reason = "stop"
+    if os.environ.get("FAKE_VLLM_RECORD"):
+        server.record = Path(os.environ["FAKE_VLLM_RECORD"])
+        names = "\n".join(sorted(os.environ))
+        (server.record / f"{server.server_address[1]}.env").write_text(names + "\n")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    import sys
+
+    _serve_as_launched(sys.argv[1:])

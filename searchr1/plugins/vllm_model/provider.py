@@ -36,8 +36,9 @@ from it at the connect (a collective), so an adapter's name is the same on every
 each optimizer step rank 0 publishes the new adapter, verified in every server's model list,
 and then tells every rank the outcome (a collective: no rank samples before every server
 serves the new version; a failure, naming the server, stops every rank with rank 0's message).
-After :meth:`load_state` rank 0 publishes at once, in the background, and another rank waits
-until every server lists that version before its first sample.
+After :meth:`load_state` rank 0 publishes the loaded adapter before it returns (on connections
+of its own, in a thread: the command's event loop is the caller), and another rank waits until
+every server lists that version before its first sample.
 """
 
 from __future__ import annotations

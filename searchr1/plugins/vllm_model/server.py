@@ -46,6 +46,23 @@ log = get_logger()
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+#: what torchrun tells its workers, none of which a launched server may inherit
+TORCHRUN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+
 class VllmServerError(RuntimeError):
     """The vLLM server could not be started or did not become ready."""
 
@@ -206,9 +223,12 @@ class VllmServer:
             )
         server_env = {**os.environ, **(env or {})}
         server_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-        # The trainer's venv must not leak into vLLM's (its own torch and transformers).
-        server_env.pop("PYTHONPATH", None)
-        server_env.pop("VIRTUAL_ENV", None)
+        # The trainer's venv must not leak into vLLM's (its own torch and transformers), nor
+        # its torchrun job (vLLM sets up torch.distributed of its own from these variables).
+        for name in ("PYTHONPATH", "VIRTUAL_ENV", *TORCHRUN_ENV):
+            server_env.pop(name, None)
+        for name in [n for n in server_env if n.startswith("TORCHELASTIC_")]:
+            server_env.pop(name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
