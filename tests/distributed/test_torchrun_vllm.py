@@ -174,6 +174,7 @@ def test_a_server_that_dies_is_named_and_the_run_resumes(
     assert [c.step for c in list_checkpoints(run_dir)] == [1, 2]
 
 
+@pytest.mark.slow  # ~30 s: the two launched servers start as processes of their own
 def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
     helpers = Path(__file__).resolve().parents[1] / "helpers"
     root = Path(__file__).resolve().parents[2]
