@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.checkpoint import Checkpoint, resume_checkpoint
-from searchr1.core.errors import UserError
+from searchr1.core.errors import SearchR1Error, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
 
@@ -68,6 +68,8 @@ def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     """Load the trainer's saved state; a missing or unreadable file is a UserError."""
     try:
         run.trainer.load_state(str(checkpoint.model_dir))
+    except SearchR1Error:
+        raise  # it says what failed (e.g. a server the loaded weights go to), not the files
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise UserError(
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "

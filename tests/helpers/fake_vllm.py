@@ -3,15 +3,27 @@
 ``/health``, ``/v1/models`` (the base model and each loaded adapter with its ``root``),
 ``/v1/load_lora_adapter`` (checks the folder holds a peft adapter), ``/v1/unload_lora_adapter``
 and ``/v1/completions`` (404 for an adapter it has not loaded; the answer names the adapter
-in ``model``, as vLLM does). Every completion is recorded. Faults a test can switch on:
+in ``model``, as vLLM does). Every completion and every adapter it loaded (``loads``, in
+order) is recorded. Faults a test can switch on:
 
 - ``refuse_loads``: a load answers 404 (the adapter folder is not there for this server);
 - ``ignore_loads``: a load answers 200 but the server keeps serving what it had (the load
   never reached the sampler: a replica behind a balancer, or verl #7495);
-- ``answer_as``: completions name another adapter than the one asked for.
+- ``answer_as``: completions name another adapter than the one asked for;
+- ``die_after_loads``: the first completion after that many loads kills the server (that
+  request gets no answer, later ones find the port closed), as a crashed vLLM would.
 
 ``sample_tokens`` / ``logprobs_for`` choose what a completion returns (default: fixed tokens
-with log-prob -1 each), so a test can hand out the learner's own log-probs, or shifted ones.
+with log-prob -1 each), so a test can hand out the learner's own log-probs, or shifted ones;
+``sample_for(prompt, index)`` instead chooses each choice's tokens (a scripted policy), and
+``finish_reason`` says why they end (:func:`scripted_policy`: the offline world's ideal
+agent). ``port`` binds a given port (a server started again where a dead one was).
+
+Run as a script with a vLLM server's command line (``fake_vllm.py -m vllm... --port N ...``)
+it serves on that port until killed, as the server a provider launches; with
+``$FAKE_VLLM_POLICY`` (a config file) it answers as :func:`scripted_policy`, and with
+``$FAKE_VLLM_RECORD`` (a folder) it writes there what it saw: ``<port>.env`` (the names of
+its environment) and ``<port>.loads`` (each adapter loaded, a line each).
 """
 
 from __future__ import annotations
@@ -36,10 +48,17 @@ class Completion:
 
 
 class FakeVllm(http.server.ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self.loaded: dict[str, str] = {}
+        self.loads: list[str] = []
+        self.max_model_len = 64
+        self.die_after_loads: int | None = None
+        self.dead = False
+        self.sample_for: Callable[[list[int], int], list[int]] | None = None
+        self.finish_reason = "length"
+        self.record: Path | None = None
         self.completions: list[Completion] = []
         self.refuse_loads = False
         self.ignore_loads = False
@@ -49,6 +68,13 @@ class FakeVllm(http.server.ThreadingHTTPServer):
             [-1.0] * len(t)
         )
         self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a killed trainer) is no error of the fake's."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -66,7 +92,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/health":
             self._answer(200, {})
             return
-        cards: list[dict[str, Any]] = [{"id": "base", "max_model_len": 64}]
+        cards: list[dict[str, Any]] = [{"id": "base", "max_model_len": self.server.max_model_len}]
         cards += [
             {"id": name, "root": path, "parent": "base"}
             for name, path in self.server.loaded.items()
@@ -84,6 +110,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return
             if not fake.ignore_loads:
                 fake.loaded[body["lora_name"]] = body["lora_path"]
+                fake.loads.append(body["lora_name"])
+                if fake.record is not None:
+                    with open(fake.record / f"{fake.server_address[1]}.loads", "a") as out:
+                        out.write(body["lora_name"] + "\n")
             self._answer(200, "Success")
             return
         if self.path == "/v1/unload_lora_adapter":
@@ -92,6 +122,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return
             self._answer(200, "Success")
             return
+        if fake.die_after_loads is not None and len(fake.loads) >= fake.die_after_loads:
+            fake.dead = True
+            fake.shutdown()  # serve_forever runs in another thread
+            fake.socket.close()  # later requests: connection refused
+            self.close_connection = True  # this one: no answer
+            return
         if body["model"] not in fake.loaded:
             self._answer(
                 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}
@@ -99,19 +135,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         with fake.lock:
             fake.completions.append(Completion(body["model"], tuple(body["prompt"]), body["n"]))
-        tokens = list(fake.sample_tokens)
-        choice = {
-            "token_ids": tokens,
-            "logprobs": {"token_logprobs": fake.logprobs_for(list(body["prompt"]), tokens)},
-            "finish_reason": "length",
-        }
-        self._answer(
-            200,
-            {
-                "model": fake.answer_as or body["model"],
-                "choices": [{"index": i, **choice} for i in range(body["n"])],
-            },
-        )
+        prompt = list(body["prompt"])
+        choices = []
+        for i in range(body["n"]):
+            tokens = list(fake.sample_for(prompt, i) if fake.sample_for else fake.sample_tokens)
+            choices.append(
+                {
+                    "index": i,
+                    "token_ids": tokens,
+                    "logprobs": {"token_logprobs": fake.logprobs_for(prompt, tokens)},
+                    "finish_reason": fake.finish_reason,
+                }
+            )
+        self._answer(200, {"model": fake.answer_as or body["model"], "choices": choices})
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -168,3 +204,53 @@ async def train_on(provider: Any, prompt: list[int], sampled: list[int]) -> dict
     metrics = await provider.optim_step(AdamParams(learning_rate=1e-3))
     await queued
     return dict(metrics)
+
+
+def scripted_policy(config_path: Path) -> Callable[[list[int], int], list[int]]:
+    """Choice 0 of a request: the offline world's ideal agent's next turn after the prompt
+    (search, then the answer it read); any other choice: answer "unknown". So a group's
+    rewards differ and a step on them has a gradient."""
+    from searchr1.core.config import load_config
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.protocols import make_protocol
+    from searchr1.kit.tokenizers import load_tokenizer
+    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
+
+    registry = load_registry()
+    config = load_config(str(config_path), registry=registry)
+    tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
+    protocol = make_protocol(config, tokenizer, registry)
+    agent = ideal_agent_for(config, tokenizer, protocol)
+    assert agent is not None
+    wrong = protocol.assistant_turn_tokens(answer="unknown")
+    lock = threading.Lock()  # a server answers from several threads
+
+    def sample_for(prompt: list[int], index: int) -> list[int]:
+        if index:
+            return list(wrong)
+        with lock:
+            text = tokenizer.decode(prompt, skip_special_tokens=False)
+            return list(protocol.encode(agent.next_turn(text)))
+
+    return sample_for
+
+
+def _serve_as_launched(argv: list[str]) -> None:
+    import os
+
+    server = FakeVllm(int(argv[argv.index("--port") + 1]))
+    server.max_model_len = int(argv[argv.index("--max-model-len") + 1])
+    if os.environ.get("FAKE_VLLM_POLICY"):
+        server.sample_for = scripted_policy(Path(os.environ["FAKE_VLLM_POLICY"]))
+        server.finish_reason = "stop"
+    if os.environ.get("FAKE_VLLM_RECORD"):
+        server.record = Path(os.environ["FAKE_VLLM_RECORD"])
+        names = "\n".join(sorted(os.environ))
+        (server.record / f"{server.server_address[1]}.env").write_text(names + "\n")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    import sys
+
+    _serve_as_launched(sys.argv[1:])

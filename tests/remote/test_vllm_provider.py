@@ -458,6 +458,47 @@ def test_train_on_two_running_servers_logs_each_servers_mismatch(
     assert not list((tmp_path / "adapters").iterdir())
 
 
+def test_two_torchrun_ranks_sample_both_servers_on_the_trained_adapter(
+    provider: Any, tmp_path: Path
+) -> None:
+    """``searchr1 train --nproc 2`` (gloo) on both servers: one metrics event a step with
+    ``world_size`` 2, both servers sampled, and each server's samples match the learner at
+    every step (a rank sampling a version some server did not serve yet would be far off)."""
+    import subprocess
+
+    bases = [c.api_base for c in provider.clients]
+    served_before = [_requests_served(base) for base in bases]
+    config = _offline_config(tmp_path, bases)
+    run_dir = tmp_path / "runs" / "two-ranks"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    job = subprocess.run(
+        [sys.executable, "-m", "searchr1", "train", "--config", str(config), "--run-dir"]
+        + [str(run_dir), "--max-steps", "2", "--nproc", "2"],
+        capture_output=True,
+        text=True,
+        env={**env, "OMP_NUM_THREADS": "1"},
+        timeout=900,
+        check=False,
+    )
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert all(
+        after > before
+        for before, after in zip(served_before, map(_requests_served, bases), strict=True)
+    )
+    steps = read_events(run_dir, "metrics")
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(m["world_size"] == 2 for m in steps)
+    trained = [m for m in steps if m["tokens/trained"] > 0]
+    assert trained
+    for m in trained:
+        assert logprob_diff_max(m) < MAX_DIFF
+        for k in (0, 1):
+            if m.get(f"mismatch/server{k}/tokens", 0.0):
+                assert m[f"mismatch/server{k}/logprob_diff_max"] < MAX_DIFF
+    assert _served(provider) == [{provider.adapter.name}] * 2  # rank 0 unloaded its own
+    assert not list((tmp_path / "adapters").iterdir())
+
+
 def _requests_served(api_base: str) -> float:
     """Finished requests, from the server's Prometheus ``/metrics``."""
     import httpx

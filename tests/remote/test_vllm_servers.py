@@ -271,6 +271,11 @@ def test_launched_servers_each_get_their_own_gpus(
     ):
         server_gpus(3, ["-tp", "2"], ["0", "1", "2", "3"])
     assert server_gpus(2, [], []) == ["", ""]  # vLLM-CPU: no devices to split
+    # torchrun: this machine's 2 ranks train on GPUs 0 and 1, the servers get the others
+    assert server_gpus(1, [], ["0", "1", "2", "3"], learners=2) == ["2"]
+    assert server_gpus(2, [], ["4", "5", "6", "7"], learners=2) == ["6", "7"]
+    with pytest.raises(VllmServerError, match=r"the torchrun ranks train on the first 3"):
+        server_gpus(2, [], ["0", "1", "2", "3"], learners=3)
 
 
 def test_server_settings_are_checked(tmp_path: Path) -> None:
@@ -293,3 +298,25 @@ def test_server_settings_are_checked(tmp_path: Path) -> None:
     for message, table in cases.items():
         with pytest.raises(ConfigError, match=message):
             VllmModelProvider.from_config(_config(tmp_path, **table))
+
+
+def test_what_a_torchrun_rank_cannot_do_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launching servers from a job over several machines (they listen on rank 0's loopback)
+    and FSDP (this learner is a whole copy per rank) are refused, naming the setting."""
+    from searchr1.core.distributed import World
+    from searchr1.plugins.local_model.provider import LocalSettings
+    from searchr1.plugins.vllm_model.provider import job_problems
+    from searchr1.plugins.vllm_model.settings import VllmSettings
+
+    world, launch = World(rank=0, size=4), VllmSettings(python="/x/python")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # one machine: rank 0 launches them
+    assert job_problems(launch, "", LocalSettings(), world) == []
+    assert job_problems(launch, "", LocalSettings(), World()) == []
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two machines
+    (problem,) = job_problems(launch, "", LocalSettings(), world)
+    assert "spans several machines" in problem and "model.vllm.api_bases" in problem
+    running = VllmSettings(api_bases=("http://a:8000",), adapters_dir="/shared")
+    assert job_problems(running, "", LocalSettings(), world) == []
+    (problem,) = job_problems(running, "", LocalSettings(fsdp=True), world)
+    assert problem.startswith("model.local.fsdp = true")

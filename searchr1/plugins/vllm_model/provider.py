@@ -26,11 +26,25 @@ checked in each one's model list; only then does sampling switch to it, and the 
 is unloaded everywhere and its folder removed. A server that refuses it, does not list it, or
 later answers without it is an error naming that server. The LoRA B matrices start at zero,
 so version 0 samples exactly the base.
+
+Under torchrun (:mod:`searchr1.core.distributed`) every rank holds this provider: its learner is
+one data-parallel replica (the gradients are summed over the ranks in the optimizer step) and
+its rollout share goes to the same servers, spread by the same routing. Rank 0 alone launches
+servers (on GPUs no rank trains on, :func:`~searchr1.plugins.vllm_model.server.server_gpus`),
+writes adapters and loads them; the other ranks get the servers' addresses and the run token
+from it at the connect (a collective), so an adapter's name is the same on every rank. After
+each optimizer step rank 0 publishes the new adapter, verified in every server's model list,
+and then tells every rank the outcome (a collective: no rank samples before every server
+serves the new version; a failure, naming the server, stops every rank with rank 0's message).
+After :meth:`load_state` rank 0 publishes the loaded adapter before it returns (on connections
+of its own, in a thread: the command's event loop is the caller), and another rank waits until
+every server lists that version before its first sample.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
 import signal
@@ -38,13 +52,14 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.errors import RemoteError
+from searchr1.core.distributed import World
+from searchr1.core.errors import RemoteError, SearchR1Error
 from searchr1.core.logs import get_logger
 from searchr1.core.step_metrics import merge_train_metrics
 from searchr1.core.types import (
@@ -79,6 +94,8 @@ log = get_logger()
 #: groups whose server is remembered (a few steps' worth even at 512 questions a step)
 ROUTES_KEPT = 1 << 15
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class _Adapter:
@@ -100,9 +117,11 @@ class VllmModelProvider:
     max_model_len: int = 0
     keep_server_log: bool = False
 
-    def __init__(self, learner: Learner, tokenizer: Any) -> None:
-        """``learner`` trains the peft model whose adapter the servers sample with."""
+    def __init__(self, learner: Learner, tokenizer: Any, world: World | None = None) -> None:
+        """``learner`` trains the peft model whose adapter the servers sample with;
+        ``world``: this process's place in a torchrun job (default: alone)."""
         self.learner = learner
+        self.world = world or World()
         #: the Hugging Face tokenizer of the base model (chat template included)
         self.tokenizer = tokenizer
         self._token = secrets.token_hex(3)
@@ -128,15 +147,17 @@ class VllmModelProvider:
         from searchr1.core.errors import ConfigError
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
+        local = plugin_settings(config, "model", "local", LocalSettings)
+        world = World.from_env()
         problems = settings_problems(settings, config.model.api_base)
+        problems += job_problems(settings, config.model.api_base, local, world)
         if problems:
             raise ConfigError([f"{config.source}: {problem}" for problem in problems])
         # top_p < 1 is announced before the run (the factory's advise, vllm_model/__init__.py)
-        local = plugin_settings(config, "model", "local", LocalSettings)
         model, tokenizer, device, _ = load_lora_model(config, local)
         lock = threading.Lock()
         learner = make_learner(model, tokenizer, device, lock, config.model.temperature, local)
-        provider = cls(learner, tokenizer)
+        provider = cls(learner, tokenizer, world)
         provider._config, provider._settings = config, settings
         return provider
 
@@ -160,22 +181,26 @@ class VllmModelProvider:
         self._server_adapters = settings.server_adapters_dir or str(self._adapters)
         self._adapters.mkdir(parents=True, exist_ok=True)
         api_base = config.model.api_base
-        api_bases = list(settings.api_bases) or ([api_base] if api_base else [])
-        if not api_bases:
+        given = list(settings.api_bases) or ([api_base] if api_base else [])
+        # Rank 0 (or the one process) reaches or launches the servers and publishes version 0;
+        # the other ranks then talk to the same servers under the same adapter names.
+        reached = await self._on_rank0(lambda: self._reach(config, settings, given))
+        if not self.world.main:
+            api_bases, launched, self._token, self.max_model_len = reached
+            self._make_clients(api_bases, settings, "" if launched else config.model.api_key)
+            self.adapter = self._follow()
+
+    async def _reach(
+        self, config: Config, settings: VllmSettings, api_bases: list[str]
+    ) -> tuple[list[str], bool, str, int]:
+        """Launch the servers unless ``api_bases`` names running ones, wait for each, publish
+        the initial adapter; what the other ranks need to use them (addresses, whether they
+        were launched, the run token, the context)."""
+        launched = not api_bases
+        if launched:
             api_bases = self._launch(config, settings)
-        several = len(api_bases) > 1
-        for k, api_base in enumerate(api_bases):
-            self.clients.append(
-                VllmClient(
-                    api_base,
-                    request_timeout_s=settings.request_timeout_s,
-                    max_connections=settings.max_connections,
-                    # A server started with --api-key wants it; [model] api_key holds it (a secret).
-                    api_key=config.model.api_key if not self.servers else "",
-                    label=f"vLLM server{k}" if several else "",
-                )
-            )
-        self._in_flight = [0] * len(self.clients)
+        # A server started with --api-key wants it; [model] api_key holds it (a secret).
+        self._make_clients(api_bases, settings, "" if launched else config.model.api_key)
         waited = 0.0
         for k, client in enumerate(self.clients):
             waited = max(
@@ -198,13 +223,74 @@ class VllmModelProvider:
             ready_after_s=round(waited, 1),
             max_model_len=self.max_model_len,
             adapter=self.adapter.name if self.adapter else None,
+            world_size=self.world.size,
         )
+        return api_bases, launched, self._token, self.max_model_len
+
+    def _make_clients(self, api_bases: Sequence[str], settings: VllmSettings, key: str) -> None:
+        self._api_key = key
+        self.clients = self._new_clients(api_bases)
+        self._in_flight = [0] * len(self.clients)
+
+    def _new_clients(self, api_bases: Sequence[str]) -> list[VllmClient]:
+        """One client per server, named server0, server1, ... when there are several."""
+        several = len(api_bases) > 1
+        return [
+            VllmClient(
+                api_base,
+                request_timeout_s=self._settings.request_timeout_s,
+                max_connections=self._settings.max_connections,
+                api_key=self._api_key,
+                label=f"vLLM server{k}" if several else "",
+            )
+            for k, api_base in enumerate(api_bases)
+        ]
+
+    async def _on_rank0(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``work()`` done by rank 0 (the one process: just done), its result on every rank;
+        under torchrun a collective, so no rank goes on before rank 0 is done. A failure on
+        rank 0 is raised on every rank: its own error there, its message with the same exit
+        code on the others."""
+        if self.world.main:
+            try:
+                result = await work()
+            except BaseException as exc:
+                if self.world.size > 1:
+                    code = exc.exit_code if isinstance(exc, SearchR1Error) else 1
+                    self.world.broadcast((False, (f"{exc}", code)))
+                raise
+            self.world.broadcast((True, result))  # one process: nothing to tell
+            return result
+        ok, value = self.world.broadcast((False, None))
+        if not ok:
+            message, code = value
+            failed = SearchR1Error(message)
+            failed.exit_code = code
+            raise failed
+        return value  # type: ignore[no-any-return]
+
+    def _next_name(self) -> str:
+        """The next adapter version's name; every rank counts the versions alike."""
+        name = f"searchr1-{self._token}-{self._version}"
+        self._version += 1
+        return name
+
+    def _follow(self) -> _Adapter:
+        """A rank > 0: the version rank 0 has just published (it writes and removes the
+        folders; this rank only samples by name)."""
+        name = self._next_name()
+        return _Adapter(name, self._adapters / name)
 
     def _launch(self, config: Config, settings: VllmSettings) -> list[str]:
         """Start ``settings.servers`` servers (each on its own GPUs when there are GPUs);
         their addresses. They load in parallel; :meth:`_connect` waits for each."""
+        # Under torchrun the job's ranks on this node train on its first GPUs (cuda:LOCAL_RANK)
+        learners = _local_world_size() if self.world.size > 1 else 0
         gpus = server_gpus(
-            settings.servers, settings.server_args, visible_gpus() if settings.servers > 1 else []
+            settings.servers,
+            settings.server_args,
+            visible_gpus() if settings.servers > 1 or learners else [],
+            learners=learners,
         )
         api_bases = []
         for k, devices in enumerate(gpus):
@@ -242,8 +328,7 @@ class VllmModelProvider:
 
     def _save_adapter(self) -> _Adapter:
         """Write the current adapter into a folder of its own, under a new name."""
-        name = f"searchr1-{self._token}-{self._version}"
-        self._version += 1
+        name = self._next_name()
         adapter = _Adapter(name, self._adapters / name)
         with self.learner.model_lock:
             self.learner.model.save_pretrained(str(adapter.local_dir))
@@ -254,8 +339,8 @@ class VllmModelProvider:
         if not self.clients:
             raise RuntimeError("the vllm model provider is closed")
         try:
-            await self._load_everywhere(
-                saved.name, f"{self._server_adapters.rstrip('/')}/{saved.name}"
+            await _load_into(
+                self.clients, saved.name, f"{self._server_adapters.rstrip('/')}/{saved.name}"
             )
         except BaseException:
             shutil.rmtree(saved.local_dir, ignore_errors=True)
@@ -267,38 +352,71 @@ class VllmModelProvider:
         elif old is not None:
             await self._drop(old)
 
-    async def _load_everywhere(self, name: str, path: str) -> None:
-        """Load adapter ``name`` into every server at once; when any fails, unload it from
-        the others and raise the failures (each names its server)."""
-        answers = await asyncio.gather(
-            *(c.load_adapter(name, path) for c in self.clients), return_exceptions=True
-        )
-        failures = [a for a in answers if isinstance(a, BaseException)]
-        if not failures:
-            return
-        for client, answer in zip(self.clients, answers, strict=True):
-            if isinstance(answer, BaseException):
-                continue
+    def _publish_in_thread(self) -> None:
+        """Rank 0 under torchrun, in :meth:`load_state`: save and load the loaded adapter into
+        every server (checked), unload the one it replaces, and return once done. The
+        command's event loop called this and may next block in a collective, so the loads run
+        in a thread with an event loop and connections of their own."""
+        saved = self._save_adapter()
+        old = self.adapter
+        path = f"{self._server_adapters.rstrip('/')}/{saved.name}"
+        api_bases = [client.api_base for client in self.clients]
+
+        async def publish() -> None:
+            clients = self._new_clients(api_bases)
             try:
-                await client.unload_adapter(name)
-            except (VllmError, RemoteError) as exc:
-                log.warning("vllm_unload_failed", adapter=name, error=str(exc))
-        first = failures[0]
-        if len(failures) == 1 or not all(isinstance(f, VllmError | RemoteError) for f in failures):
-            raise first
-        raise type(first)("; ".join(str(f) for f in failures)) from first
+                await _load_into(clients, saved.name, path)
+                if old is not None:
+                    await _unload_from(clients, old.name)
+            finally:
+                for client in clients:
+                    await client.aclose()
+
+        failed: list[BaseException] = []
+        thread = threading.Thread(
+            target=lambda: _run_collecting(publish, failed), name="searchr1-vllm-publish"
+        )
+        thread.start()
+        thread.join()
+        if failed:
+            shutil.rmtree(saved.local_dir, ignore_errors=True)
+            raise failed[0]
+        self.adapter = saved
+        if old is not None:
+            shutil.rmtree(old.local_dir, ignore_errors=True)
 
     async def _current(self) -> _Adapter:
         """The adapter to sample: the pinned one, else the newest; weights that
         :meth:`load_state` loaded are published first."""
         if self._loaded:
             async with self._publishing:  # one publish, however many samples ask at once
-                if self._loaded:
+                if self._loaded and self.world.main:
                     await self.publish_adapter()
+                elif self._loaded:
+                    await self._await_published()
         adapter = self.pinned or self.adapter
         if not self.clients or adapter is None:
             raise RuntimeError("the vllm model provider is not connected, or closed")
         return adapter
+
+    async def _await_published(self) -> None:
+        """A rank > 0 after :meth:`load_state`: wait until every server lists the version rank
+        0 publishes (at once, :meth:`load_state`), then sample it."""
+        adapter = self._follow()
+        timeout_s = self._settings.request_timeout_s
+        for client in self.clients:
+            deadline = time.monotonic() + timeout_s
+            while not any(card.get("id") == adapter.name for card in await client.models()):
+                if time.monotonic() > deadline:
+                    raise VllmError(
+                        f"{client.name} does not list LoRA adapter {adapter.name!r}, which rank "
+                        f"0 of this torchrun job publishes after loading the checkpoint, "
+                        f"{timeout_s:g} s later (model.vllm.request_timeout_s); rank 0's output "
+                        f"says why"
+                    )
+                await asyncio.sleep(0.2)
+        self.adapter = adapter
+        self._loaded = False
 
     async def snapshot_sampler(self) -> None:
         """Pipelined steps (``train.max_staleness > 0``): sample on the newest published
@@ -311,14 +429,7 @@ class VllmModelProvider:
                 await self._drop(old)
 
     async def _drop(self, adapter: _Adapter) -> None:
-        answers = await asyncio.gather(
-            *(c.unload_adapter(adapter.name) for c in self.clients), return_exceptions=True
-        )
-        for answer in answers:
-            if isinstance(answer, VllmError | RemoteError):  # a leftover costs memory only
-                log.warning("vllm_unload_failed", adapter=adapter.name, error=str(answer))
-            elif isinstance(answer, BaseException):
-                raise answer
+        await _unload_from(self.clients, adapter.name)
         shutil.rmtree(adapter.local_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ routing
@@ -351,11 +462,13 @@ class VllmModelProvider:
     @property
     def capabilities(self) -> TrainerCapabilities:
         """Any loss (the learner calls it), a snapshot sampler, the local learner's KL
-        reference, and the learner's temperature (the rollout's)."""
+        reference, the learner's temperature (the rollout's), and data parallelism under
+        torchrun (the learner sums the ranks' gradients)."""
         return TrainerCapabilities(
             snapshot_sampler=self.snapshot_sampler,
             kl_reference=self.learner.pin_reference,
             learner_temperature=float(self.learner.temperature),
+            data_parallel=True,
         )
 
     async def sample(
@@ -405,18 +518,24 @@ class VllmModelProvider:
 
     async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """The learner's AdamW step and the new adapter's save (in the learner's worker
-        thread), then its load into every server."""
+        thread), then its load into every server. Under torchrun every rank steps (the
+        gradients summed over the ranks), rank 0 alone saves and loads the adapter, and every
+        rank returns once every server serves it."""
         step = self.learner.worker.submit(self._step, adam)
         metrics, saved, saving_s = await asyncio.wrap_future(step)
         t0 = time.perf_counter()
-        await self._publish(saved)
+        if saved is not None:
+            await self._on_rank0(lambda: self._publish(saved))
+        else:
+            await self._on_rank0(_nothing)  # waits for rank 0's publish
+            self.adapter = self._follow()
         metrics["adapter_sync_s"] = saving_s + time.perf_counter() - t0
         return metrics
 
-    def _step(self, adam: AdamParams) -> tuple[dict[str, float], _Adapter, float]:
+    def _step(self, adam: AdamParams) -> tuple[dict[str, float], _Adapter | None, float]:
         metrics = dict(self.learner.optim_step(adam))
         t0 = time.perf_counter()
-        saved = self._save_adapter()
+        saved = self._save_adapter() if self.world.main else None
         return metrics, saved, time.perf_counter() - t0
 
     def save_state(self, path: str) -> None:
@@ -427,14 +546,20 @@ class VllmModelProvider:
         sample, pin or step."""
         self.learner.load_state(path)
         self.pinned = None  # the loaded weights are the newest: sample them
-        self._loaded = True
+        if self.world.size > 1 and self.world.main and self.clients:
+            # Now, not at rank 0's first sample: the other ranks wait for this version
+            # before theirs, and rank 0 may have no share of the next step to sample.
+            self._publish_in_thread()
+        else:
+            self._loaded = True  # published before this rank's next sample, pin or step
 
     async def disconnect(self) -> None:
         """Unload this run's adapters (a server that outlives the run keeps no trace) and
         close the HTTP pools, in the event loop that used them."""
         clients = self.clients
         try:
-            if clients and self.adapter is not None and not self.servers:
+            # rank 0 loaded them, rank 0 unloads them
+            if clients and self.adapter is not None and not self.servers and self.world.main:
                 for adapter in (self.adapter, *self._retired):
                     await self._drop(adapter)
         finally:
@@ -476,6 +601,80 @@ async def _per_server(
                 }
             )
     return ForwardBackwardResult(loss=loss, metrics=merge_train_metrics(metrics))
+
+
+async def _load_into(clients: Sequence[VllmClient], name: str, path: str) -> None:
+    """Load adapter ``name`` into every server at once; when any fails, unload it from
+    the others and raise the failures (each names its server)."""
+    answers = await asyncio.gather(
+        *(c.load_adapter(name, path) for c in clients), return_exceptions=True
+    )
+    failures = [a for a in answers if isinstance(a, BaseException)]
+    if not failures:
+        return
+    for client, answer in zip(clients, answers, strict=True):
+        if isinstance(answer, BaseException):
+            continue
+        try:
+            await client.unload_adapter(name)
+        except (VllmError, RemoteError) as exc:
+            log.warning("vllm_unload_failed", adapter=name, error=str(exc))
+    first = failures[0]
+    if len(failures) == 1 or not all(isinstance(f, VllmError | RemoteError) for f in failures):
+        raise first
+    raise type(first)("; ".join(str(f) for f in failures)) from first
+
+
+async def _unload_from(clients: Sequence[VllmClient], name: str) -> None:
+    """Unload adapter ``name`` from every server; a server that cannot is only logged (a
+    leftover adapter costs memory only)."""
+    answers = await asyncio.gather(
+        *(c.unload_adapter(name) for c in clients), return_exceptions=True
+    )
+    for answer in answers:
+        if isinstance(answer, VllmError | RemoteError):
+            log.warning("vllm_unload_failed", adapter=name, error=str(answer))
+        elif isinstance(answer, BaseException):
+            raise answer
+
+
+def _run_collecting(work: Callable[[], Awaitable[None]], failed: list[BaseException]) -> None:
+    """``work()`` in an event loop of this thread; its exception appended to ``failed``."""
+    try:
+        asyncio.run(work())  # type: ignore[arg-type]
+    except BaseException as exc:
+        failed.append(exc)
+
+
+async def _nothing() -> None:
+    """What a rank > 0 does while rank 0 publishes (it only waits for the outcome)."""
+
+
+def job_problems(s: VllmSettings, api_base: str, local: LocalSettings, world: World) -> list[str]:
+    """What the ``vllm`` provider cannot do as one rank of a torchrun job of ``world``."""
+    if world.size == 1:
+        return []
+    problems = []
+    nodes_local = _local_world_size()
+    if not (api_base or s.api_bases) and nodes_local != world.size:
+        problems.append(
+            f"model.vllm: launched servers listen on rank 0's machine only (127.0.0.1), but "
+            f"this torchrun job spans several machines (WORLD_SIZE = {world.size}, "
+            f"LOCAL_WORLD_SIZE = {nodes_local}): start the servers yourself and list their "
+            f"addresses in model.vllm.api_bases (docs/vllm.md)"
+        )
+    if local.fsdp:
+        problems.append(
+            "model.local.fsdp = true: the vllm provider's learner keeps a whole copy of the "
+            "model on each torchrun rank (FSDP is the local provider's); set it to false"
+        )
+    return problems
+
+
+def _local_world_size() -> int:
+    """How many ranks of the torchrun job run on this machine (torchrun's
+    ``LOCAL_WORLD_SIZE``; the whole job when unset)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or "1")
 
 
 def _base_max_model_len(models: list[dict[str, Any]], server: str) -> int:

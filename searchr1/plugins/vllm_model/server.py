@@ -46,6 +46,23 @@ log = get_logger()
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+#: what torchrun tells its workers, none of which a launched server may inherit
+TORCHRUN_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+
 class VllmServerError(RuntimeError):
     """The vLLM server could not be started or did not become ready."""
 
@@ -128,22 +145,28 @@ def tensor_parallel_size(server_args: Sequence[str]) -> int:
     return size
 
 
-def server_gpus(servers: int, server_args: Sequence[str], visible: Sequence[str]) -> list[str]:
+def server_gpus(
+    servers: int, server_args: Sequence[str], visible: Sequence[str], *, learners: int = 0
+) -> list[str]:
     """``CUDA_VISIBLE_DEVICES`` of each of ``servers`` launched servers: consecutive slices of
-    the tensor-parallel size out of ``visible`` (the trainer's GPUs; the learner shares the
-    first with server 0, as it does with a single server). Empty strings when there are no
-    GPUs (vLLM-CPU) or one server (it sees what the trainer sees)."""
-    if servers == 1 or not visible:
+    the tensor-parallel size out of ``visible`` (the trainer's GPUs). In one process
+    (``learners`` 0) the learner shares the first with server 0, as it does with a single
+    server; under torchrun the first ``learners`` GPUs are this machine's ranks'
+    (``cuda:LOCAL_RANK``) and the servers get the ones after them. Empty strings when there
+    are no GPUs (vLLM-CPU) or one server in one process (it sees what the trainer sees)."""
+    if not visible or (servers == 1 and not learners):
         return [""] * servers
     tp = tensor_parallel_size(server_args)
-    if servers * tp > len(visible):
+    free = list(visible[learners:])
+    if servers * tp > len(free):
+        ranks = f", the torchrun ranks train on the first {learners}" if learners else ""
         raise VllmServerError(
             f"model.vllm.servers = {servers} with tensor-parallel size {tp} needs "
-            f"{servers * tp} GPUs, {len(visible)} visible ({','.join(visible)}): launch fewer "
-            f"servers, lower --tensor-parallel-size in model.vllm.server_args, or run the "
-            f"servers yourself and list them in model.vllm.api_bases"
+            f"{servers * tp} GPUs, {len(visible)} visible ({','.join(visible)}){ranks}: launch "
+            f"fewer servers, lower --tensor-parallel-size in model.vllm.server_args, run fewer "
+            f"ranks, or run the servers yourself and list them in model.vllm.api_bases"
         )
-    return [",".join(visible[k * tp : (k + 1) * tp]) for k in range(servers)]
+    return [",".join(free[k * tp : (k + 1) * tp]) for k in range(servers)]
 
 
 def visible_gpus() -> list[str]:
@@ -200,9 +223,12 @@ class VllmServer:
             )
         server_env = {**os.environ, **(env or {})}
         server_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-        # The trainer's venv must not leak into vLLM's (its own torch and transformers).
-        server_env.pop("PYTHONPATH", None)
-        server_env.pop("VIRTUAL_ENV", None)
+        # The trainer's venv must not leak into vLLM's (its own torch and transformers), nor
+        # its torchrun job (vLLM sets up torch.distributed of its own from these variables).
+        for name in ("PYTHONPATH", "VIRTUAL_ENV", *TORCHRUN_ENV):
+            server_env.pop(name, None)
+        for name in [n for n in server_env if n.startswith("TORCHELASTIC_")]:
+            server_env.pop(name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
             process = subprocess.Popen(
