@@ -96,6 +96,16 @@ def stage(records_file: Path, event: dict) -> dict:
     }
 
 
+def sampled_tokens(metrics: dict, config: Path) -> float:
+    """A step's sampled tokens: its first draw (questions_per_batch x group_size trajectories)
+    times ``health/response_tokens``, their mean length."""
+    import tomllib
+
+    rollout = tomllib.loads(config.read_text())["rollout"]
+    trajectories = rollout["questions_per_batch"] * rollout["group_size"]
+    return metrics.get("health/response_tokens", 0.0) * trajectories
+
+
 def ceiling_em(config: Path) -> float:
     """EM of the world's scripted ideal agent on the same held-out questions (no model: what
     the configured search and limits make answerable)."""
@@ -280,7 +290,7 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
             "total": round(total, 1),
         },
         "tokens_per_s": {
-            "sampling": round(sum(s.get("tokens/sampled", 0.0) for s in steps) / rollout_s, 1)
+            "sampling": round(sum(sampled_tokens(s, config) for s in steps) / rollout_s, 1)
             if rollout_s
             else None,
             "training": round(sum(s.get("tokens/trained", 0.0) for s in steps) / train_s, 1)

