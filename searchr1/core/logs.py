@@ -128,7 +128,7 @@ atexit.register(close_console)
 
 
 def setup_logging(
-    run_id: str,
+    run_id: str | None,
     events_path: Path | None = None,
     *,
     secrets: Iterable[str] = (),
@@ -137,7 +137,8 @@ def setup_logging(
     total_steps: int | None = None,
 ) -> None:
     """Configure structlog for one command: events go to ``events_path`` and, on
-    ``stream`` (stdout), to ``screen(stream, total_steps)`` when given, else as JSON lines."""
+    ``stream`` (stdout), to ``screen(stream, total_steps)`` when given, else as JSON lines;
+    each carries ``run_id`` (none before a run is opened)."""
     global _file_sink, _console
     close_console()
     register_secrets(secrets)
@@ -170,25 +171,15 @@ def setup_logging(
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(run_id=run_id)
+    if run_id is not None:
+        structlog.contextvars.bind_contextvars(run_id=run_id)
 
 
 def log_to_stderr() -> None:
     """Events logged before a command opens its run (:func:`setup_logging`), or by a command
     that opens none (``config check`` building a ``builtin:`` model), go to stderr as JSON
     lines, secrets redacted: stdout carries only what the command prints."""
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact_processor,
-            structlog.processors.JSONRenderer(default=str, ensure_ascii=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    setup_logging(None, stream=sys.stderr)
 
 
 def on_screen() -> bool:

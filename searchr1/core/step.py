@@ -112,7 +112,6 @@ class Learned:
     #: the learners' sums (``tokens``, ``ratio_sum``, ``mismatch/*``, ...), merged once
     train_metrics: dict[str, float]
     optim: Mapping[str, float]
-    micro_batches: int
     seconds: float
 
 
@@ -182,17 +181,12 @@ async def learn(
     # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
     optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
     results = [await result for result in queued]
-    mine = (
-        sum((r.loss for r in results), 0.0),
-        merge_train_metrics([r.metrics for r in results]),
-        len(micro_batches),
-    )
+    mine = (sum((r.loss for r in results), 0.0), merge_train_metrics([r.metrics for r in results]))
     parts = world.gather(mine)
     return Learned(
         loss=sum(p[0] for p in parts),
         train_metrics=merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1],
         optim=optim,
-        micro_batches=sum(p[2] for p in parts),
         seconds=time.perf_counter() - t0,
     )
 

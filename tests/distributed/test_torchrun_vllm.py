@@ -22,15 +22,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_run import make_config, write_config
-from fake_vllm import FakeVllm, scripted_policy
+from fake_vllm import FakeVllm, fake_vllm_servers, scripted_policy
 from numerics import assert_same64
 
 from searchr1.core.checkpoint import list_checkpoints
@@ -49,23 +48,13 @@ RUN: dict[str, dict[str, Any]] = {
 }
 
 
-@contextmanager
 def _servers(
     policy: Callable[[list[int], int], list[int]], ports: tuple[int, ...] = (0, 0)
-) -> Iterator[list[FakeVllm]]:
-    servers = [FakeVllm(port) for port in ports]
-    for server in servers:
-        server.sample_for, server.finish_reason, server.max_model_len = policy, "stop", 1024
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
-    for thread in threads:
-        thread.start()
-    try:
-        yield servers
-    finally:
-        for server in servers:
-            if not server.dead:
-                server.shutdown()
-            server.server_close()
+) -> AbstractContextManager[list[FakeVllm]]:
+    """Fake servers answering with ``policy`` (``sample_for``)."""
+    return fake_vllm_servers(
+        len(ports), ports, sample_for=policy, finish_reason="stop", max_model_len=1024
+    )
 
 
 def _train(

@@ -154,9 +154,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_vllm_servers(count: int) -> Iterator[list[FakeVllm]]:
-    """``count`` fake servers, each serving in its own thread until the block ends."""
-    servers = [FakeVllm() for _ in range(count)]
+def fake_vllm_servers(
+    count: int, ports: tuple[int, ...] = (), **attributes: Any
+) -> Iterator[list[FakeVllm]]:
+    """``count`` fake servers (on ``ports`` when given), each with ``attributes`` set and serving
+    in its own thread until the block ends; one killed meanwhile (``dead``) is closed only."""
+    servers = [FakeVllm(port) for port in (ports or (0,) * count)]
+    for server in servers:
+        for name, value in attributes.items():
+            setattr(server, name, value)
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
     for t in threads:
         t.start()
@@ -164,7 +170,9 @@ def fake_vllm_servers(count: int) -> Iterator[list[FakeVllm]]:
         yield servers
     finally:
         for s in servers:
-            s.shutdown()
+            if not s.dead:
+                s.shutdown()
+            s.server_close()
             s.server_close()
 
 

@@ -48,7 +48,7 @@ class Recorder:
         self._log("learn_start", collected.step)
         await asyncio.sleep(self.learn_s)  # a trainer computes off the event loop
         self._log("learn_end", collected.step)
-        return Learned(0.0, {}, {}, 1, self.learn_s)
+        return Learned(0.0, {}, {}, self.learn_s)
 
     async def finish(self, collected: Batch, _learned: Learned, m: dict[str, float]) -> None:
         self.metrics[collected.step] = m
