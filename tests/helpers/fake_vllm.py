@@ -262,3 +262,18 @@ if __name__ == "__main__":
     import sys
 
     _serve_as_launched(sys.argv[1:])
+
+
+def learner_logprobs(model: Any, prompt: list[int], tokens: list[int], temperature: float) -> Any:
+    """The learner ``model``'s log-prob of each of ``tokens`` after ``prompt`` at
+    ``temperature`` (a 1-D tensor): what a server sampling the same weights reports."""
+    import torch
+
+    from searchr1.plugins.local_model.learner import token_logprobs
+
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        lp = token_logprobs(
+            model, ids[:, :-1], torch.ones_like(ids[:, :-1]), ids[:, 1:], temperature
+        )
+    return lp[0, len(prompt) - 1 :]

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from cli_run import read_events
-from fake_vllm import connected
+from fake_vllm import connected, learner_logprobs
 from vllm_env import require_vllm_python
 
 from searchr1.cli.main import main as cli
@@ -134,20 +134,10 @@ def _learner_diffs(provider: Any, prompts: list[list[int]], groups: list[Any]) -
     """learner - sampler log-prob of every sampled token."""
     import torch
 
-    from searchr1.plugins.local_model.learner import token_logprobs
-
     diffs = []
     for prompt, group in zip(prompts, groups, strict=True):
         for s in group:
-            ids = torch.tensor([prompt + list(s.tokens)])
-            with torch.no_grad():
-                lp = token_logprobs(
-                    provider.learner.model,
-                    ids[:, :-1],
-                    torch.ones_like(ids[:, :-1]),
-                    ids[:, 1:],
-                    TEMPERATURE,
-                )[0, len(prompt) - 1 :]
+            lp = learner_logprobs(provider.learner.model, prompt, list(s.tokens), TEMPERATURE)
             diffs.append(lp - torch.tensor(s.logprobs))
     return torch.cat(diffs)
 

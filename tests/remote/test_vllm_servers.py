@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_vllm import SAMPLED, FakeVllm, connected, fake_vllm_servers, train_on
+from fake_vllm import (
+    SAMPLED,
+    FakeVllm,
+    connected,
+    fake_vllm_servers,
+    learner_logprobs,
+    train_on,
+)
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -170,28 +177,17 @@ def test_a_server_answering_without_the_adapter_is_an_error_naming_it(
 def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: Path) -> None:
     """Server 0 returns the learner's own log-probs, server 1 ones off by ``SHIFT`` (a server
     sampling other weights): the step's metrics tell which server it is."""
-    import torch
-
-    from searchr1.plugins.local_model.learner import token_logprobs
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
     async def scenario() -> dict[str, float]:
         async with _provider(fakes, tmp_path) as provider:
 
-            def learner_logprobs(prompt: list[int], tokens: list[int]) -> list[float]:
-                ids = torch.tensor([prompt + tokens])
-                with torch.no_grad():
-                    lp = token_logprobs(
-                        provider.learner.model,
-                        ids[:, :-1],
-                        torch.ones_like(ids[:, :-1]),
-                        ids[:, 1:],
-                        provider.learner.temperature,
-                    )
-                return [float(x) for x in lp[0, len(prompt) - 1 :]]
+            def own(prompt: list[int], tokens: list[int]) -> list[float]:
+                model, temperature = provider.learner.model, provider.learner.temperature
+                return learner_logprobs(model, prompt, tokens, temperature).tolist()
 
-            fakes[0].logprobs_for = learner_logprobs
-            fakes[1].logprobs_for = lambda p, t: [x + SHIFT for x in learner_logprobs(p, t)]
+            fakes[0].logprobs_for = own
+            fakes[1].logprobs_for = lambda p, t: [x + SHIFT for x in own(p, t)]
             groups = await _rollout(provider)
             datums = []
             for g, (first, *_) in enumerate(groups):
