@@ -142,7 +142,7 @@ SCHEMA: tuple[MetricGroup, ...] = (
         "sum",
         ("tokens/trained", "tokens that entered the loss (non-zero advantage, or a KL term)"),
         ("loss", "the policy loss summed over micro-batches"),
-        Metric("ratio_mean", "mean importance ratio learner / sampler over trained tokens (the learners' `ratio_sum / tokens`)", "recomputed"),
+        Metric("ratio_mean", "mean importance ratio learner / sampler over trained tokens: `ratio_sum / tokens` of the learners' merged sums", "recomputed"),
         Metric("optim/grad_norm", "the gradient norm of the optimizer step, before clipping", "last"),
         Metric("optim/<name>", "another number a trainer's optimizer step reports", "last"),
     ),
@@ -151,7 +151,7 @@ SCHEMA: tuple[MetricGroup, ...] = (
         CURVE,
         "the loss clips its ratio (the learner reports clipped tokens)",
         "recomputed",
-        ("clip_fraction", "share of trained tokens whose ratio the loss clipped"),
+        ("clip_fraction", "share of trained tokens whose ratio the loss clipped: `clipped_tokens / tokens` of the learners' merged sums"),
     ),
     _g(
         "kl",

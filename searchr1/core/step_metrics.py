@@ -97,13 +97,14 @@ def _merge_scope(parts: Sequence[Mapping[str, float]], scope: str) -> dict[str, 
 def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """One step's ``forward_backward`` metrics as one dict: ``mismatch/*`` by
     :func:`merge_mismatch`, ``*_max`` by max, ``*_min`` by min, the rest (``tokens``,
-    ``ratio_sum``, ...) by sum. Means a learner reports (``ratio_mean``, ``clip_fraction``)
-    are dropped: :func:`ratio_metrics` computes them once from the merged sums."""
+    ``ratio_sum``, ...) by sum. Learners report sums and extremes only: the means
+    (``ratio_mean``, ``clip_fraction``, ``kl/mean``) are derived once from the merged sums
+    (:func:`ratio_metrics`, :func:`kl_metrics`)."""
     out: dict[str, float] = {}
     for metrics in parts:
         for key, value in metrics.items():
             v = float(value)
-            if key.startswith("mismatch/") or key in ("ratio_mean", "clip_fraction"):
+            if key.startswith("mismatch/"):
                 continue
             if key.endswith("_max"):
                 out[key] = max(out.get(key, v), v)

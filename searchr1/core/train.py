@@ -15,15 +15,30 @@
     eval "after"
 
 On ``--resume`` the loop continues after the checkpoint's step with the same data cursor and
-RNG states; nothing before the loop runs again. With ``train.max_staleness = k > 0``
-:func:`searchr1.core.pipeline.run_steps` drives the same three functions, rolling out on
-weights at most ``k`` versions old while a step trains.
+RNG states; nothing before the loop runs again.
+
+With ``train.max_staleness = k > 0`` the loop prefetches: while step ``s`` learns (the trainer
+computes off the event loop), the rollouts of up to ``k`` later steps run as asyncio tasks,
+one after the other (:func:`run_steps`). The *policy version* is the number of optimizer
+steps the weights have taken: step ``s`` is learned on version ``s - 1`` and its rollout may
+start once version ``s - 1 - k`` exists. ``k = 0`` is the synchronous order; ``k = 1`` rolls
+out step ``s + 1`` on version ``s - 1`` and is bit-reproducible (with ``k >= 2`` the version
+a rollout gets depends on timing). The importance ratio divides by the log-probs the sampler
+recorded, so stale data stays correct, and the health checks get each step's staleness to
+tell drift from lag. A slow group is never dropped (that biases training toward fast
+questions): the loop waits for it. A trainer that declares ``snapshot_sampler`` gets it
+called at the start of every rollout (a rollout samples one version however the learner
+moves). A step that saves a checkpoint or evaluates holds the prefetch until it is finished,
+so a run resumed from that checkpoint repeats the uninterrupted run. Each step's window
+metrics (:func:`searchr1.core.step.window_metrics`: staleness, idle fractions, overlap) span
+from the end of the previous step to the end of this step's learning.
 
 SIGINT/SIGTERM (``run.stop``, :mod:`searchr1.core.stop`) end the phase they arrive in: the
 model load and the held-out evals at once (nothing to keep), the cold start after its current
 step (its work is kept only whole, as checkpoint 0), an RL step once it is finished and
-checkpointed (a periodic eval due after it is cut short); the error then names the newest
-checkpoint and the command that continues (exit 130/143).
+checkpointed (a periodic eval due after it is cut short, a prefetched rollout in flight
+finished and discarded); the error then names the newest checkpoint and the command that
+continues (exit 130/143).
 
 Under torchrun every rank runs this loop on its share of each step
 (:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
@@ -34,6 +49,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +58,7 @@ from searchr1.core.checkpoint import remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.config_schema import ColdStartSettings
 from searchr1.core.data import load_questions
-from searchr1.core.distributed import check_supported
+from searchr1.core.distributed import World, check_supported
 from searchr1.core.errors import ConfigError, HealthStop, Interrupted
 from searchr1.core.evaluation import (
     BEST,
@@ -52,7 +69,6 @@ from searchr1.core.evaluation import (
 )
 from searchr1.core.health import Health
 from searchr1.core.logs import close_console, get_logger
-from searchr1.core.pipeline import run_steps
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
@@ -131,10 +147,7 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
             await _before_rl(plan, progress)
         else:
             stop.check(f"the resume from checkpoint step {plan.start}", run.world)
-        if run.config.train.max_staleness == 0:
-            await _plain_steps(plan, progress)
-        else:
-            await _pipelined_steps(plan, progress)
+        await _rl_steps(plan, progress)
         step = progress.batch.step if progress.batch else plan.start
         asked = stop.asked(run.world)  # a rank that got no signal stops too
         stopped = asked is not None or plan.health.stop_alert is not None
@@ -240,37 +253,143 @@ async def _heldout_phase(plan: _Plan, name: str, **kwargs: Any) -> None:
             raise
 
 
-async def _plain_steps(plan: _Plan, progress: _Progress) -> None:
-    """Steps ``start + 1 .. max_steps`` one after the other: each rolls out on the weights
-    its previous step left."""
-    run, stop, health = plan.run, plan.run.stop, plan.health
-    for step in range(plan.start + 1, run.config.train.max_steps + 1):
-        t0 = time.perf_counter()
-        batch = await collect(run, plan.stream, step, policy_version=step - 1)
-        t1 = time.perf_counter()
-        learned = await _learn(plan, batch)
-        timing = window_metrics(batch, t0, t1, time.perf_counter())
-        await _finish(plan, progress, batch, learned, timing)
-        # rank 0 alone sees health alerts: every rank stops at the same step
-        if run.world.any(stop.requested or health.stop_alert is not None):
-            break
-
-
-async def _pipelined_steps(plan: _Plan, progress: _Progress) -> None:
-    """The same steps with ``train.max_staleness > 0``: the next steps' rollouts run while
-    a step learns (:func:`searchr1.core.pipeline.run_steps`)."""
-    run, stop = plan.run, plan.run.stop
+async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
+    """Steps ``start + 1 .. max_steps`` through :func:`run_steps`: the step's three
+    functions, its barriers (a step that saves or evaluates) and its stop (a signal, or a
+    health alert with ``on_alert = "stop"``, which rank 0 alone sees)."""
+    run, health = plan.run, plan.health
     await run_steps(
-        first=plan.start + 1,
-        last=run.config.train.max_steps,
+        plan.start + 1,
+        run.config.train.max_steps,
         max_staleness=run.config.train.max_staleness,
         collect=lambda step, version: collect(run, plan.stream, step, version),
         learn=lambda batch: _learn(plan, batch),
         finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
-        is_barrier=lambda step: plan.saves(step) or plan.evaluates(step),
-        stopping=lambda: stop.requested or plan.health.stop_alert is not None,
+        holds=lambda step: plan.saves(step) or plan.evaluates(step),
+        stopping=lambda: run.stop.requested or health.stop_alert is not None,
         snapshot=run.trainer.capabilities.snapshot_sampler,
+        world=run.world,
     )
+
+
+Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
+Learn = Callable[[Batch], Awaitable[Learned]]
+Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
+
+
+async def run_steps(
+    first: int,
+    last: int,
+    *,
+    max_staleness: int,
+    collect: Collect,
+    learn: Learn,
+    finish: Finish,
+    holds: Callable[[int], bool],
+    stopping: Callable[[], bool],
+    snapshot: Callable[[], Awaitable[None]] | None,
+    world: World,
+) -> None:
+    """Collect, learn and finish steps ``first..last`` in order, the rollouts of up to
+    ``max_staleness`` later steps prefetched while a step learns.
+
+    Step ``s`` is learned on policy version ``s - 1`` (the optimizer steps taken); its
+    rollout starts once version ``s - 1 - max_staleness`` exists, after step ``s - 1``'s
+    rollout, and after step ``s - 1`` is finished when ``holds(s - 1)``. With
+    ``max_staleness > 0`` every rollout starts with ``snapshot()`` (the sampler pins the
+    newest weights), and so does what samples after the loop. After each step every rank
+    agrees on ``stopping()`` (``world.any``) and the loop ends on a stop: the rollout in
+    flight is finished and discarded, none starts after it. An error in ``collect`` is raised
+    once the steps before it are learned; one in ``learn`` or ``finish`` cancels the
+    rollouts in flight."""
+    rollouts = _Rollouts(collect, snapshot if max_staleness > 0 else None, stopping, first - 1)
+    ahead, window = first, time.perf_counter()  # ahead: the next step whose rollout starts
+    try:
+        for step in range(first, last + 1):
+            while ahead <= min(last, step + max_staleness) and (
+                ahead == step or not holds(ahead - 1)
+            ):
+                rollouts.start(ahead)
+                ahead += 1
+            batch = await rollouts.next()
+            t0 = time.perf_counter()
+            learned = await learn(batch)
+            t1 = time.perf_counter()
+            busy, overlap = rollouts.busy(window, t1), rollouts.busy(t0, t1)
+            timing = window_metrics(batch, window, t0, t1, rollout_busy=busy, overlap=overlap)
+            await finish(batch, learned, timing)  # the periodic held-out eval runs in this loop
+            rollouts.version = step
+            if world.any(stopping()):
+                break
+            window = time.perf_counter()
+    except BaseException:
+        await rollouts.close(cancel=True)
+        raise
+    await rollouts.close(cancel=False)
+    if rollouts.snapshot is not None:
+        await rollouts.snapshot()  # what samples next (the eval "after") sees the trained weights
+
+
+class _Rollouts:
+    """The rollouts :func:`run_steps` started and has not learned yet, in step order, and
+    when rollouts ran (to measure the sampler's idle time per window). One runs at a time,
+    each after the one before it: the question stream is read in step order."""
+
+    def __init__(
+        self,
+        collect: Collect,
+        snapshot: Callable[[], Awaitable[None]] | None,
+        stopping: Callable[[], bool],
+        version: int,
+    ) -> None:
+        self.collect, self.snapshot, self.stopping = collect, snapshot, stopping
+        #: the policy version a rollout starting now samples
+        self.version = version
+        self.queued: deque[asyncio.Task[Batch | None]] = deque()
+        self.spans: list[tuple[float, float]] = []
+        self.running_since: float | None = None
+        self.closed = False
+
+    def start(self, step: int) -> None:
+        after = self.queued[-1] if self.queued else None
+        self.queued.append(asyncio.create_task(self._rollout(step, after), name=f"rollout-{step}"))
+
+    async def _rollout(self, step: int, after: asyncio.Task[Batch | None] | None) -> Batch | None:
+        """Step ``step``'s batch, or None when it never starts: the rollout before it
+        failed, or the loop is ending (it never reads this one)."""
+        if after is not None:
+            await asyncio.wait([after])  # a wait that, cancelled, leaves ``after`` running
+            if self.closed or self.stopping() or after.cancelled() or after.exception():
+                return None
+        if self.snapshot is not None:
+            await self.snapshot()
+        self.running_since = time.perf_counter()
+        try:
+            return await self.collect(step, self.version)
+        finally:
+            self.spans.append((self.running_since, time.perf_counter()))
+            self.running_since = None
+
+    async def next(self) -> Batch:
+        batch = await self.queued.popleft()
+        assert batch is not None, "a rollout after a stop or a failure is never read"
+        return batch
+
+    def busy(self, start: float, end: float) -> float:
+        """Seconds of ``[start, end]`` during which a rollout ran."""
+        spans = list(self.spans)
+        if self.running_since is not None:
+            spans.append((self.running_since, end))
+        total = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
+        self.spans = [(a, b) for a, b in self.spans if b > start]  # older ones are done
+        return total
+
+    async def close(self, *, cancel: bool) -> None:
+        """Wait for the rollouts left (``cancel``: cancel them first); none starts after."""
+        self.closed = True
+        for task in self.queued if cancel else ():
+            task.cancel()
+        await asyncio.gather(*self.queued, return_exceptions=True)
 
 
 async def _learn(plan: _Plan, batch: Batch) -> Learned:

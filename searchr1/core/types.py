@@ -112,7 +112,10 @@ class AdamParams:
 
 @dataclass(frozen=True)
 class ForwardBackwardResult:
-    """The micro-batch's summed loss and metrics."""
+    """The micro-batch's summed loss and metrics: sums (``tokens``, ``ratio_sum``, ...) and
+    extremes (``*_max``, ``*_min``), never means; the core merges every micro-batch's (and
+    under torchrun every rank's) and derives the means once
+    (:func:`~searchr1.core.step_metrics.merge_train_metrics`)."""
 
     loss: float
     metrics: Mapping[str, float] = field(default_factory=dict)

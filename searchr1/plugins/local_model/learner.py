@@ -253,9 +253,9 @@ class Learner:
         The datums are processed in chunks of at most ``chunk_tokens`` positions of decoder
         work (:meth:`_chunks`; the loss is a sum, so chunking changes nothing but peak
         memory). Returns the unscaled summed loss and metrics: the loss's own sums
-        (``tokens``, ``ratio_sum``, ...), their means (``ratio_mean``, ``clip_fraction``),
-        ``logprob_diff_max`` and the ``mismatch/*`` metrics of the module docstring. Dropout
-        is off (module docstring)."""
+        (``tokens``, ``ratio_sum``, ``clipped_tokens``, ...; the core derives the means once,
+        :func:`~searchr1.core.step_metrics.ratio_metrics`), ``logprob_diff_max`` and the
+        ``mismatch/*`` metrics of the module docstring. Dropout is off (module docstring)."""
         if not datums:
             raise ValueError("forward_backward(): no datums")
         if self.sharding is not None:
@@ -638,14 +638,9 @@ def _merge_chunks(
     metrics merged as the loop merges micro-batches (:func:`merge_train_metrics`)."""
     total_loss = sum(loss for loss, _, _ in parts)
     out = merge_train_metrics([{**metrics, **mismatch} for _, metrics, mismatch in parts])
-    tokens = out.get("tokens", 0.0)
     out["datums"] = float(datums)
     out["loss"] = total_loss
     out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
-    if "ratio_sum" in out:
-        out["ratio_mean"] = out["ratio_sum"] / tokens if tokens else 1.0
-    if "clipped_tokens" in out:
-        out["clip_fraction"] = out["clipped_tokens"] / tokens if tokens else 0.0
     return ForwardBackwardResult(loss=total_loss, metrics=out)
 
 

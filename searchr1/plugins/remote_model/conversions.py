@@ -145,9 +145,10 @@ def forward_result(
 ) -> ForwardBackwardResult:
     """The service's loss (unscaled back, as the local provider reports it) plus the metrics
     the local provider reports, recomputed from the per-token log-probs the service returns:
-    sums (``tokens``, ``ratio_sum``), ``ratio_max``, ``ratio_mean``, ``logprob_diff_max``
-    (largest |learner - sampler| log-prob on trained positions) and the ``mismatch/*``
-    metrics (:func:`searchr1.core.step_metrics.mismatch_from_logprobs`)."""
+    sums (``tokens``, ``ratio_sum``; the core derives ``ratio_mean`` from them), maxima
+    (``ratio_max``, ``logprob_diff_max``: the largest |learner - sampler| log-prob on
+    trained positions) and the ``mismatch/*`` metrics
+    (:func:`searchr1.core.step_metrics.mismatch_from_logprobs`)."""
     raw = {str(k): v for k, v in (getattr(output, "metrics", None) or {}).items()}
     loss = float(raw.get("loss_sum", raw.get("loss:sum", 0.0))) / loss_scale
     tokens = ratio_sum = ratio_max = diff_max = 0.0
@@ -174,7 +175,6 @@ def forward_result(
             tokens=tokens,
             ratio_sum=ratio_sum,
             ratio_max=ratio_max,
-            ratio_mean=ratio_sum / tokens,
             logprob_diff_max=diff_max,
         )
         metrics.update(mismatch_from_logprobs(learner_lps, sampler_lps))

@@ -1,7 +1,7 @@
-"""Pipelined steps (``train.max_staleness``): the scheduler's order, bounds, stops and errors
-(with timed stand-ins for collect and learn), and the local provider's pinned sampler weights
-(real tiny model). The train loop end to end with ``max_staleness = 1`` (versions, metrics,
-SIGKILL-resume) is in ``test_train_loop.py``."""
+"""The step loop's prefetch (``train.max_staleness``, :func:`searchr1.core.train.run_steps`):
+its order, bounds, stops and errors (with timed stand-ins for collect, learn and finish),
+and the local provider's pinned sampler weights (real tiny model). The train loop end to end
+with ``max_staleness = 1`` (versions, metrics, SIGKILL-resume) is in ``test_train_loop.py``."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from searchr1.core.distributed import World
 from searchr1.core.errors import EnvironmentDown
-from searchr1.core.pipeline import run_steps
 from searchr1.core.step import Batch, Learned
+from searchr1.core.train import run_steps
 
 
 class Recorder:
@@ -61,15 +62,16 @@ class Recorder:
     def run(self, *, last: int, staleness: int, barriers: tuple[int, ...] = (), first: int = 1):
         return asyncio.run(
             run_steps(
-                first=first,
-                last=last,
+                first,
+                last,
                 max_staleness=staleness,
                 collect=self.collect,
                 learn=self.learn,
                 finish=self.finish,
-                is_barrier=lambda s: s in barriers,
+                holds=lambda s: s in barriers,
                 stopping=lambda: self.stopped,
                 snapshot=self._snapshot,
+                world=World(),
             )
         )
 
@@ -234,7 +236,7 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
 
 def test_local_sampling_while_the_learner_trains_in_its_worker(model_dir: Path) -> None:
     """A rollout samples in the event loop while the learner trains in its worker thread, as
-    the pipeline runs them: every sample comes from the pinned version."""
+    the prefetching loop runs them: every sample comes from the pinned version."""
     from searchr1.core.config_schema import Config
     from searchr1.core.types import SamplingParams
     from searchr1.plugins.local_model.provider import LocalModelProvider
