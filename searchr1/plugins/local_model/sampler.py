@@ -15,6 +15,12 @@ caller was cancelled (a stop signal cut the rollouts short), at the next decodin
 decodes join it between two steps, as far as they fit. When a row stops, its cache is kept
 (:mod:`.reuse`) so the trajectory's next turn prefills only its new tokens.
 
+A sharded model sampled in lockstep (``[model.local] fsdp_sampling = "lockstep"``) runs every
+forward in step with the other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`):
+the worker then serves :meth:`BatchedSampler.sample` inside a session, from
+:meth:`BatchedSampler.begin_session` to :meth:`BatchedSampler.outside_session`, joining the
+other ranks' forwards whenever it has none of its own.
+
 Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
 quantized caches) take the general path: one batch at a time, rows only leave it, no cache
 is kept between turns. Correct for any model transformers runs with its own cache classes.
