@@ -66,11 +66,18 @@ def test_lockstep_rollout_trains_as_the_gathered_rollout_and_resumes(tmp_path: P
     """``searchr1 train --nproc 2``, fsdp = true, float64, the offline world (searches
     between turns: the ranks wait on search at different times): with fsdp_sampling =
     "lockstep" each step's trajectories (tokens, log-probs, rewards), metrics and the
-    checkpointed adapter are those of the gathered rollout with the same seed."""
+    checkpointed adapter are those of the gathered rollout with the same seed, and so are
+    rank 0's held-out evals (rank 1 joins their forwards)."""
     runs = {}
     for mode in ("gather", "lockstep"):
         local = {"fsdp": True, "fsdp_sampling": mode}
-        text = make_config(RUN, model={"dtype": "float64", "local": local})
+        text = make_config(
+            RUN,
+            model={"dtype": "float64", "local": local},
+            # rank 0's held-out eval after each step: it alone samples, the others join
+            train={"eval_every": 1, "eval_questions": 2},
+            data={"eval": "builtin:world/heldout.jsonl"},
+        )
         config = write_config(tmp_path / mode, text)
         run_dir = runs[mode] = tmp_path / mode / "run"
         done = _train(tmp_path, "--config", config, "--run-dir", run_dir, nproc=2)
@@ -81,7 +88,8 @@ def test_lockstep_rollout_trains_as_the_gathered_rollout_and_resumes(tmp_path: P
     metrics = _events(lockstep, "metrics")
     assert [(m["step"], m["world_size"]) for m in metrics] == [(1, 2), (2, 2)]
     for want, got in zip(_events(gather, "metrics"), metrics, strict=True):
-        for key in ("loss", "optim/grad_norm", "reward/mean", "health/response_tokens"):
+        keys = ("loss", "optim/grad_norm", "reward/mean", "health/response_tokens")
+        for key in (*keys, "eval/heldout_format_rate", "eval/heldout_search_calls_mean"):
             assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
     searched = 0
     for step in (1, 2):
