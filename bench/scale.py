@@ -222,6 +222,7 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
                 "idle_forwards": [r["idle_forwards"] for r in ranks],
             }
         # the rollout on the same model: the demo's steps, sampled gathered or in lockstep
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # as above, for the runs' processes
         for mode in ("gather", "lockstep"):
             figures = run(
                 Path(tmp),
