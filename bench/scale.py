@@ -34,7 +34,11 @@ whole (``Sharding.for_sampling``, what the rollout does) and once sharded in loc
 the slowest rank's seconds), each rank's peak bytes of model weights held while sampling
 (FSDP's shards and gathered units, the whole output head; counted at every decoder layer's
 forward), its peak resident memory over the same moments and before sampling, and the
-lockstep's idle forwards. One JSON line.
+lockstep's idle forwards. Then the rollout on that model: ``--rollout-steps`` steps of
+the demo (4 questions x 4 trajectories a step) through ``searchr1 train --nproc N`` with
+``fsdp = true``, ``fsdp_sampling`` "gather" and then "lockstep" (``rollout_*``: the step
+figures above, and the peak RSS any step logged, ``memory/peak_rss_gb``: a high-water
+mark, the loading's included). One JSON line.
 """
 
 from __future__ import annotations
@@ -58,13 +62,27 @@ DEMO = Path(__file__).resolve().parents[1] / "searchr1" / "defaults" / "offline.
 
 
 def run(
-    folder: Path, nproc: int, steps: int, threads: int, fsdp: bool = False, vllm: str = ""
+    folder: Path,
+    nproc: int,
+    steps: int,
+    threads: int,
+    fsdp: bool = False,
+    vllm: str = "",
+    lockstep: bool = False,
+    base_model: str = "",
+    questions: int = 0,
 ) -> dict[str, Any]:
-    """Train ``steps`` steps of the demo with ``nproc`` processes (``fsdp``: sharded; ``vllm``:
-    the vLLM interpreter of ``[model] provider = "vllm"``, one server rank 0 launches); the
+    """Train ``steps`` steps of the demo with ``nproc`` processes (``fsdp``: sharded;
+    ``lockstep``: and sampled sharded, ``fsdp_sampling = "lockstep"``; ``vllm``: the vLLM
+    interpreter of ``[model] provider = "vllm"``, one server rank 0 launches; ``base_model``
+    and ``questions`` a step (with as many trajectories each) instead of the demo's); the
     step figures."""
     config = tomllib.loads(DEMO.read_text())
     config["train"].update(max_steps=steps, save_every=steps, eval_before_after=False)
+    if base_model:
+        config["model"]["base_model"] = base_model
+    if questions:
+        config["rollout"].update(questions_per_batch=questions, group_size=questions)
     if vllm:
         config["model"]["provider"] = "vllm"
         config["model"]["vllm"] = {
@@ -74,8 +92,12 @@ def run(
             "server_args": ["--kv-cache-memory-bytes", str(64 << 20), "--max-num-seqs", "64"],
         }
     else:
-        config["model"].setdefault("local", {}).update(threads=threads, fsdp=fsdp)
-    name = f"{nproc}{'-fsdp' if fsdp else ''}{'-vllm' if vllm else ''}"
+        local = config["model"].setdefault("local", {})
+        local.update(threads=threads, fsdp=fsdp or lockstep)
+        if lockstep:
+            local["fsdp_sampling"] = "lockstep"
+    name = f"{nproc}{'-fsdp' if fsdp else ''}{'-lockstep' if lockstep else ''}"
+    name += "-vllm" if vllm else ""
     path = folder / f"config-{name}.toml"
     path.write_text(tomli_w.dumps(config))
     run_dir = folder / f"run-{name}"
@@ -100,6 +122,7 @@ def run(
         "trained_tokens_per_s": round(sum(m["tokens/trained"] for m in metrics) / seconds, 1),
         "trajectories_per_step": trajectories,
         "threads_per_process": threads,
+        "peak_rss_gb": max(m["memory/peak_rss_gb"] for m in metrics),
     }
 
 
@@ -117,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=8, help="--sampling: sequences a rank")
     parser.add_argument("--prompt", type=int, default=64, help="--sampling: prompt tokens")
     parser.add_argument("--new-tokens", type=int, default=48, help="--sampling: per row")
+    parser.add_argument("--rollout-steps", type=int, default=3, help="--sampling: demo steps")
     parser.add_argument("--sampling-worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.check_equal:
@@ -197,6 +221,20 @@ def sampling(args: argparse.Namespace) -> dict[str, Any]:
                 "rss_before_mb": [r["rss_before_mb"] for r in ranks],
                 "idle_forwards": [r["idle_forwards"] for r in ranks],
             }
+        # the rollout on the same model: the demo's steps, sampled gathered or in lockstep
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # as above, for the runs' processes
+        for mode in ("gather", "lockstep"):
+            figures = run(
+                Path(tmp),
+                args.nproc,
+                args.rollout_steps,
+                threads,
+                fsdp=True,
+                lockstep=mode == "lockstep",
+                base_model=str(model),
+                questions=4,
+            )
+            result[f"rollout_{mode}"] = figures
     return result
 
 

@@ -1,18 +1,24 @@
 """Sampling an FSDP2-sharded model in lockstep (``fsdp.Lockstep``, 2 gloo ranks under
-torchrun, float64): the same tokens and log-probs as sampling it gathered whole, with the
-same seeds, while no more than one decoder layer is ever whole at once; the ranks have
-unequal work (one has none in a call) and all finish."""
+torchrun, float64): called directly, the same tokens and log-probs as sampling it gathered
+whole, with the same seeds, while no more than one decoder layer is ever whole at once; the
+ranks have unequal work (one has none in a call) and all finish. Through ``searchr1 train``
+(``[model.local] fsdp_sampling = "lockstep"``): the same trajectories, update and checkpoint
+as the gathered rollout, and it resumes; without ``fsdp`` the setting is refused."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from cli_run import Result, make_config, write_config
 from fakes import build_small_tiny_model
 from numerics import assert_same64
-from test_torchrun import TORCHRUN, _env
+from safetensors.torch import load_file
+from test_torchrun import RUN, TORCHRUN, _env, _events, _train
 
 HERE = Path(__file__).parent
 
@@ -47,3 +53,76 @@ def test_lockstep_sampling_equals_the_gathered_sampling_with_the_same_seeds(
         assert got["sharded_after"] and got["trains_after"]
     # rank 0 (less work, none in the second call) joined rank 1's forwards with idle ones
     assert ranks[0]["idle_forwards"] > 0
+
+
+def _rank_events(run_dir: Path, event: str) -> list[dict]:
+    """Every rank's ``event`` events (rank 0's in events.jsonl, the others' in ranks/)."""
+    lines = (run_dir / "ranks" / "rank1.jsonl").read_text().splitlines()
+    return _events(run_dir, event) + [e for e in map(json.loads, lines) if e["event"] == event]
+
+
+@pytest.mark.slow
+def test_lockstep_rollout_trains_as_the_gathered_rollout_and_resumes(tmp_path: Path) -> None:
+    """``searchr1 train --nproc 2``, fsdp = true, float64, the offline world (searches
+    between turns: the ranks wait on search at different times): with fsdp_sampling =
+    "lockstep" each step's trajectories (tokens, log-probs, rewards), metrics and the
+    checkpointed adapter are those of the gathered rollout with the same seed, and so are
+    rank 0's held-out evals (rank 1 joins their forwards)."""
+    runs = {}
+    for mode in ("gather", "lockstep"):
+        local = {"fsdp": True, "fsdp_sampling": mode}
+        text = make_config(
+            RUN,
+            model={"dtype": "float64", "local": local},
+            # rank 0's held-out eval after each step: it alone samples, the others join
+            train={"eval_every": 1, "eval_questions": 2},
+            data={"eval": "builtin:world/heldout.jsonl"},
+        )
+        config = write_config(tmp_path / mode, text)
+        run_dir = runs[mode] = tmp_path / mode / "run"
+        done = _train(tmp_path, "--config", config, "--run-dir", run_dir, nproc=2)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        sharded = _rank_events(run_dir, "fsdp_sharded")
+        assert [e["sampling"] for e in sharded] == [mode, mode]
+    gather, lockstep = runs["gather"], runs["lockstep"]
+    metrics = _events(lockstep, "metrics")
+    assert [(m["step"], m["world_size"]) for m in metrics] == [(1, 2), (2, 2)]
+    for want, got in zip(_events(gather, "metrics"), metrics, strict=True):
+        keys = ("loss", "optim/grad_norm", "reward/mean", "health/response_tokens")
+        for key in (*keys, "eval/heldout_format_rate", "eval/heldout_search_calls_mean"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+    searched = 0
+    for step in (1, 2):
+        name = f"trajectories/step_{step:06d}.jsonl"
+        want = [json.loads(line) for line in (gather / name).read_text().splitlines()]
+        got = [json.loads(line) for line in (lockstep / name).read_text().splitlines()]
+        assert len(got) == 6
+        for a, b in zip(want, got, strict=True):
+            assert b["trajectory_id"] == a["trajectory_id"]
+            assert b["turns"] == a["turns"] and b["reward"] == a["reward"]
+            assert b["num_generated_tokens"] == a["num_generated_tokens"]
+        searched += sum(t["search_calls"] for t in got)
+    assert searched > 0  # some trajectories searched between their turns
+    adapter = "checkpoints/step_000002/model/adapter/adapter_model.safetensors"
+    want_w, got_w = load_file(gather / adapter), load_file(lockstep / adapter)
+    assert want_w.keys() == got_w.keys()
+    for name in want_w:  # rank 0 saved the whole adapter, gathered after the last step
+        assert_same64(got_w[name], want_w[name], name)
+    assert any(float(t.abs().max()) > 0 for k, t in got_w.items() if "lora_B" in k)
+    # resume: every rank loads its shards outside a sampling session, then samples again
+    config = tmp_path / "lockstep" / "config.toml"
+    resume = ("--config", config, "--run-dir", lockstep, "--resume", "--max-steps", 3)
+    resumed = _train(tmp_path, *resume, nproc=2)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert [m["step"] for m in _events(lockstep, "metrics")] == [1, 2, 3]
+
+
+def test_lockstep_sampling_without_fsdp_is_refused_naming_both_settings(
+    run_cli: Callable[..., Result], config_file: Callable[..., Path]
+) -> None:
+    path = config_file(make_config(model={"local": {"fsdp_sampling": "lockstep"}}))
+    result = run_cli("config", "check", "--config", path)
+    assert result.code == 2
+    assert 'model.local.fsdp_sampling = "lockstep"' in result.err
+    assert "model.local.fsdp = true" in result.err
+    assert f"{path.name}:" in result.err  # where: the file and line

@@ -56,6 +56,17 @@ def lora_advice(config: Config) -> list[str]:
     return out + coverage_warnings(config)
 
 
+def check_local(config: Config) -> list[str]:
+    """The ``local`` provider's ``check``: its ``[model.local]`` settings together, then the
+    model's (:func:`~searchr1.plugins.local_model.lora_coverage.check_model`)."""
+    from searchr1.core.config_validate import plugin_settings
+    from searchr1.plugins.local_model.provider import fsdp_sampling_problem
+
+    problem = fsdp_sampling_problem(plugin_settings(config, "model", "local", LocalSettings))
+    where = config.where("model.local.fsdp_sampling")
+    return ([f"{where}: {problem}"] if problem else []) + check_model(config)
+
+
 @hookimpl
 def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
     register(
@@ -65,5 +76,5 @@ def register_model_providers(register: Callable[[str, Callable[[Config], Any]], 
         reads=("device", "dtype"),
         default="the model runs in this process",
         advise=lora_advice,
-        check=check_model,
+        check=check_local,
     )

@@ -13,20 +13,32 @@ What stays whole on every rank:
 * the output head (``lm_head``, V x H): the chunked log-probs
   (:mod:`.chunked_logprobs`) multiply by its weight directly; frozen, it needs no
   gathering. With tied embeddings it is a second copy beside the sharded input embeddings.
-* **the whole base while sampling.** Every forward of a sharded model is a collective, so
-  every rank would have to run the same number of forwards; the rollout's ranks decode
+* with ``fsdp_sampling = "gather"`` (the default), **the whole base while sampling.**
+  Every forward of a sharded model is a collective, but the rollout's ranks decode
   different questions at their own pace (different lengths, search calls in between).
   :meth:`Sharding.for_sampling` therefore all-gathers every unit once after each optimizer
   step and keeps it gathered through the rollout (forwards then talk to no other rank);
   :meth:`Sharding.for_learning` frees the gathered copies before the learner runs. So
   sharding lowers the learner's peak (activations, gradients and optimizer state beside
   one layer's gathered weights), not the sampler's: the base must still fit one device
-  with the sampler's caches. Decoding in lockstep (every rank runs a forward each decoding
-  iteration until all are done, as HF ``generate(synced_gpus=True)``) keeps it sharded:
-  :class:`Lockstep` does that for a sampler called directly
-  (:meth:`~searchr1.plugins.local_model.sampler.BatchedSampler.generate` on every rank);
-  the rollout does not use it yet (its ranks would have to keep joining forwards from one
-  optimizer step to the next, on a process group of their own: see docs/scale-out.md).
+  with the sampler's caches.
+
+Lockstep sampling (``fsdp_sampling = "lockstep"``) keeps the weights sharded while
+sampling: every rank runs a forward whenever any rank does (:class:`Lockstep`, as HF
+``generate(synced_gpus=True)``), so each forward gathers one unit at a time. Called
+directly, :meth:`~searchr1.plugins.local_model.sampler.BatchedSampler.generate` on every
+rank does it. For the rollout the sampler's worker thread runs a *session* on every rank
+from one optimizer step (or the provider's start, or a load) to the next: each round the
+ranks agree whether any has work and whether any session is still open; a rank with work
+decodes its batch, one without joins each of their forwards with an idle one-token
+forward, and while nobody works but some rank may still sample (its trajectories
+searching, rank 0's held-out eval) they poll. The provider ends the session on every rank
+before the learner runs (``optim_step``, ``load_state``, the KL reference's pin) and
+begins the next one after, so the learner's collectives never overlap the sampler's. The
+units then live on a process group of their own (:func:`shard_model`), since the
+sampler's thread gathers while the main thread runs the train loop's collectives on the
+default group. Rank 0's checkpoint reads the adapter gathered whole after each step
+(:meth:`~searchr1.plugins.local_model.learner.Learner.gather_adapter`).
 
 Equal schedules: a learner's forwards under FSDP are collectives too, so the learner
 defers a step's micro-batches to ``optim_step`` (every rank calls it), agrees on the most
@@ -69,16 +81,28 @@ def max_over_ranks(values: Sequence[int], device: torch.device) -> list[int]:
 
 
 class Sharding:
-    """The FSDP2 units of one peft model and which phase they are in (module docstring)."""
+    """The FSDP2 units of one peft model and which phase they are in (module docstring).
 
-    def __init__(self, units: Sequence[Any]) -> None:
+    ``group``: with lockstep sampling, the process group of the model's own collectives
+    (FSDP's gathers and reductions, and :class:`Lockstep`'s agreement), apart from the
+    default group that the train loop's collectives use; None: FSDP on the default group,
+    the weights gathered whole for sampling."""
+
+    def __init__(self, units: Sequence[Any], group: Any = None) -> None:
         self.units = list(units)
+        self.group = group
         self.sampling = False
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether the rollout samples the sharded model in lockstep (no gather)."""
+        return self.group is not None
 
     def for_sampling(self) -> None:
         """Gather every unit's whole weights and keep them through the rollout (a
-        collective: every rank calls it at the same point)."""
-        if self.sampling:
+        collective: every rank calls it at the same point); with lockstep sampling the
+        weights stay sharded and nothing happens."""
+        if self.sampling or self.lockstep:
             return
         for unit in self.units:
             unit.unshard()
@@ -102,13 +126,23 @@ class Lockstep:
     Every forward of an FSDP2 model all-gathers each unit's weights: a collective that
     every rank must enter. So before each of its forwards (a prefill chunk, a decoding step)
     a rank with work calls :meth:`before_forward`, and a rank without work calls
-    :meth:`drain`: both all-reduce a "working" flag, and while some rank works, a rank
-    without work runs a one-token forward (:meth:`_idle_forward`) to join its gathers. The
+    :meth:`drain` or, in a session, :meth:`agree` (0): each all-reduces a "working" flag
+    (and whether this rank's session is :attr:`open`), and while some rank works, a rank
+    without work runs a one-token forward (:meth:`idle_forward`) to join its gathers. The
     ranks' forwards thus pair up one to one, whatever each decodes; every rank's
     :meth:`drain` returns together, at the first flag round in which no rank works (as
-    ``generate(synced_gpus=True)`` in transformers). Costs one all-reduce of one integer per
-    forward beside the gathers, and each gather is the one unit's, not the whole model's.
+    ``generate(synced_gpus=True)`` in transformers). Costs one all-reduce of two integers
+    per forward beside the gathers, and each gather is the one unit's, not the whole
+    model's.
+
+    A session (the sampler's worker thread serving the rollout,
+    :meth:`~searchr1.plugins.local_model.sampler.BatchedSampler.begin_session`) keeps going
+    while any rank's session is :attr:`open` or any rank works, polling every
+    :attr:`poll_s` while none works; it ends on every rank in the same round.
     """
+
+    #: seconds between two flag rounds of a session in which no rank works
+    poll_s = 0.002
 
     def __init__(
         self, model: Any, device: torch.device, pad_token_id: int, group: Any = None
@@ -117,38 +151,46 @@ class Lockstep:
         self.device = device
         self.pad_token_id = pad_token_id
         self.group = group
+        #: whether this rank's session may still get work (set by the sampler's owner)
+        self.open = False
         self.idle_forwards = 0  # forwards run only to join another rank's (tests, benches)
 
     def before_forward(self) -> None:
         """Called by a rank with work right before each forward it runs."""
-        self._agree(1)
+        self.agree(1)
 
     def drain(self) -> None:
         """Join the other ranks' forwards until none has work left (a collective)."""
-        while self._agree(0):
-            self._idle_forward()
+        while self.agree(0)[0]:
+            self.idle_forward()
 
-    def _agree(self, working: int) -> int:
-        """How many ranks will run a forward of their own next (a collective)."""
+    def agree(self, working: int) -> tuple[int, int]:
+        """How many ranks will run a forward of their own next, and how many sessions are
+        still open (a collective)."""
         import torch.distributed as dist
 
         from searchr1.core.distributed import _collective
 
         size = dist.get_world_size(self.group)
-        box = torch.tensor([working], dtype=torch.int64, device=self.device)
+        box = torch.tensor([working, int(self.open)], dtype=torch.int64, device=self.device)
         _collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
-        return int(box.item())
+        working_ranks, open_ranks = box.tolist()
+        return int(working_ranks), int(open_ranks)
 
-    def _idle_forward(self) -> None:
+    def idle_forward(self) -> None:
+        """A forward only to join the working ranks' gathers."""
         # one pad token, no cache: the same units gathered in the same order as any forward
         ids = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.device)
         self.model(input_ids=ids, use_cache=False, logits_to_keep=1)
         self.idle_forwards += 1
 
 
-def shard_model(model: Any, device: torch.device) -> Sharding:
+def shard_model(model: Any, device: torch.device, lockstep: bool = False) -> Sharding:
     """Apply ``fully_shard`` to each decoder layer of the peft ``model`` (LoRA already
-    attached), then to the decoder as the root unit; gradients are summed, not averaged."""
+    attached), then to the decoder as the root unit; gradients are summed, not averaged.
+    ``lockstep``: the units live on a process group of their own (:class:`Sharding`), made
+    here (a collective: every rank calls it at the same point)."""
+    import torch.distributed as dist
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # the transformers CausalLM under peft's wrapper (chunked_logprobs.causal_lm, which
@@ -160,22 +202,40 @@ def shard_model(model: Any, device: torch.device) -> Sharding:
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     lists = [m for m in decoder.modules() if isinstance(m, torch.nn.ModuleList)]
     layers = max(lists, key=len) if lists else []  # the decoder layers
-    units = [fully_shard(layer, mp_policy=policy) for layer in layers]
-    units.append(fully_shard(decoder, mp_policy=policy))
+    group = mesh = None
+    if lockstep:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        # the sampler's worker thread gathers on it while the main thread runs the train
+        # loop's collectives on the default group: two threads must not share a group
+        group = dist.new_group(backend="nccl" if device.type == "cuda" else "gloo")
+        mesh = DeviceMesh.from_group(group, device.type)
+    units = [fully_shard(layer, mesh=mesh, mp_policy=policy) for layer in layers]
+    units.append(fully_shard(decoder, mesh=mesh, mp_policy=policy))
     for unit in units:
         # the learner scales the loss by the whole batch (1 / N), so the ranks' gradients
         # add up to the one-process gradient; FSDP's default averages them
         unit.set_gradient_divide_factor(1.0)
         # a plain SUM collective (gloo has no pre-multiplied sum; multiplying by 1 is exact)
         unit.set_force_sum_reduction_for_comms(True)
+        if lockstep:
+            # FSDP allocates a unit's whole-weight tensors at its first gather and refills
+            # them in place at every later one: made under the sampler's inference mode
+            # they would be inference tensors, which the learner cannot fill. One unit at a
+            # time: the peak is one unit's weights.
+            unit.unshard()
+            unit.reshard()
     get_logger().info(
         "fsdp_sharded",
         units=len(units),
         mixed_precision=policy.param_dtype is not None,
+        sampling="lockstep" if lockstep else "gather",
         message=f"FSDP2: {len(units) - 1} decoder layers and the decoder root sharded over "
-        "the ranks; whole again while sampling (see fsdp.py)",
+        "the ranks; "
+        + ("sharded while sampling, in lockstep" if lockstep else "whole again while sampling")
+        + " (see fsdp.py)",
     )
-    return Sharding(units)
+    return Sharding(units, group)
 
 
 def shard_of(full: torch.Tensor, like: Any) -> torch.Tensor:

@@ -196,6 +196,8 @@ class Learner:
         )
         # FSDP: the optimizer state gathered whole after the last step (rank 0 saves it)
         self._whole_optimizer: dict[str, Any] | None = None
+        # FSDP with lockstep sampling: the adapter likewise (the weights stay sharded)
+        self._whole_adapter: dict[str, torch.Tensor] | None = None
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -536,7 +538,12 @@ class Learner:
 
         with self.model_lock:
             adapter = optimizer = None
-            if self.sharding is not None:
+            if self.sharding is not None and self.sharding.lockstep:
+                # gathered whole after the last step (gather_adapter): rank 0 alone saves
+                assert self._whole_adapter is not None, "FSDP: save_state between steps only"
+                adapter = self._whole_adapter
+                optimizer = self._whole_optimizer or self.optimizer.state_dict()
+            elif self.sharding is not None:
                 # between steps the weights are gathered whole (fsdp.py): rank 0 alone saves
                 assert self.sharding.sampling, "FSDP: save_state between steps only"
                 named = dict(self.model.named_parameters())
@@ -587,6 +594,7 @@ class Learner:
             )
         finally:
             self.sharding.for_sampling()
+            self.gather_adapter()
 
     # ------------------------------------------------------------------ optimizer
 
@@ -628,7 +636,20 @@ class Learner:
                 # every rank is here: gather what rank 0 alone will save, then the weights
                 self._whole_optimizer = full_optimizer_state(self.optimizer)
                 self.sharding.for_sampling()
+                self.gather_adapter()
         return {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}
+
+    def gather_adapter(self) -> None:
+        """With lockstep sampling (the weights stay sharded between steps): gather the
+        adapter whole for :meth:`save_state` (a collective: every rank calls it at the same
+        point). Nothing otherwise."""
+        from searchr1.plugins.local_model.fsdp import whole
+
+        if self.sharding is None or not self.sharding.lockstep:
+            return
+        self._whole_adapter = {
+            n: whole(p.detach()).clone() for n, p in zip(self.param_names, self.params, strict=True)
+        }
 
 
 def _merge_chunks(

@@ -32,6 +32,8 @@ Optional settings live in ``[model.local]``::
     gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
     fsdp = false                # under torchrun: shard the model over the ranks (FSDP2,
                                 #   fsdp.py) instead of a whole copy on each
+    fsdp_sampling = "gather"    # with fsdp: "gather" the whole base for sampling, or sample
+                                #   it sharded, in "lockstep" over the ranks (fsdp.py)
 """
 
 from __future__ import annotations
@@ -100,8 +102,17 @@ class LocalSettings:
         False,
         help="under torchrun (searchr1 train --nproc N): shard the decoder's weights, the "
         "adapter and its optimizer state over the ranks with FSDP2 (fully_shard per decoder "
-        "layer) instead of a whole copy on each; lowers the learner's memory, while sampling "
-        "still gathers the whole base on every rank; ignored in one process",
+        "layer) instead of a whole copy on each; lowers the learner's memory (sampling: "
+        "fsdp_sampling); ignored in one process",
+    )
+    fsdp_sampling: str = setting(
+        "gather",
+        choices=["gather", "lockstep"],
+        help='with fsdp = true, how the rollout samples the sharded model: "gather" holds '
+        "the whole base on every rank from each optimizer step to the next (fast; the base "
+        'and the sampler\'s caches must fit one device), "lockstep" keeps it sharded and '
+        "runs every rank's forwards in step, gathering one layer at a time (less memory, "
+        "slower)",
     )
 
 
@@ -144,6 +155,11 @@ class LocalModelProvider:
         )
         self.context_length = self.learner.context_length
         self.vocab_size = self.learner.vocab_size
+        lockstep = None
+        if sharding is not None and sharding.lockstep:
+            from searchr1.plugins.local_model.fsdp import Lockstep
+
+            lockstep = Lockstep(model, device, self.learner.pad_token_id, sharding.group)
         self.sampler = BatchedSampler(
             model,
             tokenizer,
@@ -160,19 +176,26 @@ class LocalModelProvider:
             reuse=settings.reuse_caches,
             batch_wait_s=settings.batch_wait_ms / 1000.0,
             seed=seed,
+            lockstep=lockstep,
             # A running batch admits newly queued requests between decoding steps; one
             # queued after snapshot_sampler() waits for a batch of its own, on the new weights.
             may_join=self.sampler_weights.running_pinned,
         )
         self.sampler_weights.on_new_version = self.sampler.retained.clear
         if sharding is not None:
-            sharding.for_sampling()  # every rank constructs the provider at the same point
+            # every rank constructs the provider at the same point
+            sharding.for_sampling()
+            if lockstep is not None:
+                self.learner.gather_adapter()  # for a checkpoint before the first step
+                self.sampler.begin_session()
 
     @classmethod
     def from_config(cls, config: Config) -> LocalModelProvider:
         """Load the model with a LoRA adapter (:func:`load_lora_model`) for sampling and
         training in this process."""
         settings = plugin_settings(config, "model", "local", LocalSettings)
+        if problem := fsdp_sampling_problem(settings):
+            raise ConfigValueError(problem)
         model, tokenizer, device, budget = load_lora_model(config, settings)
         sharding = None
         if settings.fsdp and _world_size() > 1:
@@ -182,7 +205,7 @@ class LocalModelProvider:
                 # FSDP + LoRA + checkpointing: recomputed layers need an input that requires
                 # grad to reach the adapter (the base, embeddings included, is frozen)
                 model.enable_input_require_grads()
-            sharding = shard_model(model, device)
+            sharding = shard_model(model, device, lockstep=settings.fsdp_sampling == "lockstep")
         return cls(
             model,
             tokenizer,
@@ -202,7 +225,7 @@ class LocalModelProvider:
         learner's temperature (the rollout's, so on-policy ratios are 1)."""
         return TrainerCapabilities(
             snapshot_sampler=self.snapshot_sampler,
-            kl_reference=self.learner.pin_reference,
+            kl_reference=self._pin_reference,
             learner_temperature=float(self.learner.temperature),
             data_parallel=True,
         )
@@ -234,9 +257,14 @@ class LocalModelProvider:
         return await asyncio.wrap_future(self.learner.worker.submit(self._step, adam))
 
     def _step(self, adam: AdamParams) -> Mapping[str, float]:
-        result = self.learner.optim_step(adam)
+        with self.sampler.outside_session():
+            result = self.learner.optim_step(adam)
         self.sampler_weights.publish()
         return result
+
+    def _pin_reference(self) -> None:
+        with self.sampler.outside_session():  # a collective under FSDP
+            self.learner.pin_reference()
 
     async def snapshot_sampler(self) -> None:
         """Sample on the newest trained adapter from now on, and on it alone until the next
@@ -250,11 +278,22 @@ class LocalModelProvider:
     def load_state(self, path: str) -> None:
         self.sampler.forget()
         self.sampler_weights.reset()
-        self.learner.load_state(path, self.sampler._generator)
+        with self.sampler.outside_session():
+            self.learner.load_state(path, self.sampler._generator)
 
     def close(self) -> None:
         self.sampler.close()
         self.learner.worker.shutdown()
+
+
+def fsdp_sampling_problem(settings: LocalSettings) -> str | None:
+    """What is wrong with ``[model.local] fsdp_sampling`` beside ``fsdp``; None: nothing."""
+    if settings.fsdp_sampling == "lockstep" and not settings.fsdp:
+        return (
+            'model.local.fsdp_sampling = "lockstep" samples an FSDP2-sharded model: it needs '
+            'model.local.fsdp = true (or leave fsdp_sampling = "gather")'
+        )
+    return None
 
 
 def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, torch.device, int]:

@@ -15,6 +15,12 @@ caller was cancelled (a stop signal cut the rollouts short), at the next decodin
 decodes join it between two steps, as far as they fit. When a row stops, its cache is kept
 (:mod:`.reuse`) so the trajectory's next turn prefills only its new tokens.
 
+A sharded model sampled in lockstep (``[model.local] fsdp_sampling = "lockstep"``) runs every
+forward in step with the other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`):
+the worker then serves :meth:`BatchedSampler.sample` inside a session, from
+:meth:`BatchedSampler.begin_session` to :meth:`BatchedSampler.outside_session`, joining the
+other ranks' forwards whenever it has none of its own.
+
 Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
 quantized caches) take the general path: one batch at a time, rows only leave it, no cache
 is kept between turns. Correct for any model transformers runs with its own cache classes.
@@ -26,7 +32,8 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -91,8 +98,9 @@ class BatchedSampler:
         lockstep: Lockstep | None = None,
     ) -> None:
         """``lockstep``: the model is sharded (FSDP2) and each forward runs in step with the
-        other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`); only
-        :meth:`generate` serves then, called by every rank."""
+        other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`): :meth:`sample`
+        serves inside a session (:meth:`begin_session`), :meth:`generate` outside one,
+        called by every rank."""
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
@@ -135,6 +143,12 @@ class BatchedSampler:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._closed = False
+        # Lockstep: True starts a session in the worker, False ends the worker; the session
+        # sets ``_session_over`` when it ends, with ``_failure`` when it failed
+        self._sessions: queue.Queue[bool] = queue.Queue()
+        self._session_over = threading.Event()
+        self._session_over.set()
+        self._failure: BaseException | None = None
 
     # ------------------------------------------------------------------ asyncio side
 
@@ -151,10 +165,13 @@ class BatchedSampler:
         )
         if self._closed:
             raise RuntimeError("the local model provider is closed")
-        if self.forward.lockstep is not None:
-            # the worker thread would decode at its own pace; a lockstep rank must join the
-            # others' forwards until every rank is done, which generate() does
-            raise RuntimeError("a lockstep sampler serves generate() only, on every rank")
+        lockstep = self.forward.lockstep
+        if lockstep is not None:
+            if self._failure is not None:
+                raise RuntimeError(f"lockstep sampling stopped: {self._failure}") from self._failure
+            if not lockstep.open:
+                # only a session's worker joins the other ranks' forwards
+                raise RuntimeError("a lockstep sampler samples inside a session only")
         self._ensure_worker()
         loop = asyncio.get_running_loop()
         request = SampleRequest(prompt, num_samples, params, loop.create_future(), loop)
@@ -179,18 +196,116 @@ class BatchedSampler:
 
     def _ensure_worker(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._worker, name="searchr1-sampler", daemon=True
-            )
+            target = self._worker if self.forward.lockstep is None else self._lockstep_worker
+            self._thread = threading.Thread(target=target, name="searchr1-sampler", daemon=True)
             self._thread.start()
 
     def close(self) -> None:
-        """Stop the worker after the batch it is running (called by the provider's close)."""
+        """Stop the worker after the batch it is running (called by the provider's close);
+        a lockstep session first ends, on every rank together (a peer that is gone ends it
+        too, by the collective's failure; one that hangs, after a minute)."""
         self._closed = True
         if self._thread is not None:
-            self._queue.put(None)
+            if self.forward.lockstep is not None:
+                self._end_session(timeout=60, check=False)
+                self._sessions.put(False)
+            else:
+                self._queue.put(None)
             self._thread.join(timeout=60)
             self._thread = None
+
+    # ------------------------------------------------------------------ lockstep sessions
+
+    def begin_session(self) -> None:
+        """Lockstep: serve :meth:`sample` from now on, the worker joining every forward of
+        the other ranks' sessions until :meth:`outside_session` (every rank calls both at
+        the same points: the session ends on all together). Nothing without lockstep."""
+        lockstep = self.forward.lockstep
+        if lockstep is None or lockstep.open or self._closed:
+            return
+        self._ensure_worker()
+        self._session_over.clear()
+        lockstep.open = True
+        self._sessions.put(True)
+
+    @contextmanager
+    def outside_session(self) -> Iterator[None]:
+        """Lockstep: end the session (waiting, while other ranks still sample, until every
+        rank ended it), run the body (the learner: its collectives use the model's group
+        too), then begin the next one. Nothing else without lockstep."""
+        lockstep = self.forward.lockstep
+        if lockstep is None or not lockstep.open:
+            yield
+            return
+        self._end_session()
+        yield
+        self.begin_session()
+
+    def _end_session(self, timeout: float | None = None, check: bool = True) -> None:
+        """Close this rank's session and wait until it ended; ``check``: raise its failure."""
+        lockstep = self.forward.lockstep
+        assert lockstep is not None
+        lockstep.open = False
+        self._session_over.wait(timeout)
+        if check and self._failure is not None:
+            raise RuntimeError(f"lockstep sampling stopped: {self._failure}") from self._failure
+
+    def _lockstep_worker(self) -> None:
+        while self._sessions.get():
+            try:
+                self._session()
+            except BaseException as exc:  # noqa: BLE001 - kept, handed to every caller
+                self._failure = exc
+                self.retained.clear()
+                self._take_queued()
+                for request in self._backlog:
+                    resolve(request, exc=exc)
+                self._backlog = []
+            finally:
+                self._session_over.set()
+
+    def _session(self) -> None:
+        """One lockstep session: each round this rank runs a batch of its own (every
+        forward of it agreed with the other ranks), or, without work, agrees and joins a
+        working rank's forward with an idle one, waits a moment while some session is still
+        open, or ends with every rank when none is (:class:`~.fsdp.Lockstep`)."""
+        lockstep = self.forward.lockstep
+        assert lockstep is not None
+        while True:
+            self._take_queued()
+            if self._backlog:
+                self._gather_more()
+            with self.model_lock:
+                taken = self._take(None)
+            if taken:
+                jobs = [Job(r.prompt, r.num_samples, r.params, r) for r in taken]
+                try:
+                    self._run(jobs, admit=self._admit)
+                except BaseException as exc:
+                    for job in jobs + self._admitted:
+                        if job.request is not None and not job.delivered:
+                            job.delivered = True
+                            resolve(job.request, exc=exc)
+                    raise  # out of step with the other ranks' forwards: the session fails
+                finally:
+                    self._admitted = []
+                continue
+            working, still_open = lockstep.agree(0)
+            if working:
+                with self.model_lock, torch.inference_mode():
+                    lockstep.idle_forward()
+            elif still_open:
+                time.sleep(lockstep.poll_s)
+            else:
+                return
+
+    def _take_queued(self) -> None:
+        """Move every queued request into the backlog, without waiting."""
+        while True:
+            try:
+                self._accept(self._queue.get_nowait())
+            except queue.Empty:
+                return
 
     def _worker(self) -> None:
         while True:
@@ -288,6 +403,7 @@ class BatchedSampler:
         if jobs:
             self._run(jobs)
         if self.forward.lockstep is not None:
+            assert not self.forward.lockstep.open, "generate() runs outside a session"
             with self.model_lock, torch.inference_mode():
                 self.forward.lockstep.drain()
         return [list(job.results) for job in jobs]  # type: ignore[arg-type]
