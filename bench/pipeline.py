@@ -147,8 +147,8 @@ class ServiceLatency:
     def save_state(self, path: str) -> None:
         self.inner.save_state(path)
 
-    def load_state(self, path: str) -> None:
-        self.inner.load_state(path)
+    async def load_state(self, path: str) -> None:
+        await self.inner.load_state(path)
 
     def close(self) -> None:
         self.inner.close()

@@ -313,7 +313,7 @@ async def _evaluate_all(
                         f"'base' with it, or choose the provider that saved the checkpoint"
                     )
                 try:
-                    run.model.trainer.load_state(folder)
+                    await run.model.trainer.load_state(folder)
                 except NotImplementedError as exc:
                     raise UserError(
                         f"--checkpoint {folder!r}: model provider {config.model.provider!r} "

@@ -64,10 +64,10 @@ def _checkpoint_data_train(folder: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
+async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     """Load the trainer's saved state; a missing or unreadable file is a UserError."""
     try:
-        run.trainer.load_state(str(checkpoint.model_dir))
+        await run.trainer.load_state(str(checkpoint.model_dir))
     except SearchR1Error:
         raise  # it says what failed (e.g. a server the loaded weights go to), not the files
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

@@ -194,7 +194,7 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
             ),
         )
         if checkpoint is not None:
-            load_model_state(run, checkpoint)
+            await load_model_state(run, checkpoint)
             health.load_state(checkpoint.state)
             restore_rng(checkpoint)
             log.info("resumed", step=checkpoint.step, checkpoint=str(checkpoint.path))

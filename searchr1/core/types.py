@@ -243,7 +243,10 @@ class Trainer(Protocol):
     def save_state(self, path: str) -> None:
         """Write adapter weights, optimizer state and step under the folder ``path``."""
 
-    def load_state(self, path: str) -> None: ...
+    async def load_state(self, path: str) -> None:
+        """Continue from what :meth:`save_state` wrote under ``path``; once it returns later
+        samples and steps use the loaded weights. Awaited in the command's event loop, where
+        a trainer can reach its samplers (publish the loaded weights) before returning."""
 
     def close(self) -> None: ...
 

@@ -1,8 +1,8 @@
 """``searchr1 report``: a self-contained HTML page (and PNGs) from a run folder.
 
 :func:`build_report` is called by :mod:`searchr1.cli.report`. It reads the folder (:mod:`.runlog`), draws the page
-(:mod:`.page`, inline SVG from :mod:`.charts`) and the PNG copies (:mod:`.pngs`), and writes
-them under ``RUN_DIR/report/``.
+(:mod:`.page`) and the PNG copies of its charts (:mod:`.charts`: one matplotlib drawing,
+saved as inline SVG and as PNG), and writes them under ``RUN_DIR/report/``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def build_report(
     """Write ``index.html`` (and ``<chart>.png`` files) into ``out_dir``
     (default ``RUN_DIR/report``). Raises ``FileNotFoundError`` for a folder that is not a
     run."""
+    from searchr1.report.charts import write_pngs
     from searchr1.report.page import render_page
-    from searchr1.report.pngs import write_pngs
 
     run_dir = Path(run_dir)
     log = load_run(run_dir)

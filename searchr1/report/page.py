@@ -45,8 +45,7 @@ h1{font-size:22px;margin:4px 0}h2{font-size:18px;margin:28px 0 8px;border-bottom
 .meta{color:#555}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}
 figure.chart{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:8px}
 figcaption{font-weight:600;margin-bottom:4px}svg.plot{width:100%;height:auto}
-svg .frame{fill:none;stroke:#bbb}svg .grid{stroke:#eee}svg .tick,svg .axis,svg .legend{font-size:11px;fill:#444}
-svg path.series{stroke-width:2}.nodata{color:#888;font-size:12px;margin:4px 0}
+.nodata{color:#888;font-size:12px;margin:4px 0}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f5f5f5}td.text,th.text{text-align:left}tr.warn td{background:#fff1f0}
 details{margin:4px 0}summary{cursor:pointer}details.step>summary{font-weight:600}

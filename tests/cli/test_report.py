@@ -8,6 +8,7 @@ The run folder is synthetic (the names the train loop emits); the browser is Deb
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -167,6 +168,19 @@ def test_report_files_and_content(tmp_path: Path) -> None:
     assert 'id="chart-m-0"' in html  # the extra "loss" metric gets its own chart
 
 
+def test_report_is_the_same_bytes_each_time(tmp_path: Path) -> None:
+    """The same run gives the same page and PNGs (no date, no random ids), so two reports
+    diff cleanly; every chart's ids are its own within the page."""
+    run = make_run(tmp_path / "run", with_health=True)
+    first, again = build_report(run, tmp_path / "a"), build_report(run, tmp_path / "b")
+    html = first.html.read_text()
+    assert html == again.html.read_text()
+    assert [p.read_bytes() for p in first.pngs] == [p.read_bytes() for p in again.pngs]
+    ids = re.findall(r' id="([^"]*)"', html)
+    assert len(ids) == len(set(ids))
+    assert "<metadata" not in html and "<?xml" not in html
+
+
 def test_health_section_opens_the_page(tmp_path: Path) -> None:
     html = build_report(make_run(tmp_path / "run", with_health=True), pngs=False).html.read_text()
     top = html[: html.index('<h2 id="curves">')]
@@ -281,7 +295,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
         "time/step",
     ):
         assert drawn.get(key, 0) > 50, (key, drawn)
-    points = [a for t, a in dom.tags if t == "circle" and a.get("class") == "point"]
+    # A hover point per logged value, each with its tooltip.
+    points = [a for t, a in dom.tags if t == "use" and a.get("class") == "point"]
     assert len(points) >= 9 * STEPS
 
     details = {a.get("id"): a for t, a in dom.tags if t == "details"}

@@ -28,7 +28,7 @@ from searchr1.plugins.losses import NamedLoss, importance_sampling
 # run as a script by torchrun: the shared test helpers are not on its path yet
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from numerics import random_datums  # noqa: E402
-from trainer_calls import train_step  # noqa: E402
+from trainer_calls import load_state, train_step  # noqa: E402
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 IS_KL = NamedLoss("importance_sampling", importance_sampling, {"kl_coef": 0.5})
@@ -77,7 +77,7 @@ def main(model_dir: str, out: str, mode: str = "") -> None:
         with torch.no_grad():
             for p in provider.learner.params:
                 p.to_local().zero_()
-        provider.load_state(out + ".state")
+        load_state(provider, out + ".state")
         named = dict(provider.model.named_parameters())
         saved = torch.load(out) if world.main else {}
         for n in saved.keys() - {"grad_norm"}:

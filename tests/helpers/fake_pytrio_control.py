@@ -19,6 +19,7 @@ from typing import Any
 import fake_service_compute as compute
 from fake_pytrio_wire import Reply
 from fake_service_base import LazySampler
+from trainer_calls import load_state
 
 
 @dataclass
@@ -278,7 +279,7 @@ class ControlAPI:
         with self._compute_lock:
             provider = self._new_provider(run)
             if folder is not None:
-                provider.load_state(str(folder))
+                load_state(provider, str(folder))
         return provider
 
     def _checkpoint(self, uri: str) -> Checkpoint:

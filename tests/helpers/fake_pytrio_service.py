@@ -50,7 +50,7 @@ import msgpack
 from fake_pytrio_control import Checkpoint, ControlAPI, TrainingRun
 from fake_pytrio_wire import Reply, handler_for, wire
 from fake_service_base import FaultsAndLog
-from trainer_calls import optim_step
+from trainer_calls import load_state, optim_step
 
 API_KEY = "sk-fake-taotoken-0123456789"
 
@@ -182,7 +182,7 @@ class FakePyTrio(ControlAPI, FaultsAndLog):
             provider = self._new_provider(run)
             uri = parsed.checkpoint_uri
             if uri:
-                provider.load_state(str(self._checkpoint(uri).folder))
+                load_state(provider, str(self._checkpoint(uri).folder))
                 if not parsed.load_optimizer:  # weights only: a fresh optimizer
                     import torch
 

@@ -17,6 +17,7 @@ from typing import Any
 import fake_service_compute as compute
 from fake_service_base import LazySampler
 from fake_tinker_wire import Reply, sample_response
+from trainer_calls import load_state
 
 
 class SamplingRoutes:
@@ -37,7 +38,7 @@ class SamplingRoutes:
                 return compute.new_provider(path, rank=4, seed=0, train_mlp=False)
             provider = self._new_provider(model)
             if folder is not None:
-                provider.load_state(str(folder))
+                load_state(provider, str(folder))
             return provider
 
         session = f"sampler-{uuid.uuid4().hex[:12]}"

@@ -54,7 +54,7 @@ from fake_service_base import FaultsAndLog, LazySampler
 from fake_tinker_futures import Future, Futures, UnknownRequest
 from fake_tinker_sampling import SamplingRoutes
 from fake_tinker_wire import Reply, datum, forward_output, handler_for
-from trainer_calls import optim_step
+from trainer_calls import load_state, optim_step
 
 API_KEY = "tml-fake-tinker-0123456789"
 #: the JSON routes under /api/v1 (``forward_backward`` is protobuf, handled on its own)
@@ -378,7 +378,7 @@ class FakeTinker(SamplingRoutes, FaultsAndLog):
         def run() -> dict[str, Any]:
             if model.provider is None:
                 model.provider = self._new_provider(model)
-            model.provider.load_state(str(folder))
+            load_state(model.provider, str(folder))
             if not req.optimizer:  # weights only: a fresh optimizer
                 import torch
 

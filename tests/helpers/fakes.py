@@ -185,7 +185,7 @@ class ScriptedModel:
         Path(path).mkdir(parents=True, exist_ok=True)
         (Path(path) / "scripted.json").write_text("{}")
 
-    def load_state(self, path: str) -> None:
+    async def load_state(self, path: str) -> None:
         (Path(path) / "scripted.json").read_text()  # a missing state fails as a real one does
 
     def close(self) -> None:

@@ -33,6 +33,11 @@ def optim_step(trainer: Any, adam: AdamParams) -> Mapping[str, float]:
     return asyncio.run(trainer.optim_step(adam))
 
 
+def load_state(trainer: Any, path: str) -> None:
+    """One ``load_state``, awaited."""
+    asyncio.run(trainer.load_state(path))
+
+
 def train_step(
     trainer: Any,
     micro_batches: Sequence[tuple[Sequence[Datum], float]],

@@ -12,7 +12,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64
-from trainer_calls import forward_backward
+from trainer_calls import forward_backward, load_state
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, LossInputs, LossOutput
@@ -134,7 +134,7 @@ def test_reference_is_the_base_until_pinned_then_the_pinned_adapter(
     p.save_state(str(tmp_path / "state"))
     assert (tmp_path / "state" / REFERENCE_FILE).is_file()
     fresh = _provider(model_dir)
-    fresh.load_state(str(tmp_path / "state"))
+    load_state(fresh, str(tmp_path / "state"))
     metrics, _, loss = _step(fresh, kl_coef=0.5)
     assert _close(torch.cat(loss.reference), policy)
     assert metrics["kl_sum"] > 1e-4

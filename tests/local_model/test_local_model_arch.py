@@ -21,7 +21,7 @@ import pytest
 import torch
 from arch_models import FAMILIES, build_family
 from numerics import FLOAT32_KERNEL_FAMILIES, LOGPROB_TOL_F32, RTOL64
-from trainer_calls import forward_backward, optim_step
+from trainer_calls import forward_backward, load_state, optim_step
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import AdamParams, Datum, SamplingParams
@@ -139,7 +139,7 @@ def test_family_samples_trains_saves_and_loads(
     want = asyncio.run(provider.sample(prompts[0], 2, seeded))
     fresh = LocalModelProvider.from_config(_config(path))
     try:
-        fresh.load_state(str(tmp_path / "ckpt"))
+        load_state(fresh, str(tmp_path / "ckpt"))
         assert fresh.learner.step == 1
         got = asyncio.run(fresh.sample(prompts[0], 2, seeded))
     finally:

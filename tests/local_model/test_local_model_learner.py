@@ -10,7 +10,7 @@ import pytest
 import torch
 from fakes import build_small_tiny_model
 from numerics import RTOL64, assert_same64, assert_same_grads64, random_datums
-from trainer_calls import forward_backward, optim_step
+from trainer_calls import forward_backward, load_state, optim_step
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
@@ -160,7 +160,7 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
         optim_step(a, ADAM)
 
     b = LocalModelProvider.from_config(_config(model_dir, "float32").replace(run={"seed": 7}))
-    b.load_state(str(tmp_path / "ckpt"))
+    load_state(b, str(tmp_path / "ckpt"))
     assert b.learner.step == 1
     next_b = []
     for _ in range(2):
@@ -173,7 +173,7 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
     peft_model = PeftModel.from_pretrained(base, str(tmp_path / "ckpt" / "adapter"))
     ids = torch.tensor([[5, 6, 7, 8]])
     a_only = LocalModelProvider.from_config(_config(model_dir, "float32"))
-    a_only.load_state(str(tmp_path / "ckpt"))
+    load_state(a_only, str(tmp_path / "ckpt"))
     with torch.no_grad():
         torch.testing.assert_close(
             peft_model(input_ids=ids).logits, a_only.model(input_ids=ids).logits
@@ -185,11 +185,11 @@ def test_save_load_gives_identical_next_steps(model_dir: Path, tmp_path: Path) -
 def test_load_state_errors_name_the_file(model_dir: Path, tmp_path: Path) -> None:
     p = _provider(model_dir)
     with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
-        p.load_state(str(tmp_path / "nothing"))
+        load_state(p, str(tmp_path / "nothing"))
     p.save_state(str(tmp_path / "r4"))
     other = _provider(model_dir, rank=8)
     with pytest.raises(ValueError, match=r"adapter_model.safetensors.*\[lora\] rank"):
-        other.load_state(str(tmp_path / "r4"))
+        load_state(other, str(tmp_path / "r4"))
     p.close()
     other.close()
 

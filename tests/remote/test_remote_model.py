@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainer_calls import forward_backward, optim_step
+from trainer_calls import forward_backward, load_state, optim_step
 
 pytest.importorskip("pytrio")
 
@@ -181,7 +181,7 @@ def test_optim_step_failing_after_forward_backward_resumes_without_the_half_step
         first.close()
     resumed = RemoteModelProvider(config)
     try:
-        resumed.load_state(ckpt)
+        load_state(resumed, ckpt)
         assert forward_backward(resumed, datums, IS_LOSS).loss == pytest.approx(expected, abs=1e-5)
         optim_step(resumed, ADAM)  # the fresh run has only this step's gradients
     finally:
@@ -213,7 +213,7 @@ def test_config_problems_are_reported_together(fake, tmp_path):
 
 def test_missing_checkpoint_record_is_a_clear_error(provider, tmp_path):
     with pytest.raises(UserError, match="remote_checkpoint.json"):
-        provider.load_state(str(tmp_path / "nowhere"))
+        load_state(provider, str(tmp_path / "nowhere"))
 
 
 # --------------------------------------------------------------------------- CLI end to end

@@ -24,7 +24,7 @@ from remote_helpers import (
     one_step,
     remote_config,
 )
-from trainer_calls import forward_backward, optim_step
+from trainer_calls import forward_backward, load_state, optim_step
 
 from searchr1.core.config import load_config
 from searchr1.core.config_schema import Config
@@ -267,7 +267,7 @@ def test_save_state_then_resume_continues_with_weights_and_optimizer(backend):
     first.close()
 
     resumed = backend.open()
-    resumed.load_state(str(folder))
+    load_state(resumed, str(folder))
     again = one_step(resumed, datums)
     resumed.close()
     assert again == pytest.approx(continued, abs=1e-5)

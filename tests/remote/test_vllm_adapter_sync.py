@@ -88,7 +88,7 @@ def test_each_update_reaches_the_server_as_a_new_adapter(
             state = json.loads((tmp_path / "ckpt" / "trainer_state.json").read_text())
             assert state["step"] == 2
             await _step(provider)
-            provider.load_state(str(tmp_path / "ckpt"))
+            await provider.load_state(str(tmp_path / "ckpt"))
             assert provider.learner.step == 2 and provider.pinned is None
             await _sample(provider)
             assert fake_vllm.completions[-1].model == provider.adapter.name

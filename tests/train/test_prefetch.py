@@ -228,7 +228,7 @@ def test_local_sampler_keeps_its_pinned_weights_while_the_learner_steps(
 
     # the checkpoint holds the learner's weights (version 1), not the sampler's copy
     q = LocalModelProvider.from_config(config)
-    q.load_state(str(tmp_path / "v1"))
+    asyncio.run(q.load_state(str(tmp_path / "v1")))
     assert list(asyncio.run(q.sample(prompt, 1, params))[0].logprobs) == pytest.approx(v1)
     p.close()
     q.close()

@@ -275,7 +275,7 @@ class LocalModelProvider:
     def save_state(self, path: str) -> None:
         self.learner.save_state(path, self.sampler._generator)
 
-    def load_state(self, path: str) -> None:
+    async def load_state(self, path: str) -> None:
         self.sampler.forget()
         self.sampler_weights.reset()
         with self.sampler.outside_session():

@@ -254,14 +254,6 @@ class RemoteModelProvider:
                 self._sampler = await self._answer(operation, submitted)
             return self._sampler
 
-    def _refresh_sampler(self) -> None:
-        """Point sampling at the training run's current weights."""
-        training = self._training
-        self._sampler = self._call(
-            "save_weights_and_get_sampling_client",
-            lambda: self._wait(training.save_weights_and_get_sampling_client()),
-        )
-
     def _check_trainable(self) -> None:
         if self._broken is not None:
             raise RemoteStepError(str(self._broken), self._broken)
@@ -412,8 +404,9 @@ class RemoteModelProvider:
         )
         log.info("remote_checkpoint_saved", path=str(folder), checkpoint_uri=saved.path)
 
-    def load_state(self, path: str) -> None:
-        """Continue from a checkpoint written by :meth:`save_state` (weights + optimizer)."""
+    async def load_state(self, path: str) -> None:
+        """Continue from a checkpoint written by :meth:`save_state` (weights + optimizer);
+        sampling uses the loaded weights once it returns."""
         record = read_checkpoint(Path(path))
         uri = record["checkpoint_uri"]
         if record.get("api_base") and record["api_base"] != redact_text(self.api_base):
@@ -422,14 +415,15 @@ class RemoteModelProvider:
                 saved_at=record["api_base"],
                 current=self.api_base,
             )
-        self._training = self._call(
-            "create_training_client_from_state_with_optimizer",
-            lambda: self._wait(self._service.create_training_client_from_state_with_optimizer(uri)),
-        )
+        operation = "create_training_client_from_state_with_optimizer"
+        created = await self._submit(operation, self._service, uri, step=False)
+        self._training = await self._answer(operation, created)
         self._broken = None
         self._pending = []  # anything submitted to the old training run is abandoned with it
         self._pinned = None  # the loaded weights are the newest: sample them
-        self._refresh_sampler()
+        operation = "save_weights_and_get_sampling_client"
+        saved = await self._submit(operation, self._training, step=False)
+        self._sampler = await self._answer(operation, saved)
         log.info("remote_checkpoint_loaded", path=str(path), checkpoint_uri=uri)
 
     def close(self) -> None:

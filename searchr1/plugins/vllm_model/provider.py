@@ -18,8 +18,7 @@ sampler/learner mismatch is logged as ``mismatch/server<k>/*`` (the group's datu
 back to it through ``trajectory_id``).
 
 The policy every server samples from is always the trainer's current adapter: at the connect,
-after each :meth:`optim_step` and after :meth:`load_state` (before the next sample, pin or
-step), the adapter is saved into a new folder
+after each :meth:`optim_step` and in :meth:`load_state`, the adapter is saved into a new folder
 under ``adapters_dir``, loaded under a new name (``searchr1-<run token>-<version>``; a new name,
 so no cached prefix computed with older weights is reused) into every server at once and
 checked in each one's model list; only then does sampling switch to it, and the previous one
@@ -36,9 +35,8 @@ from it at the connect (a collective), so an adapter's name is the same on every
 each optimizer step rank 0 publishes the new adapter, verified in every server's model list,
 and then tells every rank the outcome (a collective: no rank samples before every server
 serves the new version; a failure, naming the server, stops every rank with rank 0's message).
-After :meth:`load_state` rank 0 publishes the loaded adapter before it returns (on connections
-of its own, in a thread: the command's event loop is the caller), and another rank waits until
-every server lists that version before its first sample.
+After :meth:`load_state` rank 0 publishes the loaded adapter before it returns, and another
+rank waits until every server lists that version before its first sample.
 """
 
 from __future__ import annotations
@@ -127,7 +125,8 @@ class VllmModelProvider:
         self._token = secrets.token_hex(3)
         self._version = 0
         self._retired: list[_Adapter] = []  # replaced but maybe still sampled (pinned)
-        #: load_state changed the weights: published before the next sample, pin or step
+        #: load_state changed the weights where it could not publish them (a rank > 0, not
+        #: connected): published, or awaited, before the next sample, pin or step
         self._loaded = False
         self._publishing = asyncio.Lock()
         self._workdir = Path(tempfile.mkdtemp(prefix="searchr1-vllm-"))
@@ -228,23 +227,19 @@ class VllmModelProvider:
         return api_bases, launched, self._token, self.max_model_len
 
     def _make_clients(self, api_bases: Sequence[str], settings: VllmSettings, key: str) -> None:
-        self._api_key = key
-        self.clients = self._new_clients(api_bases)
-        self._in_flight = [0] * len(self.clients)
-
-    def _new_clients(self, api_bases: Sequence[str]) -> list[VllmClient]:
         """One client per server, named server0, server1, ... when there are several."""
         several = len(api_bases) > 1
-        return [
+        self.clients = [
             VllmClient(
                 api_base,
-                request_timeout_s=self._settings.request_timeout_s,
-                max_connections=self._settings.max_connections,
-                api_key=self._api_key,
+                request_timeout_s=settings.request_timeout_s,
+                max_connections=settings.max_connections,
+                api_key=key,
                 label=f"vLLM server{k}" if several else "",
             )
             for k, api_base in enumerate(api_bases)
         ]
+        self._in_flight = [0] * len(self.clients)
 
     async def _on_rank0(self, work: Callable[[], Awaitable[T]]) -> T:
         """``work()`` done by rank 0 (the one process: just done), its result on every rank;
@@ -352,39 +347,6 @@ class VllmModelProvider:
         elif old is not None:
             await self._drop(old)
 
-    def _publish_in_thread(self) -> None:
-        """Rank 0 under torchrun, in :meth:`load_state`: save and load the loaded adapter into
-        every server (checked), unload the one it replaces, and return once done. The
-        command's event loop called this and may next block in a collective, so the loads run
-        in a thread with an event loop and connections of their own."""
-        saved = self._save_adapter()
-        old = self.adapter
-        path = f"{self._server_adapters.rstrip('/')}/{saved.name}"
-        api_bases = [client.api_base for client in self.clients]
-
-        async def publish() -> None:
-            clients = self._new_clients(api_bases)
-            try:
-                await _load_into(clients, saved.name, path)
-                if old is not None:
-                    await _unload_from(clients, old.name)
-            finally:
-                for client in clients:
-                    await client.aclose()
-
-        failed: list[BaseException] = []
-        thread = threading.Thread(
-            target=lambda: _run_collecting(publish, failed), name="searchr1-vllm-publish"
-        )
-        thread.start()
-        thread.join()
-        if failed:
-            shutil.rmtree(saved.local_dir, ignore_errors=True)
-            raise failed[0]
-        self.adapter = saved
-        if old is not None:
-            shutil.rmtree(old.local_dir, ignore_errors=True)
-
     async def _current(self) -> _Adapter:
         """The adapter to sample: the pinned one, else the newest; weights that
         :meth:`load_state` loaded are published first."""
@@ -401,7 +363,7 @@ class VllmModelProvider:
 
     async def _await_published(self) -> None:
         """A rank > 0 after :meth:`load_state`: wait until every server lists the version rank
-        0 publishes (at once, :meth:`load_state`), then sample it."""
+        0 publishes in its :meth:`load_state`, then sample it."""
         adapter = self._follow()
         timeout_s = self._settings.request_timeout_s
         for client in self.clients:
@@ -541,17 +503,18 @@ class VllmModelProvider:
     def save_state(self, path: str) -> None:
         self.learner.save_state(path)
 
-    def load_state(self, path: str) -> None:
-        """Load a checkpoint's learner state; its adapter reaches the servers before the next
-        sample, pin or step."""
+    async def load_state(self, path: str) -> None:
+        """Load a checkpoint's learner state; connected, rank 0 (or the one process) publishes
+        its adapter to every server before it returns, another rank samples it once every
+        server lists it."""
         self.learner.load_state(path)
         self.pinned = None  # the loaded weights are the newest: sample them
-        if self.world.size > 1 and self.world.main and self.clients:
+        if self.world.main and self.clients:
             # Now, not at rank 0's first sample: the other ranks wait for this version
             # before theirs, and rank 0 may have no share of the next step to sample.
-            self._publish_in_thread()
+            await self.publish_adapter()
         else:
-            self._loaded = True  # published before this rank's next sample, pin or step
+            self._loaded = True  # published (or awaited) before the next sample, pin or step
 
     async def disconnect(self) -> None:
         """Unload this run's adapters (a server that outlives the run keeps no trace) and
@@ -636,14 +599,6 @@ async def _unload_from(clients: Sequence[VllmClient], name: str) -> None:
             log.warning("vllm_unload_failed", adapter=name, error=str(answer))
         elif isinstance(answer, BaseException):
             raise answer
-
-
-def _run_collecting(work: Callable[[], Awaitable[None]], failed: list[BaseException]) -> None:
-    """``work()`` in an event loop of this thread; its exception appended to ``failed``."""
-    try:
-        asyncio.run(work())  # type: ignore[arg-type]
-    except BaseException as exc:
-        failed.append(exc)
 
 
 async def _nothing() -> None:
