@@ -16,7 +16,7 @@ from searchr1.core.config_schema import SearchConfig
 from searchr1.core.types import SearchResponse, SearchResult
 from searchr1.kit.retry import full_jitter, parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
-from searchr1.kit.search.cache import QueryCache, normalise_query
+from searchr1.kit.search.cache import cache_key, normalise_query, run_cache
 from searchr1.kit.search.keys import KeyPool
 from searchr1.kit.search.metrics import SearchMetrics, percentile
 
@@ -80,14 +80,14 @@ def test_retry_after_parses_seconds_and_http_dates() -> None:
 
 def test_query_cache_normalises_and_evicts_least_recently_used() -> None:
     assert normalise_query("  Who  IS\tX? ") == "who is x?"
-    cache = QueryCache(max_entries=2)
+    cache = run_cache(max_entries=2)
     hit = (SearchResult("t", "x"),)
-    cache.put(cache.key("A", 3), hit)
-    cache.put(cache.key("b", 3), ())
-    assert cache.get(cache.key(" a ", 3)) == hit  # "a" is now most recent
-    assert cache.get(cache.key("a", 2)) is None  # top_k is part of the key
-    cache.put(cache.key("c", 3), ())
-    assert cache.get(cache.key("b", 3)) is None and len(cache) == 2
+    cache[cache_key("A", 3)] = hit
+    cache[cache_key("b", 3)] = ()
+    assert cache.get(cache_key(" a ", 3)) == hit  # "a" is now most recent
+    assert cache.get(cache_key("a", 2)) is None  # top_k is part of the key
+    cache[cache_key("c", 3)] = ()
+    assert cache.get(cache_key("b", 3)) is None and len(cache) == 2
 
 
 def test_percentile_and_rates() -> None:
