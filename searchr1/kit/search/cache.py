@@ -76,7 +76,8 @@ def _is_sqlite_file(path: Path) -> bool:
 
 class DiskStore:
     """String values on disk in one ``diskcache`` folder (SQLite underneath: process- and
-    thread-safe, so several runs may share it), for one user (``what``: the event prefix,
+    thread-safe, so several runs may share it; bounded by diskcache's default 1 GiB, the
+    least recently stored evicted first), for one user (``what``: the event prefix,
     ``search`` or ``judge``; ``kept``: what it keeps, for the warnings).
 
     A cache must never stop training: a folder that fails (disk full, read-only, not a
