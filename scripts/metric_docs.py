@@ -181,6 +181,31 @@ EVENTS: list[tuple[str, str, str]] = [
     ("search_internal_error", "a search provider failed inside", "the error"),
     ("search_disk_cache_off", "the disk cache cannot be used", "why; searches are asked again"),
     (
+        "search_disk_cache_damaged",
+        "the disk cache's database is damaged",
+        "the file; it is discarded and a new one started",
+    ),
+    (
+        "search_disk_cache_old_format",
+        "an earlier version's single-file cache is found",
+        "the file; it is removed and a folder started",
+    ),
+    (
+        "judge_disk_cache_off",
+        "the judge's disk cache cannot be used",
+        "why; verdicts are asked again",
+    ),
+    (
+        "judge_disk_cache_damaged",
+        "the judge's disk cache is damaged",
+        "the file; it is discarded and a new one started",
+    ),
+    (
+        "judge_disk_cache_old_format",
+        "an earlier version's single-file cache is found",
+        "the file; it is removed and a folder started",
+    ),
+    (
         "search_index_built",
         "the local BM25 index is built",
         "the corpus and where the index is kept",

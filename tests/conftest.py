@@ -91,9 +91,9 @@ def _reset_logging():
 
 @pytest.fixture(autouse=True)
 def _search_answer_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test keeps search answers on disk in its own file (commands it starts inherit the
+    """Each test keeps search answers on disk in its own folder (commands it starts inherit the
     variable): answers a keyed service gave one test must not answer another's queries, nor
     land in the developer's cache folder."""
-    path = tmp_path / "search-answers.sqlite"
+    path = tmp_path / "search-answers"
     monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(path))
     return path

@@ -16,9 +16,9 @@ What one call does (:meth:`HttpClient.send`):
   runs in one loop): a call from another loop raises :class:`WrongEventLoop`;
 * bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
   sleeps included, by :attr:`RetryPolicy.deadline_s`;
-* retries timeouts, connection errors and the statuses of
+* retries (a ``tenacity`` loop) timeouts, connection errors and the statuses of
   :func:`~searchr1.kit.retry.is_retryable_status` (408, 409, 429, 5xx) up to
-  :attr:`RetryPolicy.max_retries` times, waiting :func:`~searchr1.kit.retry.backoff_delay`
+  :attr:`RetryPolicy.max_retries` times, waiting :class:`~searchr1.kit.retry.full_jitter`
   (exponential, "full jitter": uniform between 0 and the exponential ceiling, so callers that
   failed together do not come back together) or, when the server sent one, ``Retry-After``
   (seconds or an HTTP date, :func:`~searchr1.kit.retry.parse_retry_after`); a server that
@@ -50,10 +50,11 @@ import socket
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import tenacity
 
 from searchr1.core.errors import (
     RemoteAuthError,
@@ -72,7 +73,7 @@ from searchr1.core.errors import (
 )
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import is_secret_name, redact_text
-from searchr1.kit.retry import backoff_delay, is_retryable_status, parse_retry_after
+from searchr1.kit.retry import full_jitter, is_retryable_status, parse_retry_after
 
 #: builds the request of one attempt (called again for every attempt, so per-attempt headers
 #: such as a timestamp or the next key of a pool are fresh)
@@ -173,6 +174,12 @@ class HttpError(SearchR1Error):
 class HttpGaveUp(HttpError):
     """Transient failures outlasted the retries, the deadline or the ``Retry-After`` cap."""
 
+    #: the ``Retry-After`` of the last answer, in seconds (None: it sent none)
+    retry_after: float | None = None
+
+
+E = TypeVar("E", bound=HttpError)
+
 
 class HttpRejected(HttpError):
     """A status that retrying cannot fix (most 4xx), or one the caller's ``decide`` refused."""
@@ -226,7 +233,7 @@ class HttpClient:
         self._timeout = timeout
         self._trust_env = trust_env
         self._follow_redirects = follow_redirects
-        self._rng = rng or random.Random()
+        self._backoff = full_jitter(self.policy.backoff_base_s, self.policy.backoff_cap_s, rng)
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -295,89 +302,108 @@ class HttpClient:
         emit = on_event or (lambda _event, _seconds: None)
         loop = asyncio.get_running_loop()
         deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
-        attempts = retries = 0
-        while True:
-            client, slots = self._pool()
-            request = build(client)
-            attempts += 1
-            response: httpx.Response | None = None
-            failure: type[RemoteError] | None = None
-            async with slots:
-                emit("attempt", 0.0)
-                try:
-                    async with asyncio.timeout(_attempt_budget(policy, deadline, loop)):
-                        response = await client.send(request)
-                except (TimeoutError, httpx.TimeoutException) as exc:
-                    emit("timeout", 0.0)
-                    kind, cause = "timeout", type(exc).__name__
-                    reason = f"timed out ({cause})"
-                except httpx.RequestError as exc:  # connect, read, protocol, decoding errors
-                    emit("connection_error", 0.0)
-                    kind, cause, failure = "connection", type(exc).__name__, classify(exc)
-                    reason = f"connection error ({cause}: {_scrub(str(exc), request)})"
-            retry_after: float | None = None
-            if response is not None:
+        attempts = 0
+
+        async def attempt() -> httpx.Response:
+            """One try of the retry loop: sends (again at once on Verdict.AGAIN) until a
+            response is accepted or rejected, or a transient failure raises HttpGaveUp (which
+            the loop retries)."""
+            nonlocal attempts
+            while True:
+                client, slots = self._pool()
+                request = build(client)
+                attempts += 1
+                async with slots:
+                    emit("attempt", 0.0)
+                    try:
+                        async with asyncio.timeout(_attempt_budget(policy, deadline, loop)):
+                            response = await client.send(request)
+                    except (TimeoutError, httpx.TimeoutException) as exc:
+                        emit("timeout", 0.0)
+                        cause = type(exc).__name__
+                        raise _error(
+                            HttpGaveUp, request, attempts, f"timed out ({cause})", "timeout",
+                            cause=cause,
+                        ) from exc  # fmt: skip
+                    except httpx.RequestError as exc:  # connect, read, protocol, decoding errors
+                        emit("connection_error", 0.0)
+                        cause = type(exc).__name__
+                        reason = f"connection error ({cause}: {_scrub(str(exc), request)})"
+                        raise _error(
+                            HttpGaveUp, request, attempts, reason, "connection", cause=cause,
+                            failure=classify(exc),
+                        ) from exc  # fmt: skip
                 verdict = decide(response)
                 if verdict is Verdict.ACCEPT:
                     return response
                 if verdict is Verdict.AGAIN:
                     continue
-                kind, cause = "status", ""
                 reason = f"HTTP {response.status_code}{_excerpt(response, request)}"
                 if verdict is Verdict.REJECT:
-                    raise self._error(HttpRejected, request, attempts, reason, kind, response)
-                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                    raise _error(
+                        HttpRejected, request, attempts, reason, "status", response=response
+                    )
+                error = _error(HttpGaveUp, request, attempts, reason, "status", response=response)
+                error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                raise error
 
-            # a transient failure: timeout, connection error or a retryable status
-            stop, why = retries >= policy.max_retries, ""
-            if not stop and retry_after is not None and retry_after > policy.max_retry_after_s:
-                stop, why = (
-                    True,
-                    (
-                        f"; the server asked to wait {retry_after:g} s (Retry-After), more than "
-                        f"the {policy.max_retry_after_s:g} s this client waits"
-                    ),
-                )
-            delay = retry_after
-            if delay is None:
-                delay = backoff_delay(
-                    retries, policy.backoff_base_s, policy.backoff_cap_s, self._rng
-                )
-            if not stop and deadline is not None and loop.time() + delay >= deadline:
-                stop, why = True, f"; a retry would pass the {policy.deadline_s:g} s deadline"
-            if stop:
-                raise self._error(
-                    HttpGaveUp, request, attempts, reason + why, kind, response, cause, failure
-                )
-            retries += 1
-            emit("retry", delay)
+        def last(state: tenacity.RetryCallState) -> HttpGaveUp:
+            error = state.outcome.exception() if state.outcome is not None else None
+            assert isinstance(error, HttpGaveUp)  # the loop retries nothing else
+            return error
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            """The server's ``Retry-After`` when it sent one, else the jittered backoff."""
+            retry_after = last(state).retry_after
+            return self._backoff(state) if retry_after is None else retry_after
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            emit("retry", state.upcoming_sleep)
             get_logger().debug(
-                "http_retry", url=safe_url(request.url), attempt=attempts, reason=reason,
-                delay_s=round(delay, 3),
+                "http_retry", url=last(state).url, attempt=attempts, reason=last(state).reason,
+                delay_s=round(state.upcoming_sleep, 3),
             )  # fmt: skip
-            await asyncio.sleep(delay)
 
-    @staticmethod
-    def _error(
-        cls: type[HttpError],
-        request: httpx.Request,
-        attempts: int,
-        reason: str,
-        kind: str,
-        response: httpx.Response | None,
-        cause: str = "",
-        failure: type[RemoteError] | None = None,
-    ) -> HttpError:
-        return cls(
-            request.method,
-            safe_url(request.url),
-            attempts,
-            reason,
-            kind=kind,
-            response=response,
-            cause=cause,
-            failure=failure,
+        def give_up(state: tenacity.RetryCallState) -> httpx.Response:
+            """Raise the last HttpGaveUp, saying which ``stop`` ended the call when it was not
+            the number of retries."""
+            error = last(state)
+            if state.attempt_number > policy.max_retries:
+                raise error
+            asked = error.retry_after
+            if asked is not None and asked > policy.max_retry_after_s:
+                why = (
+                    f"; the server asked to wait {asked:g} s (Retry-After), more than "
+                    f"the {policy.max_retry_after_s:g} s this client waits"
+                )
+            else:
+                why = f"; a retry would pass the {policy.deadline_s:g} s deadline"
+            raise HttpGaveUp(
+                error.method, error.url, error.attempts, error.reason + why, kind=error.kind,
+                response=error.response, cause=error.cause, failure=error.failure,
+            )  # fmt: skip
+
+        # a server asking for a longer wait than this client's cap ends the call at once
+        stop = tenacity.stop_after_attempt(policy.max_retries + 1) | (
+            lambda state: (last(state).retry_after or 0.0) > policy.max_retry_after_s
         )
+        if policy.deadline_s is not None:
+            stop |= tenacity.stop_before_delay(policy.deadline_s)
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception_type(HttpGaveUp),
+            wait=wait,
+            stop=stop,
+            before_sleep=before_sleep,
+            retry_error_callback=give_up,
+        )
+        return await retrying(attempt)
+
+
+def _error(
+    cls: type[E], request: httpx.Request, attempts: int, reason: str, kind: str, **how: Any
+) -> E:
+    """A ``cls`` for ``request`` (its URL made safe); ``how``: HttpError's keyword arguments."""
+    return cls(request.method, safe_url(request.url), attempts, reason, kind=kind, **how)
 
 
 def _attempt_budget(

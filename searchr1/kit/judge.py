@@ -5,9 +5,8 @@ question and the golden answers? Used by the ``judge`` reward and ``searchr1 eva
 :meth:`Judge.judge_many` scores one batch (a step's trajectories, an eval chunk):
 
 * each item's verdict comes from the run's memory, else from the disk cache shared across runs
-  (a ``verdicts`` table in the search answers' SQLite file,
-  :func:`~searchr1.kit.search.cache.answer_store_path`), else from one chat call; items of the
-  batch that share a key share that call. The key is (judge model, prompt version, question,
+  (in the search answers' folder, :func:`~searchr1.kit.search.cache.answer_store_path`), else
+  from one chat call; items of the batch that share a key share that call. The key is (judge model, prompt version, question,
   prediction, golden answers), the prediction and question case-folded and
   whitespace-collapsed, the golden answers sorted; the prompt version is a hash of the prompt
   template and ``extra_body``, so a changed prompt is judged again. Only verdicts are kept, never a failure;
@@ -31,8 +30,6 @@ import asyncio
 import hashlib
 import json
 import re
-import sqlite3
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,58 +397,24 @@ class _NoKeyLeft(Exception):
 
 
 class _VerdictStore:
-    """Verdicts on disk, keyed by :meth:`Judge.key` (a hash: no text, no key). A failing
-    database turns the store off for the run with one warning: a cache must never stop
-    training."""
-
-    _SCHEMA = (
-        "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, score REAL NOT NULL, "
-        "stored REAL NOT NULL)"
-    )
+    """Verdicts on disk, keyed by :meth:`Judge.key` (a hash: no text, no key), kept until
+    evicted, in the search answers' :class:`~searchr1.kit.search.cache.DiskStore` folder."""
 
     def __init__(self, path: Path):
+        from searchr1.kit.search.cache import DiskStore
+
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(self._SCHEMA)
-            self._db = db
-        except (OSError, ValueError, sqlite3.Error) as exc:  # ValueError: an unusable path
-            self._off(exc)
+        self._disk = DiskStore(path, "judge", "verdicts")
 
     def get(self, key: str) -> float | None:
-        if self._db is None:
-            return None
+        value = self._disk.get(f"verdict:{key}")
         try:
-            row = self._db.execute("SELECT score FROM verdicts WHERE key=?", (key,)).fetchone()
-        except sqlite3.Error as exc:
-            self._off(exc)
+            return None if value is None else float(value)
+        except ValueError:  # a value another version wrote: ask the judge
             return None
-        return float(row[0]) if row is not None else None
 
     def put(self, key: str, score: float) -> None:
-        if self._db is None:
-            return
-        try:
-            self._db.execute(
-                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?)", (key, score, time.time())
-            )
-        except sqlite3.Error as exc:
-            self._off(exc)
+        self._disk.put(f"verdict:{key}", repr(score))
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-    def _off(self, exc: Exception) -> None:
-        self.close()
-        get_logger().warning(
-            "judge_disk_cache_off",
-            path=str(self.path),
-            error=f"{type(exc).__name__}: {exc}",
-            hint="verdicts are not kept for later runs; free space or fix the folder's "
-            "permissions, or set SEARCHR1_SEARCH_CACHE to a writable file",
-        )
+        self._disk.close()

@@ -1,6 +1,7 @@
-"""When to retry an HTTP request and how long to wait: the arithmetic of
-:class:`searchr1.kit.http.HttpClient` (which every HTTP plugin sends through), kept apart
-from the client so it can be read and tested on its own.
+"""When to retry an HTTP request and how long to wait: the pieces of
+:class:`searchr1.kit.http.HttpClient` (which every HTTP plugin sends through) that its
+``tenacity`` retry loop is made of, kept apart from the client so they can be read and tested
+on their own.
 """
 
 from __future__ import annotations
@@ -9,20 +10,26 @@ import random
 import time
 from email.utils import parsedate_to_datetime
 
+import tenacity
+
 
 def is_retryable_status(status: int) -> bool:
     """408 (request timeout), 409 (conflict, e.g. a busy resource), 429 and every 5xx."""
     return status in (408, 409, 429) or 500 <= status <= 599
 
 
-def backoff_delay(
-    retry: int, base_s: float = 0.5, cap_s: float = 8.0, rng: random.Random | None = None
-) -> float:
-    """Seconds to wait before retry number ``retry`` (0 for the first): uniform in
-    ``[0, min(cap_s, base_s * 2**retry)]`` ("full jitter", the spread that de-synchronises a
-    crowd of clients best)."""
-    ceiling = min(cap_s, base_s * (2.0**retry))
-    return (rng or random).uniform(0.0, ceiling)
+class full_jitter(tenacity.wait_exponential):  # noqa: N801 - named like tenacity's waits
+    """Seconds to wait before retry ``n`` (0 for the first): uniform in
+    ``[0, min(cap_s, base_s * 2**n)]`` ("full jitter", the spread that de-synchronises a crowd
+    of clients best). tenacity's own ``wait_random_exponential`` draws from the ``random``
+    module; this draws from ``rng``, so a seeded client waits reproducibly."""
+
+    def __init__(self, base_s: float, cap_s: float, rng: random.Random | None = None):
+        super().__init__(multiplier=base_s, max=cap_s)
+        self.rng = rng or random.Random()
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return self.rng.uniform(0.0, super().__call__(retry_state))
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:

@@ -69,7 +69,7 @@ def test_the_judge_asks_a_real_server_parses_its_replies_and_caches_them(
     server: tuple[str, str], tmp_path: Path
 ) -> None:
     api_base, model = server
-    store = tmp_path / "verdicts.sqlite"
+    store = tmp_path / "verdicts"
     babble = Judge(JudgeSettings(api_base=api_base, model=model, max_tokens=8), store_path=store)
     # the untrained tiny model writes its own tags, never a verdict: each call falls back
     judged = asyncio.run(babble.judge_many(ITEMS))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_judge_server import KEYS, FakeJudgeServer
+from structlog.testing import capture_logs
 
 from searchr1.core.answers import f1_score
 from searchr1.core.config import parse_config
@@ -327,6 +328,31 @@ def test_a_judge_with_no_cache_on_disk_still_caches_within_the_run(
         first = loop.run(judge.judge_many([item]))
         second = loop.run(judge.judge_many([item]))
         assert first[0].score == 0.0 and second[0].cached and len(server.requests) == 1
+
+
+def test_a_damaged_verdict_store_is_discarded_with_a_warning_and_verdicts_kept_again(
+    loop: asyncio.Runner, tmp_path: Path
+) -> None:
+    with FakeJudgeServer() as server:
+        settings = JudgeSettings(api_base=server.base_url, api_key=KEYS[0], model="m")
+        item = JudgeItem("q", "Lyon", ("Paris",))
+        store = tmp_path / "verdicts"
+        first = Judge(settings, store_path=store)
+        assert loop.run(first.judge_many([item]))[0].score == 0.0
+        loop.run(first.aclose())
+        with (store / "cache.db").open("r+b") as fh:  # the database's header overwritten
+            fh.write(b"\0" * 100)
+        with capture_logs() as logs:
+            second = Judge(settings, store_path=store)
+            assert loop.run(second.judge_many([item]))[0].score == 0.0
+            loop.run(second.aclose())
+        (damaged,) = [e for e in logs if e["event"] == "judge_disk_cache_damaged"]
+        assert damaged["path"] == str(store / "cache.db") and "not a database" in damaged["error"]
+        assert len(server.requests) == 2  # asked again: the damaged store answered nothing
+        third = Judge(settings, store_path=store)
+        assert loop.run(third.judge_many([item]))[0].cached
+        assert len(server.requests) == 2 and third.metrics()["judge/disk_hits"] == 1
+        loop.run(third.aclose())
 
 
 def test_a_judge_as_a_weighted_term_is_batched_and_reports_its_spend(loop: asyncio.Runner) -> None:

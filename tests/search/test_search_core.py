@@ -9,13 +9,14 @@ import random
 from email.utils import formatdate
 
 import pytest
+import tenacity
 from structlog.testing import capture_logs
 
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.types import SearchResponse, SearchResult
-from searchr1.kit.retry import backoff_delay, parse_retry_after
+from searchr1.kit.retry import full_jitter, parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
-from searchr1.kit.search.cache import QueryCache, normalise_query
+from searchr1.kit.search.cache import cache_key, normalise_query, run_cache
 from searchr1.kit.search.keys import KeyPool
 from searchr1.kit.search.metrics import SearchMetrics, percentile
 
@@ -57,10 +58,12 @@ def test_key_pool_without_keys_has_one_anonymous_slot() -> None:
 
 
 def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
-    rng = random.Random(1)
+    wait = full_jitter(0.1, 2.0, random.Random(1))
+    state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})
     for retry in range(8):
+        state.attempt_number = retry + 1  # the wait after the first attempt is retry 0's
         ceiling = min(2.0, 0.1 * 2**retry)
-        delays = [backoff_delay(retry, 0.1, 2.0, rng) for _ in range(50)]
+        delays = [wait(state) for _ in range(50)]
         assert all(0.0 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1  # jittered
         assert max(delays) > ceiling / 2  # full jitter spans the whole range
@@ -77,14 +80,14 @@ def test_retry_after_parses_seconds_and_http_dates() -> None:
 
 def test_query_cache_normalises_and_evicts_least_recently_used() -> None:
     assert normalise_query("  Who  IS\tX? ") == "who is x?"
-    cache = QueryCache(max_entries=2)
+    cache = run_cache(max_entries=2)
     hit = (SearchResult("t", "x"),)
-    cache.put(cache.key("A", 3), hit)
-    cache.put(cache.key("b", 3), ())
-    assert cache.get(cache.key(" a ", 3)) == hit  # "a" is now most recent
-    assert cache.get(cache.key("a", 2)) is None  # top_k is part of the key
-    cache.put(cache.key("c", 3), ())
-    assert cache.get(cache.key("b", 3)) is None and len(cache) == 2
+    cache[cache_key("A", 3)] = hit
+    cache[cache_key("b", 3)] = ()
+    assert cache.get(cache_key(" a ", 3)) == hit  # "a" is now most recent
+    assert cache.get(cache_key("a", 2)) is None  # top_k is part of the key
+    cache[cache_key("c", 3)] = ()
+    assert cache.get(cache_key("b", 3)) is None and len(cache) == 2
 
 
 def test_percentile_and_rates() -> None:

@@ -111,5 +111,5 @@ def test_a_rerun_and_a_resumed_run_reuse_the_answers_kept_on_disk(
         fresh = tmp_path / "fresh"
         assert run_cli("train", "--config", config, "--run-dir", fresh, "--no-cache").code == 0
         assert len(server.records) == 2 * paid_first
-    stored = _search_answer_store.read_bytes()
+    stored = b"".join(f.read_bytes() for f in _search_answer_store.rglob("*") if f.is_file())
     assert b"prince author" in stored and not any(k.encode() in stored for k in KEYS)

@@ -348,7 +348,7 @@ def test_calls_per_key_cost_and_answers_kept_on_disk_for_the_next_run(fake) -> N
 
     from searchr1.kit.search.cache import answer_store_path
 
-    stored = answer_store_path().read_bytes()
+    stored = b"".join(f.read_bytes() for f in answer_store_path().rglob("*") if f.is_file())
     assert b"where is lyon" in stored
     assert not any(key.encode() in stored for key in KEYS)
 
@@ -485,13 +485,13 @@ def test_an_answer_store_that_cannot_be_written_is_turned_off_with_one_warning(
     base_url, server = fake
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(blocker / "answers.sqlite"))
+    monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(blocker / "answers"))
     provider = make_provider(base_url)
     with capture_logs() as logs:
         responses = run_queries(provider, ["q1", "q2"])
     assert all(r.ok for r in responses) and len(server.records) == 2
     (off,) = [e for e in logs if e["event"] == "search_disk_cache_off"]
-    assert off["path"] == str(blocker / "answers.sqlite") and "SEARCHR1_SEARCH_CACHE" in off["hint"]
+    assert off["path"] == str(blocker / "answers") and "SEARCHR1_SEARCH_CACHE" in off["hint"]
 
 
 def test_a_damaged_answer_store_is_discarded_with_a_warning_and_started_again(
@@ -499,16 +499,53 @@ def test_a_damaged_answer_store_is_discarded_with_a_warning_and_started_again(
 ) -> None:
     base_url, server = fake
     assert all(r.ok for r in run_queries(make_provider(base_url), ["q1", "q2"]))
-    assert _search_answer_store.stat().st_size > 0 and len(server.records) == 2
-    with _search_answer_store.open("r+b") as fh:  # the file's header overwritten
+    database = _search_answer_store / "cache.db"
+    assert database.stat().st_size > 0 and len(server.records) == 2
+    with database.open("r+b") as fh:  # the file's header overwritten
         fh.write(b"\0" * 100)
     with capture_logs() as logs:
         assert all(r.ok for r in run_queries(make_provider(base_url), ["q1"]))
     (damaged,) = [e for e in logs if e["event"] == "search_disk_cache_damaged"]
-    assert damaged["log_level"] == "warning" and damaged["path"] == str(_search_answer_store)
+    assert damaged["log_level"] == "warning" and damaged["path"] == str(database)
     assert "not a database" in damaged["error"] and "discarded" in damaged["action"]
     assert not [e for e in logs if e["event"] == "search_disk_cache_off"]
     assert len(server.records) == 3  # asked again: the damaged file answered nothing
     again = make_provider(base_url)
     assert all(r.ok for r in run_queries(again, ["q1"]))
     assert len(server.records) == 3 and again.metrics()["disk_hits"] == 1  # kept again
+
+
+def _old_answer_file(path: Path) -> None:
+    """The single SQLite file an earlier version kept answers (and verdicts) in."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(
+            "CREATE TABLE answers (provider TEXT NOT NULL, endpoint TEXT NOT NULL, query TEXT "
+            "NOT NULL, top_k INTEGER NOT NULL, results TEXT NOT NULL, stored REAL NOT NULL, "
+            "PRIMARY KEY (provider, endpoint, query, top_k))"
+        )
+        db.execute("INSERT INTO answers VALUES ('zhihu', 'x', 'q1', 3, '[]', 0)")
+    db.close()
+
+
+@pytest.mark.parametrize("where", ["the configured path", "next to the folder"])
+def test_an_earlier_versions_answer_file_is_removed_with_a_warning_and_a_folder_started(
+    fake, _search_answer_store: Path, where: str
+) -> None:
+    base_url, server = fake
+    old = _search_answer_store
+    if where == "next to the folder":  # the default folder is search/answers: search/answers.sqlite
+        old = old.with_name(f"{old.name}.sqlite")
+    _old_answer_file(old)
+    with capture_logs() as logs:
+        assert all(r.ok for r in run_queries(make_provider(base_url), ["q1"]))
+    (warned,) = [e for e in logs if e["event"] == "search_disk_cache_old_format"]
+    assert warned["log_level"] == "warning" and warned["path"] == str(old)
+    assert "earlier version" in warned["action"] and str(_search_answer_store) in warned["action"]
+    assert not old.is_file() and _search_answer_store.is_dir()
+    assert [e["event"] for e in logs if "disk_cache" in e["event"]] == [warned["event"]]
+    again = make_provider(base_url)  # the new folder keeps answers again
+    assert all(r.ok for r in run_queries(again, ["q1"]))
+    assert len(server.records) == 1 and again.metrics()["disk_hits"] == 1

@@ -30,7 +30,7 @@ from searchr1.core.config_schema import SearchConfig
 from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse
 from searchr1.kit.http import bound_loop
-from searchr1.kit.search.cache import AnswerStore, CacheKey, QueryCache, answer_store_path
+from searchr1.kit.search.cache import AnswerStore, CacheKey, answer_store_path, cache_key, run_cache
 from searchr1.kit.search.metrics import SearchMetrics
 
 EMPTY_QUERY = "empty query"
@@ -49,7 +49,7 @@ class BaseSearchProvider(ABC):
     def __init__(self, settings: SearchConfig):
         self.settings = settings
         self._metrics = SearchMetrics()
-        self._cache = QueryCache() if settings.cache else None
+        self._cache = run_cache() if settings.cache else None
         self._inflight: dict[CacheKey, asyncio.Future[SearchResponse]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._store: AnswerStore | None = None
@@ -155,14 +155,14 @@ class BaseSearchProvider(ABC):
         if self._cache is None and store is None:
             return self._record(await self._timed_fetch(query, top_k), cached=False)
 
-        key = QueryCache.key(query, top_k)
+        key = cache_key(query, top_k)
         hit = self._cache.get(key) if self._cache is not None else None
         if hit is None and store is not None:
             hit = store.get(key)
             if hit is not None:
                 m.disk_hits += 1
                 if self._cache is not None:
-                    self._cache.put(key, hit)
+                    self._cache[key] = hit
         if hit is not None:
             return self._record(SearchResponse(results=hit, cached=True), cached=True)
         leader = self._inflight.get(key)
@@ -183,7 +183,7 @@ class BaseSearchProvider(ABC):
             response = await self._timed_fetch(query, top_k)
             if response.ok:
                 if self._cache is not None:
-                    self._cache.put(key, response.results)
+                    self._cache[key] = response.results
                 if store is not None:
                     store.put(key, response.results)
             future.set_result(response)
