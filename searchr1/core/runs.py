@@ -1,8 +1,7 @@
-"""One command's :class:`Run`: its config, folder, event stream (with the secrets it
-redacts), plugins, and (once started) the
-plugin instances chosen **by name** in the config (model, search provider, reward, loss) with
-the agent protocol. ``train``, ``smoke``, ``eval``, the Python API and the offline world's ideal
-agent all build theirs here.
+"""One command's :class:`Run`: its config, folder, event stream (with the secrets it masks),
+plugins, and (once started) the plugin instances chosen **by name** in the config (model,
+search provider, reward, loss) with the agent protocol. ``train``, ``smoke``, ``eval``, the
+Python API and the offline world's ideal agent all build theirs here.
 """
 
 from __future__ import annotations
@@ -198,25 +197,26 @@ def open_run(
     if isinstance(chosen, str):
         raise UserError(chosen)
     assert chosen is not None
-    run_id = chosen.name
-    run = Run(config, registry, chosen, command=command, world=world, stop=stop or Stop())
+    run_dir_path = chosen
+    run_id = run_dir_path.name
+    run = Run(config, registry, run_dir_path, command=command, world=world, stop=stop or Stop())
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
-    events = chosen / "events.jsonl"
+    events = run_dir_path / "events.jsonl"
     if not world.main:
-        (chosen / "ranks").mkdir(exist_ok=True)
-        events = chosen / "ranks" / f"rank{world.rank}.jsonl"
+        (run_dir_path / "ranks").mkdir(exist_ok=True)
+        events = run_dir_path / "ranks" / f"rank{world.rank}.jsonl"
         log_kwargs["stream"] = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the run
         log_kwargs.pop("screen", None)
     try:
         run.log = setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
         # metric sinks: [log] sinks (events.jsonl is always on)
         if command == "train" and world.main:
-            run.sinks = open_sinks(config, registry, chosen)
+            run.sinks = open_sinks(config, registry, run_dir_path)
         get_logger().info(
             "run_start",
             command=command,
-            run_dir=str(chosen),
+            run_dir=str(run_dir_path),
             config_source=config.source,
             **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
         )
