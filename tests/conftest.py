@@ -74,18 +74,18 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., cli_run.Result]
 
 @pytest.fixture(autouse=True)
 def _reset_logging():
-    """Undo ``setup_logging`` after every test. A command run in-process (``open_run``) binds
-    structlog to the test's captured stdout and opens the run's events file; without this a
-    later test that logs writes to a closed stream (``I/O operation on closed file``)."""
+    """Undo ``setup_logging`` after every test. A test's own stream (or a command's run the
+    test left open) binds structlog to the test's captured stdout and holds an events file;
+    without this a later test that logs writes to a closed stream (``I/O operation on closed
+    file``)."""
     yield
     import structlog
 
     from searchr1.core import logs
 
-    logs.close_console()  # the console's bars of an in-process run
-    sink, logs._file_sink = logs._file_sink, None
-    if sink is not None:
-        sink.close()
+    bound = logs.bound_log()  # a test's own setup_logging (a command closes its run's)
+    if bound is not None:
+        bound.close()  # the console's bar and the events file
     structlog.reset_defaults()
 
 

@@ -394,12 +394,18 @@ def _evaluate(
     stop: Stop,
 ) -> int:
     from searchr1.cli.args import open_run_from_args
+
+    config = _eval_config(args, targets, registry)
+    with open_run_from_args(args, "eval", config=config, registry=registry, stop=stop) as run:
+        return _evaluate_in(run, args, targets, labels)  # closed: a refused write names the run
+
+
+def _evaluate_in(
+    run: Run, args: argparse.Namespace, targets: list[tuple[str, str | None]], labels: list[str]
+) -> int:
     from searchr1.core.data import load_questions
     from searchr1.core.evaluation import format_comparison, format_table, trust_warning
 
-    run = open_run_from_args(
-        args, "eval", config=_eval_config(args, targets, registry), registry=registry, stop=stop
-    )
     config = run.config
     data_path = args.data or config.data.eval
     loaded = load_questions(

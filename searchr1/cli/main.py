@@ -10,9 +10,10 @@ torchrun job: :func:`~searchr1.core.distributed.report_stop`), and the
 command exits with its class's ``exit_code`` (2 for what the user must fix: config, plugins,
 data). Libraries' progress bars (transformers' "Loading weights", downloads) draw only on a
 terminal, from one process of a job. A write the filesystem refuses (disk full, over quota, read-only,
-an I/O error, no permission) is turned here, in one place, into a
-:class:`~searchr1.core.errors.DiskError` (exit code 4) naming the path, the free space, the
-last complete checkpoint and the command that continues the run. A reader that closes the
+an I/O error, no permission) is a :class:`~searchr1.core.errors.DiskError` (exit code 4)
+naming the path and the free space; the command's run (:class:`~searchr1.core.runs.Run`) adds
+its last complete checkpoint and the command that continues it, and this module words a
+refusal met outside any run. A reader that closes the
 pipe early (``searchr1 plugins | head -1``) ends the command quietly, as it ends other Unix
 tools.
 """
@@ -103,20 +104,17 @@ def _run_command(argv: Sequence[str] | None, registry: Registry | None) -> int:
         announce = getattr(args, "announce_config", True)
         if (announce(args) if callable(announce) else announce) and speaks_for_job():
             say(f"config: {args.config or '<embedded offline default>'} ({args.config_reason})")
-    from searchr1.core.disk import track_run
-
-    track_run(None)  # until the command opens its run folder (open_run)
     try:
         try:
             return int(args.func(args) or 0)
-        except Exception as exc:  # a disk that refused a write, however a library wraps it
+        except Exception as exc:  # a disk that refused a write outside the command's run
             from searchr1.core.disk import as_disk_error
             from searchr1.core.runs import disk_error
 
             refused = as_disk_error(exc) if not isinstance(exc, SearchR1Error) else None
             if refused is None:
                 raise
-            raise disk_error(refused) from exc
+            raise disk_error(refused, None) from exc
     except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
         from searchr1.core.secrets import redact_text
 

@@ -90,8 +90,10 @@ def main(args: argparse.Namespace, config: Config | None = None) -> int:
     with Stop().installed() as stop:
         try:
             registry = getattr(args, "registry", None) or load_registry()
-            run = open_run_from_args(args, "smoke", registry=registry, config=config, stop=stop)
-            return _smoke(args, run)
+            with open_run_from_args(
+                args, "smoke", registry=registry, config=config, stop=stop
+            ) as run:
+                return _smoke(args, run)
         except Interrupted as stopped:
             again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 smoke"
             kept = "nothing (smoke keeps no state)"

@@ -50,37 +50,38 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
 
     registry = getattr(args, "registry", None) or load_registry()
     run = open_run_from_args(args, "train", registry=registry, world=world, stop=stop)
-    try:
-        train(run, resume=bool(getattr(args, "resume", False)))
-    except EnvironmentDown as exc:
-        get_logger().error("train_stopped", reason=str(exc))
-        if world.main:  # every rank stops alike; one says so
-            say(f"searchr1: training stopped: {exc}")
-        return exc.exit_code
-    except HealthStop as exc:
-        get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
-        if world.main:
-            say(
-                f"searchr1: training stopped: {exc}; continue anyway with "
-                f"`{resume_command(run.folder, run.config.source)}` after raising the "
-                f'threshold or setting on_alert = "warn"'
-            )
-        return exc.exit_code
-    except Interrupted as stopped:
-        if world.main:  # the CLI prints what was kept and the command that continues
-            raise
-        return stopped.exit_code
-    except RankLost as exc:  # say where the run can continue from
-        last = latest_checkpoint(run.folder)
-        if last is None:
+    with run:  # closes its event stream; a refused write names its checkpoint
+        try:
+            train(run, resume=bool(getattr(args, "resume", False)))
+        except EnvironmentDown as exc:
+            get_logger().error("train_stopped", reason=str(exc))
+            if world.main:  # every rank stops alike; one says so
+                say(f"searchr1: training stopped: {exc}")
+            return exc.exit_code
+        except HealthStop as exc:
+            get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
+            if world.main:
+                say(
+                    f"searchr1: training stopped: {exc}; continue anyway with "
+                    f"`{resume_command(run.folder, run.config.source)}` after raising the "
+                    f'threshold or setting on_alert = "warn"'
+                )
+            return exc.exit_code
+        except Interrupted as stopped:
+            if world.main:  # the CLI prints what was kept and the command that continues
+                raise
+            return stopped.exit_code
+        except RankLost as exc:  # say where the run can continue from
+            last = latest_checkpoint(run.folder)
+            if last is None:
+                raise RankLost(
+                    f"{exc}\nno complete checkpoint yet in {run.folder}: start the run again"
+                ) from None
             raise RankLost(
-                f"{exc}\nno complete checkpoint yet in {run.folder}: start the run again"
+                f"{exc}\nlast complete checkpoint: {last.path} (step {last.step}); continue with "
+                f"`{resume_command(run.folder, run.config.source)}` (any number of processes)"
             ) from None
-        raise RankLost(
-            f"{exc}\nlast complete checkpoint: {last.path} (step {last.step}); continue with "
-            f"`{resume_command(run.folder, run.config.source)}` (any number of processes)"
-        ) from None
-    return 0
+        return 0
 
 
 def _launches(args: argparse.Namespace) -> bool:

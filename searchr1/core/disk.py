@@ -8,13 +8,13 @@ write never leaves a file a later read takes for complete.
   is renamed into place (checkpoints, indexes, assets), with the modes the umask gives, and
   :func:`match_umask` gives those modes to what a library wrote into such a folder.
 - :func:`as_disk_error`: whether an exception is the filesystem refusing a write (full, over
-  quota, read-only, an I/O error, no permission), however a library wrapped it. The CLI
-  turns it, in one place (:mod:`searchr1.cli.main`), into the one
-  :class:`~searchr1.core.errors.DiskError` (exit code 4) that
-  :func:`searchr1.core.runs.disk_error` words from :func:`describe_refusal` and the
-  :func:`track_run` of the command: the path, the free space there, the run's last complete
-  checkpoint and the command that continues it. Writers raise plain ``OSError`` naming their
-  path.
+  quota, read-only, an I/O error, no permission), however a library wrapped it. It becomes
+  the one :class:`~searchr1.core.errors.DiskError` (exit code 4) that
+  :func:`searchr1.core.runs.disk_error` words from :func:`describe_refusal` and the command's
+  run: the path, the free space there, the run's last complete checkpoint and the command
+  that continues it. The run turns a refusal met while it is open
+  (:class:`~searchr1.core.runs.Run` as a context manager), the CLI (:mod:`searchr1.cli.main`)
+  one outside any run. Writers raise plain ``OSError`` naming their path.
 - :func:`warn_if_low_space`: before a checkpoint, a warning when the free space is under twice
   the size of the last checkpoint.
 """
@@ -30,7 +30,6 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,30 +50,6 @@ _ADVICE = {
 }
 #: errnos only a write gets; the others (EIO, EACCES, EPERM) may come from a read too
 _WRITE_ONLY = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
-
-
-@dataclass(frozen=True)
-class TrackedRun:
-    """The run folder the current command writes into (set by ``open_run``)."""
-
-    run_dir: Path
-    command: str
-    config_source: str
-
-
-_run: TrackedRun | None = None
-
-
-def track_run(run_dir: Path | None, command: str = "", config_source: str = "") -> None:
-    """Remember the command's run folder (None: the command has none), so a disk error can
-    name its last checkpoint and the command that continues it."""
-    global _run
-    _run = TrackedRun(Path(run_dir), command, config_source) if run_dir is not None else None
-
-
-def tracked_run() -> TrackedRun | None:
-    """The run :func:`track_run` remembered, if any."""
-    return _run
 
 
 def is_disk_error(exc: BaseException) -> bool:

@@ -1,5 +1,6 @@
-"""Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout. :func:`setup_logging`
-runs once per command, after the config is loaded (so its secrets are known). Every event
+"""Structured logs: JSON lines to ``runs/<run>/events.jsonl`` and to stdout. Each command's
+events go through its :class:`RunLog` (the run's, made by ``open_run`` after the config is
+loaded, so its secrets are known; :func:`log_to_stderr` before that). Every event
 carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use ``/``-separated keys
 (``reward/mean``) in a ``metrics`` event. Redaction replaces every configured secret and
 anything shaped like a bearer token. A command may pass a ``screen`` factory to draw events for
@@ -25,11 +26,7 @@ from typing import IO, Any, Protocol
 
 import structlog
 
-from searchr1.core.secrets import redact_value, register_secrets
-
-
-def redact_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    return redact_value(event_dict)
+from searchr1.core.secrets import Secrets, bind_secrets, bound_secrets
 
 
 class _JsonLinesFile:
@@ -112,19 +109,105 @@ class Screen(Protocol):
 #: ``factory(stream, total_steps)``: the screen of one command
 ScreenFactory = Callable[[IO[str], "int | None"], Screen]
 
-_file_sink: _JsonLinesFile | None = None
-_console: Screen | None = None
+
+class RunLog:
+    """One command's event stream: the ``run_id`` its events carry, the :class:`Secrets` they
+    are redacted of, the events file they are appended to (``events_path``), and on
+    ``stream`` (stdout) the console ``screen(stream, total_steps)`` draws when given, else
+    JSON lines. The run that opened it closes it (:meth:`close`)."""
+
+    def __init__(
+        self,
+        run_id: str | None,
+        events_path: Path | None = None,
+        *,
+        secrets: Secrets,
+        screen: ScreenFactory | None = None,
+        stream: IO[str] | None = None,
+        total_steps: int | None = None,
+    ):
+        self.run_id = run_id
+        self.secrets = secrets
+        self.stream = stream or sys.stdout
+        self.sink = _JsonLinesFile(events_path) if events_path is not None else None
+        self.console = screen(self.stream, total_steps) if screen is not None else None
+
+    def _redact(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+        return self.secrets.redact_value(event_dict)
+
+    def bind(self) -> RunLog:
+        """Make this the stream every :func:`get_logger` event, :func:`say` and redaction
+        of the process goes to (see :data:`_bound`); the one bound before is closed."""
+        global _bound
+        previous, _bound = _bound, self
+        if previous is not None and previous is not self:
+            previous.close()
+        processors: list[Any] = [
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            self._redact,
+        ]
+        if self.sink is not None:
+            processors.append(self.sink)
+        if self.console is not None:
+            drawn = self.console
+            processors.append(drawn)
+            logger_factory: Any = lambda *_args: drawn  # noqa: E731 - prints above the bar
+        else:
+            processors.append(structlog.processors.JSONRenderer(default=str, ensure_ascii=False))
+            logger_factory = structlog.PrintLoggerFactory(file=self.stream)
+        structlog.configure(
+            processors=processors,
+            wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+            logger_factory=logger_factory,
+            cache_logger_on_first_use=False,
+        )
+        structlog.contextvars.clear_contextvars()
+        if self.run_id is not None:
+            structlog.contextvars.bind_contextvars(run_id=self.run_id)
+        bind_secrets(self.secrets)
+        return self
+
+    def close_console(self) -> None:
+        """Close the console's progress bar (end of a command); :meth:`say` then writes to
+        stderr."""
+        if self.console is not None:
+            console, self.console = self.console, None
+            console.close()
+
+    def close(self) -> None:
+        """End the stream: the console's bar closed, the events file closed. When it is the
+        bound one, later events go to stderr (:func:`log_to_stderr`), its secrets still
+        redacted."""
+        self.close_console()
+        if self.sink is not None:
+            sink, self.sink = self.sink, None
+            sink.close()
+        if _bound is self:
+            log_to_stderr()
+
+    def on_screen(self) -> bool:
+        """Whether the events are drawn for a person (a terminal's console) rather than
+        printed as JSON lines: what is an event then needs no :meth:`say` of its own."""
+        return self.console is not None
+
+    def say(self, line: str = "") -> None:
+        """Tell the person running the command ``line``, beside the event stream: on the
+        console (above its progress bar) when one is drawn, else on stderr, so that stdout
+        stays JSON lines when piped."""
+        if self.console is not None:
+            self.console.msg(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
 
-def close_console() -> None:
-    """Close the console's progress bar (end of a command); :func:`say` then writes to stderr."""
-    global _console
-    if _console is not None:
-        _console.close()
-        _console = None
-
-
-atexit.register(close_console)
+#: The command's stream, the process's one binding point for logging: structlog's
+#: configuration is process-global (every ``get_logger()`` event goes through one processor
+#: chain), :func:`say` is called by code no run is handed to, and the atexit hook below has
+#: nothing else to reach. :meth:`RunLog.bind` sets it; the run owns the stream and closes it.
+_bound: RunLog | None = None
 
 
 def setup_logging(
@@ -135,65 +218,53 @@ def setup_logging(
     screen: ScreenFactory | None = None,
     stream: IO[str] | None = None,
     total_steps: int | None = None,
-) -> None:
-    """Configure structlog for one command: events go to ``events_path`` and, on
-    ``stream`` (stdout), to ``screen(stream, total_steps)`` when given, else as JSON lines;
-    each carries ``run_id`` (none before a run is opened)."""
-    global _file_sink, _console
-    close_console()
-    register_secrets(secrets)
-    stream = stream or sys.stdout
-    if _file_sink is not None:
-        _file_sink.close()
-        _file_sink = None
-    processors: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        structlog.processors.format_exc_info,
-        redact_processor,
-    ]
-    if events_path is not None:
-        _file_sink = _JsonLinesFile(events_path)
-        processors.append(_file_sink)
-    if screen is not None:
-        _console = drawn = screen(stream, total_steps)
-        processors.append(drawn)
-        logger_factory: Any = lambda *_args: drawn  # noqa: E731 - prints above the bar
-    else:
-        _console = None
-        processors.append(structlog.processors.JSONRenderer(default=str, ensure_ascii=False))
-        logger_factory = structlog.PrintLoggerFactory(file=stream)
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=logger_factory,
-        cache_logger_on_first_use=False,
+) -> RunLog:
+    """A :class:`RunLog`, bound: events go to ``events_path`` and to ``stream`` (stdout),
+    drawn by ``screen`` when given; redacted of ``secrets`` and of every secret the process
+    has redacted so far (an object of an earlier run, the API's search client, may still
+    hold and quote one)."""
+    log = RunLog(
+        run_id,
+        events_path,
+        secrets=bound_secrets().extended(secrets),
+        screen=screen,
+        stream=stream,
+        total_steps=total_steps,
     )
-    structlog.contextvars.clear_contextvars()
-    if run_id is not None:
-        structlog.contextvars.bind_contextvars(run_id=run_id)
+    return log.bind()
 
 
-def log_to_stderr() -> None:
-    """Events logged before a command opens its run (:func:`setup_logging`), or by a command
+def log_to_stderr() -> RunLog:
+    """Events logged before a command opens its run, after it closes it, or by a command
     that opens none (``config check`` building a ``builtin:`` model), go to stderr as JSON
     lines, secrets redacted: stdout carries only what the command prints."""
-    setup_logging(None, stream=sys.stderr)
+    return setup_logging(None, stream=sys.stderr)
+
+
+def bound_log() -> RunLog | None:
+    """The stream the process's events go to now (:meth:`RunLog.bind`)."""
+    return _bound
+
+
+def close_console() -> None:
+    """Close the bound stream's progress bar; :func:`say` then writes to stderr. Run at exit
+    too: a command that never closed its run (the Python API) still ends its bar."""
+    if _bound is not None:
+        _bound.close_console()
+
+
+atexit.register(close_console)
 
 
 def on_screen() -> bool:
-    """Whether this command's events are drawn for a person (a terminal's console) rather
-    than printed as JSON lines: what is an event then needs no :func:`say` of its own."""
-    return _console is not None
+    """Whether the bound stream's events are drawn for a person (:meth:`RunLog.on_screen`)."""
+    return _bound is not None and _bound.on_screen()
 
 
 def say(line: str = "") -> None:
-    """Tell the person running the command ``line``, beside the event stream: on the console
-    (above its progress bar) when one is drawn, else on stderr, so that stdout stays JSON
-    lines when piped."""
-    if _console is not None:
-        _console.msg(line)
+    """:meth:`RunLog.say` of the bound stream (stderr when none is bound)."""
+    if _bound is not None:
+        _bound.say(line)
     else:
         print(line, file=sys.stderr, flush=True)
 

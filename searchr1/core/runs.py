@@ -1,7 +1,7 @@
-"""One command's :class:`Run`: its config, folder, logging, plugins, and (once started) the
-plugin instances chosen **by name** in the config (model, search provider, reward, loss) with
-the agent protocol. ``train``, ``smoke``, ``eval``, the Python API and the offline world's ideal
-agent all build theirs here.
+"""One command's :class:`Run`: its config, folder, event stream (with the secrets it masks),
+plugins, and (once started) the plugin instances chosen **by name** in the config (model,
+search provider, reward, loss) with the agent protocol. ``train``, ``smoke``, ``eval``, the
+Python API and the offline world's ideal agent all build theirs here.
 """
 
 from __future__ import annotations
@@ -18,16 +18,10 @@ from searchr1.core.assets import cache_dir
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, plugin_problems
-from searchr1.core.disk import (
-    describe_refusal,
-    is_disk_error,
-    resume_command,
-    track_run,
-    tracked_run,
-)
+from searchr1.core.disk import as_disk_error, describe_refusal, is_disk_error, resume_command
 from searchr1.core.distributed import World
-from searchr1.core.errors import ConfigError, DiskError, PluginError, UserError
-from searchr1.core.logs import get_logger, on_screen, say, setup_logging
+from searchr1.core.errors import ConfigError, DiskError, PluginError, SearchR1Error, UserError
+from searchr1.core.logs import RunLog, get_logger, setup_logging
 from searchr1.core.plugins import Registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
@@ -38,14 +32,22 @@ from searchr1.core.types import LossFn, Model, RewardFn, Sampler, SearchProvider
 
 @dataclass
 class Run:
-    """One run: :func:`open_run` gives it a folder and logging; :meth:`start` creates what the
-    config names (model last: slowest), so a command can check its own inputs in between,
-    before the model loads. Without a folder (``run_dir`` None) it is a run of the Python API
-    or a script."""
+    """One run: :func:`open_run` gives it a folder and its event stream; :meth:`start` creates
+    what the config names (model last: slowest), so a command can check its own inputs in
+    between, before the model loads. Without a folder (``run_dir`` None) it is a run of the
+    Python API or a script, logging where the process logs.
+
+    A command holds it in a ``with`` block: leaving it closes the event stream, and a write
+    the disk refused inside it leaves as the :class:`~searchr1.core.errors.DiskError` that
+    names this run's last checkpoint and the command that continues it (:func:`disk_error`)."""
 
     config: Config
     registry: Registry
     run_dir: Path | None = None
+    #: the command that opened it (``train``, ``smoke``, ``eval``; empty outside the CLI's)
+    command: str = ""
+    #: its events (events.jsonl, the console or JSON lines, its secrets); None: the process's
+    log: RunLog | None = None
     #: the ``[log] sinks`` (``train`` only) the loop sends its numbers to
     sinks: SinkHub = field(default_factory=SinkHub)
     #: the torchrun job this process is part of (one process: rank 0 of 1)
@@ -137,8 +139,31 @@ class Run:
 
     async def aclose(self) -> None:
         """Release the model, in the event loop it was started in (the search provider is
-        closed there too, by its owner: ``await run.search.aclose()``)."""
+        closed there too, by its owner: ``await run.search.aclose()``). The event stream
+        stays open for the command's last events (``train_done``, eval's summary) until
+        :meth:`close`."""
         await self.model.aclose()
+
+    def close(self) -> None:
+        """Close the run's event stream (its console and events file); later events of the
+        process go to stderr."""
+        if self.log is not None:
+            self.log.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, _kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        self._end(exc)
+
+    def _end(self, exc: BaseException | None) -> None:
+        """Close the run; ``exc``, a write the disk refused, leaves as this run's
+        :func:`disk_error`."""
+        self.close()
+        if isinstance(exc, Exception) and not isinstance(exc, SearchR1Error):
+            refused = as_disk_error(exc)
+            if refused is not None:
+                raise disk_error(refused, self) from exc
 
 
 def open_run(
@@ -157,7 +182,7 @@ def open_run(
     :meth:`Run.start` creates the plugins. Under torchrun (``world``) rank 0 chooses the
     folder and alone writes events.jsonl and the sinks; rank ``r`` logs to
     ``ranks/rank<r>.jsonl`` there. ``stop``: the command's installed :class:`Stop` (None:
-    one that no signal sets)."""
+    one that no signal sets). The command holds the run in a ``with`` block (:class:`Run`)."""
     world = world or World()
     if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
         raise ConfigError(problems)
@@ -174,7 +199,7 @@ def open_run(
     assert chosen is not None
     run_dir_path = chosen
     run_id = run_dir_path.name
-    track_run(run_dir_path, command, config.source)  # a disk error names its checkpoint
+    run = Run(config, registry, run_dir_path, command=command, world=world, stop=stop or Stop())
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     events = run_dir_path / "events.jsonl"
@@ -183,40 +208,44 @@ def open_run(
         events = run_dir_path / "ranks" / f"rank{world.rank}.jsonl"
         log_kwargs["stream"] = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the run
         log_kwargs.pop("screen", None)
-    setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
-    # metric sinks: [log] sinks (events.jsonl is always on)
-    train_sinks = command == "train" and world.main
-    sinks = open_sinks(config, registry, run_dir_path) if train_sinks else SinkHub()
-    get_logger().info(
-        "run_start",
-        command=command,
-        run_dir=str(run_dir_path),
-        config_source=config.source,
-        **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
-    )
-    if world.main:
-        announce_config(config, registry)
-    return Run(config, registry, run_dir_path, sinks, world=world, stop=stop or Stop())
+    try:
+        run.log = setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
+        # metric sinks: [log] sinks (events.jsonl is always on)
+        if command == "train" and world.main:
+            run.sinks = open_sinks(config, registry, run_dir_path)
+        get_logger().info(
+            "run_start",
+            command=command,
+            run_dir=str(run_dir_path),
+            config_source=config.source,
+            **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
+        )
+        if world.main:
+            announce_config(config, registry, run.log)
+    except BaseException as exc:  # an events file the disk refuses names the run's checkpoint
+        run._end(exc)
+        raise
+    return run
 
 
-def announce_config(config: Config, registry: Registry) -> None:
+def announce_config(config: Config, registry: Registry, log: RunLog) -> None:
     """Log (``config_choice``, ``config_warning``) and say (``warning: ...``) what the run
     should know: inferred provider/protocol, literal secrets, empty exported variables, plugin
-    advice (:func:`searchr1.core.config_validate.advice`). On a terminal the console draws
-    the events, so they are said once."""
-    log = get_logger()
-    drawn = on_screen()
+    advice (:func:`searchr1.core.config_validate.advice`), on the run's stream ``log``. On a
+    terminal the console draws the events, so they are said once."""
+    events = get_logger()
+    drawn = log.on_screen()
     for dotted, reason in config.choices.items():
         if reason.startswith("not set"):
             section, key = dotted.split(".", 1)
             value = getattr(getattr(config, section), key)
-            log.info("config_choice", field=dotted, value=value, reason=reason)
+            events.info("config_choice", field=dotted, value=value, reason=reason)
             if not drawn:
-                say(f"{dotted} = {value!r}: {reason}")
+                log.say(f"{dotted} = {value!r}: {reason}")
     for line in [*config.warnings, *advice(config, registry)]:
-        log.warning("config_warning", detail=line)
+        events.warning("config_warning", detail=line)
         if not drawn:
-            say(f"warning: {line}")
+            log.say(f"warning: {line}")
 
 
 def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: bool) -> Path:
@@ -294,22 +323,22 @@ def run_command(folder: Path) -> str | None:
     return None
 
 
-def disk_error(exc: OSError) -> DiskError:
+def disk_error(exc: OSError, run: Run | None) -> DiskError:
     """The one message for a write the disk refused (:mod:`searchr1.core.disk`): the path,
-    the free space there, the run's last complete checkpoint and the command that continues
-    it (or, outside ``train``, to run the command again)."""
-    run = tracked_run()
-    lines, advice = describe_refusal(exc, run.run_dir if run else None)
+    the free space there, ``run``'s last complete checkpoint and the command that continues
+    it (or, outside ``train`` or any run, to run the command again)."""
+    folder = run.run_dir if run is not None else None
+    lines, advice = describe_refusal(exc, folder)
     if exc.filename and _is_under(Path(exc.filename), cache_dir()):
         advice += " (the cache folder is $SEARCHR1_CACHE, default ~/.cache/searchr1)"
-    if run is not None and run.command == "train":
-        last = latest_checkpoint(run.run_dir)
+    if run is not None and folder is not None and run.command == "train":
+        last = latest_checkpoint(folder)
         if last is not None:
             lines.append(f"last complete checkpoint: {last.path} (step {last.step})")
             lines.append(f"{advice}, then continue the run with:")
-            lines.append(f"  {resume_command(run.run_dir, run.config_source)}")
+            lines.append(f"  {resume_command(folder, run.config.source)}")
         else:
-            lines.append(f"no complete checkpoint yet in {run.run_dir}")
+            lines.append(f"no complete checkpoint yet in {folder}")
             lines.append(f"{advice}, then start the run again")
     else:
         lines.append(f"{advice}, then run the command again")

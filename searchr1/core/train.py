@@ -68,7 +68,7 @@ from searchr1.core.evaluation import (
     heldout_questions,
 )
 from searchr1.core.health import Health
-from searchr1.core.logs import close_console, get_logger
+from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
@@ -468,7 +468,7 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
     stopped = asked is not None or alert is not None
     totals = {**plan.run.totals, **plan.health.notices.totals()}
     log.info("train_done", steps=step, stopped_early=stopped, **totals)
-    close_console()
+    _close_console(plan.run)
     if asked is not None:
         raise Interrupted(asked, progress.cut[0] if progress.cut else f"RL step {step} (finished)")
     if alert is not None:
@@ -480,13 +480,20 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
 AFTER_FILE = "eval_heldout_after.jsonl"
 
 
+def _close_console(run: Run) -> None:
+    """The run's progress bar ends with the loop: what the command says next (the outcome,
+    an error) prints below it."""
+    if run.log is not None:
+        run.log.close_console()
+
+
 def _outcome(run: Run, stop: Interrupted) -> Interrupted:
     """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
     command that goes on from there."""
     from searchr1.core.checkpoint import latest_checkpoint
     from searchr1.core.disk import resume_command
 
-    close_console()
+    _close_console(run)
     if run.run_dir is None:
         return stop
     last = latest_checkpoint(run.folder)

@@ -12,7 +12,7 @@ import pytest
 from cli_run import read_events
 
 from searchr1.cli.console import Console, tty_screen
-from searchr1.core.logs import close_console, get_logger, log_metrics, setup_logging
+from searchr1.core.logs import get_logger, log_metrics, setup_logging
 
 # a metrics event as the train loop logs it (abridged: the real one has ~50 keys)
 STEP = {
@@ -45,13 +45,13 @@ def _plain(text: str) -> str:
 
 def test_step_lines_are_short_and_hold_what_a_person_watches(tmp_path: Path) -> None:
     stream = Tty()
-    setup_logging(
+    run_log = setup_logging(
         "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=60
     )
     get_logger().info("eval/heldout_em", when="before", step=0, em=0.119, f1=0.2, n=200)
     log_metrics(1, {**STEP, "time/step": 12.0})
     log_metrics(2, {**STEP, "time/step": 14.0, "reward/mean": 0.5})
-    close_console()
+    run_log.close_console()
     lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
     steps = [line for line in lines if line.startswith("step ")]
     assert steps[0] == (
@@ -112,7 +112,7 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
     offline world's scripted ideal agent), then steps, then "after": the step line shows the
     model's latest EM, and the ceiling has a line of its own."""
     stream = Tty()
-    setup_logging(
+    run_log = setup_logging(
         "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=2
     )
     log = get_logger()
@@ -122,7 +122,7 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
     log.info("eval/heldout_em", when="cold_start", step=1, em=0.25, n=320)
     log_metrics(2, {**STEP, "time/step": 12.0})
     log.info("eval/heldout_em", when="after", step=2, em=0.334, n=320)
-    close_console()
+    run_log.close_console()
     lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
     steps = [line for line in lines if line.startswith("step ")]
     assert "EM 11.9%" in steps[0] and "100.0%" not in steps[0]
@@ -176,11 +176,13 @@ def test_a_train_run_with_a_ceiling_shows_the_models_em_on_its_step_lines(
 
 def test_the_step_line_shows_the_search_cost_of_the_step_and_the_run(tmp_path: Path) -> None:
     stream = Tty()
-    setup_logging("r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream)
+    run_log = setup_logging(
+        "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream
+    )
     log_metrics(1, {**STEP, "search/cost": 0.09})
     log_metrics(2, {**STEP, "search/cost": 0.03})
     log_metrics(3, STEP)  # no cost_per_call: no cost shown
-    close_console()
+    run_log.close_console()
     steps = [line for line in _plain(stream.getvalue()).splitlines() if line.startswith("step ")]
     assert "search cost 0.09 (run 0.09)" in steps[0]
     assert "search cost 0.03 (run 0.12)" in steps[1]
@@ -201,7 +203,6 @@ def test_the_first_screen_of_train_says_what_runs_where_and_how_to_stop_resume_a
     screen = Tty()
     monkeypatch.setattr("sys.stdout", screen)
     assert main(["train", "--config", str(config), "--run-dir", str(tmp_path / "r")]) == 0
-    close_console()
     lines = _plain(screen.getvalue()).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("searchr1 train: teaches "))
     intro = dict(line.split(None, 1) for line in lines[start + 1 : start + 7])
@@ -215,7 +216,6 @@ def test_the_first_screen_of_train_says_what_runs_where_and_how_to_stop_resume_a
     assert resume[:3] == ["searchr1", "train", "--resume"]
     monkeypatch.setattr("sys.stdout", Tty())
     assert main(resume[1:]) == 0
-    close_console()
     assert main(shlex.split(intro["report"].split("  (")[0])[1:]) == 0
     assert (tmp_path / "r" / "report" / "index.html").is_file()
     assert [e["step"] for e in read_events(tmp_path / "r", "metrics")] == [1, 2, 3]

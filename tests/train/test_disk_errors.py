@@ -28,7 +28,7 @@ from cli_run import make_config, write_config
 from fakes import ScriptedModel
 from train_configs import train_config
 
-from searchr1.core.logs import read_jsonl, setup_logging
+from searchr1.core.logs import read_jsonl
 
 EXIT_DISK = 4
 
@@ -129,7 +129,6 @@ def test_a_read_only_run_folder_is_named_with_the_checkpoint_to_resume_from(
     config = train_config(tmp_path)
     run = small_fs / "run"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    setup_logging("closed")  # the in-process command's events file, which an exit would close
     subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
 
     result = run_cli("train", "--resume", "--config", config, "--run-dir", run, "--max-steps", "4")
@@ -239,7 +238,6 @@ def test_a_run_folder_without_write_permission_names_the_resume_command(
     config = write_config(tmp_path, make_config())  # the real tiny model, two steps
     run = tmp_path / "run"
     assert run_cli("train", "--config", config, "--run-dir", run).code == 0
-    setup_logging("closed")
     modes = {path: path.stat().st_mode for path in [run, *run.rglob("*")]}
     for path in modes:
         path.chmod(path.stat().st_mode & ~0o222)
