@@ -313,7 +313,7 @@ def train_step(provider: Any, trajectories: list) -> dict:
     return {
         "step_s": round(time.perf_counter() - t0, 2),
         "train_tokens": sum(len(d) for d in datums),
-        "logprob_diff_max": result.metrics["logprob_diff_max"],
+        "logprob_diff_max": result.metrics.get("mismatch/logprob_diff_max", 0.0),
         "ratio_min": seen["min"],
         "ratio_mean": seen["sum"] / max(1, seen["n"]),
         "ratio_max": seen["max"],

@@ -199,7 +199,7 @@ def run_forward_backward(provider: Any, prompts: list[list[int]], results: list)
         return [await q for q in queued]
 
     for r in asyncio.run(passes()):
-        diff_max = max(diff_max, r.metrics["logprob_diff_max"])
+        diff_max = max(diff_max, r.metrics.get("mismatch/logprob_diff_max", 0.0))
     seconds = time.perf_counter() - t0
     provider.learner.optimizer.zero_grad(set_to_none=True)
     return sum(len(d) for d in datums) / seconds, diff_max

@@ -112,7 +112,7 @@ def vllm_rollout(
             return [await q for q in queued]
 
         for r in asyncio.run(passes()):
-            diff_max = max(diff_max, r.metrics["logprob_diff_max"])
+            diff_max = max(diff_max, r.metrics.get("mismatch/logprob_diff_max", 0.0))
             for k in range(servers if servers > 1 else 0):
                 key = f"mismatch/server{k}/logprob_diff_max"
                 per_server[k] = max(per_server[k], r.metrics.get(key, 0.0))

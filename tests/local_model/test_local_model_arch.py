@@ -123,7 +123,7 @@ def test_family_samples_trains_saves_and_loads(
         n: p.detach().clone() for n, p in provider.model.named_parameters() if p.requires_grad
     }
     out = forward_backward(provider, datums, loss)
-    assert out.metrics["logprob_diff_max"] <= _tolerance(name), name
+    assert out.metrics["mismatch/logprob_diff_max"] <= _tolerance(name), name
     assert torch.isfinite(torch.tensor(out.loss))
 
     base = provider.model.get_base_model()
@@ -241,6 +241,6 @@ def test_chunked_prefill_and_concurrent_continuations_match_the_learner(family: 
                 )
             )
         out = forward_backward(p, datums, NamedLoss("importance_sampling", importance_sampling))
-        assert out.metrics["logprob_diff_max"] <= _tolerance(name), name
+        assert out.metrics["mismatch/logprob_diff_max"] <= _tolerance(name), name
     finally:
         p.close()

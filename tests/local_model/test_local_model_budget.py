@@ -99,7 +99,7 @@ def test_one_long_trajectory_keeps_the_batch_under_the_token_budget(
         trajectory_id="long",
     )
     out = forward_backward(bounded, [datum], NamedLoss("is", importance_sampling))
-    assert out.metrics["logprob_diff_max"] <= LOGPROB_TOL_F32  # a float32 model
+    assert out.metrics["mismatch/logprob_diff_max"] <= LOGPROB_TOL_F32  # a float32 model
 
 
 def test_budget_defaults() -> None:

@@ -112,7 +112,7 @@ def test_sampler_logprobs_match_learner(provider: LocalModelProvider, top_p: flo
             )
     result = forward_backward(provider, datums, NamedLoss("is", importance_sampling))
     provider.learner.optimizer.zero_grad(set_to_none=True)
-    assert result.metrics["logprob_diff_max"] <= LOGPROB_TOL
+    assert result.metrics["mismatch/logprob_diff_max"] <= LOGPROB_TOL
     ratio_mean = ratio_metrics(result.metrics)["ratio_mean"]  # what the step logs
     assert ratio_mean == pytest.approx(1.0, abs=LOGPROB_TOL)
     assert result.metrics["tokens"] == sum(len(s.tokens) for g in results for s in g)

@@ -38,12 +38,13 @@ begins the next one after, so the learner's collectives never overlap the sample
 units then live on a process group of their own (:func:`shard_model`), since the
 sampler's thread gathers while the main thread runs the train loop's collectives on the
 default group. Rank 0's checkpoint reads the adapter gathered whole after each step
-(:meth:`~searchr1.plugins.local_model.learner.Learner.gather_adapter`).
+(:meth:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner.sampling_phase`).
 
-Equal schedules: a learner's forwards under FSDP are collectives too, so the learner
-defers a step's micro-batches to ``optim_step`` (every rank calls it), agrees on the most
-forward/backward chunks any rank has (:func:`max_over_ranks`) and lets a rank with fewer
-run zero-weight ones (see :class:`~searchr1.plugins.local_model.learner.Learner`).
+Equal schedules: a learner's forwards under FSDP are collectives too, so its learner
+(:class:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner`) defers a step's
+micro-batches to ``optim_step`` (every rank calls it), agrees on the most forward/backward
+chunks any rank has (:func:`max_over_ranks`) and lets a rank with fewer run zero-weight
+ones.
 
 Mixed precision: on CUDA with a half-precision base, parameters are gathered in that dtype
 and gradients reduced in float32; otherwise (the CPU) everything stays in the model's dtype.

@@ -51,7 +51,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -62,7 +62,6 @@ from searchr1.core.types import (
     ForwardBackwardResult,
     LossFn,
     LossInputs,
-    LossOutput,
     kl_coef,
 )
 from searchr1.plugins.local_model.chunked_logprobs import (
@@ -80,9 +79,6 @@ from searchr1.plugins.local_model.shared_prefix import (
     prefix_groups,
     shared_prefix_logprobs,
 )
-
-if TYPE_CHECKING:
-    from searchr1.plugins.local_model.fsdp import Sharding
 
 
 def token_logprobs(
@@ -146,8 +142,11 @@ def dropout_probabilities(model: Any) -> list[float]:
 
 
 class Learner:
-    """Gradient accumulation and optimizer of one provider. Shares ``model_lock`` with the
-    sampler so sampling never interleaves with a backward pass or a weight update."""
+    """Gradient accumulation and optimizer of one provider: one process, or one rank of
+    data-parallel training under torchrun (the gradients summed over the ranks in
+    :meth:`optim_step`). Shares ``model_lock`` with the sampler so sampling never
+    interleaves with a backward pass or a weight update. A sharded model has its own
+    learner (:class:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner`)."""
 
     def __init__(
         self,
@@ -162,10 +161,7 @@ class Learner:
         chunk_tokens: int = 8192,
         logit_chunk: int = 256,
         share_prefixes: bool = True,
-        sharding: Sharding | None = None,
     ) -> None:
-        """``sharding``: the FSDP2 units of ``model`` (:func:`.fsdp.shard_model`, applied
-        before this): :meth:`submit` then queues micro-batches for :meth:`optim_step`."""
         self.model = model
         self.device = device
         self.model_lock = model_lock
@@ -183,21 +179,14 @@ class Learner:
         # Rows sharing an untrained prefix (a group's prompt) run it once (shared_prefix.py):
         # None until checked against the unshared path on a first micro-batch that shares.
         self._shared_ok: bool | None = (
-            None if share_prefixes and can_share_prefixes(model) and sharding is None else False
+            None if share_prefixes and can_share_prefixes(model) else False
         )
-        self.sharding = sharding
-        # FSDP: the step's micro-batches, run by optim_step (module docstring)
-        self._queued: list[tuple[list[Datum], LossFn, float, Future[ForwardBackwardResult]]] = []
         # a queued forward_backward's failure, raised by the next optim_step
         self._failed: BaseException | None = None
         #: the one thread that runs the learner's torch work, in call order (:meth:`submit`)
         self.worker = ThreadPoolExecutor(
             1, thread_name_prefix="searchr1-learner", initializer=_use_device, initargs=(device,)
         )
-        # FSDP: the optimizer state gathered whole after the last step (rank 0 saves it)
-        self._whole_optimizer: dict[str, Any] | None = None
-        # FSDP with lockstep sampling: the adapter likewise (the weights stay sharded)
-        self._whole_adapter: dict[str, torch.Tensor] | None = None
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -222,18 +211,9 @@ class Learner:
     def submit(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> Future[ForwardBackwardResult]:
-        """Queue :meth:`forward_backward` in :attr:`worker`, behind what was queued before;
-        under FSDP the result is filled in by the next :meth:`optim_step`, where every rank
-        runs its step's micro-batches in step."""
-        if not datums:
-            raise ValueError("forward_backward(): no datums")
-        for d in datums:
-            self._check_datum(d)  # a bad datum fails here, before anything is queued
-        if self.sharding is None:
-            return self.worker.submit(self._queued_call, datums, loss_fn, loss_scale)
-        result: Future[ForwardBackwardResult] = Future()
-        self.worker.submit(self._queued.append, (list(datums), loss_fn, loss_scale, result))
-        return result
+        """Queue :meth:`forward_backward` in :attr:`worker`, behind what was queued before."""
+        self._check_datums(datums)  # a bad datum fails here, before anything is queued
+        return self.worker.submit(self._queued_call, datums, loss_fn, loss_scale)
 
     def _queued_call(
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float
@@ -250,62 +230,27 @@ class Learner:
         self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
     ) -> ForwardBackwardResult:
         """Accumulate the gradient of ``loss_scale * sum(loss_fn over datums)``, now (in the
-        calling thread; not under FSDP, see :meth:`submit`).
+        calling thread).
 
         The datums are processed in chunks of at most ``chunk_tokens`` positions of decoder
         work (:meth:`_chunks`; the loss is a sum, so chunking changes nothing but peak
         memory). Returns the unscaled summed loss and metrics: the loss's own sums
         (``tokens``, ``ratio_sum``, ``clipped_tokens``, ...; the core derives the means once,
-        :func:`~searchr1.core.step_metrics.ratio_metrics`), ``logprob_diff_max`` and the
-        ``mismatch/*`` metrics of the module docstring. Dropout is off (module docstring)."""
-        if not datums:
-            raise ValueError("forward_backward(): no datums")
-        if self.sharding is not None:
-            raise RuntimeError(
-                "[model.local] fsdp = true: forward_backward runs in optim_step, where every "
-                "rank runs the step's micro-batches in step; queue it with submit()"
-            )
-        for d in datums:
-            self._check_datum(d)
+        :func:`~searchr1.core.step_metrics.ratio_metrics`) and the ``mismatch/*`` metrics of
+        the module docstring. Dropout is off (module docstring)."""
+        self._check_datums(datums)
         with self.model_lock, scoring_mode(self.model):
             parts = [
                 self._forward_backward_chunk(chunk, loss_fn, loss_scale)
                 for chunk in self._chunks(datums)
             ]
-        return _merge_chunks(parts, len(datums))
+        return merge_chunks(parts, len(datums))
 
-    def _sharded_forward_backward(self) -> None:
-        """Under FSDP: the queued micro-batches' chunks, as many forwards and backwards on
-        every rank (module docstring); each queued result is filled in."""
-        from searchr1.plugins.local_model.fsdp import max_over_ranks
-
-        assert self.sharding is not None
-        queued, self._queued = self._queued, []
-        self.sharding.for_learning()
-        plan = [(i, c) for i, (datums, *_) in enumerate(queued) for c in self._chunks(datums)]
-        kl = any(kl_coef(loss_fn) > 0 for _, loss_fn, _, _ in queued)
-        count, reference = max_over_ranks([len(plan), int(kl)], self.device)
-        idle = _idle_datum(self.vocab_size)
-        parts: dict[int, list[tuple[float, Mapping[str, float], dict[str, float]]]] = {}
-        with scoring_mode(self.model):
-            if self._chunked_ok is None:  # the same input on every rank: the same answer
-                self._use_chunked(*self._idle_tensors(idle))
-            for k in range(count):
-                if k < len(plan):
-                    i, chunk = plan[k]
-                    _, loss_fn, scale, _ = queued[i]
-                    out = self._forward_backward_chunk(chunk, loss_fn, scale, bool(reference))
-                    parts.setdefault(i, []).append(out)
-                else:  # this rank has run out: a zero-weight chunk, for the collectives
-                    self._forward_backward_chunk([idle], _IDLE_LOSS, 0.0, bool(reference))
-        for i, (datums, _, _, result) in enumerate(queued):
-            result.set_result(_merge_chunks(parts[i], len(datums)))
-
-    def _idle_tensors(self, idle: Datum) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = torch.tensor([idle.input_tokens], device=self.device)
-        targets = torch.tensor([idle.target_tokens], device=self.device)
-        trained = torch.tensor([idle.sampled], device=self.device)
-        return ids, targets, trained
+    def _check_datums(self, datums: Sequence[Datum]) -> None:
+        if not datums:
+            raise ValueError("forward_backward(): no datums")
+        for d in datums:
+            self._check_datum(d)
 
     def _check_datum(self, d: Datum) -> None:
         name = d.trajectory_id or "?"
@@ -351,7 +296,7 @@ class Learner:
         self, datums: list[Datum], loss_fn: LossFn, loss_scale: float, reference: bool = False
     ) -> tuple[float, Mapping[str, float], dict[str, float]]:
         """One chunk's forward and backward; ``reference``: run the KL reference's forward
-        even when this loss has no KL term (FSDP: some rank's loss has one)."""
+        even when this loss has no KL term (a sharded model's: some rank's loss has one)."""
         dev = self.device
         width = max(len(d) for d in datums)
         b = len(datums)
@@ -537,18 +482,7 @@ class Learner:
         import searchr1.plugins.local_model.state as state
 
         with self.model_lock:
-            adapter = optimizer = None
-            if self.sharding is not None and self.sharding.lockstep:
-                # gathered whole after the last step (gather_adapter): rank 0 alone saves
-                assert self._whole_adapter is not None, "FSDP: save_state between steps only"
-                adapter = self._whole_adapter
-                optimizer = self._whole_optimizer or self.optimizer.state_dict()
-            elif self.sharding is not None:
-                # between steps the weights are gathered whole (fsdp.py): rank 0 alone saves
-                assert self.sharding.sampling, "FSDP: save_state between steps only"
-                named = dict(self.model.named_parameters())
-                adapter = {n: named[n].detach() for n in self.param_names}
-                optimizer = self._whole_optimizer or self.optimizer.state_dict()
+            adapter, optimizer = self._saved_state()
             state.save_state(
                 path,
                 self.model,
@@ -560,99 +494,71 @@ class Learner:
             )
             self.reference.save(path)
 
+    def _saved_state(self) -> tuple[Mapping[str, torch.Tensor] | None, Mapping[str, Any] | None]:
+        """What :meth:`save_state` writes as the adapter and the optimizer state; None, None:
+        the model's and the optimizer's own state dicts."""
+        return None, None
+
     def load_state(self, path: str, sampler_gen: Any = None) -> None:
         """What :meth:`save_state` wrote, back into the model and optimizer."""
-        import searchr1.plugins.local_model.state as state
-
         with self.model_lock:
-            if self.sharding is None:
-                self.step = state.load_state(path, self.model, self.optimizer, sampler_gen)
-            else:
-                self.step = self._load_sharded(path, sampler_gen)
+            self.step = self._load(path, sampler_gen)
             self.reference.load(path)
 
-    def _load_sharded(self, path: str, sampler_gen: Any) -> int:
-        """FSDP: every rank reads the whole adapter and optimizer state (saved by an FSDP
-        run or a one-process one: the same files) and keeps its shard of them."""
+    def _load(self, path: str, sampler_gen: Any) -> int:
+        """The adapter, optimizer state and random streams of ``path``; returns the step."""
         import searchr1.plugins.local_model.state as state
-        from searchr1.plugins.local_model.fsdp import load_optimizer_state
 
-        assert self.sharding is not None
-        self.sharding.for_learning()  # the shards are what training and saving read
-
-        def load_optimizer(saved: Mapping[str, Any]) -> None:
-            load_optimizer_state(self.optimizer, self.params, saved)
-            self._whole_optimizer = dict(saved)
-
-        try:
-            return state.load_state(
-                path,
-                self.model,
-                self.optimizer,
-                sampler_gen,
-                load_optimizer=load_optimizer,
-            )
-        finally:
-            self.sharding.for_sampling()
-            self.gather_adapter()
+        return state.load_state(path, self.model, self.optimizer, sampler_gen)
 
     # ------------------------------------------------------------------ optimizer
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         """One AdamW step over the LoRA parameters with ``adam``'s settings, an optional
         global grad-norm clip, then zeroed gradients. Returns grad_norm, lr and step. Under
-        torchrun the gradients are first summed over the ranks (every rank calls this); under
-        FSDP the step's queued micro-batches run here first (module docstring), and the
-        weights are gathered whole again for sampling after the step. A micro-batch queued
-        since the last step that failed is raised here instead, with no step taken."""
-        from searchr1.core.distributed import all_reduce_grads
-        from searchr1.plugins.local_model.fsdp import full_optimizer_state, is_sharded, whole
-
+        torchrun the gradients are first summed over the ranks (every rank calls this). A
+        micro-batch queued since the last step that failed is raised here instead, with no
+        step taken."""
         if self._failed is not None:  # a micro-batch of this step failed: no step
             failed, self._failed = self._failed, None
             self.optimizer.zero_grad(set_to_none=True)
             raise failed
         with self.model_lock:
-            if self.sharding is not None:
-                self._sharded_forward_backward()
-            # FSDP reduce-scattered its parameters' gradients already
-            all_reduce_grads([p for p in self.params if not is_sharded(p)])
-            grads = [p.grad for p in self.params if p.grad is not None]
-            norm = torch.nn.utils.get_total_norm(grads) if grads else None
-            grad_norm = float(whole(norm)) if norm is not None else 0.0
-            clip = adam.grad_clip_norm
-            if norm is not None and clip is not None and clip > 0 and grad_norm > clip:
-                torch.nn.utils.clip_grads_with_norm_(self.params, clip, norm)
-            for group in self.optimizer.param_groups:
-                group["lr"] = adam.learning_rate
-                group["betas"] = (adam.beta1, adam.beta2)
-                group["eps"] = adam.eps
-                group["weight_decay"] = adam.weight_decay
-            if grads:
-                self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step += 1
-            if self.sharding is not None:
-                # every rank is here: gather what rank 0 alone will save, then the weights
-                self._whole_optimizer = full_optimizer_state(self.optimizer)
-                self.sharding.for_sampling()
-                self.gather_adapter()
+            grad_norm = self._update(adam)
         return {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}
 
-    def gather_adapter(self) -> None:
-        """With lockstep sampling (the weights stay sharded between steps): gather the
-        adapter whole for :meth:`save_state` (a collective: every rank calls it at the same
-        point). Nothing otherwise."""
-        from searchr1.plugins.local_model.fsdp import whole
+    def _update(self, adam: AdamParams) -> float:
+        """The step of :meth:`optim_step` on the accumulated gradients (the caller holds
+        ``model_lock``); returns the gradients' total norm before clipping."""
+        norm, grad_norm = self._summed_grad_norm()
+        clip = adam.grad_clip_norm
+        if norm is not None and clip is not None and clip > 0 and grad_norm > clip:
+            torch.nn.utils.clip_grads_with_norm_(self.params, clip, norm)
+        for group in self.optimizer.param_groups:
+            group["lr"] = adam.learning_rate
+            group["betas"] = (adam.beta1, adam.beta2)
+            group["eps"] = adam.eps
+            group["weight_decay"] = adam.weight_decay
+        if norm is not None:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return grad_norm
 
-        if self.sharding is None or not self.sharding.lockstep:
-            return
-        self._whole_adapter = {
-            n: whole(p.detach()).clone() for n, p in zip(self.param_names, self.params, strict=True)
-        }
+    def _summed_grad_norm(self) -> tuple[torch.Tensor | None, float]:
+        """Sum the gradients over the ranks (a collective under torchrun); their total norm,
+        as the tensor clipping scales by and as a number (None, 0: no gradients)."""
+        from searchr1.core.distributed import all_reduce_grads
+
+        all_reduce_grads(self.params)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return None, 0.0
+        norm = torch.nn.utils.get_total_norm(grads)
+        return norm, float(norm)
 
 
-def _merge_chunks(
+def merge_chunks(
     parts: Sequence[tuple[float, Mapping[str, float], Mapping[str, float]]], datums: int
 ) -> ForwardBackwardResult:
     """One micro-batch's result from its chunks' (loss, loss metrics, mismatch metrics):
@@ -661,7 +567,6 @@ def _merge_chunks(
     out = merge_train_metrics([{**metrics, **mismatch} for _, metrics, mismatch in parts])
     out["datums"] = float(datums)
     out["loss"] = total_loss
-    out["logprob_diff_max"] = out.get("mismatch/logprob_diff_max", 0.0)
     return ForwardBackwardResult(loss=total_loss, metrics=out)
 
 
@@ -670,22 +575,3 @@ def _use_device(device: torch.device) -> None:
     torchrun rank's collectives run on its own GPU)."""
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
-
-
-def _idle_datum(vocab_size: int) -> Datum:
-    """What a rank with no chunk left runs (with weight 0): a few tokens, one trained."""
-    tokens = tuple(i % vocab_size for i in range(8))
-    advantages = (0.0,) * 7 + (1.0,)
-    return Datum(tokens, tokens, (0.0,) * 8, advantages, trajectory_id="fsdp-idle")
-
-
-class _IdleLoss:
-    """The loss of an idle chunk: the log-probs' sum (scaled by 0, it adds nothing)."""
-
-    settings: Mapping[str, float] = {}
-
-    def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
-        return LossOutput(loss=logprobs_T.sum(), metrics={})
-
-
-_IDLE_LOSS = _IdleLoss()

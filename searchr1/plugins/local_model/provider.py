@@ -183,10 +183,13 @@ class LocalModelProvider:
         )
         self.sampler_weights.on_new_version = self.sampler.retained.clear
         if sharding is not None:
-            # every rank constructs the provider at the same point
-            sharding.for_sampling()
+            from searchr1.plugins.local_model.sharded_learner import ShardedLearner
+
+            assert isinstance(self.learner, ShardedLearner)
+            # every rank constructs the provider at the same point; with lockstep sampling
+            # this gathers the adapter for a checkpoint before the first step
+            self.learner.sampling_phase()
             if lockstep is not None:
-                self.learner.gather_adapter()  # for a checkpoint before the first step
                 self.sampler.begin_session()
 
     @classmethod
@@ -369,7 +372,9 @@ def make_learner(
     sharding: Sharding | None = None,
 ) -> Learner:
     """The learner of ``model`` (a peft model from :func:`load_lora_model`), computing
-    log-probs at ``temperature`` with the ``learner_*`` settings of ``[model.local]``."""
+    log-probs at ``temperature`` with the ``learner_*`` settings of ``[model.local]``: a
+    :class:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner` where ``sharding``
+    (``model``'s FSDP2 units) is given."""
     from searchr1.plugins.local_model.learner import Learner
 
     if settings.fsdp and sharding is None and _world_size() > 1:
@@ -379,8 +384,7 @@ def make_learner(
         )
     pad = tokenizer.pad_token_id
     eos_ids = _eos_ids(model, tokenizer)
-    return Learner(
-        model,
+    common: dict[str, Any] = dict(
         device=device,
         model_lock=model_lock,
         context_length=int(getattr(model.config, "max_position_embeddings", 1 << 30)),
@@ -389,9 +393,12 @@ def make_learner(
         pad_token_id=pad if pad is not None else (min(eos_ids) if eos_ids else 0),
         chunk_tokens=settings.learner_chunk_tokens,
         logit_chunk=settings.learner_logit_chunk,
-        share_prefixes=settings.learner_share_prefixes,
-        sharding=sharding,
     )
+    if sharding is None:
+        return Learner(model, share_prefixes=settings.learner_share_prefixes, **common)
+    from searchr1.plugins.local_model.sharded_learner import ShardedLearner
+
+    return ShardedLearner(model, sharding=sharding, **common)
 
 
 def attach_lora(base: Any, config: Config) -> Any:
