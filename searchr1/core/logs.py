@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -40,8 +41,11 @@ class _JsonLinesFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._failed: OSError | None = None
+        # close() and a write from another thread (the stop announcer) never interleave: a
+        # closed descriptor's number may already name another file
+        self._lock = threading.Lock()
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         if _ends_mid_line(path):
@@ -49,7 +53,11 @@ class _JsonLinesFile:
 
     def __call__(self, _logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
         line = json.dumps(event_dict, default=str, ensure_ascii=False) + "\n"
-        self._write(line.encode("utf-8"))
+        with self._lock:
+            # closed: an event another thread began before the run closed its stream still
+            # reaches the console or stderr after this processor
+            if self._fd is not None:
+                self._write(line.encode("utf-8"))
         return event_dict
 
     def _write(self, data: bytes) -> None:
@@ -63,7 +71,10 @@ class _JsonLinesFile:
             raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def close(self) -> None:
-        os.close(self._fd)
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -182,11 +193,11 @@ class RunLog:
         bound one, later events go to stderr (:func:`log_to_stderr`), its secrets still
         redacted."""
         self.close_console()
-        if self.sink is not None:
-            sink, self.sink = self.sink, None
-            sink.close()
+        sink, self.sink = self.sink, None
         if _bound is self:
-            log_to_stderr()
+            log_to_stderr()  # before the file closes: an event logged meanwhile goes to stderr
+        if sink is not None:
+            sink.close()
 
     def on_screen(self) -> bool:
         """Whether the events are drawn for a person (a terminal's console) rather than
