@@ -272,7 +272,7 @@ def spend(steps: int, workdir: Path) -> dict[str, Any]:
         **os.environ,
         "SOAK_SEARCH_KEYS": f"{KEYS[0]},{KEYS[2]}",
         "SEARCHR1_LOAD_PLUGINS": "",
-        "SEARCHR1_SEARCH_CACHE": str(workdir / "answers.sqlite"),
+        "SEARCHR1_SEARCH_CACHE": str(workdir / "answers"),
     }
     paid: dict[str, int] = {}
     with start_fake_zhihu() as (base_url, server):
