@@ -355,11 +355,13 @@ class _Rollouts:
         self.queued.append(asyncio.create_task(self._rollout(step, after), name=f"rollout-{step}"))
 
     async def _rollout(self, step: int, after: asyncio.Task[Batch | None] | None) -> Batch | None:
-        """Step ``step``'s batch, or None when it never starts: the rollout before it
-        failed, or the loop is ending (it never reads this one)."""
+        """Step ``step``'s batch, or None when it never starts: a rollout before it failed,
+        or the loop is ending (it never reads this one)."""
         if after is not None:
             await asyncio.wait([after])  # a wait that, cancelled, leaves ``after`` running
             if self.closed or self.stopping() or after.cancelled() or after.exception():
+                return None
+            if after.result() is None:  # it never started (one before it failed): nor this
                 return None
         if self.snapshot is not None:
             await self.snapshot()
