@@ -155,6 +155,9 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
             save(run, plan.health, progress.batch.cursor, step)
         if not stopped:
             await _final_eval(plan, step)
+        # every rank closes the model at the same point, once rank 0's last save and eval
+        # are done (a model may close with a collective); an error closes it at once
+        run.world.gather(None)
     finally:
         await _close(run)
     return _end(plan, progress, step, asked)
