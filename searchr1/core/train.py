@@ -155,6 +155,9 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
             save(run, plan.health, progress.batch.cursor, step)
         if not stopped:
             await _final_eval(plan, step)
+        # every rank closes the model at the same point, once rank 0's last save and eval
+        # are done (a model may close with a collective); an error closes it at once
+        run.world.gather(None)
     finally:
         await _close(run)
     return _end(plan, progress, step, asked)
@@ -355,11 +358,13 @@ class _Rollouts:
         self.queued.append(asyncio.create_task(self._rollout(step, after), name=f"rollout-{step}"))
 
     async def _rollout(self, step: int, after: asyncio.Task[Batch | None] | None) -> Batch | None:
-        """Step ``step``'s batch, or None when it never starts: the rollout before it
-        failed, or the loop is ending (it never reads this one)."""
+        """Step ``step``'s batch, or None when it never starts: a rollout before it failed,
+        or the loop is ending (it never reads this one)."""
         if after is not None:
             await asyncio.wait([after])  # a wait that, cancelled, leaves ``after`` running
             if self.closed or self.stopping() or after.cancelled() or after.exception():
+                return None
+            if after.result() is None:  # it never started (one before it failed): nor this
                 return None
         if self.snapshot is not None:
             await self.snapshot()

@@ -549,3 +549,53 @@ def test_an_earlier_versions_answer_file_is_removed_with_a_warning_and_a_folder_
     again = make_provider(base_url)  # the new folder keeps answers again
     assert all(r.ok for r in run_queries(again, ["q1"]))
     assert len(server.records) == 1 and again.metrics()["disk_hits"] == 1
+
+
+def _someones_database(path: Path) -> bytes:
+    """An SQLite file of someone else's: an ``answers`` table beside one of its own."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("CREATE TABLE answers (id INTEGER)")
+        db.execute("CREATE TABLE users (name TEXT)")
+        db.execute("INSERT INTO users VALUES ('ada')")
+    db.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("what", ["a database at the path", "a database next to it", "a folder"])
+def test_what_is_not_a_search_cache_is_never_removed_nor_written_to(
+    fake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A mistyped ``SEARCHR1_SEARCH_CACHE``: someone's database or folder stays as it was;
+    the store is off for the run with one warning (at the path) and the searches go on."""
+    base_url, server = fake
+    given = tmp_path / "mine"
+    kept: dict[Path, bytes] = {}
+    if what == "a database at the path":
+        kept[given] = _someones_database(given)
+    elif what == "a database next to it":
+        neighbour = given.with_name("mine.sqlite")
+        kept[neighbour] = _someones_database(neighbour)
+    else:
+        given.mkdir()
+        (given / "cache.db").write_bytes(b"my notes, not a database")
+        (given / "thesis.tex").write_text("\\section{x}")
+        kept = {f: f.read_bytes() for f in given.iterdir()}
+    monkeypatch.setenv("SEARCHR1_SEARCH_CACHE", str(given))
+    with capture_logs() as logs:
+        provider = make_provider(base_url)
+        assert all(r.ok for r in run_queries(provider, ["q1", "q1"]))
+    events = [e for e in logs if "disk_cache" in e["event"]]
+    if what == "a database next to it":  # not the store's: left alone, the folder made
+        assert events == [] and given.is_dir() and provider.metrics()["disk_hits"] == 0
+    else:
+        (off,) = events
+        assert off["event"] == "search_disk_cache_off" and off["path"] == str(given)
+        assert "left as it is" in off["error"] and "SEARCHR1_SEARCH_CACHE" in off["hint"]
+        assert len(server.records) == 1  # the run's own cache still answers the repeat
+    for path, content in kept.items():
+        assert path.read_bytes() == content, path
+    if what == "a folder":
+        assert sorted(p.name for p in given.iterdir()) == ["cache.db", "thesis.tex"]

@@ -157,6 +157,16 @@ def test_a_collect_error_is_raised_after_the_steps_before_it_trained() -> None:
     assert sorted(r.metrics) == [1, 2]
 
 
+def test_no_rollout_starts_after_a_failed_one_while_a_step_learns() -> None:
+    """Rollouts 2..4 are prefetched while step 1 learns; 2 fails: neither 3 nor 4 starts."""
+    r = Recorder(collect_s=0.01, learn_s=0.3)
+    r.fail_at = 2
+    with pytest.raises(EnvironmentDown, match="step 2"):
+        r.run(last=6, staleness=3)
+    assert sorted(r.metrics) == [1]
+    assert [s for w, s, _ in r.events if w == "collect_start"] == [1, 2]
+
+
 def test_a_learn_error_stops_the_collector() -> None:
     r = Recorder()
 

@@ -65,6 +65,8 @@ def _damaged(exc: BaseException) -> bool:
 
 #: the first bytes of every SQLite file (an earlier version's single-file store)
 _SQLITE_HEADER = b"SQLite format 3\0"
+#: the tables of an earlier version's single-file store (search answers, judge verdicts)
+_OLD_TABLES = frozenset({"answers", "verdicts"})
 
 
 def _is_sqlite_file(path: Path) -> bool:
@@ -72,6 +74,48 @@ def _is_sqlite_file(path: Path) -> bool:
         return False
     with path.open("rb") as fh:
         return fh.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+
+
+def _is_old_store(path: Path) -> bool:
+    """Whether ``path`` is an earlier version's single-file store: an SQLite file whose
+    tables are its ``answers`` and ``verdicts`` and nothing else (any other database is
+    someone else's and is never removed)."""
+    if not _is_sqlite_file(path):
+        return False
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?immutable=1", uri=True)
+        try:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:  # damaged, or not readable: not known to be one
+        return False
+    tables = {name for (name,) in rows}
+    return bool(tables) and tables <= _OLD_TABLES
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _not_a_cache(path: Path) -> str | None:
+    """What ``path`` is when it is not a cache folder that a store may write to (None: it
+    is one, or nothing yet): a file, or a folder holding what a ``diskcache`` folder does not
+    (its database and the two-hex-digit folders of large values; hidden entries aside)."""
+    if path.is_file():
+        return "a file, not a cache folder"
+    if not path.is_dir():
+        return None
+    own = {diskcache.core.DBNAME, f"{diskcache.core.DBNAME}-wal", f"{diskcache.core.DBNAME}-shm"}
+    others = sorted(
+        entry.name
+        for entry in path.iterdir()
+        if not entry.name.startswith(".")
+        and entry.name not in own
+        and not (entry.is_dir() and len(entry.name) == 2 and set(entry.name) <= _HEX)
+    )
+    if others:
+        return f"a folder of other files ({', '.join(others[:3])}), not a cache folder"
+    return None
 
 
 class DiskStore:
@@ -85,7 +129,9 @@ class DiskStore:
     damaged database (SQLite says it is not a database, or malformed) is discarded with a
     warning (``<what>_disk_cache_damaged``) and a new one started, as is a single-file store
     of an earlier version found at ``path`` or ``path.sqlite`` (``<what>_disk_cache_old_format``):
-    they only hold answers the service can give again."""
+    they only hold answers the service can give again. What is not the store's (a file at
+    ``path`` other than an earlier store, a folder holding other files: a mistyped
+    ``$SEARCHR1_SEARCH_CACHE``) is never written to nor removed: the store is off."""
 
     _ERRORS = (OSError, ValueError, sqlite3.Error, diskcache.Timeout)  # ValueError: a bad path
 
@@ -128,13 +174,16 @@ class DiskStore:
     def _open(self) -> None:
         try:
             for old in dict.fromkeys((self.path, self.path.with_name(f"{self.path.name}.sqlite"))):
-                if _is_sqlite_file(old):
+                if _is_old_store(old):
                     get_logger().warning(
                         f"{self._what}_disk_cache_old_format", path=str(old),
                         action=f"the single-file store of an earlier version: removed, a new "
                         f"one started in {self.path} (its {self._kept} are asked again)",
                     )  # fmt: skip
                     self._remove(old)
+            if foreign := _not_a_cache(self.path):
+                self._refuse(f"{self.path} is {foreign}: left as it is")
+                return
             self._cache = diskcache.Cache(self.path, timeout=10.0)
         except self._ERRORS as exc:
             self._off(exc)
@@ -157,10 +206,14 @@ class DiskStore:
             self._remove(db)
             self._open()
             return
+        self._refuse(error, "free space or fix the folder's permissions, or set "
+                     "SEARCHR1_SEARCH_CACHE to a writable folder")  # fmt: skip
+
+    def _refuse(self, error: str, fix: str = "set SEARCHR1_SEARCH_CACHE to a new folder") -> None:
+        """The store off for the run, with its one warning."""
         get_logger().warning(
             f"{self._what}_disk_cache_off", path=str(self.path), error=error,
-            hint=f"{self._kept} are not kept for later runs; free space or fix the folder's "
-            "permissions, or set SEARCHR1_SEARCH_CACHE to a writable folder",
+            hint=f"{self._kept} are not kept for later runs; {fix}",
         )  # fmt: skip
 
 

@@ -76,6 +76,11 @@ class BatchedSampler:
     weights change, so each batch after builds its caches afresh).
     """
 
+    #: lockstep: seconds a closed sampler's session waits, with no rank working, for the
+    #: other ranks to close theirs before it leaves alone (they close together within
+    #: moments: the train loop closes the model on every rank at the same point)
+    LEAVE_IDLE_S = 5.0
+
     def __init__(
         self,
         model: Any,
@@ -201,9 +206,12 @@ class BatchedSampler:
             self._thread.start()
 
     def close(self) -> None:
-        """Stop the worker after the batch it is running (called by the provider's close);
-        a lockstep session first ends, on every rank together (a peer that is gone ends it
-        too, by the collective's failure; one that hangs, after a minute)."""
+        """Stop the worker after the batch it is running (called by the provider's close).
+        A lockstep session first ends: on every rank together, this rank joining the
+        others' forwards meanwhile; or, once no rank has worked for :attr:`LEAVE_IDLE_S`
+        (the others are not closing: this one leaves on an error), on this rank alone, whose
+        peers' next agreement then fails as this process exits (a peer that is gone ends it
+        too, by the collective's failure)."""
         self._closed = True
         if self._thread is not None:
             if self.forward.lockstep is not None:
@@ -271,6 +279,7 @@ class BatchedSampler:
         open, or ends with every rank when none is (:class:`~.fsdp.Lockstep`)."""
         lockstep = self.forward.lockstep
         assert lockstep is not None
+        idle_since: float | None = None  # since when no rank worked, once closed
         while True:
             self._take_queued()
             if self._backlog:
@@ -292,12 +301,17 @@ class BatchedSampler:
                 continue
             working, still_open = lockstep.agree(0)
             if working:
+                idle_since = None
                 with self.model_lock, torch.inference_mode():
                     lockstep.idle_forward()
-            elif still_open:
-                time.sleep(lockstep.poll_s)
-            else:
+            elif not still_open:
                 return
+            else:
+                if self._closed:  # this rank's session is over: waiting for the others'
+                    idle_since = idle_since or time.monotonic()
+                    if time.monotonic() - idle_since > self.LEAVE_IDLE_S:
+                        return  # they are not closing theirs (this rank ends on an error)
+                time.sleep(lockstep.poll_s)
 
     def _take_queued(self) -> None:
         """Move every queued request into the backlog, without waiting."""
