@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg
+from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg, open_run_from_args
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import Interrupted, UserError
 from searchr1.core.logs import say
@@ -383,21 +383,9 @@ def main(args: argparse.Namespace) -> int:
 
     registry = getattr(args, "registry", None) or load_registry()
     with Stop().installed() as stop:
-        return _evaluate(args, targets, labels, registry, stop)
-
-
-def _evaluate(
-    args: argparse.Namespace,
-    targets: list[tuple[str, str | None]],
-    labels: list[str],
-    registry: Registry,
-    stop: Stop,
-) -> int:
-    from searchr1.cli.args import open_run_from_args
-
-    config = _eval_config(args, targets, registry)
-    with open_run_from_args(args, "eval", config=config, registry=registry, stop=stop) as run:
-        return _evaluate_in(run, args, targets, labels)  # closed: a refused write names the run
+        config = _eval_config(args, targets, registry)
+        with open_run_from_args(args, "eval", config=config, registry=registry, stop=stop) as run:
+            return _evaluate_in(run, args, targets, labels)  # closed: a refused write names the run
 
 
 def _evaluate_in(
@@ -417,11 +405,6 @@ def _evaluate_in(
     judge = run.registry.create("reward", "judge", config) if args.judge else None
     written: list[Path] = []  # each evaluated model's records
 
-    def stopped(stop: Interrupted) -> Interrupted:
-        kept = ", ".join(map(str, written)) if written else "nothing (no model was evaluated)"
-        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
-        return stop.outcome(kept, f"evaluate again with `{again}`")
-
     async def evaluate_all() -> dict[str, Any]:
         await run.start()
         try:
@@ -432,7 +415,9 @@ def _evaluate_in(
     try:
         results = asyncio.run(evaluate_all())
     except Interrupted as stop:
-        raise stopped(stop) from None
+        kept = ", ".join(map(str, written)) if written else "nothing (no model was evaluated)"
+        again = shlex.join(["searchr1", *sys.argv[1:]]) if sys.argv[1:] else "searchr1 eval"
+        raise stop.outcome(kept, f"evaluate again with `{again}`") from None
 
     ordered = [results[label] for label in labels]
     summary = {

@@ -64,19 +64,9 @@ class EvalRecord:
         return RewardResult(self.reward, dict(self.trajectory.get("components", {})))
 
     def to_dict(self) -> dict[str, Any]:
-        judged = {"judge": self.judge, "judge_vs_em": self.judge_vs_em}
-        return {
-            "question_id": self.question_id,
-            "data_source": self.data_source,
-            "em": self.em,
-            "f1": self.f1,
-            "format_ok": self.format_ok,
-            "reward": self.reward,
-            "search_calls": self.search_calls,
-            "search_errors": self.search_errors,
-            **({k: v for k, v in judged.items() if v is not None}),
-            **self.trajectory,
-        }
+        """The scores (the judge's only when judged), then the readable trajectory."""
+        scores = {k: v for k, v in vars(self).items() if k != "trajectory" and v is not None}
+        return {**scores, **self.trajectory}
 
 
 def score_trajectory(

@@ -23,7 +23,6 @@ fields :data:`~searchr1.kit.search.http_provider.HTTP_SETTINGS`)::
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,15 +31,13 @@ import httpx
 
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import DocumentError, row_to_result
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
-
-Batch = list[tuple[str, "asyncio.Future[SearchResponse]"]]
 
 
 @dataclass(frozen=True)
@@ -100,72 +97,32 @@ class SearchR1Retriever(HttpSearchProvider):
     def __init__(self, config: Config, **kwargs: Any):
         self.options = search_r1_settings(config)
         super().__init__(config.search, **kwargs)
-        self._pending: dict[int, Batch] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._batches = QueryBatches(self._answer, self.options, self.name)
 
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
-        future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
-        batch = self._pending.setdefault(top_k, [])
-        batch.append((query, future))
-        if len(batch) >= self.options.max_batch:
-            self._start(self._send(self._take(top_k, batch), top_k))
-        elif len(batch) == 1:
-            self._start(self._send_after_window(top_k, batch))
-        return await future
+        return await self._batches.ask(query, top_k)
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        self._batches.cancel()
         await super().aclose()
 
-    # ------------------------------------------------------------------ batching
-
-    def _start(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)  # keep a reference until it is done
-        task.add_done_callback(self._tasks.discard)
-
-    def _take(self, top_k: int, batch: Batch) -> Batch:
-        if self._pending.get(top_k) is batch:
-            del self._pending[top_k]
-        return batch
-
-    async def _send_after_window(self, top_k: int, batch: Batch) -> None:
-        await asyncio.sleep(self.options.batch_window_ms / 1000.0)
-        if self._pending.get(top_k) is batch:  # not already sent because it filled up
-            await self._send(self._take(top_k, batch), top_k)
-
-    async def _send(self, batch: Batch, top_k: int) -> None:
-        """One request for the whole batch; every future gets a response, whatever happens."""
-        queries = [query for query, _ in batch]
+    async def _answer(self, queries: list[str], top_k: int) -> list[SearchResponse]:
+        """One request for the whole batch; a failure is every query's."""
         body = {"queries": queries, "topk": top_k, "return_scores": True}
 
         def build(client: httpx.AsyncClient, key: str | None) -> httpx.Request:
             headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
             return client.build_request("POST", self.options.path, json=body, headers=headers)
 
-        fallback = "search failed (internal error)"
-        try:
-            fetched = await self.request(build, lambda r: parse_retrieve(r, len(queries), top_k))
-            for i, (_, future) in enumerate(batch):
-                if not future.done():
-                    results = fetched.value[i] if fetched.value is not None else ()
-                    future.set_result(
-                        SearchResponse(
-                            results=results, error=fetched.error, failure=fetched.failure
-                        )
-                    )
-        except asyncio.CancelledError:
-            fallback = "search cancelled"
-            raise
-        except Exception as exc:  # noqa: BLE001 - answered below; the rollout must go on
-            get_logger().error(
-                "search_internal_error", provider=self.name, error=type(exc).__name__
+        fetched = await self.request(build, lambda r: parse_retrieve(r, len(queries), top_k))
+        return [
+            SearchResponse(
+                results=fetched.value[i] if fetched.value is not None else (),
+                error=fetched.error,
+                failure=fetched.failure,
             )
-        finally:
-            for _, future in batch:
-                if not future.done():
-                    future.set_result(SearchResponse(error=fallback))
+            for i in range(len(queries))
+        ]
 
 
 @hookimpl

@@ -6,6 +6,7 @@
   concurrency limit and per-attempt metrics on top of :mod:`searchr1.kit.http` (the HTTP
   helper every plugin shares: retries with jitter, ``Retry-After``, pooled connections); HTTP
   providers implement ``_fetch`` with :meth:`HttpSearchProvider.request`.
-* :mod:`.keys` (key health and benching), :mod:`.cache` (the run cache and the answers kept
-  on disk), :mod:`.metrics`, :mod:`.documents` - the parts.
+* :mod:`.keys` (key health and benching), :mod:`.batches` (concurrent queries in one call),
+  :mod:`.cache` (the run cache and the answers kept on disk), :mod:`.metrics`,
+  :mod:`.documents` - the parts.
 """

@@ -31,16 +31,14 @@ from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigError
 from searchr1.core.hookspecs import hookimpl
-from searchr1.core.logs import get_logger
 from searchr1.core.types import SearchResponse
 from searchr1.kit.search.base import BaseSearchProvider
+from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import row_to_result
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
     from searchr1.plugins.dense_search.index import DenseIndex
-
-Pending = list[tuple[str, int, "asyncio.Future[SearchResponse]"]]
 
 
 @dataclass(frozen=True)
@@ -128,8 +126,7 @@ class DenseSearch(BaseSearchProvider):
         super().__init__(settings)
         self.options = options
         self.index = index
-        self._pending: Pending = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._batches = QueryBatches(self._answer, self.options, self.name)
 
     @classmethod
     def from_config(cls, config: Config) -> DenseSearch:
@@ -139,54 +136,19 @@ class DenseSearch(BaseSearchProvider):
         return cls(config.search, options, open_index(options.index, options, "search.dense.index"))
 
     async def _fetch(self, query: str, top_k: int) -> SearchResponse:
-        future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
-        self._pending.append((query, top_k, future))
-        if len(self._pending) >= self.options.max_batch:
-            self._start(self._run(self._take()))
-        elif len(self._pending) == 1:
-            self._start(self._run_after_window(self._pending))
-        return await future
+        return await self._batches.ask(query, top_k)
+
+    async def _answer(self, queries: list[str], top_k: int) -> list[SearchResponse]:
+        """One encode + one search for the whole batch, in a worker thread."""
+        found = await asyncio.to_thread(self.index.search, queries, top_k)
+        return [
+            SearchResponse(results=tuple(row_to_result(doc, score) for doc, score in hits))
+            for hits in found
+        ]
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        self._batches.cancel()
         self.index.close()
-
-    def _start(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _take(self) -> Pending:
-        batch, self._pending = self._pending, []
-        return batch
-
-    async def _run_after_window(self, batch: Pending) -> None:
-        await asyncio.sleep(self.options.batch_window_ms / 1000.0)
-        if self._pending is batch:  # not already sent because it filled up
-            await self._run(self._take())
-
-    async def _run(self, batch: Pending) -> None:
-        """One encode + one search for the whole batch; every future gets a response."""
-        fallback = "search failed (internal error)"
-        try:
-            top_k = max(k for _, k, _ in batch)
-            found = await asyncio.to_thread(self.index.search, [q for q, _, _ in batch], top_k)
-            for (_, k, future), hits in zip(batch, found, strict=True):
-                if not future.done():
-                    results = tuple(row_to_result(doc, score) for doc, score in hits[:k])
-                    future.set_result(SearchResponse(results=results))
-        except asyncio.CancelledError:
-            fallback = "search cancelled"
-            raise
-        except Exception as exc:  # noqa: BLE001 - the rollout must go on
-            get_logger().error(
-                "search_internal_error", provider=self.name, error=type(exc).__name__
-            )
-        finally:
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_result(SearchResponse(error=fallback))
 
 
 def advise(config: Config) -> list[str]:

@@ -25,7 +25,6 @@ ranks' gradients: :func:`.fsdp.shard_model`).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -57,34 +56,11 @@ class ShardedLearner(Learner):
     ``sharding`` (module docstring); every rank holds one and calls its collectives
     (:meth:`optim_step`, :meth:`load_state`, :meth:`sampling_phase`) at the same points."""
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        sharding: Sharding,
-        device: torch.device,
-        model_lock: threading.Lock,
-        context_length: int,
-        vocab_size: int,
-        temperature: float,
-        pad_token_id: int,
-        chunk_tokens: int = 8192,
-        logit_chunk: int = 256,
-    ) -> None:
+    def __init__(self, model: Any, *, sharding: Sharding, **learner: Any) -> None:
         """``sharding``: the FSDP2 units of ``model`` (:func:`.fsdp.shard_model`, applied
-        before this)."""
-        super().__init__(
-            model,
-            device=device,
-            model_lock=model_lock,
-            context_length=context_length,
-            vocab_size=vocab_size,
-            temperature=temperature,
-            pad_token_id=pad_token_id,
-            chunk_tokens=chunk_tokens,
-            logit_chunk=logit_chunk,
-            share_prefixes=False,  # module docstring
-        )
+        before this); ``learner``: :class:`Learner`'s keyword arguments but
+        ``share_prefixes`` (off: module docstring)."""
+        super().__init__(model, share_prefixes=False, **learner)
         self.sharding = sharding
         # the step's micro-batches, run by optim_step
         self._queued: list[tuple[list[Datum], LossFn, float, Future[ForwardBackwardResult]]] = []
