@@ -16,6 +16,7 @@ drawn, else on stderr.
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import logging
 import os
@@ -105,6 +106,17 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
             else:
                 bad += 1
     return rows, bad
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that drops what it is given and holds no descriptor."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+#: where a torchrun rank other than 0 prints its events (its own file keeps them)
+DISCARD: IO[str] = _Discard()  # type: ignore[assignment]
 
 
 class Screen(Protocol):

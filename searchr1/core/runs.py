@@ -6,7 +6,6 @@ Python API and the offline world's ideal agent all build theirs here.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -21,7 +20,7 @@ from searchr1.core.config_validate import advice, plugin_problems
 from searchr1.core.disk import as_disk_error, describe_refusal, is_disk_error, resume_command
 from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, SearchR1Error, UserError
-from searchr1.core.logs import RunLog, get_logger, setup_logging
+from searchr1.core.logs import DISCARD, RunLog, get_logger, setup_logging
 from searchr1.core.plugins import Registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
@@ -206,7 +205,7 @@ def open_run(
     if not world.main:
         (run_dir_path / "ranks").mkdir(exist_ok=True)
         events = run_dir_path / "ranks" / f"rank{world.rank}.jsonl"
-        log_kwargs["stream"] = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the run
+        log_kwargs["stream"] = DISCARD
         log_kwargs.pop("screen", None)
     try:
         run.log = setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
