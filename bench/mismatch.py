@@ -36,6 +36,7 @@ def measure(
 
     from searchr1.core.config_schema import Config
     from searchr1.core.plugins import load_registry
+    from searchr1.core.step_metrics import mismatch_means
     from searchr1.core.types import Datum, SamplingParams
     from searchr1.plugins.local_model import learner
     from searchr1.plugins.local_model.provider import LocalModelProvider
@@ -77,7 +78,8 @@ def measure(
         learner.scoring_mode = train_mode
     try:
         torch.manual_seed(seed)
-        m = p.learner.forward_backward(datums, loss, loss_scale=1.0 / len(datums)).metrics
+        result = p.learner.forward_backward(datums, loss, loss_scale=1.0 / len(datums))
+        m = mismatch_means(result.metrics)  # the means a training step logs
     finally:
         learner.scoring_mode = original
     p.close()

@@ -51,6 +51,7 @@ from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
     kl_metrics,
     merge_train_metrics,
+    mismatch_means,
     peak_rss_gb,
     prefixed,
     ratio_metrics,
@@ -109,7 +110,9 @@ class Learned:
     """What :func:`learn` did, read by :func:`step_metrics`."""
 
     loss: float
-    #: the learners' sums (``tokens``, ``ratio_sum``, ``mismatch/*``, ...), merged once
+    #: the learners' sums and extremes (``tokens``, ``ratio_sum``, ``mismatch/ratio_max``, ...),
+    #: merged once, with the ``mismatch/*`` means in place of their sums
+    #: (:func:`~searchr1.core.step_metrics.mismatch_means`)
     train_metrics: dict[str, float]
     optim: Mapping[str, float]
     seconds: float
@@ -185,7 +188,9 @@ async def learn(
     parts = world.gather(mine)
     return Learned(
         loss=sum(p[0] for p in parts),
-        train_metrics=merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1],
+        train_metrics=mismatch_means(
+            merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1]
+        ),
         optim=optim,
         seconds=time.perf_counter() - t0,
     )

@@ -40,12 +40,21 @@ def rollout_metrics(
     return out
 
 
-MISMATCH_MEANS = ("mismatch/kl_sample_train", "mismatch/k3")
+#: each ``mismatch/*`` sum a learner reports, and the mean over ``mismatch/tokens`` the core
+#: derives from it after the merge (:func:`mismatch_means`)
+MISMATCH_SUMS = {"kl_sample_train_sum": "kl_sample_train", "k3_sum": "k3"}
 
 
 def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -> dict[str, float]:
-    """``mismatch/*`` from paired per-token log-probs of trained tokens, ``d = learner -
-    sampler``, in plain Python (for providers whose learner is a service)."""
+    """``mismatch/*`` sums and extremes from paired per-token log-probs of trained tokens,
+    ``d = learner - sampler``, in plain Python (for providers whose learner is a service)::
+
+        mismatch/tokens                trained tokens the sums are over
+        mismatch/logprob_diff_max      max |d|
+        mismatch/kl_sample_train_sum   sum(-d)                (sampler minus learner)
+        mismatch/k3_sum                sum(exp(d) - 1 - d)    (k3 estimator of KL, >= 0)
+        mismatch/ratio_min / _max      min / max exp(d)
+    """
     d = [float(a) - float(b) for a, b in zip(learner, sampler, strict=True)]
     if not d:
         return {"mismatch/tokens": 0.0}
@@ -54,65 +63,45 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
     return {
         "mismatch/tokens": float(len(d)),
         "mismatch/logprob_diff_max": max(abs(x) for x in d),
-        "mismatch/kl_sample_train": -math.fsum(d) / len(d),
-        "mismatch/k3": math.fsum(r - 1.0 - x for r, x in zip(ratios, d, strict=True)) / len(d),
+        "mismatch/kl_sample_train_sum": -math.fsum(d),
+        "mismatch/k3_sum": math.fsum(r - 1.0 - x for r, x in zip(ratios, d, strict=True)),
         "mismatch/ratio_min": min(ratios),
         "mismatch/ratio_max": max(ratios),
     }
 
 
-def merge_mismatch(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Merge ``mismatch/*`` over learner batches: max of maxima, min of minima, means weighted
-    by ``mismatch/tokens``; parts without them are skipped (none: the event lacks the keys).
-    Scoped keys (``mismatch/<scope>/<name>``, e.g. one sampling server's ``mismatch/server1/k3``)
-    are merged the same way within their scope."""
-    scopes = {
-        key.removesuffix("/tokens")
-        for m in parts
-        for key in m
-        if key.startswith("mismatch/") and key.endswith("/tokens") and key.count("/") == 2
-    }
-    out = _merge_scope(parts, "mismatch")
-    for scope in sorted(scopes):
-        out.update(_merge_scope(parts, scope))
-    return out
-
-
-def _merge_scope(parts: Sequence[Mapping[str, float]], scope: str) -> dict[str, float]:
-    tokens_key = f"{scope}/tokens"
-    have = [m for m in parts if m.get(tokens_key, 0.0) > 0 and f"{scope}/kl_sample_train" in m]
-    if not have:
-        return {tokens_key: 0.0} if any(tokens_key in m for m in parts) else {}
-    tokens = sum(m[tokens_key] for m in have)
-    out = {tokens_key: tokens}
-    for name in MISMATCH_MEANS:
-        key = f"{scope}/{name.removeprefix('mismatch/')}"
-        out[key] = sum(m[key] * m[tokens_key] for m in have) / tokens
-    for name, pick in (("logprob_diff_max", max), ("ratio_max", max), ("ratio_min", min)):
-        key = f"{scope}/{name}"
-        out[key] = pick(m[key] for m in have)
-    return out
-
-
 def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One step's ``forward_backward`` metrics as one dict: ``mismatch/*`` by
-    :func:`merge_mismatch`, ``*_max`` by max, ``*_min`` by min, the rest (``tokens``,
-    ``ratio_sum``, ...) by sum. Learners report sums and extremes only: the means
-    (``ratio_mean``, ``clip_fraction``, ``kl/mean``) are derived once from the merged sums
-    (:func:`ratio_metrics`, :func:`kl_metrics`)."""
+    """One step's ``forward_backward`` metrics as one dict: ``*_max`` by max, ``*_min`` by
+    min, the rest (``tokens``, ``ratio_sum``, ``mismatch/k3_sum``, ...) by sum. Learners report
+    sums and extremes only: the means (``ratio_mean``, ``clip_fraction``, ``kl/mean``, the
+    ``mismatch/*`` means) are derived once from the merged sums (:func:`ratio_metrics`,
+    :func:`kl_metrics`, :func:`mismatch_means`)."""
     out: dict[str, float] = {}
     for metrics in parts:
         for key, value in metrics.items():
             v = float(value)
-            if key.startswith("mismatch/"):
-                continue
             if key.endswith("_max"):
                 out[key] = max(out.get(key, v), v)
             elif key.endswith("_min"):
                 out[key] = min(out.get(key, v), v)
             else:
                 out[key] = out.get(key, 0.0) + v
-    out.update(merge_mismatch(parts))
+    return out
+
+
+def mismatch_means(train_metrics: Mapping[str, float]) -> dict[str, float]:
+    """A step's merged learner metrics with each ``mismatch/*`` sum (:data:`MISMATCH_SUMS`)
+    replaced by its mean over the trained tokens of its scope: ``mismatch/k3_sum`` becomes
+    ``mismatch/k3 = k3_sum / mismatch/tokens``, a sampling server's ``mismatch/server<k>/k3_sum``
+    becomes ``mismatch/server<k>/k3`` over ``mismatch/server<k>/tokens``. A scope that trained
+    no token has no mean."""
+    out: dict[str, float] = {}
+    for key, value in train_metrics.items():
+        scope, _, name = key.rpartition("/")
+        if not (key.startswith("mismatch/") and name in MISMATCH_SUMS):
+            out[key] = value
+        elif tokens := train_metrics.get(f"{scope}/tokens", 0.0):
+            out[f"{scope}/{MISMATCH_SUMS[name]}"] = value / tokens
     return out
 
 

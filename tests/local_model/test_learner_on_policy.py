@@ -18,9 +18,9 @@ from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.step_metrics import (
-    merge_mismatch,
     merge_train_metrics,
     mismatch_from_logprobs,
+    mismatch_means,
     ratio_metrics,
 )
 from searchr1.core.types import Datum, SamplingParams
@@ -99,7 +99,8 @@ def test_first_step_ratio_is_one_at_the_seed_dropout(model_dir: Path, checkpoint
     tol = 20 * RTOL64
     assert m["mismatch/logprob_diff_max"] < tol
     assert abs(m["mismatch/ratio_min"] - 1) < tol and abs(m["mismatch/ratio_max"] - 1) < tol
-    assert abs(m["mismatch/kl_sample_train"]) < tol and abs(m["mismatch/k3"]) < tol
+    means = mismatch_means(m)  # what the step logs
+    assert abs(means["mismatch/kl_sample_train"]) < tol and abs(means["mismatch/k3"]) < tol
     assert abs(ratio_metrics(m)["ratio_mean"] - 1) < tol
     assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in p.learner.params)
     assert (calls > 0) == checkpointing
@@ -124,24 +125,49 @@ def test_mismatch_metrics_of_known_log_probs() -> None:
     d = [0.0, -0.5, 0.5]
     assert m["mismatch/tokens"] == 3
     assert m["mismatch/logprob_diff_max"] == pytest.approx(0.5)
-    assert m["mismatch/kl_sample_train"] == pytest.approx(-sum(d) / 3)
-    assert m["mismatch/k3"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 3)
+    assert m["mismatch/kl_sample_train_sum"] == pytest.approx(-sum(d))
+    assert m["mismatch/k3_sum"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d))
     assert m["mismatch/ratio_min"] == pytest.approx(math.exp(-0.5))
     assert m["mismatch/ratio_max"] == pytest.approx(math.exp(0.5))
+    # the step logs the means per trained token, not the sums
+    means = mismatch_means(m)
+    assert means["mismatch/kl_sample_train"] == pytest.approx(-sum(d) / 3)
+    assert means["mismatch/k3"] == pytest.approx(sum(math.exp(x) - 1 - x for x in d) / 3)
+    assert not any(key.endswith("_sum") for key in means)
     assert mismatch_from_logprobs([], []) == {"mismatch/tokens": 0.0}
+    assert mismatch_means({"mismatch/tokens": 0.0}) == {"mismatch/tokens": 0.0}
     # a sampler whose log-prob is far off (a bug, a wrong model) reports inf, not OverflowError
-    broken = mismatch_from_logprobs([-0.1, -0.2], [-1000.0, -0.2])
+    broken = mismatch_means(mismatch_from_logprobs([-0.1, -0.2], [-1000.0, -0.2]))
     assert broken["mismatch/ratio_max"] == math.inf and broken["mismatch/k3"] == math.inf
 
 
 def test_micro_batch_merge_is_max_min_and_token_weighted() -> None:
     a = mismatch_from_logprobs([-1.0, -2.0, -3.0], [-1.1, -2.0, -2.0])
     b = mismatch_from_logprobs([-0.2], [-0.9])
-    whole = mismatch_from_logprobs([-1.0, -2.0, -3.0, -0.2], [-1.1, -2.0, -2.0, -0.9])
-    merged = merge_mismatch([a, b])
+    whole = mismatch_means(
+        mismatch_from_logprobs([-1.0, -2.0, -3.0, -0.2], [-1.1, -2.0, -2.0, -0.9])
+    )
+    merged = mismatch_means(merge_train_metrics([a, b]))
     assert merged.keys() == whole.keys()
     for key, value in whole.items():
         assert merged[key] == pytest.approx(value), key
+    # A scope (one sampling server's mismatch/server<k>/*) merges and averages over its own
+    # tokens; a scope that trained nothing has no means.
+    scoped = mismatch_means(
+        merge_train_metrics(
+            [
+                {**a, **{k.replace("mismatch/", "mismatch/server0/"): v for k, v in a.items()}},
+                {**b, **{k.replace("mismatch/", "mismatch/server1/"): v for k, v in b.items()}},
+                {"mismatch/tokens": 0.0, "mismatch/server2/tokens": 0.0},
+            ]
+        )
+    )
+    for k, part in ((0, a), (1, b)):
+        own = mismatch_means(part)
+        for name in ("kl_sample_train", "k3", "ratio_min", "ratio_max", "logprob_diff_max"):
+            assert scoped[f"mismatch/server{k}/{name}"] == pytest.approx(own[f"mismatch/{name}"])
+    assert scoped["mismatch/k3"] == pytest.approx(whole["mismatch/k3"])
+    assert scoped["mismatch/server2/tokens"] == 0 and "mismatch/server2/k3" not in scoped
     # The loss's sums add, other maxima take the max, and a provider without the metrics
     # (a remote service) leaves them out instead of reporting zeros.
     step = merge_train_metrics(

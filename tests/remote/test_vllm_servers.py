@@ -29,7 +29,7 @@ from fake_vllm import (
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
-from searchr1.core.step_metrics import merge_train_metrics
+from searchr1.core.step_metrics import merge_train_metrics, mismatch_means
 from searchr1.core.types import Datum, SamplingParams
 from searchr1.plugins.vllm_model.client import VllmAdapterError
 from searchr1.plugins.vllm_model.server import VllmServerError, server_gpus
@@ -204,12 +204,12 @@ def test_each_server_reports_its_own_mismatch(fakes: list[FakeVllm], tmp_path: P
                         )
                     )
             loss = NamedLoss("importance_sampling", importance_sampling)
-            # Two micro-batches, merged as the train loop merges them.
+            # Two micro-batches, merged and their means derived as the train loop does.
             parts = [
                 await (await provider.forward_backward(datums[:3], loss)),
                 await (await provider.forward_backward(datums[3:], loss)),
             ]
-            return merge_train_metrics([p.metrics for p in parts])
+            return mismatch_means(merge_train_metrics([p.metrics for p in parts]))
 
     m = asyncio.run(scenario())
     per_server_tokens = 2 * 2 * len(SAMPLED)  # two groups of two samples on each

@@ -26,17 +26,13 @@ training mode alone (transformers' layers read ``self.training`` there only to d
 whether to checkpoint; an architecture whose layer also gates its own functional dropout on
 it would keep that dropout while checkpointing).
 
-Every call also reports the sampler/learner mismatch over those sampled tokens, with
-``d = learner - sampler`` log-prob (:func:`~searchr1.core.step_metrics.mismatch_from_logprobs`, which remote providers use too)::
-
-    mismatch/logprob_diff_max   max |d|
-    mismatch/kl_sample_train    mean(-d)            (sampler minus learner)
-    mismatch/k3                 mean(exp(d) - 1 - d) (k3 estimator of KL, >= 0)
-    mismatch/ratio_min/_max     min/max exp(d)
-    mismatch/tokens             how many tokens the means are over
-
-On-policy these read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer
-scores what the sampler sampled (dtype, kernels, temperature, an engine sampler).
+Every call also reports the sampler/learner mismatch over those sampled tokens: sums and
+extremes of ``d = learner - sampler`` log-prob, listed by
+:func:`~searchr1.core.step_metrics.mismatch_from_logprobs` (which remote providers use too);
+the core logs their means per trained token, ``mismatch/kl_sample_train`` (mean -d) and
+``mismatch/k3`` (mean exp(d) - 1 - d). On-policy max |d|, those two means and the ratio
+extremes read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer scores what
+the sampler sampled (dtype, kernels, temperature, an engine sampler).
 
 A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
 the same tokens (:mod:`.reference`: the adapter as RL began, or the adapter
@@ -236,8 +232,8 @@ class Learner:
         work (:meth:`_chunks`; the loss is a sum, so chunking changes nothing but peak
         memory). Returns the unscaled summed loss and metrics: the loss's own sums
         (``tokens``, ``ratio_sum``, ``clipped_tokens``, ...; the core derives the means once,
-        :func:`~searchr1.core.step_metrics.ratio_metrics`) and the ``mismatch/*`` metrics of
-        the module docstring. Dropout is off (module docstring)."""
+        :func:`~searchr1.core.step_metrics.ratio_metrics`) and the ``mismatch/*`` sums and
+        extremes of the module docstring. Dropout is off (module docstring)."""
         self._check_datums(datums)
         with self.model_lock, scoring_mode(self.model):
             parts = [
