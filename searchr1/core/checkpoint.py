@@ -84,6 +84,11 @@ def save_checkpoint(
     parent = checkpoints_dir(run_dir)
     parent.mkdir(parents=True, exist_ok=True)
     final = parent / (name or f"step_{step:06d}")
+    if final.exists() and not final.is_dir():
+        raise CheckpointError(
+            f"{final} is a file where train saves its checkpoint of step {step}; move the file "
+            f"away and run train again (with --resume to continue from an earlier checkpoint)"
+        )
     previous = list_checkpoints(run_dir)
     low = warn_if_low_space(parent, previous[-1].path if previous else None)
     if low:

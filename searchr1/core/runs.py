@@ -299,7 +299,18 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
             f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
             f"(a file in the path, or a character a path cannot hold)"
         ) from None
+    for name, holds in _RUN_FOLDERS.get(command, {}).items():
+        # found now, not when the first save fails after a step's work
+        if (run_dir / name).exists() and not (run_dir / name).is_dir():
+            raise UserError(
+                f"{origin}: {str(run_dir / name)!r} is a file, but {command} keeps its {holds} "
+                f"in that folder; move the file away, or give another run folder"
+            )
     return run_dir
+
+
+#: command -> the sub-folders its run writes, and what they hold
+_RUN_FOLDERS = {"train": {"checkpoints": "checkpoints", "trajectories": "trajectory dumps"}}
 
 
 def run_command(folder: Path) -> str | None:

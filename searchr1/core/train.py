@@ -390,11 +390,16 @@ class _Rollouts:
         return total
 
     async def close(self, *, cancel: bool) -> None:
-        """Wait for the rollouts left (``cancel``: cancel them first); none starts after."""
+        """Wait for the rollouts left (``cancel``: cancel them first); none starts after. The
+        error of one that failed is logged (``rollout_discarded``): the loop never reads it."""
         self.closed = True
         for task in self.queued if cancel else ():
             task.cancel()
-        await asyncio.gather(*self.queued, return_exceptions=True)
+        ends = await asyncio.gather(*self.queued, return_exceptions=True)
+        for task, end in zip(self.queued, ends, strict=True):
+            if isinstance(end, Exception):
+                error = f"{type(end).__name__}: {end}"
+                get_logger().warning("rollout_discarded", rollout=task.get_name(), error=error)
 
 
 async def _learn(plan: _Plan, batch: Batch) -> Learned:

@@ -121,19 +121,19 @@ def test_lockstep_rollout_trains_as_the_gathered_rollout_and_resumes(tmp_path: P
 
 @pytest.mark.slow
 def test_a_rank_that_fails_alone_ends_the_lockstep_job_promptly(tmp_path: Path) -> None:
-    """Rank 0's first checkpoint fails (its folder is a file) while rank 1, its sampling
+    """Rank 0's first checkpoint fails (a file stands where it goes) while rank 1, its sampling
     session open, waits for it at the step's end: rank 0 leaves its session alone and the job
     ends in seconds, as with the gathered rollout (not after the sampler's minute-long waits)."""
     local = {"fsdp": True, "fsdp_sampling": "lockstep"}
     text = make_config(RUN, model={"local": local}, train={"max_steps": 3, "save_every": 1})
     config = write_config(tmp_path, text)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "checkpoints").write_text("not a folder")
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_000001").write_text("not a folder")
     done = _train(tmp_path, "--config", config, "--run-dir", run_dir, nproc=2)
     ended = time.time()
     said = done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.returncode == 1 and "FileExistsError" in done.stderr, said
+    assert done.returncode == 2 and "step_000001 is a file" in done.stderr, said
     (step,) = _events(run_dir, "metrics")  # step 1 learned; its save failed on rank 0
     took = ended - datetime.fromisoformat(step["timestamp"]).timestamp()
     assert took < 45, f"the job took {took:.0f} s to end after the failure\n{said}"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from searchr1.core.distributed import World
 from searchr1.core.errors import EnvironmentDown
@@ -147,6 +148,19 @@ def test_a_stop_finishes_the_rollout_in_flight_and_learns_no_more() -> None:
     assert sorted(r.metrics) == [1, 2]  # the step in flight at the stop is never learned
     assert ("collect_end", 3, r.at("collect_end", 3)) in r.events  # finished, not cancelled
     assert not any(w == "collect_start" and s > 3 for w, s, _ in r.events)
+
+
+def test_a_rollout_that_fails_after_the_stop_is_logged_not_dropped() -> None:
+    """The stop comes after step 2 while step 3's rollout is in flight; it fails. The run ends
+    as stopped (the error is not raised over the stop) and the error is in the events."""
+    r = Recorder(collect_s=0.05, learn_s=0.1)
+    r.stop_after_learning, r.fail_at = 2, 3
+    with structlog.testing.capture_logs() as logged:
+        r.run(last=10, staleness=1)
+    assert sorted(r.metrics) == [1, 2]
+    (discarded,) = [e for e in logged if e["event"] == "rollout_discarded"]
+    assert discarded["log_level"] == "warning" and discarded["rollout"] == "rollout-3"
+    assert discarded["error"] == "EnvironmentDown: step 3: search down"
 
 
 def test_a_collect_error_is_raised_after_the_steps_before_it_trained() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cli_run import Result, make_config, read_events
 
-from searchr1.core.checkpoint import save_checkpoint
+from searchr1.core.checkpoint import CheckpointError, save_checkpoint
 from searchr1.core.config import load_config
 from searchr1.core.data import load_questions
 from searchr1.core.plugins import load_registry
@@ -145,6 +145,28 @@ def test_run_dir_config_that_is_a_file(project: Path, run_cli):
     rc, err = _code_and_err(run_cli("train", "--config", "config.toml"))
     assert rc == 2
     assert "run.dir" in err and "runs" in err
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "trajectories"])
+def test_a_file_where_train_keeps_a_folder_is_refused_before_any_step(
+    project: Path, run_cli, name: str
+):
+    (project / "run").mkdir()
+    (project / "run" / name).write_text("x")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--run-dir", "run"))
+    assert rc == 2
+    assert f"'run/{name}' is a file" in err and "--run-dir run" in err
+    assert not (project / "run" / "events.jsonl").exists()  # refused before the run began
+
+
+def test_a_file_where_a_checkpoint_goes_is_named_and_nothing_is_written(project: Path):
+    run_dir = project / "runs" / "train-1"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_000002").write_text("x")
+    with pytest.raises(CheckpointError, match="step_000002 is a file where train saves"):
+        _checkpoint(project, run_dir, 2)
+    assert (run_dir / "checkpoints" / "step_000002").read_text() == "x"
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_000002"]
 
 
 def test_eval_checkpoint_that_is_not_a_checkpoint(project: Path, run_cli):
