@@ -301,9 +301,9 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
         ) from None
     for name, holds in _RUN_FOLDERS.get(command, {}).items():
         # found now, not when the first save fails after a step's work
-        if (run_dir / name).exists() and not (run_dir / name).is_dir():
+        if (folder := run_dir / name).exists() and not folder.is_dir():
             raise UserError(
-                f"{origin}: {str(run_dir / name)!r} is a file, but {command} keeps its {holds} "
+                f"{origin}: {str(folder)!r} is a file, but {command} keeps its {holds} "
                 f"in that folder; move the file away, or give another run folder"
             )
     return run_dir
