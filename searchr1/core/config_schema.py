@@ -3,7 +3,7 @@
 A setting only one plugin reads lives in that plugin's table (``[model.<provider>]``), as a
 settings dataclass of the same shape (``docs/plugins.md``); one several providers read lives in
 its section (``[model] api_key``, where the reference setup writes it), and the providers that
-read it say so (``reads``; their own table may set it instead). Field metadata carries the checks
+read it say so (``reads``; a provider's table cannot set it). Field metadata carries the checks
 (:func:`searchr1.core.config_validate.check_table`) and ``secret`` (out of ``repr()``, masked,
 redacted from logs). The dataclasses are the schema: a new setting is one field."""
 

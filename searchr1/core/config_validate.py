@@ -38,10 +38,8 @@ def check_table(
     section: str,
     problems: list[str],
     where: Where,
-    also: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Check one table against a dataclass schema; append problems, return coerced values.
-    ``also``: keys the table may hold besides (offered when a key is unknown)."""
+    """Check one table against a dataclass schema; append problems, return coerced values."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
@@ -49,7 +47,7 @@ def check_table(
         dotted = f"{section}.{key}"
         f = fields.get(key)
         if f is None:
-            problems.append(unknown_name(where(dotted), dotted, key, [*fields, *also], "key"))
+            problems.append(unknown_name(where(dotted), dotted, key, list(fields), "key"))
             continue
         coerced, error = _coerce(value, hints[key], f.metadata)
         if error is None and (error := _check_range(coerced, f.metadata)):
@@ -92,10 +90,19 @@ REMOVED = {
 
 
 def unknown_name(loc: str, dotted: str, key: str, known: list[str], what: str) -> str:
-    hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    # In a plugin's table ([model.NAME]) a key of its section ([model] api_base) is refused:
+    # a shared key has one home, its section, where every provider reading it looks.
+    section = dotted.partition(".")[0]
+    shared = (
+        [f.name for f in dataclasses.fields(SECTIONS[section])] if dotted.count(".") == 2 else []
+    )
+    hint = difflib.get_close_matches(key, [*known, *shared], n=1, cutoff=0.6)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(known)}"
     if dotted in REMOVED:
         suggestion = f" (no longer read: {REMOVED[dotted]})"
+    elif hint and hint[0] in shared and hint[0] not in known:
+        mean = "" if hint[0] == key else f"did you mean {hint[0]!r}? "
+        suggestion = f"; {mean}{hint[0]} is a [{section}] setting: write it under [{section}]"
     return f"{loc}: unknown {what} {dotted!r}{suggestion}"
 
 
@@ -274,9 +281,7 @@ def infer_choices(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Fill in ``raw`` (a table per section) each omitted provider (the one whose
     ``infer_provider`` claims the table, else the ``default``) and the chosen plugins'
-    ``factory.defaults``; move into the section the fields a chosen provider ``reads`` that
-    its own table sets (``[model.<provider>] api_key``: it wins, checked where it is written).
-    Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and ``dotted
+    ``factory.defaults``. Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and ``dotted
     secret -> variable`` a literal should move to (the chosen plugins' ``secret_variables``)."""
     reasons: dict[str, str] = {}
     variables: dict[str, str] = {}
@@ -316,11 +321,6 @@ def infer_choices(
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
         if reg is None:
             continue
-        for own_name in dict.fromkeys([name, *reg.settings]):
-            own = table.get(own_name)
-            moved = {k: own.pop(k) for k in reg.reads if isinstance(own, dict) and k in own}
-            prefix = f"{section}.{own_name}"
-            table.update(check_table(moved, SECTIONS[section], prefix, problems, where))
         for field_name, var in reg.secret_variables.items():
             variables[f"{section}.{field_name}"] = variables[f"{section}.{name}.{field_name}"] = var
         for dotted, (value, why) in reg.defaults.items():
@@ -402,7 +402,7 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     # tables a section allows: its plugins' names, and the core's own ([train.loss]: the loss's)
     tables: dict[str, set[str]] = {"train": {"loss", *TRAIN_TABLES}}
     # the core's own sub-tables first, then each chosen plugin's declared ones
-    declared: list[tuple[str, Mapping[str, type], Iterable[str]]] = [("train", TRAIN_TABLES, ())]
+    declared: list[tuple[str, Mapping[str, type]]] = [("train", TRAIN_TABLES)]
     for kind, (_, field_name) in KINDS.items():
         tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
     checks: dict[tuple[str, str], Callable[[Config], Iterable[str]]] = {}
@@ -410,13 +410,13 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
         if reg is None:
             problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
         else:
-            declared.append((chooser.partition(".")[0], reg.settings, reg.reads))
+            declared.append((chooser.partition(".")[0], reg.settings))
             if callable(reg.check):
                 checks[(kind, name)] = reg.check
-    for section, settings, reads in declared:
+    for section, settings in declared:
         for table, cls in settings.items():
             prefix, own = f"{section}.{table}", config.plugin_table(section, table)
-            values = check_table(own, cls, prefix, problems, where, reads)
+            values = check_table(own, cls, prefix, problems, where)
             for f in dataclasses.fields(cls):
                 wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
                 if wanted and isinstance(value, str) and value not in registry.names(wanted):

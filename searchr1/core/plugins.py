@@ -64,8 +64,8 @@ class Registration:
     #: ``{table: dataclass}``: the settings of each table ``[section.<table>]`` it reads (a
     #: hook may pass one dataclass: the table ``[section.<name>]``)
     settings: Mapping[str, type] = field(default_factory=dict)
-    #: fields of its section it reads besides the loop (``[model] api_key``): one of its
-    #: tables may set them instead, and set ones it does not read are named by ``advice``
+    #: fields of its section it reads besides the loop (``[model] api_key``), their one home;
+    #: set ones it does not read are named by ``advice``
     reads: tuple[str, ...] = ()
     #: non-empty: the choice when the config names none, and why (shown by ``config check``)
     default: str = ""

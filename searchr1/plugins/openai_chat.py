@@ -168,8 +168,7 @@ class OpenAIChatProvider:
             model=settings.model or config.model.base_model,
             tokenizer=provider_tokenizer(config, "openai_chat", settings.tokenizer),
             settings=settings,
-            key_name=config.variables.get("model.openai_chat.api_key")
-            or config.variables.get("model.api_key", "model.api_key"),
+            key_name=config.variables.get("model.api_key", "model.api_key"),
         )
 
     def _end_of_message(self, params: SamplingParams) -> str:

@@ -39,13 +39,13 @@ def test_example_config_parses_with_seed_values() -> None:
 
 def test_the_examples_local_table_uncommented_is_checked_and_read() -> None:
     """config.toml.example's commented ``[model.local]``, uncommented with provider "local",
-    passes every check (the plugin's table included); its device is ``[model] device``."""
+    passes every check (the plugin's table included)."""
     from searchr1.core.config_validate import plugin_settings
     from searchr1.plugins.local_model.provider import LocalSettings
 
     text = EXAMPLE.read_text().replace('provider = "taotoken"', 'provider = "local"')
     block = re.search(r"^# \[model\.local\]\n(?:# .*\n)+", text, re.M).group(0)
-    table = re.sub(r"^# ", "", block, flags=re.M).replace('device = "auto"', 'device = "cpu"')
+    table = re.sub(r"^# ", "", block, flags=re.M)
     cfg = parse_config(
         text.replace(block, table),
         source="c.toml",
@@ -53,7 +53,7 @@ def test_the_examples_local_table_uncommented_is_checked_and_read() -> None:
         check_plugins=True,
         registry=load_registry(),
     )
-    assert (cfg.model.provider, cfg.model.device, cfg.model.dtype) == ("local", "cpu", "auto")
+    assert (cfg.model.provider, cfg.model.device, cfg.model.dtype) == ("local", "auto", "auto")
     local = plugin_settings(cfg, "model", "local", LocalSettings)
     assert (local.threads, local.learner_chunk_tokens, local.fsdp) == (0, 8192, False)
 

@@ -1,6 +1,6 @@
 """Plugins own their settings; a key several providers read (the reference skeleton's
-``[model] api_key``, ``[search] api_keys``) is its section's, which the chosen provider's
-table may set instead; the provider a file leaves out is the one a plugin claims or declares
+``[model] api_key``, ``[search] api_keys``) has one home, its section (a provider's table
+that writes it is refused with that home named); the provider a file leaves out is the one a plugin claims or declares
 the default, and the core config modules name no built-in plugin."""
 
 from __future__ import annotations
@@ -48,22 +48,31 @@ def test_the_skeletons_keys_are_fields_of_their_sections() -> None:
     assert "sk-test-abcdef123456" not in dumped and "zk-2222" not in dumped
 
 
-def test_the_chosen_providers_table_may_set_a_key_it_reads_and_wins() -> None:
+def test_a_shared_key_in_the_providers_table_is_refused_with_its_home_named() -> None:
     text = SKELETON + "[search.zhihu]\ntimeout_seconds = 7\nsearch_db = 'all'\n"
-    config = parse_config(
-        text, source="c.toml", env=ENV, check_plugins=True, registry=load_registry()
-    )
-    assert config.search.timeout_seconds == 7.0
-    assert config.plugin_table("search", "zhihu") == {"search_db": "all"}
-    assert plugin_settings(config, "search", "zhihu", ZhihuSettings).search_db == "all"
-    # checked where it is written
-    with pytest.raises(ConfigError, match=r"c\.toml:10: search\.zhihu\.timeout_seconds = -1 must"):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="c.toml", env=ENV, check_plugins=True, registry=load_registry())
+    assert caught.value.problems == [
+        "c.toml:10: unknown key 'search.zhihu.timeout_seconds'; timeout_seconds is a [search] "
+        "setting: write it under [search]"
+    ]
+    # a typo of one is offered with its home
+    with pytest.raises(ConfigError, match=r"did you mean 'api_base'\? api_base is a \[model\]"):
         parse_config(
-            SKELETON + "[search.zhihu]\ntimeout_seconds = -1\n",
+            '[model]\nprovider = "vllm"\n[model.vllm]\napi_bsae = "http://h:1"\n',
             source="c.toml",
-            env=ENV,
+            env={},
+            check_plugins=True,
             registry=load_registry(),
         )
+    config = parse_config(
+        SKELETON + "[search.zhihu]\nsearch_db = 'all'\n",
+        source="c.toml",
+        env=ENV,
+        check_plugins=True,
+        registry=load_registry(),
+    )
+    assert plugin_settings(config, "search", "zhihu", ZhihuSettings).search_db == "all"
 
 
 def test_a_key_the_provider_does_not_read_stays_unknown_in_its_table() -> None:

@@ -301,8 +301,8 @@ def test_sigterm_while_the_server_starts_stops_it_and_exits(tmp_path: Path) -> N
 
 
 def test_model_api_base_and_key_reach_the_server(tmp_path: Path) -> None:
-    """``[model] api_base`` is used when ``[model.vllm]`` has none; ``[model] api_key`` goes
-    as a bearer token (a server started with ``--api-key``). A loopback server records what
+    """``[model] api_base`` is the server when ``[model.vllm]`` lists no api_bases;
+    ``[model] api_key`` goes as a bearer token (a server started with ``--api-key``). A loopback server records what
     arrives and answers ``/health`` with 503, so the start times out naming the address."""
     import http.server
 

@@ -6,7 +6,7 @@ servers = 2``) from the vLLM environment made by ``scripts/make-vllm-venv.sh`` (
 or ``$SEARCHR1_VLLM_PYTHON``). Its own samples spread over both, each of its adapter versions
 is on both, and each server's mismatch is reported apart. The CLI runs (``searchr1 smoke``,
 ``searchr1 train`` and ``--resume`` on the offline world) reach the first server alone through
-``[model.vllm] api_base``, the way a compose service is reached, and one ``train`` reaches both
+``[model] api_base``, the way a compose service is reached, and one ``train`` reaches both
 through ``api_bases``. The fixture's teardown checks that closing the provider stops them.
 
 Without the vLLM environment the module skips, saying how to make it; in CI (``CI=true``) a
@@ -276,11 +276,13 @@ def _offline_config(tmp_path: Path, api_base: str | list[str]) -> Path:
         "dynamic_sampling": "false",
     }.items():
         text = _set(text, key, value)
-    servers = (
-        f"api_bases = {json.dumps(api_base)}"
-        if isinstance(api_base, list)
-        else f'api_base = "{api_base}"'
-    )
+    if isinstance(api_base, list):
+        servers = f"api_bases = {json.dumps(api_base)}"
+    else:
+        text = text.replace(
+            'provider = "vllm"\n', f'provider = "vllm"\napi_base = "{api_base}"\n', 1
+        )
+        servers = ""
     text += f'\n[model.vllm]\n{servers}\nadapters_dir = "{tmp_path / "adapters"}"\n'
     path = tmp_path / "vllm.toml"
     path.write_text(text, encoding="utf-8")

@@ -281,7 +281,7 @@ def test_search_r1_provider_reads_the_server_like_the_dense_provider(
     server: RetrieverServer, built: Path
 ) -> None:
     config = parse_config(
-        f'[search]\nprovider = "search_r1"\n[search.search_r1]\napi_base = "{server.url}"\n',
+        f'[search]\nprovider = "search_r1"\napi_base = "{server.url}"\n',
         source="test.toml",
         env={},
         registry=load_registry(),

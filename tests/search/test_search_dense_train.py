@@ -98,7 +98,7 @@ def test_search_r1_provider_trains_against_serve_retriever(
                 break
         assert lines and lines[-1].startswith("listening on http://127.0.0.1:"), lines
         base = lines[-1].split()[-1].removesuffix("/retrieve")
-        search = {"provider": "search_r1", "search_r1": {"api_base": base}}
+        search = {"provider": "search_r1", "api_base": base}
         config = config_file(make_config(RUN, search=search))
         result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
         assert result.code == 0, result.err

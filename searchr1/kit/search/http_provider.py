@@ -29,7 +29,7 @@ connections, retries with jitter, ``Retry-After``) and adds what a search servic
 * says on first contact what it waits for and how long (``remote_connecting``).
 
 The settings named above are ``[search]`` fields (:data:`HTTP_SETTINGS`, which a provider
-registers as the section fields it ``reads``), so the chosen provider's table may set them too.
+registers as the section fields it ``reads``), written there, not in the provider's table.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ log = get_logger()
 class LocalSettings:
     """``[model.local]``, read by :meth:`LocalModelProvider.from_config` through
     :func:`searchr1.core.config_validate.plugin_settings`; ``device`` and ``dtype`` are
-    ``[model]``'s (this table may set them instead)."""
+    ``[model]`` settings."""
 
     #: most sequences the sampler generates in one batch
     max_batch_rows: int = field(default=256, metadata={"min": 1})

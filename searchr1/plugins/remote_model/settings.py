@@ -2,7 +2,7 @@
 
 Read once when :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider` logs
 in. Every field has a default. The service's address and key are ``[model] api_base`` and
-``api_key`` (the reference setup writes them there; this table may set them instead), which
+``api_key`` (where the reference setup writes them), which
 is also how the ``taotoken`` plugin recognises a file that names no provider
 (:func:`infer_taotoken`).
 """

@@ -3,7 +3,7 @@
 Registered through the ``searchr1`` entry point (``vllm_model``) like any third-party plugin
 and chosen by ``[model] provider = "vllm"``. Training is the ``local`` provider's (same learner,
 LoRA, optimizer, checkpoints, resume); only sampling moves to vLLM's OpenAI-compatible
-servers, one or several, which either already run (``[model.vllm] api_base`` or
+servers, one or several, which either already run (``[model] api_base`` or
 ``api_bases``, e.g. the compose ``vllm`` service) or are launched by the provider from
 ``[model.vllm] python`` (``servers`` of them; a separate environment: vLLM pins its own torch
 and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).

@@ -72,7 +72,7 @@ class VllmClient:
         self.channel = Channel(
             service=label or "the vLLM server",
             url=self.api_base,
-            address="model.vllm.api_base (api_bases)",
+            address="model.api_base (model.vllm.api_bases)",
             key="model.api_key" if api_key else "",
             timeout_s=request_timeout_s,
             timeout_setting="model.vllm.request_timeout_s",

@@ -10,7 +10,7 @@ published; the model's ``connect``); :meth:`~VllmModelProvider.disconnect` (the 
 checkpoints and resume, and the learner's sampler/learner mismatch metrics); :meth:`sample`
 goes to a server.
 
-There are one or more servers (``[model.vllm] api_base``, ``api_bases``, or ``servers``
+There are one or more servers (``[model] api_base``, ``[model.vllm] api_bases``, or ``servers``
 launched ones), numbered 0, 1, ... Each trajectory group is sent to one of them (the least
 busy when its first request comes, then every later turn of the group goes there too, so its
 prompt stays in that server's prefix cache), and with several servers each one's

@@ -1,7 +1,7 @@
 """Launch, wait for and stop a local vLLM OpenAI-compatible server.
 
 Called by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider` when
-``[model.vllm] api_base`` and ``api_bases`` are empty, once per ``servers`` (each on its own
+``[model] api_base`` and ``[model.vllm] api_bases`` are empty, once per ``servers`` (each on its own
 GPUs, :func:`server_gpus`): :meth:`VllmServer.launch` starts
 ``python -m vllm.entrypoints.openai.api_server`` from ``[model.vllm] python`` (vLLM's own
 environment; its ``vllm`` console script looks for a distribution named ``vllm`` and fails with
@@ -219,7 +219,7 @@ class VllmServer:
             raise VllmServerError(
                 f"model.vllm.python = {python!r} is not an executable file; create the vLLM "
                 f"environment with scripts/make-vllm-venv.sh (then python = "
-                f'".venv-vllm/bin/python") or set model.vllm.api_base to a running server'
+                f'".venv-vllm/bin/python") or set model.api_base to a running server'
             )
         server_env = {**os.environ, **(env or {})}
         server_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"

@@ -4,16 +4,14 @@ Read once per run by :meth:`~searchr1.plugins.vllm_model.provider.VllmModelProvi
 through :func:`searchr1.core.config_validate.plugin_settings` (unknown keys, types and ranges are
 checked there)::
 
-    [model.vllm]
-    api_base = ""            # a running server, e.g. "http://vllm:8000" (compose); empty: launch
-                             #   one ([model]'s, which this table may set instead)
+    [model.vllm]             # with [model] api_base (a running server, e.g. "http://vllm:8000";
+                             #   empty: launch one) and [model] api_key (a bearer token for a
+                             #   server run with --api-key)
     api_bases = []           # several running servers (instead of api_base), e.g.
                              #   ["http://vllm-0:8000", "http://vllm-1:8000"]; metrics and
                              #   errors name them server0, server1, ... in this order
     servers = 1              # how many servers to launch (with python); each gets its own
                              #   GPUs: --tensor-parallel-size in server_args of them
-    api_key = ""             # sent as a bearer token to a server run with --api-key (a secret;
-                             #   [model]'s, which this table may set instead)
     python = ""              # the vLLM environment's Python that launches it, e.g.
                              #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
     server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
