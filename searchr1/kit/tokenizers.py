@@ -17,12 +17,16 @@ if TYPE_CHECKING:
 def load_tokenizer(
     name: str, assets: Mapping[str, Asset], field: str = "model.base_model", hint: str = ""
 ) -> Any:
-    """The tokenizer of ``name`` (a ``builtin:`` asset of ``assets``, a folder or a hub id);
+    """The tokenizer of ``name`` (a ``builtin:`` asset of ``assets``, a folder or a hub id,
+    from the cache alone when the hub is out of reach: :func:`~searchr1.kit.hub.hub_path`);
     failure is a ConfigValueError naming ``field``, then ``hint``."""
     from transformers import AutoTokenizer  # heavy: only when a provider is built
 
+    from searchr1.kit.hub import hub_path
+
+    path = hub_path(model_path(name, assets), field, "a tokenizer", hint)
     try:
-        return AutoTokenizer.from_pretrained(model_path(name, assets))
+        return AutoTokenizer.from_pretrained(path)
     except Exception as exc:  # transformers raises OSError, ValueError, hub errors...
         raise ConfigValueError(
             f"{field} = {name!r}: cannot load a tokenizer ({type(exc).__name__}: {exc})"

@@ -307,6 +307,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     from transformers import AutoModelForCausalLM
 
     from searchr1.kit.gguf import model_path
+    from searchr1.kit.hub import hub_path
     from searchr1.kit.tokenizers import load_tokenizer
     from searchr1.plugins.local_model.budget import token_budget
     from searchr1.plugins.local_model.device import (
@@ -325,7 +326,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     dtype = choose_dtype(config.model.dtype, device)
     threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
     tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
-    path = model_path(config.model.base_model, config.assets)
+    path = hub_path(model_path(config.model.base_model, config.assets), "model.base_model", "the model")
     try:
         base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as exc:

@@ -26,6 +26,11 @@ import torch
 
 FORMAT = 1
 
+#: ``save_pretrained`` keywords for the adapter alone: the base vocabulary is never resized, so
+#: the base's embeddings never need saving, and peft's "auto" would ask the hub for the base's
+#: config at every save (retried for about 25 s when the hub is out of reach)
+ADAPTER_ONLY = {"save_embedding_layers": False}
+
 
 def save_state(
     path: str | Path,
@@ -43,7 +48,7 @@ def save_state(
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     extra = {} if adapter is None else {"state_dict": dict(adapter)}
-    model.save_pretrained(str(folder / "adapter"), **extra)
+    model.save_pretrained(str(folder / "adapter"), **ADAPTER_ONLY, **extra)
     # File objects, not paths: torch then reports a full disk as the OSError it is
     # (a path gives a RuntimeError without an errno).
     with (folder / "optimizer.pt").open("wb") as fh:

@@ -73,6 +73,7 @@ from searchr1.kit.gguf import model_path
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
+from searchr1.plugins.local_model.state import ADAPTER_ONLY
 from searchr1.plugins.vllm_model.client import VllmClient, VllmError
 from searchr1.plugins.vllm_model.server import (
     VllmServer,
@@ -326,7 +327,7 @@ class VllmModelProvider:
         name = self._next_name()
         adapter = _Adapter(name, self._adapters / name)
         with self.learner.model_lock:
-            self.learner.model.save_pretrained(str(adapter.local_dir))
+            self.learner.model.save_pretrained(str(adapter.local_dir), **ADAPTER_ONLY)
         return adapter
 
     async def _publish(self, saved: _Adapter) -> None:
