@@ -326,7 +326,9 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     dtype = choose_dtype(config.model.dtype, device)
     threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
     tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
-    path = hub_path(model_path(config.model.base_model, config.assets), "model.base_model", "the model")
+    path = hub_path(
+        model_path(config.model.base_model, config.assets), "model.base_model", "the model"
+    )
     try:
         base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as exc:
