@@ -2,7 +2,9 @@
 run. :func:`resume_point` runs before the model is created (a refusal costs no model load),
 :func:`load_model_state` after. Every refusal is a UserError naming what to fix: no
 checkpoint (never a silent fresh start), none usable (a damaged newest one only warns and
-the previous good one is used), or a data cursor for another ``data.train`` / ``run.seed``.
+the previous good one is used), a data cursor for another ``data.train`` / ``run.seed``, or
+an adapter of another shape (:data:`ADAPTER_FIELDS`); another ``base_model`` only warns (the
+same model may have moved: a host path, then a container's).
 """
 
 from __future__ import annotations
@@ -33,17 +35,57 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
             f"(checkpoints/step_*/); leave out --resume to start a new run there, or give the "
             f"--run-dir of the run to continue"
         )
+    saved = _saved_config(checkpoint.path)
+    if changed := _changes(run.config, saved, ADAPTER_FIELDS):
+        then = ", ".join(f"{d} = {old!r}" for d, old, _ in changed)
+        now = ", ".join(f"{d} = {new!r} ({run.config.where(d)})" for d, _, new in changed)
+        raise UserError(
+            f"--resume: {checkpoint.path} holds an adapter trained with {then}; this config has "
+            f"{now}. Resume with the values it was trained with (its config: "
+            f"{checkpoint.path / 'config.toml'}), or start a new run (leave out --resume, or "
+            f"give a new --run-dir)"
+        )
+    for dotted, then, now in _changes(run.config, saved, ("model.base_model",)):
+        detail = (
+            f"{checkpoint.path} was trained on {dotted} = {then!r}, this config has {now!r}: the "
+            f"adapter continues on {now!r}; right if it is the same model under another path"
+        )
+        get_logger().warning("resume_base_model_changed", detail=detail)
+        print(f"searchr1: warning: {detail}", file=sys.stderr)
     try:
         stream.load_state(checkpoint.state["data"])
     except ValueError as exc:
-        raise UserError(_data_mismatch(run.config, checkpoint, exc)) from None
+        raise UserError(_data_mismatch(run.config, checkpoint, saved, exc)) from None
     return checkpoint
 
 
-def _data_mismatch(config: Any, checkpoint: Checkpoint, exc: ValueError) -> str:
+#: the settings that make the adapter what it is: a checkpoint resumes only under the same
+#: values (another rank or target list does not load; another alpha rescales every update)
+ADAPTER_FIELDS = ("lora.rank", "lora.alpha", "lora.target_modules")
+
+
+def _changes(
+    config: Any, saved: dict[str, Any], fields: tuple[str, ...]
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted, saved value, this config's value)`` of each of ``fields`` that differs (one
+    the saved config lacks is taken as unchanged)."""
+    out = []
+    for dotted in fields:
+        section, key = dotted.split(".")
+        then = saved.get(section, {}).get(key) if isinstance(saved.get(section), dict) else None
+        now = getattr(getattr(config, section), key)
+        now = list(now) if isinstance(now, tuple) else now
+        if then is not None and then != now:
+            out.append((dotted, then, now))
+    return out
+
+
+def _data_mismatch(
+    config: Any, checkpoint: Checkpoint, saved_config: dict[str, Any], exc: ValueError
+) -> str:
     saved = checkpoint.state["data"]
-    before = _checkpoint_data_train(checkpoint.path)
-    then = f"data.train = {before!r}" if before is not None else "another data file"
+    before = saved_config.get("data", {}).get("train")
+    then = f"data.train = {before!r}" if isinstance(before, str) else "another data file"
     count = saved.get("num_questions")
     return (
         f"--resume: {checkpoint.path} was trained on {then}"
@@ -54,14 +96,12 @@ def _data_mismatch(config: Any, checkpoint: Checkpoint, exc: ValueError) -> str:
     )
 
 
-def _checkpoint_data_train(folder: Path) -> str | None:
-    """``data.train`` from the config dump saved with the checkpoint, when readable."""
+def _saved_config(folder: Path) -> dict[str, Any]:
+    """The config dump saved with the checkpoint (empty when unreadable: nothing to compare)."""
     try:
-        saved = tomllib.loads((folder / "config.toml").read_text("utf-8"))
-        value = saved["data"]["train"]
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError, TypeError):
-        return None
-    return value if isinstance(value, str) else None
+        return tomllib.loads((folder / "config.toml").read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
 
 
 async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:

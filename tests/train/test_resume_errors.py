@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,42 @@ def test_resume_with_other_data_names_both_files(project: Path, run_cli):
     assert rc == 2
     assert "'a.jsonl'" in err and "'b.jsonl'" in err and "data.train" in err
     assert "step_000002" in err
+
+
+@pytest.mark.parametrize(
+    ("lora", "named"),
+    [
+        ({"rank": 8}, "lora.rank = 4; this config has lora.rank = 8 (config.toml:"),
+        ({"alpha": 16.0}, "lora.alpha = 8.0; this config has lora.alpha = 16.0 (config.toml:"),
+        ({"target_modules": ["q_proj"]}, "lora.target_modules = ['q_proj', 'k_proj', 'v_proj'"),
+    ],
+)
+def test_resume_with_another_adapter_shape_names_both_values_before_the_model_loads(
+    project: Path, run_cli, lora: dict, named: str
+):
+    run_dir = project / "runs" / "train-1"
+    _checkpoint(project, run_dir, 2)
+    (project / "config.toml").write_text(make_config(tomllib.loads(_config("a.jsonl")), lora=lora))
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
+    assert rc == 2, err
+    assert "step_000002 holds an adapter trained with " + named in err, err
+    assert "step_000002/config.toml" in err and "local_model_loaded" not in err
+
+
+def test_resume_on_another_base_model_warns_naming_both(project: Path, run_cli):
+    run_dir = project / "runs" / "train-1"
+    _checkpoint(project, run_dir, 2)
+    text = make_config(
+        tomllib.loads(_config("a.jsonl")), model={"base_model": "builtin:tiny-random"}
+    )
+    (project / "config.toml").write_text(text)
+    _, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
+    assert (
+        "warning: runs/train-1/checkpoints/step_000002 was trained on model.base_model = "
+        "'builtin:tiny', this config has 'builtin:tiny-random'"
+    ) in err, err
+    (event,) = read_events(run_dir, "resume_base_model_changed")
+    assert "same model under another path" in event["detail"]
 
 
 def test_a_damaged_only_checkpoint_names_the_file(project: Path, run_cli):
