@@ -14,7 +14,7 @@ from typing import Any
 
 from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.assets import cache_dir
-from searchr1.core.checkpoint import latest_checkpoint
+from searchr1.core.checkpoint import checkpoints_dir, latest_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, plugin_problems
 from searchr1.core.disk import as_disk_error, describe_refusal, is_disk_error, resume_command
@@ -305,6 +305,14 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
             raise UserError(
                 f"{origin}: {str(folder)!r} is a file, but {command} keeps its {holds} "
                 f"in that folder; move the file away, or give another run folder"
+            )
+    if command == "train" and not resume:
+        saved = sorted(p.name for p in checkpoints_dir(run_dir).glob("step_*") if p.is_dir())
+        if saved:  # a fresh run's checkpoints would sit among the old run's, and --resume mix them
+            raise UserError(
+                f"{origin}: {str(run_dir)!r} already holds a train run (checkpoints up to "
+                f"{saved[-1]}); continue it with --resume, or give another folder (--run-dir, or "
+                f"another run.name) for a new run"
             )
     return run_dir
 

@@ -143,6 +143,20 @@ def test_resume_on_another_base_model_warns_naming_both(project: Path, run_cli):
     assert "same model under another path" in event["detail"]
 
 
+@pytest.mark.parametrize("how", [("--run-dir", "runs/old"), ()])
+def test_a_new_run_into_a_folder_with_checkpoints_is_refused(project: Path, run_cli, how):
+    """By --run-dir or by run.name: its checkpoints would sit among the old run's, and a
+    later --resume would continue the old run's newest one."""
+    old = _checkpoint(project, project / "runs" / "old", 3)
+    (project / "config.toml").write_text(_config("a.jsonl", name="old"))
+    before = sorted(p.name for p in old.parent.iterdir())
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", *how))
+    assert rc == 2, err
+    assert "'runs/old' already holds a train run (checkpoints up to step_000003)" in err, err
+    assert "--resume" in err
+    assert sorted(p.name for p in old.parent.iterdir()) == before
+
+
 def test_a_damaged_only_checkpoint_names_the_file(project: Path, run_cli):
     run_dir = project / "runs" / "train-1"
     folder = _checkpoint(project, run_dir, 2)
