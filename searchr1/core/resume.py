@@ -56,6 +56,15 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
         stream.load_state(checkpoint.state["data"])
     except ValueError as exc:
         raise UserError(_data_mismatch(run.config, checkpoint, saved, exc)) from None
+    if checkpoint.step >= (last := run.config.train.max_steps):
+        # not an error: a resume at max_steps still runs a final eval a stop cut short
+        detail = (
+            f"{checkpoint.path} is at step {checkpoint.step} and train.max_steps is {last} "
+            f"({run.config.where('train.max_steps')}): no step is left to train; to train on, "
+            f"raise train.max_steps (or give --max-steps)"
+        )
+        get_logger().warning("resume_nothing_to_train", detail=detail)
+        print(f"searchr1: warning: {detail}", file=sys.stderr)
     return checkpoint
 
 

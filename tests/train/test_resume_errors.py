@@ -143,6 +143,18 @@ def test_resume_on_another_base_model_warns_naming_both(project: Path, run_cli):
     assert "same model under another path" in event["detail"]
 
 
+def test_resume_at_max_steps_says_nothing_is_left_to_train(project: Path, run_cli):
+    _checkpoint(project, project / "runs" / "train-1", 2)  # the config's max_steps is 2
+    _, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
+    assert (
+        "warning: runs/train-1/checkpoints/step_000002 is at step 2 and train.max_steps is 2 "
+        "(config.toml:"
+    ) in err, err
+    assert "raise train.max_steps (or give --max-steps)" in err
+    (event,) = read_events(project / "runs" / "train-1", "resume_nothing_to_train")
+    assert "no step is left to train" in event["detail"]
+
+
 @pytest.mark.parametrize("how", [("--run-dir", "runs/old"), ()])
 def test_a_new_run_into_a_folder_with_checkpoints_is_refused(project: Path, run_cli, how):
     """By --run-dir or by run.name: its checkpoints would sit among the old run's, and a
