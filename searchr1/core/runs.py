@@ -6,6 +6,7 @@ Python API and the offline world's ideal agent all build theirs here.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -60,6 +61,8 @@ class Run:
     reward: RewardFn = field(init=False)
     #: ``train.loss_fn``; None unless started with ``need_loss``
     loss: LossFn | None = field(init=False, default=None)
+    #: the descriptor whose flock keeps a second ``train`` out of the folder (:func:`_hold`)
+    held: int | None = field(init=False, default=None, repr=False)
 
     @property
     def folder(self) -> Path:
@@ -144,10 +147,13 @@ class Run:
         await self.model.aclose()
 
     def close(self) -> None:
-        """Close the run's event stream (its console and events file); later events of the
-        process go to stderr."""
+        """Close the run's event stream (its console and events file; later events of the
+        process go to stderr) and let go of the folder (:func:`_hold`)."""
         if self.log is not None:
             self.log.close()
+        if self.held is not None:
+            os.close(self.held)  # releases the flock
+            self.held = None
 
     def __enter__(self) -> Run:
         return self
@@ -186,9 +192,11 @@ def open_run(
     if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
         raise ConfigError(problems)
     chosen: Path | str | None = None
+    held: int | None = None
     if world.main:
         try:
             chosen = _choose_run_dir(config, command, given=run_dir, resume=resume)
+            held = _hold(chosen) if command == "train" else None
         except UserError as exc:
             world.broadcast(str(exc))  # the other ranks stop with the same message
             raise
@@ -199,6 +207,7 @@ def open_run(
     run_dir_path = chosen
     run_id = run_dir_path.name
     run = Run(config, registry, run_dir_path, command=command, world=world, stop=stop or Stop())
+    run.held = held
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     events = run_dir_path / "events.jsonl"
@@ -315,6 +324,46 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
                 f"another run.name) for a new run"
             )
     return run_dir
+
+
+def _hold(run_dir: Path) -> int | None:
+    """Take the exclusive flock of the folder ``run_dir`` itself for as long as this train
+    runs (the system lets go when the process dies, SIGKILL included); another process
+    holding it is a UserError naming it. None where the filesystem has no such locks."""
+    import fcntl
+
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _flock_holder(run_dir)
+        who = f"process {pid}" if pid else "another process"
+        stop = f"`kill -TERM {pid}`" if pid else "Ctrl-C in its terminal"
+        raise UserError(
+            f"{str(run_dir)!r} is being trained by {who} now: two trainings of one folder "
+            f"would write over each other's checkpoints and events. Wait for it to end, or "
+            f"stop it ({stop}) and continue with --resume"
+        ) from None
+    except OSError:  # no flock on this filesystem (some NFS): nothing can be known
+        os.close(fd)
+        return None
+    return fd
+
+
+def _flock_holder(path: Path) -> int | None:
+    """The pid holding a flock on ``path``, read from Linux's /proc/locks (None elsewhere)."""
+    try:
+        st = path.stat()
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
 
 
 #: command -> the sub-folders its run writes, and what they hold

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -167,6 +168,41 @@ def test_a_new_run_into_a_folder_with_checkpoints_is_refused(project: Path, run_
     assert "'runs/old' already holds a train run (checkpoints up to step_000003)" in err, err
     assert "--resume" in err
     assert sorted(p.name for p in old.parent.iterdir()) == before
+
+
+def test_a_second_train_of_a_folder_being_trained_is_refused_naming_the_process(
+    project: Path, run_cli
+):
+    long = make_config(run={"dir": "runs"}, train={"max_steps": 100000, "save_every": 1})
+    (project / "long.toml").write_text(long)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "searchr1.cli", "train", "--config", "long.toml"]
+        + ["--run-dir", "runs/busy"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        checkpoints = project / "runs" / "busy" / "checkpoints"
+        deadline = time.monotonic() + 120
+        while not checkpoints.is_dir() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.poll() is None and checkpoints.is_dir()
+        for how in (("--resume",), ()):
+            rc, err = _code_and_err(
+                run_cli("train", "--config", "long.toml", "--run-dir", "runs/busy", *how)
+            )
+            assert rc == 2, err
+            if how:  # a new run is refused first for the checkpoints it would mix with
+                assert f"'runs/busy' is being trained by process {first.pid} now" in err, err
+                assert f"kill -TERM {first.pid}" in err
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    assert first.returncode == 143
+    rc, err = _code_and_err(
+        run_cli("train", "--config", "config.toml", "--run-dir", "runs/busy", "--resume")
+    )
+    assert "is being trained" not in err  # the lock went with the process
 
 
 def test_a_damaged_only_checkpoint_names_the_file(project: Path, run_cli):
