@@ -8,7 +8,7 @@ plugins never matters. Each hook is documented in full in ``docs/plugins.md``.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import pluggy
 
@@ -26,9 +26,21 @@ PROJECT = "searchr1"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+F = TypeVar("F", contravariant=True)
+
+
+class Register(Protocol[F]):
+    """The ``register`` each hook is called with: ``register(name, factory, **declared)``.
+    The declarations are the fields of :class:`~searchr1.core.plugins.Registration` after
+    ``plugin`` (``settings=``, ``reads=``, ``default=``, ...; docs/plugins.md, "What a factory
+    may declare"), checked when the hook runs: an unknown one is a PluginError naming the
+    plugin."""
+
+    def __call__(self, name: str, factory: F, /, **declared: Any) -> None: ...
+
 
 @hookspec
-def register_model_providers(register: Callable[[str, ModelFactory], None]) -> None:
+def register_model_providers(register: Register[ModelFactory]) -> None:
     """Register model providers: ``register("local", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.Model`, sampler ready and
@@ -42,7 +54,7 @@ def register_model_providers(register: Callable[[str, ModelFactory], None]) -> N
 
 
 @hookspec
-def register_search_providers(register: Callable[[str, SearchFactory], None]) -> None:
+def register_search_providers(register: Register[SearchFactory]) -> None:
     """Register search providers: ``register("my_search", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.SearchProvider`; called once
@@ -52,7 +64,7 @@ def register_search_providers(register: Callable[[str, SearchFactory], None]) ->
 
 
 @hookspec
-def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
+def register_rewards(register: Register[RewardFactory]) -> None:
     """Register reward functions: ``register("my_reward", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.RewardFn`, called once per
@@ -60,7 +72,7 @@ def register_rewards(register: Callable[[str, RewardFactory], None]) -> None:
 
 
 @hookspec
-def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
+def register_loss_fns(register: Register[LossFactory]) -> None:
     """Register policy losses: ``register("my_loss", factory)``.
 
     ``factory(config)`` returns a :class:`~searchr1.core.types.LossFn` named as registered;
@@ -68,7 +80,7 @@ def register_loss_fns(register: Callable[[str, LossFactory], None]) -> None:
 
 
 @hookspec
-def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) -> None:
+def register_metric_sinks(register: Register[MetricSinkFactory]) -> None:
     """Register metric sinks: ``register("my_sink", factory)``.
 
     ``factory(config, run_dir)`` returns a :class:`~searchr1.core.types.MetricSink`; one per
@@ -77,7 +89,7 @@ def register_metric_sinks(register: Callable[[str, MetricSinkFactory], None]) ->
 
 
 @hookspec
-def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None]) -> None:
+def register_agent_protocols(register: Register[type[AgentProtocol]]) -> None:
     """Register agent protocols: ``register("tags", TagsProtocol)``.
 
     A :class:`~searchr1.core.agent_protocol.AgentProtocol` class, built once per run as
@@ -86,7 +98,7 @@ def register_agent_protocols(register: Callable[[str, type[AgentProtocol]], None
 
 
 @hookspec
-def register_assets(register: Callable[[str, Asset], None]) -> None:
+def register_assets(register: Register[Asset]) -> None:
     """Register ``builtin:`` assets: ``register("world", Asset(version, build))``.
 
     ``builtin:NAME/FILE`` resolves to ``FILE`` in the folder ``build(folder)`` wrote, built

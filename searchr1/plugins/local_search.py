@@ -27,7 +27,6 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,9 +36,9 @@ from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.disk import make_temp_dir, match_umask
 from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.documents import DocumentError, row_title_text
 
@@ -315,7 +314,7 @@ def check_corpus(config: Config) -> list[str]:
 
 
 @hookimpl
-def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def register_search_providers(register: Register[SearchFactory]) -> None:
     register(
         "local",
         LocalBM25Search.from_config,

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import LossInputs, LossOutput
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import LossFactory, LossInputs, LossOutput
 
 if TYPE_CHECKING:
     import torch
@@ -228,7 +228,7 @@ def _is_settings(config: Config) -> dict[str, float]:
 
 
 @hookimpl
-def register_loss_fns(register: Callable[[str, Callable[[Config], NamedLoss]], None]) -> None:
+def register_loss_fns(register: Register[LossFactory]) -> None:
     table = {"loss": ClipSettings}  # [train.loss], checked by config check like any table
     register(
         "importance_sampling",

@@ -48,15 +48,15 @@ the attempts. The first request says what it waits for and how long (``remote_co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigValueError, RemoteMalformed
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Model, SampledSequence, SamplingParams, Tokenizer
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import Model, ModelFactory, SampledSequence, SamplingParams, Tokenizer
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
 from searchr1.plugins.agent_protocols.call_formats import (
     CallFormat,
@@ -282,7 +282,7 @@ def _create(config: Config) -> Model:
 
 
 @hookimpl
-def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
+def register_model_providers(register: Register[ModelFactory]) -> None:
     register(
         "openai_chat",
         _create,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import RewardResult, Trajectory
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import RewardFactory, RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def _judge(config: Config) -> JudgeReward:
 
 
 @hookimpl
-def register_rewards(register: Callable[..., None]) -> None:
+def register_rewards(register: Register[RewardFactory]) -> None:
     register("format_answer", _factory("format_answer", True, True), settings=RewardSettings)
     register("format", _factory("format", True, False), settings=RewardSettings)
     register("answer", _factory("answer", False, True), settings=RewardSettings)

@@ -23,15 +23,14 @@ fields :data:`~searchr1.kit.search.http_provider.HTTP_SETTINGS`)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import DocumentError, row_to_result
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
@@ -126,5 +125,5 @@ class SearchR1Retriever(HttpSearchProvider):
 
 
 @hookimpl
-def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def register_search_providers(register: Register[SearchFactory]) -> None:
     register("search_r1", SearchR1Retriever, settings=SearchR1Settings, reads=HTTP_SETTINGS)

@@ -24,16 +24,15 @@ from __future__ import annotations
 import html
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.secrets import redact_text
-from searchr1.core.types import SearchResponse, SearchResult
+from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
 
 if TYPE_CHECKING:
@@ -152,7 +151,7 @@ class ZhihuSearch(HttpSearchProvider):
 
 
 @hookimpl
-def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def register_search_providers(register: Register[SearchFactory]) -> None:
     register(
         "zhihu",
         ZhihuSearch,

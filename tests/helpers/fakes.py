@@ -19,10 +19,11 @@ from typing import Any
 
 from trainer_calls import answered
 
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.types import (
     ForwardBackwardResult,
     Model,
+    ModelFactory,
     SampledSequence,
     SamplingParams,
     SearchResponse,
@@ -255,7 +256,7 @@ class ScriptedPlugin:
         self.created: list[ScriptedModel] = []
 
     @hookimpl
-    def register_model_providers(self, register: Callable[..., None]) -> None:
+    def register_model_providers(self, register: Register[ModelFactory]) -> None:
         register("scripted", self.create)
 
     def create(self, config: Any) -> Model:

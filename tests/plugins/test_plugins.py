@@ -183,7 +183,8 @@ def _doc_section(hook: str) -> str:
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_hook_is_documented_with_signature_and_example(hook: str) -> None:
     body = _doc_section(hook)
-    assert f"{hook}(register: Callable" in body, f"{hook}: signature missing"
+    annotation = getattr(hookspecs, hook).__annotations__["register"]  # "Register[...]"
+    assert f"{hook}(register: {annotation}) -> None" in body, f"{hook}: signature missing"
     assert f"def {hook}(register)" in body and "@hookimpl" in body, f"{hook}: example missing"
 
 

@@ -15,14 +15,13 @@ through :mod:`searchr1.core.rollout`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.agent_protocol import AgentProtocol
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
 
 
 @hookimpl
-def register_agent_protocols(register: Callable[..., None]) -> None:
+def register_agent_protocols(register: Register[type[AgentProtocol]]) -> None:
     register(TagsProtocol.name, TagsProtocol)
     register(ToolCallsProtocol.name, ToolCallsProtocol)

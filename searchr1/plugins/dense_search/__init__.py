@@ -22,16 +22,15 @@ a provider is made.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from searchr1.core.config_schema import SearchConfig
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import SearchResponse
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import SearchFactory, SearchResponse
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import row_to_result
@@ -162,7 +161,7 @@ def advise(config: Config) -> list[str]:
 
 
 @hookimpl
-def register_search_providers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def register_search_providers(register: Register[SearchFactory]) -> None:
     register(
         "dense",
         DenseSearch.from_config,

@@ -19,11 +19,10 @@ CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Model
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
 
@@ -68,7 +67,7 @@ def check_local(config: Config) -> list[str]:
 
 
 @hookimpl
-def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
+def register_model_providers(register: Register[ModelFactory]) -> None:
     register(
         "local",
         _create_local,

@@ -10,11 +10,11 @@ at start naming the extra). Settings live in ``[log.<name>]``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import MetricSinkFactory
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -41,7 +41,7 @@ def _swanlab(config: Config, run_dir: Path) -> MetricSink:
 
 @hookimpl
 def register_metric_sinks(
-    register: Callable[[str, Callable[[Config, Path], MetricSink]], None],
+    register: Register[MetricSinkFactory],
 ) -> None:
     register("tensorboard", _tensorboard)
     register("wandb", _wandb)

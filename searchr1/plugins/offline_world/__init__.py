@@ -27,14 +27,12 @@ Modules, in the order a build uses them:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.types import Asset
 
 
 @hookimpl
-def register_assets(register: Callable[[str, Asset], None]) -> None:
+def register_assets(register: Register[Asset]) -> None:
     from searchr1.plugins.offline_world.assets import (
         TINY_RANDOM_VERSION,
         TINY_VERSION,

@@ -16,10 +16,9 @@ compiles llama.cpp) are not needed to read the file, so it is installed without 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from searchr1.core.hookspecs import hookimpl
+from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.types import Asset
 
 SMOLLM2 = "smollm2-135m-instruct"
@@ -68,5 +67,5 @@ def build_smollm2(folder: Path) -> None:
 
 
 @hookimpl
-def register_assets(register: Callable[[str, Asset], None]) -> None:
+def register_assets(register: Register[Asset]) -> None:
     register(SMOLLM2, Asset(SMOLLM2_VERSION, build_smollm2))

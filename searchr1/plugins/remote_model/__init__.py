@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Model
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.remote_model.advice import advise
 from searchr1.plugins.remote_model.conversions import REMOTE_CAPABILITIES
 from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
@@ -52,7 +52,7 @@ def _factory(provider_name: str, default_sdk: str) -> Callable[[Config], Model]:
 
 
 @hookimpl
-def register_model_providers(register: Callable[..., None]) -> None:
+def register_model_providers(register: Register[ModelFactory]) -> None:
     declared = {
         "settings": RemoteSettings,
         "reads": ("api_base", "api_key"),

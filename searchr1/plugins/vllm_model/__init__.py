@@ -18,11 +18,10 @@ stays cheap: torch, transformers and httpx are imported when the factory runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import Model
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model import lora_advice
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
@@ -46,7 +45,7 @@ def _create_vllm(config: Config) -> Model:
 
 
 @hookimpl
-def register_model_providers(register: Callable[[str, Callable[[Config], Any]], None]) -> None:
+def register_model_providers(register: Register[ModelFactory]) -> None:
     register(
         "vllm",
         _create_vllm,
