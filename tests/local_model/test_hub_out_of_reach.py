@@ -32,7 +32,8 @@ def _train(tmp_path: Path, base_model: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "HF_HOME": str(tmp_path / "hf"),
-        "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        # a mirror's address with credentials in it, which no message may show
+        "HF_ENDPOINT": f"http://mirror-user:hf-secret-token@127.0.0.1:{_closed_port()}",
         "HF_HUB_OFFLINE": "0",
     }
     argv = ["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]
@@ -53,6 +54,7 @@ def test_a_hub_model_not_in_the_cache_fails_at_once_saying_why(tmp_path: Path) -
     assert "cannot be reached: connection refused" in result.stderr
     assert "hf download acme/not-cached" in result.stderr
     assert "Retrying" not in result.stderr  # huggingface_hub's own retries never started
+    assert "hf-secret-token" not in result.stderr + result.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
@@ -70,3 +72,4 @@ def test_a_cached_hub_model_trains_from_the_cache(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "checkpoints" / "step_000001").is_dir()
     (warning,) = read_events(tmp_path / "run", "hub_unreachable")
     assert "connection refused" in warning["why"] and "cache alone" in warning["using"]
+    assert "hf-secret-token" not in (tmp_path / "run" / "events.jsonl").read_text()
