@@ -55,7 +55,12 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
     labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
     (labelled by its name). Anything else is refused here, before any model is loaded."""
-    from searchr1.core.checkpoint import CheckpointError, read_checkpoint, scan_checkpoints
+    from searchr1.core.checkpoint import (
+        CheckpointError,
+        checkpoints_dir,
+        read_checkpoint,
+        scan_checkpoints,
+    )
     from searchr1.core.evaluation import BEST
 
     if spec == BASE:
@@ -64,32 +69,32 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     run_dir, colon, name = spec.rpartition(":")
     if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
         if name != BEST:
-            is_run = (Path(run_dir) / "checkpoints").is_dir()
+            is_run = checkpoints_dir(Path(run_dir)).is_dir()
             raise UserError(
                 f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
                 + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
                 + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
                 "[train] keep_best)" + _run_checkpoints(Path(run_dir))
             )
-        path = Path(run_dir) / "checkpoints" / BEST
+        path = checkpoints_dir(Path(run_dir)) / BEST
         if not (path / "trainer.json").is_file():
             raise UserError(
                 f"--checkpoint {spec!r}: {path} holds no checkpoint: "
                 + (
                     "the run kept no best checkpoint (train it with [train] keep_best = true "
                     "and eval_every > 0)"
-                    if (Path(run_dir) / "checkpoints").is_dir()
+                    if checkpoints_dir(Path(run_dir)).is_dir()
                     else f"{run_dir} is not a run folder (no checkpoints/ in it)"
                 )
             )
     if not path.is_dir():
         raise UserError(f"--checkpoint {spec!r}: not a folder")
-    if (path / "checkpoints").is_dir():
+    if checkpoints_dir(path).is_dir():
         good, damaged = scan_checkpoints(path, resumable=False)
         if not good:
             raise UserError(
                 f"--checkpoint {spec!r}: run folder without a usable checkpoint "
-                f"(nothing complete under {path / 'checkpoints'})"
+                f"(nothing complete under {checkpoints_dir(path)})"
                 + "".join(f"; {why}" for _, why in damaged)
             )
         for folder, why in damaged:
@@ -133,9 +138,9 @@ MODEL_STATE_MARKERS = ("trainer_state.json", "adapter", "remote_checkpoint.json"
 
 def _run_checkpoints(run_dir: Path, *, usable_only: bool = False) -> str:
     """``; the run's (usable) checkpoints: ...`` for a message, or ``""`` when it has none."""
-    from searchr1.core.checkpoint import scan_checkpoints
+    from searchr1.core.checkpoint import checkpoints_dir, scan_checkpoints
 
-    if not (run_dir / "checkpoints").is_dir():
+    if not checkpoints_dir(run_dir).is_dir():
         return ""
     good, damaged = scan_checkpoints(run_dir, resumable=False)
     found = sorted(

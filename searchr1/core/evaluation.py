@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.answers import exact_match, f1_score
+from searchr1.core.checkpoint import checkpoints_dir
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
@@ -510,7 +511,7 @@ class PeriodicEval:
 
     def resume(self, run_dir: Path) -> None:
         """Take the best so far from ``checkpoints/best`` (left by the run being resumed)."""
-        meta = run_dir / "checkpoints" / BEST / "trainer.json"
+        meta = checkpoints_dir(run_dir) / BEST / "trainer.json"
         if not (self.keep_best and meta.is_file()):
             return
         try:
@@ -535,7 +536,7 @@ class PeriodicEval:
             "step": self.best_step,
             "em": self.best_em,
             "questions": len(self.questions),
-            "path": str(run_dir / "checkpoints" / BEST),
+            "path": str(checkpoints_dir(run_dir) / BEST),
             "message": f"the best held-out EM ({100 * self.best_em:.1f}% on "
             f"{len(self.questions)} questions) was at step {self.best_step}; evaluate it with "
             f"searchr1 eval --checkpoint {run_dir}:best",

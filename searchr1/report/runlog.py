@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from searchr1.core.checkpoint import checkpoints_dir
 from searchr1.core.logs import read_jsonl
 
 #: event fields that are bookkeeping, never metrics
@@ -88,7 +89,7 @@ def load_run(run_dir: Path) -> RunLog:
         rows, bad = read_jsonl(path)
         log.eval_records[path.stem.removeprefix("eval_")] = rows
         log.bad_lines += bad
-    saved = sorted((run_dir / "checkpoints").glob("step_*/config.toml"))
+    saved = sorted(checkpoints_dir(run_dir).glob("step_*/config.toml"))
     if saved:
         log.config_text = saved[-1].read_text(encoding="utf-8", errors="replace")
     if not events_path.is_file() and not log.trajectories and not log.eval_records:
