@@ -17,6 +17,8 @@ write never leaves a file a later read takes for complete.
   one outside any run. Writers raise plain ``OSError`` naming their path.
 - :func:`warn_if_low_space`: before a checkpoint, a warning when the free space is under twice
   the size of the last checkpoint.
+- :func:`hold_folder`: a folder one process writes at a time (a training run, an index build)
+  is held by that process, and a second is refused naming the first.
 """
 
 from __future__ import annotations
@@ -153,6 +155,48 @@ def warn_if_low_space(folder: Path, last_checkpoint: Path | None) -> str | None:
     )
     print(f"searchr1: warning: {warning}", file=sys.stderr)
     return warning
+
+
+def hold_folder(folder: Path, doing: str, then: str) -> int | None:
+    """Take the exclusive flock of the folder ``folder`` itself, for as long as this process
+    is ``doing`` it (close the returned descriptor to let go; the system lets go when the
+    process dies, SIGKILL included). Another process holding it is a UserError naming that
+    process, and what to do ``then`` once it is stopped. None where the filesystem has no
+    such locks (some NFS): nothing can be known about other processes."""
+    import fcntl
+
+    from searchr1.core.errors import UserError
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        pid = _flock_holder(folder)
+        raise UserError(
+            f"{str(folder)!r} is being {doing} by {f'process {pid}' if pid else 'another process'}"
+            f" now: two at once would write over each other's files. Wait for it to end, or stop"
+            f" it ({f'`kill -TERM {pid}`' if pid else 'Ctrl-C in its terminal'}) and {then}"
+        ) from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _flock_holder(path: Path) -> int | None:
+    """The pid holding a flock on ``path``, read from Linux's /proc/locks (None elsewhere)."""
+    try:
+        st = path.stat()
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
+            return int(fields[4]) if fields[4].isdigit() else None
+    return None
 
 
 def make_temp_file(folder: Path, prefix: str, suffix: str = "") -> tuple[int, Path]:

@@ -18,7 +18,13 @@ from searchr1.core.assets import cache_dir
 from searchr1.core.checkpoint import checkpoints_dir, latest_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.config_validate import advice, plugin_problems
-from searchr1.core.disk import as_disk_error, describe_refusal, is_disk_error, resume_command
+from searchr1.core.disk import (
+    as_disk_error,
+    describe_refusal,
+    hold_folder,
+    is_disk_error,
+    resume_command,
+)
 from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, SearchR1Error, UserError
 from searchr1.core.logs import DISCARD, RunLog, get_logger, setup_logging
@@ -61,7 +67,8 @@ class Run:
     reward: RewardFn = field(init=False)
     #: ``train.loss_fn``; None unless started with ``need_loss``
     loss: LossFn | None = field(init=False, default=None)
-    #: the descriptor whose flock keeps a second ``train`` out of the folder (:func:`_hold`)
+    #: the descriptor whose flock keeps a second ``train`` out of the folder
+    #: (:func:`~searchr1.core.disk.hold_folder`)
     held: int | None = field(init=False, default=None, repr=False)
 
     @property
@@ -148,7 +155,7 @@ class Run:
 
     def close(self) -> None:
         """Close the run's event stream (its console and events file; later events of the
-        process go to stderr) and let go of the folder (:func:`_hold`)."""
+        process go to stderr) and let go of the folder (``held``)."""
         if self.log is not None:
             self.log.close()
         if self.held is not None:
@@ -196,7 +203,8 @@ def open_run(
     if world.main:
         try:
             chosen = _choose_run_dir(config, command, given=run_dir, resume=resume)
-            held = _hold(chosen) if command == "train" else None
+            if command == "train":  # one process trains a folder at a time
+                held = hold_folder(chosen, "trained", "continue with --resume")
         except UserError as exc:
             world.broadcast(str(exc))  # the other ranks stop with the same message
             raise
@@ -324,46 +332,6 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
                 f"another run.name) for a new run"
             )
     return run_dir
-
-
-def _hold(run_dir: Path) -> int | None:
-    """Take the exclusive flock of the folder ``run_dir`` itself for as long as this train
-    runs (the system lets go when the process dies, SIGKILL included); another process
-    holding it is a UserError naming it. None where the filesystem has no such locks."""
-    import fcntl
-
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        pid = _flock_holder(run_dir)
-        who = f"process {pid}" if pid else "another process"
-        stop = f"`kill -TERM {pid}`" if pid else "Ctrl-C in its terminal"
-        raise UserError(
-            f"{str(run_dir)!r} is being trained by {who} now: two trainings of one folder "
-            f"would write over each other's checkpoints and events. Wait for it to end, or "
-            f"stop it ({stop}) and continue with --resume"
-        ) from None
-    except OSError:  # no flock on this filesystem (some NFS): nothing can be known
-        os.close(fd)
-        return None
-    return fd
-
-
-def _flock_holder(path: Path) -> int | None:
-    """The pid holding a flock on ``path``, read from Linux's /proc/locks (None elsewhere)."""
-    try:
-        st = path.stat()
-        locks = Path("/proc/locks").read_text()
-    except OSError:
-        return None
-    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in locks.splitlines():
-        fields = line.split()
-        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
-            return int(fields[4]) if fields[4].isdigit() else None
-    return None
 
 
 #: command -> the sub-folders its run writes, and what they hold

@@ -363,7 +363,9 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
 
 
 @pytest.mark.slow  # a real `searchr1 index build` process, killed, then resumed (~15-25 s)
-def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) -> None:
+def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path, run_cli) -> None:
+    """Killed mid-build (and, paused just before, a second build of its folder refused naming
+    it), the build resumes where it stopped, every passage once."""
     import os
     import signal
     import subprocess
@@ -395,6 +397,11 @@ def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path) ->
             except (OSError, ValueError):
                 pass
             time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGSTOP)  # paused, it still holds the folder
+        second = run_cli("index", "build", corpus, "--out", tmp_path / "idx")
+        assert second.code == 2, second.err
+        assert f"is being built by process {proc.pid} now" in second.err
+        assert "build again: it resumes where that build stopped" in second.err
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.communicate(timeout=30)

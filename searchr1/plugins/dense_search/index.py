@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.disk import atomic_write, write_text_atomic
+from searchr1.core.disk import atomic_write, hold_folder, write_text_atomic
 from searchr1.core.errors import Interrupted, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.stop import Stop
@@ -242,15 +242,42 @@ def build_index(
     """Build (or finish building) the index of ``corpus`` in ``out``; returns the card and
     what happened (``"built"``, ``"resumed"``, ``"up to date"``). See the module docstring.
     ``stop`` (the command's): a stop signal ends the build after the current encode batch,
-    its passages saved as a shard (Interrupted, naming what was kept)."""
-    stop = stop or Stop()
+    its passages saved as a shard (Interrupted, naming what was kept). The build holds
+    ``out`` (:func:`~searchr1.core.disk.hold_folder`): a second build of it is refused."""
     import faiss  # noqa: F401 - a missing extra fails here, not after hours of encoding
-    import numpy as np
 
     if kind not in KINDS:
         raise DenseIndexError(f"--kind {kind!r}: choose one of {', '.join(KINDS)}")
     if not corpus.is_file():
         raise DenseIndexError(f"{corpus}: no such corpus file")
+    if out.exists() and not out.is_dir():
+        raise DenseIndexError(f"--out {out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    held = hold_folder(out, "built", "build again: it resumes where that build stopped")
+    try:
+        return _build(
+            corpus, out, encoder_name, kind, force, shard_rows, on_progress, encoder, stop
+        )
+    finally:
+        if held is not None:
+            os.close(held)
+
+
+def _build(
+    corpus: Path,
+    out: Path,
+    encoder_name: str,
+    kind: str,
+    force: bool,
+    shard_rows: int,
+    on_progress: Callable[[Progress], None] | None,
+    encoder: Encoder | None,
+    stop: Stop | None,
+) -> tuple[IndexCard, str]:
+    stop = stop or Stop()
+    import faiss
+    import numpy as np
+
     with stop.at_once(f"the load of the encoder {encoder_name or 'default'}"):
         encoder = encoder or load_encoder(encoder_name)
     fingerprint = corpus_fingerprint(corpus)
@@ -280,8 +307,6 @@ def build_index(
             )
         for name in (CARD, INDEX_FILE, DOCS, OFFSETS):
             (out / name).unlink(missing_ok=True)
-    elif out.exists() and not out.is_dir():
-        raise DenseIndexError(f"--out {out}: exists and is not a folder")
 
     build.mkdir(parents=True, exist_ok=True)
     state_path = build / "state.json"
