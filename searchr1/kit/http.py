@@ -630,6 +630,26 @@ class Channel:
         parts = urlsplit(self.url)
         host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
         rerun = "then rerun (searchr1 train --resume continues a run from its last checkpoint)"
+        proxy = proxy_for(self.url)
+        if proxy is not None and cls in _CONNECTION_CLASSES:
+            # the connection is the proxy's: its failure is not the service's address
+            variable, address = proxy
+            direct = f"unset it, or add {host} to NO_PROXY, to connect directly"
+            if cls is RemoteHostUnknown:
+                return (
+                    f"The proxy {address} ({variable}) does not resolve (DNS): fix its host "
+                    f"name in {variable}, or {direct}"
+                )
+            if cls is RemoteRefused:
+                return (
+                    f"Nothing listens at the proxy {address} ({variable}): start it or fix "
+                    f"{variable}, or {direct}; {rerun}"
+                )
+            return (
+                f"The requests go through the proxy {address} ({variable}), which may be what "
+                f"failed (a proxy that wants credentials, refuses {host}, intercepts TLS or does "
+                f"not answer): check {variable}, or {direct}; {rerun}"
+            )
         if cls is RemoteHostUnknown:
             return (
                 f"Check the host name {host!r} in {self.address}, and that this machine reaches "
@@ -677,6 +697,35 @@ class Channel:
                 f"proxy's page), and that the server runs a version this client speaks"
             )
         return "The service's answer says why; fix the request's settings accordingly"
+
+
+#: the failures of making the connection: through a proxy, the proxy's
+_CONNECTION_CLASSES = (
+    RemoteHostUnknown,
+    RemoteRefused,
+    RemoteTLSError,
+    RemoteConnectionLost,
+    RemoteTimeout,
+)
+
+
+def proxy_for(url: str) -> tuple[str, str] | None:
+    """``(variable, proxy address without credentials)`` of the environment's proxy that
+    ``url`` goes through (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``,
+    as httpx and the SDKs read them), or None when it connects directly."""
+    import os
+    import urllib.request
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not parts.hostname or urllib.request.proxy_bypass_environment(parts.hostname, proxies):
+        return None
+    for scheme in (parts.scheme, "all"):
+        if proxies.get(scheme):
+            names = (f"{scheme.upper()}_PROXY", f"{scheme}_proxy")
+            variable = next((n for n in names if os.environ.get(n)), names[0])
+            return variable, safe_url(proxies[scheme])
+    return None
 
 
 def _detail(exc: BaseException) -> str:

@@ -369,3 +369,66 @@ def test_a_connection_slot_is_held_per_attempt_not_while_waiting(server) -> None
 
     asyncio.run(go())
     assert finished == ["second", "first"] and len(server.arrivals) == 3
+
+
+class _ProxyWanting407(BaseHTTPRequestHandler):
+    """A proxy that wants credentials: every CONNECT is answered 407."""
+
+    def do_CONNECT(self) -> None:  # noqa: N802 - the stdlib's name
+        self.send_response(407)
+        self.send_header("Proxy-Authenticate", 'Basic realm="corp"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("proxy", ["closed port", "unknown host", "wants credentials"])
+def test_a_failing_proxy_is_named_not_the_services_address(monkeypatch, proxy: str) -> None:
+    """Through ``HTTPS_PROXY`` the connection is the proxy's: a proxy that is down, does not
+    resolve or refuses is said as the proxy's (its address without credentials, the variable,
+    NO_PROXY), never as the service's port or host name; with the service in NO_PROXY the
+    direct connection's own failure is said as before."""
+    from searchr1.kit.http import Channel
+
+    server = None
+    if proxy == "closed port":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{s.getsockname()[1]}"
+    elif proxy == "unknown host":
+        address = "proxy.invalid:3128"
+    else:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyWanting407)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HTTPS_PROXY", f"http://corp-user:proxy-secret@{address}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    url = "https://search.example.test/api"
+    channel = Channel(service="the search service", url=url, address="search.api_base")
+
+    def fail() -> str:
+        client = HttpClient(policy=RetryPolicy(max_retries=0, attempt_timeout_s=5))
+        with pytest.raises(HttpGaveUp) as caught:
+            asyncio.run(client.send(lambda c: c.build_request("GET", url)))
+        return str(channel.error(caught.value))
+
+    try:
+        said = fail()
+        assert f"http://{address} (HTTPS_PROXY)" in said, said
+        assert "add search.example.test to NO_PROXY" in said
+        assert "proxy-secret" not in said and "corp-user" not in said
+        assert "port 443 of search.example.test" not in said
+        assert "host name 'search.example.test'" not in said
+        if proxy == "wants credentials":
+            assert "407 Proxy Authentication Required" in said
+        monkeypatch.setenv("NO_PROXY", "search.example.test")
+        direct = fail()  # no DNS for it here, nor anywhere (.test is reserved)
+        assert "Check the host name 'search.example.test' in search.api_base" in direct, direct
+        assert "PROXY (" not in direct
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
