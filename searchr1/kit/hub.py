@@ -44,12 +44,14 @@ def hub_path(path: str, field: str, what: str, hint: str = "") -> str:
 def _unreachable(endpoint: str) -> str:
     from searchr1.core.errors import RemoteServerError
     from searchr1.core.logs import get_logger
-    from searchr1.kit.http import probe, safe_url
+    from searchr1.kit.http import probe, proxy_for, safe_url
 
     failure = probe(endpoint, PROBE_TIMEOUT_S)
     if failure is RemoteServerError:  # it answered
         return ""
     # safe_url: a mirror's address may carry credentials (user:token@host)
     why = f"the Hugging Face hub ({safe_url(endpoint)}) cannot be reached: {failure.summary}"
+    if via := proxy_for(endpoint):
+        why += f", through the proxy {via[1]} ({via[0]})"
     get_logger().warning("hub_unreachable", why=why, using="this machine's cache alone")
     return why
