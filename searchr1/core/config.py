@@ -115,6 +115,7 @@ def parse_config(
     # dotted field -> the variable that filled it; every non-table value by its dotted place
     variables: dict[str, str] = {}
     leaves: dict[str, Any] = {}
+    trimmed: list[str] = []  # warnings: variables whose value had whitespace around it
     # a secret: a secret-named key (every secret field of the schema has one), or a field some
     # plugin declares secret
     declared = {
@@ -146,7 +147,12 @@ def parse_config(
             return ""
         if is_secret_name(var) or is_secret(dotted):
             secrets.update(secret_parts(got.strip()))
-        return got
+        if got != got.strip():  # a pasted key's newline would end up in a header
+            trimmed.append(
+                f"{where(dotted)}: {dotted}: environment variable {var} has spaces or a line "
+                f"break around its value; they are left out"
+            )
+        return got.strip()
 
     def fill_in(value: Any, dotted: str) -> Any:
         if isinstance(value, dict):
@@ -182,7 +188,7 @@ def parse_config(
     cross_checks(sections, crossed, where)
     problems += [p for p in crossed if not any(name in p for name in refused)]
 
-    warnings = []
+    warnings = list(dict.fromkeys(trimmed))
     for dotted, value in leaves.items():
         bad_url = url_problem(dotted, value)
         if bad_url:

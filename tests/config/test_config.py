@@ -264,3 +264,17 @@ def test_max_staleness_defaults_by_provider_and_a_written_value_wins() -> None:
     )
     assert staleness(remote + "[train]\nmax_staleness = 0\n") == (0, "set in t.toml:5")
     assert staleness('[model]\nprovider = "local"\n[train]\nmax_staleness = 2\n')[0] == 2
+
+
+def test_a_pasted_key_with_a_line_break_is_trimmed_with_a_warning() -> None:
+    """``KEY=$(cat key.txt)`` or a key copied with its newline: the value sent is the key
+    alone (a newline in an Authorization header fails every request), and the warning names
+    the field and the variable but not the value."""
+    text = '[model]\napi_base = "https://h.example/api"\napi_key = "${K}"\n'
+    cfg = parse_config(
+        text, source="c.toml", env={"K": " sk-pasted-123\n"}, registry=load_registry()
+    )
+    assert cfg.model.api_key == "sk-pasted-123"
+    (warning,) = [w for w in cfg.warnings if "line break" in w]
+    assert warning.startswith("c.toml:3: model.api_key: environment variable K has spaces")
+    assert "sk-pasted-123" not in warning
