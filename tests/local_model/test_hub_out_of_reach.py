@@ -50,7 +50,9 @@ def test_a_hub_model_not_in_the_cache_fails_at_once_saying_why(tmp_path: Path) -
     result = _train(tmp_path, "acme/not-cached")
     assert result.returncode == 2, result.stderr
     assert "model.base_model = 'acme/not-cached': cannot load a tokenizer" in result.stderr
-    assert "not in this machine's Hugging Face cache" in result.stderr
+    assert "no folder of that name is here, it is not in this machine's Hugging Face cache" in (
+        result.stderr
+    )
     assert "cannot be reached: connection refused" in result.stderr
     assert "hf download acme/not-cached" in result.stderr
     assert "Retrying" not in result.stderr  # huggingface_hub's own retries never started
