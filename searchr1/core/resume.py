@@ -120,8 +120,20 @@ async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     except SearchR1Error:
         raise  # it says what failed (e.g. a server the loaded weights go to), not the files
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        saved = _saved_config(checkpoint.path).get("model")
+        then = saved.get("provider") if isinstance(saved, dict) else None
+        now = run.config.model.provider
+        if isinstance(then, str) and then and then != now:  # a provider reads its own states
+            fix = (
+                f"it was saved by model provider {then!r} and this run's is {now!r}: resume "
+                f"with [model] provider = {then!r}, or start a new run"
+            )
+        else:
+            fix = (
+                f"move {checkpoint.path} aside to resume from the checkpoint before it, or "
+                f"start a new run"
+            )
         raise UserError(
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "
-            f"({type(exc).__name__}: {exc}); move {checkpoint.path} aside to resume from the "
-            f"checkpoint before it, or start a new run"
+            f"({type(exc).__name__}: {exc}); {fix}"
         ) from None

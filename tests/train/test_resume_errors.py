@@ -64,9 +64,11 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _checkpoint(project: Path, run_dir: Path, step: int, data: str = "a.jsonl") -> Path:
+def _checkpoint(
+    project: Path, run_dir: Path, step: int, data: str = "a.jsonl", provider: str = "local"
+) -> Path:
     config = load_config(project / "config.toml", registry=load_registry()).replace(
-        data={"train": data}
+        data={"train": data}, model={"provider": provider}
     )
     stream = QuestionStream(load_questions(data, config.assets).questions, seed=1)
     stream.next_batch(step)
@@ -142,6 +144,15 @@ def test_resume_on_another_base_model_warns_naming_both(project: Path, run_cli):
     ) in err, err
     (event,) = read_events(run_dir, "resume_base_model_changed")
     assert "same model under another path" in event["detail"]
+
+
+def test_resume_of_another_providers_state_names_the_provider_that_saved_it(project: Path, run_cli):
+    _checkpoint(project, project / "runs" / "train-1", 1, provider="tinker")
+    rc, err = _code_and_err(run_cli("train", "--config", "config.toml", "--resume"))
+    assert rc == 2, err
+    assert "step_000001/model cannot be loaded" in err, err
+    assert "saved by model provider 'tinker' and this run's is 'local'" in err
+    assert "move" not in err.split("cannot be loaded")[1]  # the checkpoint is not damaged
 
 
 def test_resume_at_max_steps_says_nothing_is_left_to_train(project: Path, run_cli):
