@@ -293,9 +293,10 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
                 f"the run to continue with --run-dir."
             )
         run_dir, origin = runs[-1], f"run.dir = {str(parent)!r}"
+    elif config.run.name:
+        run_dir, origin = parent / config.run.name, f"run.dir = {str(parent)!r}"
     else:
-        run_dir = parent / (config.run.name or f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
-        origin = f"run.dir = {str(parent)!r}"
+        run_dir, origin = _new_folder(parent, f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
     if resume and not run_dir.is_dir():
         raise UserError(
             f"--resume: nothing to resume: {str(run_dir)!r} ({origin}) does not exist. Leave "
@@ -332,6 +333,23 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
                 f"another run.name) for a new run"
             )
     return run_dir
+
+
+def _new_folder(parent: Path, name: str) -> tuple[Path, str]:
+    """A run folder of ``parent`` that no other command has: ``name``, else ``name-2``, ...
+    (two commands started in the same second), made here so that no other process takes it
+    too; and the origin an error names."""
+    origin = f"run.dir = {str(parent)!r}"
+    for n in range(1, 1000):
+        folder = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError:  # what it is (a file in the path, a full disk) the caller says
+            return folder, origin
+        return folder, origin
+    return parent / name, origin
 
 
 #: command -> the sub-folders its run writes, and what they hold

@@ -216,6 +216,26 @@ def test_a_second_train_of_a_folder_being_trained_is_refused_naming_the_process(
     assert "is being trained" not in err  # the lock went with the process
 
 
+def test_a_command_started_in_the_same_second_as_another_gets_its_own_folder(
+    project: Path, run_cli
+):
+    """``smoke-<second>`` is taken (by another smoke of that second): this one gets
+    ``smoke-<second>-2``, and writes nothing into the other's folder."""
+    now = time.time()
+    taken = [
+        project / "runs" / f"smoke-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now + d))}"
+        for d in range(6)  # this second and the next five: the command starts in one of them
+    ]
+    for folder in taken:
+        folder.mkdir(parents=True)
+    rc, err = _code_and_err(run_cli("smoke", "--config", "config.toml"))
+    made = sorted(p for p in (project / "runs").iterdir() if p not in taken)
+    assert len(made) == 1 and made[0].name.endswith("-2"), (made, err)
+    assert made[0].name.removesuffix("-2") in {f.name for f in taken}
+    assert (made[0] / "events.jsonl").is_file()
+    assert all(not any(f.iterdir()) for f in taken)
+
+
 def test_a_damaged_only_checkpoint_names_the_file(project: Path, run_cli):
     run_dir = project / "runs" / "train-1"
     folder = _checkpoint(project, run_dir, 2)
