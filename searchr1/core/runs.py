@@ -346,7 +346,7 @@ def _new_folder(parent: Path, name: str) -> tuple[Path, str]:
             folder.mkdir(parents=True)
         except FileExistsError:
             continue
-        except OSError:  # what it is (a file in the path, a full disk) the caller says
+        except (OSError, ValueError):  # what it is (a file in the path, NUL) the caller says
             return folder, origin
         return folder, origin
     return parent / name, origin
