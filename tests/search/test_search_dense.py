@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -536,3 +537,51 @@ def test_a_build_killed_while_moving_its_files_finishes_when_run_again(
     whole = DenseSearch.from_config(dense_config(built)).index
     assert [resumed.document(i) for i in range(8)] == [whole.document(i) for i in range(8)]
     assert (resumed.ids(list(QUERIES), 8) == whole.ids(list(QUERIES), 8)).all()
+
+
+def test_a_hub_encoder_with_the_hub_out_of_reach(tmp_path: Path) -> None:
+    """``--encoder ORG/NAME`` when the hub cannot be reached (its address a closed loopback
+    port, a fresh ``HF_HOME``): a model in the cache builds the index from there; one that is
+    not fails at once saying why, before huggingface_hub's own retries (about 75 s here)."""
+    import socket
+    import subprocess
+
+    from dense_models import tiny_sentence_model
+
+    texts = [r.get("contents") or r["text"] for r in ROWS] + list(QUERIES)
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-e5"  # the hub cache's own layout
+    tiny_sentence_model(repo / "snapshots" / ("0" * 40), texts, seed=1)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+
+    def build(encoder: str) -> subprocess.CompletedProcess[str]:
+        argv = [
+            "index",
+            "build",
+            str(corpus),
+            "--out",
+            str(tmp_path / encoder),
+            "--encoder",
+            encoder,
+        ]
+        return subprocess.run(
+            [sys.executable, "-m", "searchr1.cli", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    cached = build("acme/tiny-e5")
+    assert cached.returncode == 0, cached.stderr
+    assert IndexCard.read(tmp_path / "acme/tiny-e5").encoder == "acme/tiny-e5"
+    missing = build("acme/not-cached")
+    assert missing.returncode == 2, missing.stderr
+    assert "encoder = 'acme/not-cached': cannot load it" in missing.stderr
+    assert "cannot be reached: connection refused" in missing.stderr
+    assert "Retrying" not in cached.stderr + missing.stderr

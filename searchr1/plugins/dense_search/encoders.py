@@ -137,9 +137,14 @@ class SentenceTransformerEncoder:
             ) from None
         import torch
 
+        from searchr1.core.errors import ConfigValueError
+        from searchr1.kit.hub import hub_path
+
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            self.model = SentenceTransformer(name, device=device)
+            self.model = SentenceTransformer(hub_path(name, "encoder", "it"), device=device)
+        except ConfigValueError as exc:  # the hub is out of reach and the model not cached
+            raise EncoderError(str(exc)) from None
         except (OSError, ValueError) as exc:
             raise EncoderError(
                 f"encoder {name!r} could not be loaded ({str(exc).splitlines()[0][:200]}); "
