@@ -530,7 +530,7 @@ def probe(url: str, timeout_s: float) -> type[RemoteError]:
     parts = urlsplit(url)
     try:
         with httpx.Client(timeout=timeout_s, trust_env=True) as client:
-            client.get(urlunsplit((parts.scheme, parts.netloc, "/", "", "")))
+            client.head(urlunsplit((parts.scheme, parts.netloc, "/", "", "")))  # any answer will do
     except httpx.HTTPError as exc:
         return classify(exc) or RemoteConnectionLost
     return RemoteServerError
