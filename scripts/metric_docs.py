@@ -80,7 +80,7 @@ EVENTS: list[tuple[str, str, str]] = [
     ("metrics", "once per RL step", "the numbers above"),
     (
         "progress",
-        "long work (evals, the cold start)",
+        "long work (evals, the cold start, a step's rollouts after 2 s)",
         "`task`, `done`, `total`: a progress bar on a terminal",
     ),
     (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -250,12 +250,18 @@ class _Rollout:
         )
 
 
-async def _gather_or_cancel(coros: Sequence[Awaitable[T]]) -> list[T]:
+async def _gather_or_cancel(
+    coros: Sequence[Awaitable[T]], on_done: Callable[[], None] | None = None
+) -> list[T]:
     """Results in order; on the first exception cancel the rest and re-raise it (a broken
-    model channel stops the batch at once)."""
+    model channel stops the batch at once). ``on_done()`` after each one that succeeds."""
     if not coros:  # asyncio.wait refuses an empty set (a torchrun rank's empty share)
         return []
     tasks = [asyncio.ensure_future(c) for c in coros]
+    for task in tasks if on_done is not None else ():
+        task.add_done_callback(
+            lambda t: on_done() if not t.cancelled() and t.exception() is None else None
+        )
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
@@ -281,13 +287,14 @@ async def rollout_questions(
     group_size: int,
     sampling: SamplingParams | None = None,
     id_prefix: str = "",
+    on_group_done: Callable[[], None] | None = None,
 ) -> list[list[Trajectory]]:
     """``group_size`` trajectories per question; one list per question, in order.
 
     ``sampling`` defaults to :func:`sampling_params`; its ``max_tokens`` is the per-turn cap.
     Ids are ``{id_prefix}{question.id}/{i}``, ``group_id`` ``{id_prefix}{question.id}``. A
     search failure becomes an observation (counted in ``search_errors``); a sampler error
-    cancels the batch and propagates.
+    cancels the batch and propagates. ``on_group_done()`` is called as each group finishes.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -295,5 +302,5 @@ async def rollout_questions(
         model, search, protocol, config, sampling or sampling_params(config, protocol)
     )
     return await _gather_or_cancel(
-        [runner.group(q, group_size, f"{id_prefix}{q.id}") for q in questions]
+        [runner.group(q, group_size, f"{id_prefix}{q.id}") for q in questions], on_group_done
     )

@@ -380,6 +380,27 @@ async def _rollout_shared(
     return [g for part in parts for g in part], [r for r, part in enumerate(parts) for _ in part]
 
 
+class _GroupsDone:
+    """``progress`` events of one draw's rollouts (groups done of ``total``), once the draw
+    has run :data:`PROGRESS_AFTER_S`, then at most one a second and the last: a step of a few
+    seconds shows none, a long one (a real model) shows how far its rollouts are."""
+
+    def __init__(self, task: str, total: int) -> None:
+        self.task, self.total, self.done = task, total, 0
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self) -> None:
+        self.done, now = self.done + 1, time.perf_counter()
+        if now - self.start < PROGRESS_AFTER_S or (self.done < self.total and now - self.last < 1):
+            return
+        self.last = now
+        get_logger().info("progress", task=self.task, done=self.done, total=self.total)
+
+
+#: seconds a draw's rollouts run before its progress shows
+PROGRESS_AFTER_S = 2.0
+
+
 def _mean_reward(groups: Sequence[ScoredGroup]) -> float:
     rewards = [r.reward for g in groups for r in g.rewards]
     return sum(rewards) / len(rewards) if rewards else 0.0
@@ -397,6 +418,7 @@ async def _rollout_and_score(
     cfg = run.config
     seed = derived_seed(cfg.run.seed, f"{step}/{draw}")  # a sampling seed per step and draw
     sampling = dataclasses.replace(sampling_params(cfg, run.protocol), seed=seed)
+    task = f"step {step} rollouts" if draw == 0 else f"step {step} extra rollouts"
     trajectory_groups = await rollout_questions(
         run.sampler,
         run.search,
@@ -406,6 +428,7 @@ async def _rollout_and_score(
         group_size=cfg.rollout.group_size,
         sampling=sampling,
         id_prefix=f"s{step}d{draw}/",
+        on_group_done=_GroupsDone(task, len(questions)),
     )
     groups = [
         [dataclasses.replace(t, policy_version=version) for t in sampled]

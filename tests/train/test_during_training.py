@@ -201,3 +201,32 @@ def test_settings_that_cannot_work_are_refused_before_training(
     )
     assert result.code == 2
     assert "keep_best" in result.out + result.err
+
+
+def test_a_long_steps_rollouts_show_their_progress_a_short_ones_do_not(
+    tmp_path: Path, config_file, run_cli
+) -> None:
+    """Rollouts that run past 2 s (every search answers after 2.5 s, a real loopback retriever)
+    log ``progress`` events of their groups, the last one whole (a terminal shows a bar); the
+    same run with a quick search logs none."""
+    from search_fakes import Behaviour, start_fake_retriever
+
+    def rollout_progress(latency_s: float, name: str) -> list[dict]:
+        with start_fake_retriever(Behaviour(latency_s=latency_s)) as (base, _):
+            search = {"provider": "search_r1", "api_base": base, "local": None, "cache": False}
+            text = make_config(
+                search=search,
+                rollout={"questions_per_batch": 3, "max_search_calls": 1},
+                train={"max_steps": 1},
+            )
+            result = run_cli("train", "--config", config_file(text), "--run-dir", tmp_path / name)
+        assert result.code == 0, result.err
+        (metrics,) = read_events(tmp_path / name, "metrics")
+        assert metrics["search/calls"] > 0  # the step searched: it waited on the retriever
+        events = read_events(tmp_path / name, "progress")
+        return [e for e in events if e["task"] == "step 1 rollouts"]
+
+    slow = rollout_progress(2.5, "slow")
+    assert slow and slow[-1]["done"] == slow[-1]["total"] == 3, slow
+    assert [e["done"] for e in slow] == sorted({e["done"] for e in slow})
+    assert rollout_progress(0.0, "quick") == []
