@@ -137,14 +137,22 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
             broken, fix = judged[0], "reward judge ([reward.judge] api_base, model, keys, quota)"
         if broken is None:
             break
-        log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
-        if attempt == cfg.train.guard_max_waits:
+        last = attempt == cfg.train.guard_max_waits
+        wait = cfg.train.guard_backoff_seconds * (2**attempt)
+        retry = {} if last else {"retry_in_s": wait}
+        log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken, **retry)
+        if last:
             raise EnvironmentDown(
                 f"step {step}: {broken}; no update was applied after "
                 f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
                 f"{fix}, then rerun with --resume."
             )
-        await asyncio.sleep(cfg.train.guard_backoff_seconds * (2**attempt))
+        # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
+        # Under torchrun every rank waits it out and they stop together after it.
+        phase = f"the search guard's wait before retrying step {step}"
+        pause = asyncio.sleep(wait)
+        await (run.stop.cut(pause, phase) if world.size == 1 else pause)
+        run.stop.check(phase, world)
         stream.load_state(cursor)  # retry the same questions
     return Batch(
         step=step,

@@ -290,6 +290,35 @@ def test_a_signal_finishes_the_step_checkpoints_and_exits_128_plus_signal(
     assert any(e["event"] == "stop_requested" for e in read_events(run_dir))
 
 
+def test_ctrl_c_during_the_search_guards_wait_stops_at_once(tmp_path: Path, config_file) -> None:
+    """The guard waits 60 s before retrying a step whose search failed; Ctrl-C in that wait
+    ends the run there (exit 130: the step had nothing to keep), not after the wait and its
+    retries (it used to end 139 s later with the guard's exit 3, the Ctrl-C unheard)."""
+    from search_fakes import Behaviour, start_fake_retriever
+
+    with start_fake_retriever(Behaviour(all_status=503)) as (base_url, server):
+        cfg = make_config(
+            RUN,
+            search={"provider": "search_r1", "api_base": base_url, "max_retries": 0},
+            train={"guard_max_waits": 3, "guard_backoff_seconds": 60},
+        )
+        run_dir = tmp_path / "run"
+        proc = _train("--config", str(config_file(cfg)), "--run-dir", str(run_dir), cwd=tmp_path)
+        deadline = time.monotonic() + 300
+        events = run_dir / "events.jsonl"
+        while not (events.is_file() and "guard/no_update" in events.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        (guard,) = read_events(run_dir, "guard/no_update")
+        assert guard["retry_in_s"] == 60  # the warning says how long the wait is
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)  # well inside the 60 s wait
+        assert server.records, "the policy never searched; the guard was not exercised"
+    assert proc.returncode == 130, out
+    assert "stopped by SIGINT during the search guard's wait before retrying step 1" in out
+    assert "Traceback" not in out
+
+
 def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file) -> None:
     from search_fakes import Behaviour, start_fake_zhihu
 
