@@ -63,6 +63,12 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         if isinstance(report, _TerminalProgress):
             report.close()
     rate = card.count / card.build_seconds if card.build_seconds else 0.0
+    if report is _json_progress:  # piped: stdout stays JSON lines
+        done = {"event": "index_built", "outcome": what, "out": args.out, "kind": card.kind}
+        done |= {"encoder": card.encoder, "passages": card.count, "bytes": card.bytes}
+        done |= {"seconds": card.build_seconds, "passages_per_s": round(rate, 1)}
+        print(json.dumps(done), flush=True)
+        return 0
     print(
         f"{what}: {args.out}: {card.summary()}; {card.bytes} bytes; "
         f"{card.build_seconds:.1f} s ({rate:.0f} passages/s)",

@@ -13,9 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_run import make_config, read_events, write_config
+
 from searchr1.core.assets import resolve
 from searchr1.core.plugins import load_registry
-from tests.helpers.cli_run import make_config, read_events, write_config
 
 
 def _closed_port() -> int:

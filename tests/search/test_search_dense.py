@@ -68,9 +68,9 @@ def test_index_build_command_writes_a_card_that_the_provider_reads(tmp_path, run
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     result = run_cli("index", "build", corpus, "--out", tmp_path / "idx", "--shard-size", "3")
     assert result.code == 0, result.err
-    progress = [json.loads(x) for x in result.out.splitlines() if x.startswith("{")]
+    *progress, done = [json.loads(x) for x in result.out.splitlines()]  # piped: JSON lines only
     assert [p["passages"] for p in progress if p["stage"] == "encode"] == [0, 3, 6, 8]
-    assert "built:" in result.out and "flat index of 8 passages" in result.out
+    assert (done["event"], done["outcome"], done["passages"]) == ("index_built", "built", 8)
     card = IndexCard.read(tmp_path / "idx")
     assert (card.encoder, card.dim, card.kind, card.count) == (DEFAULT_ENCODER, 256, "flat", 8)
     assert card.bytes == (tmp_path / "idx" / "index.faiss").stat().st_size
@@ -79,7 +79,7 @@ def test_index_build_command_writes_a_card_that_the_provider_reads(tmp_path, run
     assert not (tmp_path / "idx" / ".build").exists()
 
     again = run_cli("index", "build", corpus, "--out", tmp_path / "idx")
-    assert again.code == 0 and again.out.startswith("up to date:")
+    assert again.code == 0 and json.loads(again.out)["outcome"] == "up to date"
     other = run_cli("index", "build", corpus, "--out", tmp_path / "idx", "--kind", "hnsw")
     assert other.code == 2 and "--force" in other.err and "already holds" in other.err
 
@@ -150,9 +150,9 @@ def test_a_crashed_build_resumes_from_its_last_shard(tmp_path: Path, run_cli) ->
 
     result = run_cli("index", "build", corpus, "--out", tmp_path / "idx", "--shard-size", "3")
     assert result.code == 0, result.err
-    progress = [json.loads(x) for x in result.out.splitlines() if x.startswith("{")]
+    *progress, done = [json.loads(x) for x in result.out.splitlines()]
     assert progress[0]["passages"] == 6 and progress[0]["resumed_from"] == 6
-    assert "resumed:" in result.out and "of 8 passages" in result.out
+    assert (done["outcome"], done["passages"]) == ("resumed", 8)
 
     fresh = run_cli("index", "build", corpus, "--out", tmp_path / "fresh")
     assert fresh.code == 0
@@ -414,7 +414,8 @@ def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path, ru
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     first = json.loads(resumed.stdout.splitlines()[0])
     assert first["resumed_from"] == done and first["passages"] == first["resumed_from"]
-    assert "resumed:" in resumed.stdout and "of 20000 passages" in resumed.stdout
+    done = json.loads(resumed.stdout.splitlines()[-1])
+    assert (done["event"], done["outcome"], done["passages"]) == ("index_built", "resumed", 20_000)
     card = IndexCard.read(tmp_path / "idx")
     assert card.count == 20_000
     index = DenseSearch.from_config(dense_config(tmp_path / "idx")).index
@@ -531,7 +532,8 @@ def test_a_build_killed_while_moving_its_files_finishes_when_run_again(
 
     result = run_cli("index", "build", corpus, "--out", out)
     assert result.code == 0, result.err
-    assert result.out.startswith("resumed:") and "of 8 passages" in result.out
+    done = json.loads(result.out)
+    assert (done["outcome"], done["passages"]) == ("resumed", 8)
     assert not (out / ".build").exists()
     resumed = DenseSearch.from_config(dense_config(out)).index
     whole = DenseSearch.from_config(dense_config(built)).index
