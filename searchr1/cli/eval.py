@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg, open_run_from_args
 from searchr1.core.disk import write_text_atomic
-from searchr1.core.errors import Interrupted, UserError
+from searchr1.core.errors import EnvironmentDown, Interrupted, UserError
 from searchr1.core.logs import say
 from searchr1.core.stop import Stop
 
@@ -445,6 +445,14 @@ def _evaluate_in(
         for line in trust_warning(r):
             say(line)
     say(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
+    if untrusted := [r.label for r in ordered if not r.metrics["trustworthy"]]:
+        # exit 3, not 0: `searchr1 eval && publish` must not go on with these scores
+        raise EnvironmentDown(
+            f"eval: search failed too often for the scores of {', '.join(untrusted)} to mean "
+            f"anything (success under search.min_success_rate = "
+            f"{run.config.search.min_success_rate:.0%}); they are written above, but fix the "
+            f"search environment (the search_failed events say what failed) and evaluate again"
+        )
     return 0
 
 

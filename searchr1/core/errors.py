@@ -87,7 +87,8 @@ class PluginError(SearchR1Error):
 
 
 class EnvironmentDown(SearchR1Error, RuntimeError):
-    """Search stayed broken past the guard's retries (exit code 3; also a ``RuntimeError``)."""
+    """Search stayed broken: past the guard's retries in ``train``, or too often for ``eval``'s
+    scores to be trusted (exit code 3; also a ``RuntimeError``)."""
 
     exit_code = EXIT_ENVIRONMENT_DOWN
 

@@ -202,6 +202,34 @@ def test_cli_tiny_random_is_deterministic_and_compares_checkpoints(
     assert [e["label"] for e in results] == ["base", "step_3", "step_5"]
 
 
+def test_scores_with_search_down_are_written_and_exit_3(tmp_path: Path, run_cli) -> None:
+    """Every search refused (a closed loopback port): the tables, records and summary are
+    written, the warning says the scores are not trustworthy, and the exit is 3, so
+    ``searchr1 eval && publish`` does not go on with them."""
+    import socket
+
+    from cli_run import make_config, write_config
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    search = {"provider": "search_r1", "api_base": f"http://127.0.0.1:{port}", "local": None}
+    text = make_config(
+        search={**search, "max_retries": 0}, data={"eval": "builtin:world/heldout.jsonl"}
+    )
+    config = write_config(tmp_path, text)
+    result = run_cli(
+        "eval", "--config", config, "--run-dir", tmp_path / "e", "--limit-per-source", "2"
+    )
+    assert result.code == 3, result.err
+    assert "NOT trustworthy" in result.err
+    assert "search failed too often for the scores of base to mean anything" in result.err
+    summary = json.loads((tmp_path / "e" / "eval_summary.json").read_text())
+    assert summary["results"]["base"]["trustworthy"] is False
+    failed = read_events(tmp_path / "e", "search_failed")
+    assert failed and failed[0]["failure"] == "refused"
+
+
 def test_cli_errors_are_plain_messages(world: Path, tmp_path: Path, run_cli) -> None:
     base = ["eval", "--config", world, "--run-dir", tmp_path / "r"]
     for extra, message in (
