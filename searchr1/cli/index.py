@@ -64,9 +64,17 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             report.close()
     rate = card.count / card.build_seconds if card.build_seconds else 0.0
     if report is _json_progress:  # piped: stdout stays JSON lines
-        done = {"event": "index_built", "outcome": what, "out": args.out, "kind": card.kind}
-        done |= {"encoder": card.encoder, "passages": card.count, "bytes": card.bytes}
-        done |= {"seconds": card.build_seconds, "passages_per_s": round(rate, 1)}
+        done = {
+            "event": "index_built",
+            "outcome": what,
+            "out": args.out,
+            "kind": card.kind,
+            "encoder": card.encoder,
+            "passages": card.count,
+            "bytes": card.bytes,
+            "seconds": card.build_seconds,
+            "passages_per_s": round(rate, 1),
+        }
         print(json.dumps(done), flush=True)
         return 0
     print(

@@ -33,6 +33,7 @@ from searchr1.core.artifacts import damage, file_sizes
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import (
     as_disk_error,
+    flock_folder,
     free_bytes,
     make_temp_dir,
     match_umask,
@@ -127,22 +128,17 @@ def save_checkpoint(
 
 @contextmanager
 def _save_lock(parent: Path, *, wait: bool = True) -> Iterator[bool]:
-    """Hold the exclusive flock of the folder ``parent`` itself (no lock file to leave
-    behind; the system releases it when the process dies, SIGKILL included). Yields False
-    when ``wait`` is off and another process holds it, or where the filesystem has no such
-    locks (then nothing can be known about other savers)."""
+    """Hold the flock of the folder ``parent`` (:func:`~searchr1.core.disk.flock_folder`).
+    Yields False when ``wait`` is off and another process holds it, or where the filesystem
+    has no such locks (then nothing can be known about other savers)."""
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+        fd = flock_folder(parent, wait=wait)
+    except BlockingIOError:
+        fd = None
+    if fd is None:
         yield False
         return
-    fd = os.open(parent, os.O_RDONLY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except OSError:  # held by another process (LOCK_NB), or not supported here (NFS)
-            yield False
-            return
         yield True
     finally:
         os.close(fd)  # releases the lock

@@ -281,8 +281,9 @@ def infer_choices(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Fill in ``raw`` (a table per section) each omitted provider (the one whose
     ``infer_provider`` claims the table, else the ``default``) and the chosen plugins'
-    ``factory.defaults``. Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by config check) and ``dotted
-    secret -> variable`` a literal should move to (the chosen plugins' ``secret_variables``)."""
+    ``factory.defaults``. Return ``dotted field -> why`` (:data:`EXPLAINED`, printed by
+    config check) and ``dotted secret -> variable`` a literal should move to (the chosen
+    plugins' ``secret_variables``)."""
     reasons: dict[str, str] = {}
     variables: dict[str, str] = {}
     for dotted, why in EXPLAINED.items():

@@ -157,31 +157,43 @@ def warn_if_low_space(folder: Path, last_checkpoint: Path | None) -> str | None:
     return warning
 
 
-def hold_folder(folder: Path, doing: str, then: str) -> int | None:
-    """Take the exclusive flock of the folder ``folder`` itself, for as long as this process
-    is ``doing`` it (close the returned descriptor to let go; the system lets go when the
-    process dies, SIGKILL included). Another process holding it is a UserError naming that
-    process, and what to do ``then`` once it is stopped. None where the filesystem has no
-    such locks (some NFS): nothing can be known about other processes."""
-    import fcntl
-
-    from searchr1.core.errors import UserError
-
+def flock_folder(folder: Path, *, wait: bool = False) -> int | None:
+    """The descriptor holding the exclusive flock of the folder ``folder`` itself (no lock
+    file to leave behind; close it to let go, and the system lets go when the process dies,
+    SIGKILL included). Without ``wait``, BlockingIOError when another process holds it. None
+    where there are no such locks (Windows, some NFS): nothing can be known of other
+    processes."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
         os.close(fd)
+        raise
+    except OSError:  # not supported on this filesystem
+        os.close(fd)
+        return None
+    return fd
+
+
+def hold_folder(folder: Path, doing: str, then: str) -> int | None:
+    """:func:`flock_folder` for as long as this process is ``doing`` the folder; another
+    process holding it is a UserError naming that process, and what to do ``then`` once it
+    is stopped."""
+    from searchr1.core.errors import UserError
+
+    try:
+        return flock_folder(folder)
+    except BlockingIOError:
         pid = _flock_holder(folder)
         raise UserError(
             f"{str(folder)!r} is being {doing} by {f'process {pid}' if pid else 'another process'}"
             f" now: two at once would write over each other's files. Wait for it to end, or stop"
             f" it ({f'`kill -TERM {pid}`' if pid else 'Ctrl-C in its terminal'}) and {then}"
         ) from None
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _flock_holder(path: Path) -> int | None:

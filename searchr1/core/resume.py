@@ -27,8 +27,7 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
     """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor."""
     checkpoint, warnings = resume_checkpoint(run.folder)
     for warning in warnings:
-        get_logger().warning("checkpoint_damaged", detail=warning)
-        print(f"searchr1: warning: {warning}", file=sys.stderr)
+        _warn("checkpoint_damaged", warning)
     if checkpoint is None:
         raise UserError(
             f"--resume: nothing to resume: {run.folder} has no checkpoint "
@@ -46,26 +45,30 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
             f"give a new --run-dir)"
         )
     for dotted, then, now in _changes(run.config, saved, ("model.base_model",)):
-        detail = (
+        _warn(
+            "resume_base_model_changed",
             f"{checkpoint.path} was trained on {dotted} = {then!r}, this config has {now!r}: the "
-            f"adapter continues on {now!r}; right if it is the same model under another path"
+            f"adapter continues on {now!r}; right if it is the same model under another path",
         )
-        get_logger().warning("resume_base_model_changed", detail=detail)
-        print(f"searchr1: warning: {detail}", file=sys.stderr)
     try:
         stream.load_state(checkpoint.state["data"])
     except ValueError as exc:
         raise UserError(_data_mismatch(run.config, checkpoint, saved, exc)) from None
     if checkpoint.step >= (last := run.config.train.max_steps):
         # not an error: a resume at max_steps still runs a final eval a stop cut short
-        detail = (
+        _warn(
+            "resume_nothing_to_train",
             f"{checkpoint.path} is at step {checkpoint.step} and train.max_steps is {last} "
             f"({run.config.where('train.max_steps')}): no step is left to train; to train on, "
-            f"raise train.max_steps (or give --max-steps)"
+            f"raise train.max_steps (or give --max-steps)",
         )
-        get_logger().warning("resume_nothing_to_train", detail=detail)
-        print(f"searchr1: warning: {detail}", file=sys.stderr)
     return checkpoint
+
+
+def _warn(event: str, detail: str) -> None:
+    """A warning of the resume, as an event and on stderr (stdout stays JSON when piped)."""
+    get_logger().warning(event, detail=detail)
+    print(f"searchr1: warning: {detail}", file=sys.stderr)
 
 
 #: the settings that make the adapter what it is: a checkpoint resumes only under the same

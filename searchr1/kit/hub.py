@@ -34,9 +34,10 @@ def hub_path(path: str, field: str, what: str, hint: str = "") -> str:
     except Exception:  # not cached (LocalEntryNotFoundError), or not a hub id at all
         raise ConfigValueError(
             f"{field} = {path!r}: cannot load {what}: no folder of that name is here, it is not "
-            f"in this machine's Hugging Face cache, and {why}; download it where there is network (`hf download {path}`, into "
-            f"the same HF_HOME), give the path of a local copy instead, or set HF_ENDPOINT to a "
-            f"mirror this machine reaches" + (f"; {hint}" if hint else "")
+            f"in this machine's Hugging Face cache, and {why}; download it where there is "
+            f"network (`hf download {path}`, into the same HF_HOME), give the path of a local "
+            f"copy instead, or set HF_ENDPOINT to a mirror this machine reaches"
+            + (f"; {hint}" if hint else "")
         ) from None
 
 

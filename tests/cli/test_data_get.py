@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from offline import closed_port
 
 REPO = "PeterJinGo/nq_hotpotqa_train"
 
@@ -126,9 +126,7 @@ def test_data_get_writes_the_published_sets_as_qa_files(hub, tmp_path, run_cli, 
 def test_data_get_without_a_hub_says_what_to_do_and_from_converts_local_files(
     hub, tmp_path, run_cli, monkeypatch
 ):
-    with socket.socket() as s:  # a port nobody listens on: the machine is offline
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = closed_port()  # nobody listens there: the machine is offline
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed}")
     result = run_cli("data", "get", "nq-hotpotqa", "--out", tmp_path / "nq")
     assert result.code == 2, result.out + result.err

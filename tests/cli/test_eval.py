@@ -206,14 +206,11 @@ def test_scores_with_search_down_are_written_and_exit_3(tmp_path: Path, run_cli)
     """Every search refused (a closed loopback port): the tables, records and summary are
     written, the warning says the scores are not trustworthy, and the exit is 3, so
     ``searchr1 eval && publish`` does not go on with them."""
-    import socket
-
     from cli_run import make_config, write_config
+    from offline import closed_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    search = {"provider": "search_r1", "api_base": f"http://127.0.0.1:{port}", "local": None}
+    search = {"provider": "search_r1", "api_base": f"http://127.0.0.1:{closed_port()}"}
+    search["local"] = None
     text = make_config(
         search={**search, "max_retries": 0}, data={"eval": "builtin:world/heldout.jsonl"}
     )

@@ -6,23 +6,15 @@ and ``HF_ENDPOINT`` when it is imported."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from cli_run import make_config, read_events, write_config
+from offline import hub_cache_folder, hub_out_of_reach, run_searchr1
 
 from searchr1.core.assets import resolve
 from searchr1.core.plugins import load_registry
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _train(tmp_path: Path, base_model: str) -> subprocess.CompletedProcess[str]:
@@ -30,21 +22,9 @@ def _train(tmp_path: Path, base_model: str) -> subprocess.CompletedProcess[str]:
         tmp_path,
         make_config(model={"base_model": base_model}, train={"max_steps": 1, "save_every": 1}),
     )
-    env = {
-        **os.environ,
-        "HF_HOME": str(tmp_path / "hf"),
-        # a mirror's address with credentials in it, which no message may show
-        "HF_ENDPOINT": f"http://mirror-user:hf-secret-token@127.0.0.1:{_closed_port()}",
-        "HF_HUB_OFFLINE": "0",
-    }
-    argv = ["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]
-    return subprocess.run(
-        [sys.executable, "-m", "searchr1.cli", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # a mirror's address with credentials in it, which no message may show
+    env = hub_out_of_reach(tmp_path / "hf", credentials="mirror-user:hf-secret-token")
+    return run_searchr1("train", "--config", config, "--run-dir", tmp_path / "run", env=env)
 
 
 def test_a_hub_model_not_in_the_cache_fails_at_once_saying_why(tmp_path: Path) -> None:
@@ -62,13 +42,8 @@ def test_a_hub_model_not_in_the_cache_fails_at_once_saying_why(tmp_path: Path) -
 
 
 def test_a_cached_hub_model_trains_from_the_cache(tmp_path: Path) -> None:
-    # The hub cache's own layout: models--ORG--NAME/{refs/main, snapshots/COMMIT/...}
     folder = Path(resolve("builtin:tiny", load_registry().assets))
-    repo = tmp_path / "hf" / "hub" / "models--acme--tiny"
-    commit = "0" * 40
-    shutil.copytree(folder, repo / "snapshots" / commit)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(folder, hub_cache_folder(tmp_path / "hf", "acme/tiny"))
     result = _train(tmp_path, "acme/tiny")
     assert result.returncode == 0, result.stderr
     assert "Retrying" not in result.stderr, result.stderr  # not at load, nor at the save

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from fake_vllm import connected
+from offline import closed_port
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, RemoteRefused, RemoteTimeout
@@ -33,12 +34,6 @@ from searchr1.plugins.vllm_model.client import (
     parse_choices,
 )
 from searchr1.plugins.vllm_model.server import VllmServer, VllmServerError, wait_ready
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -77,9 +72,7 @@ def _config(api_base: str = "", **table: Any) -> Config:
 
 
 def test_a_server_that_is_down_is_named_with_its_address() -> None:
-    client = VllmClient(
-        f"http://127.0.0.1:{_closed_port()}", request_timeout_s=5, max_connections=4
-    )
+    client = VllmClient(f"http://127.0.0.1:{closed_port()}", request_timeout_s=5, max_connections=4)
 
     async def scenario() -> None:
         try:
@@ -119,7 +112,7 @@ async def _connect(cfg: Config) -> None:
 
 def test_a_server_that_is_not_up_fails_the_start_after_the_timeout(tmp_path: Path) -> None:
     cfg = _config(
-        api_base=f"http://127.0.0.1:{_closed_port()}",
+        api_base=f"http://127.0.0.1:{closed_port()}",
         adapters_dir=str(tmp_path / "adapters"),
         startup_timeout_s=1,
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from offline import closed_port
 
 from searchr1.core.errors import SearchR1Error
 from searchr1.kit.http import (
@@ -279,10 +280,8 @@ def test_secrets_never_reach_the_error(server) -> None:
     assert text.startswith(f"POST {server.url}/v1/thing failed after 1 attempt: HTTP 400")
     assert "***" in text  # the echo was cut, not dropped
 
-    with socket.socket() as s:  # a closed port: a connection error
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = HttpClient(f"http://127.0.0.1:{port}", policy=RetryPolicy(max_retries=1))
+    # a closed port: a connection error
+    client = HttpClient(f"http://127.0.0.1:{closed_port()}", policy=RetryPolicy(max_retries=1))
     (error,) = call(client, path=f"/x?key={SECRET}")
     assert isinstance(error, HttpGaveUp) and error.kind == "connection"
     assert "after 2 attempts: connection error" in str(error) and SECRET not in str(error)
@@ -394,9 +393,7 @@ def test_a_failing_proxy_is_named_not_the_services_address(monkeypatch, proxy: s
 
     server = None
     if proxy == "closed port":
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            address = f"127.0.0.1:{s.getsockname()[1]}"
+        address = f"127.0.0.1:{closed_port()}"
     elif proxy == "unknown host":
         address = "proxy.invalid:3128"
     else:

@@ -367,7 +367,6 @@ def test_config_check_and_a_missing_extra_say_what_to_do(
 def test_a_build_killed_with_sigkill_resumes_where_it_stopped(tmp_path: Path, run_cli) -> None:
     """Killed mid-build (and, paused just before, a second build of its folder refused naming
     it), the build resumes where it stopped, every passage once."""
-    import os
     import signal
     import subprocess
     import time
@@ -545,39 +544,17 @@ def test_a_hub_encoder_with_the_hub_out_of_reach(tmp_path: Path) -> None:
     """``--encoder ORG/NAME`` when the hub cannot be reached (its address a closed loopback
     port, a fresh ``HF_HOME``): a model in the cache builds the index from there; one that is
     not fails at once saying why, before huggingface_hub's own retries (about 75 s here)."""
-    import socket
-    import subprocess
-
     from dense_models import tiny_sentence_model
+    from offline import hub_cache_folder, hub_out_of_reach, run_searchr1
 
     texts = [r.get("contents") or r["text"] for r in ROWS] + list(QUERIES)
-    repo = tmp_path / "hf" / "hub" / "models--acme--tiny-e5"  # the hub cache's own layout
-    tiny_sentence_model(repo / "snapshots" / ("0" * 40), texts, seed=1)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("0" * 40)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": f"http://127.0.0.1:{port}"}
+    tiny_sentence_model(hub_cache_folder(tmp_path / "hf", "acme/tiny-e5"), texts, seed=1)
+    env = hub_out_of_reach(tmp_path / "hf")
     corpus = write_corpus(tmp_path / "corpus.jsonl")
 
     def build(encoder: str) -> subprocess.CompletedProcess[str]:
-        argv = [
-            "index",
-            "build",
-            str(corpus),
-            "--out",
-            str(tmp_path / encoder),
-            "--encoder",
-            encoder,
-        ]
-        return subprocess.run(
-            [sys.executable, "-m", "searchr1.cli", *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        out = tmp_path / encoder
+        return run_searchr1("index", "build", corpus, "--out", out, "--encoder", encoder, env=env)
 
     cached = build("acme/tiny-e5")
     assert cached.returncode == 0, cached.stderr

@@ -256,7 +256,15 @@ def build_index(
     held = hold_folder(out, "built", "build again: it resumes where that build stopped")
     try:
         return _build(
-            corpus, out, encoder_name, kind, force, shard_rows, on_progress, encoder, stop
+            corpus,
+            out,
+            encoder_name=encoder_name,
+            kind=kind,
+            force=force,
+            shard_rows=shard_rows,
+            on_progress=on_progress,
+            encoder=encoder,
+            stop=stop or Stop(),
         )
     finally:
         if held is not None:
@@ -266,15 +274,16 @@ def build_index(
 def _build(
     corpus: Path,
     out: Path,
+    *,
     encoder_name: str,
     kind: str,
     force: bool,
     shard_rows: int,
     on_progress: Callable[[Progress], None] | None,
     encoder: Encoder | None,
-    stop: Stop | None,
+    stop: Stop,
 ) -> tuple[IndexCard, str]:
-    stop = stop or Stop()
+    """:func:`build_index`'s work, in the folder it holds."""
     import faiss
     import numpy as np
 
