@@ -289,6 +289,9 @@ class Config:
     explicit: frozenset[str] = field(default_factory=frozenset)
     #: dotted field (and section) -> its line in the file
     lines: Mapping[str, int] = field(default_factory=dict, repr=False)
+    #: dotted field -> the command-line flag that set it (``--max-steps``), which messages
+    #: name instead of the file's line
+    flags: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: name -> :class:`~searchr1.core.types.Asset` (whose module imports this one): the
     #: ``builtin:`` assets of the run's plugins, which :func:`~searchr1.core.config.parse_config`
     #: takes from its registry and this config's ``builtin:`` paths resolve against
@@ -299,7 +302,9 @@ class Config:
     def where(self, dotted: str) -> str:
         """``file:line`` of ``dotted``; of the nearest table holding it when the file leaves
         it out (``[search.local]`` for an unset ``search.local.corpus``); the file alone when
-        neither is written."""
+        neither is written; the flag that set it (``--max-steps``) when a flag did."""
+        if dotted in self.flags:
+            return self.flags[dotted]
         key = dotted
         while key and key not in self.lines:
             key = key.rpartition(".")[0]

@@ -56,11 +56,16 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
         raise UserError(_data_mismatch(run.config, checkpoint, saved, exc)) from None
     if checkpoint.step >= (last := run.config.train.max_steps):
         # not an error: a resume at max_steps still runs a final eval a stop cut short
+        where = run.config.where("train.max_steps")
+        fix = (
+            "give a larger --max-steps"
+            if where.startswith("--")
+            else "raise train.max_steps (or give --max-steps)"
+        )
         _warn(
             "resume_nothing_to_train",
             f"{checkpoint.path} is at step {checkpoint.step} and train.max_steps is {last} "
-            f"({run.config.where('train.max_steps')}): no step is left to train; to train on, "
-            f"raise train.max_steps (or give --max-steps)",
+            f"({where}): no step is left to train; to train on, {fix}",
         )
     return checkpoint
 

@@ -167,6 +167,15 @@ def test_resume_at_max_steps_says_nothing_is_left_to_train(project: Path, run_cl
     assert "no step is left to train" in event["detail"]
 
 
+def test_resume_past_a_max_steps_flag_names_the_flag(project: Path, run_cli):
+    _checkpoint(project, project / "runs" / "train-1", 2)
+    _, err = _code_and_err(
+        run_cli("train", "--config", "config.toml", "--resume", "--max-steps", "1")
+    )
+    assert "is at step 2 and train.max_steps is 1 (--max-steps): no step is left" in err, err
+    assert "to train on, give a larger --max-steps" in err
+
+
 @pytest.mark.parametrize("how", [("--run-dir", "runs/old"), ()])
 def test_a_new_run_into_a_folder_with_checkpoints_is_refused(project: Path, run_cli, how):
     """By --run-dir or by run.name: its checkpoints would sit among the old run's, and a
