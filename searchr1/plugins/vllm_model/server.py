@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+from searchr1.core.errors import EXIT_ENVIRONMENT_DOWN, UserError
 from searchr1.core.logs import get_logger
 
 log = get_logger()
@@ -63,8 +64,16 @@ TORCHRUN_ENV = (
 )
 
 
-class VllmServerError(RuntimeError):
-    """The vLLM server could not be started or did not become ready."""
+class VllmServerError(UserError, RuntimeError):
+    """The vLLM server could not be started or did not become ready; the message says why,
+    with the server log's last lines when there is one (exit code 2)."""
+
+
+class VllmServerDied(VllmServerError):
+    """A server this run launched ended while the run used it (exit code 3: the run resumes
+    from its last checkpoint with a new server)."""
+
+    exit_code = EXIT_ENVIRONMENT_DOWN
 
 
 def free_port() -> int:
@@ -247,6 +256,38 @@ class VllmServer:
         """The exit code once the process has ended, else None."""
         return self.process.poll()
 
+    async def ended(self, within_s: float) -> bool:
+        """Whether the process has ended, waiting up to ``within_s`` for it: a connection it
+        dropped as it died may be seen before its exit is."""
+        deadline = time.monotonic() + within_s
+        while self.process.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    def ending(self) -> str:
+        """How the ended process ended, for a message."""
+        code = self.process.returncode
+        if code is None or code >= 0:
+            return f"exited with code {code}"
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        why = (
+            " (the kernel's out-of-memory killer sends it: `dmesg` says so when it did)"
+            if -code == signal.SIGKILL
+            else ""
+        )
+        return f"was killed by {name}{why}"
+
+    def died(self, during: str) -> VllmServerDied:
+        """The error of a server that ended while ``during`` (``POST /v1/completions``) ran."""
+        return VllmServerDied(
+            f"the vLLM server this run launched (pid {self.process.pid}) {self.ending()} "
+            f"during {during}; its log: {self.log_path}, last lines:\n{self.log_tail()}\n"
+            f"Rerun once the cause is fixed (searchr1 train --resume continues a run from its "
+            f"last checkpoint and launches a new server)"
+        )
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -307,7 +348,7 @@ async def wait_ready(
     while True:
         if server is not None and server.exited() is not None:
             raise VllmServerError(
-                f"the vLLM server exited with code {server.exited()} before it was ready "
+                f"the vLLM server {server.ending()} before it was ready "
                 f"(log: {server.log_path}); its last lines:\n{server.log_tail()}"
             )
         if await is_ready():
