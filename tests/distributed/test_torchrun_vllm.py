@@ -163,8 +163,8 @@ def test_a_server_that_dies_is_named_and_the_run_resumes(
     assert [c.step for c in list_checkpoints(run_dir)] == [1, 2]
 
 
-@pytest.mark.slow  # ~30 s: the two launched servers start as processes of their own
-def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
+def _launched_config(tmp_path: Path) -> Path:
+    """Two servers rank 0 launches: the fake server, run by a ``python`` of its own."""
     helpers = Path(__file__).resolve().parents[1] / "helpers"
     root = Path(__file__).resolve().parents[2]
     python = tmp_path / "vllm-python"  # the launched server's PYTHONPATH is cleared: set here
@@ -173,10 +173,15 @@ def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
         f'exec {sys.executable} {helpers / "fake_vllm.py"} "$@"\n'
     )
     python.chmod(0o755)
+    vllm = {"python": str(python), "servers": 2, "startup_timeout_s": 120}
+    return write_config(tmp_path, make_config(RUN, model={"vllm": vllm}))
+
+
+@pytest.mark.slow  # ~30 s: the two launched servers start as processes of their own
+def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
+    config = _launched_config(tmp_path)
     record = tmp_path / "record"
     record.mkdir()
-    vllm = {"python": str(python), "servers": 2, "startup_timeout_s": 120}
-    config = write_config(tmp_path, make_config(RUN, model={"vllm": vllm}))
     env = {"FAKE_VLLM_POLICY": str(config), "FAKE_VLLM_RECORD": str(record)}
     job = _train(tmp_path, "--config", config, "--run-dir", tmp_path / "run", nproc=2, env=env)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
@@ -188,3 +193,28 @@ def test_rank_0_launches_the_servers_for_the_whole_job(tmp_path: Path) -> None:
     for seen in record.glob("*.env"):  # none of the job's variables reached a server
         names = set(seen.read_text().split())
         assert not names & {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+
+
+@pytest.mark.slow  # ~30 s, as above
+def test_a_launched_server_that_dies_is_named_as_dead_on_every_rank(tmp_path: Path) -> None:
+    """Killed in step 2 (the kernel's OOM killer, say): whichever rank reports first, the job
+    says the server rank 0 launched has ended, never "is the server running? fix the port"."""
+    config = _launched_config(tmp_path)
+    # TMPDIR: where the provider keeps a dead server's log (the error names it)
+    env = {
+        "FAKE_VLLM_POLICY": str(config),
+        "FAKE_VLLM_DIE_AFTER_LOADS": "2",
+        "TMPDIR": str(tmp_path),
+    }
+    run_dir = tmp_path / "run"
+    job = _train(tmp_path, "--config", config, "--run-dir", run_dir, nproc=2, env=env)
+    assert job.returncode == 3, job.stderr[-3000:]
+    assert "Traceback" not in job.stderr and "fix the port" not in job.stderr, job.stderr[-3000:]
+    rank0 = ", which this run launched (pid "
+    other = "which rank 0 of this torchrun job launched, failed during POST /v1/completions"
+    assert rank0 in job.stderr or other in job.stderr, job.stderr[-3000:]
+    if rank0 in job.stderr:
+        assert "was killed by SIGKILL" in job.stderr
+        (kept,) = tmp_path.glob("searchr1-vllm-*.log")  # the dead one's; the other's removed
+        assert f"its log: {kept}" in job.stderr
+    assert [c.step for c in list_checkpoints(run_dir)] == [1]

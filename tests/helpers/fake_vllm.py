@@ -23,7 +23,8 @@ Run as a script with a vLLM server's command line (``fake_vllm.py -m vllm... --p
 it serves on that port until killed, as the server a provider launches; with
 ``$FAKE_VLLM_POLICY`` (a config file) it answers as :func:`scripted_policy`, and with
 ``$FAKE_VLLM_RECORD`` (a folder) it writes there what it saw: ``<port>.env`` (the names of
-its environment) and ``<port>.loads`` (each adapter loaded, a line each).
+its environment) and ``<port>.loads`` (each adapter loaded, a line each); with
+``$FAKE_VLLM_DIE_AFTER_LOADS`` it dies as ``die_after_loads`` says, then SIGKILLs itself.
 """
 
 from __future__ import annotations
@@ -245,17 +246,22 @@ def scripted_policy(config_path: Path) -> Callable[[list[int], int], list[int]]:
 
 def _serve_as_launched(argv: list[str]) -> None:
     import os
+    import signal
 
     server = FakeVllm(int(argv[argv.index("--port") + 1]))
     server.max_model_len = int(argv[argv.index("--max-model-len") + 1])
     if os.environ.get("FAKE_VLLM_POLICY"):
         server.sample_for = scripted_policy(Path(os.environ["FAKE_VLLM_POLICY"]))
         server.finish_reason = "stop"
+    if os.environ.get("FAKE_VLLM_DIE_AFTER_LOADS"):
+        server.die_after_loads = int(os.environ["FAKE_VLLM_DIE_AFTER_LOADS"])
     if os.environ.get("FAKE_VLLM_RECORD"):
         server.record = Path(os.environ["FAKE_VLLM_RECORD"])
         names = "\n".join(sorted(os.environ))
         (server.record / f"{server.server_address[1]}.env").write_text(names + "\n")
     server.serve_forever()
+    if server.dead:  # as the kernel's out-of-memory killer ends a server
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":

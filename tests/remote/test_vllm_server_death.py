@@ -48,7 +48,10 @@ def test_a_launched_server_killed_mid_run_is_named_with_its_log_and_the_run_resu
     _, err = train.communicate(timeout=60)
 
     assert train.returncode == 3, err
-    assert f"the vLLM server this run launched (pid {launched['pid']}) was killed by SIGKILL" in err
+    assert (
+        f"the vLLM server at http://127.0.0.1:{launched['command'][launched['command'].index('--port') + 1]}"
+        f", which this run launched (pid {launched['pid']}), was killed by SIGKILL" in err
+    ), err
     assert "is the server running" not in err.lower() and "fix the port" not in err
     log = Path(launched["log"])
     assert f"its log: {log}" in err

@@ -46,7 +46,7 @@ from searchr1.core.errors import (
 )
 from searchr1.core.types import SampledSequence, SamplingParams
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
-from searchr1.plugins.vllm_model.server import VllmServer
+from searchr1.plugins.vllm_model.server import VllmServer, VllmServerDied
 
 
 class VllmError(UserError, RuntimeError):
@@ -65,6 +65,8 @@ class VllmClient:
     refused or dropped because it died is reported as its death, with its log."""
 
     server: VllmServer | None = None
+    #: on the other ranks of a torchrun job: rank 0 launched the server (and sees its end)
+    launched_by_rank0: bool = False
 
     def __init__(
         self,
@@ -114,13 +116,19 @@ class VllmClient:
                 method, path, json=body, timeout=timeout, decide=accept_any
             )
         except HttpError as exc:
-            error = self.channel.error(exc, f"{method} {path}")
-            if (
-                self.server is not None
-                and isinstance(error, RemoteRefused | RemoteConnectionLost)
-                and await self.server.ended(within_s=2.0)
-            ):
-                raise self.server.died(f"{method} {path}") from exc
+            operation = f"{method} {path}"
+            error = self.channel.error(exc, operation)
+            if isinstance(error, RemoteRefused | RemoteConnectionLost):
+                if self.server is not None and await self.server.ended(within_s=2.0):
+                    raise self.server.died(self.name, operation) from exc
+                if self.launched_by_rank0:
+                    raise VllmServerDied(
+                        f"{self.name}, which rank 0 of this torchrun job launched, failed "
+                        f"during {operation}: {error.summary}: it has ended, and rank 0's error "
+                        f"says how (with the server's log). Rerun once the cause is fixed "
+                        f"(searchr1 train --resume continues a run from its last checkpoint "
+                        f"and launches new servers)"
+                    ) from exc
             raise error from exc
 
     async def healthy(self) -> bool:

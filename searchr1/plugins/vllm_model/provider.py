@@ -188,6 +188,8 @@ class VllmModelProvider:
         if not self.world.main:
             api_bases, launched, self._token, self.max_model_len = reached
             self._make_clients(api_bases, settings, "" if launched else config.model.api_key)
+            for client in self.clients:
+                client.launched_by_rank0 = launched
             self.adapter = self._follow()
 
     async def _reach(

@@ -279,10 +279,11 @@ class VllmServer:
         )
         return f"was killed by {name}{why}"
 
-    def died(self, during: str) -> VllmServerDied:
-        """The error of a server that ended while ``during`` (``POST /v1/completions``) ran."""
+    def died(self, name: str, during: str) -> VllmServerDied:
+        """The error of server ``name`` (``the vLLM server at http://...``), ended while
+        ``during`` (``POST /v1/completions``) ran."""
         return VllmServerDied(
-            f"the vLLM server this run launched (pid {self.process.pid}) {self.ending()} "
+            f"{name}, which this run launched (pid {self.process.pid}), {self.ending()} "
             f"during {during}; its log: {self.log_path}, last lines:\n{self.log_tail()}\n"
             f"Rerun once the cause is fixed (searchr1 train --resume continues a run from its "
             f"last checkpoint and launches a new server)"
@@ -293,7 +294,7 @@ class VllmServer:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return "(no server log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return "\n".join(text.splitlines()[-lines:]) or "(the log is empty)"
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the server's process group (vLLM then stops its engine processes), wait up
