@@ -296,6 +296,13 @@ def get_logger() -> Any:
     return structlog.get_logger()
 
 
+def warn(event: str, detail: str) -> None:
+    """A warning for the person running the command: a ``warning`` event ``event`` with
+    ``detail``, and ``searchr1: warning: detail`` on stderr (stdout stays JSON when piped)."""
+    get_logger().warning(event, detail=detail)
+    print(f"searchr1: warning: {detail}", file=sys.stderr, flush=True)
+
+
 def log_metrics(step: int, metrics: dict[str, float]) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
     get_logger().info("metrics", step=step, **metrics)

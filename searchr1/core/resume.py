@@ -9,14 +9,13 @@ same model may have moved: a host path, then a container's).
 
 from __future__ import annotations
 
-import sys
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.checkpoint import Checkpoint, resume_checkpoint
 from searchr1.core.errors import SearchR1Error, UserError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
     """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor."""
     checkpoint, warnings = resume_checkpoint(run.folder)
     for warning in warnings:
-        _warn("checkpoint_damaged", warning)
+        warn("checkpoint_damaged", warning)
     if checkpoint is None:
         raise UserError(
             f"--resume: nothing to resume: {run.folder} has no checkpoint "
@@ -45,7 +44,7 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
             f"give a new --run-dir)"
         )
     for dotted, then, now in _changes(run.config, saved, ("model.base_model",)):
-        _warn(
+        warn(
             "resume_base_model_changed",
             f"{checkpoint.path} was trained on {dotted} = {then!r}, this config has {now!r}: the "
             f"adapter continues on {now!r}; right if it is the same model under another path",
@@ -62,18 +61,12 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
             if where.startswith("--")
             else "raise train.max_steps (or give --max-steps)"
         )
-        _warn(
+        warn(
             "resume_nothing_to_train",
             f"{checkpoint.path} is at step {checkpoint.step} and train.max_steps is {last} "
             f"({where}): no step is left to train; to train on, {fix}",
         )
     return checkpoint
-
-
-def _warn(event: str, detail: str) -> None:
-    """A warning of the resume, as an event and on stderr (stdout stays JSON when piped)."""
-    get_logger().warning(event, detail=detail)
-    print(f"searchr1: warning: {detail}", file=sys.stderr)
 
 
 #: the settings that make the adapter what it is: a checkpoint resumes only under the same

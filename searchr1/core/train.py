@@ -56,7 +56,7 @@ from typing import Any
 
 from searchr1.core.checkpoint import remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
-from searchr1.core.config_schema import ColdStartSettings
+from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import World, check_supported
 from searchr1.core.errors import ConfigError, HealthStop, Interrupted
@@ -68,7 +68,7 @@ from searchr1.core.evaluation import (
     heldout_questions,
 )
 from searchr1.core.health import Health
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, warn
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
@@ -163,14 +163,30 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     return _end(plan, progress, step, asked)
 
 
+def _warn_under_a_batch(cfg: Config, count: int) -> None:
+    """Warn when data.train holds fewer questions than a step draws (a mix-up of files
+    looks like this): every step then draws some of them several times."""
+    per_step = cfg.rollout.questions_per_batch
+    if count >= per_step:
+        return
+    warn(
+        "data_fewer_than_a_batch",
+        f"data.train = {cfg.data.train!r} holds {count} question{'s' if count != 1 else ''}, "
+        f"fewer than rollout.questions_per_batch = {per_step} "
+        f"({cfg.where('rollout.questions_per_batch')}): every step draws the same questions "
+        f"several times over; lower questions_per_batch, or check that data.train is the "
+        f"file meant",
+    )
+
+
 async def _prepare(run: Run, *, resume: bool) -> _Plan:
     """Read and check what the config names (before the slow model load), load and connect
     the model (``run.start``) and, on ``resume``, the checkpoint's state."""
     cfg, log = run.config, get_logger()
-    stream = QuestionStream(
-        load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True).questions,
-        cfg.run.seed,
-    )
+    questions = load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True)
+    if run.world.main:
+        _warn_under_a_batch(cfg, len(questions.questions))
+    stream = QuestionStream(questions.questions, cfg.run.seed)
     health = Health.for_config(cfg)
     heldout = heldout_questions(cfg)
     periodic = PeriodicEval.for_config(cfg, heldout) if run.world.main else None

@@ -230,3 +230,25 @@ def test_a_long_steps_rollouts_show_their_progress_a_short_ones_do_not(
     assert slow and slow[-1]["done"] == slow[-1]["total"] == 3, slow
     assert [e["done"] for e in slow] == sorted({e["done"] for e in slow})
     assert rollout_progress(0.0, "quick") == []
+
+
+def test_fewer_questions_than_a_batch_warns_and_trains(tmp_path: Path, run_cli) -> None:
+    """One question under questions_per_batch = 2: each step draws it twice, which a file
+    mix-up (the held-out file as data.train, a filter gone wrong) looks like, so it is said."""
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps({"question": "Who founded Sistan Group?", "answers": ["x"]}) + "\n")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        make_config(
+            rollout={"questions_per_batch": 2}, train={"max_steps": 1}, data={"train": str(data)}
+        )
+    )
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert (
+        f"searchr1: warning: data.train = '{data}' holds 1 question, fewer than "
+        f"rollout.questions_per_batch = 2 ({config}:"
+    ) in result.err
+    (event,) = read_events(tmp_path / "run", "data_fewer_than_a_batch")
+    assert "the same questions several times over" in event["detail"]
+    assert len(read_events(tmp_path / "run", "metrics")) == 1  # it trains on
