@@ -122,6 +122,73 @@ EVENTS: list[tuple[str, str, str]] = [
     ("cold_start_done", "the end of the cold start", "steps and trajectories it trained on"),
     ("data_malformed_rows", "a QA file is read", "rows skipped as malformed, with examples"),
     (
+        "data_fewer_than_a_batch",
+        "train starts",
+        "`data.train` holds fewer questions than `rollout.questions_per_batch`: each step draws some several times",
+    ),
+    (
+        "heldout_in_train",
+        "train starts",
+        "5% or more of the held-out questions are in `data.train` too: the held-out EM is not held out",
+    ),
+    (
+        "resume_base_model_changed",
+        "`--resume`",
+        "the checkpoint was trained on another `model.base_model`",
+    ),
+    ("resume_nothing_to_train", "`--resume`", "the checkpoint is at or past `train.max_steps`"),
+    (
+        "stale_save_removed",
+        "train starts",
+        "a hidden folder a killed checkpoint save left, removed",
+    ),
+    ("stopped", "a stop ends train", "the signal, the phase it came in and the last checkpoint"),
+    (
+        "rollout_discarded",
+        "a pipelined run ends",
+        "a prefetched rollout that failed after the loop stopped reading it",
+    ),
+    (
+        "cache_damaged",
+        "a cached built-in asset is read",
+        "the folder and the problem: discarded and built again",
+    ),
+    (
+        "hub_unreachable",
+        "a hub id is loaded and the hub does not answer",
+        "why; the model loads from this machine's cache alone",
+    ),
+    (
+        "remote_connecting",
+        "the first request to a remote service",
+        "its address, the timeout and the retries it is given",
+    ),
+    (
+        "search_failed",
+        "a search request failed for good (once per failure class)",
+        "the provider, the `failure` class and the detail",
+    ),
+    (
+        "judge_failures",
+        "a batch of judge calls had failures",
+        "how many of the calls, the judge's address and the last error",
+    ),
+    (
+        "eval_judge",
+        "`eval --judge`, after each model",
+        "the judge's spend and agreement for that model",
+    ),
+    (
+        "plugin_check_failed",
+        "a plugin's `check` raised",
+        "the plugin and the error (its factory meets the problem when the run creates it)",
+    ),
+    (
+        "index_build_restarted",
+        "`index build` resumes a build it cannot continue",
+        "why; the build starts over",
+    ),
+    (
         "lora_coverage",
         "the local model loads",
         "the layers the LoRA adapter covers, per layer type",

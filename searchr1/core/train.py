@@ -50,7 +50,7 @@ import asyncio
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,20 +163,37 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     return _end(plan, progress, step, asked)
 
 
-def _warn_under_a_batch(cfg: Config, count: int) -> None:
-    """Warn when data.train holds fewer questions than a step draws (a mix-up of files
-    looks like this): every step then draws some of them several times."""
+#: held-out questions also in data.train, as a share of data.eval, from which a warning is
+#: given: public QA splits share a few percent of their questions (NQ's train and test), a
+#: mix-up of files (data.eval = data.train, swapped splits) far more
+HELDOUT_IN_TRAIN_WARN = 0.05
+
+
+def _warn_on_the_data(cfg: Config, train: Sequence[Question], heldout: Sequence[Question]) -> None:
+    """Warn about data that looks mixed up: fewer training questions than a step draws
+    (each step draws some several times), or held-out questions that are training ones
+    (their held-out EM is not held out)."""
     per_step = cfg.rollout.questions_per_batch
-    if count >= per_step:
-        return
-    warn(
-        "data_fewer_than_a_batch",
-        f"data.train = {cfg.data.train!r} holds {count} question{'s' if count != 1 else ''}, "
-        f"fewer than rollout.questions_per_batch = {per_step} "
-        f"({cfg.where('rollout.questions_per_batch')}): every step draws the same questions "
-        f"several times over; lower questions_per_batch, or check that data.train is the "
-        f"file meant",
-    )
+    if len(train) < per_step:
+        warn(
+            "data_fewer_than_a_batch",
+            f"data.train = {cfg.data.train!r} holds {len(train)} "
+            f"question{'s' if len(train) != 1 else ''}, fewer than "
+            f"rollout.questions_per_batch = {per_step} "
+            f"({cfg.where('rollout.questions_per_batch')}): every step draws the same "
+            f"questions several times over; lower questions_per_batch, or check that "
+            f"data.train is the file meant",
+        )
+    seen = {" ".join(q.question.lower().split()) for q in train}
+    shared = [q for q in heldout if " ".join(q.question.lower().split()) in seen]
+    if heldout and len(shared) >= HELDOUT_IN_TRAIN_WARN * len(heldout):
+        warn(
+            "heldout_in_train",
+            f"{len(shared)} of the {len(heldout)} held-out questions of data.eval = "
+            f"{cfg.data.eval!r} are in data.train = {cfg.data.train!r} too (e.g. "
+            f"{shared[0].question!r}): the held-out EM counts them as unseen; check that "
+            f"data.eval is the held-out split",
+        )
 
 
 async def _prepare(run: Run, *, resume: bool) -> _Plan:
@@ -184,11 +201,11 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     the model (``run.start``) and, on ``resume``, the checkpoint's state."""
     cfg, log = run.config, get_logger()
     questions = load_questions(cfg.data.train, cfg.assets, field_name="data.train", report=True)
-    if run.world.main:
-        _warn_under_a_batch(cfg, len(questions.questions))
     stream = QuestionStream(questions.questions, cfg.run.seed)
     health = Health.for_config(cfg)
     heldout = heldout_questions(cfg)
+    if run.world.main:
+        _warn_on_the_data(cfg, questions.questions, heldout)
     periodic = PeriodicEval.for_config(cfg, heldout) if run.world.main else None
     if not cfg.train.eval_before_after or not run.world.main:
         heldout = []  # eval_every's questions only; under torchrun rank 0 alone evaluates

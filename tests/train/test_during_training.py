@@ -252,3 +252,28 @@ def test_fewer_questions_than_a_batch_warns_and_trains(tmp_path: Path, run_cli) 
     (event,) = read_events(tmp_path / "run", "data_fewer_than_a_batch")
     assert "the same questions several times over" in event["detail"]
     assert len(read_events(tmp_path / "run", "metrics")) == 1  # it trains on
+
+
+def test_held_out_questions_that_are_training_ones_warn(tmp_path: Path, run_cli) -> None:
+    """data.eval naming the training file (a mix-up): the held-out EM would not be held out."""
+    questions = ["Who founded Sistan Group?", "Where is Mobu?", "Who leads Zunmun?"]
+    data = tmp_path / "qa.jsonl"
+    data.write_text(
+        "".join(json.dumps({"question": q, "answers": ["x"]}) + "\n" for q in questions)
+    )
+    train = str(data)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        make_config(
+            train={"max_steps": 0, "eval_before_after": True}, data={"train": train, "eval": train}
+        )
+    )
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.err
+    (event,) = read_events(tmp_path / "run", "heldout_in_train")
+    assert (
+        f"held-out questions of data.eval = '{train}' are in data.train = '{train}' too"
+        in (event["detail"])
+    )
+    assert "searchr1: warning: " in result.err and "check that data.eval" in result.err
+    assert not read_events(tmp_path / "run", "data_fewer_than_a_batch")
