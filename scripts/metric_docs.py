@@ -231,6 +231,11 @@ EVENTS: list[tuple[str, str, str]] = [
         "closing the session failed (the run's results are kept)",
     ),
     ("vllm_server_launched", "the vllm provider launches a server", "its command and address"),
+    (
+        "vllm_server_starting",
+        "every 15 s of waiting for a vLLM server to be ready",
+        "the seconds waited, the timeout and a launched server's last log line",
+    ),
     ("vllm_ready", "the vllm provider", "the server(s) answer"),
     ("vllm_server_stopped", "the end of a run", "a launched server stopped"),
     ("vllm_server_kill", "a server did not stop", "it was killed"),

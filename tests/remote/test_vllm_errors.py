@@ -184,6 +184,37 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
         os.killpg(server.process.pid, 0)
 
 
+def test_a_long_start_says_how_long_and_what_the_server_is_doing(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    script = tmp_path / "fake_server.sh"
+    script.write_text(
+        "#!/bin/sh\necho 'starting up'\necho 'Loading weights took 41 s'\nsleep 300\n"
+    )
+    script.chmod(0o755)
+    server = VllmServer.launch([str(script)], tmp_path / "server.log")
+    try:
+        with capture_logs() as logs, pytest.raises(VllmServerError, match="not ready after 1.5 s"):
+            asyncio.run(
+                wait_ready(
+                    _never,
+                    where="http://x",
+                    timeout_s=1.5,
+                    server=server,
+                    poll_s=0.05,
+                    note_every_s=0.5,
+                )
+            )
+    finally:
+        server.stop(grace_s=5)
+    notes = [e for e in logs if e["event"] == "vllm_server_starting"]
+    waited = [n["waited_s"] for n in notes]
+    assert waited == sorted(waited) and waited[-1] <= 2
+    assert 2 <= len(notes) <= 3  # at 0.5, 1.0 (and 1.5) s, not on every poll
+    assert notes[-1]["log_line"] == "Loading weights took 41 s"
+    assert notes[-1]["timeout_s"] == 1.5 and notes[-1]["api_base"] == "http://x"
+
+
 def test_a_killed_trainer_takes_its_server_down(tmp_path: Path) -> None:
     """SIGKILL leaves no time to clean up: the parent-death signal stops the server."""
     pid_file = tmp_path / "server.pid"

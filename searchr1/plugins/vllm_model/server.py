@@ -341,11 +341,15 @@ async def wait_ready(
     timeout_s: float,
     server: VllmServer | None = None,
     poll_s: float = 1.0,
+    note_every_s: float = 15.0,
 ) -> float:
     """Poll ``is_ready`` until it is true; returns the seconds waited. Raises
     :class:`VllmServerError` when ``server`` (a launched one) exits or ``timeout_s`` passes,
-    with the server log's last lines when there is one."""
+    with the server log's last lines when there is one. Every ``note_every_s`` of waiting
+    logs a ``vllm_server_starting`` event (a launched server's last log line in it): a
+    large model takes minutes to load, and the wait must not look like a hang."""
     t0 = time.monotonic()
+    next_note = note_every_s
     while True:
         if server is not None and server.exited() is not None:
             raise VllmServerError(
@@ -355,6 +359,16 @@ async def wait_ready(
         if await is_ready():
             return time.monotonic() - t0
         waited = time.monotonic() - t0
+        if waited >= next_note:
+            next_note += note_every_s
+            line = server.log_tail(1)[-200:] if server is not None else ""
+            log.info(
+                "vllm_server_starting",
+                api_base=where,
+                waited_s=round(waited),
+                timeout_s=timeout_s,
+                **({"log_line": line} if line else {}),
+            )
         if waited > timeout_s:
             tail = f"; its last log lines:\n{server.log_tail()}" if server is not None else ""
             raise VllmServerError(
