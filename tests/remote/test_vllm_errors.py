@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -111,16 +112,27 @@ async def _connect(cfg: Config) -> None:
         pass
 
 
-def test_a_server_that_is_not_up_fails_the_start_after_the_timeout(tmp_path: Path) -> None:
+def test_a_server_that_is_not_up_fails_the_start_after_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said at once (a server started by hand binds its port only once its model is loaded,
+    so the run waits), with the reason, then the timeout's error with the reason too."""
+    port = closed_port()
     cfg = _config(
-        api_base=f"http://127.0.0.1:{closed_port()}",
+        api_base=f"http://127.0.0.1:{port}",
         adapters_dir=str(tmp_path / "adapters"),
         startup_timeout_s=1,
     )
+    refused = "connection refused (nothing listens there)"
     with pytest.raises(
-        VllmServerError, match=r"not ready after 1 s \(model.vllm.startup_timeout_s\)"
+        VllmServerError,
+        match=rf"not ready after 1 s \(model.vllm.startup_timeout_s\): {re.escape(refused)}",
     ):
         asyncio.run(_connect(cfg))
+    assert (
+        f"searchr1: warning: the vLLM server at http://127.0.0.1:{port} is not ready: {refused}; "
+        f"waiting up to 1 s (model.vllm.startup_timeout_s) for it, Ctrl-C stops"
+    ) in capsys.readouterr().err
 
 
 def test_a_launched_server_that_dies_shows_its_last_log_lines() -> None:
@@ -166,8 +178,8 @@ def test_a_python_that_is_not_there_says_how_to_make_one(tmp_path: Path) -> None
         VllmServer.launch(["/nope/python", "-m", "vllm"], tmp_path / "server.log")
 
 
-async def _never() -> bool:
-    return False
+async def _never() -> str:
+    return "still loading"
 
 
 def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
@@ -213,6 +225,8 @@ def test_a_long_start_says_how_long_and_what_the_server_is_doing(tmp_path: Path)
     assert 2 <= len(notes) <= 3  # at 0.5, 1.0 (and 1.5) s, not on every poll
     assert notes[-1]["log_line"] == "Loading weights took 41 s"
     assert notes[-1]["timeout_s"] == 1.5 and notes[-1]["api_base"] == "http://x"
+    assert notes[-1]["why"] == "still loading"
+    assert not [e for e in logs if e["event"] == "vllm_server_not_ready"]  # launched: expected
 
 
 def test_a_killed_trainer_takes_its_server_down(tmp_path: Path) -> None:

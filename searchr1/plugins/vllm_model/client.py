@@ -131,12 +131,18 @@ class VllmClient:
                     ) from exc
             raise error from exc
 
+    async def readiness(self) -> str:
+        """``""`` when ``/health`` answers 200, else why not (a refused connection while
+        the server starts or is down, the status it answers)."""
+        try:
+            response = await self._request("GET", "/health", timeout=5.0)
+        except RemoteError as exc:
+            return exc.summary
+        return "" if response.status_code == 200 else f"/health answers {response.status_code}"
+
     async def healthy(self) -> bool:
         """True when ``/health`` answers 200 (False while the server starts or is down)."""
-        try:
-            return (await self._request("GET", "/health", timeout=5.0)).status_code == 200
-        except RemoteError:
-            return False
+        return not await self.readiness()
 
     async def models(self) -> list[dict[str, Any]]:
         """The cards of ``GET /v1/models``: the base model and each loaded adapter."""

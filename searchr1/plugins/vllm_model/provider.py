@@ -207,7 +207,7 @@ class VllmModelProvider:
             waited = max(
                 waited,
                 await wait_ready(
-                    client.healthy,
+                    client.readiness,
                     where=client.api_base,
                     timeout_s=settings.startup_timeout_s,
                     server=self.servers[k] if self.servers else None,

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from searchr1.core.errors import EXIT_ENVIRONMENT_DOWN, UserError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, warn
 
 log = get_logger()
 
@@ -335,7 +335,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 async def wait_ready(
-    is_ready: Callable[[], Awaitable[bool]],
+    not_ready: Callable[[], Awaitable[str]],
     *,
     where: str,
     timeout_s: float,
@@ -343,22 +343,32 @@ async def wait_ready(
     poll_s: float = 1.0,
     note_every_s: float = 15.0,
 ) -> float:
-    """Poll ``is_ready`` until it is true; returns the seconds waited. Raises
-    :class:`VllmServerError` when ``server`` (a launched one) exits or ``timeout_s`` passes,
-    with the server log's last lines when there is one. Every ``note_every_s`` of waiting
-    logs a ``vllm_server_starting`` event (a launched server's last log line in it): a
-    large model takes minutes to load, and the wait must not look like a hang."""
+    """Poll ``not_ready`` (why the server is not ready, ``""`` once it is) and return the
+    seconds waited. Raises :class:`VllmServerError` when ``server`` (a launched one) exits or
+    ``timeout_s`` passes, with the reason and the server log's last lines when there is one.
+    A server this run did not launch that is not ready at once is warned about, and every
+    ``note_every_s`` of waiting logs a ``vllm_server_starting`` event (the reason, a launched
+    server's last log line): a large model takes minutes to load, and the wait must not look
+    like a hang."""
     t0 = time.monotonic()
-    next_note = note_every_s
+    next_note, warned = note_every_s, False
     while True:
         if server is not None and server.exited() is not None:
             raise VllmServerError(
                 f"the vLLM server {server.ending()} before it was ready "
                 f"(log: {server.log_path}); its last lines:\n{server.log_tail()}"
             )
-        if await is_ready():
-            return time.monotonic() - t0
+        why = await not_ready()
         waited = time.monotonic() - t0
+        if not why:
+            return waited
+        if server is None and not warned:
+            warned = True
+            warn(
+                "vllm_server_not_ready",
+                f"the vLLM server at {where} is not ready: {why}; waiting up to "
+                f"{timeout_s:g} s (model.vllm.startup_timeout_s) for it, Ctrl-C stops",
+            )
         if waited >= next_note:
             next_note += note_every_s
             line = server.log_tail(1)[-200:] if server is not None else ""
@@ -367,12 +377,13 @@ async def wait_ready(
                 api_base=where,
                 waited_s=round(waited),
                 timeout_s=timeout_s,
+                why=why,
                 **({"log_line": line} if line else {}),
             )
         if waited > timeout_s:
             tail = f"; its last log lines:\n{server.log_tail()}" if server is not None else ""
             raise VllmServerError(
                 f"the vLLM server at {where} was not ready after {timeout_s:g} s "
-                f"(model.vllm.startup_timeout_s){tail}"
+                f"(model.vllm.startup_timeout_s): {why}{tail}"
             )
         await asyncio.sleep(poll_s)
