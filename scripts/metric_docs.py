@@ -127,6 +127,11 @@ EVENTS: list[tuple[str, str, str]] = [
         "`data.train` holds fewer questions than `rollout.questions_per_batch`: each step draws some several times",
     ),
     (
+        "question_skipped",
+        "a drawn training question's prompt alone fills `rollout.max_trajectory_tokens`",
+        "the question and its prompt's tokens: it is skipped, another is drawn",
+    ),
+    (
         "heldout_in_train",
         "train starts",
         "5% or more of the held-out questions are in `data.train` too: the held-out EM is not held out",

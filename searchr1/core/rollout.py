@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from searchr1.core.agent_protocol import Action, AgentProtocol
 from searchr1.core.errors import ConfigValueError
-from searchr1.core.logs import get_logger
+from searchr1.core.logs import get_logger, warn
 from searchr1.core.types import (
     EndReason,
     Question,
@@ -43,12 +43,54 @@ from searchr1.core.types import (
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
+    from searchr1.core.question_stream import QuestionStream
+    from searchr1.core.runs import Run
 
 T = TypeVar("T")
 
 
 class RolloutConfigError(ConfigValueError):
     """A question's prompt alone fills ``[rollout] max_trajectory_tokens`` (exit code 2)."""
+
+
+def prompt_overflow(protocol: AgentProtocol, question: Question, limit: int) -> str | None:
+    """Why ``question`` cannot be rolled out under ``rollout.max_trajectory_tokens = limit``
+    (its prompt alone fills it), or None."""
+    size = len(protocol.initial_prompt_tokens(question))
+    return _overflow(question, size, limit) if size >= limit else None
+
+
+def fitting(run: Run, stream: QuestionStream, n: int, field: str = "data.train") -> list[Question]:
+    """The next ``n`` questions of ``stream`` (read from ``field``) that leave room for an
+    answer. A question whose prompt alone fills ``rollout.max_trajectory_tokens`` can never
+    be rolled out: it is skipped with a warning each time it is drawn, rather than ending a
+    run hours in (a large QA set has a few such rows; tokenizing all of it up front would
+    cost minutes)."""
+    limit = run.config.rollout.max_trajectory_tokens
+    batch: list[Question] = []
+    skipped = 0
+    while len(batch) < n:
+        for question in stream.next_batch(n - len(batch)):
+            overflow = prompt_overflow(run.protocol, question, limit)
+            if overflow is None:
+                batch.append(question)
+                continue
+            skipped += 1
+            if skipped > len(stream.questions):
+                raise RolloutConfigError(
+                    f"{field}: no question leaves room in rollout.max_trajectory_tokens = "
+                    f"{limit} ({overflow}); raise it"
+                )
+            if run.world.main:
+                warn("question_skipped", f"{field}: {overflow}: it is skipped")
+    return batch
+
+
+def _overflow(question: Question, size: int, limit: int) -> str:
+    return (
+        f"question {question.id!r}: the prompt alone has {size} tokens, no room left in "
+        f"rollout.max_trajectory_tokens = {limit}"
+    )
 
 
 def sampling_params(
@@ -124,8 +166,7 @@ class _Rollout:
         prompt = self.protocol.initial_prompt_tokens(question)
         if len(prompt) >= self.limits.max_trajectory_tokens:
             raise RolloutConfigError(
-                f"question {question.id!r}: the prompt alone has {len(prompt)} tokens, no room "
-                f"left in rollout.max_trajectory_tokens = {self.limits.max_trajectory_tokens}"
+                _overflow(question, len(prompt), self.limits.max_trajectory_tokens)
             )
         first = await self.model.sample(
             prompt, group_size, self._params(len(prompt), f"{group_id}/first", group_id)

@@ -277,3 +277,41 @@ def test_held_out_questions_that_are_training_ones_warn(tmp_path: Path, run_cli)
     )
     assert "searchr1: warning: " in result.err and "check that data.eval" in result.err
     assert not read_events(tmp_path / "run", "data_fewer_than_a_batch")
+
+
+def test_a_question_too_long_for_the_token_limit_is_skipped_not_fatal(
+    tmp_path: Path, run_cli
+) -> None:
+    """A large QA set has a few rows whose prompt alone fills max_trajectory_tokens: drawn
+    hours into a run, one ended it (exit 2). It is skipped with a warning naming it; a file
+    where no question fits is refused."""
+    rows = [
+        {"id": "long", "question": "Who founded Sistan Group? " + "lorem " * 600, "answers": ["x"]},
+        {"id": "short-1", "question": "Who founded Sistan Group?", "answers": ["Tirma Parzes"]},
+        {"id": "short-2", "question": "Where is Mobu?", "answers": ["x"]},
+    ]
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "config.toml"
+    train = {"max_steps": 3, "dump_trajectories": 64}
+    config.write_text(
+        make_config(rollout={"questions_per_batch": 2}, train=train, data={"train": str(data)})
+    )
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert "searchr1: warning: data.train: question 'long': the prompt alone has " in result.err
+    assert "no room left in rollout.max_trajectory_tokens = 384: it is skipped" in result.err
+    skipped = read_events(tmp_path / "run", "question_skipped")
+    assert skipped and all("'long'" in e["detail"] for e in skipped)
+    assert len(read_events(tmp_path / "run", "metrics")) == 3
+    dumped = [
+        json.loads(line)["question"]
+        for path in sorted((tmp_path / "run" / "trajectories").glob("step_*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert dumped and not [q for q in dumped if "lorem" in q]  # never rolled out
+
+    data.write_text(json.dumps(rows[0]) + "\n")
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run2")
+    assert result.code == 2, result.err
+    assert "no question leaves room in rollout.max_trajectory_tokens = 384" in result.err
