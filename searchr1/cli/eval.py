@@ -304,10 +304,13 @@ async def _evaluate_all(
     from searchr1.core.evaluation import evaluate_run, write_records
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import close_reward, reward_metrics
+    from searchr1.core.rollout import check_fit
 
     config, log = run.config, get_logger()
     results: dict[str, Any] = {}
     try:
+        limit = config.rollout.max_trajectory_tokens
+        check_fit(run.protocol, questions, limit, f"--data = {data_path!r}")
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:

@@ -86,6 +86,23 @@ def fitting(run: Run, stream: QuestionStream, n: int, field: str = "data.train")
     return batch
 
 
+def check_fit(
+    protocol: AgentProtocol, questions: Sequence[Question], limit: int, field: str
+) -> None:
+    """RolloutConfigError when a question of ``questions`` (read from ``field``) has a prompt
+    that alone fills ``rollout.max_trajectory_tokens = limit``, naming the first and how many:
+    an eval scores a fixed set of questions, so it is refused before any is rolled out (about
+    0.2 ms a question) rather than stopped on the first such one, part-way through."""
+    over = [found for q in questions if (found := prompt_overflow(protocol, q, limit))]
+    if over:
+        more = (
+            f" (and {len(over) - 1} more question{'s' * (len(over) > 2)})" if len(over) > 1 else ""
+        )
+        raise RolloutConfigError(
+            f"{field}: {over[0]}{more}; raise rollout.max_trajectory_tokens, or leave them out"
+        )
+
+
 def _overflow(question: Question, size: int, limit: int) -> str:
     return (
         f"question {question.id!r}: the prompt alone has {size} tokens, no room left in "

@@ -72,6 +72,7 @@ from searchr1.core.logs import get_logger, warn
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
+from searchr1.core.rollout import check_fit
 from searchr1.core.runs import Run
 from searchr1.core.step import (
     Batch,
@@ -207,6 +208,7 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     if run.world.main:
         _warn_on_the_data(cfg, questions.questions, heldout)
     periodic = PeriodicEval.for_config(cfg, heldout) if run.world.main else None
+    evaluated = heldout if run.world.main else []
     if not cfg.train.eval_before_after or not run.world.main:
         heldout = []  # eval_every's questions only; under torchrun rank 0 alone evaluates
     warm_up = cold_start_settings(cfg)
@@ -222,6 +224,8 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
+        # now, not at the first held-out eval: eval_every's may come hours in
+        check_fit(run.protocol, evaluated, cfg.rollout.max_trajectory_tokens, "data.eval")
         warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
         log.info(
             "importance_ratio",

@@ -227,6 +227,26 @@ def test_scores_with_search_down_are_written_and_exit_3(tmp_path: Path, run_cli)
     assert failed and failed[0]["failure"] == "refused"
 
 
+def test_questions_too_long_for_the_token_limit_are_refused_before_any_rollout(
+    world: Path, tmp_path: Path, run_cli
+) -> None:
+    """A rollout stops on such a question, part-way through an eval; all of them are found
+    first, the first one named and the rest counted, and no records are written."""
+    rows = [json.loads(line) for line in (world.parent / "heldout.jsonl").read_text().splitlines()]
+    for i in (1, 2, 3):
+        rows[i] = {**rows[i], "id": f"long{i}", "question": "Who? " + "lorem " * 600}
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_cli("eval", "--config", world, "--run-dir", tmp_path / "r", "--data", data)
+    assert result.code == 2, result.err
+    assert f"--data = '{data}': question 'nq/long1': the prompt alone has " in result.err
+    assert "(and 2 more questions); raise rollout.max_trajectory_tokens, or leave them out" in (
+        result.err
+    )
+    assert not list((tmp_path / "r").glob("eval_*.jsonl"))
+    assert not read_events(tmp_path / "r", "eval_start")
+
+
 def test_cli_errors_are_plain_messages(world: Path, tmp_path: Path, run_cli) -> None:
     base = ["eval", "--config", world, "--run-dir", tmp_path / "r"]
     for extra, message in (

@@ -315,3 +315,25 @@ def test_a_question_too_long_for_the_token_limit_is_skipped_not_fatal(
     result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run2")
     assert result.code == 2, result.err
     assert "no question leaves room in rollout.max_trajectory_tokens = 384" in result.err
+
+
+def test_a_held_out_question_too_long_is_refused_before_training(tmp_path: Path, run_cli) -> None:
+    """eval_every's first eval may come hours in: its questions are checked when the model
+    has loaded, before any step."""
+    rows = [
+        {"question": "Who founded Sistan Group?", "answers": ["Tirma Parzes"]},
+        {"id": "long", "question": "Who? " + "lorem " * 600, "answers": ["x"]},
+    ]
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = tmp_path / "config.toml"
+    config.write_text(
+        make_config(
+            train={"max_steps": 4, "eval_every": 2, "eval_before_after": False},
+            data={"eval": str(heldout)},
+        )
+    )
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 2, result.err
+    assert "data.eval: question 'long': the prompt alone has " in result.err
+    assert not read_events(tmp_path / "run", "metrics")
