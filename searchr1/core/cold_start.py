@@ -34,7 +34,7 @@ from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import score_all
-from searchr1.core.rollout import fitting, rollout_questions, sampling_params
+from searchr1.core.rollout import draw_fitting, rollout_questions, sampling_params
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
 from searchr1.core.step import adam_params, learn
@@ -108,7 +108,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     for step in range(1, cs.steps + 1):
         phase = f"the cold start (step {step} of {cs.steps})"
         run.stop.check(phase, run.world)  # every rank, before the step's collectives
-        batch = fitting(run, stream, cs.questions_per_step, field)
+        batch = draw_fitting(run, stream, cs.questions_per_step, field)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
         rollouts = rollout_questions(
             teacher,

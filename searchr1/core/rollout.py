@@ -60,7 +60,9 @@ def prompt_overflow(protocol: AgentProtocol, question: Question, limit: int) -> 
     return _overflow(question, size, limit) if size >= limit else None
 
 
-def fitting(run: Run, stream: QuestionStream, n: int, field: str = "data.train") -> list[Question]:
+def draw_fitting(
+    run: Run, stream: QuestionStream, n: int, field: str = "data.train"
+) -> list[Question]:
     """The next ``n`` questions of ``stream`` (read from ``field``) that leave room for an
     answer. A question whose prompt alone fills ``rollout.max_trajectory_tokens`` can never
     be rolled out: it is skipped with a warning each time it is drawn, rather than ending a

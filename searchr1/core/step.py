@@ -47,7 +47,7 @@ from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.metric_schema import assemble, merge
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import reward_metrics, reward_problem, score_all
-from searchr1.core.rollout import fitting
+from searchr1.core.rollout import draw_fitting
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
     kl_metrics,
@@ -354,7 +354,7 @@ async def _collect_groups(
     keep_degenerate = run.loss is not None and kl_coef(run.loss) > 0
     want = cfg.rollout.questions_per_batch
     draw = (run, step, version)
-    first, owners = await _rollout_shared(*draw, fitting(run, stream, want), 0)
+    first, owners = await _rollout_shared(*draw, draw_fitting(run, stream, want), 0)
     groups = list(first)
     extra = 0
     while cfg.rollout.dynamic_sampling and extra < cfg.rollout.max_extra_draws:
@@ -363,7 +363,7 @@ async def _collect_groups(
             break
         n = min(missing, cfg.rollout.max_extra_draws - extra)
         extra += n
-        more, more_owners = await _rollout_shared(*draw, fitting(run, stream, n), extra)
+        more, more_owners = await _rollout_shared(*draw, draw_fitting(run, stream, n), extra)
         groups += more
         owners += more_owners
     if cfg.rollout.dynamic_sampling:
