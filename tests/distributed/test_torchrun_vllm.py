@@ -215,6 +215,7 @@ def test_a_launched_server_that_dies_is_named_as_dead_on_every_rank(tmp_path: Pa
     assert rank0 in job.stderr or other in job.stderr, job.stderr[-3000:]
     if rank0 in job.stderr:
         assert "was killed by SIGKILL" in job.stderr
-        (kept,) = tmp_path.glob("searchr1-vllm-*.log")  # the dead one's; the other's removed
-        assert f"its log: {kept}" in job.stderr
+        # a dead server's log is kept (both may have died: each had its completions)
+        kept = sorted(tmp_path.glob("searchr1-vllm-*.log"))
+        assert kept and any(f"its log: {log}" in job.stderr for log in kept), job.stderr
     assert [c.step for c in list_checkpoints(run_dir)] == [1]
