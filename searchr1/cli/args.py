@@ -102,8 +102,7 @@ def open_run_from_args(
         flags = {**config.flags, "train.max_steps": "--max-steps"}
         config = config.replace(train={"max_steps": max_steps}, flags=flags)
     if getattr(args, "no_cache", False):
-        flags = {**config.flags, "search.disk_cache": "--no-cache"}
-        config = config.replace(search={"disk_cache": False}, flags=flags)
+        config = config.replace(search={"disk_cache": False})
     intro = partial(intro_lines, config) if command == "train" else None
     log_kwargs.setdefault("screen", tty_screen(intro=intro))
     return open_run(

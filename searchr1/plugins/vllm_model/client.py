@@ -65,8 +65,6 @@ class VllmClient:
     refused or dropped because it died is reported as its death, with its log."""
 
     server: VllmServer | None = None
-    #: on the other ranks of a torchrun job: rank 0 launched the server (and sees its end)
-    launched_by_rank0: bool = False
 
     def __init__(
         self,
@@ -76,7 +74,10 @@ class VllmClient:
         max_connections: int,
         api_key: str = "",
         label: str = "",
+        launched_by_rank0: bool = False,
     ) -> None:
+        #: on another rank of a torchrun job: rank 0 launched the server (and sees its end)
+        self.launched_by_rank0 = launched_by_rank0
         self.api_base = api_base.rstrip("/").removesuffix("/v1")
         self.name = (
             f"{label} at {self.api_base}" if label else f"the vLLM server at {self.api_base}"

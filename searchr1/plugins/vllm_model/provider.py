@@ -186,9 +186,8 @@ class VllmModelProvider:
         reached = await self._on_rank0(lambda: self._reach(config, settings, given))
         if not self.world.main:
             api_bases, launched, self._token, self.max_model_len = reached
-            self._make_clients(api_bases, settings, "" if launched else config.model.api_key)
-            for client in self.clients:
-                client.launched_by_rank0 = launched
+            key = "" if launched else config.model.api_key
+            self._make_clients(api_bases, settings, key, launched_by_rank0=launched)
             self.adapter = self._follow()
 
     async def _reach(
@@ -230,8 +229,16 @@ class VllmModelProvider:
         )
         return api_bases, launched, self._token, self.max_model_len
 
-    def _make_clients(self, api_bases: Sequence[str], settings: VllmSettings, key: str) -> None:
-        """One client per server, named server0, server1, ... when there are several."""
+    def _make_clients(
+        self,
+        api_bases: Sequence[str],
+        settings: VllmSettings,
+        key: str,
+        *,
+        launched_by_rank0: bool = False,
+    ) -> None:
+        """One client per server, named server0, server1, ... when there are several;
+        ``launched_by_rank0``: on another rank of a torchrun job whose rank 0 launched them."""
         several = len(api_bases) > 1
         self.clients = [
             VllmClient(
@@ -240,6 +247,7 @@ class VllmModelProvider:
                 max_connections=settings.max_connections,
                 api_key=key,
                 label=f"vLLM server{k}" if several else "",
+                launched_by_rank0=launched_by_rank0,
             )
             for k, api_base in enumerate(api_bases)
         ]
