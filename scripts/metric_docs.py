@@ -216,7 +216,17 @@ EVENTS: list[tuple[str, str, str]] = [
         "a Qwen3.5 model loads without its kernels",
         "the packages that make it fast",
     ),
-    ("gguf.converting", "first use of a .gguf model", "the conversion into a loadable folder"),
+    (
+        "asset_building",
+        "first use of a `builtin:` asset or a .gguf model",
+        "what is built, why, about how long it takes and the cache folder it goes to",
+    ),
+    ("asset_built", "the build ends", "what was built, in how many seconds, and where"),
+    (
+        "asset_waiting",
+        "another process is building in the same cache folder",
+        "the asset this one needs; it waits, then uses what the other built",
+    ),
     ("remote_model_ready", "a remote provider connects", "the service, the SDK and the model"),
     (
         "remote_temperature_not_1",

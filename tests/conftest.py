@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,12 +24,34 @@ import pytest
 # (a test of a third-party plugin installs it and names it in this variable).
 os.environ["SEARCHR1_LOAD_PLUGINS"] = ""
 
+#: The test run's own cache folder: built assets (the SmolLM2 conversion, ~30 s and 520 MB;
+#: the tiny models) are built once per run into it and shared by the xdist workers, which
+#: inherit the variable from the process that made the folder (and removes it at the end).
+#: Set it to a folder of your own to keep the assets between runs. Never the user's
+#: ~/.cache/searchr1 nor their hub cache: a test must pass on a fresh machine, and must not
+#: pass only because the developer's caches hold something.
+RUN_CACHE_VAR = "SEARCHR1_TEST_CACHE"
+_OWN_RUN_CACHE = RUN_CACHE_VAR not in os.environ
+if _OWN_RUN_CACHE:
+    os.environ[RUN_CACHE_VAR] = tempfile.mkdtemp(prefix="searchr1-test-cache-")
+_RUN_CACHE = Path(os.environ[RUN_CACHE_VAR])
+os.environ["SEARCHR1_CACHE"] = str(_RUN_CACHE / "searchr1")
+os.environ["HF_HOME"] = str(_RUN_CACHE / "huggingface")  # the hub cache, its token file too
+for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_TOKEN_PATH"):
+    os.environ.pop(_var, None)  # each would point the hub back at the user's files
+
 # tests/helpers/ is on sys.path through pytest's ``pythonpath`` setting (pyproject.toml)
 import cli_run  # noqa: E402
 from fakes import ScriptedPlugin  # noqa: E402
 
 if TYPE_CHECKING:
     from searchr1.core.plugins import Registry
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's cache folder goes with the run that made it (not with an xdist worker)."""
+    if _OWN_RUN_CACHE and not hasattr(config, "workerinput"):
+        shutil.rmtree(_RUN_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

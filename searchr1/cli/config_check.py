@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 def cmd_config_check(args: argparse.Namespace) -> int:
     import tomli_w
 
+    from searchr1.core import assets
     from searchr1.core.config import load_config
     from searchr1.core.config_validate import advice, heldout_refusals
     from searchr1.core.plugins import load_registry
     from searchr1.core.trainer_checks import loss_refusals
 
     registry = getattr(args, "registry", None) or load_registry()
+    built_before = len(assets.built)
     # one ConfigError listing every problem, plugin names, tables and the chosen plugins'
     # own checks included, in file order: what every run refuses before any plugin starts
     config = load_config(args.config, registry=registry, check_plugins=True)
@@ -45,15 +47,21 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     for warning in data:
         print(f"searchr1: warning: {warning}", file=sys.stderr)
     notes = [*config.warnings, *advice(config, registry)]
-    stops = sum(STOPS in line for line in [*notes, *data])
+    stops = sum(STOPS in line or EVAL_STOPS in line for line in [*notes, *data])
     why = getattr(args, "config_reason", "")
-    verdict = f"OK for smoke and eval; {stops} warning(s) say {STOPS}" if stops else "OK"
+    says = "1 warning says" if stops == 1 else f"{stops} warnings say"
+    verdict = f"OK for smoke and eval; {says} {STOPS}" if stops else "OK"
     print(f"# {config.source}: {verdict} (secrets redacted)" + (f"; chosen: {why}" if why else ""))
     for dotted, reason in config.choices.items():
         section, key = dotted.split(".", 1)
         print(f"# {dotted} = {getattr(getattr(config, section), key)!r}: {reason}")
     for line in [*notes, *_token_fit(config, registry)]:
         print(f"# warning: {line}")
+    for done in assets.built[built_before:]:  # the checks read the assets they name
+        print(
+            f"# built {done.what} in {done.seconds:.0f} s ({done.why}): {done.folder}; "
+            f"later commands reuse it"
+        )
     print(tomli_w.dumps(config.to_dict(redact=True)), end="")
     if getattr(args, "plugins", False):
         print(settings_text(config, registry), end="")
@@ -125,6 +133,8 @@ def _inline(value: object) -> str:
 
 #: the words of a warning about something ``searchr1 train`` refuses
 STOPS = "train would stop here"
+#: ... and ``searchr1 eval`` too (a missing ``data.eval``)
+EVAL_STOPS = "train and eval would stop here"
 
 
 def data_problems(config: Config) -> list[str]:
@@ -147,7 +157,7 @@ def data_problems(config: Config) -> list[str]:
         path = getattr(config.data, field_name)
         if not path:
             continue
-        stops = STOPS if field_name == "train" else "train and eval would stop here"
+        stops = STOPS if field_name == "train" else EVAL_STOPS
         try:
             real = Path(resolve(path, config.assets)) if is_builtin(path) else Path(path)
         except FileNotFoundError as exc:

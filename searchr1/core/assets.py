@@ -3,26 +3,47 @@ never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (defaul
 ``~/.cache/searchr1``) via a temporary folder renamed into place: never half-built. Its
 ``.complete`` marker records every file's size; a folder damaged later (a file gone, cut
 short, a header that disagrees with its length: :mod:`searchr1.core.artifacts`) is found the
-first time a process uses it, and is discarded and built again with a warning. The assets a
-path resolves against are the run's registry's, loaded once at the command or API entry and
-carried by its config (``Config.assets``)."""
+first time a process uses it, and is discarded and built again with a warning. A build says
+what it builds, why and about how long it takes (``asset_building``); processes that need the
+same cache folder wait on its lock rather than build twice. The assets a path resolves against
+are the run's registry's, loaded once at the command or API entry and carried by its config
+(``Config.assets``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from searchr1.core.artifacts import damage, file_sizes
-from searchr1.core.disk import as_disk_error, make_temp_dir, match_umask
+from searchr1.core.disk import as_disk_error, flock_folder, make_temp_dir, match_umask
 from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
 COMPLETE = ".complete"
 #: folders this process found whole (each is checked once per process)
 _whole: set[Path] = set()
+
+
+@dataclass(frozen=True)
+class Built:
+    """An asset this process built: ``what`` (``builtin:NAME``, or the file it converts),
+    ``why`` it was built, where, and in how many seconds."""
+
+    what: str
+    why: str
+    folder: Path
+    seconds: float
+
+
+#: every asset this process built, in order (``config check`` says which it built)
+built: list[Built] = []
 
 
 def cache_dir() -> Path:
@@ -49,32 +70,93 @@ def resolve(spec: str, assets: Mapping[str, Asset]) -> str:
         raise FileNotFoundError(f"unknown built-in asset {spec!r}; known: {known}")
     asset = assets[name]
     folder = cache_dir() / f"{name}-{asset.version}"
-    ensure_built(folder, asset)
+    ensure_built(folder, asset, f"{PREFIX}{name}")
     path = folder / rest if rest else folder
     if not path.exists():
         raise FileNotFoundError(f"{spec!r}: built-in asset {name!r} has no file {rest!r}")
     return str(path)
 
 
-def ensure_built(folder: Path, asset: Asset) -> None:
-    """Build ``asset`` into ``folder`` unless a whole build is there; a damaged one is
-    removed and built again, with a warning naming the file and what is wrong."""
+def ensure_built(folder: Path, asset: Asset, what: str = "") -> None:
+    """Build ``asset`` into ``folder`` unless a whole build is there, saying so first
+    (``what`` names it, default the folder's name): why, and about how long it takes. A
+    damaged one is removed and built again, with a warning naming the file and what is
+    wrong. The build holds the cache folder's lock: a process that needs an asset meanwhile
+    waits for it, then uses what the other built."""
     if folder in _whole:
         return
-    marker = folder / COMPLETE
-    if marker.exists():
-        problem = _damage(folder)
-        if problem is None:
-            _whole.add(folder)
-            return
-        from searchr1.core.logs import get_logger
+    if _problem(folder) is None:
+        _whole.add(folder)
+        return
+    what = what or folder.name
+    with _cache_lock(folder.parent, what):
+        problem = _problem(folder)  # another process may have built it while this one waited
+        if problem is not None:
+            why = f"first use: not yet in {folder.parent}"
+            if problem:
+                from searchr1.core.logs import get_logger
 
-        get_logger().warning(
-            "cache_damaged", path=str(folder), problem=problem, action="discarded, built again"
-        )
-        shutil.rmtree(folder, ignore_errors=True)
-    build(folder, asset)
+                get_logger().warning(
+                    "cache_damaged",
+                    path=str(folder),
+                    problem=problem,
+                    action="discarded, built again",
+                )
+                shutil.rmtree(folder, ignore_errors=True)
+                why = f"the copy in {folder.parent} is damaged: {problem}"
+            _announce("asset_building", asset=what, why=why, takes=asset.takes, folder=folder)
+            start = time.monotonic()
+            build(folder, asset)
+            done = Built(what, why, folder, time.monotonic() - start)
+            built.append(done)
+            _announce("asset_built", asset=what, seconds=round(done.seconds, 1), folder=folder)
     _whole.add(folder)
+
+
+def _problem(folder: Path) -> str | None:
+    """None when ``folder`` holds a whole build, ``""`` when it holds none, else what is
+    wrong with it."""
+    if not (folder / COMPLETE).exists():
+        return ""
+    return _damage(folder)
+
+
+@contextmanager
+def _cache_lock(cache: Path, what: str) -> Iterator[None]:
+    """The lock of the cache folder ``cache`` (:func:`~searchr1.core.disk.flock_folder`),
+    waited for, saying so, while another process builds there."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(cache)) from None
+    try:
+        fd = flock_folder(cache)
+    except BlockingIOError:
+        _announce("asset_waiting", asset=what, folder=cache)
+        fd = flock_folder(cache, wait=True)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _announce(event: str, *, asset: str, folder: Path, **fields: object) -> None:
+    """An info ``event``, and for a person (when no console draws the events) a sentence on
+    stderr: a build of tens of seconds must not look like a hang."""
+    from searchr1.core.logs import get_logger, on_screen
+
+    get_logger().info(event, asset=asset, folder=str(folder), **fields)
+    if on_screen():
+        return
+    if event == "asset_building":
+        takes = f"; it takes {fields['takes']}" if fields.get("takes") else ""
+        line = f"building {asset} ({fields['why']}){takes}; later commands reuse it"
+    elif event == "asset_built":
+        line = f"built {asset} in {fields['seconds']} s: {folder}"
+    else:
+        line = f"waiting for another process building in {folder} to finish (needs {asset})"
+    print(f"searchr1: {line}", file=sys.stderr, flush=True)
 
 
 def _damage(folder: Path) -> str | None:

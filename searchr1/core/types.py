@@ -476,8 +476,11 @@ class Asset:
     """A ``builtin:NAME`` asset. ``build(folder)`` fills an empty folder, once per
     ``version`` (bump it when the files change). Optional ``ceiling(config, tokenizer,
     protocol)`` returns a scripted :class:`Sampler` that answers its questions perfectly (or
-    None): the cold start imitates it, and ``train`` evaluates it on the asset's held-out set."""
+    None): the cold start imitates it, and ``train`` evaluates it on the asset's held-out set.
+    ``takes``: about how long a build takes and what it writes (``"about 30 s on 2 CPU cores;
+    540 MB"``), said when a build starts."""
 
     version: str
     build: Callable[[Path], None]
     ceiling: Callable[[Config, Any, Any], Sampler | None] | None = None
+    takes: str = ""

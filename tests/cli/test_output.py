@@ -84,20 +84,21 @@ def test_on_a_terminal_each_config_choice_is_said_once(
 def test_config_check_prints_its_report_on_stdout_and_logs_a_model_build_on_stderr(
     tmp_path: Path, run_cli, monkeypatch
 ) -> None:
-    """On a machine that has not built the real model yet, ``config check`` converts its GGUF
-    file (to read ``config.json``): the conversion's event goes to stderr as a JSON line, and
-    stdout starts with the verdict, as a script reading it expects."""
-    from searchr1.core.errors import ConfigValueError
-    from searchr1.plugins.real_models import smollm2_gguf
-
-    try:
-        smollm2_gguf()
-    except ConfigValueError as exc:
-        pytest.skip(str(exc))
+    """On a machine that has not built the config's model yet, ``config check`` builds it (to
+    read its ``config.json`` and tokenizer): the build's events go to stderr as JSON lines with
+    a sentence for a person, and stdout starts with the verdict, as a script reading it
+    expects."""
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cold-cache"))
-    example = Path(__file__).resolve().parents[2] / "examples" / "real-model.toml"
-    result = run_cli("config", "check", "--config", example)
+    text = '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    config = tmp_path / "config.toml"
+    config.write_text(text + '[model]\nbase_model = "builtin:tiny-random"\n')
+    result = run_cli("config", "check", "--config", config)
     assert result.code == 0, result.err
-    assert result.out.startswith(f"# {example}: OK"), result.out[:300]
+    assert result.out.startswith(f"# {config}: OK"), result.out[:300]
     built = [json.loads(line) for line in result.err.splitlines() if line.startswith("{")]
-    assert "gguf.converting" in {event["event"] for event in built}, result.err[:2000]
+    events = {(event["event"], event["asset"]) for event in built}
+    assert {("asset_building", "builtin:tiny-random"), ("asset_built", "builtin:tiny-random")} <= (
+        events
+    ), result.err[:2000]
+    assert "searchr1: building builtin:tiny-random (first use" in result.err
+    assert not any(mark in result.err for mark in BAR_MARKS), result.err[:2000]

@@ -92,8 +92,54 @@ def test_config_check_warns_of_the_eval_settings_train_refuses(
         warning = next(w for w in checked.err.splitlines() if words in w)
         assert warning.startswith(f"searchr1: warning: {config}:{number}: "), warning
         assert warning.endswith("(train would stop here)"), warning
-        assert "1 warning(s) say train would stop here" in checked.out
+        assert "1 warning says train would stop here" in checked.out
         trained = run_cli("train", "--config", config, "--run-dir", folder / "run")
         assert trained.code == 2, trained.out + trained.err
         rule = warning.removeprefix("searchr1: warning: ").removesuffix(" (train would stop here)")
         assert rule in trained.err, trained.err
+
+
+def test_config_check_counts_every_warning_that_says_train_would_stop(config_file, run_cli):
+    """A missing training file and a missing held-out file are two warnings that say train
+    would stop (the held-out one: train and eval); the header counts both, in words that agree
+    with the count."""
+    text = '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    text += '[data]\ntrain = "data/missing/train.jsonl"\neval = "data/missing/heldout.jsonl"\n'
+    result = run_cli("config", "check", "--config", config_file(text))
+    assert result.code == 0, result.err
+    stops = [line for line in result.err.splitlines() if "would stop here" in line]
+    assert len(stops) == 2, result.err
+    assert "train and eval would stop here" in stops[1]
+    assert "OK for smoke and eval; 2 warnings say train would stop here" in result.out
+
+
+def test_config_check_says_which_builtin_asset_it_built_why_and_how_long(
+    config_file, run_cli, tmp_path, monkeypatch
+):
+    """In an empty cache folder, the built-in world and model the config names are built on
+    first use: stderr says so before each build (what, why, about how long), the check's notes
+    say what it built and where; a second check builds nothing and says nothing of it."""
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("SEARCHR1_CACHE", str(cache))
+    text = '[search]\nprovider = "local"\n[search.local]\ncorpus = "builtin:world/corpus.jsonl"\n'
+    text += '[model]\nbase_model = "builtin:tiny"\n[data]\ntrain = "builtin:world/train.jsonl"\n'
+    first = run_cli("config", "check", "--config", config_file(text))
+    assert first.code == 0, first.err
+    said = [line for line in first.err.splitlines() if line.startswith("searchr1: building")]
+    assert len(said) == 2 and "builtin:tiny (first use" in "".join(said), said
+    said = [line for line in said if "builtin:world" in line]
+    assert said == [
+        f"searchr1: building builtin:world (first use: not yet in {cache}); it takes under a "
+        f"second; 1 MB; later commands reuse it"
+    ]
+    notes = [line for line in first.out.splitlines() if line.startswith("# built ")]
+    assert len(notes) == 2, first.out
+    (note,) = [line for line in notes if "builtin:world" in line]
+    assert re.fullmatch(
+        rf"# built builtin:world in \d+ s \(first use: not yet in {re.escape(str(cache))}\): "
+        rf"{re.escape(str(cache / 'world-1'))}; later commands reuse it",
+        note,
+    ), note
+    again = run_cli("config", "check", "--config", config_file(text))
+    assert again.code == 0 and "build" not in again.err, again.err
+    assert "# built " not in again.out

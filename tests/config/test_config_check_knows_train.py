@@ -80,7 +80,7 @@ def test_a_kl_term_the_provider_cannot_score_is_named_before_train_logs_in(
     config = config_file(make_config(model=model, train={"loss": {"kl_coef": 0.01}}))
     checked = run_cli("config", "check", "--config", config)
     assert checked.code == 0, checked.err
-    assert "OK for smoke and eval; 1 warning(s) say train would stop here" in checked.out
+    assert "OK for smoke and eval; 1 warning says train would stop here" in checked.out
     (warning,) = [w for w in checked.err.splitlines() if "kl_coef" in w]
     where = f"{config}:{_line(config, 'kl_coef')}"
     assert warning.startswith(f"searchr1: warning: {where}: train.loss.kl_coef = 0.01: "), warning

@@ -112,7 +112,7 @@ def test_verbatim_skeleton_selects_taotoken_and_the_answer_line(project: Path, c
     # item 4: ./config.toml runs without --config, and the first line says so; the skeleton
     # has no [data] train, which config check says before train would stop
     assert lines[0] == (
-        "# config.toml: OK for smoke and eval; 1 warning(s) say train would stop here (secrets "
+        "# config.toml: OK for smoke and eval; 1 warning says train would stop here (secrets "
         "redacted); chosen: ./config.toml exists in the working directory; no --config given"
     )
     assert "data.train is empty: train would stop here" in err
@@ -375,7 +375,7 @@ def test_skeleton_with_its_cold_start_uncommented_is_named_before_train(
     config.write_text(config.read_text(encoding="utf-8") + "\n[train.cold_start]\nsteps = 16\n")
     assert cli(["config", "check"]) == 0
     out, err = capsys.readouterr()
-    assert "2 warning(s) say train would stop here" in out.splitlines()[0]
+    assert "2 warnings say train would stop here" in out.splitlines()[0]
     (line,) = [w for w in err.splitlines() if "train.cold_start.loss_fn" in w]
     assert re.search(
         r"config\.toml:\d+: train\.cold_start\.loss_fn = 'cross_entropy': "

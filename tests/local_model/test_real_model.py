@@ -33,16 +33,28 @@ def _gguf_file() -> Path:
 
 
 def test_a_gguf_file_as_base_model_is_converted_once_and_answers_like_the_model(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
 
     from searchr1.kit.gguf import model_path
 
     gguf = _gguf_file()
     monkeypatch.setenv("SEARCHR1_CACHE", str(tmp_path / "cache"))
-    folder = Path(model_path(str(gguf), {}))
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # as a command does when stderr is no terminal
+    try:
+        folder = Path(model_path(str(gguf), {}))
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
+    said = capfd.readouterr().err
+    # the conversion says what, why and about how long, and draws no bar (GGUF's own included)
+    assert f"searchr1: building {gguf} (converted for transformers) (first use: " in said, said
+    assert "it takes about 30 s on 2 CPU cores" in said
+    assert "it/s]" not in said and "de-quantizing" not in said, said[-2000:]
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
         p.name for p in folder.iterdir()
     }

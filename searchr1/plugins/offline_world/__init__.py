@@ -43,6 +43,11 @@ def register_assets(register: Register[Asset]) -> None:
     )
     from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
-    register("world", Asset(WORLD_VERSION, build_world, ceiling=ideal_agent_for))
-    register("tiny", Asset(TINY_VERSION, build_tiny))
-    register("tiny-random", Asset(TINY_RANDOM_VERSION, build_tiny_random))
+    register(
+        "world",
+        Asset(WORLD_VERSION, build_world, ceiling=ideal_agent_for, takes="under a second; 1 MB"),
+    )
+    register("tiny", Asset(TINY_VERSION, build_tiny, takes="about a second; 5 MB"))
+    register(
+        "tiny-random", Asset(TINY_RANDOM_VERSION, build_tiny_random, takes="a few seconds; 4 MB")
+    )
