@@ -40,6 +40,12 @@ once it is finished and checkpointed (a periodic eval due after it is cut short,
 finished and discarded); the error then names the newest checkpoint and the command that
 continues (exit 130/143).
 
+Every other stop of the RL steps (a health alert, the search guard, a remote service or the
+judge failing, a refused write, a lost torchrun rank) keeps the same promise: the newest
+trained step is checkpointed first when no checkpoint holds it (:func:`_keep`), and the
+error's message ends with what the folder keeps and the command that continues
+(:func:`_kept`); a stop before step 1 says that nothing was trained and gives the plain rerun.
+
 Under torchrun every rank runs this loop on its share of each step
 (:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
 and the ranks stop together at the first step boundary after any of them got a signal."""
