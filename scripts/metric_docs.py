@@ -143,6 +143,16 @@ EVENTS: list[tuple[str, str, str]] = [
     ),
     ("resume_nothing_to_train", "`--resume`", "the checkpoint is at or past `train.max_steps`"),
     (
+        "resume_fresh_start",
+        "`--resume` of a run that stopped before its first checkpoint",
+        "nothing was trained there: the run starts from step 1",
+    ),
+    (
+        "checkpoint_failed",
+        "a stop's checkpoint of the last trained step fails too (a full disk)",
+        "the step, the save's error and the stop's; the last complete checkpoint stands",
+    ),
+    (
         "stale_save_removed",
         "train starts",
         "a hidden folder a killed checkpoint save left, removed",
@@ -264,11 +274,19 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "search_key_benched",
         "a key answers 429/401/403 or keeps failing",
-        "its index (never the key) and for how long",
+        "its index (never the key), why and for how long; once a bench, however many calls met it",
     ),
     ("search_key_unbenched", "a benched key's time is up", "its index"),
     ("search_key_healthy", "a probed key works again", "its index"),
     ("search_environment_down", "every key is benched", "search cannot serve"),
+    (
+        "judge_key_benched",
+        "a judge key answers 429/401/403",
+        "its index (never the key), why and for how long; once a bench, however many calls met it",
+    ),
+    ("judge_key_unbenched", "a benched judge key's time is up", "its index"),
+    ("judge_key_healthy", "a probed judge key works again", "its index"),
+    ("judge_down", "every judge key is benched", "the judge cannot give verdicts"),
     ("search_raised", "a search provider raised", "the error (counted as a failed search)"),
     ("search_internal_error", "a search provider failed inside", "the error"),
     ("search_disk_cache_off", "the disk cache cannot be used", "why; searches are asked again"),

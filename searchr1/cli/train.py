@@ -71,7 +71,9 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
             if world.main:  # the CLI prints what was kept and the command that continues
                 raise
             return stopped.exit_code
-        except RankLost as exc:  # say where the run can continue from
+        except RankLost as exc:  # say where the run can continue from (unless the loop did)
+            if "\nkept: " in str(exc):
+                raise
             last = latest_checkpoint(run.folder)
             if last is None:
                 raise RankLost(

@@ -1,7 +1,8 @@
 """``searchr1 train --resume``: pick the checkpoint to continue from and check it fits the
 run. :func:`resume_point` runs before the model is created (a refusal costs no model load),
 :func:`load_model_state` after. Every refusal is a UserError naming what to fix: no
-checkpoint (never a silent fresh start), none usable (a damaged newest one only warns and
+checkpoint (but an earlier ``train`` there that stopped before its first checkpoint starts
+again from step 1, with a warning: ``--resume`` after any stop works), none usable (a damaged newest one only warns and
 the previous good one is used), a data cursor for another ``data.train`` / ``run.seed``, or
 an adapter of another shape (:data:`ADAPTER_FIELDS`); another ``base_model`` only warns (the
 same model may have moved: a host path, then a container's).
@@ -13,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.checkpoint import Checkpoint, resume_checkpoint
+from searchr1.core.checkpoint import Checkpoint, checkpoints_dir, resume_checkpoint
 from searchr1.core.errors import SearchR1Error, UserError
 from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
@@ -22,11 +23,21 @@ if TYPE_CHECKING:
     from searchr1.core.runs import Run
 
 
-def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
-    """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor."""
+def resume_point(run: Run, stream: QuestionStream) -> Checkpoint | None:
+    """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor; None
+    when an earlier ``train`` in the folder stopped before any checkpoint (nothing was
+    trained: the run starts from step 1, said by ``resume_fresh_start``)."""
     checkpoint, warnings = resume_checkpoint(run.folder)
     for warning in warnings:
         warn("checkpoint_damaged", warning)
+    untrained = checkpoint is None and not any(checkpoints_dir(run.folder).glob("step_*"))
+    if untrained and run.world.broadcast(_train_starts(run.folder) > 1 if run.world.main else None):
+        warn(
+            "resume_fresh_start",
+            f"--resume: {run.folder} holds an earlier train run that stopped before any "
+            f"checkpoint (no step was trained): starting it from step 1",
+        )
+        return None
     if checkpoint is None:
         raise UserError(
             f"--resume: nothing to resume: {run.folder} has no checkpoint "
@@ -67,6 +78,27 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint:
             f"({where}): no step is left to train; to train on, {fix}",
         )
     return checkpoint
+
+
+def _train_starts(folder: Path) -> int:
+    """How many ``train`` processes started in ``folder`` (its events.jsonl's ``run_start``
+    events: this process's is one)."""
+    import json
+
+    starts = 0
+    try:
+        with (folder / "events.jsonl").open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"run_start"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                starts += event.get("event") == "run_start" and event.get("command") == "train"
+    except OSError:
+        return 0
+    return starts
 
 
 #: the settings that make the adapter what it is: a checkpoint resumes only under the same

@@ -17,6 +17,9 @@ A reward may also have, besides ``__call__`` (one trajectory):
 * ``problem()``: why the step's rewards must not train the model, e.g. a judge that answered
   nothing (:func:`reward_problem`): the train loop's guard then waits and retries the step,
   as for a broken search environment;
+* ``decided_failure()``: the :class:`~searchr1.core.errors.RemoteError` no wait mends (every
+  judge key rejected or benched for the run), or None (:func:`decided_failure`): the guard
+  then stops at once with it;
 * ``async aclose()``: release its connections (:func:`close_reward`).
 """
 
@@ -26,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from searchr1.core.config_schema import Config
+from searchr1.core.errors import RemoteError
 from searchr1.core.plugins import Registry
 from searchr1.core.types import RewardFn, RewardResult, Trajectory
 
@@ -51,6 +55,12 @@ def reward_problem(reward: RewardFn) -> str | None:
     """The reward's ``problem()``, or None."""
     problem = getattr(reward, "problem", None)
     return problem() if callable(problem) else None
+
+
+def decided_failure(part: object) -> RemoteError | None:
+    """``part``'s ``decided_failure()`` (a reward's or a search provider's), or None."""
+    decided = getattr(part, "decided_failure", None)
+    return decided() if callable(decided) else None
 
 
 async def close_reward(reward: RewardFn) -> None:
@@ -99,6 +109,10 @@ class ComposedReward:
     def problem(self) -> str | None:
         problems = (reward_problem(r) for r in (self.base, *(t for _, t in self.terms)))
         return next((p for p in problems if p), None)
+
+    def decided_failure(self) -> RemoteError | None:
+        failures = (decided_failure(r) for r in (self.base, *(t for _, t in self.terms)))
+        return next((f for f in failures if f is not None), None)
 
     async def aclose(self) -> None:
         for reward in (self.base, *(term for _, term in self.terms)):

@@ -41,12 +41,12 @@ from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.disk import atomic_write
-from searchr1.core.errors import EnvironmentDown
+from searchr1.core.errors import REMOTE_FAILURES, EnvironmentDown, RemoteError
 from searchr1.core.health import Health, StepRecord
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.metric_schema import assemble, merge
 from searchr1.core.question_stream import QuestionStream
-from searchr1.core.rewards import reward_metrics, reward_problem, score_all
+from searchr1.core.rewards import decided_failure, reward_metrics, reward_problem, score_all
 from searchr1.core.rollout import draw_fitting
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
@@ -122,7 +122,9 @@ class Learned:
 async def collect(run: Run, stream: QuestionStream, step: int, policy_version: int) -> Batch:
     """Roll out and score step ``step``'s groups; while search (or the reward's judge) is
     broken the guard retries the same questions after a back-off, raising
-    :class:`EnvironmentDown` after ``train.guard_max_waits`` retries."""
+    :class:`EnvironmentDown` after ``train.guard_max_waits`` retries, or at once the
+    :class:`RemoteError` of a failure no wait mends (every key rejected or benched for the
+    run: :func:`_decided_failure`)."""
     cfg, log, world = run.config, get_logger(), run.world
     cursor = stream.state()
     t0 = time.perf_counter()
@@ -138,6 +140,9 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
             broken, fix = judged[0], "reward judge ([reward.judge] api_base, model, keys, quota)"
         if broken is None:
             break
+        if (decided := _decided_failure(run, step)) is not None:  # no wait mends it: stop now
+            log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken)
+            raise decided
         last = attempt == cfg.train.guard_max_waits
         wait = cfg.train.guard_backoff_seconds * (2**attempt)
         retry = {} if last else {"retry_in_s": wait}
@@ -146,7 +151,7 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
             raise EnvironmentDown(
                 f"step {step}: {broken}; no update was applied after "
                 f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
-                f"{fix}, then rerun with --resume."
+                f"{fix}, then rerun."
             )
         # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
         # Under torchrun every rank waits it out and they stop together after it.
@@ -458,6 +463,19 @@ async def _rollout_and_score(
         )
         scored.append(ScoredGroup(question, trajectories, rewards, adv.advantages, adv.degenerate))
     return scored
+
+
+def _decided_failure(run: Run, step: int) -> RemoteError | None:
+    """The failure of search or the reward that no wait mends (every key rejected or benched
+    for the run) at step ``step``, the first any rank found, on every rank; None when a wait
+    may mend it."""
+    mine = next(filter(None, (decided_failure(run.search), decided_failure(run.reward))), None)
+    said = (mine.failure, str(mine), mine.status) if mine is not None else None
+    found = next((f for f in run.world.gather(said) if f is not None), None)
+    if found is None:
+        return None
+    failure, message, status = found
+    return REMOTE_FAILURES[failure](f"step {step}: {message}", status=status)
 
 
 def _environment_problem(run: Run, search_metrics: dict[str, float], down: bool) -> str | None:

@@ -40,6 +40,12 @@ once it is finished and checkpointed (a periodic eval due after it is cut short,
 finished and discarded); the error then names the newest checkpoint and the command that
 continues (exit 130/143).
 
+Every other stop of the RL steps (a health alert, the search guard, a remote service or the
+judge failing, a refused write, a lost torchrun rank) keeps the same promise: the newest
+trained step is checkpointed first when no checkpoint holds it (:func:`_keep`), and the
+error's message ends with what the folder keeps and the command that continues
+(:func:`_kept`); a stop before step 1 says that nothing was trained and gives the plain rerun.
+
 Under torchrun every rank runs this loop on its share of each step
 (:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
 and the ranks stop together at the first step boundary after any of them got a signal."""
@@ -59,7 +65,7 @@ from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_set
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
 from searchr1.core.distributed import World, check_supported
-from searchr1.core.errors import ConfigError, HealthStop, Interrupted
+from searchr1.core.errors import ConfigError, HealthStop, Interrupted, SearchR1Error
 from searchr1.core.evaluation import (
     BEST,
     PeriodicEval,
@@ -138,27 +144,41 @@ class _Progress:
     batch: Batch | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     cut: list[str] = field(default_factory=list)
+    #: the newest step whose optimizer step is done: the weights are the ones after it
+    trained: Batch | None = None
+    #: the newest step checkpointed (the loop's start before any)
+    saved: int = 0
+    #: an optimizer step is under way: the weights are neither the old nor the new step's
+    learning: bool = False
 
 
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
-    progress = _Progress()
+    progress = _Progress(saved=plan.start)
     try:
         if plan.fresh:
             await _before_rl(plan, progress)
         else:
             stop.check(f"the resume from checkpoint step {plan.start}", run.world)
-        await _rl_steps(plan, progress)
+        try:
+            await _rl_steps(plan, progress)
+        except Exception as exc:  # any stop of the RL steps keeps the last trained step
+            _keep(plan, progress, failure=exc)
+            raise
         step = progress.batch.step if progress.batch else plan.start
         asked = stop.asked(run.world)  # a rank that got no signal stops too
         stopped = asked is not None or plan.health.stop_alert is not None
-        if stopped and progress.batch and not plan.saves(step):
-            save(run, plan.health, progress.batch.cursor, step)
+        if stopped:
+            _keep(plan, progress)
         if not stopped:
             await _final_eval(plan, step)
         # every rank closes the model at the same point, once rank 0's last save and eval
         # are done (a model may close with a collective); an error closes it at once
         run.world.gather(None)
+    except SearchR1Error as exc:  # a stop: its message ends with what was kept, what goes on
+        if not isinstance(exc, Interrupted):  # (a signal's: train(), once the loop is closed)
+            _say_kept(run, exc)
+        raise
     finally:
         await _close(run)
     return _end(plan, progress, step, asked)
@@ -303,7 +323,7 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
         run.config.train.max_steps,
         max_staleness=run.config.train.max_staleness,
         collect=lambda step, version: collect(run, plan.stream, step, version),
-        learn=lambda batch: _learn(plan, batch),
+        learn=lambda batch: _learn(plan, progress, batch),
         finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
         holds=lambda step: plan.saves(step) or plan.evaluates(step),
         stopping=lambda: run.stop.requested or health.stop_alert is not None,
@@ -439,13 +459,16 @@ class _Rollouts:
                 get_logger().warning("rollout_discarded", rollout=task.get_name(), error=error)
 
 
-async def _learn(plan: _Plan, batch: Batch) -> Learned:
+async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
     batch's trajectories, degenerate ones included)."""
     cfg = plan.run.config
     datums = batch.datums(cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0)
     scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
-    return await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))
+    progress.learning = True
+    learned = await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))
+    progress.trained, progress.learning = batch, False
+    return learned
 
 
 async def _finish(
@@ -458,6 +481,7 @@ async def _finish(
     progress.batch = batch
     if plan.saves(batch.step):
         save(plan.run, plan.health, batch.cursor, batch.step)
+        progress.saved = batch.step
 
 
 async def _eval_step(
@@ -534,32 +558,73 @@ def _close_console(run: Run) -> None:
         run.log.close_console()
 
 
+def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) -> None:
+    """Checkpoint the newest trained step unless a checkpoint holds it already: what every
+    stop of the RL steps does first (a signal, a health alert, the search guard, a remote
+    service or the judge down, a refused write, a lost rank). Nothing while an optimizer
+    step is under way: the weights are then neither step's, and the last checkpoint stands.
+    On a ``failure`` a save that fails too (a full disk) is logged and the failure stands."""
+    trained = progress.trained
+    if trained is None or trained.step <= progress.saved or progress.learning:
+        return
+    try:
+        save(plan.run, plan.health, trained.cursor, trained.step)
+    except Exception as exc:
+        if failure is None:
+            raise
+        get_logger().warning(
+            "checkpoint_failed",
+            step=trained.step,
+            error=f"{type(exc).__name__}: {exc}",
+            stop=f"{type(failure).__name__}: {failure}",
+        )
+        return
+    progress.saved = trained.step
+
+
+def _kept(run: Run) -> tuple[str, str]:
+    """What the run folder keeps (its newest complete checkpoint) and the command that goes
+    on from there: the two lines every stop of ``train`` ends its message with."""
+    from searchr1.core.checkpoint import latest_checkpoint
+    from searchr1.core.disk import resume_command
+
+    last = latest_checkpoint(run.folder)
+    source = run.config.source
+    if last is None:
+        return (
+            "nothing: no step was trained yet (no checkpoint)",
+            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
+        )
+    return (
+        f"checkpoint step {last.step} ({last.path})",
+        f"continue with `{resume_command(run.folder, source)}`",
+    )
+
+
+def _say_kept(run: Run, exc: SearchR1Error) -> None:
+    """End ``exc``'s message (same class, same exit code) with the lines of :func:`_kept`;
+    a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
+    if run.run_dir is not None and not isinstance(exc, HealthStop):
+        kept, then = _kept(run)
+        exc.args = (f"{exc}\nkept: {kept}\n{then}",)
+
+
 def _outcome(run: Run, stop: Interrupted) -> Interrupted:
     """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
     command that goes on from there."""
     from searchr1.core.checkpoint import latest_checkpoint
-    from searchr1.core.disk import resume_command
 
     _close_console(run)
     if run.run_dir is None:
         return stop
     last = latest_checkpoint(run.folder)
-    source = run.config.source
     get_logger().warning(
         "stopped",
         signal=signal.Signals(stop.signum).name,
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    if last is None:
-        return stop.outcome(
-            "nothing: no checkpoint yet",
-            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
-        )
-    return stop.outcome(
-        f"checkpoint step {last.step} ({last.path})",
-        f"continue with `{resume_command(run.folder, source)}`",
-    )
+    return stop.outcome(*_kept(run))
 
 
 def pin_kl_reference(run: Run, loss: LossFn) -> None:

@@ -37,9 +37,10 @@ from typing import Any
 
 import httpx
 
+from searchr1.core.errors import RemoteError
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import redact_text
-from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
 
@@ -188,7 +189,16 @@ class Judge:
             f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
         )
         keys = [k.strip() for k in re.split(r"[,\n]", settings.api_key) if k.strip()]
-        self.keys = KeyPool(keys, _COOLDOWN_S, provider="judge")
+        self.keys = KeyPool(keys, _COOLDOWN_S, provider="judge", events="judge")
+        self.channel = Channel(
+            service="the reward judge",
+            url=self.url,
+            address="[reward.judge] api_base",
+            key="[reward.judge] api_key" if keys else "",
+            model=settings.model,
+            timeout_s=settings.timeout_s,
+            timeout_setting="[reward.judge] timeout_s",
+        )
         self.http = HttpClient(
             policy=RetryPolicy(
                 max_retries=settings.max_retries,
@@ -321,14 +331,17 @@ class Judge:
                 self.keys.bench(current[0], "rate limited (429)", wait)
                 return Verdict.AGAIN
             if status in (401, 403):
-                self.keys.bench(current[0], f"key rejected ({status})", float("inf"))
+                self.keys.bench(
+                    current[0], f"key rejected ({status})", float("inf"), rejected=status
+                )
                 return Verdict.AGAIN if others else Verdict.REJECT
             return Verdict.RETRY if is_retryable_status(status) else Verdict.REJECT
 
         try:
             response = await self.http.send(build, decide=decide)
         except _NoKeyLeft:
-            return Judged(None, error="every judge key is benched (rejected or rate limited)")
+            reasons = "; ".join(f"key {i}: {r}" for i, r in sorted(self.keys.bench_reasons.items()))
+            return Judged(None, error=f"every judge key is benched ({reasons or 'no key left'})")
         except HttpError as exc:
             return Judged(None, error=redact_text(str(exc)))
         try:
@@ -385,6 +398,11 @@ class Judge:
             f"the reward judge at {safe_url(self.url)} gave no verdict on any of its "
             f"{step.calls} calls this step (last: {step.last_error})"
         )
+
+    def decided_failure(self) -> RemoteError | None:
+        """The failure no wait mends (:meth:`KeyPool.failure_for_run`): every key benched
+        for the rest of the run, a rejected one making it exit 2. Else None."""
+        return self.keys.failure_for_run(self.channel)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -35,6 +35,7 @@ from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problem
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
+    from searchr1.core.errors import RemoteError
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ class JudgeReward:
 
     def problem(self) -> str | None:
         return self.judge.problem()
+
+    def decided_failure(self) -> RemoteError | None:
+        return self.judge.decided_failure()
 
     async def aclose(self) -> None:
         await self.judge.aclose()

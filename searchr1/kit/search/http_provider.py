@@ -170,6 +170,11 @@ class HttpSearchProvider(BaseSearchProvider):
         does not hold a step back for them (the step's success rate still counts)."""
         return self.keys.available_count(within_s=MAX_RETRY_AFTER_S) > 0
 
+    def decided_failure(self) -> RemoteError | None:
+        """The failure no wait mends (:meth:`KeyPool.failure_for_run`): every key benched
+        for the rest of the run, a rejected one making it exit 2. Else None."""
+        return self.keys.failure_for_run(self.channel)
+
     async def aclose(self) -> None:
         await self.http.aclose()
         await super().aclose()
@@ -242,7 +247,9 @@ class HttpSearchProvider(BaseSearchProvider):
                 return Verdict.REJECT if tries.key_switches >= len(self.keys) else Verdict.AGAIN
             if status in (401, 403):
                 m.auth_errors += 1
-                self.keys.bench(tries.index, f"key rejected ({status})", float("inf"))
+                self.keys.bench(
+                    tries.index, f"key rejected ({status})", float("inf"), rejected=status
+                )
                 tries.last_error = f"search API key rejected ({status})"
                 tries.auth_status = status
                 return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left

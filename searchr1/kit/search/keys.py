@@ -14,7 +14,9 @@ takes the next key that is not benched (:meth:`KeyPool.acquire`) and reports how
   benched for ``probe_s`` seconds, then taken back for a probe: one more failure benches it
   again for twice as long (at most :data:`MAX_PROBE_S`), a success makes it healthy.
 
-Every bench and unbench is logged with the key's **index**, never the key. When every key is
+Every bench and unbench is logged with the key's **index**, never the key, once per bench
+(calls in flight that meet the same refusal extend it quietly), under the pool's ``events``
+prefix (``search_key_benched``, ``judge_key_benched``). When every key is
 benched past a short ``Retry-After`` the pool is *exhausted*: the provider reports the
 environment as down (``available()`` is False) so the train loop stops rather than train on
 failures; keys that a rate limit benched for a few seconds are throttled, not down.
@@ -29,8 +31,10 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteRateLimited
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import register_secrets
+from searchr1.kit.http import Channel
 
 #: the longest a failing key waits between probes
 MAX_PROBE_S = 3600.0
@@ -46,6 +50,7 @@ class KeyPool:
         cooldown_s: float = math.inf,
         *,
         provider: str = "search",
+        events: str = "search",
         max_failures: int = 3,
         probe_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
@@ -66,10 +71,13 @@ class KeyPool:
         self._next = 0
         self._cooldown_s = cooldown_s
         self._provider = provider
+        self._events = events
         self._clock = clock
         self._down_logged = False
         #: key index -> why it was last benched (smoke names these indexes in its verdict)
         self.bench_reasons: dict[int, str] = {}
+        #: key index -> the HTTP status (401/403) with which the service rejected it
+        self.rejected: dict[int, int] = {}
         #: HTTP attempts sent with each key since the last :meth:`take_calls`
         self.calls = [0] * n
 
@@ -103,7 +111,7 @@ class KeyPool:
                 if self._benched[index]:
                     self._benched[index] = False
                     get_logger().info(
-                        "search_key_unbenched",
+                        f"{self._events}_key_unbenched",
                         provider=self._provider,
                         key_index=index,
                         keys_total=n,
@@ -118,7 +126,7 @@ class KeyPool:
         """Key ``index`` got a usable answer."""
         if self._streak[index] >= self._max_failures:
             get_logger().info(
-                "search_key_healthy",
+                f"{self._events}_key_healthy",
                 provider=self._provider,
                 key_index=index,
                 keys_total=len(self._keys),
@@ -151,16 +159,25 @@ class KeyPool:
         calls, self.calls = self.calls, [0] * len(self._keys)
         return calls
 
-    def bench(self, index: int, reason: str, seconds: float | None = None) -> None:
+    def bench(
+        self, index: int, reason: str, seconds: float | None = None, *, rejected: int = 0
+    ) -> None:
         """Take key ``index`` out of rotation for ``seconds`` (default: the pool's cool-down;
-        ``inf`` = the rest of the run). Logs the key's index and the reason, never the key."""
+        ``inf`` = the rest of the run); ``rejected``: the 401/403 that refused it. Logs the
+        key's index and the reason, never the key."""
+        if rejected:
+            self.rejected[index] = rejected
         seconds = self._cooldown_s if seconds is None else max(0.0, seconds)
-        self._benched_until[index] = max(self._benched_until[index], self._clock() + seconds)
+        until = self._clock() + seconds
+        again = self._benched[index] and self._benched_until[index] > self._clock()
+        self._benched_until[index] = max(self._benched_until[index], until)
         self._benched[index] = True
+        if again and self.bench_reasons.get(index) == reason:
+            return  # a call in flight met the same refusal: one warning per bench
         self.bench_reasons[index] = reason
         log = get_logger()
         log.warning(
-            "search_key_benched",
+            f"{self._events}_key_benched",
             provider=self._provider,
             key_index=index,
             keys_total=len(self._keys),
@@ -171,9 +188,23 @@ class KeyPool:
         if self.available_count() == 0 and not self._down_logged:
             self._down_logged = True
             log.error(
-                "search_environment_down",
+                "search_environment_down" if self._events == "search" else f"{self._events}_down",
                 provider=self._provider,
                 keys_total=len(self._keys),
                 hint="every API key is benched (quota exhausted, rejected or failing); add "
                 "keys or wait",
             )
+
+    def failure_for_run(self, channel: Channel) -> RemoteError | None:
+        """The failure no wait mends, as ``channel``'s error: every key benched for the rest
+        of the run (rejected, or a cool-down of ``inf``). A rejected key makes it a
+        :class:`RemoteAuthError` (exit 2: the key is to fix), else a
+        :class:`RemoteRateLimited`. None while a key is usable or will be."""
+        if any(not math.isinf(until) for until in self._benched_until):
+            return None
+        what = "; ".join(
+            f"key {i}: {self.bench_reasons.get(i, 'benched')}" for i in range(len(self._keys))
+        )
+        status = next(iter(self.rejected.values()), None)
+        cls = RemoteAuthError if status is not None else RemoteRateLimited
+        return channel.failed(cls, f"every key is benched for the run: {what}", status=status)
