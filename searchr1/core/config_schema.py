@@ -154,9 +154,44 @@ class TrainConfig:
     max_micro_batch_datums: int = _f(32, min=1)
     #: tokens per micro-batch at most
     max_micro_batch_tokens: int = _f(64000, min=16)
-    #: divide advantages by the group's reward std (GRPO; the unbiased std, as verl and TRL)
-    #: instead of only subtracting the mean
+    #: how rewards become advantages (verl's algorithm.adv_estimator): grpo (r - group mean),
+    #: rloo (leave-one-out), opo, gpg, reinforce_plus_plus (batch whitening),
+    #: reinforce_plus_plus_baseline (group mean, then batch whitening); docs/training.md
+    advantage_estimator: str = _f(
+        "grpo",
+        choices=(
+            "grpo",
+            "rloo",
+            "opo",
+            "gpg",
+            "reinforce_plus_plus",
+            "reinforce_plus_plus_baseline",
+        ),
+    )
+    #: grpo: divide r - group mean by the group's reward std ("group"), the batch's ("batch")
+    #: or nothing ("none"); the unbiased std, as verl and TRL (TRL's scale_rewards)
+    scale_rewards: str = _f("none", choices=("none", "group", "batch"))
+    #: the same as scale_rewards = "group" (the older spelling)
     scale_advantages_by_std: bool = _f(False)
+    #: added to the std scale_rewards divides by (verl 1e-6, TRL 1e-4)
+    advantage_eps: float = _f(1e-6, gt=0.0)
+    #: how the step's token losses are summed (verl's actor.loss_agg_mode): seq-mean-token-sum
+    #: (per trajectory, 1/N), token-mean, seq-mean-token-mean, seq-mean-token-sum-norm
+    loss_agg_mode: str = _f(
+        "seq-mean-token-sum",
+        choices=(
+            "seq-mean-token-sum",
+            "token-mean",
+            "seq-mean-token-mean",
+            "seq-mean-token-sum-norm",
+        ),
+    )
+    #: seq-mean-token-sum-norm's constant L (verl's loss_scale_factor, TRL's
+    #: max_completion_length); 0 = rollout.max_trajectory_tokens
+    loss_agg_tokens: int = _f(0, min=0)
+    #: trajectories cut by a limit (rollout.max_trajectory_tokens, or a last turn cut at
+    #: model.max_new_tokens) get no loss; they still count in their group's baseline (TRL's)
+    mask_truncated_completions: bool = _f(False)
     #: retries of a step whose search failed (same questions, no update) before the run stops
     #: (exit 3)
     guard_max_waits: int = _f(3, min=0)

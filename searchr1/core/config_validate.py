@@ -196,6 +196,23 @@ def cross_checks(s: dict[str, Any], problems: list[str], where: Where) -> None:
             f"which is neither reward.name ({reward.name!r}) nor in reward.terms: add it to "
             f"terms, or remove its weight"
         )
+    scale = "group" if train.scale_advantages_by_std else train.scale_rewards
+    if train.scale_advantages_by_std and train.scale_rewards == "batch":
+        problems.append(
+            f"{where('train.scale_advantages_by_std')}: train.scale_advantages_by_std = true "
+            f'is scale_rewards = "group", but train.scale_rewards = "batch": keep one of them'
+        )
+    elif scale != "none" and train.advantage_estimator != "grpo":
+        dotted = (
+            "train.scale_rewards"
+            if train.scale_rewards != "none"
+            else ("train.scale_advantages_by_std")
+        )
+        problems.append(
+            f"{where(dotted)}: {dotted} divides grpo's advantages by a reward std, but "
+            f"train.advantage_estimator = {train.advantage_estimator!r} has its own scale; "
+            f'set scale_rewards = "none", or advantage_estimator = "grpo"'
+        )
     if rollout.max_trajectory_tokens > train.max_datum_tokens + 1:
         problems.append(
             f"{where('rollout.max_trajectory_tokens')}: rollout.max_trajectory_tokens "

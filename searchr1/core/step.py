@@ -8,8 +8,9 @@
              guard    : search (or the reward's judge) broken this step? -> back off and
                         retry the same questions
              A_i      = r_i - mean(r_group)                   degenerate groups dropped
-                                                              (kept for the KL term)
-    learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens
+                        (or [train] advantage_estimator)      (kept for the KL term)
+    learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens,
+                        each weighted by [train] loss_agg_mode (1 by default)
              for micro-batch in pack(datums): queue forward_backward(micro-batch, loss, 1 / N)
              queue optim_step(adam), then await the results   exactly one step each
     record   health checks, the metrics event, a few trajectories dumped, checkpoint every
@@ -35,7 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.advantages import group_advantages
+from searchr1.core.advantages import (
+    AdvantageSettings,
+    aggregation_weight,
+    batch_advantages,
+    is_degenerate,
+)
 from searchr1.core.batching import BatchLimits, pack_micro_batches
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
@@ -93,17 +99,87 @@ class Batch:
     #: the judge's spend), every rank's summed
     reward_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def datums(self, max_tokens: int, *, kl: bool = False) -> list[Datum]:
+    def datums(
+        self, max_tokens: int, *, kl: bool = False, aggregation: Aggregation | None = None
+    ) -> list[Datum]:
         """The trained sequences of the groups this rank rolled out: each trajectory with a
         non-zero advantage, or with ``kl`` (a loss with a KL term) every trajectory, since
-        the KL term reads the sampled tokens of advantage-0 ones too."""
+        the KL term reads the sampled tokens of advantage-0 ones too; none that
+        ``aggregation`` masks as truncated. Each weighted as ``aggregation`` says (over the
+        whole job's batch; weight 1 without one)."""
+        agg = aggregation or Aggregation()
+        kept = [t for g in self.groups for t in g.trajectories if not agg.masked(t)]
+        batch_tokens = sum(sampled_tokens(t) for t in kept)
         return [
-            trajectory_to_datum(t, a, max_tokens)
+            dataclasses.replace(
+                trajectory_to_datum(t, a, max_tokens),
+                weight=aggregation_weight(
+                    agg.mode,
+                    sampled_tokens(t),
+                    trajectories=agg.trajectories,
+                    batch_tokens=batch_tokens,
+                    norm_tokens=agg.norm_tokens,
+                ),
+            )
             for g, owner in zip(self.groups, self.owners, strict=True)
             if owner == self.rank
             for t, a in zip(g.trajectories, g.advantages, strict=True)
-            if kl or a != 0.0
+            if (kl or a != 0.0) and not agg.masked(t)
         ]
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How a step's datums are weighted (``[train]``; :func:`aggregation_of`)."""
+
+    mode: str = "seq-mean-token-sum"
+    #: N, the step's trajectories (the ``1 / N`` of ``loss_scale``)
+    trajectories: int = 1
+    #: seq-mean-token-sum-norm's constant
+    norm_tokens: int = 1
+    #: ``[train] mask_truncated_completions``
+    mask_truncated: bool = False
+
+    def masked(self, t: Trajectory) -> bool:
+        return self.mask_truncated and truncated(t)
+
+
+def aggregation_of(cfg: Config) -> Aggregation:
+    """The step's :class:`Aggregation` from ``[train]`` and ``[rollout]``."""
+    return Aggregation(
+        mode=cfg.train.loss_agg_mode,
+        trajectories=cfg.rollout.questions_per_batch * cfg.rollout.group_size,
+        norm_tokens=cfg.train.loss_agg_tokens or cfg.rollout.max_trajectory_tokens,
+        mask_truncated=cfg.train.mask_truncated_completions,
+    )
+
+
+def sampled_tokens(t: Trajectory) -> int:
+    """The tokens of ``t`` the policy sampled (those a loss reads)."""
+    return sum(t.generated_mask[1:])
+
+
+def truncated(t: Trajectory) -> bool:
+    """``t`` was cut by a limit: it reached ``rollout.max_trajectory_tokens``, or its last turn
+    stopped at ``model.max_new_tokens`` (``[train] mask_truncated_completions``)."""
+    return t.end_reason == "token_limit" or bool(t.turns and t.turns[-1].stop_reason == "length")
+
+
+def with_advantages(cfg: Config, groups: Sequence[ScoredGroup]) -> list[ScoredGroup]:
+    """``groups`` with the advantages of ``[train] advantage_estimator`` over all of them."""
+    if not groups:
+        return []
+    settings = AdvantageSettings(
+        "group" if cfg.train.scale_advantages_by_std else cfg.train.scale_rewards,
+        cfg.train.advantage_eps,
+    )
+    advantages = batch_advantages(
+        cfg.train.advantage_estimator,
+        [[r.reward for r in g.rewards] for g in groups],
+        [[sampled_tokens(t) for t in g.trajectories] for g in groups],
+        settings,
+    )
+    return [dataclasses.replace(g, advantages=a) for g, a in zip(groups, advantages, strict=True)]
 
 
 @dataclass
@@ -378,7 +454,7 @@ async def _collect_groups(
             degenerate = degenerate[: max(0, want - len(informative))]
         keep = informative + degenerate
         groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
-    return first, groups, owners, extra
+    return with_advantages(cfg, first), with_advantages(cfg, groups), owners, extra
 
 
 async def _rollout_shared(
@@ -458,10 +534,10 @@ async def _rollout_and_score(
     scored = []
     for question, trajectories in zip(questions, groups, strict=True):
         rewards = [next(results) for _ in trajectories]
-        adv = group_advantages(
-            [r.reward for r in rewards], scale_by_std=cfg.train.scale_advantages_by_std
-        )
-        scored.append(ScoredGroup(question, trajectories, rewards, adv.advantages, adv.degenerate))
+        degenerate = is_degenerate([r.reward for r in rewards])
+        # advantages are the batch's (with_advantages, once the step's groups are known)
+        zeros = tuple(0.0 for _ in trajectories)
+        scored.append(ScoredGroup(question, trajectories, rewards, zeros, degenerate))
     return scored
 
 

@@ -84,6 +84,7 @@ from searchr1.core.step import (
     Batch,
     Learned,
     adam_params,
+    aggregation_of,
     collect,
     learn,
     record,
@@ -463,7 +464,9 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
     batch's trajectories, degenerate ones included)."""
     cfg = plan.run.config
-    datums = batch.datums(cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0)
+    datums = batch.datums(
+        cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0, aggregation=aggregation_of(cfg)
+    )
     scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
     progress.learning = True
     learned = await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))

@@ -82,6 +82,9 @@ class Datum:
     #: how many optimizer steps the weights that sampled it had taken (``train.max_staleness``)
     policy_version: int = 0
     sampled: tuple[bool, ...] = ()
+    #: what each of its token terms is multiplied by in the loss: the loss's aggregation
+    #: (``[train] loss_agg_mode``, :func:`~searchr1.core.advantages.aggregation_weight`)
+    weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.sampled:
@@ -129,6 +132,11 @@ class LossInputs:
     advantages_T: torch.Tensor
     #: the reference policy's log-probs (``[train.loss] kl_coef > 0``); None otherwise
     reference_logprobs_T: torch.Tensor | None = None
+    #: each position's datum's :attr:`Datum.weight` (the aggregation); None: 1 everywhere
+    weights_T: torch.Tensor | None = None
+    #: each position's datum, numbered from 0 in the call (a sequence-level importance ratio
+    #: averages over a datum's positions); None: one datum
+    sequence_T: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -143,12 +151,13 @@ class LossOutput:
 @runtime_checkable
 class LossFn(Protocol):
     """A policy loss ``(logprobs_new_T, inputs) -> LossOutput``, run by local providers.
-    A remote provider sends ``name`` and ``settings`` (the numbers it was built with) to its
+    A remote provider sends ``name`` and ``settings`` (the numbers it was built with, and a
+    word such as ``importance_sampling_level = "sequence"`` when not the default) to its
     service instead, so a loss the service does not know only works locally
     (:attr:`TrainerCapabilities.losses`)."""
 
     name: str
-    settings: Mapping[str, float]
+    settings: Mapping[str, float | str]
 
     def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput: ...
 

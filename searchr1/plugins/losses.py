@@ -93,7 +93,7 @@ def kl_penalty(
         )
     k3_T = k3(logprobs_T, inputs.reference_logprobs_T)
     detached = k3_T.detach()
-    return kl_coef * k3_T.sum(), {
+    return kl_coef * total(k3_T, inputs), {
         "kl_sum": float(detached.sum()),
         "kl_tokens": float(detached.numel()),
         "kl_max": float(detached.max()) if detached.numel() else 0.0,
@@ -110,17 +110,56 @@ def truncated(ratio_T: torch.Tensor, ratio_cap: float) -> torch.Tensor:
     return ratio_T * scale_T
 
 
+def importance_ratio(
+    logprobs_T: torch.Tensor, inputs: LossInputs, importance_sampling_level: str = "token"
+) -> torch.Tensor:
+    """``r_t = exp(lp_t - lp_sampler_t)`` (``"token"``), or GSPO's sequence-level ratio
+    (``"sequence"``): in value ``s_i = exp(mean over datum i's positions of (lp - lp_sampler))``
+    on each of its tokens, with the gradient ``s_i * grad lp_t`` (``exp(sg(log s_i) + lp_t -
+    sg(lp_t))``, verl's form; TRL's ``exp(log s_i)`` has the gradient ``s_i / n_i * grad lp_t``
+    on each token, which its per-sequence loss sums back to the same update)."""
+    import torch
+
+    log_ratio_T = logprobs_T - inputs.sampler_logprobs_T
+    if importance_sampling_level == "token":
+        return log_ratio_T.exp()
+    seq_T = inputs.sequence_T
+    if seq_T is None:
+        seq_T = torch.zeros(len(logprobs_T), dtype=torch.long, device=logprobs_T.device)
+    n = int(seq_T.max()) + 1 if len(seq_T) else 0
+    detached = log_ratio_T.detach()
+    sums = torch.zeros(n, dtype=detached.dtype, device=detached.device).index_add_(
+        0, seq_T, detached
+    )
+    counts = torch.zeros_like(sums).index_add_(0, seq_T, torch.ones_like(detached))
+    mean_T = (sums / counts.clamp(min=1.0))[seq_T]
+    return (mean_T + logprobs_T - logprobs_T.detach()).exp()
+
+
+def total(terms_T: torch.Tensor, inputs: LossInputs) -> torch.Tensor:
+    """The loss's sum over positions, each term times its datum's weight (the aggregation,
+    ``[train] loss_agg_mode``; :attr:`LossInputs.weights_T`)."""
+    if inputs.weights_T is None:
+        return terms_T.sum()
+    return (terms_T * inputs.weights_T).sum()
+
+
 def importance_sampling(
-    logprobs_T: torch.Tensor, inputs: LossInputs, ratio_cap: float = 0.0, kl_coef: float = 0.0
+    logprobs_T: torch.Tensor,
+    inputs: LossInputs,
+    ratio_cap: float = 0.0,
+    kl_coef: float = 0.0,
+    importance_sampling_level: str = "token",
 ) -> LossOutput:
     """``loss = -sum_t r_t * A_t`` with ``r_t = exp(lp_t - lp_sampler_t)`` (``min(r_t, C)``
-    with ``ratio_cap = C``), plus the KL term (module docstring).
+    with ``ratio_cap = C``; GSPO's sequence ratio with ``importance_sampling_level =
+    "sequence"``, :func:`importance_ratio`), plus the KL term (module docstring).
 
     The gradient is the off-policy corrected policy gradient
     ``-sum_t r_t * A_t * grad lp_t``; on-policy (``r = 1``) it is REINFORCE."""
-    ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
+    ratio_T = importance_ratio(logprobs_T, inputs, importance_sampling_level)
     kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
-    loss = -(truncated(ratio_T, ratio_cap) * inputs.advantages_T).sum() + kl
+    loss = -total(truncated(ratio_T, ratio_cap) * inputs.advantages_T, inputs) + kl
     metrics = _ratio_metrics(ratio_T, inputs.advantages_T != 0, None, ratio_cap)
     return LossOutput(loss, {**metrics, **kl_metrics})
 
@@ -132,18 +171,20 @@ def ppo(
     clip_high: float = 0.2,
     ratio_cap: float = 0.0,
     kl_coef: float = 0.0,
+    importance_sampling_level: str = "token",
 ) -> LossOutput:
     """``loss = -sum_t min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t)``; with
     ``ratio_cap = C`` the unclipped term uses ``min(r_t, C)`` (bounding negative-advantage
-    tokens, which the clip leaves unbounded); plus the KL term (module docstring)."""
+    tokens, which the clip leaves unbounded); plus the KL term (module docstring). With
+    ``importance_sampling_level = "sequence"`` ``r_t`` is GSPO's (:func:`importance_ratio`)."""
     import torch
 
-    ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
+    ratio_T = importance_ratio(logprobs_T, inputs, importance_sampling_level)
     unclipped_T = truncated(ratio_T, ratio_cap) * inputs.advantages_T
     clipped_ratio_T = ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high)
     clipped_T = clipped_ratio_T * inputs.advantages_T
     kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
-    loss = -torch.minimum(unclipped_T, clipped_T).sum() + kl
+    loss = -total(torch.minimum(unclipped_T, clipped_T), inputs) + kl
     was_clipped_T = (clipped_T < unclipped_T).detach()
     trained_T = inputs.advantages_T != 0
     metrics = _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap)
@@ -157,17 +198,19 @@ def cispo(
     clip_high: float = 0.2,
     ratio_cap: float = 0.0,
     kl_coef: float = 0.0,
+    importance_sampling_level: str = "token",
 ) -> LossOutput:
     """``loss = -sum_t sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * lp_t * A_t``, plus the KL
     term (module docstring).
 
     The clipped ratio is a constant weight (stop-gradient), so every token keeps a gradient
     through ``lp_t`` even when its ratio is clipped. ``ratio_cap`` also bounds the weight
-    (it only matters when set below ``1 + clip_high``)."""
-    ratio_T = (logprobs_T - inputs.sampler_logprobs_T).exp()
+    (it only matters when set below ``1 + clip_high``). With ``importance_sampling_level =
+    "sequence"`` ``r_t`` is GSPO's (:func:`importance_ratio`)."""
+    ratio_T = importance_ratio(logprobs_T, inputs, importance_sampling_level)
     weight_T = truncated(ratio_T.clamp(1.0 - clip_low, 1.0 + clip_high), ratio_cap).detach()
     kl, kl_metrics = kl_penalty(logprobs_T, inputs, kl_coef)
-    loss = -(weight_T * logprobs_T * inputs.advantages_T).sum() + kl
+    loss = -total(weight_T * logprobs_T * inputs.advantages_T, inputs) + kl
     was_clipped_T = (weight_T != ratio_T).detach()
     trained_T = inputs.advantages_T != 0
     metrics = _ratio_metrics(ratio_T, trained_T, was_clipped_T, ratio_cap)
@@ -199,6 +242,12 @@ class ClipSettings:
     ratio_cap: float = field(default=0.0, metadata={"min": 0.0})
     #: weight of a k3 KL term toward the policy as RL began; 0 = off (local and vllm only)
     kl_coef: float = field(default=0.0, metadata={"min": 0.0})
+    #: "token": each token's own ratio; "sequence": GSPO's length-normalised ratio of the
+    #: whole trajectory on each of its tokens (TRL's importance_sampling_level; local and
+    #: vllm only)
+    importance_sampling_level: str = field(
+        default="token", metadata={"choices": ("token", "sequence")}
+    )
 
 
 @dataclass(frozen=True)
@@ -209,22 +258,29 @@ class NamedLoss:
 
     name: str
     fn: Callable[..., LossOutput]
-    settings: Mapping[str, float] = field(default_factory=dict)
+    settings: Mapping[str, float | str] = field(default_factory=dict)
 
     def __call__(self, logprobs_T: torch.Tensor, inputs: LossInputs) -> LossOutput:
         return self.fn(logprobs_T, inputs, **self.settings)
 
 
-def _clip_settings(config: Config) -> dict[str, float]:
-    """``[train.loss]`` as keyword arguments of :func:`ppo` / :func:`cispo`."""
-    return asdict(plugin_settings(config, "train", "loss", ClipSettings))
+def _clip_settings(config: Config) -> dict[str, float | str]:
+    """``[train.loss]`` as keyword arguments of :func:`ppo` / :func:`cispo`;
+    ``importance_sampling_level`` only when not ``"token"`` (what every trainer does, so a
+    remote provider is told it only when it must refuse it)."""
+    settings: dict[str, float | str] = asdict(
+        plugin_settings(config, "train", "loss", ClipSettings)
+    )
+    if settings["importance_sampling_level"] == "token":
+        del settings["importance_sampling_level"]
+    return settings
 
 
-def _is_settings(config: Config) -> dict[str, float]:
-    """``[train.loss]`` for :func:`importance_sampling`: ``ratio_cap`` and ``kl_coef`` (the
-    clip bounds are checked but have no meaning without a clip)."""
+def _is_settings(config: Config) -> dict[str, float | str]:
+    """``[train.loss]`` for :func:`importance_sampling`: all but the clip bounds (checked, but
+    meaningless without a clip)."""
     settings = _clip_settings(config)
-    return {"ratio_cap": settings["ratio_cap"], "kl_coef": settings["kl_coef"]}
+    return {k: v for k, v in settings.items() if k not in ("clip_low", "clip_high")}
 
 
 @hookimpl

@@ -304,6 +304,7 @@ class Learner:
         sampler_BT = torch.zeros((b, width), dtype=real)
         adv_BT = torch.zeros((b, width), dtype=real)
         trained_BT = torch.zeros((b, width), dtype=torch.bool)
+        weight_BT = torch.zeros((b, width), dtype=real)
         for i, d in enumerate(datums):
             n = len(d)
             ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
@@ -312,6 +313,7 @@ class Learner:
             sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=real)
             adv_BT[i, :n] = torch.tensor(d.advantages, dtype=real)
             trained_BT[i, :n] = torch.tensor(d.sampled, dtype=torch.bool)
+            weight_BT[i, :n] = d.weight
         # Only sampled positions enter a loss (docs/protocols.md §5): the model still reads
         # every position, but logits are computed only there. logprobs_T and the loss inputs
         # are in row-major order of trained_BT.
@@ -330,6 +332,8 @@ class Learner:
             sampler_logprobs_T=sampler_BT.to(dev)[trained_BT],
             advantages_T=adv_BT.to(dev)[trained_BT],
             reference_logprobs_T=reference_T,
+            weights_T=weight_BT.to(dev)[trained_BT],
+            sequence_T=torch.arange(b, device=dev).unsqueeze(1).expand(b, width)[trained_BT],
         )
         output = loss_fn(logprobs_T, inputs)
         (output.loss * loss_scale).backward()

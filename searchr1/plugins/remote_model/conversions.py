@@ -81,10 +81,11 @@ def lora_groups(targets: Sequence[str]) -> dict[str, bool]:
 
 def sdk_datum(sdk: ModuleType, datum: Datum, loss_scale: float) -> Any:
     """An SDK ``Datum``: ``model_input = input_tokens``, ``loss_fn_inputs = {target_tokens,
-    logprobs, advantages}``. ``loss_scale`` multiplies the advantages, because the policy
-    losses take no per-token weights (PyTRIO drops ``weights`` for them); the built-in losses
-    are linear (``ppo``: positively homogeneous) in the advantage, so this scales loss and
-    gradient exactly."""
+    logprobs, advantages}``. ``loss_scale`` and the datum's aggregation weight
+    (:attr:`~searchr1.core.types.Datum.weight`, ``[train] loss_agg_mode``) multiply the
+    advantages, because the policy losses take no per-token weights (PyTRIO drops ``weights``
+    for them); the built-in losses are linear (``ppo``: positively homogeneous) in the
+    advantage, so this scales loss and gradient exactly (there is no KL term remotely)."""
     import numpy as np
 
     return sdk.Datum(
@@ -92,7 +93,8 @@ def sdk_datum(sdk: ModuleType, datum: Datum, loss_scale: float) -> Any:
         loss_fn_inputs={
             "target_tokens": np.asarray(datum.target_tokens, dtype=np.int64),
             "logprobs": np.asarray(datum.sampler_logprobs, dtype=np.float32),
-            "advantages": np.asarray(datum.advantages, dtype=np.float64) * loss_scale,
+            "advantages": np.asarray(datum.advantages, dtype=np.float64)
+            * (loss_scale * datum.weight),
         },
     )
 
