@@ -188,9 +188,9 @@ def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
 def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
     """One line per field of :data:`SAVED_SECTIONS` where ``given`` and the checkpoint's
     saved config (redacted TOML, as saved) differ, in the given config's order."""
-    from searchr1.core.checkpoint import _toml_safe
+    from searchr1.core.checkpoint import toml_safe
 
-    ours = _leaves(_toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
+    ours = _leaves(toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
     theirs = _leaves({s: saved.get(s, {}) for s in SAVED_SECTIONS})
     return [
         f"eval: --config differs from the checkpoint's config at {key}: "
@@ -216,12 +216,12 @@ def checkpoint_config(
     out."""
     import tomli_w
 
-    from searchr1.core.checkpoint import _toml_safe
+    from searchr1.core.checkpoint import toml_safe
     from searchr1.core.config import parse_config
     from searchr1.core.config_schema import SECTIONS
     from searchr1.core.secrets import REDACTED
 
-    plain = _toml_safe(current.to_dict(redact=False))
+    plain = toml_safe(current.to_dict(redact=False))
 
     def unmask(table: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}

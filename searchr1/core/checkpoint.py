@@ -100,7 +100,7 @@ def save_checkpoint(
             model.save_state(str(tmp / "model"))
             with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
                 torch.save({"torch": torch.get_rng_state()}, fh)
-            config_text = tomli_w.dumps(_toml_safe(config.to_dict(redact=True)))
+            config_text = tomli_w.dumps(toml_safe(config.to_dict(redact=True)))
             (tmp / "config.toml").write_text(config_text)
             match_umask(tmp)  # before the sizes: it may rewrite a file's mode, never its size
             trainer_state = {
@@ -309,11 +309,11 @@ def _decode_rng(state: list[Any]) -> tuple[Any, ...]:
     return (version, tuple(internal), gauss)
 
 
-def _toml_safe(value: Any) -> Any:
+def toml_safe(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _toml_safe(v) for k, v in value.items() if v is not None}
+        return {k: toml_safe(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_toml_safe(v) for v in value]
+        return [toml_safe(v) for v in value]
     return value
 
 

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from searchr1.core.old_imports import warn_plugins
+
 #: the errnos that mean "the filesystem refused the write", not a bug in searchr1
 DISK_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
@@ -292,3 +294,6 @@ def write_text_atomic(path: Path, text: str) -> None:
 def _naming(exc: OSError, path: Path) -> OSError:
     """``exc`` with ``path`` as its file (the temporary name means nothing to a user)."""
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from searchr1.core.errors import ConfigError, SearchR1Error
+from searchr1.core.old_imports import warn_plugins
 
 T = TypeVar("T")
 
@@ -111,7 +112,7 @@ class World:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size
-        _collective(dist.all_gather_object, out, obj, size=self.size)
+        collective(dist.all_gather_object, out, obj, size=self.size)
         return out
 
     def any(self, flag: bool) -> bool:
@@ -127,7 +128,7 @@ class World:
         import torch.distributed as dist
 
         box: list[Any] = [obj]
-        _collective(dist.broadcast_object_list, box, 0, size=self.size)
+        collective(dist.broadcast_object_list, box, 0, size=self.size)
         return box[0]
 
     def close(self) -> None:
@@ -179,7 +180,7 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
     size = dist.get_world_size()
     device = params[0].device
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
-    _collective(dist.all_reduce, has, size=size)
+    collective(dist.all_reduce, has, size=size)
     for dtype in {p.dtype for p in params}:
         group = [(i, p) for i, p in enumerate(params) if p.dtype == dtype and has[i] > 0]
         if not group:
@@ -187,7 +188,7 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
         flat = torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for _, p in group]
         )
-        _collective(dist.all_reduce, flat, size=size)
+        collective(dist.all_reduce, flat, size=size)
         offset = 0
         for _, p in group:
             n = p.numel()
@@ -218,7 +219,7 @@ def check_supported(
         raise ConfigError(problems)
 
 
-def _collective(fn: Any, *args: Any, size: int) -> None:
+def collective(fn: Any, *args: Any, size: int) -> None:
     """``fn(*args)``, a collective; a peer that went away becomes :class:`RankLost`."""
     try:
         fn(*args)
@@ -229,3 +230,6 @@ def _collective(fn: Any, *args: Any, size: int) -> None:
             f"cannot continue; its output (or torchrun's report) says why "
             f"[{type(exc).__name__}: {detail}]"
         ) from exc
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -45,6 +45,8 @@ from __future__ import annotations
 import signal
 from typing import ClassVar
 
+from searchr1.core.old_imports import warn_plugins
+
 #: ``searchr1 train`` stopped because search stayed down (see :class:`EnvironmentDown`).
 EXIT_ENVIRONMENT_DOWN = 3
 #: a write failed because of the disk, not searchr1 (see :class:`DiskError`).
@@ -247,3 +249,6 @@ class HealthStop(SearchR1Error):
             f'checkpoint step {step} ([train.health] on_alert = "stop"; "warn" only logs '
             f"alerts)"
         )
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

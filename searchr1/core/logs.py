@@ -28,6 +28,7 @@ from typing import IO, Any, Protocol
 
 import structlog
 
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.secrets import Secrets, bind_secrets, bound_secrets
 
 
@@ -306,3 +307,6 @@ def warn(event: str, detail: str) -> None:
 def log_metrics(step: int, metrics: dict[str, float]) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
     get_logger().info("metrics", step=step, **metrics)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -19,6 +19,8 @@ import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from searchr1.core.old_imports import warn_plugins
+
 REDACTED = "***"
 SECRET_NAME_RE = re.compile(
     r"(?:^|[_\-.]|(?-i:(?<=[a-z])(?=[A-Z])))(?:api_?)?(?:keys?|token|pass|passwd|auth|authorization|signature|cookie)"
@@ -139,3 +141,6 @@ def masked(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [REDACTED] * len(value)
     return REDACTED if isinstance(value, str) else value
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.distributed import speaks_for_job
 from searchr1.core.errors import Interrupted
+from searchr1.core.old_imports import warn_plugins
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.distributed import World
@@ -180,3 +181,6 @@ def _exit_at_once(signum: int) -> None:
     with contextlib.suppress(OSError):
         os.write(2, f"searchr1: stopped at once by a second {name}\n".encode())
     os._exit(128 + signum)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from searchr1.core.errors import ConfigError, SearchR1Error
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import LossFn, Model, Trainer, TrainerCapabilities, kl_coef
 
 if TYPE_CHECKING:
@@ -117,3 +118,6 @@ def _refusals(
         if key not in honoured and float(value) != 0.0 and f"train.loss.{key}" not in dict(out)
     ]
     return out
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

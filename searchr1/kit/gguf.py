@@ -17,9 +17,7 @@ from collections.abc import Mapping
 from hashlib import sha256
 from pathlib import Path
 
-from searchr1.core.assets import COMPLETE, cache_dir, ensure_built, resolve
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.types import Asset
+from searchr1.sdk import COMPLETE, Asset, ConfigValueError, cache_dir, ensure_built, resolve_asset
 
 #: What to install when the ``gguf`` reader is missing.
 GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
@@ -32,7 +30,7 @@ def model_path(spec: str, assets: Mapping[str, Asset]) -> str:
     run's: ``config.assets``), the folder a ``.gguf`` file converts to (once; an edited or
     replaced file is converted again), else ``spec``."""
     if not spec.lower().endswith(".gguf"):
-        return resolve(spec, assets)
+        return resolve_asset(spec, assets)
     path = Path(spec).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{path.suffix} file {str(path)!r} does not exist")
@@ -40,7 +38,7 @@ def model_path(spec: str, assets: Mapping[str, Asset]) -> str:
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{GGUF_VERSION}"
     folder = cache_dir() / f"gguf-{path.stem}-{sha256(key.encode()).hexdigest()[:12]}"
     if not (folder / COMPLETE).exists():
-        from searchr1.core.logs import get_logger
+        from searchr1.sdk import get_logger
 
         get_logger().info("gguf.converting", file=str(path), folder=str(folder))
     ensure_built(folder, Asset(GGUF_VERSION, lambda tmp: convert_gguf(path, tmp)))

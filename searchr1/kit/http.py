@@ -56,7 +56,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import tenacity
 
-from searchr1.core.errors import (
+from searchr1.kit.retry import full_jitter, is_retryable_status, parse_retry_after
+from searchr1.sdk import (
     RemoteAuthError,
     RemoteConnectionLost,
     RemoteError,
@@ -70,10 +71,10 @@ from searchr1.core.errors import (
     RemoteTLSError,
     RemoteUnknownModel,
     SearchR1Error,
+    get_logger,
+    is_secret_name,
+    redact_text,
 )
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import is_secret_name, redact_text
-from searchr1.kit.retry import full_jitter, is_retryable_status, parse_retry_after
 
 #: builds the request of one attempt (called again for every attempt, so per-attempt headers
 #: such as a timestamp or the next key of a pool are fresh)
@@ -494,7 +495,7 @@ def classify(exc: BaseException) -> type[RemoteError] | None:
     if isinstance(exc, HttpError):
         return exc.failure
     if isinstance(exc, RemoteError):
-        from searchr1.core.errors import REMOTE_FAILURES
+        from searchr1.sdk import REMOTE_FAILURES
 
         return REMOTE_FAILURES.get(exc.failure, type(exc))
     chain = list(_causes(exc))

@@ -37,11 +37,10 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
 from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
+from searchr1.sdk import get_logger, redact_text
 
 #: the default prompt; ``{question}``, ``{golden_answers}`` and ``{prediction}`` are filled in
 DEFAULT_PROMPT = (

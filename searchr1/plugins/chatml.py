@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from searchr1.core.types import SamplingParams, StopReason
 from searchr1.plugins.agent_protocols.call_formats import CallFormat, JsonCallFormat
+from searchr1.sdk import SamplingParams, StopReason
 
 _SEGMENT_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(<\|im_end\|>\n?|\Z)", re.DOTALL)
 _TOOLS_RE = re.compile(r"\A(.*?)(?:\n\n)?# Tools\n.*?<tools>\n(.*?)\n</tools>", re.DOTALL)

@@ -31,21 +31,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.assets import cache_dir, resolve
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.disk import make_temp_dir, match_umask
-from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.documents import DocumentError, row_title_text
+from searchr1.sdk import (
+    ConfigError,
+    Register,
+    SearchConfig,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    cache_dir,
+    get_logger,
+    hookimpl,
+    make_temp_dir,
+    match_umask,
+    plugin_settings,
+    resolve_asset,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 #: bump when the on-disk layout written by _build changes
 INDEX_FORMAT = 1
@@ -268,7 +275,7 @@ class LocalBM25Search(BaseSearchProvider):
         if problems := check_corpus(config):
             raise ConfigError(problems)
         local = local_settings(config)
-        path = Path(resolve(local.corpus, config.assets))
+        path = Path(resolve_asset(local.corpus, config.assets))
         try:
             index = Bm25Index.open(path, local)
         except ValueError as exc:
@@ -302,7 +309,7 @@ def check_corpus(config: Config) -> list[str]:
             'e.g. [search.local] corpus = "builtin:world/corpus.jsonl"'
         ]
     try:
-        path = Path(resolve(corpus, config.assets))
+        path = Path(resolve_asset(corpus, config.assets))
     except FileNotFoundError as exc:  # an unknown builtin: asset or file
         return [f"{where}: search.local.corpus: {exc}"]
     if not path.is_file():

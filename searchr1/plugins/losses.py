@@ -43,14 +43,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import LossFactory, LossInputs, LossOutput
+from searchr1.sdk import LossFactory, LossInputs, LossOutput, Register, hookimpl, plugin_settings
 
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _ratio_metrics(

@@ -53,10 +53,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigValueError, RemoteMalformed
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory, SampledSequence, SamplingParams, Tokenizer
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
 from searchr1.plugins.agent_protocols.call_formats import (
     CallFormat,
@@ -68,9 +64,21 @@ from searchr1.plugins.chatml import (
     render_choice,
     thinking_prefill,
 )
+from searchr1.sdk import (
+    ConfigValueError,
+    Model,
+    ModelFactory,
+    Register,
+    RemoteMalformed,
+    SampledSequence,
+    SamplingParams,
+    Tokenizer,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 class ChatServiceError(RuntimeError):

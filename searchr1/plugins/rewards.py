@@ -27,14 +27,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from searchr1.core.answers import exact_match, f1_score
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import RewardFactory, RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
+from searchr1.sdk import (
+    Register,
+    RewardFactory,
+    RewardResult,
+    Trajectory,
+    exact_match,
+    f1_score,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import DocumentError, row_to_result
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
+from searchr1.sdk import (
+    Register,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 @dataclass(frozen=True)

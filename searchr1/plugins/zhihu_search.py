@@ -29,14 +29,19 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.secrets import redact_text
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
+from searchr1.sdk import (
+    Register,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    hookimpl,
+    plugin_settings,
+    redact_text,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 #: the API returns at most this many items per call
 MAX_COUNT = 20

@@ -26,12 +26,10 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResponse
 from searchr1.kit.http import bound_loop
 from searchr1.kit.search.cache import AnswerStore, CacheKey, answer_store_path, cache_key, run_cache
 from searchr1.kit.search.metrics import SearchMetrics
+from searchr1.sdk import SearchConfig, SearchResponse, get_logger
 
 EMPTY_QUERY = "empty query"
 

@@ -25,8 +25,7 @@ from pathlib import Path
 import cachetools
 import diskcache
 
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResult
+from searchr1.sdk import SearchResult, get_logger
 
 CacheKey = tuple[str, int]
 #: the run cache's bound, in answers
@@ -51,7 +50,7 @@ def run_cache(max_entries: int = RUN_CACHE_ENTRIES) -> cachetools.LRUCache:
 def answer_store_path() -> Path:
     """``$SEARCHR1_SEARCH_CACHE`` when set, else ``search/answers`` in the cache folder
     (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``): the folder of the disk caches."""
-    from searchr1.core.assets import cache_dir
+    from searchr1.sdk import cache_dir
 
     given = os.environ.get("SEARCHR1_SEARCH_CACHE")
     return Path(given) if given else cache_dir() / "search" / "answers"

@@ -40,14 +40,19 @@ from typing import Generic, TypeVar
 
 import httpx
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteMalformed, RemoteRejected
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.keys import KeyPool
+from searchr1.sdk import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteMalformed,
+    RemoteRejected,
+    SearchConfig,
+    get_logger,
+    redact_text,
+)
 
 T = TypeVar("T")
 

@@ -29,8 +29,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import register_secrets
+from searchr1.sdk import get_logger, register_secrets
 
 #: the longest a failing key waits between probes
 MAX_PROBE_S = 3600.0

@@ -15,10 +15,9 @@ through :mod:`searchr1.core.rollout`.
 
 from __future__ import annotations
 
-from searchr1.core.agent_protocol import AgentProtocol
-from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+from searchr1.sdk import AgentProtocol, Register, hookimpl
 
 
 @hookimpl

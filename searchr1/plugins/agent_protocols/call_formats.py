@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from searchr1.core.errors import ConfigValueError
+from searchr1.sdk import ConfigValueError
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

@@ -22,9 +22,7 @@ import re
 from collections.abc import Sequence
 from functools import cached_property
 
-from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
-from searchr1.core.answers import answer_elements
-from searchr1.core.types import Question
+from searchr1.sdk import INVALID, Action, AgentProtocol, Question, answer_elements
 
 #: Search-R1's instruction (``Search-R1/scripts/data_process/nq_search.py``), verbatim apart
 #: from a fixed typo, so prompts match the original project's training data.

@@ -32,10 +32,6 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
-from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.types import Question
 from searchr1.plugins.agent_protocols.call_formats import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -49,6 +45,15 @@ from searchr1.plugins.agent_protocols.thinking import (
     THINK_OPEN,
     prompt_opens_thinking,
     visible_text,
+)
+from searchr1.sdk import (
+    ANSWER_LINE_RE,
+    INVALID,
+    Action,
+    AgentProtocol,
+    ConfigValueError,
+    Question,
+    answer_lines,
 )
 
 INSTRUCTION = (

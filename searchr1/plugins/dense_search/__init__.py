@@ -26,18 +26,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import SearchFactory, SearchResponse
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import row_to_result
+from searchr1.sdk import (
+    ConfigError,
+    Register,
+    SearchConfig,
+    SearchFactory,
+    SearchResponse,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
     from searchr1.plugins.dense_search.index import DenseIndex
+    from searchr1.sdk import Config
 
 
 @dataclass(frozen=True)

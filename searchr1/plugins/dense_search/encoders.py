@@ -137,8 +137,8 @@ class SentenceTransformerEncoder:
             ) from None
         import torch
 
-        from searchr1.core.errors import ConfigValueError
         from searchr1.kit.hub import hub_path
+        from searchr1.sdk import ConfigValueError
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:

@@ -47,10 +47,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.disk import atomic_write, hold_folder, write_text_atomic
-from searchr1.core.errors import Interrupted, UserError
-from searchr1.core.logs import get_logger
-from searchr1.core.stop import Stop
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
     PROBE_MIN_COSINE,
@@ -59,6 +55,15 @@ from searchr1.plugins.dense_search.encoders import (
     load_encoder,
     probe_cosine,
     probe_vector,
+)
+from searchr1.sdk import (
+    Interrupted,
+    Stop,
+    UserError,
+    atomic_write,
+    get_logger,
+    hold_folder,
+    write_text_atomic,
 )
 
 if TYPE_CHECKING:

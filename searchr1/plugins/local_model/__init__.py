@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _create_local(config: Config) -> Model:
@@ -58,8 +57,8 @@ def lora_advice(config: Config) -> list[str]:
 def check_local(config: Config) -> list[str]:
     """The ``local`` provider's ``check``: its ``[model.local]`` settings together, then the
     model's (:func:`~searchr1.plugins.local_model.lora_coverage.check_model`)."""
-    from searchr1.core.config_validate import plugin_settings
     from searchr1.plugins.local_model.provider import fsdp_sampling_problem
+    from searchr1.sdk import plugin_settings
 
     problem = fsdp_sampling_problem(plugin_settings(config, "model", "local", LocalSettings))
     where = config.where("model.local.fsdp_sampling")

@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from searchr1.core.logs import get_logger
+from searchr1.sdk import get_logger
 
 
 def is_sharded(t: Any) -> bool:
@@ -72,12 +72,12 @@ def max_over_ranks(values: Sequence[int], device: torch.device) -> list[int]:
     collective: every rank calls it at the same point)."""
     import torch.distributed as dist
 
-    from searchr1.core.distributed import _collective
+    from searchr1.sdk import collective
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return list(values)
     box = torch.tensor(list(values), dtype=torch.int64, device=device)
-    _collective(dist.all_reduce, box, dist.ReduceOp.MAX, size=dist.get_world_size())
+    collective(dist.all_reduce, box, dist.ReduceOp.MAX, size=dist.get_world_size())
     return [int(v) for v in box.tolist()]
 
 
@@ -170,11 +170,11 @@ class Lockstep:
         still open (a collective)."""
         import torch.distributed as dist
 
-        from searchr1.core.distributed import _collective
+        from searchr1.sdk import collective
 
         size = dist.get_world_size(self.group)
         box = torch.tensor([working, int(self.open)], dtype=torch.int64, device=self.device)
-        _collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
+        collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
         working_ranks, open_ranks = box.tolist()
         return int(working_ranks), int(open_ranks)
 

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
-from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model.chunked_logprobs import causal_lm
 from searchr1.plugins.local_model.next_token import row_generator
+from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
 _DRAWS = 64  # uniforms drawn at once from a seeded row's own stream
 

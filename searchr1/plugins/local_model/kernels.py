@@ -42,7 +42,7 @@ def warn_if_slow_kernels(config: Any, device: Any) -> list[str]:
         return []
     missing = missing_kernels(config)
     if missing:
-        from searchr1.core.logs import get_logger
+        from searchr1.sdk import get_logger
 
         get_logger().warning(
             "gated_deltanet_slow_kernels",

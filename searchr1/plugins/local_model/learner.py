@@ -51,15 +51,6 @@ from typing import Any
 
 import torch
 
-from searchr1.core.step_metrics import merge_train_metrics, mismatch_from_logprobs
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    LossInputs,
-    kl_coef,
-)
 from searchr1.plugins.local_model.chunked_logprobs import (
     causal_lm,
     chunked_token_logprobs,
@@ -74,6 +65,16 @@ from searchr1.plugins.local_model.shared_prefix import (
     first_sampled,
     prefix_groups,
     shared_prefix_logprobs,
+)
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    LossInputs,
+    kl_coef,
+    merge_train_metrics,
+    mismatch_from_logprobs,
 )
 
 
@@ -193,7 +194,7 @@ class Learner:
         self.reference = ReferencePolicy(model)
         dropout = dropout_probabilities(model)
         if dropout:
-            from searchr1.core.logs import get_logger
+            from searchr1.sdk import get_logger
 
             get_logger().info(
                 "learner_dropout_off",
@@ -419,7 +420,7 @@ class Learner:
             tolerance = 1e-3 if theirs.dtype in (torch.float32, torch.float64) else 0.25
             self._shared_ok = ours is not None and math.isfinite(diff) and diff <= tolerance
             if not self._shared_ok:
-                from searchr1.core.logs import get_logger
+                from searchr1.sdk import get_logger
 
                 get_logger().warning(
                     "learner_shared_prefix_off",
@@ -445,7 +446,7 @@ class Learner:
             return True  # nothing trained: either path computes nothing; decide later
         row = int(rows[0])
         positions_K = trained_BT[row].nonzero().squeeze(-1)[:16]
-        from searchr1.core.logs import get_logger
+        from searchr1.sdk import get_logger
 
         name = type(causal_lm(self.model)).__name__
         try:
@@ -544,7 +545,7 @@ class Learner:
     def _summed_grad_norm(self) -> tuple[torch.Tensor | None, float]:
         """Sum the gradients over the ranks (a collective under torchrun); their total norm,
         as the tensor clipping scales by and as a number (None, 0: no gradients)."""
-        from searchr1.core.distributed import all_reduce_grads
+        from searchr1.sdk import all_reduce_grads
 
         all_reduce_grads(self.params)
         grads = [p.grad for p in self.params if p.grad is not None]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 ALL_LINEAR = "all-linear"
 
@@ -208,8 +208,8 @@ def check_model(config: Config) -> list[str]:
     ``.gguf`` file or a folder that is not there, and ``[lora] target_modules`` naming a
     module the model lacks (read off :func:`meta_model` when its ``config.json`` is here; a
     hub id not yet downloaded is checked by the load)."""
-    from searchr1.core.errors import ConfigValueError
     from searchr1.kit.gguf import model_path
+    from searchr1.sdk import ConfigValueError
 
     name = config.model.base_model
     where = config.where("model.base_model")

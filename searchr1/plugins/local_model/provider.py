@@ -45,26 +45,26 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.config_schema import setting
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.logs import get_logger
-from searchr1.core.types import (
+from searchr1.sdk import (
     AdamParams,
+    ConfigValueError,
     Datum,
     ForwardBackwardResult,
     LossFn,
     SampledSequence,
     SamplingParams,
     TrainerCapabilities,
+    get_logger,
+    plugin_settings,
+    setting,
 )
 
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.fsdp import Sharding
     from searchr1.plugins.local_model.learner import Learner
+    from searchr1.sdk import Config
 
 log = get_logger()
 

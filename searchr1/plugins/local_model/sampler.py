@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
-from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model.admission import take_requests
 from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row, cache_kwarg
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
 from searchr1.plugins.local_model.sample_request import SampleRequest, check_request, resolve
+from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
 if TYPE_CHECKING:
     from searchr1.plugins.local_model.fsdp import Lockstep

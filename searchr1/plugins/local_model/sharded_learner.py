@@ -31,15 +31,6 @@ from typing import Any
 
 import torch
 
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    LossInputs,
-    LossOutput,
-    kl_coef,
-)
 from searchr1.plugins.local_model.fsdp import (
     Sharding,
     full_optimizer_state,
@@ -49,6 +40,15 @@ from searchr1.plugins.local_model.fsdp import (
     whole,
 )
 from searchr1.plugins.local_model.learner import Learner, merge_chunks, scoring_mode
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    LossInputs,
+    LossOutput,
+    kl_coef,
+)
 
 
 class ShardedLearner(Learner):
@@ -138,7 +138,7 @@ class ShardedLearner(Learner):
     def _summed_grad_norm(self) -> tuple[torch.Tensor | None, float]:
         # FSDP reduce-scattered its parameters' gradients already; only the parameters
         # outside its units (whole on every rank) are all-reduced
-        from searchr1.core.distributed import all_reduce_grads
+        from searchr1.sdk import all_reduce_grads
 
         all_reduce_grads([p for p in self.params if not is_sharded(p)])
         grads = [p.grad for p in self.params if p.grad is not None]

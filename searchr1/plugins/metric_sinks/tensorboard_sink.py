@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
 from searchr1.kit.sinks import missing_package
+from searchr1.sdk import Config, plugin_settings
 
 
 @dataclass(frozen=True)

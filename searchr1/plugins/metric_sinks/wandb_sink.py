@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import UserError
 from searchr1.kit.sinks import missing_package
+from searchr1.sdk import Config, UserError, plugin_settings
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,7 @@ Modules, in the order a build uses them:
 
 from __future__ import annotations
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, Register, hookimpl
 
 
 @hookimpl

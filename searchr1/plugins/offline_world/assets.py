@@ -47,7 +47,7 @@ def build_tiny(folder: Path) -> None:
     """Builder of ``builtin:tiny``: a copy of the shipped warm start. An installation without
     it is broken: :class:`~searchr1.core.errors.SearchR1Error` says so and how to mend it."""
     if not (SHIPPED_WARM_START / "config.json").is_file():
-        from searchr1.core.errors import SearchR1Error
+        from searchr1.sdk import SearchR1Error
 
         raise SearchR1Error(
             f"builtin:tiny: the shipped warm start is missing ({SHIPPED_WARM_START / 'config.json'}"

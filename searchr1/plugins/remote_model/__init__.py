@@ -22,14 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.remote_model.advice import advise
 from searchr1.plugins.remote_model.conversions import REMOTE_CAPABILITIES
 from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 #: every step waits on the service and on search in turn, so overlapping the next step's

@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.step_metrics import mismatch_from_logprobs
-from searchr1.core.types import (
+from searchr1.sdk import (
     Datum,
     ForwardBackwardResult,
     LossFn,
@@ -30,6 +29,7 @@ from searchr1.core.types import (
     StopReason,
     Tokenizer,
     TrainerCapabilities,
+    mismatch_from_logprobs,
 )
 
 #: the ``[lora] target_modules`` of each layer group the service adapts as a whole

@@ -66,20 +66,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.errors import RemoteError, RemoteMalformed, RemoteStepError
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
-from searchr1.core.trainer_checks import check_loss
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    SampledSequence,
-    SamplingParams,
-    Tokenizer,
-    TrainerCapabilities,
-)
 from searchr1.kit.http import Channel
 from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
@@ -104,9 +90,25 @@ from searchr1.plugins.remote_model.sdk import (
 )
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    RemoteError,
+    RemoteMalformed,
+    RemoteStepError,
+    SampledSequence,
+    SamplingParams,
+    Tokenizer,
+    TrainerCapabilities,
+    check_loss,
+    get_logger,
+    redact_text,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 T = TypeVar("T")
 log = get_logger()

@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.errors import UserError
 from searchr1.plugins.remote_model.settings import RemoteSettings
+from searchr1.sdk import UserError
 
 INSTALL_HINT = "pip install 'searchr1[remote]'"
 

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model import lora_advice
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
 from searchr1.plugins.vllm_model.settings import VllmSettings
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _create_vllm(config: Config) -> Model:

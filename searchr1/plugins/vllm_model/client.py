@@ -37,16 +37,17 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.errors import (
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
+from searchr1.plugins.vllm_model.server import VllmServer, VllmServerDied
+from searchr1.sdk import (
     RemoteConnectionLost,
     RemoteError,
     RemoteMalformed,
     RemoteRefused,
+    SampledSequence,
+    SamplingParams,
     UserError,
 )
-from searchr1.core.types import SampledSequence, SamplingParams
-from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
-from searchr1.plugins.vllm_model.server import VllmServer, VllmServerDied
 
 
 class VllmError(UserError, RuntimeError):

@@ -56,19 +56,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.distributed import World
-from searchr1.core.errors import RemoteError, SearchR1Error
-from searchr1.core.logs import get_logger
-from searchr1.core.step_metrics import merge_train_metrics
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    SampledSequence,
-    SamplingParams,
-    TrainerCapabilities,
-)
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
@@ -83,9 +70,23 @@ from searchr1.plugins.vllm_model.server import (
     wait_ready,
 )
 from searchr1.plugins.vllm_model.settings import VllmSettings, settings_problems
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    RemoteError,
+    SampledSequence,
+    SamplingParams,
+    SearchR1Error,
+    TrainerCapabilities,
+    World,
+    get_logger,
+    merge_train_metrics,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 log = get_logger()
 
@@ -142,8 +143,7 @@ class VllmModelProvider:
     def from_config(cls, config: Config) -> VllmModelProvider:
         """Check ``[model.vllm]`` and load the model for training (``[model.local]``'s device,
         dtype and learner settings); :meth:`connect` then reaches or launches the servers."""
-        from searchr1.core.config_validate import plugin_settings
-        from searchr1.core.errors import ConfigError
+        from searchr1.sdk import ConfigError, plugin_settings
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
         local = plugin_settings(config, "model", "local", LocalSettings)

@@ -38,8 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from searchr1.core.errors import EXIT_ENVIRONMENT_DOWN, UserError
-from searchr1.core.logs import get_logger, warn
+from searchr1.sdk import EXIT_ENVIRONMENT_DOWN, UserError, get_logger, warn
 
 log = get_logger()
 
