@@ -1,23 +1,4 @@
-"""``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
-
-:func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
-since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.core.evaluation.evaluate`). It writes ``eval_<label>.jsonl`` (every
-question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
-``eval_result`` event per model, and says the per-source tables and, for several models, a
-comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
-events only), on stderr. SIGINT/SIGTERM stop it at once (exit 130/143), naming the records of
-the models already evaluated.
-
-A checkpoint is evaluated with the settings it was trained with (model, LoRA, rollout with its
-protocol, search, reward), read from the ``config.toml`` saved beside it
-(:func:`checkpoint_config`; ``[run]``, ``[data]`` and ``[log]`` are this command's), unless
-``--config`` is given; then every model, LoRA, rollout and search field where the two differ is
-warned about.
-
-A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
-only, so it cannot load checkpoints.
-"""
+"""``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
 """Group-relative advantages (GRPO style), over complete groups, before micro-batching:
 
-    A_i = r_i - mean(r_1..r_G)                      (default)
-    A_i = (r_i - mean(r)) / (std(r) + eps)          (train.scale_advantages_by_std)
-
-``std`` is the unbiased sample standard deviation, ``sqrt(sum (r_i - mean)^2 / (G - 1))``, as
-verl (``torch.std``, ``eps = 1e-6``), TRL and Search-R1 compute it; the population one would
-make every scaled advantage ``sqrt(G / (G - 1))`` larger (1.069 at ``G = 8``). A group needs
-``G >= 2`` trajectories (``rollout.group_size`` is at least 2): one trajectory has no baseline
-and no spread, so :func:`group_advantages` refuses it with a ``ValueError`` rather than
-return a zero or a NaN.
-
-A group whose rewards are all equal is *degenerate*: every A_i is 0, so it teaches nothing;
-the loop counts it (``degenerate_group_rate``) and drops its datums.
+A_i = r_i - mean(r_1..r_G)                      (default)
+A_i = (r_i - mean(r)) / (std(r) + eps)          (train.scale_advantages_by_std)
 """
 
 from __future__ import annotations

@@ -3,15 +3,7 @@ state), ``rng.pt`` (torch RNG), ``config.toml`` (redacted), and last ``trainer.j
 data cursor, Python RNG, and ``files``: the size of every other file). Written to a hidden
 folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
 never leaves a broken ``step_*``.
-
-A checkpoint is checked when it is read (:func:`read_checkpoint`): every recorded file is
-there at its size and every file whose format states its length agrees with it
-(:mod:`searchr1.core.artifacts`), so one damaged later (a full disk, a cut-off copy) is
-named, and ``--resume`` passes over it to the one before.
-
-A save holds an exclusive lock on the ``checkpoints/`` folder while its hidden folder exists,
-so a hidden folder found while holding that lock was left by a save that was killed;
-:func:`remove_stale_saves` deletes those when training starts."""
+"""
 
 from __future__ import annotations
 

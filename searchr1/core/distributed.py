@@ -2,30 +2,8 @@
 
 ``torchrun --nproc-per-node N -m searchr1 train`` (or ``searchr1 train --nproc N``) starts N
 copies of the loop; :meth:`World.from_env` reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and
-joins them (gloo on CPU, nccl on CUDA, each rank on ``cuda:LOCAL_RANK``). Then, every step::
-
-    every rank   draws the step's questions from the same global stream (same seed, same
-                 cursor), rolls out its contiguous share (:meth:`World.shard`: a group never
-                 spans ranks), and gathers every rank's scored groups (:meth:`World.gather`)
-                 so dynamic sampling and the search guard decide on the whole batch, the
-                 same way on every rank
-    every rank   trains on its own groups' datums with loss scale 1 / (Q x G) of the whole
-                 batch; :func:`all_reduce_grads` sums the LoRA gradients, so the update is
-                 the one-process update on the same batch; one optimizer step on every rank
-                 (a rank without datums contributes zeros)
-    rank 0       writes events.jsonl, trajectories, sinks and checkpoints
-
-Sampling seeds are keyed by (run seed, step, draw, question id), never by rank or batch
-position, so the questions and trajectories of a step do not depend on the world size, and
-the data cursor in a checkpoint is the global one (``--resume`` works with another N).
-
-A rank that dies makes the others' next collective fail; that becomes :class:`RankLost`
-(exit 1, a message naming the job) instead of a gloo/nccl traceback.
-
-What the job tells a person comes from rank 0 alone (:func:`speaks_for_job`): the config it
-runs, its notes, why it stopped. A rank that stops on an error also leaves the message in
-torchelastic's error file (:func:`report_stop`), where ``searchr1 train --nproc``
-(:mod:`searchr1.cli.train`) and torchrun's failure report find the first failing rank's.
+joins them (gloo on CPU, nccl on CUDA, each rank on ``cuda:LOCAL_RANK``). What each rank
+does in a step, and why the update equals one process's: docs/scale-out.md.
 """
 
 from __future__ import annotations

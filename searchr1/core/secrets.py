@@ -7,11 +7,7 @@ anywhere. Parts, not substrings: ``MAX_TOKENS`` or ``key_cooldown_seconds`` is n
 (masking "2048" would blank every 2048 logged). Values are masked by value: the
 :class:`Secrets` of the command (its config's secrets, the keys its plugins register), plus
 anything shaped like a bearer token.
-
-Each command's :class:`~searchr1.core.logs.RunLog` owns its :class:`Secrets`; the module
-functions (:func:`redact_text`, :func:`redact_value`, :func:`register_secrets`) act on the one
-that :func:`bind_secrets` points at, because they are called from code no run is handed to (an
-HTTP client's error, a plugin's message, the CLI's last word)."""
+"""
 
 from __future__ import annotations
 

@@ -3,12 +3,6 @@ file (llama.cpp's format) becomes a ``from_pretrained``-loadable folder, convert
 the cache (:func:`convert_gguf`), so every provider loads it like any Hugging Face checkpoint.
 Built-in assets that ship a GGUF file (e.g. ``builtin:smollm2-135m-instruct``) call the same
 function from their builder.
-
-transformers reads GGUF itself (``from_pretrained(folder, gguf_file=name)``, needs the
-``gguf`` package) and dequantizes every tensor to the requested dtype. The loaded model cannot
-be saved as it is (it keeps a GGUF quantizer that ``save_pretrained`` refuses), so the
-weights are copied into a fresh model built from the same config, which is then saved as
-ordinary safetensors next to the tokenizer (its chat template included).
 """
 
 from __future__ import annotations

@@ -2,20 +2,7 @@
 
 Registered through the ``searchr1`` entry point (``local_search``) and chosen by
 ``[search] provider = "local"``; this is the embedded offline default and what the tests use.
-Its own table::
-
-    [search.local]
-    corpus = "builtin:world/corpus.jsonl"   # or a path; builtin: assets are built on first use
-    k1 = 0.9          # BM25 term saturation (Pyserini's default, as in Search-R1's BM25 runs)
-    b = 0.4           # BM25 length normalisation
-    stopwords = "en"  # bm25s stop-word list; "" keeps every token
-
-Corpus rows are Search-R1's ``{"id": ..., "contents": "\\"Title\\"\\ntext"}`` or plain
-``{"title": ..., "text": ...}``, one JSON object per line. The index is built once and saved
-next to the corpus (``.<corpus name>.bm25/``; in ``$SEARCHR1_CACHE/bm25/`` when that folder is
-not writable) and rebuilt when the corpus (size or modification time) or the BM25 settings
-change. Only byte offsets of the rows are kept in memory: a hit's title and text are read
-back from the corpus file, so a large corpus does not have to fit in memory twice.
+Settings: ``[search.local]`` (docs/reference/config.md).
 """
 
 from __future__ import annotations

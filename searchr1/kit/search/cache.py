@@ -3,14 +3,6 @@
 The trajectories of one group often send the same query, and a keyed search service bills
 every call against a quota, so :class:`~searchr1.kit.search.base.BaseSearchProvider` answers a
 repeated query from here. Only successful answers are stored (an error is never replayed).
-
-* :func:`run_cache` lives as long as the provider, i.e. one run: a ``cachetools`` LRU map,
-  bounded, evicting the least recently used entry (``[search] cache``).
-* :class:`AnswerStore` keeps the answers of a keyed service on disk, so a resumed run or a
-  rerun does not pay again (``[search] disk_cache``, ``cache_ttl_hours``), in a
-  :class:`DiskStore` (a ``diskcache`` folder, :func:`answer_store_path`), keyed by provider,
-  endpoint (an address without query string or user info), normalised query and top_k. No
-  key is ever stored. The judge keeps its verdicts in the same folder.
 """
 
 from __future__ import annotations

@@ -3,18 +3,6 @@
 Registered through the ``searchr1`` entry point (``local_model``) like any third-party plugin
 and chosen by ``[model] provider = "local"``. Importing this package stays cheap: torch and
 transformers are imported only when the factory runs.
-
-Modules: ``provider`` (LocalModelProvider, the factory's model's sampler and trainer in one
-object), ``sampler`` (batched
-KV-cached generation in a worker thread), ``admission`` (which requests run together),
-``sample_request`` (a call's way to that thread and back), ``generation`` (one
-running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
-logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
-between a trajectory's turns), ``budget`` (the sampler's token budget), ``lora_coverage``
-(which layer types the adapter reaches), ``learner``
-(log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
-CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
-:mod:`searchr1.core.assets` (the ``offline_world`` plugin registers the tiny models).
 """
 
 from __future__ import annotations

@@ -1,44 +1,4 @@
-"""Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
-
-The train loop queues :meth:`Learner.forward_backward` once per micro-batch (with
-``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
-the whole batch's) and :meth:`Learner.optim_step` once per step, through the provider's
-Trainer methods: they run in the learner's one worker thread (:attr:`Learner.worker`), in
-call order and off the event loop (:meth:`Learner.submit`).
-Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
-ratios are exactly 1 up to float error. Only the positions a loss reads (``Datum.sampled``: the
-tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks
-recomputed in backward (:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that
-share an unsampled prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
-A model whose logits the chunked path does not reproduce takes :func:`trained_token_logprobs`
-instead (the model's own forward: B x K x V logits over the union K of trained columns).
-
-Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
-scored and differentiated is the same network the sampler ran (eval mode). With dropout on
-(the reference setup's ``lora.dropout = 0.05``) the learner scores a randomly thinned
-network, so on-policy ratios move off 1 by noise alone and spend PPO's clip on it
-(``bench/mismatch.py`` measures how far). Dropout applied identically on both
-sides would need the sampler to replay the learner's masks; turning it off is what TRL's
-``disable_dropout`` and the Megatron/FSDP RL trainers do for the actor. So ``lora.dropout``
-has no effect on a local run; the learner logs ``learner_dropout_off`` once at start.
-Gradient checkpointing still works: a decoder layer that checkpoints is switched back to
-training mode alone (transformers' layers read ``self.training`` there only to decide
-whether to checkpoint; an architecture whose layer also gates its own functional dropout on
-it would keep that dropout while checkpointing).
-
-Every call also reports the sampler/learner mismatch over those sampled tokens: sums and
-extremes of ``d = learner - sampler`` log-prob, listed by
-:func:`~searchr1.core.step_metrics.mismatch_from_logprobs` (which remote providers use too);
-the core logs their means per trained token, ``mismatch/kl_sample_train`` (mean -d) and
-``mismatch/k3`` (mean exp(d) - 1 - d). On-policy max |d|, those two means and the ratio
-extremes read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer scores what
-the sampler sampled (dtype, kernels, temperature, an engine sampler).
-
-A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
-the same tokens (:mod:`.reference`: the adapter as RL began, or the adapter
-disabled), computed without gradient before the policy's forward; it runs shared prompts once
-even under gradient checkpointing, which only the forward with gradient rules out.
-"""
+"""Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters."""
 
 from __future__ import annotations
 

