@@ -1,4 +1,9 @@
-"""``searchr1 config check``: validate a config and print it resolved, secrets redacted."""
+"""``searchr1 config check``: validate a config and print it resolved, secrets redacted.
+
+Every problem is reported in one run, in file order (one error, exit 2): the same check every
+run makes before any plugin starts; what only ``train`` needs is a warning
+(docs/commands.md).
+"""
 
 from __future__ import annotations
 

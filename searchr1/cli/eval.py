@@ -1,4 +1,10 @@
-"""``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file."""
+"""``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
+
+:func:`main` evaluates each requested model in one event loop
+(:func:`searchr1.core.evaluation.evaluate`) and writes ``eval_<label>.jsonl`` and
+``eval_summary.json``; a checkpoint is evaluated with the settings saved beside it
+(:func:`checkpoint_config`) unless ``--config`` is given (docs/commands.md).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""The ``searchr1`` command line."""
+"""The ``searchr1`` command line.
+
+:func:`main` builds the parser from each command module's ``add_parser``, says which config
+the command runs, and hands over to the command. Every
+:class:`~searchr1.core.errors.SearchR1Error` prints as a plain message on stderr, never a
+traceback, and the command exits with its class's ``exit_code`` (README, "Exit codes").
+"""
 
 from __future__ import annotations
 

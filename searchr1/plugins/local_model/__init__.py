@@ -1,8 +1,11 @@
 """The ``local`` model provider: sampling and LoRA training in this process (torch + peft).
 
-Registered through the ``searchr1`` entry point (``local_model``) like any third-party plugin
-and chosen by ``[model] provider = "local"``. Importing this package stays cheap: torch and
-transformers are imported only when the factory runs.
+Modules: ``provider`` (the sampler and trainer in one object), ``sampler`` (batched KV-cached
+generation in a worker thread) with ``admission``, ``sample_request``, ``generation``,
+``next_token``, ``kv_cache``, ``reuse`` and ``budget``; ``learner`` (log-probs, loss, backward,
+AdamW) with ``chunked_logprobs``, ``shared_prefix``, ``reference`` and ``snapshot``; ``fsdp`` and
+``sharded_learner`` under torchrun; ``state`` (checkpoints), ``device``, ``lora_coverage``.
+Importing it is cheap: torch loads when the factory runs. Design notes: docs/internals.md.
 """
 
 from __future__ import annotations

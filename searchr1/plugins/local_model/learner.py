@@ -1,4 +1,10 @@
-"""Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters."""
+"""Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
+
+:class:`Learner` runs ``forward_backward`` and ``optim_step`` in its one worker thread, in call
+order, at the sampler's temperature and with dropout off, projecting only the sampled tokens
+onto the vocabulary; every call reports the sampler/learner mismatch. Why: docs/internals.md,
+"The learner".
+"""
 
 from __future__ import annotations
 

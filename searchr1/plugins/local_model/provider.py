@@ -1,4 +1,11 @@
-"""``LocalModelProvider``: sampling and LoRA training of one model in this process."""
+"""``LocalModelProvider``: sampling and LoRA training of one model in this process.
+
+The rollout awaits :meth:`sample` (batched by
+:class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train loop queues
+:meth:`forward_backward` and awaits :meth:`optim_step`, run in the learner's worker thread
+(:class:`~searchr1.plugins.local_model.learner.Learner`), on the same peft model. Settings:
+``[model.local]`` (docs/reference/config.md).
+"""
 
 from __future__ import annotations
 
