@@ -32,6 +32,8 @@ _warned: set[tuple[str, str]] = set()
 #: the names searchr1.sdk offers, told by the SDK as it loads (:func:`offer`); the core imports
 #: no SDK, and the built-in plugins (which import it) load before any other plugin
 _offered: set[str] = set()
+#: names the SDK offers under another name: (old module, old name) -> the SDK's name
+_RENAMED = {("searchr1.core.assets", "resolve"): "resolve_asset"}
 _lock = threading.Lock()
 
 
@@ -54,6 +56,7 @@ def _warn(old: str, name: str, importer: str) -> None:
         if (old, importer) in _warned:
             return
         _warned.add((old, importer))
+    name = _RENAMED.get((old, name), name)
     if name in _offered:
         new = f"import from searchr1.sdk instead (from searchr1.sdk import {name})"
     elif not _offered:

@@ -198,11 +198,12 @@ def test_a_plugin_on_the_old_imports_passes_smoke_warned_once_per_old_module(
 
 
 def test_the_old_import_of_a_name_outside_the_sdk_says_it_is_internal(tmp_path: Path) -> None:
-    """A plugin reaching for a core name the SDK does not offer is told the name is internal;
-    an old module read through its attribute (``answers.exact_match``) is warned once, at the
-    first read, and works."""
+    """A plugin reaching for a core name the SDK does not offer is told the name is internal,
+    one the SDK renamed gets its new name, and an old module read through its attribute
+    (``answers.exact_match``) is warned once, at the first read, and works."""
     (tmp_path / "reaches_in.py").write_text(
         "from searchr1.core.disk import describe_refusal\n"
+        "from searchr1.core.assets import resolve\n"
         "import searchr1.core.answers as answers\n"
         "print(answers.exact_match('Paris', ['paris']), answers.f1_score('Paris', ['paris']))\n",
         encoding="utf-8",
@@ -221,7 +222,10 @@ def test_the_old_import_of_a_name_outside_the_sdk_says_it_is_internal(tmp_path: 
         f"{tmp_path / 'reaches_in.py'}:1: OldPluginImportWarning: reaches_in: importing "
         "searchr1.core.disk is deprecated for plugins; describe_refusal is internal to searchr1 "
         "(not in searchr1.sdk) and may change without notice",
-        f"{tmp_path / 'reaches_in.py'}:3: OldPluginImportWarning: reaches_in: importing "
+        f"{tmp_path / 'reaches_in.py'}:2: OldPluginImportWarning: reaches_in: importing "
+        "searchr1.core.assets is deprecated for plugins; import from searchr1.sdk instead "
+        "(from searchr1.sdk import resolve_asset)",
+        f"{tmp_path / 'reaches_in.py'}:4: OldPluginImportWarning: reaches_in: importing "
         "searchr1.core.answers is deprecated for plugins; import from searchr1.sdk instead "
         "(from searchr1.sdk import exact_match)",
     ]
