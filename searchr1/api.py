@@ -5,31 +5,6 @@ The reference setup's minimal validation script (section 4) imports ``run_rollou
 
     from searchr1.api import run_rollout_group
     from searchr1.api import ZhihuSearchClient
-
-    search_client = ZhihuSearchClient(keys=keys, top_k=3)
-    result = await run_rollout_group(
-        question="Who is the author of The Little Prince and where was he born?",
-        group_size=4, max_search_calls=4, search_client=search_client,
-    )
-    for traj in result.trajectories:
-        print(traj.reward, traj.search_calls, traj.final_answer)
-    print(search_client.success_rate, search_client.error_rate)
-
-Where everything not passed as an argument comes from: **a config**, resolved like the CLI's
-(``config=`` argument, a path or a :class:`~searchr1.core.config_schema.Config`; else the file named
-by ``$SEARCHR1_CONFIG`` when it exists; else ``./config.toml`` when it exists; else the
-embedded offline demo). So with the reference setup's layout -- ``config.toml`` and ``.env`` in the
-project folder -- the model is the config's ``[model]`` (TaoToken when it sets ``api_base``
-and ``api_key``), and ``ZhihuSearchClient`` takes ``api_base``, timeouts and retries from its
-``[search]`` table when that names ``zhihu``. Importing this module loads ``./.env`` into the
-environment (variables already set win, except exported-but-empty ones), which is what the
-reference setup's ``assert os.environ.get("TAOTOKEN_API_KEY")`` expects.
-
-Rewards need golden answers: ``golden_answers=`` (default: the reference setup's answers for the reference setup's
-question, :data:`searchr1.defaults.DEFAULT_ANSWERS`; none for any other question, so its
-rewards score the answer format only: 0.0 or -0.1). Nothing is trained: one group is sampled,
-searched and scored. Log events (key benching, config warnings) go to stderr unless the
-caller configured logging.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """``searchr1 config check``: validate a config and print it resolved, secrets redacted.
 
-Every problem is reported in one run, in file order: the core sections, cross-field rules,
-plugin names, the chosen plugins' tables and each chosen plugin's ``check`` (a corpus or index
-that is not there, a ``builtin:`` model that does not exist, ``[lora] target_modules`` the
-model lacks, read off its ``config.json`` on the meta device), one error, exit 2: the same
-check every run makes before any plugin starts. What only ``train`` needs is a warning (a
-config may be meant for smoke or eval), said before train would stop: a training QA file,
-data files that do not exist (a config is often checked before its data is downloaded), and
-train's own rules: ``[train] eval_every``/``keep_best`` without what they evaluate, and a loss
-(its KL term included) the chosen provider declares it cannot train. Each chosen plugin's
-``advise`` adds warnings. ``--plugins`` adds every setting of the chosen plugins' tables with its
-default. When the tokenizer is on this machine, the smoke question's first prompt and one
-well-formed search turn are rendered and checked against ``max_trajectory_tokens`` and
-``max_new_tokens`` (:mod:`searchr1.core.token_limits`).
+Every problem is reported in one run, in file order (one error, exit 2): the same check every
+run makes before any plugin starts; what only ``train`` needs is a warning
+(docs/commands.md).
 """
 
 from __future__ import annotations

@@ -4,20 +4,6 @@
 :func:`searchr1.core.logs.setup_logging`: on a TTY, :class:`Console` is the last structlog
 processor and the logger that prints; otherwise events stay JSON lines. ``events.jsonl`` holds
 every event either way: the console picks what a person watches for.
-
-* ``metrics``: ``step 3/60  reward 0.412  format 92%  search 63% 1.21/traj  degenerate 25%
-  EM 11.9%  12.3 s/step  ETA 11:42`` (with ``[search] cost_per_call``, also ``search cost
-  0.09 (run 0.27)``); the progress bar under it advances one step.
-* ``eval/heldout_em``: its own line (EM, F1, format rate, n, seconds). The step line's EM is
-  the model's latest one (``before``, then the periodic ``step_N`` evals of ``[train]
-  eval_every``, ``after``); the ``ceiling`` (the eval set's ideal agent) gets a line of its
-  own and never becomes the step line's EM.
-* ``run_start`` of ``searchr1 train``: the first screen (:func:`intro_lines`): what it trains,
-  the run folder, how to stop and resume, how to open the report.
-* ``best_checkpoint`` (``[train] keep_best``): its message whole, in bold.
-* ``config_choice``: ``train.max_staleness = 0: not set; ...``, as it is said when piped.
-* warnings and errors: a marked, coloured line with every field, never shortened.
-* anything else: ``time  event  key=value ...`` cut to the terminal's width.
 """
 
 from __future__ import annotations

@@ -3,14 +3,6 @@
 
 ``check`` prints rows, per-source counts and every malformed row (row number and reason);
 exits 1 when the file has no valid row, 2 when it cannot be read at all.
-
-``get`` downloads the ``train.parquet`` and ``test.parquet`` of the Hugging Face dataset
-``PeterJinGo/nq_hotpotqa_train`` (NQ + HotpotQA train; the seven QA test sets) through the
-hub client (``huggingface_hub``, which transformers brings: its cache, resume and
-``HF_TOKEN``) from ``$HF_ENDPOINT`` (default ``https://huggingface.co``), and writes them
-as QA files in the flat layout (``{"id", "question", "golden_answers", "data_source"}``,
-:mod:`searchr1.core.data`). ``--from DIR`` converts files downloaded elsewhere. A hub it
-cannot reach is a :class:`~searchr1.core.errors.UserError` (exit 2) saying what to do.
 """
 
 from __future__ import annotations

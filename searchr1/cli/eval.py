@@ -1,22 +1,9 @@
 """``searchr1 eval``: score the base model, checkpoints or a hosted model on a QA file.
 
-:func:`main` opens an ``eval-*`` run folder, builds the run's plugins once (outside any event loop,
-since a provider factory may run its own), then evaluates each requested model in turn inside one
-event loop (:func:`searchr1.core.evaluation.evaluate`). It writes ``eval_<label>.jsonl`` (every
-question's trajectory and scores) and ``eval_summary.json`` into the run folder, logs one
-``eval_result`` event per model, and says the per-source tables and, for several models, a
-comparison table (``base``, ``step_20``, ...), on the console or, with stdout piped (then JSON
-events only), on stderr. SIGINT/SIGTERM stop it at once (exit 130/143), naming the records of
-the models already evaluated.
-
-A checkpoint is evaluated with the settings it was trained with (model, LoRA, rollout with its
-protocol, search, reward), read from the ``config.toml`` saved beside it
-(:func:`checkpoint_config`; ``[run]``, ``[data]`` and ``[log]`` are this command's), unless
-``--config`` is given; then every model, LoRA, rollout and search field where the two differ is
-warned about.
-
-A hosted model is just another model provider (``[model] provider = "openai_chat"``); it samples
-only, so it cannot load checkpoints.
+:func:`main` evaluates each requested model in one event loop
+(:func:`searchr1.core.evaluation.evaluate`) and writes ``eval_<label>.jsonl`` and
+``eval_summary.json``; a checkpoint is evaluated with the settings saved beside it
+(:func:`checkpoint_config`) unless ``--config`` is given (docs/commands.md).
 """
 
 from __future__ import annotations
@@ -188,9 +175,9 @@ def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
 def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
     """One line per field of :data:`SAVED_SECTIONS` where ``given`` and the checkpoint's
     saved config (redacted TOML, as saved) differ, in the given config's order."""
-    from searchr1.core.checkpoint import _toml_safe
+    from searchr1.core.checkpoint import toml_safe
 
-    ours = _leaves(_toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
+    ours = _leaves(toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
     theirs = _leaves({s: saved.get(s, {}) for s in SAVED_SECTIONS})
     return [
         f"eval: --config differs from the checkpoint's config at {key}: "
@@ -216,12 +203,12 @@ def checkpoint_config(
     out."""
     import tomli_w
 
-    from searchr1.core.checkpoint import _toml_safe
+    from searchr1.core.checkpoint import toml_safe
     from searchr1.core.config import parse_config
     from searchr1.core.config_schema import SECTIONS
     from searchr1.core.secrets import REDACTED
 
-    plain = _toml_safe(current.to_dict(redact=False))
+    plain = toml_safe(current.to_dict(redact=False))
 
     def unmask(table: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}

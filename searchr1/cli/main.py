@@ -1,21 +1,9 @@
 """The ``searchr1`` command line.
 
-``searchr1 train|smoke|eval|report|plugins|config check|data check``. :func:`main` builds
-the parser from each command module's ``add_parser`` (one module per command in
-:mod:`searchr1.cli`), says which config the command runs and why (``config: ...``, on stderr
-unless a console draws stdout; once per torchrun job), and hands over to the command. Every
-:class:`~searchr1.core.errors.SearchR1Error` prints as a plain message on stderr, never as a
-traceback (a stop by SIGINT/SIGTERM, ``Interrupted``, as what it kept and how to go on; once per
-torchrun job: :func:`~searchr1.core.distributed.report_stop`), and the
-command exits with its class's ``exit_code`` (2 for what the user must fix: config, plugins,
-data). Libraries' progress bars (transformers' "Loading weights", downloads) draw only on a
-terminal, from one process of a job. A write the filesystem refuses (disk full, over quota, read-only,
-an I/O error, no permission) is a :class:`~searchr1.core.errors.DiskError` (exit code 4)
-naming the path and the free space; the command's run (:class:`~searchr1.core.runs.Run`) adds
-its last complete checkpoint and the command that continues it, and this module words a
-refusal met outside any run. A reader that closes the
-pipe early (``searchr1 plugins | head -1``) ends the command quietly, as it ends other Unix
-tools.
+:func:`main` builds the parser from each command module's ``add_parser``, says which config
+the command runs, and hands over to the command. Every
+:class:`~searchr1.core.errors.SearchR1Error` prints as a plain message on stderr, never a
+traceback, and the command exits with its class's ``exit_code`` (README, "Exit codes").
 """
 
 from __future__ import annotations

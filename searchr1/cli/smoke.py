@@ -4,33 +4,9 @@
 One question (``--question``/``--answer``, else ``[smoke] question`` and ``answers``, else the
 reference setup's), ``--group-size`` trajectories (4), at most ``--max-search-calls``
 searches each (default: the config's ``rollout.max_search_calls``), through the configured
-providers, no parameter update, in a new run folder each time (``--run-dir`` names one). It says (on the console, or on
-stderr when stdout is piped: stdout then carries the run's JSON events, ``smoke_done`` last)::
-
-    search keys: 3
-    search probe: ok (3 results)
-    trajectory 0: reward=1.0, search_calls=2, final_answer=France
-    ...
-    search success rate: 100.00%
-    search error rate: 0.00%
-
-then warnings (benched search keys by index, settings the provider cannot honour), channel
-diagnoses in words (401, every key out of quota, the model channel), the token limits that cut
-turns or trajectories (``token limit: ...``), and the verdict
-(:mod:`searchr1.cli.smoke_verdict`), one line per criterion, then ``smoke: PASS`` or
-``smoke: FAILED`` naming what failed. Every trajectory goes to
-``<run_dir>/smoke_trajectories.jsonl``.
-
-The offline demo asks a question of its own fictional world; its warm-started model answers,
-but in a group of four never fails the format (no -0.1) and not every trajectory searches, so
-its config lists those criteria in ``[smoke] report_only``.
-
-Exit codes: 0 every criterion holds and no channel failed; 1 a channel is broken (model error,
-every search key benched, the probe failed, search success below the minimum); 3 the channels
-work but the group lacks the expected behaviour (e.g. an untrained model); 2 config and
-plugin errors, rollout limits that cannot hold the question, flags that cannot mean anything
-(``--answer`` without ``--question``, ``--max-search-calls 0``) and a ``--run-dir`` holding
-another command's run; 130/143 SIGINT/SIGTERM (the rollout stops at once).
+providers, no parameter update, in a new run folder each time (``--run-dir`` names one). It prints each
+trajectory, the search rates and a verdict per criterion (docs/commands.md, exit codes
+included).
 """
 
 from __future__ import annotations

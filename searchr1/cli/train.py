@@ -7,11 +7,6 @@ loop's ways of stopping early into what a shell expects: the search environment 
 naming the alert, after a checkpoint) and SIGINT/SIGTERM in any phase (exit 130/143, saying
 what was kept and the command that continues: the command's :class:`~searchr1.core.stop.Stop`).
 The exit codes come from the error classes (:mod:`searchr1.core.errors`).
-
-Under torchrun (``torchrun --nproc-per-node N -m searchr1 train ...``) each process joins the
-job (:mod:`searchr1.core.distributed`); ``--nproc N`` runs that torchrun's launcher in this
-process (:func:`_launch`) and exits as the job's first failing rank did: its message once (rank
-0 says it, else the launcher), its exit code, and none of torchrun's own report.
 """
 
 from __future__ import annotations

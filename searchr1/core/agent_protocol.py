@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar, Literal
 
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import Question, SearchResponse, Tokenizer
 
 ActionKind = Literal["search", "answer", "invalid"]
@@ -182,3 +183,6 @@ class AgentProtocol(ABC):
     def _one_action(query: str | None, answer: str | None) -> None:
         if (query is None) == (answer is None):
             raise ValueError("a scripted assistant turn needs exactly one of query= or answer=")
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -12,6 +12,8 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
+from searchr1.core.old_imports import warn_plugins
+
 _ANSWER_ELEMENT_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 ANSWER_LINE_RE = re.compile(r"^[ \t]*Answer:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
@@ -79,3 +81,6 @@ def f1_score(prediction: str | None, golden_answers: Iterable[str]) -> float:
         precision, recall = common / len(pred_tokens), common / len(gold_tokens)
         best = max(best, 2 * precision * recall / (precision + recall))
     return best
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

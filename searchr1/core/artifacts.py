@@ -2,16 +2,7 @@
 
 A folder written to a temporary name and renamed into place (a checkpoint, a built-in asset, a
 converted model file) is whole when renamed; a full disk, a copy cut short or a hand edit can
-still damage it later. Two checks, neither reading more than a file's header:
-
-- :func:`file_sizes` records every file's size when the folder is written; :func:`damage`
-  finds a recorded file that is gone or of another size (truncated, or replaced);
-- :func:`format_problem` reads the header of a file whose format states its own length
-  (safetensors: a header then exactly the tensors it describes; a torch ``.pt`` zip: its
-  central directory at the end; a small JSON file: parsed whole), so a truncated file is
-  found in a folder written before sizes were recorded.
-
-Hashing the contents would find more (a flipped byte) but reads gigabytes on every load.
+still damage it later. Two checks, neither reading more than a file's header.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from searchr1.core.artifacts import damage, file_sizes
 from searchr1.core.disk import as_disk_error, flock_folder, make_temp_dir, match_umask
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import Asset
 
 PREFIX = "builtin:"
@@ -196,3 +197,6 @@ def build(folder: Path, asset: Asset) -> None:
         raise OSError(refused.errno, refused.strerror, where) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -3,11 +3,6 @@
 * a datum holds at most ``max_datum_tokens`` tokens (checked when it is built);
 * a micro-batch holds at most ``max_micro_batch_datums`` datums;
 * ``len(micro_batch) * longest_datum <= max_micro_batch_tokens`` (the padded size).
-
-Packed largest first, so a micro-batch's first datum is its longest and the padded size is
-known as it fills. Each is sent with ``loss_scale = 1 / N`` (N = the step's trajectories); a
-service that *averages* over a call's n_k datums multiplies by n_k instead (the ``n_k / N``
-scaling of the reference setup), so the accumulated gradient equals the full batch's.
 """
 
 from __future__ import annotations

@@ -3,15 +3,7 @@ state), ``rng.pt`` (torch RNG), ``config.toml`` (redacted), and last ``trainer.j
 data cursor, Python RNG, and ``files``: the size of every other file). Written to a hidden
 folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
 never leaves a broken ``step_*``.
-
-A checkpoint is checked when it is read (:func:`read_checkpoint`): every recorded file is
-there at its size and every file whose format states its length agrees with it
-(:mod:`searchr1.core.artifacts`), so one damaged later (a full disk, a cut-off copy) is
-named, and ``--resume`` passes over it to the one before.
-
-A save holds an exclusive lock on the ``checkpoints/`` folder while its hidden folder exists,
-so a hidden folder found while holding that lock was left by a save that was killed;
-:func:`remove_stale_saves` deletes those when training starts."""
+"""
 
 from __future__ import annotations
 
@@ -100,7 +92,7 @@ def save_checkpoint(
             model.save_state(str(tmp / "model"))
             with (tmp / "rng.pt").open("wb") as fh:  # a file object: a full disk is an OSError
                 torch.save({"torch": torch.get_rng_state()}, fh)
-            config_text = tomli_w.dumps(_toml_safe(config.to_dict(redact=True)))
+            config_text = tomli_w.dumps(toml_safe(config.to_dict(redact=True)))
             (tmp / "config.toml").write_text(config_text)
             match_umask(tmp)  # before the sizes: it may rewrite a file's mode, never its size
             trainer_state = {
@@ -309,11 +301,11 @@ def _decode_rng(state: list[Any]) -> tuple[Any, ...]:
     return (version, tuple(internal), gauss)
 
 
-def _toml_safe(value: Any) -> Any:
+def toml_safe(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _toml_safe(v) for k, v in value.items() if v is not None}
+        return {k: toml_safe(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_toml_safe(v) for v in value]
+        return [toml_safe(v) for v in value]
     return value
 
 

@@ -2,22 +2,9 @@
 RL, on fresh runs with ``[train.cold_start] steps > 0`` (``train`` calls it before step 1).
 
 An instruct model asked to use a search tool usually never does, so every RL group is
-degenerate and GRPO gets no signal. It runs::
-
-    teacher    = the data asset's ceiling agent (Asset.ceiling), else ScriptedTeacher
-    for step in 1..steps:
-        trajectories = rollout(teacher, questions_per_step fresh questions, group_size 1)
-                       through the run's search provider, protocol, chat template and limits
-        kept         = those the reward scores above 0
-        datums       = trajectory_to_datum(t, advantage 1): the RL masks
-        learn(datums, loss_fn, 1 / trained tokens): the RL step's pack -> forward_backward
-                       -> optim_step
-
-The loss (by default ``-sum_t A_t lp_t``) is a registered loss run by the
-model's trainer, so any training provider works. A stop signal (``run.stop``) ends it before
-its next step, or in one process during a step's rollouts. ``train`` then runs the held-out eval
-``"cold_start"`` and writes checkpoint 0, so ``--resume`` never repeats it. A top-level
-``[cold_start]`` table is read as ``[train.cold_start]``."""
+degenerate and GRPO gets no signal. docs/training.md
+says when it runs and what it keeps.
+"""
 
 from __future__ import annotations
 

@@ -4,11 +4,7 @@
 variables win unless exported but empty) and raises :class:`ConfigError` listing **all**
 problems with file and line. No file: the embedded offline default
 (``searchr1/defaults/offline.toml``). Relative paths resolve against the working directory.
-
-Secrets (the values of secret-named variables and of secret fields: schema fields marked
-``secret``, secret-named keys of plugin tables; :mod:`searchr1.core.secrets`) collect in
-:attr:`Config.secrets`, masked by value wherever they reappear (logs, errors, ``to_dict``).
-Schema: :mod:`searchr1.core.config_schema`; checks: :mod:`searchr1.core.config_validate`."""
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.secrets import redact_value
 from searchr1.defaults import DEFAULT_NAMES
 
@@ -381,3 +382,6 @@ SECTIONS: dict[str, type] = {
     for f in dataclasses.fields(Config)
     if dataclasses.is_dataclass(f.default_factory)
 }
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

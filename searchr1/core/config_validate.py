@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES, Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.logs import get_logger
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.plugins import ALSO_CHOSEN_BY, CHOSEN_BY_LIST, KINDS
 from searchr1.core.secrets import REDACTED, redact_text
 
@@ -486,3 +487,6 @@ def chosen_plugins(
                 if isinstance(name, str) and name:
                     out.append((kind, chooser, name, registry.entries[kind].get(name)))
     return out
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -4,17 +4,8 @@ numbered rows (``.jsonl`` and ``.json``: JSONL or a JSON array, either suffix re
 :class:`MalformedRow`, never stopping the load, ids are made unique, and a file without a
 valid row is an error.
 
-Every row may be in any of these layouts (:func:`question_from_row`):
-
-- Search-R1 flat: ``{"id", "question", "golden_answers": [...], "data_source"}``;
-- Search-R1 nested (the verl parquet files the original trains on):
-  ``{"data_source", "prompt": [{"role": "user", "content": "...Question: q\\n"}],
-  "reward_model": {"ground_truth": {"target": [...]}}, "extra_info": {"index": 3}}``
-  (the flat columns win when both are present, as in the published files);
-- plain: ``{"question", "answers": [...]}`` (or ``"answer": "..."``).
-
-Ids are stable: a row without one gets a hash of its question and answers, and ids are
-prefixed by ``data_source`` (published test files reuse ``test_0`` across sources).
+A row is Search-R1's flat or nested (verl parquet) layout, or a plain
+``{"question", "answers"}`` (:func:`question_from_row`).
 """
 
 from __future__ import annotations

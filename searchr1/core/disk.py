@@ -1,24 +1,5 @@
 """What a command does when the disk says no, and how its files are written so that a failed
 write never leaves a file a later read takes for complete.
-
-- :func:`atomic_write`: a file written whole goes to a temporary file in the same folder,
-  is flushed to disk and renamed over the target, so a reader sees the old file or the new
-  one, never half of one (trajectory dumps, eval records and summary, the report page).
-  :func:`make_temp_file` and :func:`make_temp_dir` make every temporary file and folder that
-  is renamed into place (checkpoints, indexes, assets), with the modes the umask gives, and
-  :func:`match_umask` gives those modes to what a library wrote into such a folder.
-- :func:`as_disk_error`: whether an exception is the filesystem refusing a write (full, over
-  quota, read-only, an I/O error, no permission), however a library wrapped it. It becomes
-  the one :class:`~searchr1.core.errors.DiskError` (exit code 4) that
-  :func:`searchr1.core.runs.disk_error` words from :func:`describe_refusal` and the command's
-  run: the path, the free space there, the run's last complete checkpoint and the command
-  that continues it. The run turns a refusal met while it is open
-  (:class:`~searchr1.core.runs.Run` as a context manager), the CLI (:mod:`searchr1.cli.main`)
-  one outside any run. Writers raise plain ``OSError`` naming their path.
-- :func:`warn_if_low_space`: before a checkpoint, a warning when the free space is under twice
-  the size of the last checkpoint.
-- :func:`hold_folder`: a folder one process writes at a time (a training run, an index build)
-  is held by that process, and a second is refused naming the first.
 """
 
 from __future__ import annotations
@@ -34,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from searchr1.core.old_imports import warn_plugins
 
 #: the errnos that mean "the filesystem refused the write", not a bug in searchr1
 DISK_ERRNOS = frozenset(
@@ -292,3 +275,6 @@ def write_text_atomic(path: Path, text: str) -> None:
 def _naming(exc: OSError, path: Path) -> OSError:
     """``exc`` with ``path`` as its file (the temporary name means nothing to a user)."""
     return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -2,30 +2,8 @@
 
 ``torchrun --nproc-per-node N -m searchr1 train`` (or ``searchr1 train --nproc N``) starts N
 copies of the loop; :meth:`World.from_env` reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and
-joins them (gloo on CPU, nccl on CUDA, each rank on ``cuda:LOCAL_RANK``). Then, every step::
-
-    every rank   draws the step's questions from the same global stream (same seed, same
-                 cursor), rolls out its contiguous share (:meth:`World.shard`: a group never
-                 spans ranks), and gathers every rank's scored groups (:meth:`World.gather`)
-                 so dynamic sampling and the search guard decide on the whole batch, the
-                 same way on every rank
-    every rank   trains on its own groups' datums with loss scale 1 / (Q x G) of the whole
-                 batch; :func:`all_reduce_grads` sums the LoRA gradients, so the update is
-                 the one-process update on the same batch; one optimizer step on every rank
-                 (a rank without datums contributes zeros)
-    rank 0       writes events.jsonl, trajectories, sinks and checkpoints
-
-Sampling seeds are keyed by (run seed, step, draw, question id), never by rank or batch
-position, so the questions and trajectories of a step do not depend on the world size, and
-the data cursor in a checkpoint is the global one (``--resume`` works with another N).
-
-A rank that dies makes the others' next collective fail; that becomes :class:`RankLost`
-(exit 1, a message naming the job) instead of a gloo/nccl traceback.
-
-What the job tells a person comes from rank 0 alone (:func:`speaks_for_job`): the config it
-runs, its notes, why it stopped. A rank that stops on an error also leaves the message in
-torchelastic's error file (:func:`report_stop`), where ``searchr1 train --nproc``
-(:mod:`searchr1.cli.train`) and torchrun's failure report find the first failing rank's.
+joins them (gloo on CPU, nccl on CUDA, each rank on ``cuda:LOCAL_RANK``). What each rank
+does in a step, and why the update equals one process's: docs/scale-out.md.
 """
 
 from __future__ import annotations
@@ -41,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from searchr1.core.errors import ConfigError, SearchR1Error
+from searchr1.core.old_imports import warn_plugins
 
 T = TypeVar("T")
 
@@ -111,7 +90,7 @@ class World:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size
-        _collective(dist.all_gather_object, out, obj, size=self.size)
+        collective(dist.all_gather_object, out, obj, size=self.size)
         return out
 
     def any(self, flag: bool) -> bool:
@@ -127,7 +106,7 @@ class World:
         import torch.distributed as dist
 
         box: list[Any] = [obj]
-        _collective(dist.broadcast_object_list, box, 0, size=self.size)
+        collective(dist.broadcast_object_list, box, 0, size=self.size)
         return box[0]
 
     def close(self) -> None:
@@ -179,7 +158,7 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
     size = dist.get_world_size()
     device = params[0].device
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
-    _collective(dist.all_reduce, has, size=size)
+    collective(dist.all_reduce, has, size=size)
     for dtype in {p.dtype for p in params}:
         group = [(i, p) for i, p in enumerate(params) if p.dtype == dtype and has[i] > 0]
         if not group:
@@ -187,7 +166,7 @@ def all_reduce_grads(params: Sequence[Any]) -> None:
         flat = torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for _, p in group]
         )
-        _collective(dist.all_reduce, flat, size=size)
+        collective(dist.all_reduce, flat, size=size)
         offset = 0
         for _, p in group:
             n = p.numel()
@@ -218,7 +197,7 @@ def check_supported(
         raise ConfigError(problems)
 
 
-def _collective(fn: Any, *args: Any, size: int) -> None:
+def collective(fn: Any, *args: Any, size: int) -> None:
     """``fn(*args)``, a collective; a peer that went away becomes :class:`RankLost`."""
     try:
         fn(*args)
@@ -229,3 +208,6 @@ def _collective(fn: Any, *args: Any, size: int) -> None:
             f"cannot continue; its output (or torchrun's report) says why "
             f"[{type(exc).__name__}: {detail}]"
         ) from exc
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

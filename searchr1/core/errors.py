@@ -1,49 +1,16 @@
 """The one family of errors searchr1 raises on purpose, and the exit code of each.
 
 Every error the CLI prints as a plain message (no traceback) derives from
-:class:`SearchR1Error`; ``exit_code`` is what ``searchr1`` exits with::
-
-    SearchR1Error          exit 1  a check failed
-    ├── UserError          exit 2  the user's input: a value, a file, a flag, a rejected key
-    │   └── ConfigValueError       a config value that is unusable when it is used
-    ├── ConfigError        exit 2  every problem found in one config file, one per line
-    ├── PluginError        exit 2  a plugin failed to load, clashes, or is not installed
-    ├── EnvironmentDown    exit 3  the search environment stayed broken past the retries
-    ├── RemoteError                a remote service (a model service, a search API, an
-    │   │                          inference server) failed for good; ``failure`` its class
-    │   ├── RemoteHostUnknown     exit 2  "dns": the host name does not resolve
-    │   ├── RemoteTLSError        exit 2  "tls": the TLS handshake or certificate failed
-    │   ├── RemoteAuthError       exit 2  "auth": HTTP 401/403, the key is empty or wrong
-    │   ├── RemoteUnknownModel    exit 2  "unknown_model": HTTP 404 / model not found
-    │   ├── RemoteRejected        exit 2  "rejected": any other 4xx (a request it refuses)
-    │   ├── RemoteMalformed       exit 2  "malformed": an answer that is not the API's
-    │   ├── RemoteRefused         exit 3  "refused": nothing listens on that port
-    │   ├── RemoteConnectionLost  exit 3  "connection": reset or dropped mid-request
-    │   ├── RemoteTimeout         exit 3  "timeout": no answer within the timeout
-    │   ├── RemoteRateLimited     exit 3  "rate_limit": HTTP 429 past the retries
-    │   ├── RemoteServerError     exit 3  "server_error": HTTP 5xx past the retries
-    │   └── RemoteStepError       the code of its cause: a training call failed part-way
-    ├── DiskError          exit 4  a write the filesystem refused: full, over quota,
-    │                              read-only, an I/O error, no permission
-    ├── HealthStop         exit 5  a health alert ended training ([train.health]
-    │                              on_alert = "stop"), after a checkpoint
-    └── Interrupted        exit 130 / 143 (128 + the signal), SIGINT / SIGTERM: what the
-                                   command kept and how to go on
-
-A remote failure's exit code says whose fix it is: 2, the config's (a host name, a
-certificate, a key, a model name, an address that is not the API); 3, the service's (down,
-overloaded, rate limiting: wait, then rerun, ``train --resume`` continuing), the code a search
-environment that stays down also exits with. The class is read off the exception's type and
-HTTP status (:func:`searchr1.kit.http.classify`), never off its message.
-
-A user-facing message must name the field, file or variable to fix. Kept out of the CLI so
-library code can raise them without importing it.
+:class:`SearchR1Error`; ``exit_code`` is what ``searchr1`` exits with (README, "Exit
+codes"). A message names the field, file or variable to fix.
 """
 
 from __future__ import annotations
 
 import signal
 from typing import ClassVar
+
+from searchr1.core.old_imports import warn_plugins
 
 #: ``searchr1 train`` stopped because search stayed down (see :class:`EnvironmentDown`).
 EXIT_ENVIRONMENT_DOWN = 3
@@ -247,3 +214,6 @@ class HealthStop(SearchR1Error):
             f'checkpoint step {step} ([train.health] on_alert = "stop"; "warn" only logs '
             f"alerts)"
         )
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

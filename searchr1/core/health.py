@@ -4,35 +4,8 @@ settings in ``[train.health]``), and the run notices, conditions worth one warni
 (:class:`RunNotices`). Their metrics join the step's ``metrics`` event, their alerts are logged
 as ``health_alert`` warnings, their state is checkpointed (so a resumed run reports what the
 uninterrupted one would have) and their counts go into ``train_done``. The report
-(:mod:`searchr1.report.health`) shows the same metrics and alerts at the top of the page.
-
-Metrics (all over the step's first draw, the unbiased sample of the policy):
-
-- ``health/response_tokens``: sampled (policy) tokens per trajectory;
-  ``health/response_growth``: that over its mean across the run's first ``baseline_steps``;
-- ``health/format_rate``: share of trajectories answered in the protocol's format (the
-  verdict the rollout recorded, ``Trajectory.format_ok``, which smoke and eval read too),
-  whatever the reward;
-  ``health/format_drop``: the running peak of its moving average minus the current moving
-  average (0 while it is not falling);
-- ``health/repeat_ngram_rate``: share of the sampled ``ngram``-grams of a trajectory that
-  already appeared earlier in that trajectory's sampled tokens (loops and stutter);
-- ``health/entropy``: mean ``-log p`` of the sampled tokens. The sampler's log-prob of the
-  token it drew is a Monte-Carlo estimate of the sampling distribution's entropy
-  (``E[-log p(x)] = H(p)`` for ``x ~ p``) at no cost, for every provider that reports
-  log-probs, over every sampled token (not only trained ones). With ``top_p < 1`` the draw is
-  from the truncated distribution and the value is a cross-entropy slightly above that
-  distribution's entropy; it still falls when the policy collapses;
-- ``health/searches/<data_source>``: searches per question of each data source (in the
-  offline world, ``world_1hop`` / ``world_2hop``: does the policy search more for two hops?);
-- ``health/alerts``: how many alerts this step raised.
-
-Alerts: the format rate or the entropy falls off a cliff (its moving average falls below
-``cliff_fraction`` of its running peak), response length grows past ``max_length_growth``,
-and the sampler/learner mismatch passes ``mismatch_warn_k3`` or the ratio leaves
-``[1 / mismatch_warn_ratio, mismatch_warn_ratio]``. With ``on_alert = "stop"`` the first of
-these alerts (not the run notices) sets :attr:`Health.stop_alert`: ``train`` saves a
-checkpoint of that step and ends with exit code 5 (:class:`~searchr1.core.errors.HealthStop`).
+(:mod:`searchr1.report.health`) shows the same metrics and alerts at the top of the page. The metrics and
+alerts: docs/training.md, "Watching for collapse".
 """
 
 from __future__ import annotations

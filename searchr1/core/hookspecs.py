@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 import pluggy
 
 from searchr1.core.agent_protocol import AgentProtocol
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import (
     Asset,
     LossFactory,
@@ -104,3 +105,6 @@ def register_assets(register: Register[Asset]) -> None:
     ``builtin:NAME/FILE`` resolves to ``FILE`` in the folder ``build(folder)`` wrote, built
     once per ``version`` into ``$SEARCHR1_CACHE``. Keep the hook cheap: import inside
     ``build``. docs/plugins.md, ## register_assets"""
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

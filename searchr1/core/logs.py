@@ -6,11 +6,6 @@ carries ``timestamp``, ``level``, ``event`` and ``run_id``; metrics use ``/``-se
 anything shaped like a bearer token. A command may pass a ``screen`` factory to draw events for
 a person instead of printing JSON lines. Metric sinks (:mod:`searchr1.core.sinks`) are fed from
 the same stream, after redaction.
-
-Stdout carries events only: JSON lines when piped (``searchr1 train | jq``), the console's
-rendering of them on a terminal. What a command tells a person besides its events (the config
-it runs, smoke's verdict, eval's tables) goes through :func:`say`: on the console when one is
-drawn, else on stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ from typing import IO, Any, Protocol
 
 import structlog
 
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.secrets import Secrets, bind_secrets, bound_secrets
 
 
@@ -306,3 +302,6 @@ def warn(event: str, detail: str) -> None:
 def log_metrics(step: int, metrics: dict[str, float]) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
     get_logger().info("metrics", step=step, **metrics)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

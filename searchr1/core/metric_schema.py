@@ -2,26 +2,7 @@
 one :class:`MetricGroup` of :data:`SCHEMA`, which says what kind of number it is, when it is
 emitted and how values of several parts (ranks, learner batches) merge into one.
 
-Kinds (:class:`Kind`):
-
-* ``curve``: a per-step curve, in every step's event while its producer is present (a loss
-  without a KL term reports no ``kl/*``, a search provider that sends no HTTP request no HTTP
-  counters);
-* ``sparse``: a diagnostic that is 0 on a healthy step (errors, rare end reasons, alerts):
-  in the event only on steps where it is not 0;
-* ``mode``: only in one mode of the loop, named by :attr:`MetricGroup.mode` (``pipelined``:
-  ``[train] max_staleness > 0``);
-* ``total``: a running total over the run: not in the ``metrics`` event, its latest value in
-  ``train_done``;
-* ``constant``: the same on every step (the config says it, and the config is the run's
-  hparams): never in the event;
-* ``derived``: a number the producer reports that other keys of the event give exactly (a
-  merge weight, a maximum the extremes give): never in the event.
-
-:func:`assemble` turns one step's numbers into the event and the run totals. A key no group
-declares (a third-party plugin's own number) is passed on unchanged. ``docs/reference/metrics.md``
-is written from this schema (``scripts/gen_docs.py``), and the tests fail on an emitted key it
-does not declare.
+The kinds (:class:`Kind`): docs/architecture.md, "Metrics: a declared schema".
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import pluggy
 
 from searchr1.core import hookspecs
 from searchr1.core.errors import PluginError
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import Asset, TrainerCapabilities
 
 ENTRY_POINT_GROUP = "searchr1"
@@ -205,7 +206,10 @@ def _load_entry_points(pm: pluggy.PluginManager, origins: dict[str, str]) -> lis
     left out. A listed name nothing provides is a PluginError, so a typo never silently drops
     a plugin."""
     wanted = _wanted_plugins()
-    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    # built-ins first: they load searchr1.sdk, whose names the old-import warnings point to
+    eps = sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: not _is_builtin(ep)
+    )
     if wanted is not None:
         missing = wanted - {ep.name for ep in eps}
         if missing:
@@ -311,3 +315,6 @@ def _call_hook(impl: pluggy.HookImpl, hook_name: str, register: Callable[..., No
         raise PluginError(
             f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

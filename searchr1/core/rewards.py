@@ -7,20 +7,6 @@ when not named there). The chosen reward's components are kept as they are; each
 own (unweighted) reward as component ``<term>`` and its components as ``<term>/<component>``,
 so the step's ``metrics`` event shows ``reward/<term>`` next to ``reward/format`` and
 ``reward/correct``.
-
-A reward may also have, besides ``__call__`` (one trajectory):
-
-* ``async score_many(items)``: the rewards of a whole batch of ``(trajectory, golden
-  answers)`` at once (a reward that asks a service, such as the LLM judge, batches its calls);
-  :func:`score_all` uses it when present;
-* ``metrics(reset)``: numbers for the step's ``metrics`` event (:func:`reward_metrics`);
-* ``problem()``: why the step's rewards must not train the model, e.g. a judge that answered
-  nothing (:func:`reward_problem`): the train loop's guard then waits and retries the step,
-  as for a broken search environment;
-* ``decided_failure()``: the :class:`~searchr1.core.errors.RemoteError` no wait mends (every
-  judge key rejected or benched for the run), or None (:func:`decided_failure`): the guard
-  then stops at once with it;
-* ``async aclose()``: release its connections (:func:`close_reward`).
 """
 
 from __future__ import annotations

@@ -4,17 +4,8 @@ Each question's prompt is sampled **once** with ``num_samples = group_size``; th
 trajectory advances on its own with ``num_samples = 1``, as concurrent asyncio tasks (a slow
 search holds up only its own trajectory). Token-in/token-out: a trajectory grows only by the
 prompt, the sampled tokens as returned and the observation tokens; that list is the next
-prompt, never decoded and re-encoded. Per trajectory::
-
-    sample turn -> parse action
-      answer                      -> end "answered"
-      no room left in the budget  -> end "token_limit"
-      invalid                     -> end "invalid_action"
-      search, calls used up       -> end "search_limit"
-      search, turns used up       -> end "turn_limit"
-      search -> observation (errors become observations the model reads)
-             -> observation does not fit -> end "token_limit"
-             -> sample next turn with max_tokens = min(max_new_tokens, tokens left)
+prompt, never decoded and re-encoded. docs/architecture.md
+draws its states and end reasons.
 """
 
 from __future__ import annotations

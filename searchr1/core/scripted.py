@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from searchr1.core.answers import normalize_answer
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import SampledSequence, SamplingParams
 
 #: what a scripted agent answers when what it read does not hold the answer (scores wrong)
@@ -80,3 +81,6 @@ class ScriptedTeacher(ScriptedSampler):
             if normalize_answer(answer) and normalize_answer(answer) in results:
                 return self.protocol.assistant_turn_text(answer=answer)
         return self.protocol.assistant_turn_text(answer=UNKNOWN)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

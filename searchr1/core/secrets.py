@@ -7,17 +7,15 @@ anywhere. Parts, not substrings: ``MAX_TOKENS`` or ``key_cooldown_seconds`` is n
 (masking "2048" would blank every 2048 logged). Values are masked by value: the
 :class:`Secrets` of the command (its config's secrets, the keys its plugins register), plus
 anything shaped like a bearer token.
-
-Each command's :class:`~searchr1.core.logs.RunLog` owns its :class:`Secrets`; the module
-functions (:func:`redact_text`, :func:`redact_value`, :func:`register_secrets`) act on the one
-that :func:`bind_secrets` points at, because they are called from code no run is handed to (an
-HTTP client's error, a plugin's message, the CLI's last word)."""
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
 from typing import Any
+
+from searchr1.core.old_imports import warn_plugins
 
 REDACTED = "***"
 SECRET_NAME_RE = re.compile(
@@ -139,3 +137,6 @@ def masked(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [REDACTED] * len(value)
     return REDACTED if isinstance(value, str) else value
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

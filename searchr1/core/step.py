@@ -1,29 +1,8 @@
 """One training step, top to bottom: ``collect`` -> ``learn`` -> ``record``.
 
-::
-
-    collect  groups   = rollout(questions, group_size)        all trajectories concurrently
-             rewards  = reward(trajectory, golden answers)    per trajectory, one batch
-             (dynamic sampling: replace degenerate groups by fresh questions)
-             guard    : search (or the reward's judge) broken this step? -> back off and
-                        retry the same questions
-             A_i      = r_i - mean(r_group)                   degenerate groups dropped
-                        (or [train] advantage_estimator)      (kept for the KL term)
-    learn    datums   = full multi-turn sequences, advantage 0 on prompt/observation tokens,
-                        each weighted by [train] loss_agg_mode (1 by default)
-             for micro-batch in pack(datums): queue forward_backward(micro-batch, loss, 1 / N)
-             queue optim_step(adam), then await the results   exactly one step each
-    record   health checks, the metrics event, a few trajectories dumped, checkpoint every
-             save_every
-
-N counts every trajectory of the batch (degenerate ones too), so dropping a group never
-inflates the others' weight. The cold start calls the same :func:`learn`.
-
-Under torchrun (:mod:`searchr1.core.distributed`) every rank rolls out its share of each
-draw and gathers the others', so the batch, dynamic sampling and the guard are the whole
-job's on every rank; a rank trains on the groups it rolled out (``Batch.owners``), the
-gradients are summed across ranks before the one optimizer step, and rank 0 alone records
-and saves."""
+docs/architecture.md, "The life of a step", draws it; ``N`` (the loss scale ``1 / N``) counts
+every trajectory of the batch (docs/training.md, "The loss's scale").
+"""
 
 from __future__ import annotations
 

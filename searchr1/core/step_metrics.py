@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import RewardResult, Trajectory
 
 END_REASONS = ("answered", "search_limit", "turn_limit", "token_limit", "invalid_action")
@@ -166,3 +167,6 @@ def ratio_basis(sampler_temperature: float, learner_temperature: float | None) -
         f"sampler's at {ts}: on-policy ratios need not be 1 (a remote service may score "
         "untempered log-probs); mismatch/* in each step's metrics shows the size"
     )
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -3,20 +3,7 @@
 A command that runs long work (``train``, ``eval``, ``smoke``, ``index build``) installs one
 :class:`Stop` for its whole run (:meth:`Stop.installed`; the run carries it as ``Run.stop``).
 The first signal only asks; each phase then ends at its next unit of work and raises
-:class:`~searchr1.core.errors.Interrupted`, naming the phase:
-
-* sync code polls :meth:`Stop.check` between units (an encode batch, a cold-start step, an
-  RL step), where all torchrun ranks are in step (they stop together);
-* async code runs a phase under ``await stop.cut(coro, phase)``: the signal cancels it at its
-  next ``await`` (a batch of rollouts; the local sampler drops a cancelled request's rows at
-  its next decoding step);
-* a load that has nothing to keep (the model, the search index) runs under
-  ``with stop.at_once(phase)``: the signal interrupts it where it is.
-
-The command then saves what can be resumed and says what it kept and how to go on (the
-message of the ``Interrupted`` it raises; exit 128 + the signal: 130 for SIGINT, 143 for
-SIGTERM). A second signal ends the process at once (exit 128 + that signal, no traceback),
-except under torchrun, which passes a terminal's Ctrl-C on to its workers a second time.
+:class:`~searchr1.core.errors.Interrupted`, naming the phase.
 """
 
 from __future__ import annotations
@@ -35,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.distributed import speaks_for_job
 from searchr1.core.errors import Interrupted
+from searchr1.core.old_imports import warn_plugins
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.distributed import World
@@ -180,3 +168,6 @@ def _exit_at_once(signum: int) -> None:
     with contextlib.suppress(OSError):
         os.write(2, f"searchr1: stopped at once by a second {name}\n".encode())
     os._exit(128 + signum)
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -1,54 +1,8 @@
 """``searchr1 train``: the Search-R1 loop, top to bottom.
 
-::
-
-    eval "before" (train.eval_before_after and data.eval), the asset's ceiling agent too
-    cold start ([train.cold_start] steps > 0), eval "cold_start", the KL reference pinned
-        ([train.loss] kl_coef > 0), checkpoint 0
-    periodic eval of step 0 (train.eval_every > 0)
-    for step in start + 1 .. max_steps:
-        batch   = collect(...)     rollouts, rewards, advantages  (searchr1.core.step)
-        learned = learn(...)       one optimizer step
-        periodic eval              every eval_every steps; a new best -> checkpoints/best
-        record(...)                health checks, metrics, checkpoint every save_every
-        a health alert with [train.health] on_alert = "stop": checkpoint, end (exit 5)
-    eval "after"
-
-On ``--resume`` the loop continues after the checkpoint's step with the same data cursor and
-RNG states; nothing before the loop runs again.
-
-With ``train.max_staleness = k > 0`` the loop prefetches: while step ``s`` learns (the trainer
-computes off the event loop), the rollouts of up to ``k`` later steps run as asyncio tasks,
-one after the other (:func:`run_steps`). The *policy version* is the number of optimizer
-steps the weights have taken: step ``s`` is learned on version ``s - 1`` and its rollout may
-start once version ``s - 1 - k`` exists. ``k = 0`` is the synchronous order; ``k = 1`` rolls
-out step ``s + 1`` on version ``s - 1`` and is bit-reproducible (with ``k >= 2`` the version
-a rollout gets depends on timing). The importance ratio divides by the log-probs the sampler
-recorded, so stale data stays correct, and the health checks get each step's staleness to
-tell drift from lag. A slow group is never dropped (that biases training toward fast
-questions): the loop waits for it. A trainer that declares ``snapshot_sampler`` gets it
-called at the start of every rollout (a rollout samples one version however the learner
-moves). A step that saves a checkpoint or evaluates holds the prefetch until it is finished,
-so a run resumed from that checkpoint repeats the uninterrupted run. Each step's window
-metrics (:func:`searchr1.core.step.window_metrics`: staleness, idle fractions, overlap) span
-from the end of the previous step to the end of this step's learning.
-
-SIGINT/SIGTERM (``run.stop``, :mod:`searchr1.core.stop`) end the phase they arrive in: the
-model load, the held-out evals and the search guard's wait at once (nothing to keep), the
-cold start after its current step (its work is kept only whole, as checkpoint 0), an RL step
-once it is finished and checkpointed (a periodic eval due after it is cut short, a prefetched rollout in flight
-finished and discarded); the error then names the newest checkpoint and the command that
-continues (exit 130/143).
-
-Every other stop of the RL steps (a health alert, the search guard, a remote service or the
-judge failing, a refused write, a lost torchrun rank) keeps the same promise: the newest
-trained step is checkpointed first when no checkpoint holds it (:func:`_keep`), and the
-error's message ends with what the folder keeps and the command that continues
-(:func:`_kept`); a stop before step 1 says that nothing was trained and gives the plain rerun.
-
-Under torchrun every rank runs this loop on its share of each step
-(:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
-and the ranks stop together at the first step boundary after any of them got a signal."""
+docs/architecture.md, "The loop", draws it; docs/training.md says what each phase and
+setting does (pipelined steps with ``max_staleness``, stopping, resuming).
+"""
 
 from __future__ import annotations
 

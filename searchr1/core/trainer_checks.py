@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from searchr1.core.errors import ConfigError, SearchR1Error
+from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import LossFn, Model, Trainer, TrainerCapabilities, kl_coef
 
 if TYPE_CHECKING:
@@ -128,3 +129,6 @@ _OFF = {"importance_sampling_level": '"token"'}
 
 def _shown(value: float | str) -> str:
     return f'"{value}"' if isinstance(value, str) else f"{value:g}"
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from searchr1.core.old_imports import warn_plugins
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
@@ -493,3 +495,6 @@ class Asset:
     build: Callable[[Path], None]
     ceiling: Callable[[Config, Any, Any], Sampler | None] | None = None
     takes: str = ""
+
+
+warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -3,12 +3,6 @@ file (llama.cpp's format) becomes a ``from_pretrained``-loadable folder, convert
 the cache (:func:`convert_gguf`), so every provider loads it like any Hugging Face checkpoint.
 Built-in assets that ship a GGUF file (e.g. ``builtin:smollm2-135m-instruct``) call the same
 function from their builder.
-
-transformers reads GGUF itself (``from_pretrained(folder, gguf_file=name)``, needs the
-``gguf`` package) and dequantizes every tensor to the requested dtype. The loaded model cannot
-be saved as it is (it keeps a GGUF quantizer that ``save_pretrained`` refuses), so the
-weights are copied into a fresh model built from the same config, which is then saved as
-ordinary safetensors next to the tokenizer (its chat template included).
 """
 
 from __future__ import annotations
@@ -19,9 +13,7 @@ from contextlib import contextmanager
 from hashlib import sha256
 from pathlib import Path
 
-from searchr1.core.assets import cache_dir, ensure_built, resolve
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, ConfigValueError, cache_dir, ensure_built, resolve_asset
 
 #: What to install when the ``gguf`` reader is missing.
 GGUF_EXTRA = "pip install 'searchr1[real-model]'  (brings the gguf package)"
@@ -34,7 +26,7 @@ def model_path(spec: str, assets: Mapping[str, Asset]) -> str:
     run's: ``config.assets``), the folder a ``.gguf`` file converts to (once; an edited or
     replaced file is converted again), else ``spec``."""
     if not spec.lower().endswith(".gguf"):
-        return resolve(spec, assets)
+        return resolve_asset(spec, assets)
     path = Path(spec).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{path.suffix} file {str(path)!r} does not exist")

@@ -6,38 +6,7 @@ to the next key), ``openai_chat`` and ``vllm_model`` (retries off: a local serve
 should fail at once); third-party plugins should use it too (``docs/plugins.md``, "Talking
 HTTP").
 
-What one call does (:meth:`HttpClient.send`):
-
-* sends on one ``httpx.AsyncClient``, so one plugin instance reuses its keep-alive
-  connections; at most ``max_connections`` attempts run at once, each holding a slot of one
-  semaphore while it runs and never while it waits to retry (a call queued behind them
-  waits for a slot, not in the pool, where httpx's pool timeout would end it). The pool and
-  the semaphore are made in the event loop of the first call and belong to it (a command
-  runs in one loop): a call from another loop raises :class:`WrongEventLoop`;
-* bounds each attempt by :attr:`RetryPolicy.attempt_timeout_s` end to end, and the whole call,
-  sleeps included, by :attr:`RetryPolicy.deadline_s`;
-* retries (a ``tenacity`` loop) timeouts, connection errors and the statuses of
-  :func:`~searchr1.kit.retry.is_retryable_status` (408, 409, 429, 5xx) up to
-  :attr:`RetryPolicy.max_retries` times, waiting :class:`~searchr1.kit.retry.full_jitter`
-  (exponential, "full jitter": uniform between 0 and the exponential ceiling, so callers that
-  failed together do not come back together) or, when the server sent one, ``Retry-After``
-  (seconds or an HTTP date, :func:`~searchr1.kit.retry.parse_retry_after`); a server that
-  asks for more than :attr:`RetryPolicy.max_retry_after_s`, or a wait that would pass the
-  deadline, ends the call at once instead of stalling it;
-* fails at once on any other status (:class:`HttpRejected`), and with :class:`HttpGaveUp`
-  when the retries, the deadline or the server's patience ran out. Both say the method, the
-  URL without its query string or user info, the number of attempts and the last failure;
-  header values and query values that look like credentials are cut out of the body excerpt,
-  as are the secrets registered with :mod:`searchr1.core.secrets`. Both carry the class of
-  the failure (``failure``, a :class:`~searchr1.core.errors.RemoteError` subclass).
-
-Every remote channel, over this client or an SDK of its own, names its failures the same way:
-:func:`classify` reads the class off an exception (its type, its HTTP status or an SDK's
-stable error code, and the exceptions it was raised from: ``socket.gaierror`` is DNS,
-``ConnectionRefusedError`` refused, ``ssl.SSLError`` TLS), never off its message, and
-:meth:`Channel.error` turns it into the one-paragraph
-:class:`~searchr1.core.errors.RemoteError` a person reads (the URL, the class, what to do).
-:meth:`Channel.announce` says, on first contact, what is awaited and for how long.
+What one call does (:meth:`HttpClient.send`): docs/plugins.md, "Talking HTTP".
 """
 
 from __future__ import annotations
@@ -56,7 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import tenacity
 
-from searchr1.core.errors import (
+from searchr1.kit.retry import full_jitter, is_retryable_status, parse_retry_after
+from searchr1.sdk import (
     RemoteAuthError,
     RemoteConnectionLost,
     RemoteError,
@@ -70,10 +40,10 @@ from searchr1.core.errors import (
     RemoteTLSError,
     RemoteUnknownModel,
     SearchR1Error,
+    get_logger,
+    is_secret_name,
+    redact_text,
 )
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import is_secret_name, redact_text
-from searchr1.kit.retry import full_jitter, is_retryable_status, parse_retry_after
 
 #: builds the request of one attempt (called again for every attempt, so per-attempt headers
 #: such as a timestamp or the next key of a pool are fresh)
@@ -494,7 +464,7 @@ def classify(exc: BaseException) -> type[RemoteError] | None:
     if isinstance(exc, HttpError):
         return exc.failure
     if isinstance(exc, RemoteError):
-        from searchr1.core.errors import REMOTE_FAILURES
+        from searchr1.sdk import REMOTE_FAILURES
 
         return REMOTE_FAILURES.get(exc.failure, type(exc))
     chain = list(_causes(exc))

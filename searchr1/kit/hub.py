@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from searchr1.core.errors import ConfigValueError
+from searchr1.sdk import ConfigValueError
 
 #: how long the hub's address may take to answer the one probe
 PROBE_TIMEOUT_S = 3.0
@@ -43,9 +43,8 @@ def hub_path(path: str, field: str, what: str, hint: str = "") -> str:
 
 @functools.cache  # once per command: its tokenizer and its model ask the same hub
 def _unreachable(endpoint: str) -> str:
-    from searchr1.core.errors import RemoteServerError
-    from searchr1.core.logs import get_logger
     from searchr1.kit.http import probe, proxy_for, safe_url
+    from searchr1.sdk import RemoteServerError, get_logger
 
     failure = probe(endpoint, PROBE_TIMEOUT_S)
     if failure is RemoteServerError:  # it answered

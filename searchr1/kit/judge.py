@@ -2,26 +2,7 @@
 question and the golden answers? Used by the ``judge`` reward and ``searchr1 eval --judge``
 (``docs/rewards.md``).
 
-:meth:`Judge.judge_many` scores one batch (a step's trajectories, an eval chunk):
-
-* each item's verdict comes from the run's memory, else from the disk cache shared across runs
-  (in the search answers' folder, :func:`~searchr1.kit.search.cache.answer_store_path`), else
-  from one chat call; items of the batch that share a key share that call. The key is (judge model, prompt version, question,
-  prediction, golden answers), the prediction and question case-folded and
-  whitespace-collapsed, the golden answers sorted; the prompt version is a hash of the prompt
-  template and ``extra_body``, so a changed prompt is judged again. Only verdicts are kept, never a failure;
-* the calls run concurrently, at most ``concurrency`` at once, through
-  :class:`~searchr1.kit.http.HttpClient` (retries with jitter, ``Retry-After``, a per-call
-  ``timeout_s``), one key of :class:`~searchr1.kit.search.keys.KeyPool` per attempt (a 429
-  or a rejected key moves to the next key when there is one); the batch as a whole ends after
-  ``step_deadline_s``, calls still running then count as failed;
-* the prompt shows the question, the golden answers and the prediction only (never the
-  trajectory's searches); the reply's verdict is read by :func:`parse_verdict`.
-
-A call that fails (HTTP errors after retries, the deadline, a malformed body, a reply with no
-verdict) gives no score: the caller falls back. :meth:`Judge.metrics` counts the spend per
-step and per run; :meth:`Judge.problem` says when the judge answered none of a step's calls.
-No key is ever logged or stored.
+:meth:`Judge.judge_many` scores one batch (a step's trajectories, an eval chunk).
 """
 
 from __future__ import annotations
@@ -37,12 +18,10 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.errors import RemoteError
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
+from searchr1.sdk import RemoteError, get_logger, redact_text
 
 #: the default prompt; ``{question}``, ``{golden_answers}`` and ``{prediction}`` are filled in
 DEFAULT_PROMPT = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from searchr1.core.errors import UserError
+from searchr1.sdk import UserError
 
 
 def missing_package(sink: str, package: str, install: str) -> UserError:

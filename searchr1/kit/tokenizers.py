@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.errors import ConfigValueError
 from searchr1.kit.gguf import model_path
+from searchr1.sdk import ConfigValueError
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
-    from searchr1.core.types import Asset
+    from searchr1.sdk import Asset, Config
 
 
 def load_tokenizer(

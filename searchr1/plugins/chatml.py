@@ -1,16 +1,4 @@
-"""Rendered chat text <-> OpenAI chat messages, for the ``openai_chat`` provider.
-
-:func:`parse_chatml` reads a prompt the local chat template rendered (ChatML:
-``<|im_start|>role\\n...<|im_end|>``) back into ``messages`` and ``tools``; :func:`render_choice`
-writes a chat completion choice back as the text the local sampler would have produced.
-Tool calls go both ways in the call format of the local template
-(:mod:`searchr1.plugins.agent_protocols.call_formats`: Qwen3's JSON, Qwen3.5's XML), so a
-conversation reads the same on both sides. A generation prompt that ends in a think prefill
-(Qwen3.5's ``<think>\\n``, or the closed empty block of thinking-off templates) is not an open
-message to continue: :func:`thinking_prefill` recognises it, the server is told the thinking
-mode, and reasoning the server returns apart (``reasoning_content``) is put back in front of
-the content the way the model wrote it. Pure functions over strings.
-"""
+"""Rendered chat text <-> OpenAI chat messages, for the ``openai_chat`` provider."""
 
 from __future__ import annotations
 
@@ -20,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from searchr1.core.types import SamplingParams, StopReason
 from searchr1.plugins.agent_protocols.call_formats import CallFormat, JsonCallFormat
+from searchr1.sdk import SamplingParams, StopReason
 
 _SEGMENT_RE = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(<\|im_end\|>\n?|\Z)", re.DOTALL)
 _TOOLS_RE = re.compile(r"\A(.*?)(?:\n\n)?# Tools\n.*?<tools>\n(.*?)\n</tools>", re.DOTALL)

@@ -2,20 +2,7 @@
 
 Registered through the ``searchr1`` entry point (``local_search``) and chosen by
 ``[search] provider = "local"``; this is the embedded offline default and what the tests use.
-Its own table::
-
-    [search.local]
-    corpus = "builtin:world/corpus.jsonl"   # or a path; builtin: assets are built on first use
-    k1 = 0.9          # BM25 term saturation (Pyserini's default, as in Search-R1's BM25 runs)
-    b = 0.4           # BM25 length normalisation
-    stopwords = "en"  # bm25s stop-word list; "" keeps every token
-
-Corpus rows are Search-R1's ``{"id": ..., "contents": "\\"Title\\"\\ntext"}`` or plain
-``{"title": ..., "text": ...}``, one JSON object per line. The index is built once and saved
-next to the corpus (``.<corpus name>.bm25/``; in ``$SEARCHR1_CACHE/bm25/`` when that folder is
-not writable) and rebuilt when the corpus (size or modification time) or the BM25 settings
-change. Only byte offsets of the rows are kept in memory: a hit's title and text are read
-back from the corpus file, so a large corpus does not have to fit in memory twice.
+Settings: ``[search.local]`` (docs/reference/config.md).
 """
 
 from __future__ import annotations
@@ -31,21 +18,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.assets import cache_dir, resolve
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.disk import make_temp_dir, match_umask
-from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.documents import DocumentError, row_title_text
+from searchr1.sdk import (
+    ConfigError,
+    Register,
+    SearchConfig,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    cache_dir,
+    get_logger,
+    hookimpl,
+    make_temp_dir,
+    match_umask,
+    plugin_settings,
+    resolve_asset,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 #: bump when the on-disk layout written by _build changes
 INDEX_FORMAT = 1
@@ -268,7 +262,7 @@ class LocalBM25Search(BaseSearchProvider):
         if problems := check_corpus(config):
             raise ConfigError(problems)
         local = local_settings(config)
-        path = Path(resolve(local.corpus, config.assets))
+        path = Path(resolve_asset(local.corpus, config.assets))
         try:
             index = Bm25Index.open(path, local)
         except ValueError as exc:
@@ -302,7 +296,7 @@ def check_corpus(config: Config) -> list[str]:
             'e.g. [search.local] corpus = "builtin:world/corpus.jsonl"'
         ]
     try:
-        path = Path(resolve(corpus, config.assets))
+        path = Path(resolve_asset(corpus, config.assets))
     except FileNotFoundError as exc:  # an unknown builtin: asset or file
         return [f"{where}: search.local.corpus: {exc}"]
     if not path.is_file():

@@ -7,34 +7,6 @@ semantics, ``docs/protocols.md`` §5): the loss is a **sum** over positions,
 ``r_T = exp(logprobs_T - sampler_logprobs_T)``, and positions with advantage 0 (prompt and
 observation tokens) contribute nothing. Clip bounds come from ``[train.loss]``
 (``clip_low``, ``clip_high``; 0.2 each by default).
-
-Truncated importance sampling (``[train.loss] ratio_cap = C``, off by default; verl's
-``tis_imp_ratio_cap`` and slime's TIS are the same idea): every loss uses
-``min(r_t, C)`` in place of ``r_t`` as the weight of a token, *keeping* the gradient of that
-token (``min(r_t, C) * A_t * grad lp_t``) instead of dropping it as a clip does. It bounds the
-variance that a learner/sampler mismatch (bf16, an engine sampler such as vLLM, an untempered
-remote learner) adds when a few tokens get a large ratio; ``mismatch/ratio_max`` in the step's
-metrics shows whether it is needed (a cap of 2 to 5 is usual). ``truncated_tokens`` counts the
-capped tokens. Local learners only: a remote service is sent the loss name and clip bounds
-(a remote provider refuses ``ratio_cap > 0`` when the run is built).
-
-KL toward the start policy (``[train.loss] kl_coef = beta``, off by default; verl's
-``kl_loss_coef``, TRL's ``beta``): every policy loss adds ``beta * sum_t k3_t`` over every token
-it is given, with the k3 estimator ``k3_t = exp(ref_t - lp_t) - (ref_t - lp_t) - 1`` of
-``KL(policy || reference)`` on the sampled tokens (``>= 0``, 0 exactly where the two agree;
-its gradient ``(1 - exp(ref_t - lp_t)) * grad lp_t`` pulls ``lp_t`` toward ``ref_t``). The
-reference is the policy as RL began (``LossInputs.reference_logprobs_T``: the learner's
-reference policy, ``searchr1/plugins/local_model/reference.py``). The tokens are every token
-the policy sampled in the step, those of degenerate groups (advantage 0) included, as verl and
-TRL apply it over the whole response: a skill the policy has mastered gives all-equal rewards,
-so its groups carry no policy gradient, and the KL term is what keeps RL from eroding it while
-other groups pull the shared weights. It is summed like the policy term, so the step's
-``1 / N`` scale applies to both. Metrics: ``kl_sum``, ``kl_tokens`` and ``kl_max`` (the
-step reports ``kl/mean`` and ``kl/max``). Only trainers that declare
-``kl_reference`` take it (a remote service is refused before any rollout).
-
-The other metrics are sums over trained positions (advantage != 0), so a provider can add
-them across micro-batches and divide by ``tokens`` once.
 """
 
 from __future__ import annotations
@@ -43,14 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import LossFactory, LossInputs, LossOutput
+from searchr1.sdk import LossFactory, LossInputs, LossOutput, Register, hookimpl, plugin_settings
 
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _ratio_metrics(

@@ -7,43 +7,6 @@ OpenAI-compatible gateway) with the same rollout, protocol and reward as trainin
 tokenizer). The factory's :class:`~searchr1.core.types.Model` has a sampler and no trainer, so
 ``searchr1 train`` refuses the provider before any rollout
 (:func:`searchr1.core.trainer_checks.require_trainer`).
-
-How a text-level API meets the token-level contract (the honest version):
-
-* **Prompt.** The rollout hands over prompt *tokens*. They are decoded with the local tokenizer
-  (``[model.openai_chat] tokenizer``, default ``base_model``) and the ChatML text
-  (``<|im_start|>role\\n...<|im_end|>``, what Qwen chat templates render) is parsed back into
-  ``messages`` (:mod:`searchr1.plugins.chatml`): the ``# Tools`` block of the system turn
-  becomes ``tools``, assistant ``<tool_call>`` blocks, read in the local template's own call
-  format (Qwen3 JSON, Qwen3.5 XML), become ``tool_calls``, ``<tool_response>`` blocks become
-  ``role: tool`` messages. A think prefill at the end of the prompt (Qwen3.5's ``<think>``)
-  is left to the server's template, told the same mode through ``chat_template_kwargs``.
-  A prompt without ChatML markers is sent as one user message. So the server's own chat
-  template renders the conversation; it sees what the local template would have shown
-  the model only when both templates agree (true for the model family the tokenizer belongs to).
-* **Continuing an assistant message.** The ``tags`` protocol writes search results *inside*
-  the running assistant message and lets the model continue it. Plain chat completions cannot
-  continue a message; vLLM can (``continue_final_message``), which ``[model.openai_chat]
-  continue_final_message = true`` turns on. Without it such a prompt raises a clear error:
-  use ``rollout.protocol = "tool_calls"`` (a real tool-calling conversation) instead.
-* **Output.** Each choice is rendered back into the text the local sampler would have produced
-  -- reasoning returned apart, content, then the first tool call in the template's format -- and
-  encoded with the local tokenizer. Chat APIs drop the stop string that ended a sample; it is
-  restored when it closes a tag the text left open (``</search>``, ``</answer>``), or the server
-  is asked to keep it (vLLM: ``include_stop_str_in_output = true``). A sample that ended on its
-  own gets the end-of-message token (``<|im_end|>``) the local sampler would have kept.
-* **Log-probs are not available** at the local-token level (the server's tokens are not the
-  local tokenizer's): every returned log-prob is 0.0. Nothing in evaluation reads them, and
-  nothing trains on them.
-
-HTTP goes through :class:`searchr1.kit.http.HttpClient`, one per provider: its connections
-are reused across samples of one event loop, and transient failures (408, 409, 429, 5xx,
-timeouts, connection errors) are retried ``max_retries`` times with exponential backoff and
-full jitter (``retry_backoff_seconds`` the first ceiling), or after ``Retry-After`` (a wait of
-over ``max_retry_after_seconds`` ends the call); 401/403 raise "<KEY VARIABLE> was rejected",
-every failure that remains a :class:`~searchr1.core.errors.RemoteError` of its class (401/403
-names the key's variable, 404 the model, a timeout ``timeout_seconds``), naming the URL and
-the attempts. The first request says what it waits for and how long (``remote_connecting``).
 """
 
 from __future__ import annotations
@@ -53,10 +16,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigValueError, RemoteMalformed
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory, SampledSequence, SamplingParams, Tokenizer
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
 from searchr1.plugins.agent_protocols.call_formats import (
     CallFormat,
@@ -68,9 +27,21 @@ from searchr1.plugins.chatml import (
     render_choice,
     thinking_prefill,
 )
+from searchr1.sdk import (
+    ConfigValueError,
+    Model,
+    ModelFactory,
+    Register,
+    RemoteMalformed,
+    SampledSequence,
+    SamplingParams,
+    Tokenizer,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 class ChatServiceError(RuntimeError):

@@ -1,24 +1,6 @@
 """Built-in rewards, chosen by ``[reward] name`` (or listed in ``[reward] terms``) and called
 once per finished trajectory (``docs/rewards.md``). Every built-in reports the same
-components, so dashboards do not depend on the choice:
-
-* ``format``: 1.0 when the trajectory answered and its generated text holds exactly one
-  non-empty final answer (one ``<answer>`` element under the ``tags`` protocol, one
-  ``Answer:`` line outside ``<think>`` blocks under ``tool_calls``), else 0.0: the agent
-  protocol's verdict, recorded by the rollout (``Trajectory.format_ok``);
-* ``correct``: 1.0 when the protocol's final answer exactly matches a golden answer after
-  normalisation (:func:`searchr1.core.answers.normalize_answer`), else 0.0;
-* ``f1``: the best token F1 against the golden answers.
-
-Rewards (``docs/protocols.md`` §4): ``format_answer`` (the default, the reference setup's
-table) = ``format_penalty`` (-0.1) when the format is wrong, else ``correct_reward`` (1.0) /
-0.0 by exact match; ``format`` = 0.0 or ``format_penalty``; ``answer`` = 1.0 / 0.0 by exact
-match alone; ``f1`` = ``format_penalty`` when the format is wrong, else ``correct_reward`` x
-F1; ``judge`` = ``format_penalty`` when the format is wrong, else ``correct_reward`` x the
-LLM judge's score (:mod:`searchr1.kit.judge`; also components ``judge`` and, where the judge
-gave a verdict, ``judge_vs_em``: 1.0 when it agrees with exact match). Optional settings:
-``[reward.<name>] format_penalty = -0.1``, ``correct_reward = 1.0``; ``[reward.judge]`` adds
-the judge's.
+components, so dashboards do not depend on the choice.
 """
 
 from __future__ import annotations
@@ -27,15 +9,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from searchr1.core.answers import exact_match, f1_score
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import RewardFactory, RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
+from searchr1.sdk import (
+    Register,
+    RewardFactory,
+    RewardResult,
+    Trajectory,
+    exact_match,
+    f1_score,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
-    from searchr1.core.errors import RemoteError
+    from searchr1.sdk import Config, RemoteError
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,6 @@ Registered through the ``searchr1`` entry point (``search_r1``) and chosen by
 
     POST {api_base}/retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
     ->  {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"}, "score": 12.3}], ...]}
-
-The server answers many queries in one request, so queries that arrive within
-``batch_window_ms`` of each other (the trajectories of a rollout searching at the same time)
-are sent together, up to ``max_batch`` per request. Retries, the concurrency limit, the cache
-and optional keys (sent as ``Authorization: Bearer``, e.g. behind a gateway) come from
-:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`; a failed request fails every
-query of its batch with the same error. ``api_base`` defaults to ``http://127.0.0.1:8000``
-(the original ``retrieval_launch.sh``). Its own table (which may also set the ``[search]``
-fields :data:`~searchr1.kit.search.http_provider.HTTP_SETTINGS`)::
-
-    [search.search_r1]
-    batch_window_ms = 5.0
-    max_batch = 64
-    path = "/retrieve"
 """
 
 from __future__ import annotations
@@ -28,15 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import DocumentError, row_to_result
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
+from searchr1.sdk import (
+    Register,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,4 @@
-"""The ``zhihu`` search provider: Zhihu's global search API (``docs/protocols.md`` §1).
-
-Registered through the ``searchr1`` entry point (``zhihu``) and chosen by
-``[search] provider = "zhihu"``. Keys come from ``api_keys`` (usually
-``"${ZHIHU_SEARCH_KEYS}"``, comma or newline separated); ``api_base`` defaults to
-``https://developer.zhihu.com`` and the endpoint path is appended. Key rotation, benching,
-retries, the concurrency limit and the cache come from
-:class:`~searchr1.kit.search.http_provider.HttpSearchProvider`, whose settings
-(``api_keys``, ``api_base``, ``timeout_seconds``, ``max_retries``, ``key_cooldown_seconds``)
-are ``[search]``'s and may also be written in this table. Its own table::
-
-    [search.zhihu]
-    search_db = "all"     # SearchDB: "all" | "realtime" | "static"; "" = the service default
-    filter = ""           # Filter, passed through when set
-    path = "/api/v1/content/global_search"
-
-The API returns no relevance score, so ``SearchResult.score`` is the reciprocal rank
-(1, 1/2, 1/3, ...). Highlight tags (``<em>``) and HTML entities are removed from titles and
-texts.
-"""
+"""The ``zhihu`` search provider: Zhihu's global search API (``docs/protocols.md`` §1)."""
 
 from __future__ import annotations
 
@@ -29,14 +10,19 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.secrets import redact_text
-from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.search.http_provider import HTTP_SETTINGS, HttpSearchProvider, ResponseError
+from searchr1.sdk import (
+    Register,
+    SearchFactory,
+    SearchResponse,
+    SearchResult,
+    hookimpl,
+    plugin_settings,
+    redact_text,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 #: the API returns at most this many items per call
 MAX_COUNT = 20

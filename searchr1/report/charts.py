@@ -6,9 +6,6 @@ the page needs no script and no network to show it), :func:`write_pngs` as ``<sl
 files (for slides, issues, chat). In the SVG each series is one ``<path class="series">``
 plus a ``<use class="point">`` per point with a ``<title>`` tooltip (hover shows the step and
 value).
-
-matplotlib is imported on the first chart, with no pyplot: a report works on a server with
-no display, and draws the same bytes from the same run (fixed hash salt, no date).
 """
 
 from __future__ import annotations

@@ -3,14 +3,6 @@
 Called once by :func:`searchr1.report.build_report`. Everything here is tolerant: a run that
 crashed mid-line, or an older run without some metric, still gives a report (unreadable
 lines are counted, missing metrics are simply absent).
-
-Sources in ``RUN_DIR``:
-
-- ``events.jsonl``: ``{"event": "metrics", "step": N, "reward/mean": ..., ...}`` lines become
-  series; ``eval...`` events (``eval/heldout_em`` from the train loop, ``eval_result`` from
-  ``searchr1 eval``) become rows of the eval table;
-- ``trajectories/step_XXXXXX.jsonl``: the train loop's sample trajectories per step;
-- ``eval_<label>.jsonl``: ``searchr1 eval``'s per-question records (also trajectories).
 """
 
 from __future__ import annotations

@@ -3,20 +3,6 @@
 A provider subclasses :class:`BaseSearchProvider` and implements :meth:`_fetch` (one query
 to its backend, returning a :class:`SearchResponse` and never raising). The rollout calls
 :meth:`search` concurrently from many trajectories; this class
-
-* answers empty / whitespace queries and ``top_k < 1`` with an error, without a backend call,
-* truncates queries longer than ``[search] max_query_chars`` (counted),
-* serves repeated queries from the run cache and lets concurrent identical queries share one
-  backend call (``[search] cache``), and, for a provider with a :meth:`persistent_scope` (a
-  keyed, billed service), from answers kept on disk by earlier runs (``[search] disk_cache``),
-* counts spend: paid calls (answers the service sent), calls per key, cache hits and, with
-  ``[search] cost_per_call``, ``cost`` per step and ``cost_total`` over the run,
-* records one outcome per call in :class:`~searchr1.kit.search.metrics.SearchMetrics`,
-* turns any unexpected exception into an error response: a search bug must not kill a rollout.
-
-A provider belongs to the event loop of its first search (its futures here, batch queues and
-tasks in subclasses, its HTTP pool live there, as long as the provider): a search from another
-loop raises :class:`~searchr1.kit.http.WrongEventLoop` rather than a silent error response.
 """
 
 from __future__ import annotations
@@ -26,12 +12,10 @@ import dataclasses
 import time
 from abc import ABC, abstractmethod
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResponse
 from searchr1.kit.http import bound_loop
 from searchr1.kit.search.cache import AnswerStore, CacheKey, answer_store_path, cache_key, run_cache
 from searchr1.kit.search.metrics import SearchMetrics
+from searchr1.sdk import SearchConfig, SearchResponse, get_logger
 
 EMPTY_QUERY = "empty query"
 

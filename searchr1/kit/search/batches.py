@@ -7,8 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResponse
+from searchr1.sdk import SearchResponse, get_logger
 
 #: one response per query, in order
 Answer = Callable[[list[str], int], Awaitable[list[SearchResponse]]]

@@ -3,14 +3,6 @@
 The trajectories of one group often send the same query, and a keyed search service bills
 every call against a quota, so :class:`~searchr1.kit.search.base.BaseSearchProvider` answers a
 repeated query from here. Only successful answers are stored (an error is never replayed).
-
-* :func:`run_cache` lives as long as the provider, i.e. one run: a ``cachetools`` LRU map,
-  bounded, evicting the least recently used entry (``[search] cache``).
-* :class:`AnswerStore` keeps the answers of a keyed service on disk, so a resumed run or a
-  rerun does not pay again (``[search] disk_cache``, ``cache_ttl_hours``), in a
-  :class:`DiskStore` (a ``diskcache`` folder, :func:`answer_store_path`), keyed by provider,
-  endpoint (an address without query string or user info), normalised query and top_k. No
-  key is ever stored. The judge keeps its verdicts in the same folder.
 """
 
 from __future__ import annotations
@@ -25,8 +17,7 @@ from pathlib import Path
 import cachetools
 import diskcache
 
-from searchr1.core.logs import get_logger
-from searchr1.core.types import SearchResult
+from searchr1.sdk import SearchResult, get_logger
 
 CacheKey = tuple[str, int]
 #: the run cache's bound, in answers
@@ -51,7 +42,7 @@ def run_cache(max_entries: int = RUN_CACHE_ENTRIES) -> cachetools.LRUCache:
 def answer_store_path() -> Path:
     """``$SEARCHR1_SEARCH_CACHE`` when set, else ``search/answers`` in the cache folder
     (``$SEARCHR1_CACHE``, default ``~/.cache/searchr1``): the folder of the disk caches."""
-    from searchr1.core.assets import cache_dir
+    from searchr1.sdk import cache_dir
 
     given = os.environ.get("SEARCHR1_SEARCH_CACHE")
     return Path(given) if given else cache_dir() / "search" / "answers"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from searchr1.core.types import SearchResult
+from searchr1.sdk import SearchResult
 
 
 class DocumentError(ValueError):

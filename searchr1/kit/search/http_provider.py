@@ -5,31 +5,8 @@ calls :meth:`HttpSearchProvider.request` with two small functions: one that buil
 ``httpx.Request`` for a given key, one that parses a 2xx response (raising
 :class:`ResponseError` for an unusable body). ``request`` sends through the provider's
 :class:`~searchr1.kit.http.HttpClient` (the HTTP helper every plugin shares: pooled
-connections, retries with jitter, ``Retry-After``) and adds what a search service needs:
-
-* takes keys round-robin from a :class:`~searchr1.kit.search.keys.KeyPool`; a 429 benches the
-  key (for ``Retry-After`` seconds when given, else ``key_cooldown_seconds``) and the
-  request moves to the next key at once; 401/403 benches the key for the run;
-* tells the pool how each 2xx went, so a key whose answers keep being unusable (an API error
-  inside the 200, a malformed body) while other keys work is benched (``key_max_failures`` in
-  a row; probed again after ``key_probe_seconds``), and moves a request with an unusable 2xx
-  to the next key before it counts as a failure;
-* retries timeouts, connection errors, 408 and 5xx up to ``max_retries`` times with
-  exponential backoff and full jitter, or after ``Retry-After`` when the server sends one (a
-  wait over :data:`MAX_RETRY_AFTER_S` fails the call instead);
-* runs at most ``[search] max_concurrency`` HTTP attempts at once (the client's
-  ``max_connections``; never counting one that sleeps), so a group of 64 trajectories cannot
-  flood the service;
-* bounds each attempt by ``timeout_seconds`` end to end;
-* counts every attempt and outcome in the provider's metrics;
-* returns a short, model-readable error instead of raising, and never puts a key in it,
-  with the :class:`~searchr1.core.errors.RemoteError` of the failure's class beside it
-  (``SearchResponse.failure``: DNS, refused, 401/403, 429, 5xx, timeout, a malformed
-  answer, ..., naming the URL and the fix), logged once per class as ``search_failed``;
-* says on first contact what it waits for and how long (``remote_connecting``).
-
-The settings named above are ``[search]`` fields (:data:`HTTP_SETTINGS`, which a provider
-registers as the section fields it ``reads``), written there, not in the provider's table.
+connections, retries with jitter, ``Retry-After``) and adds key rotation and benching (:mod:`.keys`), a
+concurrency limit and per-attempt metrics.
 """
 
 from __future__ import annotations
@@ -40,14 +17,19 @@ from typing import Generic, TypeVar
 
 import httpx
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteMalformed, RemoteRejected
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import parse_retry_after
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.keys import KeyPool
+from searchr1.sdk import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteMalformed,
+    RemoteRejected,
+    SearchConfig,
+    get_logger,
+    redact_text,
+)
 
 T = TypeVar("T")
 

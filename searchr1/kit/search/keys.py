@@ -3,26 +3,6 @@
 Owned by :class:`~searchr1.kit.search.http_provider.HttpSearchProvider`. Each HTTP attempt
 takes the next key that is not benched (:meth:`KeyPool.acquire`) and reports how it went
 (:meth:`KeyPool.succeeded` / :meth:`KeyPool.failed`). A key is benched
-
-* at once when the service refused it: 429 (for ``Retry-After`` or the cool-down, default the
-  whole run, since quotas are daily) or 401/403 (the whole run);
-* when it keeps failing while another key works (its health): ``max_failures`` unusable
-  answers in a row (an API error inside a 200, a malformed body) with a success of another key
-  since that streak began. Failures every key shares are the service's and bench nobody; so
-  are timeouts, connection errors and 5xx, which are retried anyway (counted as a key's, a
-  flaky service at 30% faults benched good keys by chance: ``bench/soak.py``). Such a key is
-  benched for ``probe_s`` seconds, then taken back for a probe: one more failure benches it
-  again for twice as long (at most :data:`MAX_PROBE_S`), a success makes it healthy.
-
-Every bench and unbench is logged with the key's **index**, never the key, once per bench
-(calls in flight that meet the same refusal extend it quietly), under the pool's ``events``
-prefix (``search_key_benched``, ``judge_key_benched``). When every key is
-benched past a short ``Retry-After`` the pool is *exhausted*: the provider reports the
-environment as down (``available()`` is False) so the train loop stops rather than train on
-failures; keys that a rate limit benched for a few seconds are throttled, not down.
-
-A pool created with no keys holds one anonymous slot (``None``): services without
-authentication go through the same code, and a 401 still marks them down.
 """
 
 from __future__ import annotations
@@ -31,10 +11,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteRateLimited
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import register_secrets
 from searchr1.kit.http import Channel
+from searchr1.sdk import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteRateLimited,
+    get_logger,
+    register_secrets,
+)
 
 #: the longest a failing key waits between probes
 MAX_PROBE_S = 3600.0

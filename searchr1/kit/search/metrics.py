@@ -4,28 +4,6 @@ A provider owns one :class:`SearchMetrics`. :class:`~searchr1.kit.search.base.Ba
 records one outcome per ``search`` call; the HTTP layer records one entry per HTTP attempt.
 The train loop calls the provider's ``metrics(reset=True)`` once per step and logs the values
 under ``search/``.
-
-Which counters a provider reports follows the groups of
-:mod:`searchr1.core.metric_schema`: every provider the call counters; a provider that sends
-HTTP requests (``http``) the attempt counters too; a keyed (billed) service (``spend``) the
-spend (paid calls, cache and disk hits, the run's totals). The train loop leaves a failure
-counter out of a step's event while it is 0.
-
-Definitions (a step with no calls reports rates of 0 and a success rate of 1):
-
-* ``calls``: every ``search`` call; ``invalid_queries`` (empty / whitespace / bad ``top_k``)
-  are answered with an error without reaching the backend and are **not** part of the
-  success rate, because they measure the policy, not the environment.
-* ``success_rate`` / ``error_rate``: over valid calls, answered (from the backend or the
-  cache) versus failed. ``empty_rate``: valid calls answered with zero results.
-* ``429_rate``, ``timeout_rate``: over HTTP attempts (retries included).
-* ``cache_hit_rate``: valid calls served from the run cache, from answers kept on disk by
-  earlier runs (also counted in ``disk_hits``) or by joining an identical query already in
-  flight.
-* ``paid_calls``: HTTP answers a keyed service sent (2xx, usable or not: what it bills);
-  ``key_retries``: requests moved to another key after an unusable 2xx.
-* ``latency_p50`` / ``latency_p95``: seconds, over calls that went to the backend.
-* ``results_per_call``: mean number of results of the successful calls.
 """
 
 from __future__ import annotations

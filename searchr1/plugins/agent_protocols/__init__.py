@@ -7,18 +7,13 @@ Protocols (``[rollout] protocol``):
 * ``tool_calls`` (:class:`.tool_calls.ToolCallsProtocol`): the chat template's native tool
   calls, in the call format the template itself writes, with a final ``Answer:`` line;
   reasoning inside ``<think>`` blocks is never an action (:mod:`.thinking`).
-
-The tool-call formats ``tool_calls`` knows (:mod:`.call_formats`): ``json`` (Qwen3, Qwen2.5,
-Hermes) and ``xml`` (Qwen3.5, Qwen3-Coder). Both protocols produce the same :class:`~searchr1.core.types.Trajectory` record
-through :mod:`searchr1.core.rollout`.
 """
 
 from __future__ import annotations
 
-from searchr1.core.agent_protocol import AgentProtocol
-from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+from searchr1.sdk import AgentProtocol, Register, hookimpl
 
 
 @hookimpl

@@ -4,31 +4,8 @@ protocol holds its formats in :attr:`ToolCallsProtocol.call_formats
 <searchr1.plugins.agent_protocols.tool_calls.ToolCallsProtocol.call_formats>`; a subclass adds a
 family by extending that tuple. The built-ins:
 
-``json`` (:class:`JsonCallFormat`) -- Qwen3, Qwen2.5 and Hermes-style templates::
-
-    <tool_call>
-    {"name": "search", "arguments": {"query": "who wrote the little prince"}}
-    </tool_call>
-
-  One JSON object per block; ``arguments`` is an object (some models write it as a JSON
-  string holding the object, which is accepted; ``parameters`` is accepted as a synonym).
-  The template serialises the arguments with ``tojson`` (``", "`` and ``": "`` separators,
-  non-ASCII kept), which :meth:`JsonCallFormat.render` reproduces.
-
-``xml`` (:class:`XmlCallFormat`) -- Qwen3.5 (and Qwen3-Coder) templates::
-
-    <tool_call>
-    <function=search>
-    <parameter=query>
-    who wrote the little prince
-    </parameter>
-    </function>
-    </tool_call>
-
-  The function name follows ``<function=``; each argument is a ``<parameter=NAME>`` element
-  whose value sits on its own lines (the template writes ``"\\n" + value + "\\n"``; string
-  values are written raw, not JSON-quoted). The parser strips the surrounding whitespace of a
-  value and tolerates missing newlines, as the public Qwen3.5 tool parsers do.
+The built-ins: ``json`` (:class:`JsonCallFormat`: Qwen3, Qwen2.5, Hermes) and ``xml``
+(:class:`XmlCallFormat`: Qwen3.5, Qwen3-Coder); docs/agent_protocols.md shows both.
 """
 
 from __future__ import annotations
@@ -40,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from searchr1.core.errors import ConfigValueError
+from searchr1.sdk import ConfigValueError
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

@@ -7,13 +7,6 @@ Prompt rendering, for a :class:`~searchr1.core.types.Question` ``q``::
                                               add_generation_prompt=True, tokenize=False)
     # a tokenizer without a chat template (a base model) gets user_text itself
     prompt_tokens = tokenizer.encode(prompt, add_special_tokens=False)
-
-The whole trajectory is then one assistant message: the model writes
-``<think> ... </think>`` and either ``<search> query </search>`` (sampling stops at
-``</search>``) or ``<answer> ... </answer>`` (stops at ``</answer>``). After a search the
-environment appends ``\\n\\n<information>Doc 1(Title: T) text\\nDoc 2(...) ...</information>\\n\\n``
-and sampling continues from there. The first *complete* ``<search>`` or ``<answer>`` element
-of a turn decides its action; a turn with neither (or an empty query) is invalid.
 """
 
 from __future__ import annotations
@@ -22,9 +15,7 @@ import re
 from collections.abc import Sequence
 from functools import cached_property
 
-from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
-from searchr1.core.answers import answer_elements
-from searchr1.core.types import Question
+from searchr1.sdk import INVALID, Action, AgentProtocol, Question, answer_elements
 
 #: Search-R1's instruction (``Search-R1/scripts/data_process/nq_search.py``), verbatim apart
 #: from a fixed typo, so prompts match the original project's training data.

@@ -3,23 +3,8 @@
 Chat models with a thinking mode write their reasoning inside ``<think>...</think>`` before
 the visible reply. The ``tool_calls`` protocol parses actions (tool calls, ``Answer:`` lines)
 only from the visible part, so a model that drafts ``Answer: Paris?`` or a call while thinking
-is not taken at its word. What the code relies on about the templates:
-
-* Qwen3: the generation prompt is ``<|im_start|>assistant\\n``; with thinking on the model
-  opens ``<think>`` itself; with ``enable_thinking=False`` the prompt already holds an empty,
-  closed block ``<think>\\n\\n</think>\\n\\n``.
-* Qwen3.5: with thinking on the generation prompt *ends inside* a think block
-  (``<|im_start|>assistant\\n<think>\\n``), so the sampled turn starts with reasoning and the
-  model's first ``</think>`` closes it; with ``enable_thinking=False`` the prompt holds the
-  closed empty block, as Qwen3.
-* In both, an assistant message written into the conversation later carries its reasoning as
-  ``<think>\\nREASONING\\n</think>\\n\\n`` before the content.
-
-So a turn's reasoning is: everything before a ``</think>`` that has no ``<think>`` before it
-in the turn (the prompt opened the block), every ``<think>...</think>`` block, and everything
-after a ``<think>`` that is never closed. :func:`visible_text` removes exactly that; when the
-protocol knows the prompt opened a block, a turn without any ``</think>`` is all reasoning.
-Used by :class:`~searchr1.plugins.agent_protocols.tool_calls.ToolCallsProtocol`.
+is not taken at its word. What it relies on
+about the templates: docs/agent_protocols.md, "Think blocks".
 """
 
 from __future__ import annotations

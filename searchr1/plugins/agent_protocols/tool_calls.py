@@ -1,29 +1,7 @@
 """Native tool calls through the tokenizer's chat template (``[rollout] protocol =
 "tool_calls"``, what Qwen3 / Qwen3.5 chat models are trained for).
 
-Prompt rendering, for a :class:`~searchr1.core.types.Question` ``q``::
-
-    messages = [{"role": "user", "content": INSTRUCTION + "\\n\\nQuestion: " + q.question.strip()}]
-    prompt = tokenizer.apply_chat_template(messages, tools=[SEARCH_TOOL],
-                                           add_generation_prompt=True, tokenize=False,
-                                           enable_thinking=[rollout] enable_thinking)
-    prompt_tokens = tokenizer.encode(prompt, add_special_tokens=False)
-
-The model calls search with a ``<tool_call>...</tool_call>`` block written the way its own
-chat template writes calls: the format is read off the template at construction
-(:attr:`ToolCallsProtocol.call_formats`: Qwen3's JSON and Qwen3.5's XML; a subclass adds more), and a
-template whose format is unknown is refused there, not discovered as -0.1 rewards. Sampling
-stops at ``</tool_call>``. The environment closes the assistant message and adds the
-observation as a ``role: tool`` message, rendered by the same chat template (for Qwen:
-``<|im_end|>\\n<|im_start|>user\\n<tool_response>\\n...\\n</tool_response><|im_end|>\\n
-<|im_start|>assistant\\n`` plus, for Qwen3.5, its ``<think>`` opening). The final answer is one
-line ``Answer: <short answer>`` and the message ends with the end-of-message token
-(``<|im_end|>``), which the sampler keeps.
-
-Reasoning is never an action: :mod:`~searchr1.plugins.agent_protocols.thinking` removes
-``<think>`` blocks (and, when the generation prompt opened one, everything before the first
-``</think>``) before parsing. Of what is left, the earliest of a complete tool call and a
-non-empty ``Answer:`` line decides the turn's action.
+The prompt, the call format and the observation splice: docs/agent_protocols.md.
 """
 
 from __future__ import annotations
@@ -32,10 +10,6 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from searchr1.core.agent_protocol import INVALID, Action, AgentProtocol
-from searchr1.core.answers import ANSWER_LINE_RE, answer_lines
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.types import Question
 from searchr1.plugins.agent_protocols.call_formats import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -49,6 +23,15 @@ from searchr1.plugins.agent_protocols.thinking import (
     THINK_OPEN,
     prompt_opens_thinking,
     visible_text,
+)
+from searchr1.sdk import (
+    ANSWER_LINE_RE,
+    INVALID,
+    Action,
+    AgentProtocol,
+    ConfigValueError,
+    Question,
+    answer_lines,
 )
 
 INSTRUCTION = (

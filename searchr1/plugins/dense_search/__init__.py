@@ -3,20 +3,8 @@ wrote, plus ``searchr1 serve-retriever`` to share one index over Search-R1's ``/
 
 Registered through the ``searchr1`` entry point (``dense_search``) and chosen by
 ``[search] provider = "dense"``; needs ``pip install 'searchr1[dense]'`` (faiss-cpu, wordllama,
-sentence-transformers). Its own table::
-
-    [search.dense]
-    index = "DIR"          # the folder `searchr1 index build CORPUS.jsonl --out DIR` wrote
-    encoder = ""           # empty: the encoder named in the index card; else must match it
-    nprobe = 16            # ivfpq: inverted lists searched per query (more: better recall)
-    ef_search = 64         # hnsw: candidate list size per query
-    batch_window_ms = 5.0  # queries arriving this close together share one encode + search
-    max_batch = 64
-
-Modules: :mod:`.encoders` (static wordllama embeddings and sentence-transformers models, with
-their query/passage prefixes), :mod:`.index` (build, card, open, search), :mod:`.server` (the
-``/retrieve`` HTTP server). Importing this package is cheap: faiss and the encoders load when
-a provider is made.
+sentence-transformers). Settings:
+``[search.dense]`` (docs/retrieval.md).
 """
 
 from __future__ import annotations
@@ -26,18 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchr1.core.config_schema import SearchConfig
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigError
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import SearchFactory, SearchResponse
 from searchr1.kit.search.base import BaseSearchProvider
 from searchr1.kit.search.batches import QueryBatches
 from searchr1.kit.search.documents import row_to_result
+from searchr1.sdk import (
+    ConfigError,
+    Register,
+    SearchConfig,
+    SearchFactory,
+    SearchResponse,
+    hookimpl,
+    plugin_settings,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
     from searchr1.plugins.dense_search.index import DenseIndex
+    from searchr1.sdk import Config
 
 
 @dataclass(frozen=True)

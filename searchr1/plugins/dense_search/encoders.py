@@ -1,20 +1,8 @@
 """Text encoders of the ``dense`` provider: texts in, unit-length float32 vectors out.
 
-Two kinds, chosen by the encoder name (``--encoder`` of ``searchr1 index build``):
-
-* ``wordllama:l2_supercat`` (the default): the static token-embedding matrix and tokenizer that
-  ship inside the ``wordllama`` wheel (256-d, 16 MB, MIT). A text's vector is the mean of its
-  tokens' rows. Read straight from the installed package's files with ``safetensors`` and
-  ``tokenizers``, so it never reaches a model hub and never imports ``wordllama`` itself.
-* anything else: a sentence-transformers model (a local folder, or a hub name already in the
-  local cache), e.g. ``intfloat/e5-base-v2`` as in Search-R1. Batched, on the GPU when there is
-  one. Retrieval models expect a prefix on each side: e5's ``query: `` / ``passage: ``, bge's
-  instruction on queries only; :func:`default_prefixes` picks them from the name (or the
-  model's own ``prompts``) and the index card records the ones the index was built with.
-
-Every encoder also has a *probe*: the vector of a fixed sentence, written into the index card
-at build time and compared at load time, so a different model behind the same name (or a
-different name) is caught before it returns nonsense neighbours.
+Two kinds, chosen by the encoder name (``--encoder`` of ``searchr1 index build``): the static
+``wordllama`` embeddings read from its wheel, and sentence-transformers models; each has a
+probe vector the index card records (docs/retrieval.md).
 """
 
 from __future__ import annotations
@@ -137,8 +125,8 @@ class SentenceTransformerEncoder:
             ) from None
         import torch
 
-        from searchr1.core.errors import ConfigValueError
         from searchr1.kit.hub import hub_path
+        from searchr1.sdk import ConfigValueError
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:

@@ -1,36 +1,7 @@
 """A dense index on disk: build it from a JSONL corpus (resumably), open it, search it.
 
-An index folder (what ``searchr1 index build CORPUS --out DIR`` writes)::
-
-    DIR/index.faiss        the FAISS index (inner product over unit vectors = cosine)
-    DIR/docs.jsonl         every passage as Search-R1's {"id", "contents"}, in index order
-    DIR/docs.offsets.npy   byte offset of each row of docs.jsonl (memory-mapped)
-    DIR/card.json          the index card, written last: encoder, dimension, prefixes, probe
-                           vector, kind, count, bytes, build time, corpus fingerprint
-    DIR/.build/            only while building: embedding shards and build state
-
-Kinds (``--kind``), with their cost per passage (``d`` = encoder dimension):
-
-* ``flat``: exact search, ``4 d`` bytes (e5-base, d = 768: 3 KB; wiki-18's 21 M passages: 64 GB),
-  memory-mapped (every query reads all of it, so it wants that much page cache);
-* ``ivfpq``: inverted lists of product-quantised codes, ``d / 4`` bytes of code plus an 8-byte
-  id per passage, memory-mapped at query time (the lists stay in the page cache, not in the
-  process); approximate, its recall against ``flat`` is in docs/benchmarks.md;
-* ``hnsw``: a graph over the full vectors (``4 d`` + ~2 x 32 x 4 bytes): fast, not smaller.
-
-A build streams the corpus once, encoding :data:`SHARD_ROWS` passages at a time; after each
-shard its vectors and the build state (rows and corpus bytes done) are saved, so a build that
-dies is resumed from its last shard by running the same command again; a stop signal saves the
-passages encoded so far as a shorter shard first (:data:`ENCODE_ROWS` at a time). The FAISS index and the
-offsets are made in ``.build/`` at the end, then the card is written there: from then on the
-build is done and only has to be moved into place (:func:`_commit`: the three files, checked
-against the card, then the card). A build killed during the move finishes it when run again;
-a folder with a card is complete.
-
-Opening an index checks it against its card without reading it whole (:func:`_files_problem`
-and the FAISS header: sizes, vector count and dimension, one offset per passage, the docs'
-length, its first and last passage), so a damaged or mismatched file is named with the
-command that rebuilds it instead of failing searches later.
+The folder ``searchr1 index build CORPUS --out DIR`` writes, its kinds and what they cost:
+docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -47,10 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.disk import atomic_write, hold_folder, write_text_atomic
-from searchr1.core.errors import Interrupted, UserError
-from searchr1.core.logs import get_logger
-from searchr1.core.stop import Stop
 from searchr1.kit.search.documents import DocumentError, row_title_text
 from searchr1.plugins.dense_search.encoders import (
     PROBE_MIN_COSINE,
@@ -59,6 +26,15 @@ from searchr1.plugins.dense_search.encoders import (
     load_encoder,
     probe_cosine,
     probe_vector,
+)
+from searchr1.sdk import (
+    Interrupted,
+    Stop,
+    UserError,
+    atomic_write,
+    get_logger,
+    hold_folder,
+    write_text_atomic,
 )
 
 if TYPE_CHECKING:

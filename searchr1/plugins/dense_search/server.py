@@ -6,26 +6,6 @@ Code written for the original Search-R1 retrieval server works unchanged, and so
     POST /retrieve  {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}
     ->  {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"},
                       "score": 0.83}, ...], ...]}
-
-Without ``return_scores`` (or with it false) each result list holds the documents themselves,
-as the original does. ``topk`` defaults to 3. ``GET /health`` returns the index card's summary
-and the request counts.
-
-The server is uvicorn (h11) running a Starlette app, as the original runs FastAPI on uvicorn:
-HTTP framing errors (a bad ``Content-Length``, a broken request line) are uvicorn's 400, and
-a client that hangs up is dropped quietly. Every other client error is a 4xx with
-``{"error": "..."}`` naming the field and the limit (:func:`parse_request`): 400 a body that
-cannot be read as JSON, 413 a request over a size limit, 422 a value of the wrong type or
-range, 404 / 405 a wrong path / method. The limits bound the work of one request: its bytes
-(:data:`MAX_BODY_BYTES`), its JSON nesting (:data:`MAX_DEPTH`), its queries
-(:data:`MAX_QUERIES`), its ``topk`` (:data:`MAX_TOPK`) and the hits it asks for, queries x
-topk (:data:`MAX_HITS`).
-
-The queries of every request waiting while a search runs (or arriving within
-``batch_window_ms`` of the first, 0 by default), from one trainer or several, are encoded and
-searched together on one worker thread (:class:`SearchBatcher`), so the encoder sees full
-batches and FAISS's threads are not shared by concurrent searches; the event loop keeps
-reading requests meanwhile.
 """
 
 from __future__ import annotations

@@ -1,33 +1,23 @@
 """The ``local`` model provider: sampling and LoRA training in this process (torch + peft).
 
-Registered through the ``searchr1`` entry point (``local_model``) like any third-party plugin
-and chosen by ``[model] provider = "local"``. Importing this package stays cheap: torch and
-transformers are imported only when the factory runs.
-
-Modules: ``provider`` (LocalModelProvider, the factory's model's sampler and trainer in one
-object), ``sampler`` (batched
-KV-cached generation in a worker thread), ``admission`` (which requests run together),
-``sample_request`` (a call's way to that thread and back), ``generation`` (one
-running batch: chunked prefill, decode steps), ``next_token`` (next-token choice from
-logits), ``kv_cache`` (row surgery on the cache, any layer kind), ``reuse`` (caches kept
-between a trajectory's turns), ``budget`` (the sampler's token budget), ``lora_coverage``
-(which layer types the adapter reaches), ``learner``
-(log-probs, loss, backward, AdamW), ``state`` (checkpoints), ``device`` (device, dtype,
-CPU threads). ``builtin:`` paths in ``[model] base_model`` are opened through
-:mod:`searchr1.core.assets` (the ``offline_world`` plugin registers the tiny models).
+Modules: ``provider`` (the sampler and trainer in one object), ``sampler`` (batched KV-cached
+generation in a worker thread) with ``admission``, ``sample_request``, ``generation``,
+``next_token``, ``kv_cache``, ``reuse`` and ``budget``; ``learner`` (log-probs, loss, backward,
+AdamW) with ``chunked_logprobs``, ``shared_prefix``, ``reference`` and ``snapshot``; ``fsdp`` and
+``sharded_learner`` under torchrun; ``state`` (checkpoints), ``device``, ``lora_coverage``.
+Importing it is cheap: torch loads when the factory runs. Design notes: docs/internals.md.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _create_local(config: Config) -> Model:
@@ -58,8 +48,8 @@ def lora_advice(config: Config) -> list[str]:
 def check_local(config: Config) -> list[str]:
     """The ``local`` provider's ``check``: its ``[model.local]`` settings together, then the
     model's (:func:`~searchr1.plugins.local_model.lora_coverage.check_model`)."""
-    from searchr1.core.config_validate import plugin_settings
     from searchr1.plugins.local_model.provider import fsdp_sampling_problem
+    from searchr1.sdk import plugin_settings
 
     problem = fsdp_sampling_problem(plugin_settings(config, "model", "local", LocalSettings))
     where = config.where("model.local.fsdp_sampling")

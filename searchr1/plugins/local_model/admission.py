@@ -3,17 +3,7 @@
 The sampling thread of :class:`~searchr1.plugins.local_model.sampler.BatchedSampler` calls
 :func:`take_requests` to start a batch (``batch=None``) and again between two decoding steps
 of a running batch, so requests queued since it began can join it instead of waiting for its
-longest row. The rule, oldest request first, skipping any that does not fit:
-
-* the batch stays within ``max_batch_rows`` rows;
-* with every row run to its token budget, the padded cache (rows x widest row, plus each
-  row's recurrent state in tokens, see :mod:`.budget`) stays within ``max_batch_tokens``
-  beside the caches retained for later turns (:mod:`.reuse`);
-* the padded cache is at most about twice the rows' unpadded size: a long row never makes a
-  batch of short ones as wide as itself, it waits for a batch of its own.
-
-A new batch always takes the oldest request, alone if need be, evicting retained caches to
-make room: every request is eventually served.
+longest row. The rule, oldest request first, skipping any that does not fit.
 """
 
 from __future__ import annotations

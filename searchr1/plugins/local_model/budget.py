@@ -1,15 +1,4 @@
-"""The sampler's token budget: how many cache positions may be held at once.
-
-:meth:`LocalModelProvider.from_config` calls :func:`token_budget` once. A "token" here is
-one position of one row in the attention layers' KV cache, padding included, so a batch of
-R rows that are W columns wide costs R x W. ``[model.local] max_batch_tokens`` sets it
-directly; 0 (the default) derives it from memory: on CUDA, half of the device memory free
-after loading the model divided by the model's KV bytes per token (the other half is left
-for activations, the vocabulary projection and the learner); on other devices a quarter of
-the available RAM. Recurrent-state layers (linear attention) hold a fixed amount per row,
-not per token: :func:`row_overhead_tokens` expresses it in token-equivalents, which the
-sampler adds to every row it admits or keeps (about 1600 per row for Qwen3.5-4B's shape).
-"""
+"""The sampler's token budget: how many cache positions may be held at once."""
 
 from __future__ import annotations
 

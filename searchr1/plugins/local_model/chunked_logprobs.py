@@ -1,28 +1,4 @@
-"""Log-probs of trained tokens without a batch x positions x vocabulary logits tensor.
-
-:class:`~searchr1.plugins.local_model.learner.Learner` calls :func:`chunked_token_logprobs`
-for every micro-batch. The decoder runs over every position, but only the final hidden
-states of trained positions (each row's own, no union of columns across rows) reach the
-vocabulary projection, and that projection runs ``chunk`` positions at a time
-(``[model.local] learner_logit_chunk``; 0 = all at once) under activation checkpointing: in
-backward each chunk's logits are recomputed from its hidden states, so the extra memory is a
-few ``chunk x V`` tensors whatever the micro-batch (with a 248,320 vocabulary, 256 positions
-are 254 MB per fp32 copy).
-
-The model's own logit scaling after ``lm_head`` is applied by :func:`logit_scaling`, from
-the transformers architectures that have one (read from their modeling code, transformers
-5.24): Gemma-style tanh soft-capping (``final_logit_softcapping``), Cohere's ``logit_scale``,
-Granite's division by ``logits_scaling`` (MiniCPM3 divides the hidden states by it, the same
-for a bias-free head), HyperCLOVA X's multiplication by it, Falcon-H1's
-``lm_head_multiplier``. Architectures not in that table are taken as unscaled (Llama, Qwen,
-Mistral, ...); one that scales otherwise (e.g. Mistral-Large-4's, Inkling2's or
-MuseSpark's soft-caps, not handled here) is caught by
-:func:`matches_model_logits`, which the learner runs once on the first micro-batch: it
-compares this path with the model's own ``logits_to_keep`` forward, and on a mismatch the
-learner takes that forward instead
-(:func:`~searchr1.plugins.local_model.learner.trained_token_logprobs`) and logs
-``learner_logits_fallback``.
-"""
+"""Log-probs of trained tokens without a batch x positions x vocabulary logits tensor."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from searchr1.core.errors import ConfigValueError
+from searchr1.sdk import ConfigValueError
 
 if TYPE_CHECKING:
     import torch

@@ -7,47 +7,6 @@ AdamW moments included, instead of a whole copy. The learner's forward all-gathe
 layer at a time and frees it again, and backward reduce-scatters the gradients (summed
 over the ranks: the loss is already scaled by the whole batch's ``1 / N``), so the update
 equals the one-process update, as with the data-parallel all-reduce it replaces.
-
-What stays whole on every rank:
-
-* the output head (``lm_head``, V x H): the chunked log-probs
-  (:mod:`.chunked_logprobs`) multiply by its weight directly; frozen, it needs no
-  gathering. With tied embeddings it is a second copy beside the sharded input embeddings.
-* with ``fsdp_sampling = "gather"`` (the default), **the whole base while sampling.**
-  Every forward of a sharded model is a collective, but the rollout's ranks decode
-  different questions at their own pace (different lengths, search calls in between).
-  :meth:`Sharding.for_sampling` therefore all-gathers every unit once after each optimizer
-  step and keeps it gathered through the rollout (forwards then talk to no other rank);
-  :meth:`Sharding.for_learning` frees the gathered copies before the learner runs. So
-  sharding lowers the learner's peak (activations, gradients and optimizer state beside
-  one layer's gathered weights), not the sampler's: the base must still fit one device
-  with the sampler's caches.
-
-Lockstep sampling (``fsdp_sampling = "lockstep"``) keeps the weights sharded while
-sampling: every rank runs a forward whenever any rank does (:class:`Lockstep`, as HF
-``generate(synced_gpus=True)``), so each forward gathers one unit at a time. Called
-directly, :meth:`~searchr1.plugins.local_model.sampler.BatchedSampler.generate` on every
-rank does it. For the rollout the sampler's worker thread runs a *session* on every rank
-from one optimizer step (or the provider's start, or a load) to the next: each round the
-ranks agree whether any has work and whether any session is still open; a rank with work
-decodes its batch, one without joins each of their forwards with an idle one-token
-forward, and while nobody works but some rank may still sample (its trajectories
-searching, rank 0's held-out eval) they poll. The provider ends the session on every rank
-before the learner runs (``optim_step``, ``load_state``, the KL reference's pin) and
-begins the next one after, so the learner's collectives never overlap the sampler's. The
-units then live on a process group of their own (:func:`shard_model`), since the
-sampler's thread gathers while the main thread runs the train loop's collectives on the
-default group. Rank 0's checkpoint reads the adapter gathered whole after each step
-(:meth:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner.sampling_phase`).
-
-Equal schedules: a learner's forwards under FSDP are collectives too, so its learner
-(:class:`~searchr1.plugins.local_model.sharded_learner.ShardedLearner`) defers a step's
-micro-batches to ``optim_step`` (every rank calls it), agrees on the most forward/backward
-chunks any rank has (:func:`max_over_ranks`) and lets a rank with fewer run zero-weight
-ones.
-
-Mixed precision: on CUDA with a half-precision base, parameters are gathered in that dtype
-and gradients reduced in float32; otherwise (the CPU) everything stays in the model's dtype.
 """
 
 from __future__ import annotations
@@ -57,7 +16,7 @@ from typing import Any
 
 import torch
 
-from searchr1.core.logs import get_logger
+from searchr1.sdk import get_logger
 
 
 def is_sharded(t: Any) -> bool:
@@ -72,12 +31,12 @@ def max_over_ranks(values: Sequence[int], device: torch.device) -> list[int]:
     collective: every rank calls it at the same point)."""
     import torch.distributed as dist
 
-    from searchr1.core.distributed import _collective
+    from searchr1.sdk import collective
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return list(values)
     box = torch.tensor(list(values), dtype=torch.int64, device=device)
-    _collective(dist.all_reduce, box, dist.ReduceOp.MAX, size=dist.get_world_size())
+    collective(dist.all_reduce, box, dist.ReduceOp.MAX, size=dist.get_world_size())
     return [int(v) for v in box.tolist()]
 
 
@@ -170,11 +129,11 @@ class Lockstep:
         still open (a collective)."""
         import torch.distributed as dist
 
-        from searchr1.core.distributed import _collective
+        from searchr1.sdk import collective
 
         size = dist.get_world_size(self.group)
         box = torch.tensor([working, int(self.open)], dtype=torch.int64, device=self.device)
-        _collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
+        collective(dist.all_reduce, box, dist.ReduceOp.SUM, self.group, size=size)
         working_ranks, open_ranks = box.tolist()
         return int(working_ranks), int(open_ranks)
 

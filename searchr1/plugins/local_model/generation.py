@@ -3,19 +3,6 @@
 :class:`~searchr1.plugins.local_model.sampler.BatchedSampler` owns the queue and runs the
 decode loop, :mod:`.admission` decides which requests run together; this module does the
 tensor work for one batch.
-
-Prefill: a group of jobs is prefilled with their prompts left-padded to a common width
-(positions count real tokens only; linear-attention layers zero padded inputs, and a zero
-recurrent state stays zero under them) in chunks of at most ``prefill_chunk_tokens``
-padded tokens per forward, so a long prompt never needs one huge activation. A prompt with
-``num_samples = n`` is prefilled once and its cache rows copied n times. A job that continues
-a retained trajectory (:mod:`.reuse`) prefills only its new tokens on top of that cache; for
-models with recurrent state such jobs are grouped by the length of their new tokens, since
-padding in the middle of a sequence would leak into the state.
-
-Decode: every row feeds its newest token; rows that stop leave the cache
-(:meth:`Batch.select`); on the fast path (:func:`.kv_cache.editable`) columns that every
-row masks are cut and other batches can be merged in (:meth:`Batch.merge`).
 """
 
 from __future__ import annotations
@@ -28,9 +15,9 @@ from typing import Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
-from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model.chunked_logprobs import causal_lm
 from searchr1.plugins.local_model.next_token import row_generator
+from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
 _DRAWS = 64  # uniforms drawn at once from a seeded row's own stream
 

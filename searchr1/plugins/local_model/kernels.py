@@ -1,14 +1,4 @@
-"""Whether a Gated DeltaNet model (Qwen3.5, Qwen3-Next) would run on its fast CUDA kernels.
-
-transformers runs a Gated DeltaNet layer with ``flash-linear-attention`` (the chunked and
-recurrent gated delta rule, Triton) and ``causal-conv1d`` (the short convolution) when they
-are installed, and otherwise with its reference PyTorch code: correct, much slower, and
-with more memory in the learner. :meth:`LocalModelProvider.from_config` calls
-:func:`warn_if_slow_kernels` after loading the model, and ``bench/gpu.py`` reports
-:func:`missing_kernels`; on the CPU the reference code is the only one and nothing is said.
-Install with ``pip install flash-linear-attention causal-conv1d`` (``pip install
---no-build-isolation 'searchr1[gpu]'``; the GPU image does it, see the Dockerfile).
-"""
+"""Whether a Gated DeltaNet model (Qwen3.5, Qwen3-Next) would run on its fast CUDA kernels."""
 
 from __future__ import annotations
 
@@ -42,7 +32,7 @@ def warn_if_slow_kernels(config: Any, device: Any) -> list[str]:
         return []
     missing = missing_kernels(config)
     if missing:
-        from searchr1.core.logs import get_logger
+        from searchr1.sdk import get_logger
 
         get_logger().warning(
             "gated_deltanet_slow_kernels",

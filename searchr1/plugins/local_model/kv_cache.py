@@ -6,20 +6,6 @@ that arrive while a batch is decoding (the narrower cache is left-padded, then t
 appended) and to keep a finished row's cache for its trajectory's next turn
 (:mod:`.reuse`). Every row carries explicit position ids and an attention mask, so padding
 columns, wherever they are, change nothing for attention layers.
-
-A cache is a list of layers of three kinds this module understands:
-
-* ``full``: a plain full-attention layer (``DynamicLayer``): ``keys``/``values`` of shape
-  ``rows x heads x width x dim``, one column per position, padding included;
-* ``linear``: a linear-attention / recurrent layer (``LinearAttentionLayer``, Gated DeltaNet
-  in Qwen3.5 and Qwen3-Next): per-row ``conv_states`` and ``recurrent_states`` of a fixed
-  size, no position axis (so padding never touches them);
-* ``hybrid``: both at once (``LinearAttentionAndFullAttentionLayer``).
-
-Any other layer (sliding windows, static or quantized caches, a future class) is ``other``:
-:func:`editable` is then False and the sampler takes its general path (rows only leave the
-batch, through :func:`select_rows`, which falls back to the layer's own
-``batch_select_indices`` or ``reorder_cache``).
 """
 
 from __future__ import annotations

@@ -1,43 +1,9 @@
 """Log-probs of datums, loss, backward and the AdamW step over the LoRA parameters.
 
-The train loop queues :meth:`Learner.forward_backward` once per micro-batch (with
-``loss_scale = 1 / N``, N the step's trajectories; the loss is a sum, so any split adds up to
-the whole batch's) and :meth:`Learner.optim_step` once per step, through the provider's
-Trainer methods: they run in the learner's one worker thread (:attr:`Learner.worker`), in
-call order and off the event loop (:meth:`Learner.submit`).
-Log-probs are computed at the sampler's temperature (``[model] temperature``), so on-policy
-ratios are exactly 1 up to float error. Only the positions a loss reads (``Datum.sampled``: the
-tokens the policy sampled) are projected onto the vocabulary, each row's own, in chunks
-recomputed in backward (:mod:`~searchr1.plugins.local_model.chunked_logprobs`), and rows that
-share an unsampled prefix (a group's prompt) run it once (:mod:`~searchr1.plugins.local_model.shared_prefix`).
-A model whose logits the chunked path does not reproduce takes :func:`trained_token_logprobs`
-instead (the model's own forward: B x K x V logits over the union K of trained columns).
-
-Dropout is off in the learner's forward (``[lora] dropout`` included): the policy that is
-scored and differentiated is the same network the sampler ran (eval mode). With dropout on
-(the reference setup's ``lora.dropout = 0.05``) the learner scores a randomly thinned
-network, so on-policy ratios move off 1 by noise alone and spend PPO's clip on it
-(``bench/mismatch.py`` measures how far). Dropout applied identically on both
-sides would need the sampler to replay the learner's masks; turning it off is what TRL's
-``disable_dropout`` and the Megatron/FSDP RL trainers do for the actor. So ``lora.dropout``
-has no effect on a local run; the learner logs ``learner_dropout_off`` once at start.
-Gradient checkpointing still works: a decoder layer that checkpoints is switched back to
-training mode alone (transformers' layers read ``self.training`` there only to decide
-whether to checkpoint; an architecture whose layer also gates its own functional dropout on
-it would keep that dropout while checkpointing).
-
-Every call also reports the sampler/learner mismatch over those sampled tokens: sums and
-extremes of ``d = learner - sampler`` log-prob, listed by
-:func:`~searchr1.core.step_metrics.mismatch_from_logprobs` (which remote providers use too);
-the core logs their means per trained token, ``mismatch/kl_sample_train`` (mean -d) and
-``mismatch/k3`` (mean exp(d) - 1 - d). On-policy max |d|, those two means and the ratio
-extremes read 0, 0, 0, 1, 1 up to float error; growth means the learner no longer scores what
-the sampler sampled (dtype, kernels, temperature, an engine sampler).
-
-A loss built with ``kl_coef > 0`` (``[train.loss]``) gets the reference policy's log-probs of
-the same tokens (:mod:`.reference`: the adapter as RL began, or the adapter
-disabled), computed without gradient before the policy's forward; it runs shared prompts once
-even under gradient checkpointing, which only the forward with gradient rules out.
+:class:`Learner` runs ``forward_backward`` and ``optim_step`` in its one worker thread, in call
+order, at the sampler's temperature and with dropout off, projecting only the sampled tokens
+onto the vocabulary; every call reports the sampler/learner mismatch. Why: docs/internals.md,
+"The learner".
 """
 
 from __future__ import annotations
@@ -51,15 +17,6 @@ from typing import Any
 
 import torch
 
-from searchr1.core.step_metrics import merge_train_metrics, mismatch_from_logprobs
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    LossInputs,
-    kl_coef,
-)
 from searchr1.plugins.local_model.chunked_logprobs import (
     causal_lm,
     chunked_token_logprobs,
@@ -74,6 +31,16 @@ from searchr1.plugins.local_model.shared_prefix import (
     first_sampled,
     prefix_groups,
     shared_prefix_logprobs,
+)
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    LossInputs,
+    kl_coef,
+    merge_train_metrics,
+    mismatch_from_logprobs,
 )
 
 
@@ -193,7 +160,7 @@ class Learner:
         self.reference = ReferencePolicy(model)
         dropout = dropout_probabilities(model)
         if dropout:
-            from searchr1.core.logs import get_logger
+            from searchr1.sdk import get_logger
 
             get_logger().info(
                 "learner_dropout_off",
@@ -423,7 +390,7 @@ class Learner:
             tolerance = 1e-3 if theirs.dtype in (torch.float32, torch.float64) else 0.25
             self._shared_ok = ours is not None and math.isfinite(diff) and diff <= tolerance
             if not self._shared_ok:
-                from searchr1.core.logs import get_logger
+                from searchr1.sdk import get_logger
 
                 get_logger().warning(
                     "learner_shared_prefix_off",
@@ -449,7 +416,7 @@ class Learner:
             return True  # nothing trained: either path computes nothing; decide later
         row = int(rows[0])
         positions_K = trained_BT[row].nonzero().squeeze(-1)[:16]
-        from searchr1.core.logs import get_logger
+        from searchr1.sdk import get_logger
 
         name = type(causal_lm(self.model)).__name__
         try:
@@ -548,7 +515,7 @@ class Learner:
     def _summed_grad_norm(self) -> tuple[torch.Tensor | None, float]:
         """Sum the gradients over the ranks (a collective under torchrun); their total norm,
         as the tensor clipping scales by and as a number (None, 0: no gradients)."""
-        from searchr1.core.distributed import all_reduce_grads
+        from searchr1.sdk import all_reduce_grads
 
         all_reduce_grads(self.params)
         grads = [p.grad for p in self.params if p.grad is not None]

@@ -4,15 +4,7 @@ A hybrid model has layers of several kinds: Qwen3.5 puts Gated DeltaNet linear a
 (``linear_attn.in_proj_qkv``, ``in_proj_z``, ``in_proj_a``, ``in_proj_b``, ``out_proj``) in
 three of every four layers and full attention (``self_attn.q_proj`` ...) in the fourth. The
 reference setup's ``target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]`` then adapts 8 of
-Qwen3.5-4B's 32 layers and nothing else, silently. This module says so:
-
-- :func:`coverage_line` (after peft wrapped the model): how many layers of each type hold
-  LoRA modules, and which; the provider logs it as ``lora_coverage`` at model load;
-- :func:`coverage_warnings` (before any weight is read): the model's ``config.json`` is built
-  on the meta device (no memory, no weights), ``target_modules`` matched against its linear
-  modules the way peft matches them, and every layer type left with no adapted module named,
-  with ``"all-linear"`` and the missing names as the fix. ``config check``, ``smoke`` and
-  ``train`` print these (through the provider factory's ``advise``).
+Qwen3.5-4B's 32 layers and nothing else, silently. This module says so.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 ALL_LINEAR = "all-linear"
 
@@ -208,8 +200,8 @@ def check_model(config: Config) -> list[str]:
     ``.gguf`` file or a folder that is not there, and ``[lora] target_modules`` naming a
     module the model lacks (read off :func:`meta_model` when its ``config.json`` is here; a
     hub id not yet downloaded is checked by the load)."""
-    from searchr1.core.errors import ConfigValueError
     from searchr1.kit.gguf import model_path
+    from searchr1.sdk import ConfigValueError
 
     name = config.model.base_model
     where = config.where("model.base_model")

@@ -5,10 +5,6 @@ step for every active row of a batch. Rows of one batch may come from different 
 so temperature, top-p and the random source are per row. Implemented over logits directly
 (no ``generate`` logits processors) so that no library default, such as ``top_k=50``, can
 change the distribution.
-
-Log-probs follow Tinker: ``log_softmax(logits / temperature)`` at the sampled token, i.e.
-after temperature and **before** top-p truncation; for greedy rows (temperature 0) the
-untempered ``log_softmax(logits)``. This is exactly what the learner computes.
 """
 
 from __future__ import annotations

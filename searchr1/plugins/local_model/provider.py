@@ -1,39 +1,10 @@
 """``LocalModelProvider``: sampling and LoRA training of one model in this process.
 
-Created once per run by the ``local`` factory (``[model] provider = "local"``) through
-:meth:`LocalModelProvider.from_config`. The rollout awaits :meth:`sample` from many asyncio
-tasks (batched by :class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train
-loop queues :meth:`forward_backward` per micro-batch and awaits :meth:`optim_step` per step,
-which run in the learner's worker thread
-(:class:`~searchr1.plugins.local_model.learner.Learner`). Both work on the same peft model, so
-sampling after ``optim_step`` uses the new adapter weights -- unless the train loop pipelines
-steps (``train.max_staleness > 0``): it then calls :meth:`snapshot_sampler` at the start of
-every rollout, and the sampler keeps the adapter version of that moment while the learner
-trains (:mod:`searchr1.plugins.local_model.snapshot`, which also gives the memory cost).
-
-Optional settings live in ``[model.local]``::
-
-    [model.local]
-    max_batch_rows = 256        # most sequences generated in one batch
-    max_batch_tokens = 0        # cache positions (rows x width, padding included) the sampler
-                                #   may hold, retained caches included; 0 = derived from free
-                                #   device memory (see budget.py)
-    prefill_chunk_tokens = 2048 # padded prompt tokens per prefill forward
-    reuse_caches = true         # keep a trajectory's cache between its turns
-    batch_wait_ms = 5.0         # how long a batch waits for stragglers before it starts
-    threads = 0                 # CPU threads for torch (0 = the cores this process may use;
-                                #   set 1 on an oversubscribed, shared machine)
-    learner_chunk_tokens = 8192   # decoder positions per forward/backward chunk (peak memory;
-                                  #   a prompt the chunk's rows share counts once)
-    learner_logit_chunk = 256     # trained positions per vocabulary projection (chunk x V
-                                  #   logits at a time, chunked_logprobs.py); 0 = all at once
-    learner_share_prefixes = true # rows sharing an untrained prefix (a group's prompt) run
-                                  #   it once in the learner (shared_prefix.py)
-    gradient_checkpointing = "auto"  # recompute activations in backward; auto = on with CUDA
-    fsdp = false                # under torchrun: shard the model over the ranks (FSDP2,
-                                #   fsdp.py) instead of a whole copy on each
-    fsdp_sampling = "gather"    # with fsdp: "gather" the whole base for sampling, or sample
-                                #   it sharded, in "lockstep" over the ranks (fsdp.py)
+The rollout awaits :meth:`sample` (batched by
+:class:`~searchr1.plugins.local_model.sampler.BatchedSampler`); the train loop queues
+:meth:`forward_backward` and awaits :meth:`optim_step`, run in the learner's worker thread
+(:class:`~searchr1.plugins.local_model.learner.Learner`), on the same peft model. Settings:
+``[model.local]`` (docs/reference/config.md).
 """
 
 from __future__ import annotations
@@ -45,26 +16,26 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.config_schema import setting
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import ConfigValueError
-from searchr1.core.logs import get_logger
-from searchr1.core.types import (
+from searchr1.sdk import (
     AdamParams,
+    ConfigValueError,
     Datum,
     ForwardBackwardResult,
     LossFn,
     SampledSequence,
     SamplingParams,
     TrainerCapabilities,
+    get_logger,
+    plugin_settings,
+    setting,
 )
 
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.core.config_schema import Config
     from searchr1.plugins.local_model.fsdp import Sharding
     from searchr1.plugins.local_model.learner import Learner
+    from searchr1.sdk import Config
 
 log = get_logger()
 

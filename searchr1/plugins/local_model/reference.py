@@ -1,23 +1,7 @@
 """The reference policy of the KL term (``[train.loss] kl_coef``): the policy as RL began.
 
 The learner scores the sampled tokens under it with the same frozen base weights as the
-policy, never a second copy of them:
-
-* no cold start: the reference is the base model, scored with the LoRA adapter disabled
-  (peft's ``disable_adapter()``). A fresh adapter adds exactly nothing (LoRA's ``B`` starts
-  at zero), so at step 1 the policy and the reference agree to the last bit;
-* after a cold start the train loop calls :meth:`ReferencePolicy.pin` (through the
-  provider's ``kl_reference`` capability): the adapter's trainable tensors are copied once,
-  and scoring the reference copies them into the LoRA parameters in place for the no-grad
-  forward, then the learner's values back. The copy is saved beside every checkpoint's
-  adapter (``kl_reference.pt``), so ``--resume`` keeps the reference of the run's RL start.
-
-Memory: one copy of the adapter's trainable tensors (none without a cold start), and one
-more of the learner's while the reference scores.
-
-Under FSDP (:mod:`.fsdp`) the pinned copy is the whole adapter on every rank (taken by a
-collective in :meth:`ReferencePolicy.pin`, so rank 0 alone can save it), and scoring copies
-each rank's shard of it into the sharded LoRA parameters (what FSDP gathers from).
+policy, never a second copy of them.
 """
 
 from __future__ import annotations

@@ -7,11 +7,6 @@ the tokens that cache holds (the prompt and every sampled token but the last, wh
 never fed). A new request whose prompt starts with such a key takes that cache over and only
 its new tokens are prefilled (:mod:`.generation`); the match is exact, so a re-tokenized or
 edited history simply misses and is prefilled in full.
-
-Entries live in least-recently-used order under a token budget shared with the running
-batch (the sampler evicts before admitting work that would not fit). The sampler drops all
-entries whenever the weights may change (``forward_backward``, ``optim_step``,
-``load_state``): a cache computed by old weights must never continue a new turn.
 """
 
 from __future__ import annotations

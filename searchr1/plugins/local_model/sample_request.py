@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from searchr1.core.types import SampledSequence, SamplingParams
+from searchr1.sdk import SampledSequence, SamplingParams
 
 
 @dataclass

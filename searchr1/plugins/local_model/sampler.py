@@ -6,24 +6,6 @@ first turn of each question with ``num_samples = group_size``, later turns with
 a single worker thread takes what is pending and runs one batched generation over it
 (:mod:`.generation` does the tensor work), so the event loop keeps serving search I/O.
 :mod:`.sample_request` checks a call and carries it across the thread boundary.
-
-Which requests run together is :mod:`.admission`'s rule: oldest first, under
-``max_batch_rows`` rows and a token budget on the cache, never padded to one long row's
-width. A request is answered as soon as all its rows have stopped (its trajectory can search
-while the others decode); stopped rows leave the batch, and so do the rows of a request whose
-caller was cancelled (a stop signal cut the rollouts short), at the next decoding step. Requests that arrive while a batch
-decodes join it between two steps, as far as they fit. When a row stops, its cache is kept
-(:mod:`.reuse`) so the trajectory's next turn prefills only its new tokens.
-
-A sharded model sampled in lockstep (``[model.local] fsdp_sampling = "lockstep"``) runs every
-forward in step with the other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`):
-the worker then serves :meth:`BatchedSampler.sample` inside a session, from
-:meth:`BatchedSampler.begin_session` to :meth:`BatchedSampler.outside_session`, joining the
-other ranks' forwards whenever it has none of its own.
-
-Caches that :func:`.kv_cache.editable` does not understand (sliding-window layers, static or
-quantized caches) take the general path: one batch at a time, rows only leave it, no cache
-is kept between turns. Correct for any model transformers runs with its own cache classes.
 """
 
 from __future__ import annotations
@@ -40,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
-from searchr1.core.types import SampledSequence, SamplingParams, StopReason
 from searchr1.plugins.local_model.admission import take_requests
 from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row, cache_kwarg
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
 from searchr1.plugins.local_model.sample_request import SampleRequest, check_request, resolve
+from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
 if TYPE_CHECKING:
     from searchr1.plugins.local_model.fsdp import Lockstep

@@ -3,24 +3,7 @@
 :class:`ShardedLearner` is a :class:`~searchr1.plugins.local_model.learner.Learner` whose
 model's decoder is sharded over the ranks (:func:`.fsdp.shard_model`). Every forward and
 backward of that model is a collective (each unit's weights are all-gathered, its
-gradients reduce-scattered), so the ranks must run the same number of them, in step:
-
-* :meth:`~ShardedLearner.submit` queues a micro-batch instead of running it, and
-  :meth:`~ShardedLearner.optim_step` (which every rank calls) runs the step's queued
-  micro-batches: the ranks agree on the most forward/backward chunks any rank has
-  (:func:`.fsdp.max_over_ranks`) and whether any rank's loss has a KL term (then every
-  rank runs the reference's forward too), and a rank with fewer chunks runs zero-weight
-  idle ones (:func:`_idle_datum`), so its collectives pair up with the others';
-* rows sharing a prompt are not run once (:mod:`.shared_prefix`): its one-time check
-  against the unshared path would run forwards on some ranks only;
-* after the step every rank gathers what rank 0 alone saves (the optimizer state, and with
-  lockstep sampling the adapter), and the weights go back to the sampler's phase
-  (:meth:`~ShardedLearner.sampling_phase`);
-* :meth:`~ShardedLearner.load_state` reads the whole saved state (of an FSDP run or a
-  one-process one: the same files) and each rank keeps its shard of it.
-
-The update equals one process's (the loss is scaled by the whole batch, and FSDP sums the
-ranks' gradients: :func:`.fsdp.shard_model`).
+gradients reduce-scattered), so the ranks must run the same number of them, in step.
 """
 
 from __future__ import annotations
@@ -31,15 +14,6 @@ from typing import Any
 
 import torch
 
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    LossInputs,
-    LossOutput,
-    kl_coef,
-)
 from searchr1.plugins.local_model.fsdp import (
     Sharding,
     full_optimizer_state,
@@ -49,6 +23,15 @@ from searchr1.plugins.local_model.fsdp import (
     whole,
 )
 from searchr1.plugins.local_model.learner import Learner, merge_chunks, scoring_mode
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    LossInputs,
+    LossOutput,
+    kl_coef,
+)
 
 
 class ShardedLearner(Learner):
@@ -138,7 +121,7 @@ class ShardedLearner(Learner):
     def _summed_grad_norm(self) -> tuple[torch.Tensor | None, float]:
         # FSDP reduce-scattered its parameters' gradients already; only the parameters
         # outside its units (whole on every rank) are all-reduced
-        from searchr1.core.distributed import all_reduce_grads
+        from searchr1.sdk import all_reduce_grads
 
         all_reduce_grads([p for p in self.params if not is_sharded(p)])
         grads = [p.grad for p in self.params if p.grad is not None]

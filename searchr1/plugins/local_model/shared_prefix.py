@@ -1,24 +1,4 @@
-"""Score a micro-batch whose rows share prefixes (a group's prompt) with each prefix run once.
-
-GRPO samples ``group_size`` trajectories per question, and every one of them starts with the
-same prompt, which carries no trained token: in ``bench/vs_trl.py`` 8 rows share a ~125-token
-prompt before ~6 sampled tokens, so 95% of the learner's decoder work repeats the same
-prefix. :meth:`Learner._forward_backward_chunk` calls :func:`prefix_groups` and, when rows
-share prefixes, :func:`shared_prefix_logprobs`: the decoder runs once over the distinct
-prefixes (with a KV cache), the cache is indexed out to every row (``batch_select_indices``,
-differentiable, so the gradient of every row reaches the shared prefix's activations), and
-the decoder continues over each row's own suffix from its own prefix length (explicit
-``position_ids``; a 2D mask hides the right-padding of shorter prefixes). The vocabulary
-projection is :func:`~searchr1.plugins.local_model.chunked_logprobs.project_logprobs`.
-
-Only for models whose every layer is plain full attention with a ``DynamicCache`` (no
-sliding window, no recurrent Gated DeltaNet state: :func:`can_share_prefixes`), without
-gradient checkpointing when a gradient is taken (transformers turns the cache off there, and
-this returns ``None``; the KL reference's forward, without gradient, still shares); and the
-learner compares it once with the unshared path on its first micro-batch and stops using it
-on a mismatch (``learner_shared_prefix_off``). :func:`decoder_tokens` is the work a chunk of
-rows costs either way, which the learner's chunks are cut by.
-"""
+"""Score a micro-batch whose rows share prefixes (a group's prompt) with each prefix run once."""
 
 from __future__ import annotations
 

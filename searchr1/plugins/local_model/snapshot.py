@@ -4,30 +4,7 @@ The ``local`` provider samples and trains one peft model in one process. With pi
 steps the next step's rollouts run while the learner (in a worker thread) runs
 ``forward_backward`` and ``optim_step`` on that model, and a rollout must sample one version
 of the weights from its first token to its last. :class:`SamplerWeights` gives the sampler
-that version:
-
-* :meth:`SamplerWeights.publish` -- called by the provider right after each ``optim_step``
-  (learner thread) -- copies the trainable (LoRA) tensors;
-* :meth:`SamplerWeights.pin` -- called by the train loop at the start of every rollout,
-  through the provider's ``snapshot_sampler()`` -- makes the newest published copy the one
-  the sampler uses from then on;
-* the sampler takes the model through :class:`SamplerWeights` instead of the plain model lock
-  (it is a drop-in for it): entering swaps the pinned tensors into the LoRA parameters
-  (``param.data``, pointer swaps, no copy), leaving swaps the learner's back. Both happen under
-  the one model lock the learner also holds, so the learner never sees the sampler's tensors
-  and the sampler never sees an update mid-rollout. A batch running when a new version is
-  pinned admits no further requests (:meth:`SamplerWeights.running_pinned`), so every request
-  made after :meth:`pin` samples the pinned version.
-
-Until the first :meth:`pin` nothing is copied or swapped: a synchronous run
-(``max_staleness = 0``) never pins.
-
-Memory: the frozen base weights are shared; the cost is one copy of the adapter's trainable
-tensors (two for a moment, between a ``publish`` and the next ``pin``) -- for a rank-32
-all-linear adapter of a 7B model about 160 MB in bf16 each. The sampler's retained KV caches
-stay alive while the learner trains (they are valid for the pinned weights), so on a
-GPU the learner's activations and the sampler's caches are resident together; lower
-``[model.local] max_batch_tokens`` if a pipelined run runs out of memory.
+that version.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Checkpoints of the local provider: adapter (peft format), optimizer state and step.
 
 Called by :meth:`Learner.save_state` / ``load_state`` (the train loop saves every
-``train.save_every`` steps and loads on resume). Layout of the folder ``path``::
-
-    adapter/              adapter_config.json + adapter_model.safetensors
-                          (``PeftModel.from_pretrained(base, path + "/adapter")`` loads it)
-    optimizer.pt          AdamW state_dict
-    trainer_state.json    {"step": N, "format": 1}
-    rng.pt                torch CPU RNG and the in-process sampler's stream, so dropout and unseeded
-                          sampling continue as they would have
-
-Resuming gives bit-identical next-step losses on the CPU: the adapter is stored in float32
-safetensors and the optimizer's moments are restored exactly.
+``train.save_every`` steps and loads on resume).
 """
 
 from __future__ import annotations

@@ -13,12 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import MetricSinkFactory
+from searchr1.sdk import MetricSinkFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
-    from searchr1.core.types import MetricSink
+    from searchr1.sdk import Config, MetricSink
 
 
 def _tensorboard(config: Config, run_dir: Path) -> MetricSink:

@@ -7,12 +7,6 @@ redacted config, steps are training steps, and each step's dumped trajectories a
 ``trajectories`` texts. SwanLab's terminal capture and hardware probe are off, and it never
 asks for input (a missing login is an error, reported once, not a prompt that stalls
 training).
-
-``[log.swanlab]``: ``project`` (default ``"searchr1"``), ``workspace``, ``group``, ``tags``
-and ``mode`` (``online``, ``local``, ``offline``, ``disabled``; empty = SwanLab's own
-default, which honours ``SWANLAB_MODE``). The API key comes from SwanLab's usual places
-(``SWANLAB_API_KEY``, ``swanlab login``), never from config.toml; ``mode = "offline"``
-writes locally for a later ``swanlab sync``.
 """
 
 from __future__ import annotations
@@ -22,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import UserError
 from searchr1.kit.sinks import missing_package
+from searchr1.sdk import Config, UserError, plugin_settings
 
 
 @dataclass(frozen=True)

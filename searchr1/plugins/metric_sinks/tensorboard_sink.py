@@ -6,9 +6,6 @@ so TensorBoard groups them by prefix. Trajectories are text (tag ``trajectories`
 redacted config is both the HParams entry of the run and a ``config`` text. Written with
 ``torch.utils.tensorboard`` (torch is already loaded by training), which needs the
 ``tensorboard`` package, a dependency of searchr1.
-
-``[log.tensorboard] dir = "..."`` writes elsewhere (relative paths are relative to the
-working directory); the run's events then go to ``<dir>/<run name>``.
 """
 
 from __future__ import annotations
@@ -19,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
 from searchr1.kit.sinks import missing_package
+from searchr1.sdk import Config, plugin_settings
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,6 @@ is named after the searchr1 run and keeps its files under ``runs/<run>/wandb/``.
 is searchr1's redacted config; steps are training steps; each step's dumped trajectories are
 a table ``trajectories`` with one ``text`` column. W&B's capture of the terminal is turned
 off: the console stays searchr1's, and nothing printed goes to W&B.
-
-``[log.wandb]``: ``project`` (default ``"searchr1"``), ``entity``, ``group``, ``tags`` and
-``mode`` (``online``, ``offline``, ``disabled``; empty = W&B's own default, which honours
-``WANDB_MODE``). The API key comes from W&B's usual places (``WANDB_API_KEY``,
-``wandb login``), never from config.toml; ``mode = "offline"`` writes locally for a later
-``wandb sync``.
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
-from searchr1.core.errors import UserError
 from searchr1.kit.sinks import missing_package
+from searchr1.sdk import Config, UserError, plugin_settings
 
 
 @dataclass(frozen=True)

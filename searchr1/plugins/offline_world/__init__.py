@@ -2,33 +2,12 @@
 
 Registered through the ``searchr1`` entry point (``offline_world``) like any third-party
 plugin. It registers assets. The assets are what the embedded default
-config (``searchr1 train`` with no ``--config``) names:
-
-- ``builtin:world/{corpus,train,heldout}.jsonl``: the generated world, with its ceiling (the
-  scripted ideal agent; ``train`` evaluates it once before the first step);
-- ``builtin:tiny``: the warm-started tiny model the demo trains;
-- ``builtin:tiny-random``: the same architecture with random weights and a tokenizer trained
-  on built-in text, which tests and benchmarks load through any model provider.
-
-Importing this package stays cheap (the hook runs at every start-up): torch, transformers and
-tokenizers are imported only when an asset is built. The ``local`` model provider does not
-import this package; it opens ``builtin:`` paths through :mod:`searchr1.core.assets`.
-
-Modules, in the order a build uses them:
-
-- ``assets``: each asset's version and builder (what ends up in the cache folder);
-- ``generate``: the world of fictional entities, its corpus and question sets;
-- ``tiny_model``: tokenizer and Qwen3 model builders (also used by tests and benchmarks);
-- ``ideal_agent``: the world's ceiling (``python scripts/ideal_agent.py`` evaluates it alone).
-
-``warm_start/`` holds the shipped weights of ``builtin:tiny``; ``scripts/build_warm_start.py``
-(not part of the package) is the recipe that made them.
+config (``searchr1 train`` with no ``--config``) names.
 """
 
 from __future__ import annotations
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, Register, hookimpl
 
 
 @hookimpl

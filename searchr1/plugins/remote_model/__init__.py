@@ -1,35 +1,17 @@
-"""Remote model providers: ``taotoken`` and ``tinker``, one adapter over Tinker-shaped SDKs.
-
-``[model] provider = "taotoken"`` samples and trains a LoRA adapter on a remote service through
-the ``pytrio`` SDK (base URL = ``api_base``, key = ``api_key``, in ``[model.taotoken]`` or in
-``[model]``);
-``provider = "tinker"`` drives the ``tinker`` SDK with the same adapter. A ``[model]`` table
-that names no provider but sets ``api_base`` or ``api_key`` means ``taotoken``
-(``create.infer_provider``). Both SDKs are the
-optional extra ``pip install searchr1[remote]``. Importing this package is cheap: the SDK is
-imported only when the factory runs (once per run, by the core).
-
-Settings of the adapter itself live in ``[model.taotoken]`` / ``[model.tinker]``, see
-:class:`searchr1.plugins.remote_model.settings.RemoteSettings`; ``sdk = "tinker"`` there drives a
-service with the other SDK (that TaoToken's training channel is PyTRIO-compatible is not
-verified, so both the SDK and the base URL stay configurable). The adapter, its failure
-semantics and what happens to a step that fails half-way are documented in
-:mod:`searchr1.plugins.remote_model.provider`.
-"""
+"""Remote model providers: ``taotoken`` and ``tinker``, one adapter over Tinker-shaped SDKs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.remote_model.advice import advise
 from searchr1.plugins.remote_model.conversions import REMOTE_CAPABILITIES
 from searchr1.plugins.remote_model.settings import RemoteSettings, infer_taotoken
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 #: every step waits on the service and on search in turn, so overlapping the next step's

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from searchr1.plugins.remote_model.conversions import ATTENTION, MLP
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def advise(config: Config) -> list[str]:

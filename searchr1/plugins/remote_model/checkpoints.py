@@ -15,9 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from searchr1.core.disk import write_text_atomic
-from searchr1.core.errors import UserError
-from searchr1.core.secrets import redact_text
+from searchr1.sdk import UserError, redact_text, write_text_atomic
 
 CHECKPOINT_FILE = "remote_checkpoint.json"
 

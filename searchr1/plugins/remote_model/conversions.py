@@ -4,13 +4,6 @@ Pure functions and constants, used by
 :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider` for every request. Both
 SDKs (``pytrio``, ``tinker``) take the same shapes, so nothing here depends on which one is in
 use beyond the module passed in.
-
-A remote service cannot run a Python loss: it is sent :attr:`LossFn.name` and a
-``loss_fn_config`` built from :attr:`LossFn.settings` (:func:`loss_config`).
-:data:`REMOTE_LOSSES` and :data:`LOSSES_REASON` are what the provider's ``capabilities``
-declares, so the core refuses any other loss when the run is built
-(:func:`searchr1.core.trainer_checks.check_loss`, before any rollout) with a ConfigError
-naming the config field that chose it.
 """
 
 from __future__ import annotations
@@ -20,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.step_metrics import mismatch_from_logprobs
-from searchr1.core.types import (
+from searchr1.sdk import (
     Datum,
     ForwardBackwardResult,
     LossFn,
@@ -30,6 +22,7 @@ from searchr1.core.types import (
     StopReason,
     Tokenizer,
     TrainerCapabilities,
+    mismatch_from_logprobs,
 )
 
 #: the ``[lora] target_modules`` of each layer group the service adapts as a whole

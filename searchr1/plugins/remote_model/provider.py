@@ -1,59 +1,7 @@
 """RemoteModelProvider: the Sampler and Trainer contracts over a Tinker-shaped training service.
 
 Created once per run by the ``taotoken`` / ``tinker`` factories. The core calls it exactly like
-the ``local`` provider; what changes is where the work happens:
-
-* ``sample`` -> ``SamplingClient.sample`` on the current sampler weights
-  (:func:`searchr1.plugins.remote_model.sdk.sample`).
-* ``forward_backward(datums, loss_fn, loss_scale)`` -> one ``TrainingClient.forward_backward``
-  call with ``loss_fn.name`` and the clip bounds from ``loss_fn.settings`` (the service
-  computes the loss; :func:`~searchr1.plugins.remote_model.conversions.loss_config`). Each
-  ``Datum`` becomes an SDK ``Datum`` (:func:`~searchr1.plugins.remote_model.conversions.sdk_datum`,
-  which applies ``loss_scale`` to the advantages). The returned ``loss`` is divided back by
-  ``loss_scale`` so it means the same as the local provider's. Awaiting the call submits it
-  (the SDK's ``forward_backward_async``); the awaitable it returns is the SDK's future of
-  the answer.
-* ``optim_step(adam)`` -> ``TrainingClient.optim_step_async`` submitted right behind the
-  step's ``forward_backward`` events, then all of them are awaited together (one service
-  round trip per step instead of one per call; ``bench/remote_step.py``), then
-  ``save_weights_and_get_sampling_client()``, so every later ``sample`` uses the new weights.
-  With tinker, whose calls all return futures run in submission order, the sampler save is
-  submitted right behind ``optim_step`` too, so a whole step waits once.
-* ``capabilities`` -> the losses the service knows by name and the settings it can be told
-  (:data:`~searchr1.plugins.remote_model.conversions.REMOTE_LOSSES`: another loss, or a ``ratio_cap`` it
-  cannot apply, is a ConfigError when the run is built, before any rollout), a snapshot
-  sampler (one sampling client kept), and no learner temperature (the service's own).
-* ``save_state(folder)`` -> ``TrainingClient.save_state(name)`` (weights + optimizer state stay
-  on the service); the returned checkpoint URI is written to ``folder/remote_checkpoint.json``
-  (:mod:`~searchr1.plugins.remote_model.checkpoints`), which ``--resume`` reads back.
-  ``load_state(folder)`` starts a new training run from that URI with its optimizer state
-  (``create_training_client_from_state_with_optimizer``).
-
-LoRA. The service is told ``[lora] rank`` and which layer groups to adapt, read off
-``target_modules`` (:func:`~searchr1.plugins.remote_model.conversions.lora_groups`);
-``alpha`` and ``dropout`` are the service's own (not sent).
-:func:`searchr1.plugins.remote_model.advice.advise` names each of these, and a sampling
-temperature the service does not train at, in a warning when a run starts; the provider logs
-the temperature note again when it logs in (``remote_temperature_not_1``).
-
-Failures. Transient HTTP failures (408, 429, 5xx, connection errors, timeouts) are retried by
-the SDK, and they are safe to retry: each training event carries an id that the service
-de-duplicates, so a retried ``forward_backward`` is never accumulated twice. When the SDK gives
-up (after ``retry_timeout_seconds``), or at once for a rejected key (401/403), the adapter
-raises the :class:`~searchr1.core.errors.RemoteError` of the failure's class (DNS, refused,
-TLS, 401/403 naming the key's variable, unknown model, 429, 5xx, timeout naming the setting,
-a malformed answer), built by the provider's :class:`~searchr1.kit.http.Channel`; logging in
-first says what it waits for and how long (``remote_connecting``).
-
-**A step is never half-applied; a failed step stops the run.** Neither SDK has a call that
-clears the service's gradient buffer, and a ``forward_backward`` or ``optim_step`` whose result
-was lost may or may not have been applied (PyTRIO marks its training client broken after such
-a failure). So when ``forward_backward`` succeeded but ``optim_step`` failed -- or any training
-call failed after retries -- the adapter refuses every further training call with
-:class:`~searchr1.core.errors.RemoteStepError` (its cause's class and exit code), and the run must be restarted with ``--resume``: ``load_state`` opens a
-fresh training run from the last checkpoint saved by ``save_state``, whose weights and optimizer
-state were written after a completed ``optim_step``. Steps after that checkpoint are re-run
-from scratch; nothing of the failed step survives.
+the ``local`` provider; what changes is where the work happens.
 """
 
 from __future__ import annotations
@@ -66,20 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.errors import RemoteError, RemoteMalformed, RemoteStepError
-from searchr1.core.logs import get_logger
-from searchr1.core.secrets import redact_text
-from searchr1.core.trainer_checks import check_loss
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    SampledSequence,
-    SamplingParams,
-    Tokenizer,
-    TrainerCapabilities,
-)
 from searchr1.kit.http import Channel
 from searchr1.kit.tokenizers import provider_tokenizer
 from searchr1.plugins.remote_model.advice import temperature_note
@@ -104,9 +38,25 @@ from searchr1.plugins.remote_model.sdk import (
 )
 from searchr1.plugins.remote_model.sdk import sample as sdk_sample
 from searchr1.plugins.remote_model.settings import RemoteSettings, api_key_variable, load_settings
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    RemoteError,
+    RemoteMalformed,
+    RemoteStepError,
+    SampledSequence,
+    SamplingParams,
+    Tokenizer,
+    TrainerCapabilities,
+    check_loss,
+    get_logger,
+    redact_text,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 T = TypeVar("T")
 log = get_logger()

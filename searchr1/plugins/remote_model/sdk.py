@@ -3,22 +3,7 @@ SDKs differ.
 
 ``pytrio`` and ``tinker`` share the user API the adapter needs (``ServiceClient``,
 ``create_lora_training_client``, ``Datum``, ``ModelInput``, ``TensorData``, ``SamplingParams``,
-``AdamParams``, training calls that return a future with ``.result()``). They differ in:
-
-* how the base URL, the retry budget and telemetry are set (:func:`open_service`);
-* client creation: PyTRIO returns the training/sampling client, tinker >= 0.38 a future of
-  it (:func:`resolve`);
-* submitting from async code: PyTRIO's ``<call>_async`` coroutines submit without blocking
-  the event loop, tinker's plain calls return their future at once (its ``_async`` ones are
-  deprecated) (:func:`submit`);
-* sampling: PyTRIO's ``sample_async`` is a coroutine, tinker's ``sample`` returns an awaitable
-  future and its ``sample_async`` is deprecated (:func:`sample`);
-* whether ``save_weights_and_get_sampling_client`` can be submitted without waiting
-  (tinker: a future, queued behind the optimizer step; PyTRIO: blocks), see
-  :func:`queues_sampler_save`;
-* how a session ends (:func:`close_service`).
-
-Called by :class:`~searchr1.plugins.remote_model.provider.RemoteModelProvider`.
+``AdamParams``, training calls that return a future with ``.result()``).
 """
 
 from __future__ import annotations
@@ -32,8 +17,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from searchr1.core.errors import UserError
 from searchr1.plugins.remote_model.settings import RemoteSettings
+from searchr1.sdk import UserError
 
 INSTALL_HINT = "pip install 'searchr1[remote]'"
 

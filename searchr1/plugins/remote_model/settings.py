@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from searchr1.core.config_schema import Config
-from searchr1.core.config_validate import plugin_settings
+from searchr1.sdk import Config, plugin_settings
 
 SDKS = ("pytrio", "tinker")
 

@@ -7,28 +7,20 @@ servers, one or several, which either already run (``[model] api_base`` or
 ``api_bases``, e.g. the compose ``vllm`` service) or are launched by the provider from
 ``[model.vllm] python`` (``servers`` of them; a separate environment: vLLM pins its own torch
 and transformers; ``scripts/make-vllm-venv.sh`` builds one on a CPU host).
-
-Modules: ``settings`` (``[model.vllm]``), ``server`` (launch, readiness, shutdown of a local
-server, each launched server's GPUs), ``client`` (one server's HTTP calls: completions, adapter
-load/unload, on one pooled :class:`searchr1.kit.http.HttpClient` of the command's event
-loop), ``provider`` (VllmModelProvider, which composes the servers' sampling with the local
-learner, routes groups and keeps every server on the trained adapter). Importing this package
-stays cheap: torch, transformers and httpx are imported when the factory runs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import Model, ModelFactory
 from searchr1.plugins.local_model import lora_advice
 from searchr1.plugins.local_model.lora_coverage import check_model
 from searchr1.plugins.local_model.provider import LocalSettings
 from searchr1.plugins.vllm_model.settings import VllmSettings
+from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 
 def _create_vllm(config: Config) -> Model:

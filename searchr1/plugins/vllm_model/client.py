@@ -1,33 +1,5 @@
 """The HTTP calls to a vLLM OpenAI-compatible server, on one pooled
 :class:`~searchr1.kit.http.HttpClient` (the HTTP helper every plugin shares).
-
-Used by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider`. Every call is a
-coroutine of the command's one event loop, which owns the pool: the rollout awaits
-:meth:`VllmClient.complete` from many asyncio tasks, the provider awaits the adapter calls
-between steps, and :meth:`VllmClient.aclose` closes the pool there. Retries are off (a local
-server that is down or stalled is reported at once) and every status comes back to the
-caller, which reads vLLM's own error text. A failure to reach the server, an error status and
-an answer that is not the API's are the :class:`~searchr1.core.errors.RemoteError` of their
-class (refused, timeout naming ``model.vllm.request_timeout_s``, ...).
-
-The server API used (vLLM 0.32; see also docs/vllm.md):
-
-- ``POST /v1/completions`` with ``prompt`` a list of token ids, ``n``, ``seed``,
-  ``max_tokens``, ``temperature``, ``top_p``, ``stop`` (strings, kept in the output with
-  ``include_stop_str_in_output``), ``stop_token_ids``, ``logprobs: 0`` (the sampled token's
-  log-prob only), ``return_tokens_as_token_ids`` and ``return_token_ids``. Each choice has
-  ``token_ids`` (the sampled ids, a stop token included), ``logprobs.token_logprobs`` and
-  ``finish_reason`` (``stop`` | ``length``). The request's ``model`` names a loaded adapter.
-- ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}`` and
-  ``POST /v1/unload_lora_adapter {"lora_name"}``; ``GET /health``; ``GET /v1/models``
-  (``max_model_len`` of the base model; each loaded adapter as a card with ``id`` its name,
-  ``root`` its path and ``parent`` the base). A completion names the adapter it was served
-  with in its ``model`` field.
-
-An adapter the server accepted is checked in its model list before anything samples it, and a
-completion served under another name is an error: a load that reaches one replica of several
-behind one address, or never reaches the sampler, must fail loudly (TRL's data-parallel
-endpoint; verl #7495), not train on samples from other weights.
 """
 
 from __future__ import annotations
@@ -37,16 +9,17 @@ from typing import Any
 
 import httpx
 
-from searchr1.core.errors import (
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
+from searchr1.plugins.vllm_model.server import VllmServer, VllmServerDied
+from searchr1.sdk import (
     RemoteConnectionLost,
     RemoteError,
     RemoteMalformed,
     RemoteRefused,
+    SampledSequence,
+    SamplingParams,
     UserError,
 )
-from searchr1.core.types import SampledSequence, SamplingParams
-from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, accept_any, status_class
-from searchr1.plugins.vllm_model.server import VllmServer, VllmServerDied
 
 
 class VllmError(UserError, RuntimeError):

