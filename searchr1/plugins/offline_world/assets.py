@@ -6,6 +6,8 @@ opened:
 - ``world``: ``corpus.jsonl``, ``train.jsonl``, ``heldout.jsonl`` of the generated world
   (:func:`searchr1.plugins.offline_world.generate.generate_world` with seed 0; well under a
   second);
+- ``world-hard``: the three files of the harder world
+  (:mod:`searchr1.plugins.offline_world.hard_world`) and ``cold_start.jsonl``;
 - ``tiny``: the warm-started tiny model (``from_pretrained``-loadable folder), a copy of the
   weights shipped inside the package (``searchr1/plugins/offline_world/warm_start/``), because
   fine-tuning them takes far longer than a first run may. ``python scripts/build_warm_start.py
@@ -30,6 +32,7 @@ from pathlib import Path
 from searchr1.plugins.offline_world.generate import WORLD_SEED
 
 WORLD_VERSION = "1"
+HARD_WORLD_VERSION = "1"
 TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
 TINY_RANDOM_VERSION = "1"
 #: The shipped warm start: tokenizer, config and weights written by ``save_pretrained``.
@@ -41,6 +44,13 @@ def build_world(folder: Path) -> None:
     from searchr1.plugins.offline_world.generate import generate_world, write_world
 
     write_world(Path(folder), generate_world(WORLD_SEED))
+
+
+def build_hard_world(folder: Path) -> None:
+    """Builder of ``builtin:world-hard``: the harder world's corpus and question sets."""
+    from searchr1.plugins.offline_world.hard_world import generate_hard_world, write_hard_world
+
+    write_hard_world(Path(folder), generate_hard_world())
 
 
 def build_tiny(folder: Path) -> None:
