@@ -160,7 +160,8 @@ def ceiling_em(config: Path) -> float | None:
     return round(asyncio.run(run()), 4)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's flags (``bench/recipes.py`` parses its runs' flags with it too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=CONFIG, help="default: %(default)s")
     parser.add_argument("--eval-questions", type=int, default=48)
@@ -182,11 +183,15 @@ def main() -> int:
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override one key of the example (TOML value), e.g. train.cold_start.lr=1e-3; "
-        "the key must be in the example; repeatable",
+        help="override one key of the config (TOML value), e.g. train.cold_start.lr=1e-3; "
+        "the key must be in the config; repeatable",
     )
     parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-real-model-"))
     results = [run_seed(args, seed, work / f"seed_{seed}") for seed in seeds]
