@@ -1,14 +1,14 @@
 """A real pretrained model learns to search: base -> cold start -> RL on the offline world.
 
 Runs ``searchr1 train`` once per seed (``--seeds 0,1,2``; ``--seed`` for one), as a user
-would, with ``examples/real-model.toml`` (SmolLM2-135M-Instruct,
-``builtin:smollm2-135m-instruct``) and a held-out subset of the world (``--eval-questions``,
-half one-hop, half two-hop), then reads the run's events and eval records. One JSON line per
-seed::
+would, with a config (``--config``; default ``examples/real-model.toml``, SmolLM2-135M-Instruct,
+``builtin:smollm2-135m-instruct``) and a held-out subset of its ``data.eval``
+(``--eval-questions``, spread evenly over the data sources in file order), then reads the
+run's events and eval records. One JSON line per seed::
 
-    stages.{base,cold_start,rl}: held-out em, em_per_source (one-hop / two-hop), format_rate,
-                                 search_rate (share of questions with >= 1 search),
-                                 searches per question, eval seconds
+    stages.{base,cold_start,rl}: held-out em, f1, format_rate, search_rate (share of questions
+                                 with >= 1 search), searches per question, eval seconds, and
+                                 per_source.<data_source>.{em,f1,format_rate,searches}
     ceiling_em                   the scripted ideal agent on the same questions
     seconds.{cold_start,rl,total} wall time of each stage and of the whole command
     tokens_per_s.{sampling,training}  RL rollout tokens / rollout seconds; trained tokens
@@ -19,14 +19,15 @@ seed::
     rl_gain_points               (em after RL - em after cold start) * 100
 
 With several seeds, a last line ``{"bench": "real_model_seeds", ...}``: per stage, each
-seed's EM (overall and per source) with the mean and the spread (max - min), and each seed's
-peak RSS. ``--gradient-checkpointing`` and ``--learner-chunk-tokens`` set the learner's
+seed's EM and F1 (overall and per source), format rate and searches per question with the
+mean and the spread (max - min), and each seed's peak RSS; then a table of the same. ``--gradient-checkpointing`` and ``--learner-chunk-tokens`` set the learner's
 ``[model.local]`` memory settings (to measure what they save).
 
     python bench/real_model.py                       # the documented run (docs/benchmarks.md)
     python bench/real_model.py --seeds 0,1,2         # results over seeds
     python bench/real_model.py --cold-start-steps 4 --rl-steps 2 --eval-questions 8  # quick
     python bench/real_model.py --set train.cold_start.lr=1e-3     # any key of the example
+    python bench/real_model.py --config examples/real-model-hard.toml --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -40,29 +41,28 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "real-model.toml"
 
 
-def heldout_subset(n: int, out: Path) -> Path:
-    """The first ``n // 2`` one-hop and ``n - n // 2`` two-hop questions of the world's
-    held-out set, as a JSONL file."""
+def heldout_subset(spec: str, n: int, out: Path) -> Path:
+    """``n`` questions of the held-out set ``spec`` (a path or ``builtin:``), spread evenly
+    over its data sources (the first of each), in file order, as a JSONL file."""
     from searchr1.core.assets import resolve
     from searchr1.core.plugins import load_registry
 
-    want = {"world_1hop": n // 2, "world_2hop": n - n // 2}
-    rows = []
-    for line in (
-        Path(resolve("builtin:world/heldout.jsonl", load_registry().assets))
-        .read_text()
-        .splitlines()
-    ):
-        row = json.loads(line)
-        if want.get(row["data_source"], 0) > 0:
-            want[row["data_source"]] -= 1
-            rows.append(line)
+    lines = Path(resolve(spec, load_registry().assets)).read_text().splitlines()
+    by_source: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        if line.strip():
+            by_source.setdefault(json.loads(line)["data_source"], []).append(i)
+    chosen: list[int] = []
+    for i, rows_of in enumerate(by_source.values()):
+        chosen += rows_of[: n // len(by_source) + (1 if i < n % len(by_source) else 0)]
+    rows = [lines[i] for i in sorted(chosen)]  # in file order
     out.write_text("\n".join(rows) + "\n")
     return out
 
@@ -72,15 +72,23 @@ def set_value(text: str, section: str, key: str, value: str) -> str:
     pattern = re.compile(rf"(\[{re.escape(section)}\][^\[]*?^){key} = [^\n]*", re.M | re.S)
     new, count = pattern.subn(lambda m: f"{m.group(1)}{key} = {value}", text, count=1)
     if count != 1:
-        raise SystemExit(f"{CONFIG}: no {key} in [{section}]")
+        raise SystemExit(f"the config has no {key} in [{section}]")
     return new
 
 
 def stage(records_file: Path, event: dict) -> dict:
     records = [json.loads(line) for line in records_file.read_text().splitlines() if line]
     searched = [r for r in records if r.get("search_calls", 0) > 0]
+    by_source: dict[str, list[dict]] = {}
+    for r in records:
+        by_source.setdefault(r.get("data_source") or "none", []).append(r)
+
+    def mean(rows: list[dict], key: str) -> float:
+        return round(sum(float(r.get(key) or 0.0) for r in rows) / len(rows), 4)
+
     return {
         "em": round(event["em"], 4),
+        "f1": round(event.get("f1") or 0.0, 4),
         "format_rate": round(event.get("format_rate") or 0.0, 4),
         "search_rate": round(len(searched) / len(records), 4) if records else 0.0,
         "searches_per_question": round(event.get("search_calls_mean") or 0.0, 3),
@@ -88,6 +96,16 @@ def stage(records_file: Path, event: dict) -> dict:
             key.removeprefix("em/"): round(value, 4)
             for key, value in event.items()
             if key.startswith("em/")
+        },
+        "per_source": {
+            source: {
+                "n": len(rows),
+                "em": mean(rows, "em"),
+                "f1": mean(rows, "f1"),
+                "format_rate": mean(rows, "format_ok"),
+                "searches": mean(rows, "search_calls"),
+            }
+            for source, rows in sorted(by_source.items())
         },
         "eval_seconds": event.get("seconds"),
         "n": event.get("n"),
@@ -99,30 +117,35 @@ def stage(records_file: Path, event: dict) -> dict:
 def sampled_tokens(metrics: dict, config: Path) -> float:
     """A step's sampled tokens: its first draw (questions_per_batch x group_size trajectories)
     times ``health/response_tokens``, their mean length."""
-    import tomllib
-
     rollout = tomllib.loads(config.read_text())["rollout"]
     trajectories = rollout["questions_per_batch"] * rollout["group_size"]
     return metrics.get("health/response_tokens", 0.0) * trajectories
 
 
-def ceiling_em(config: Path) -> float:
-    """EM of the world's scripted ideal agent on the same held-out questions (no model: what
-    the configured search and limits make answerable)."""
+def ceiling_em(config: Path) -> float | None:
+    """EM of the training data's world's scripted ideal agent (``Asset.ceiling``) on the same
+    held-out questions (no model: what the configured search and limits make answerable);
+    None when the data has no ceiling agent."""
     import asyncio
 
+    from searchr1.core.assets import asset_name, is_builtin
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
     from searchr1.core.evaluation import evaluate
     from searchr1.core.plugins import load_registry
     from searchr1.core.protocols import make_protocol
     from searchr1.kit.tokenizers import load_tokenizer
-    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
-    cfg = load_config(config, registry=load_registry())
     registry = load_registry()
-    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model, cfg.assets), load_registry())
-    agent = ideal_agent_for(cfg, protocol.tokenizer, protocol)
+    cfg = load_config(config, registry=registry)
+    spec = str(cfg.data.train)
+    asset = registry.assets.get(asset_name(spec)) if is_builtin(spec) else None
+    if asset is None or asset.ceiling is None:
+        return None
+    protocol = make_protocol(cfg, load_tokenizer(cfg.model.base_model, cfg.assets), registry)
+    agent = asset.ceiling(cfg, protocol.tokenizer, protocol)
+    if agent is None:
+        return None
     questions = list(load_questions(cfg.data.eval, cfg.assets).questions)
     search = registry.create("search_provider", cfg.search.provider, cfg)
     reward = registry.create("reward", cfg.reward.name, cfg)
@@ -137,8 +160,10 @@ def ceiling_em(config: Path) -> float:
     return round(asyncio.run(run()), 4)
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's flags (``bench/recipes.py`` parses its runs' flags with it too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=CONFIG, help="default: %(default)s")
     parser.add_argument("--eval-questions", type=int, default=48)
     parser.add_argument("--cold-start-steps", type=int, default=None, help="default: config's")
     parser.add_argument("--rl-steps", type=int, default=None, help="default: config's")
@@ -158,63 +183,100 @@ def main() -> int:
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override one key of the example (TOML value), e.g. train.cold_start.lr=1e-3; "
-        "the key must be in the example; repeatable",
+        help="override one key of the config (TOML value), e.g. train.cold_start.lr=1e-3; "
+        "the key must be in the config; repeatable",
     )
     parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = build_parser().parse_args()
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-real-model-"))
     results = [run_seed(args, seed, work / f"seed_{seed}") for seed in seeds]
     for result in results:
         print(json.dumps(result), flush=True)
     if len(results) > 1:
-        print(json.dumps(over_seeds(results)))
+        summary = over_seeds(results)
+        print(json.dumps(summary))
+        print(seeds_table(summary))
     return 0
 
 
+def spread(values: list[float]) -> dict:
+    """The values with their mean and spread (max - min)."""
+    return {
+        "per_seed": values,
+        "mean": round(sum(values) / len(values), 4),
+        "spread": round(max(values) - min(values), 4),
+    }
+
+
 def over_seeds(results: list[dict]) -> dict:
-    """Each stage's EM (overall and per source) per seed, with the mean and the spread."""
-
-    def summary(values: list[float]) -> dict:
-        return {
-            "per_seed": values,
-            "mean": round(sum(values) / len(values), 4),
-            "spread": round(max(values) - min(values), 4),
-        }
-
+    """Per stage: EM, F1, format rate and searches per question, overall and per source,
+    each per seed with the mean and the spread."""
+    keys = (("em", "em"), ("f1", "f1"), ("format_rate", "format_rate"))
     stages: dict[str, dict] = {}
     for name in ("base", "cold_start", "rl"):
         have = [r["stages"][name] for r in results if name in r["stages"]]
         if len(have) != len(results):
             continue
-        sources = sorted({s for h in have for s in h["em_per_source"]})
+        sources = sorted({s for h in have for s in h["per_source"]})
         stages[name] = {
-            "em": summary([h["em"] for h in have]),
-            **{s: summary([h["em_per_source"].get(s, 0.0) for h in have]) for s in sources},
-            "format_rate": summary([h["format_rate"] for h in have]),
+            **{key: spread([h[key] for h in have]) for key, _ in keys},
+            "searches": spread([h["searches_per_question"] for h in have]),
+            "per_source": {
+                s: {
+                    key: spread([h["per_source"].get(s, {}).get(key, 0.0) for h in have])
+                    for key in ("em", "f1", "format_rate", "searches")
+                }
+                for s in sources
+            },
         }
     return {
         "bench": "real_model_seeds",
         "seeds": [r["seed"] for r in results],
         "stages": stages,
         "rl_gain_points": [r["rl_gain_points"] for r in results],
+        "ceiling_em": [r["ceiling_em"] for r in results],
         "peak_rss_gb": [r["peak_rss_gb"] for r in results],
         "seconds_total": [r["seconds"]["total"] for r in results],
     }
 
 
+def seeds_table(summary: dict) -> str:
+    """A Markdown table: per stage and source, EM / F1 / format / searches as mean (spread)."""
+
+    def cell(s: dict, scale: float = 100.0) -> str:
+        return f"{s['mean'] * scale:.1f} ({s['spread'] * scale:.1f})"
+
+    lines = [
+        "| stage | data_source | EM | F1 | format | searches / q |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, st in summary["stages"].items():
+        rows = [("all", {**st, "searches": st["searches"]}), *st["per_source"].items()]
+        for source, m in rows:
+            lines.append(
+                f"| {name} | {source} | {cell(m['em'])} | {cell(m['f1'])} | "
+                f"{cell(m['format_rate'])} | {cell(m['searches'], 1.0)} |"
+            )
+    return "\n".join(lines)
+
+
 def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
     """One ``searchr1 train`` run of the example with ``seed``; its JSON result."""
     work.mkdir(parents=True, exist_ok=True)
-    text = CONFIG.read_text()
+    text = args.config.read_text()
+    eval_spec = tomllib.loads(text)["data"]["eval"]
     text = set_value(text, "run", "dir", json.dumps(str(work / "runs")))
     text = set_value(text, "run", "seed", str(seed))
     text = set_value(
         text,
         "data",
         "eval",
-        json.dumps(str(heldout_subset(args.eval_questions, work / "heldout.jsonl"))),
+        json.dumps(str(heldout_subset(eval_spec, args.eval_questions, work / "heldout.jsonl"))),
     )
     if args.cold_start_steps is not None:
         text = set_value(text, "train.cold_start", "steps", str(args.cold_start_steps))
@@ -274,7 +336,8 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
     out = {
         "bench": "real_model",
         "seed": seed,
-        "model": "builtin:smollm2-135m-instruct",
+        "config": str(args.config),
+        "model": tomllib.loads(text)["model"]["base_model"],
         "eval_questions": args.eval_questions,
         "cold_start_steps": done["steps"],
         "cold_start_kept": done["kept"],

@@ -1,6 +1,7 @@
-"""Evaluate the offline world's ideal agent (its ceiling,
+"""Evaluate a built-in world's ideal agent (its ceiling,
 :mod:`searchr1.plugins.offline_world.ideal_agent`) on the configured held-out set and print
-the eval table: ``python scripts/ideal_agent.py [--config F] [--limit N]``."""
+the eval table: ``python scripts/ideal_agent.py [--config F] [--limit N]`` (the config's
+``data.eval`` names the world: ``builtin:world/...`` or ``builtin:world-hard/...``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from searchr1.core.assets import asset_name, is_builtin
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
     from searchr1.core.evaluation import evaluate_run, format_table
     from searchr1.core.plugins import load_registry
     from searchr1.core.runs import Run
-    from searchr1.plugins.offline_world.ideal_agent import ideal_agent_for
 
     parser = argparse.ArgumentParser(prog="python scripts/ideal_agent.py")
     parser.add_argument("--config", help="default: the embedded offline demo config")
@@ -27,13 +28,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def evaluate() -> object:
         run = await Run(config, registry).start()
         try:
-            agent = ideal_agent_for(config, run.sampler.tokenizer, run.protocol)
+            spec = str(config.data.eval or "")
+            asset = registry.assets.get(asset_name(spec)) if is_builtin(spec) else None
+            ceiling = asset.ceiling if asset is not None else None
+            agent = ceiling(config, run.sampler.tokenizer, run.protocol) if ceiling else None
             await run.aclose()  # the agent plays through the model's tokenizer and protocol only
-            if agent is None or not str(config.data.eval or "").startswith("builtin:world/"):
+            if agent is None:
                 parser.error(
-                    f"data.eval = {config.data.eval!r} and rollout.protocol = "
-                    f"{config.rollout.protocol!r}: the ideal agent plays builtin:world/... with "
-                    f"'tags'"
+                    f"data.eval = {spec!r} and rollout.protocol = "
+                    f"{config.rollout.protocol!r}: an ideal agent plays builtin:world/... or "
+                    f"builtin:world-hard/... with 'tags'"
                 )
             questions = list(
                 load_questions(config.data.eval, config.assets, field_name="data.eval").questions

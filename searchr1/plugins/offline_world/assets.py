@@ -12,6 +12,7 @@ from pathlib import Path
 from searchr1.plugins.offline_world.generate import WORLD_SEED
 
 WORLD_VERSION = "1"
+HARD_WORLD_VERSION = "1"
 TINY_VERSION = "2"  # 2: the shipped warm start (1 was a development build)
 TINY_RANDOM_VERSION = "1"
 #: The shipped warm start: tokenizer, config and weights written by ``save_pretrained``.
@@ -23,6 +24,13 @@ def build_world(folder: Path) -> None:
     from searchr1.plugins.offline_world.generate import generate_world, write_world
 
     write_world(Path(folder), generate_world(WORLD_SEED))
+
+
+def build_hard_world(folder: Path) -> None:
+    """Builder of ``builtin:world-hard``: the harder world's corpus and question sets."""
+    from searchr1.plugins.offline_world.hard_world import generate_hard_world, write_hard_world
+
+    write_hard_world(Path(folder), generate_hard_world())
 
 
 def build_tiny(folder: Path) -> None:

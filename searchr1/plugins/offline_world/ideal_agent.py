@@ -51,3 +51,44 @@ def ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> IdealAgent | 
 
     world = generate_world(WORLD_SEED)
     return IdealAgent(tokenizer, protocol, [*world.train, *world.heldout])
+
+
+class HardIdealAgent(ScriptedSampler):
+    """The ideal agent of the harder world (:mod:`~searchr1.plugins.offline_world.hard_world`):
+    it sends each of a question's ``hops`` in turn, a hop only once its words are in the
+    question or what it read, and answers once every ``evidence`` text is in what the searches
+    returned (the golden form found there, or the question's), else ``unknown``. A question
+    without hops (the answer is in the question, or the archive every document cites) is
+    answered at once, without a search."""
+
+    role = "the ideal agent"
+    plays = "in the harder offline world (it only plays builtin:world-hard questions)"
+
+    def next_turn(self, prompt_text: str) -> str:
+        question, read = self._locate(prompt_text)
+        turn = self.protocol.assistant_turn_text
+        hops = [hop for hop in question.hops if turn(query=hop) in read]
+        if len(hops) < len(question.hops):
+            hop = question.hops[len(hops)]
+            known = set(normalize_answer(f"{question.question} {read}").split())
+            reachable = set(normalize_answer(hop).split()) <= known
+            return turn(query=hop) if reachable else turn(answer=UNKNOWN)
+        if question.hops:
+            seen = normalize_answer(read.split(turn(query=question.hops[0]), 1)[1])
+        else:
+            seen = normalize_answer(question.question)
+        if not all(normalize_answer(text) in seen for text in question.evidence):
+            return turn(answer=UNKNOWN)
+        found = [a for a in question.golden_answers if normalize_answer(a) in seen]
+        return turn(answer=max(found, key=len) if found else question.golden_answers[0])
+
+
+def hard_ideal_agent_for(config: Any, tokenizer: Any, protocol: Any) -> HardIdealAgent | None:
+    """``builtin:world-hard``'s ceiling: :class:`HardIdealAgent` under the ``tags`` protocol,
+    else None; it plays every question of that world (the cold start imitates it)."""
+    if getattr(protocol, "name", None) != "tags":
+        return None
+    from searchr1.plugins.offline_world.hard_world import generate_hard_world
+
+    world = generate_hard_world()
+    return HardIdealAgent(tokenizer, protocol, [*world.train, *world.heldout])

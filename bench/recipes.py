@@ -1,0 +1,141 @@
+"""Training recipes side by side: which differences beat the seed spread.
+
+A recipe is a name and a set of ``--set SECTION.KEY=VALUE`` overrides of one config; each
+recipe runs ``bench/real_model.py``'s measurement (base -> cold start -> RL, one ``searchr1
+train`` a seed) on the same seeds and held-out questions. Each run's JSON line is appended to
+``OUT/recipes.jsonl`` as it ends (a cut run keeps what finished; ``--table`` reprints it).
+The table: per recipe, the held-out EM and F1 after RL, overall and per ``data_source``, as
+mean (spread = max - min over seeds); then, for each recipe against the first, the EM
+difference per type and whether it is beyond the seed spread (the two recipes' ranges over
+seeds do not overlap). Without ``--recipe``: the default, the F1 reward, and no KL term::
+
+    python bench/recipes.py --config examples/real-model-hard.toml --seeds 0,1,2
+    python bench/recipes.py --recipe default= --recipe 'lr2e-4=optimizer.lr=2e-4' --seeds 0,1
+    python bench/recipes.py --table OUT/recipes.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_model  # noqa: E402  (bench/ is not a package)
+
+#: name -> overrides: the default (EM reward, KL 0.1 in the example), the F1 reward, no KL
+DEFAULT_RECIPES = {
+    "default": [],
+    "f1-reward": ['reward.name="f1"'],
+    "no-kl": ["train.loss.kl_coef=0.0"],
+}
+
+
+def parse_recipe(text: str) -> tuple[str, list[str]]:
+    """``NAME=KEY=VALUE[;KEY=VALUE...]`` (``NAME=`` alone: the config as it is)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--recipe {text!r}: expected NAME=SECTION.KEY=VALUE[;...] or NAME=")
+    return name, [item.strip() for item in rest.split(";") if item.strip()]
+
+
+def summarize(rows: list[dict]) -> dict[str, dict]:
+    """Per recipe (first-seen order): the seeds, and each metric's per-seed values after RL
+    (``em``, ``f1`` and ``em/<source>``, ``f1/<source>``)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        rl = row["result"]["stages"].get("rl")
+        if rl is None:
+            continue
+        entry = out.setdefault(row["recipe"], {"seeds": [], "values": {}})
+        entry["seeds"].append(row["result"]["seed"])
+        values = {"em": rl["em"], "f1": rl["f1"]}
+        for source, m in rl["per_source"].items():
+            values[f"em/{source}"], values[f"f1/{source}"] = m["em"], m["f1"]
+        for key, value in values.items():
+            entry["values"].setdefault(key, []).append(value)
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    mean = 100 * sum(values) / len(values)
+    return f"{mean:.1f} ({100 * (max(values) - min(values)):.1f})"
+
+
+def beyond_spread(a: list[float], b: list[float]) -> bool:
+    """True when the two recipes' ranges over seeds do not overlap."""
+    return max(a) < min(b) or max(b) < min(a)
+
+
+def table(summary: dict[str, dict]) -> str:
+    """The two Markdown tables: scores per recipe, then each recipe against the first."""
+    if not summary:
+        return "(no finished run)"
+    sources = sorted(
+        {k.split("/", 1)[1] for entry in summary.values() for k in entry["values"] if "/" in k}
+    )
+    head = ["recipe", "seeds", "EM", "F1", *(f"{s} EM / F1" for s in sources)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, entry in summary.items():
+        v = entry["values"]
+        cells = [name, ",".join(map(str, entry["seeds"])), _cell(v["em"]), _cell(v["f1"])]
+        cells += [f"{_cell(v[f'em/{s}'])} / {_cell(v[f'f1/{s}'])}" for s in sources]
+        lines.append("| " + " | ".join(cells) + " |")
+    names = list(summary)
+    base = summary[names[0]]["values"]
+    lines += ["", f"| recipe vs {names[0]} | EM difference (points) | beyond the seed spread |"]
+    lines.append("|---|---|---|")
+    for name in names[1:]:
+        v = summary[name]["values"]
+        diff = 100 * (sum(v["em"]) / len(v["em"]) - sum(base["em"]) / len(base["em"]))
+        apart = [s for s in ("em", *(f"em/{s}" for s in sources)) if beyond_spread(v[s], base[s])]
+        lines.append(f"| {name} | {diff:+.1f} | {', '.join(apart) or 'none'} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(real_model.CONFIG))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--recipe",
+        action="append",
+        default=[],
+        metavar="NAME=SECTION.KEY=VALUE[;...]",
+        help="a recipe (repeatable; the first is the baseline); default: "
+        + ", ".join(DEFAULT_RECIPES),
+    )
+    parser.add_argument("--out", type=Path, help="folder of the runs and recipes.jsonl")
+    parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
+    args, passthrough = parser.parse_known_args()
+    if args.table:
+        rows = [json.loads(line) for line in args.table.read_text().splitlines() if line]
+        print(table(summarize(rows)))
+        return 0
+    recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else DEFAULT_RECIPES
+    seeds = [int(s) for s in args.seeds.split(",")]
+    work = Path(args.out or tempfile.mkdtemp(prefix="bench-recipes-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for seed in seeds:  # seed-major: a cut run has every recipe on its first seeds
+        for name, overrides in recipes.items():
+            sets = [f"--set={item}" for item in overrides]
+            run_args = real_model.build_parser().parse_args(
+                ["--config", args.config, *passthrough, *sets]
+            )
+            result = real_model.run_seed(run_args, seed, work / name / f"seed_{seed}")
+            row = {"recipe": name, "overrides": overrides, "result": result}
+            rows.append(row)
+            with open(work / "recipes.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            print(
+                json.dumps({"recipe": name, "seed": seed, "stages": result["stages"]}), flush=True
+            )
+    print(table(summarize(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""``bench/recipes.py --table``: the recipe table from saved runs, and which differences it
+calls beyond the seed spread (the two recipes' ranges over seeds do not overlap)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(recipe: str, seed: int, em: float, one_hop: float) -> dict:
+    per = {
+        "hard_1hop": {"em": one_hop, "f1": one_hop},
+        "hard_2hop": {"em": em, "f1": min(1.0, em + 0.1)},
+    }
+    stages = {"rl": {"em": em, "f1": min(1.0, em + 0.1), "per_source": per}}
+    return {"recipe": recipe, "overrides": [], "result": {"seed": seed, "stages": stages}}
+
+
+def test_the_table_says_which_differences_beat_the_seed_spread(tmp_path: Path) -> None:
+    rows = [
+        _row("default", 0, 0.50, 0.90),
+        _row("no-kl", 0, 0.30, 0.85),
+        _row("f1-reward", 0, 0.45, 0.95),
+        _row("default", 1, 0.60, 0.80),
+        _row("no-kl", 1, 0.35, 0.90),
+        _row("f1-reward", 1, 0.70, 0.90),
+    ]
+    saved = tmp_path / "recipes.jsonl"
+    saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "recipes.py"), "--table", str(saved)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = {line.split("|")[1].strip(): line for line in out.splitlines() if line.count("|") > 2}
+    # mean (spread) over the two seeds, overall and per source, in the runs' order
+    assert "| default | 0,1 | 55.0 (10.0) | 65.0 (10.0) | 85.0 (10.0) / 85.0 (10.0) |" in out
+    assert list(lines)[:5] == ["recipe", "---", "default", "no-kl", "f1-reward"]
+    # no-kl's EM range [30, 35] lies below default's [50, 60]; one-hop ranges overlap
+    assert lines["no-kl"].endswith("| -22.5 | em, em/hard_2hop |")
+    # f1-reward's [45, 70] overlaps default's: within the seed spread
+    assert lines["f1-reward"].endswith("| +2.5 | none |")
