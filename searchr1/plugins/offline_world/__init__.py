@@ -34,7 +34,7 @@ def register_assets(register: Register[Asset]) -> None:
             HARD_WORLD_VERSION,
             build_hard_world,
             ceiling=hard_ideal_agent_for,
-            takes="about a second; 2 MB",
+            takes="about a second; 1 MB",
         ),
     )
     register("tiny", Asset(TINY_VERSION, build_tiny, takes="about a second; 5 MB"))
