@@ -144,8 +144,7 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken, **retry)
         if last:
             raise EnvironmentDown(
-                f"step {step}: {broken}; no update was applied after "
-                f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
+                f"step {step}: {broken}; no update was applied in {_guard_tries(cfg)}. Fix the "
                 f"{fix}, then rerun with --resume."
             )
         # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
@@ -168,6 +167,18 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         rank=world.rank,
         reward_metrics=reward_numbers,
     )
+
+
+def _guard_tries(cfg: Config) -> str:
+    """``4 tries, the first and 3 after waiting 30 s, 60 s and 120 s (train.guard_max_waits =
+    3)``: the count a user checks against the setting they wrote."""
+    waits = cfg.train.guard_max_waits
+    setting = f"train.guard_max_waits = {waits}"
+    if waits == 0:
+        return f"1 try ({setting})"
+    times = [f"{cfg.train.guard_backoff_seconds * 2**i:g} s" for i in range(waits)]
+    waited = times[0] if waits == 1 else f"{', '.join(times[:-1])} and {times[-1]}"
+    return f"{waits + 1} tries, the first and {waits} after waiting {waited} ({setting})"
 
 
 async def learn(
