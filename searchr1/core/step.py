@@ -276,6 +276,22 @@ def save(
     state = {**health.state(), "data": cursor, **(extra or {})}
     path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
+    if name is None:  # what --resume continues from
+        run.stop.kept = kept_note(run, step, path)
+
+
+def kept_note(run: Run, step: int | None, path: Path | None) -> str:
+    """What the run folder keeps (checkpoint ``step`` at ``path``, or nothing) and the command
+    that goes on from there: what a stop at once (a second Ctrl-C) says."""
+    from searchr1.core.disk import resume_command
+
+    source = run.config.source
+    if step is None or path is None:
+        return (
+            f"nothing: no checkpoint yet; start it again with "
+            f"`{resume_command(run.folder, source, resume=False)}`"
+        )
+    return f"checkpoint step {step} ({path}); continue with `{resume_command(run.folder, source)}`"
 
 
 def step_metrics(

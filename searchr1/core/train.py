@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.checkpoint import remove_stale_saves, restore_rng
+from searchr1.core.checkpoint import latest_checkpoint, remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
@@ -79,6 +79,7 @@ from searchr1.core.step import (
     Learned,
     adam_params,
     collect,
+    kept_note,
     learn,
     record,
     save,
@@ -142,6 +143,9 @@ class _Progress:
 
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
+    if run.run_dir is not None:  # what a second Ctrl-C keeps, until the next save
+        last = latest_checkpoint(run.folder)
+        stop.kept = kept_note(run, last.step if last else None, last.path if last else None)
     progress = _Progress()
     try:
         if plan.fresh:
