@@ -163,3 +163,19 @@ def test_an_example_on_the_builtin_world_asks_smoke_a_question_of_that_world(
     assert smoke.get("question") and smoke.get("answers"), f"{example.name}: no [smoke] question"
     text = Path(resolve(_world_corpus(example), load_registry().assets)).read_text()
     assert all(answer in text for answer in smoke["answers"]), smoke
+
+
+def test_the_docs_site_wraps_messages_rather_than_cut_them() -> None:
+    """A message quoted in the docs (a fence without a language: language-text once
+    ``pygments_lang_class`` names it) wraps; its end, which says what to do, is not cut at
+    the page's right edge."""
+    import yaml
+
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    highlight = next(
+        e["pymdownx.highlight"] for e in site["markdown_extensions"] if "pymdownx.highlight" in e
+    )
+    assert highlight["pygments_lang_class"] is True
+    css = "".join((ROOT / "docs" / sheet).read_text() for sheet in site["extra_css"])
+    rule = css[css.index(".md-typeset .language-text pre > code") :].split("}")[0]
+    assert "white-space: pre-wrap" in rule
