@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
 
 _SKIP = frozenset({"event", "level", "timestamp", "run_id", "logger"})
+#: how a field whose value is None reads (None in the event: no number of seconds applies)
+_NONE_READS = {"benched_for_s": "the rest of the run"}
 _RESET, _BOLD, _DIM = "\033[0m", "\033[1m", "\033[2m"
 _COLORS = {"warning": "\033[1;33m", "error": "\033[1;31m", "critical": "\033[1;31m"}
 #: the ``when`` of the ``eval/heldout_em`` event that scores the eval set's ideal agent
@@ -171,12 +173,12 @@ class Console:
 
     def _warning(self, level: str, name: str, e: dict[str, Any]) -> str:
         head = f"{'!!' if level == 'warning' else 'XX'} {level.upper()} {name}"
-        fields = "  ".join(f"{k}={v}" for k, v in e.items() if k not in _SKIP)
+        fields = "  ".join(_fields(e))
         return self._paint(_COLORS[level], head) + (f"  {fields}" if fields else "")
 
     def _generic(self, name: str, e: dict[str, Any]) -> str:
         stamp = time.strftime("%H:%M:%S")
-        fields = " ".join(f"{k}={v}" for k, v in e.items() if k not in _SKIP)
+        fields = " ".join(_fields(e))
         return f"{self._paint(_DIM, stamp)} {name}" + (f"  {fields}" if fields else "")
 
     # ------------------------------------------------------------------ helpers
@@ -225,6 +227,14 @@ class Console:
         if len(line) <= width:  # escape codes only make it look longer: never cut short
             return line
         return line[: max(10, width - 3)] + "..."
+
+
+def _fields(e: dict[str, Any]) -> list[str]:
+    """``key=value`` for each field a person reads; a None that means something says it
+    (``benched_for_s=the rest of the run``)."""
+    return [
+        f"{k}={_NONE_READS.get(k, v) if v is None else v}" for k, v in e.items() if k not in _SKIP
+    ]
 
 
 def intro_lines(config: Config, run_dir: str) -> list[str]:

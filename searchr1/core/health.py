@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from searchr1.core.config_schema import Config, HealthSettings
-from searchr1.core.token_limits import limit_hits
+from searchr1.core.token_limits import LimitHits, limit_hits
 from searchr1.core.types import RewardResult, ScoredGroup, Trajectory
 
 
@@ -205,6 +205,49 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
     ]
 
 
+def degenerate_advice(cfg: Config, groups: Sequence[ScoredGroup], hits: LimitHits) -> str:
+    """What to change when every group of a step was degenerate, by its cause. A reward that
+    cannot vary (no answer in the protocol's format: every sample gets the same penalty) and
+    questions every sample answers right are not helped by more samples; questions none
+    answers right may be (after search is checked), as are groups that merely agreed."""
+    sampling = (
+        "raise rollout.max_extra_draws (dynamic sampling draws fresh questions for degenerate "
+        "groups)"
+        if cfg.rollout.dynamic_sampling
+        else "set rollout.dynamic_sampling = true (fresh questions replace degenerate groups)"
+    )
+    sampling += ", or raise rollout.group_size or model.temperature"
+    trajectories = [t for g in groups for t in g.trajectories]
+    if not any(t.format_ok for t in trajectories):
+        cause = (
+            "No trajectory answered in the protocol's format, so the reward could not vary: "
+            "more samples would get the same penalty. "
+        )
+        if hits.turns_cut:
+            return cause + (
+                f"Raise model.max_new_tokens (= {cfg.model.max_new_tokens}): turns ended at it "
+                f"before their closing tag"
+            )
+        return cause + (
+            "Teach the model the protocol first ([train.cold_start] steps), or check that "
+            "rollout.protocol fits its chat template"
+        )
+    rewards = [r for g in groups for r in g.rewards]
+    correct = [r.components["correct"] for r in rewards if "correct" in r.components]
+    if correct and len(correct) == len(rewards):  # a reward that says what was right
+        if all(c >= 1.0 for c in correct):
+            return (
+                "Every trajectory answered right: the questions are too easy for the model, "
+                "and more samples would agree too. Train on harder questions ([data] train)"
+            )
+        if all(c <= 0.0 for c in correct):
+            return (
+                "No trajectory answered right: check that search works (search/success_rate) "
+                "and that the corpus answers the questions; then " + sampling
+            )
+    return sampling[0].upper() + sampling[1:]
+
+
 @dataclass
 class RunNotices:
     """Once-per-run warnings: ``no_tokens_trained`` (every kept group degenerate, so the
@@ -220,14 +263,12 @@ class RunNotices:
         """This step's notices."""
         cfg, step, groups = self.config, record.step, record.groups
         out: list[Alert] = []
+        hits = limit_hits(
+            record.trajectories,
+            max_new_tokens=cfg.model.max_new_tokens,
+            max_trajectory_tokens=cfg.rollout.max_trajectory_tokens,
+        )
         if groups and all(g.degenerate for g in groups):
-            hint = (
-                "raise rollout.max_extra_draws (dynamic sampling draws fresh questions for "
-                "degenerate groups)"
-                if cfg.rollout.dynamic_sampling
-                else "set rollout.dynamic_sampling = true (fresh questions replace degenerate "
-                "groups)"
-            )
             # With a KL term the degenerate groups' tokens still train (toward the reference).
             kl_tokens = int(record.train_metrics.get("kl_tokens", 0))
             subject = f"step {step}'s policy term" if kl_tokens else f"step {step}"
@@ -242,14 +283,8 @@ class RunNotices:
                 1,
                 f"{subject} trained no token: all {len(groups)} of its groups were degenerate "
                 f"(every trajectory of a group got the same reward, so "
-                f"every advantage is 0) and {effect}. {hint[0].upper()}{hint[1:]}, or raise "
-                f"rollout.group_size or model.temperature",
+                f"every advantage is 0) and {effect}. {degenerate_advice(cfg, groups, hits)}",
             )
-        hits = limit_hits(
-            record.trajectories,
-            max_new_tokens=cfg.model.max_new_tokens,
-            max_trajectory_tokens=cfg.rollout.max_trajectory_tokens,
-        )
         sentences = iter(hits.sentences())
         if hits.turns_cut:
             out += self._count("max_new_tokens", hits.turns_cut, f"step {step}: {next(sentences)}")

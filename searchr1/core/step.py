@@ -204,8 +204,7 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         log.warning("guard/no_update", step=step, attempt=attempt + 1, reason=broken, **retry)
         if last:
             raise EnvironmentDown(
-                f"step {step}: {broken}; no update was applied after "
-                f"{cfg.train.guard_max_waits + 1} tries (train.guard_max_waits). Fix the "
+                f"step {step}: {broken}; no update was applied in {_guard_tries(cfg)}. Fix the "
                 f"{fix}, then rerun."
             )
         # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
@@ -228,6 +227,18 @@ async def collect(run: Run, stream: QuestionStream, step: int, policy_version: i
         rank=world.rank,
         reward_metrics=reward_numbers,
     )
+
+
+def _guard_tries(cfg: Config) -> str:
+    """``4 tries, the first and 3 after waiting 30 s, 60 s and 120 s (train.guard_max_waits =
+    3)``: the count a user checks against the setting they wrote."""
+    waits = cfg.train.guard_max_waits
+    setting = f"train.guard_max_waits = {waits}"
+    if waits == 0:
+        return f"1 try ({setting})"
+    times = [f"{cfg.train.guard_backoff_seconds * 2**i:g} s" for i in range(waits)]
+    waited = times[0] if waits == 1 else f"{', '.join(times[:-1])} and {times[-1]}"
+    return f"{waits + 1} tries, the first and {waits} after waiting {waited} ({setting})"
 
 
 async def learn(
@@ -325,6 +336,30 @@ def save(
     state = {**health.state(), "data": cursor, **(extra or {})}
     path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
+    if name is None:  # what --resume continues from
+        run.stop.kept = kept_note(run, step, path)
+
+
+def kept(run: Run, step: int | None, path: Path | None) -> tuple[str, str]:
+    """What the run folder keeps (checkpoint ``step`` at ``path``, or nothing) and the command
+    that goes on from there: the two lines every stop of ``train`` ends with."""
+    from searchr1.core.disk import resume_command
+
+    source = run.config.source
+    if step is None or path is None:
+        return (
+            "nothing: no step was trained yet (no checkpoint)",
+            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
+        )
+    return (
+        f"checkpoint step {step} ({path})",
+        f"continue with `{resume_command(run.folder, source)}`",
+    )
+
+
+def kept_note(run: Run, step: int | None, path: Path | None) -> str:
+    """:func:`kept` on one line: what a stop at once (a second Ctrl-C) says."""
+    return "; ".join(kept(run, step, path))
 
 
 def step_metrics(

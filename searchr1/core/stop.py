@@ -42,6 +42,9 @@ class Stop:
         self.second_exits = second_exits
         #: the first signal received, None until one arrives
         self.signum: int | None = None
+        #: what the run folder keeps and the command that goes on, as the command last saved
+        #: (``train`` sets it): a second signal, which ends the process before any save, says it
+        self.kept = ""
         self._wakeups: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._at_once = 0
 
@@ -66,7 +69,7 @@ class Stop:
     def _handle(self, signum: int, _frame: Any) -> None:
         if self.signum is not None:
             if self.second_exits:
-                _exit_at_once(signum)
+                _exit_at_once(signum, self.kept)
             return
         self.signum = signum
         # Not logged here: the main thread may be inside a write that holds the log's lock.
@@ -158,15 +161,16 @@ class Stop:
             self._at_once -= 1
 
 
-def _exit_at_once(signum: int) -> None:
+def _exit_at_once(signum: int, kept: str = "") -> None:
     """End the process now (a second signal): no cleanup runs, a checkpoint being written
-    is not kept (the last complete one is). Written with ``os.write``: the main thread may
-    hold the lock of ``sys.stderr``."""
+    is not kept (the last complete one is: ``kept`` says which, and how to go on). Written
+    with ``os.write``: the main thread may hold the lock of ``sys.stderr``."""
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     name = signal.Signals(signum).name
+    said = f"searchr1: stopped at once by a second {name}" + (f"; kept: {kept}" if kept else "")
     with contextlib.suppress(OSError):
-        os.write(2, f"searchr1: stopped at once by a second {name}\n".encode())
+        os.write(2, f"{said}\n".encode())
     os._exit(128 + signum)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.checkpoint import remove_stale_saves, restore_rng
+from searchr1.core.checkpoint import latest_checkpoint, remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
@@ -40,6 +40,7 @@ from searchr1.core.step import (
     adam_params,
     aggregation_of,
     collect,
+    kept,
     learn,
     record,
     save,
@@ -109,6 +110,8 @@ class _Progress:
 
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
+    if run.run_dir is not None:  # what a second Ctrl-C keeps, until the next save
+        stop.kept = "; ".join(_kept(run))
     progress = _Progress(saved=plan.start)
     try:
         if plan.fresh:
@@ -540,22 +543,10 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
 
 
 def _kept(run: Run) -> tuple[str, str]:
-    """What the run folder keeps (its newest complete checkpoint) and the command that goes
-    on from there: the two lines every stop of ``train`` ends its message with."""
-    from searchr1.core.checkpoint import latest_checkpoint
-    from searchr1.core.disk import resume_command
+    """:func:`~searchr1.core.step.kept` of the run folder's newest complete checkpoint."""
 
     last = latest_checkpoint(run.folder)
-    source = run.config.source
-    if last is None:
-        return (
-            "nothing: no step was trained yet (no checkpoint)",
-            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
-        )
-    return (
-        f"checkpoint step {last.step} ({last.path})",
-        f"continue with `{resume_command(run.folder, source)}`",
-    )
+    return kept(run, last.step if last else None, last.path if last else None)
 
 
 def _say_kept(run: Run, exc: SearchR1Error) -> None:
@@ -569,7 +560,6 @@ def _say_kept(run: Run, exc: SearchR1Error) -> None:
 def _outcome(run: Run, stop: Interrupted) -> Interrupted:
     """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
     command that goes on from there."""
-    from searchr1.core.checkpoint import latest_checkpoint
 
     _close_console(run)
     if run.run_dir is None:

@@ -219,3 +219,13 @@ def test_the_first_screen_of_train_says_what_runs_where_and_how_to_stop_resume_a
     assert main(shlex.split(intro["report"].split("  (")[0])[1:]) == 0
     assert (tmp_path / "r" / "report" / "index.html").is_file()
     assert [e["step"] for e in read_events(tmp_path / "r", "metrics")] == [1, 2, 3]
+
+
+def test_a_key_benched_for_the_run_reads_so_on_the_console() -> None:
+    """``benched_for_s`` is None in the event when a key is benched for the rest of the run
+    (a 401, ``key_cooldown_seconds = inf``); the console says that, not ``None``."""
+    plain = Console(Tty(), colors=False, width=200)
+    event = {"event": "search_key_benched", "level": "warning", "key_index": 1, "reason": "401"}
+    line = plain(None, "warning", {**event, "benched_for_s": None})
+    assert "benched_for_s=the rest of the run" in line and "None" not in line
+    assert "benched_for_s=60" in plain(None, "warning", {**event, "benched_for_s": 60})

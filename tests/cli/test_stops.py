@@ -158,18 +158,33 @@ def test_sigint_in_a_periodic_eval_keeps_the_step_and_resume_goes_on_from_it(
 
 
 def test_a_second_sigint_exits_at_once(tmp_path: Path, config_file) -> None:
-    """The first SIGINT lets RL step 1 finish; the second ends the process at once: exit 130,
-    no step recorded, no traceback."""
-    cfg = config_file(make_config(PLAIN, rollout={"questions_per_batch": 4, "group_size": 4}))
+    """The first SIGINT lets the RL step finish; the second ends the process at once: exit
+    130, no traceback, and it says what the folder keeps (the last complete checkpoint) and
+    the command that continues from it; that command does."""
+    config = config_file(
+        make_config(
+            PLAIN, rollout={"questions_per_batch": 4, "group_size": 4}, train={"save_every": 1}
+        )
+    )
     run_dir = tmp_path / "run"
-    command = Command("train", "--config", cfg, "--run-dir", run_dir, cwd=tmp_path)
-    command.wait_for(event("importance_ratio"))  # step 1 starts
+    command = Command("train", "--config", config, "--run-dir", run_dir, cwd=tmp_path)
+    command.wait_for(event("checkpoint", step=1))  # step 2 starts
     command.proc.send_signal(signal.SIGINT)
     command.wait_for("Ctrl-C again exits at once")
     code, out = command.stop(signal.SIGINT)
     assert code == 130, out
-    assert "stopped at once by a second SIGINT" in out and "Traceback" not in out
-    assert not read_events(run_dir, "metrics")
+    assert "Traceback" not in out
+    (said,) = [line for line in out.splitlines() if "stopped at once by a second SIGINT" in line]
+    last = read_events(run_dir, "checkpoint")[-1]  # step 2 may have ended in between
+    assert said == (
+        f"searchr1: stopped at once by a second SIGINT; kept: checkpoint step {last['step']} "
+        f"({last['path']}); continue with `searchr1 train --resume --run-dir {run_dir} "
+        f"--config {config}`"
+    ), out
+    resumed = Command(*as_args(said.split("`")[1]), cwd=tmp_path)
+    code, out = resumed.finish()
+    assert code == 0, out
+    assert [e["step"] for e in read_events(run_dir, "resumed")] == [last["step"]]
 
 
 def test_eval_and_smoke_stop_mid_phase(tmp_path: Path, config_file) -> None:

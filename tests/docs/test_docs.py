@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tomllib
 from pathlib import Path
 
 import gen_docs
@@ -136,3 +137,45 @@ def test_what_to_watch_names_declared_keys_and_the_page_lists_every_key() -> Non
     page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
     assert [k for k in WATCH if declared(k) is None] == []
     assert [m.key for g in SCHEMA for m in g.metrics if f"| `{m.key}` |" not in page] == []
+
+
+def _world_corpus(example: Path) -> str:
+    """The ``builtin:world`` corpus ``example`` searches, or ``""``."""
+    corpus = tomllib.loads(example.read_text()).get("search", {}).get("local", {}).get("corpus")
+    return corpus if str(corpus).startswith("builtin:world/") else ""
+
+
+#: the examples that search the built-in fictional world
+WORLD_EXAMPLES = [p for p in EXAMPLES if _world_corpus(p)]
+
+
+@pytest.mark.parametrize("example", WORLD_EXAMPLES, ids=[p.name for p in WORLD_EXAMPLES])
+def test_an_example_on_the_builtin_world_asks_smoke_a_question_of_that_world(
+    example: Path,
+) -> None:
+    """The reference setup's smoke question (The Little Prince) has no answer in the fictional
+    world: an example that searches the world names a ``[smoke]`` question whose answers its
+    corpus holds."""
+    from searchr1.core.assets import resolve
+    from searchr1.core.plugins import load_registry
+
+    smoke = tomllib.loads(example.read_text()).get("smoke", {})
+    assert smoke.get("question") and smoke.get("answers"), f"{example.name}: no [smoke] question"
+    text = Path(resolve(_world_corpus(example), load_registry().assets)).read_text()
+    assert all(answer in text for answer in smoke["answers"]), smoke
+
+
+def test_the_docs_site_wraps_messages_rather_than_cut_them() -> None:
+    """A message quoted in the docs (a fence without a language: language-text once
+    ``pygments_lang_class`` names it) wraps; its end, which says what to do, is not cut at
+    the page's right edge."""
+    import yaml
+
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    highlight = next(
+        e["pymdownx.highlight"] for e in site["markdown_extensions"] if "pymdownx.highlight" in e
+    )
+    assert highlight["pygments_lang_class"] is True
+    css = "".join((ROOT / "docs" / sheet).read_text() for sheet in site["extra_css"])
+    rule = css[css.index(".md-typeset .language-text pre > code") :].split("}")[0]
+    assert "white-space: pre-wrap" in rule

@@ -582,3 +582,27 @@ def test_a_protocol_injected_for_a_run_is_the_one_train_uses(
     result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
     assert result.code == 0, result.err
     assert built == ["marked_tags"]  # one protocol per run, from the run's registry
+
+
+def test_the_package_metadata_builds_without_a_deprecation(tmp_path: Path) -> None:
+    """setuptools builds the project's metadata without a deprecation warning (a license given
+    as a TOML table stops building on 2027-02-18): the license is an SPDX expression."""
+    source = tmp_path / "source"
+    (source / "searchr1").mkdir(parents=True)
+    (source / "searchr1" / "__init__.py").write_text("")
+    for name in ("pyproject.toml", "README.md"):
+        (source / name).write_text((ROOT / name).read_text())
+    out = tmp_path / "metadata"
+    out.mkdir()
+    build = "import setuptools.build_meta as b, sys; print(b.prepare_metadata_for_build_wheel(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", build, str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Deprecat" not in done.stderr, done.stderr
+    metadata = (out / done.stdout.split()[-1] / "METADATA").read_text()
+    assert "License-Expression: Apache-2.0" in metadata

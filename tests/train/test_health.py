@@ -170,3 +170,47 @@ def test_a_checkpoint_state_with_health_under_its_name_resumes_the_health_checks
     assert state["health"]["length_baseline"] == [12.0]
     assert state["health"]["ema"] == {"health/entropy": 1.5}
     assert state["run_notices"] == {"counts": {}, "raised": []}
+
+
+def test_the_advice_for_a_step_of_degenerate_groups_follows_its_cause() -> None:
+    """Sampling changes are advised only where more samples could vary the reward: not when
+    no trajectory answered in the format (every one gets the same penalty; with turns cut at
+    max_new_tokens, that is the fix), nor when every one answered right (the data's)."""
+    from searchr1.core.config_schema import Config
+    from searchr1.core.health import degenerate_advice
+    from searchr1.core.token_limits import LimitHits
+    from searchr1.core.types import Question, ScoredGroup
+
+    cfg = Config().replace(rollout={"dynamic_sampling": True}, model={"max_new_tokens": 64})
+
+    def advice(format_ok: bool, *groups_correct: float, turns_cut: int = 0) -> str:
+        groups = [
+            ScoredGroup(
+                Question(id=str(i), question="q", golden_answers=("a",)),
+                [_traj([5, 6], format_ok=format_ok)] * 2,
+                [RewardResult(c if format_ok else -0.1, {"correct": c})] * 2,
+                (0.0, 0.0),
+                True,
+            )
+            for i, c in enumerate(groups_correct)
+        ]
+        hits = LimitHits(2, turns_cut, 2, 0, max_new_tokens=64, max_trajectory_tokens=999)
+        return degenerate_advice(cfg, groups, hits)
+
+    sampling = (
+        "raise rollout.max_extra_draws (dynamic sampling draws fresh questions for degenerate "
+        "groups), or raise rollout.group_size or model.temperature"
+    )
+    unformatted = advice(False, 0.0)
+    assert unformatted.startswith("No trajectory answered in the protocol's format, so the reward")
+    assert "[train.cold_start] steps" in unformatted and "sampling" not in unformatted
+    cut = advice(False, 0.0, turns_cut=2)
+    assert "Raise model.max_new_tokens (= 64): turns ended at it" in cut
+    easy = advice(True, 1.0, 1.0)
+    assert easy.startswith("Every trajectory answered right") and "group_size" not in easy
+    wrong = advice(True, 0.0)
+    assert wrong == (
+        "No trajectory answered right: check that search works (search/success_rate) and that "
+        "the corpus answers the questions; then " + sampling
+    )
+    assert advice(True, 1.0, 0.0) == sampling[0].upper() + sampling[1:]  # groups that agreed

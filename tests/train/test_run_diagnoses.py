@@ -63,7 +63,9 @@ def test_steps_that_train_no_token_and_cut_turns_are_warned_once_and_counted(
     assert alerts[0]["message"].startswith(
         f"{subject} trained no token: all 1 of its groups "
         "were degenerate (every trajectory of a group got the same reward, so every advantage "
-        f"is 0) and {effect}. Set rollout.dynamic_sampling = true"
+        f"is 0) and {effect}. No trajectory answered in the protocol's format, so the reward "
+        "could not vary: more samples would get the same penalty. Raise model.max_new_tokens "
+        "(= 4): turns ended at it before their closing tag"
     )
     (done,) = [e for e in events if e["event"] == "train_done"]
     assert done["steps_without_training"] == 3 and done["turns_cut_at_max_new_tokens"] == 6

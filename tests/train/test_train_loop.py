@@ -342,6 +342,8 @@ def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file
         assert server.records, "the policy never searched; the guard was not exercised"
     assert proc.returncode == 3, out
     assert "training stopped" in out and "search success rate" in out
+    tries = "in 2 tries, the first and 1 after waiting 0.05 s (train.guard_max_waits = 1)"
+    assert tries in out, out
     events = read_events(tmp_path / "run")
     assert [e["attempt"] for e in events if e["event"] == "guard/no_update"] == [1, 2]
     assert not any(e["event"] == "metrics" for e in events), "an update was applied"
@@ -350,3 +352,23 @@ def test_guard_stops_a_run_whose_search_server_fails(tmp_path: Path, config_file
         "k-one-1234" not in out
         and "k-one-1234" not in (tmp_path / "run" / "events.jsonl").read_text()
     )
+
+
+def test_the_guards_stop_counts_its_tries_against_the_setting() -> None:
+    """``guard_max_waits = 3`` is the first try and 3 after waits: the stop says 4 tries and
+    why, next to the setting's own value (it said "after 4 tries" beside a 3)."""
+    from searchr1.core.config_schema import Config
+    from searchr1.core.step import _guard_tries
+
+    def said(waits: int, backoff: float = 30.0) -> str:
+        return _guard_tries(
+            Config().replace(train={"guard_max_waits": waits, "guard_backoff_seconds": backoff})
+        )
+
+    assert said(3) == (
+        "4 tries, the first and 3 after waiting 30 s, 60 s and 120 s (train.guard_max_waits = 3)"
+    )
+    assert (
+        said(1, 0.5) == "2 tries, the first and 1 after waiting 0.5 s (train.guard_max_waits = 1)"
+    )
+    assert said(0) == "1 try (train.guard_max_waits = 0)"
