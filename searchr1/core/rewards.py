@@ -17,6 +17,10 @@ A reward may also have, besides ``__call__`` (one trajectory):
 * ``problem()``: why the step's rewards must not train the model, e.g. a judge that answered
   nothing (:func:`reward_problem`): the train loop's guard then waits and retries the step,
   as for a broken search environment;
+* ``async check(question)``: contact its service once, before any rollout, raising the
+  :class:`~searchr1.core.errors.RemoteError` of the failure (:func:`check_reward`: ``train``,
+  ``smoke`` and ``eval`` call it before the model loads, as they contact the search and model
+  channels);
 * ``async aclose()``: release its connections (:func:`close_reward`).
 """
 
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 
 from searchr1.core.config_schema import Config
 from searchr1.core.plugins import Registry
-from searchr1.core.types import RewardFn, RewardResult, Trajectory
+from searchr1.core.types import Question, RewardFn, RewardResult, Trajectory
 
 Item = tuple[Trajectory, Sequence[str]]
 
@@ -51,6 +55,13 @@ def reward_problem(reward: RewardFn) -> str | None:
     """The reward's ``problem()``, or None."""
     problem = getattr(reward, "problem", None)
     return problem() if callable(problem) else None
+
+
+async def check_reward(reward: RewardFn, question: Question) -> None:
+    """The reward's ``check(question)``, when it has one (a remote reward's first contact)."""
+    check = getattr(reward, "check", None)
+    if check is not None:
+        await check(question)
 
 
 async def close_reward(reward: RewardFn) -> None:
@@ -99,6 +110,10 @@ class ComposedReward:
     def problem(self) -> str | None:
         problems = (reward_problem(r) for r in (self.base, *(t for _, t in self.terms)))
         return next((p for p in problems if p), None)
+
+    async def check(self, question: Question) -> None:
+        for reward in (self.base, *(term for _, term in self.terms)):
+            await check_reward(reward, question)
 
     async def aclose(self) -> None:
         for reward in (self.base, *(term for _, term in self.terms)):

@@ -220,7 +220,10 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login
         raise ConfigError(refused)
-    await run.start(need_loss=True)
+    # a remote reward (the LLM judge) is asked once now: down or rejected stops the run before
+    # the model loads, not after step 1's retries
+    probe = questions.questions[0] if questions.questions else None
+    await run.start(need_loss=True, check=probe)
     assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)

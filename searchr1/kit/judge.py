@@ -19,7 +19,8 @@ question and the golden answers? Used by the ``judge`` reward and ``searchr1 eva
   trajectory's searches); the reply's verdict is read by :func:`parse_verdict`.
 
 A call that fails (HTTP errors after retries, the deadline, a malformed body, a reply with no
-verdict) gives no score: the caller falls back. :meth:`Judge.metrics` counts the spend per
+verdict) gives no score: the caller falls back. :meth:`Judge.check` is one call before any
+rollout, past both caches, that raises the failure's :class:`~searchr1.core.errors.RemoteError`. :meth:`Judge.metrics` counts the spend per
 step and per run; :meth:`Judge.problem` says when the judge answered none of a step's calls.
 No key is ever logged or stored.
 """
@@ -37,9 +38,10 @@ from typing import Any
 
 import httpx
 
+from searchr1.core.errors import RemoteAuthError, RemoteError, RemoteMalformed, RemoteRateLimited
 from searchr1.core.logs import get_logger
 from searchr1.core.secrets import redact_text
-from searchr1.kit.http import HttpClient, HttpError, RetryPolicy, Verdict, safe_url
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
 
@@ -199,6 +201,17 @@ class Judge:
             timeout=settings.timeout_s,
             name=f"the judge's HTTP client ({safe_url(self.url)})",
         )
+        self.channel = Channel(
+            service="the reward judge",
+            url=self.url,
+            address="reward.judge.api_base",
+            key="reward.judge.api_key" if keys else "",
+            model=settings.model,
+            model_setting="reward.judge.model",
+            timeout_s=settings.timeout_s,
+            timeout_setting="reward.judge.timeout_s",
+            retries=f"up to {settings.max_retries} retries (reward.judge.max_retries)",
+        )
         # what decides a verdict besides the item: the prompt and the request's extras
         version = json.dumps([settings.prompt, settings.extra_body], sort_keys=True, default=str)
         self.prompt_version = hashlib.sha256(version.encode()).hexdigest()[:12]
@@ -293,6 +306,23 @@ class Judge:
 
     async def _ask(self, item: JudgeItem, spend: _Spend) -> Judged:
         """One chat call (retried by the HTTP client); never raises but for cancellation."""
+        try:
+            content = await self._reply(item, spend)
+        except _NoKeyLeft:
+            return Judged(None, error="every judge key is benched (rejected or rate limited)")
+        except HttpError as exc:
+            return Judged(None, error=redact_text(str(exc)))
+        except _Malformed:
+            return Judged(None, error=f"malformed response from {safe_url(self.url)}")
+        score = parse_verdict(content)
+        if score is None:
+            spend.unparsed += 1
+            return Judged(None, error=f"the judge's reply holds no verdict: {_shown(content)!r}")
+        return Judged(score)
+
+    async def _reply(self, item: JudgeItem, spend: _Spend) -> str | None:
+        """The reply's text of one chat call (retried by the HTTP client); raises
+        :class:`_NoKeyLeft`, :class:`HttpError` or :class:`_Malformed`."""
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": [{"role": "user", "content": self.prompt(item)}],
@@ -325,12 +355,7 @@ class Judge:
                 return Verdict.AGAIN if others else Verdict.REJECT
             return Verdict.RETRY if is_retryable_status(status) else Verdict.REJECT
 
-        try:
-            response = await self.http.send(build, decide=decide)
-        except _NoKeyLeft:
-            return Judged(None, error="every judge key is benched (rejected or rate limited)")
-        except HttpError as exc:
-            return Judged(None, error=redact_text(str(exc)))
+        response = await self.http.send(build, decide=decide)
         try:
             payload = response.json()
             message = payload["choices"][0]["message"]
@@ -339,13 +364,39 @@ class Judge:
             spend.tokens_in += int(usage.get("prompt_tokens") or 0)
             spend.tokens_out += int(usage.get("completion_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            return Judged(None, error=f"malformed response from {safe_url(self.url)}")
-        score = parse_verdict(content if isinstance(content, str) else None)
+            raise _Malformed from None
+        return content if isinstance(content, str) else None
+
+    async def check(self, item: JudgeItem) -> float:
+        """One call on ``item`` before any rollout, past the run's memory and the disk cache
+        (a verdict kept from an earlier run says nothing of the judge now); its verdict is
+        kept in neither. Returns the verdict, or raises the
+        :class:`~searchr1.core.errors.RemoteError` of the failure's class: a rejected key,
+        an unknown model, a reply that is not the API's or holds no verdict exit 2 (the
+        config's to fix); the judge down past its retries, 429 or 5xx exit 3. The call counts
+        in the run's spend (``judge/calls_total``), not in a step's."""
+        spend = _Spend(calls=1)
+        during = "its check before the rollout"
+        try:
+            content = await self._reply(item, spend)
+        except _NoKeyLeft:
+            reasons = " ".join(self.keys.bench_reasons.values())
+            cls = RemoteAuthError if "rejected" in reasons else RemoteRateLimited
+            raise self.channel.failed(cls, "every key is benched", during) from None
+        except HttpError as exc:
+            raise self.channel.error(exc, during) from None
+        except _Malformed:
+            raise self.channel.failed(RemoteMalformed, "no choices[0].message", during) from None
+        finally:
+            self._run.add(spend)
+        score = parse_verdict(content)
         if score is None:
-            spend.unparsed += 1
-            shown = redact_text(" ".join(str(content).split())[:80])
-            return Judged(None, error=f"the judge's reply holds no verdict: {shown!r}")
-        return Judged(score)
+            self._run.unparsed += 1
+            raise _no_verdict(self.channel, content, during)
+        get_logger().info(
+            "judge_checked", url=safe_url(self.url), model=self.settings.model, verdict=score
+        )
+        return score
 
     # ------------------------------------------------------------------ accounting
 
@@ -394,6 +445,28 @@ class Judge:
 
 class _NoKeyLeft(Exception):
     """Every key is benched: end the call without another attempt."""
+
+
+class _Malformed(Exception):
+    """A 2xx whose body is not a chat completion."""
+
+
+def _shown(content: str | None) -> str:
+    """The start of a reply, for a message (secrets redacted)."""
+    return redact_text(" ".join(str(content).split())[:80])
+
+
+def _no_verdict(channel: Channel, content: str | None, during: str) -> RemoteError:
+    """A reply in which :func:`parse_verdict` finds no verdict, as the config's problem."""
+    return RemoteMalformed(
+        f"{channel.service} at {channel.url} answered {during} without a verdict "
+        f"(yes/no or a number in [0, 1]): {_shown(content)!r}. A model that reasons first "
+        f"needs a larger reward.judge.max_tokens (or thinking off in reward.judge.extra_body, "
+        f"e.g. chat_template_kwargs = {{enable_thinking = false}}); a custom reward.judge.prompt "
+        f"must ask for yes or no",
+        url=channel.url,
+        service=channel.service,
+    )
 
 
 class _VerdictStore:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import RewardFactory, RewardResult, Trajectory
+from searchr1.core.types import Question, RewardFactory, RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
 
 if TYPE_CHECKING:
@@ -148,6 +148,12 @@ class JudgeReward:
 
     def problem(self) -> str | None:
         return self.judge.problem()
+
+    async def check(self, question: Question) -> None:
+        """One judge call on ``question`` with its first golden answer as the prediction
+        (:meth:`Judge.check`: past the caches; raises the failure's RemoteError)."""
+        golden = tuple(question.golden_answers)
+        await self.judge.check(JudgeItem(question.question, golden[0] if golden else "", golden))
 
     async def aclose(self) -> None:
         await self.judge.aclose()
