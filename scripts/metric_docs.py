@@ -181,7 +181,14 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "judge_failures",
         "a batch of judge calls had failures",
-        "how many of the calls, the judge's address and the last error",
+        "how many of the calls, the answers left without a verdict (`without_verdict`, each "
+        "scored by the fallback), the judge's address and the last error",
+    ),
+    (
+        "heldout_untrusted",
+        "a held-out eval inside `train` searched with success under `search.min_success_rate`",
+        "which eval (`when`, `step`) and the search success: its scores are not trustworthy "
+        "(as `searchr1 eval` flags them)",
     ),
     (
         "judge_checked",

@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
         try:
             train(run, resume=bool(getattr(args, "resume", False)))
         except EnvironmentDown as exc:
-            get_logger().error("train_stopped", reason=str(exc))
+            get_logger().error("train_stopped", reason=str(exc), exit_code=exc.exit_code)
             if world.main:  # every rank stops alike; one says so
                 say(f"searchr1: training stopped: {exc}")
             return exc.exit_code
@@ -64,7 +64,13 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
             )
             raise
         except HealthStop as exc:
-            get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
+            get_logger().error(
+                "train_stopped",
+                reason=str(exc),
+                alert=exc.kind,
+                step=exc.step,
+                exit_code=exc.exit_code,
+            )
             if world.main:
                 say(
                     f"searchr1: training stopped: {exc}; continue anyway with "

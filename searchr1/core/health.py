@@ -232,6 +232,10 @@ def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Ale
     ]
 
 
+#: the kinds of :class:`RunNotices`: a condition counted over the run, not a failing policy
+NOTICE_KINDS = frozenset({"no_tokens_trained", "max_new_tokens", "max_trajectory_tokens"})
+
+
 @dataclass
 class RunNotices:
     """Once-per-run warnings: ``no_tokens_trained`` (every kept group degenerate, so the

@@ -68,8 +68,12 @@ class Run:
     world: World = field(default_factory=World)
     #: SIGINT/SIGTERM for the command (installed by the CLI command; every phase checks it)
     stop: Stop = field(default_factory=Stop)
-    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s
+    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s,
+    #: counted across resumes (each checkpoint keeps them, :attr:`totals_before`)
     totals: dict[str, float] = field(default_factory=dict)
+    #: the totals of the processes before this one (the resumed checkpoint's), added to this
+    #: process's own counts (a judge or a search provider counts from its start)
+    totals_before: dict[str, float] = field(default_factory=dict)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)

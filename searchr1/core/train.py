@@ -240,6 +240,9 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
             await load_model_state(run, checkpoint)
             health.load_state(checkpoint.state)
             restore_rng(checkpoint)
+            saved = checkpoint.state.get("totals") or {}
+            run.totals_before = {str(k): float(v) for k, v in saved.items()}
+            run.totals.update(run.totals_before)
             log.info("resumed", step=checkpoint.step, checkpoint=str(checkpoint.path))
             if periodic is not None:
                 periodic.resume(run.folder)

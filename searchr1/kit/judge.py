@@ -248,6 +248,7 @@ class Judge:
         spend = _Spend()
         out: list[Judged | None] = [None] * len(items)
         todo: dict[str, list[int]] = {}
+        unjudged = 0  # items left without a verdict (each scored by the caller's fallback)
         for i, item in enumerate(items):
             key = self.key(item)
             score = self._memory.get(key)
@@ -285,6 +286,7 @@ class Judge:
                 if judged.score is None:
                     spend.failures += 1
                     spend.last_error = judged.error
+                    unjudged += len(todo[key])
                 else:
                     self._memory[key] = judged.score
                     if self._store is not None:
@@ -296,6 +298,7 @@ class Judge:
                 "judge_failures",
                 failed=spend.failures,
                 calls=spend.calls,
+                without_verdict=unjudged,
                 url=safe_url(self.url),
                 last_error=spend.last_error,
                 fallback=self.settings.fallback,
