@@ -109,7 +109,12 @@ EVENTS: list[tuple[str, str, str]] = [
         "the step is retried on the same questions without an update; after `guard_max_waits` the run stops",
     ),
     ("stop_requested", "SIGINT or SIGTERM", "the run stops at the next safe point and saves"),
-    ("train_stopped", "training ended early", "why: search down, a health stop"),
+    (
+        "train_stopped",
+        "training ended early",
+        "why: search down, a health stop, a remote channel failed (its `failure` class and "
+        "`exit_code`)",
+    ),
     (
         "train_done",
         "the end of training",
@@ -186,7 +191,19 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "judge_failures",
         "a batch of judge calls had failures",
-        "how many of the calls, the judge's address and the last error",
+        "how many of the calls, the answers left without a verdict (`without_verdict`, each "
+        "scored by the fallback), the judge's address and the last error",
+    ),
+    (
+        "heldout_untrusted",
+        "a held-out eval inside `train` searched with success under `search.min_success_rate`",
+        "which eval (`when`, `step`) and the search success: its scores are not trustworthy "
+        "(as `searchr1 eval` flags them)",
+    ),
+    (
+        "judge_checked",
+        "`train`, `smoke` and `eval` start with the judge reward",
+        "the judge answered its one call before the rollout (address, model, verdict)",
     ),
     (
         "eval_judge",

@@ -67,6 +67,8 @@ class Console:
         self._task_bars: dict[str, Any] = {}
         self._step_times: list[float] = []
         self._heldout_em: float | None = None
+        #: False when that EM was scored while search failed too often (``trustworthy``)
+        self._heldout_trusted = True
         self._start_step = 0
         #: the search cost of the steps this console showed
         self._search_cost = 0.0
@@ -139,7 +141,8 @@ class Console:
             self._search_cost += float(cost)
             parts.append(f"search cost {cost:.3g} (run {self._search_cost:.3g})")
         if self._heldout_em is not None:
-            parts.append(f"EM {100 * self._heldout_em:.1f}%")
+            untrusted = "" if self._heldout_trusted else " (untrusted: search failed)"
+            parts.append(f"EM {100 * self._heldout_em:.1f}%{untrusted}")
         eta = ""
         if self._step_times:
             mean = sum(self._step_times) / len(self._step_times)
@@ -155,8 +158,9 @@ class Console:
         # The ceiling is what the best possible agent scores on the eval set (the train loop
         # evaluates one when the eval set's asset offers it), not the model: the step line
         # keeps the model's latest held-out EM (before, then any later eval).
+        trusted = e.get("trustworthy") is not False
         if isinstance(value, int | float) and when != CEILING:
-            self._heldout_em = float(value)
+            self._heldout_em, self._heldout_trusted = float(value), trusted
         em = f"{100 * value:.1f}%" if isinstance(value, int | float) else "-"
         if when == CEILING:
             bits = [f"held-out EM ceiling (the eval set's ideal agent, not the model): {em}"]
@@ -169,7 +173,12 @@ class Console:
         for key in ("n", "seconds"):
             if e.get(key) is not None:
                 bits.append(f"{key} {e[key]}")
-        return self._paint(_BOLD, "  ".join(bits))
+        line = self._paint(_BOLD, "  ".join(bits))
+        if not trusted:  # the heldout_untrusted warning below says why
+            success = e.get("search_success_rate")
+            ok = f" {_pct(success)}" if isinstance(success, int | float) else ""
+            line += "  " + self._paint(_COLORS["warning"], f"UNTRUSTED: search success{ok}")
+        return line
 
     def _warning(self, level: str, name: str, e: dict[str, Any]) -> str:
         head = f"{'!!' if level == 'warning' else 'XX'} {level.upper()} {name}"

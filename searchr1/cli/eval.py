@@ -290,12 +290,14 @@ async def _evaluate_all(
     loop it was used in)."""
     from searchr1.core.evaluation import evaluate_run, write_records
     from searchr1.core.logs import get_logger
-    from searchr1.core.rewards import close_reward, reward_metrics
+    from searchr1.core.rewards import check_reward, close_reward, reward_metrics
     from searchr1.core.rollout import check_fit
 
     config, log = run.config, get_logger()
     results: dict[str, Any] = {}
     try:
+        if judge is not None and questions:  # --judge's judge, asked once as the reward's was
+            await check_reward(judge, questions[0])
         limit = config.rollout.max_trajectory_tokens
         check_fit(run.protocol, questions, limit, f"--data = {data_path!r}")
         # The base model first: once a checkpoint is loaded there is no way back to it.
@@ -401,7 +403,7 @@ def _evaluate_in(
     written: list[Path] = []  # each evaluated model's records
 
     async def evaluate_all() -> dict[str, Any]:
-        await run.start()
+        await run.start(check=questions[0] if questions else None)
         try:
             return await _evaluate_all(args, run, questions, targets, data_path, written, judge)
         finally:

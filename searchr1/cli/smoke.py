@@ -111,10 +111,15 @@ class _Smoke:
     async def run(self) -> int:
         """Start the providers, roll out, then judge what came back (one event loop)."""
         try:
-            await self.c.start()
+            await self.c.start(check=self.question)
         except (ConfigError, PluginError, Interrupted):
             raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
         except Exception as exc:  # a provider that cannot even start is a broken channel
+            if isinstance(exc, RemoteError) and exc.service:  # e.g. the reward judge's check
+                say(f"could not reach {exc.service}: {_say(exc)}")
+                say(f"diagnosis: {exc.service}: {_model_hint(exc, self.config.model.provider)}")
+                say(f"smoke: FAILED: {exc.service} is not usable (see diagnosis)")
+                return EXIT_CHANNEL_BROKEN
             say(f"could not start the providers: {_say(exc)}")
             say(
                 "diagnosis: "
@@ -158,6 +163,7 @@ class _Smoke:
                 + _model_hint(model_error, self.config.model.provider, self.config.model.base_model)
             )
         self._diagnose_search(probe, metrics, success)
+        self._diagnose_reward()
         criteria = self._verdict(trajectories, results, success)
         get_logger().info(
             "smoke_done",
@@ -292,6 +298,26 @@ class _Smoke:
                 if failure is None
                 else f"the search probe failed: {_failure_class(failure)}: {failure}"
             )
+
+    def _diagnose_reward(self) -> None:
+        """A reward whose service gave no verdict (the LLM judge): its fallback scored the
+        group, so the rewards above say nothing of the judge (a broken channel, exit 1)."""
+        from searchr1.core.rewards import reward_metrics, reward_problem
+
+        spend = reward_metrics(self.c.reward)
+        failed, calls = int(spend.get("judge/failures", 0)), int(spend.get("judge/calls", 0))
+        if not failed:
+            return
+        fallbacks = int(spend.get("reward/judge_fallbacks", 0))
+        why = reward_problem(self.c.reward) or (
+            f"the reward judge gave no verdict on {failed} of its {calls} calls "
+            "(the judge_failures events say why)"
+        )
+        self.problems.append(
+            f"{why}; {fallbacks} trajectories were scored by reward.judge.fallback instead, so "
+            f"the rewards above are not the judge's: check [reward.judge] (api_base, model, "
+            f"max_tokens, prompt) and the judge server"
+        )
 
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
         path = self.run_dir / TRAJECTORIES_FILE

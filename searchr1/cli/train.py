@@ -20,7 +20,7 @@ from searchr1.cli.args import add_run_args, whole_number
 from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
 from searchr1.core.distributed import RankLost, World
-from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted
+from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted, RemoteError
 from searchr1.core.logs import say
 from searchr1.core.stop import Stop
 
@@ -49,12 +49,23 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
         try:
             train(run, resume=bool(getattr(args, "resume", False)))
         except EnvironmentDown as exc:
-            get_logger().error("train_stopped", reason=str(exc))
+            get_logger().error("train_stopped", reason=str(exc), exit_code=exc.exit_code)
             if world.main:  # every rank stops alike; one says so
                 say(f"searchr1: training stopped: {exc}")
             return exc.exit_code
+        except RemoteError as exc:  # a remote channel failed for good (the judge's check...)
+            get_logger().error(
+                "train_stopped", reason=str(exc), failure=exc.failure, exit_code=exc.exit_code
+            )
+            raise
         except HealthStop as exc:
-            get_logger().error("train_stopped", reason=str(exc), alert=exc.kind, step=exc.step)
+            get_logger().error(
+                "train_stopped",
+                reason=str(exc),
+                alert=exc.kind,
+                step=exc.step,
+                exit_code=exc.exit_code,
+            )
             if world.main:
                 say(
                     f"searchr1: training stopped: {exc}; continue anyway with "

@@ -71,8 +71,11 @@ class RemoteError(SearchR1Error):
     #: what a person reads in a diagnosis line: ``"dns: the host name does not resolve"``
     summary: ClassVar[str] = ""
 
-    def __init__(self, message: str, *, url: str = "", status: int | None = None):
-        self.url, self.status = url, status
+    def __init__(
+        self, message: str, *, url: str = "", status: int | None = None, service: str = ""
+    ):
+        #: what failed, as a person names it ("the reward judge"); "" when not known
+        self.url, self.status, self.service = url, status, service
         super().__init__(message)
 
 

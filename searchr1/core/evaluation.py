@@ -393,9 +393,12 @@ async def heldout_eval(
 ) -> EvalResult | None:
     """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
     writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event, the
-    numbers of :meth:`EvalResult.numbers` with ``when``, ``step``, ``seconds`` and
-    ``peak_rss_gb`` (also sent to the metric sinks, each prefixed ``eval/heldout_``, unless
-    ``to_sinks`` is false: the caller sends them). A scripted ``sampler`` that cannot play
+    numbers of :meth:`EvalResult.numbers` with ``when``, ``step``, ``seconds``,
+    ``peak_rss_gb`` and ``trustworthy`` (the numbers also sent to the metric sinks, each
+    prefixed ``eval/heldout_``, unless ``to_sinks`` is false: the caller sends them). An
+    eval whose search success was under ``search.min_success_rate`` is flagged as ``searchr1
+    eval`` flags it (:func:`trust_warning`): ``trustworthy`` false and a
+    ``heldout_untrusted`` warning. A scripted ``sampler`` that cannot play
     the protocol (ValueError) is skipped with a warning."""
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import reward_metrics
@@ -423,7 +426,12 @@ async def heldout_eval(
         "seconds": round(time.perf_counter() - t0, 2),
         "peak_rss_gb": peak_rss_gb(),
     }
-    get_logger().info("eval/heldout_em", when=when, step=step, **numbers)
+    trusted = bool(result.metrics["trustworthy"])
+    get_logger().info("eval/heldout_em", when=when, step=step, trustworthy=trusted, **numbers)
+    for line in trust_warning(result):  # as ``searchr1 eval`` says it
+        get_logger().warning(
+            "heldout_untrusted", when=when, step=step, message=line.removeprefix("WARNING: ")
+        )
     if to_sinks:
         run.sinks.scalars(step, heldout_metrics(numbers))
     return result
@@ -494,7 +502,8 @@ class PeriodicEval:
         result = await heldout_eval(run, self.questions, f"step_{step}", step=step, to_sinks=False)
         assert result is not None  # the run's own sampler: errors raise
         em = float(result.metrics["em"])
-        if self.keep_best and em > self.best_em:
+        # an EM scored while search was failing says nothing of the weights: never the best
+        if self.keep_best and em > self.best_em and result.metrics["trustworthy"]:
             self.best_step, self.best_em = step, em
         numbers = result.numbers()
         return heldout_metrics(

@@ -248,6 +248,10 @@ def degenerate_advice(cfg: Config, groups: Sequence[ScoredGroup], hits: LimitHit
     return sampling[0].upper() + sampling[1:]
 
 
+#: the kinds of :class:`RunNotices`: a condition counted over the run, not a failing policy
+NOTICE_KINDS = frozenset({"no_tokens_trained", "max_new_tokens", "max_trajectory_tokens"})
+
+
 @dataclass
 class RunNotices:
     """Once-per-run warnings: ``no_tokens_trained`` (every kept group degenerate, so the

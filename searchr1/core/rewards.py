@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import RemoteError
 from searchr1.core.plugins import Registry
-from searchr1.core.types import RewardFn, RewardResult, Trajectory
+from searchr1.core.types import Question, RewardFn, RewardResult, Trajectory
 
 Item = tuple[Trajectory, Sequence[str]]
 
@@ -47,6 +47,13 @@ def decided_failure(part: object) -> RemoteError | None:
     """``part``'s ``decided_failure()`` (a reward's or a search provider's), or None."""
     decided = getattr(part, "decided_failure", None)
     return decided() if callable(decided) else None
+
+
+async def check_reward(reward: RewardFn, question: Question) -> None:
+    """The reward's ``check(question)``, when it has one (a remote reward's first contact)."""
+    check = getattr(reward, "check", None)
+    if check is not None:
+        await check(question)
 
 
 async def close_reward(reward: RewardFn) -> None:
@@ -99,6 +106,10 @@ class ComposedReward:
     def decided_failure(self) -> RemoteError | None:
         failures = (decided_failure(r) for r in (self.base, *(t for _, t in self.terms)))
         return next((f for f in failures if f is not None), None)
+
+    async def check(self, question: Question) -> None:
+        for reward in (self.base, *(term for _, term in self.terms)):
+            await check_reward(reward, question)
 
     async def aclose(self) -> None:
         for reward in (self.base, *(term for _, term in self.terms)):

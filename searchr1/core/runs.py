@@ -29,11 +29,19 @@ from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, SearchR1Error, UserError
 from searchr1.core.logs import DISCARD, RunLog, get_logger, setup_logging
 from searchr1.core.plugins import Registry
-from searchr1.core.rewards import create_reward
+from searchr1.core.rewards import check_reward, close_reward, create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
 from searchr1.core.stop import Stop
 from searchr1.core.trainer_checks import check_loss, require_trainer
-from searchr1.core.types import LossFn, Model, RewardFn, Sampler, SearchProvider, Trainer
+from searchr1.core.types import (
+    LossFn,
+    Model,
+    Question,
+    RewardFn,
+    Sampler,
+    SearchProvider,
+    Trainer,
+)
 
 
 @dataclass
@@ -60,8 +68,12 @@ class Run:
     world: World = field(default_factory=World)
     #: SIGINT/SIGTERM for the command (installed by the CLI command; every phase checks it)
     stop: Stop = field(default_factory=Stop)
-    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s
+    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s,
+    #: counted across resumes (each checkpoint keeps them, :attr:`totals_before`)
     totals: dict[str, float] = field(default_factory=dict)
+    #: the totals of the processes before this one (the resumed checkpoint's), added to this
+    #: process's own counts (a judge or a search provider counts from its start)
+    totals_before: dict[str, float] = field(default_factory=dict)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)
@@ -98,19 +110,34 @@ class Run:
             raise ConfigError(["model.provider: the model only samples; training needs a trainer"])
         return self.model.trainer
 
-    async def start(self, *, need_loss: bool = False, search: SearchProvider | None = None) -> Run:
+    async def start(
+        self,
+        *,
+        need_loss: bool = False,
+        search: SearchProvider | None = None,
+        check: Question | None = None,
+    ) -> Run:
         """Create the search provider (or use ``search``, left open for the caller), reward,
         loss (``need_loss``) and model, then await the model's ``connect`` in the running
         event loop (the command's one loop, which later calls and :meth:`aclose` use too).
         With ``need_loss``, a model without a trainer, or a loss its trainer cannot train, is
-        refused before any rollout (:func:`~searchr1.core.trainer_checks.require_trainer`);
-        on any failure what was opened is closed. A stop signal interrupts the loads where they
-        are and the connect at its next ``await`` (nothing to keep yet)."""
-        cfg = self.config
+        refused before any rollout (:func:`~searchr1.core.trainer_checks.require_trainer`).
+        With ``check`` (a question), a reward with a service of its own (the LLM judge) is
+        asked it once before the model loads (:func:`~searchr1.core.rewards.check_reward`),
+        so a judge that is down or rejects its key stops the command at once with its
+        :class:`~searchr1.core.errors.RemoteError`. On any failure what was opened is closed.
+        A stop signal interrupts the loads where they are, and the check and the connect at
+        their next ``await`` (nothing to keep yet)."""
+        cfg, reg = self.config, self.registry
         phase = f"the model load ({cfg.model.base_model or cfg.model.provider})"
         try:
             with self.stop.at_once(phase):
-                self._create(need_loss=need_loss, search=search)
+                self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
+                self.reward = create_reward(cfg, reg)
+            if check is not None:
+                await self.stop.cut(check_reward(self.reward, check), "the reward's check")
+            with self.stop.at_once(phase):
+                self._create(need_loss=need_loss)
             try:
                 if self.loss is not None:
                     trainer = require_trainer(self.model, cfg.model.provider)
@@ -126,16 +153,17 @@ class Run:
                 await self.model.aclose()
                 raise
         except BaseException:
-            # The search provider may hold connections; a failed start must not leak them.
+            # The search provider and the reward may hold connections; a failed start must
+            # not leak them.
             if search is None and hasattr(self, "search"):
                 await self.search.aclose()
+            if hasattr(self, "reward"):
+                await close_reward(self.reward)
             raise
         return self
 
-    def _create(self, *, need_loss: bool, search: SearchProvider | None) -> None:
+    def _create(self, *, need_loss: bool) -> None:
         cfg, reg = self.config, self.registry
-        self.search = search or reg.create("search_provider", cfg.search.provider, cfg)
-        self.reward = create_reward(cfg, reg)
         if need_loss:
             self.loss = reg.create("loss_fn", cfg.train.loss_fn, cfg)
         self.model = reg.create("model_provider", cfg.model.provider, cfg)

@@ -309,7 +309,8 @@ def record(
         values["world_size"] = float(run.world.size)
     modes = ("pipelined",) if cfg.train.max_staleness > 0 else ()
     metrics, totals = assemble(values, modes)
-    run.totals.update(totals)
+    before = run.totals_before
+    run.totals.update({key: value + before.get(key, 0.0) for key, value in totals.items()})
     log_metrics(batch.step, metrics)
     run.sinks.scalars(batch.step, metrics)
     for alert in alerts:
@@ -333,7 +334,8 @@ def save(
     (the adapter and optimizer are the same on every rank)."""
     if not run.world.main:
         return
-    state = {**health.state(), "data": cursor, **(extra or {})}
+    # the run totals so far: a resumed run's train_done counts the processes before it
+    state = {**health.state(), "data": cursor, "totals": dict(run.totals), **(extra or {})}
     path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
     if name is None:  # what --resume continues from

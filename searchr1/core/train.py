@@ -198,7 +198,10 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     check_supported(run.world, data_parallel=None, **ask)  # before the (slow) model load
     if refused := loss_refusals(cfg, run.registry):  # before a remote provider's login
         raise ConfigError(refused)
-    await run.start(need_loss=True)
+    # a remote reward (the LLM judge) is asked once now: down or rejected stops the run before
+    # the model loads, not after step 1's retries
+    probe = questions.questions[0] if questions.questions else None
+    await run.start(need_loss=True, check=probe)
     assert run.loss is not None  # start(need_loss=True) created it
     try:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
@@ -215,6 +218,9 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
             await load_model_state(run, checkpoint)
             health.load_state(checkpoint.state)
             restore_rng(checkpoint)
+            saved = checkpoint.state.get("totals") or {}
+            run.totals_before = {str(k): float(v) for k, v in saved.items()}
+            run.totals.update(run.totals_before)
             log.info("resumed", step=checkpoint.step, checkpoint=str(checkpoint.path))
             if periodic is not None:
                 periodic.resume(run.folder)

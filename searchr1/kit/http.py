@@ -531,8 +531,9 @@ class Channel:
     address: str
     #: the variable or setting that holds the key ("" when the service takes none)
     key: str = ""
-    #: the model asked for, named when the service does not know it
+    #: the model asked for, named when the service does not know it, and its setting
     model: str = ""
+    model_setting: str = "[model] base_model"
     #: seconds one request may take, and the setting that says so
     timeout_s: float | None = None
     timeout_setting: str = ""
@@ -594,7 +595,7 @@ class Channel:
             f"{self.service} at {self.url} failed{during}: {cls.summary}{detail}. "
             f"{self._fix(cls, retry_after)}"
         )
-        return cls(redact_text(message), url=self.url, status=status)
+        return cls(redact_text(message), url=self.url, status=status, service=self.service)
 
     def _fix(self, cls: type[RemoteError], retry_after: float | None) -> str:
         parts = urlsplit(self.url)
@@ -652,7 +653,7 @@ class Channel:
         if cls is RemoteUnknownModel:
             model = f"{self.model!r} " if self.model else ""
             return (
-                f"Check that the model {model}is one this service serves ([model] base_model), "
+                f"Check that the model {model}is one this service serves ({self.model_setting}), "
                 f"and the path in {self.address}"
             )
         if cls is RemoteRateLimited:

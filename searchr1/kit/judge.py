@@ -21,7 +21,14 @@ import httpx
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
-from searchr1.sdk import RemoteError, get_logger, redact_text
+from searchr1.sdk import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteMalformed,
+    RemoteRateLimited,
+    get_logger,
+    redact_text,
+)
 
 #: the default prompt; ``{question}``, ``{golden_answers}`` and ``{prediction}`` are filled in
 DEFAULT_PROMPT = (
@@ -188,6 +195,17 @@ class Judge:
             timeout=settings.timeout_s,
             name=f"the judge's HTTP client ({safe_url(self.url)})",
         )
+        self.channel = Channel(
+            service="the reward judge",
+            url=self.url,
+            address="reward.judge.api_base",
+            key="reward.judge.api_key" if keys else "",
+            model=settings.model,
+            model_setting="reward.judge.model",
+            timeout_s=settings.timeout_s,
+            timeout_setting="reward.judge.timeout_s",
+            retries=f"up to {settings.max_retries} retries (reward.judge.max_retries)",
+        )
         # what decides a verdict besides the item: the prompt and the request's extras
         version = json.dumps([settings.prompt, settings.extra_body], sort_keys=True, default=str)
         self.prompt_version = hashlib.sha256(version.encode()).hexdigest()[:12]
@@ -224,6 +242,7 @@ class Judge:
         spend = _Spend()
         out: list[Judged | None] = [None] * len(items)
         todo: dict[str, list[int]] = {}
+        unjudged = 0  # items left without a verdict (each scored by the caller's fallback)
         for i, item in enumerate(items):
             key = self.key(item)
             score = self._memory.get(key)
@@ -261,6 +280,7 @@ class Judge:
                 if judged.score is None:
                     spend.failures += 1
                     spend.last_error = judged.error
+                    unjudged += len(todo[key])
                 else:
                     self._memory[key] = judged.score
                     if self._store is not None:
@@ -272,6 +292,7 @@ class Judge:
                 "judge_failures",
                 failed=spend.failures,
                 calls=spend.calls,
+                without_verdict=unjudged,
                 url=safe_url(self.url),
                 last_error=spend.last_error,
                 fallback=self.settings.fallback,
@@ -282,6 +303,24 @@ class Judge:
 
     async def _ask(self, item: JudgeItem, spend: _Spend) -> Judged:
         """One chat call (retried by the HTTP client); never raises but for cancellation."""
+        try:
+            content = await self._reply(item, spend)
+        except _NoKeyLeft:
+            reasons = "; ".join(f"key {i}: {r}" for i, r in sorted(self.keys.bench_reasons.items()))
+            return Judged(None, error=f"every judge key is benched ({reasons or 'no key left'})")
+        except HttpError as exc:
+            return Judged(None, error=redact_text(str(exc)))
+        except _Malformed:
+            return Judged(None, error=f"malformed response from {safe_url(self.url)}")
+        score = parse_verdict(content)
+        if score is None:
+            spend.unparsed += 1
+            return Judged(None, error=f"the judge's reply holds no verdict: {_shown(content)!r}")
+        return Judged(score)
+
+    async def _reply(self, item: JudgeItem, spend: _Spend) -> str | None:
+        """The reply's text of one chat call (retried by the HTTP client); raises
+        :class:`_NoKeyLeft`, :class:`HttpError` or :class:`_Malformed`."""
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": [{"role": "user", "content": self.prompt(item)}],
@@ -316,13 +355,7 @@ class Judge:
                 return Verdict.AGAIN if others else Verdict.REJECT
             return Verdict.RETRY if is_retryable_status(status) else Verdict.REJECT
 
-        try:
-            response = await self.http.send(build, decide=decide)
-        except _NoKeyLeft:
-            reasons = "; ".join(f"key {i}: {r}" for i, r in sorted(self.keys.bench_reasons.items()))
-            return Judged(None, error=f"every judge key is benched ({reasons or 'no key left'})")
-        except HttpError as exc:
-            return Judged(None, error=redact_text(str(exc)))
+        response = await self.http.send(build, decide=decide)
         try:
             payload = response.json()
             message = payload["choices"][0]["message"]
@@ -331,13 +364,39 @@ class Judge:
             spend.tokens_in += int(usage.get("prompt_tokens") or 0)
             spend.tokens_out += int(usage.get("completion_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            return Judged(None, error=f"malformed response from {safe_url(self.url)}")
-        score = parse_verdict(content if isinstance(content, str) else None)
+            raise _Malformed from None
+        return content if isinstance(content, str) else None
+
+    async def check(self, item: JudgeItem) -> float:
+        """One call on ``item`` before any rollout, past the run's memory and the disk cache
+        (a verdict kept from an earlier run says nothing of the judge now); its verdict is
+        kept in neither. Returns the verdict, or raises the
+        :class:`~searchr1.core.errors.RemoteError` of the failure's class: a rejected key,
+        an unknown model, a reply that is not the API's or holds no verdict exit 2 (the
+        config's to fix); the judge down past its retries, 429 or 5xx exit 3. The call counts
+        in the run's spend (``judge/calls_total``), not in a step's."""
+        spend = _Spend(calls=1)
+        during = "its check before the rollout"
+        try:
+            content = await self._reply(item, spend)
+        except _NoKeyLeft:
+            reasons = " ".join(self.keys.bench_reasons.values())
+            cls = RemoteAuthError if "rejected" in reasons else RemoteRateLimited
+            raise self.channel.failed(cls, "every key is benched", during) from None
+        except HttpError as exc:
+            raise self.channel.error(exc, during) from None
+        except _Malformed:
+            raise self.channel.failed(RemoteMalformed, "no choices[0].message", during) from None
+        finally:
+            self._run.add(spend)
+        score = parse_verdict(content)
         if score is None:
-            spend.unparsed += 1
-            shown = redact_text(" ".join(str(content).split())[:80])
-            return Judged(None, error=f"the judge's reply holds no verdict: {shown!r}")
-        return Judged(score)
+            self._run.unparsed += 1
+            raise _no_verdict(self.channel, content, during)
+        get_logger().info(
+            "judge_checked", url=safe_url(self.url), model=self.settings.model, verdict=score
+        )
+        return score
 
     # ------------------------------------------------------------------ accounting
 
@@ -391,6 +450,28 @@ class Judge:
 
 class _NoKeyLeft(Exception):
     """Every key is benched: end the call without another attempt."""
+
+
+class _Malformed(Exception):
+    """A 2xx whose body is not a chat completion."""
+
+
+def _shown(content: str | None) -> str:
+    """The start of a reply, for a message (secrets redacted)."""
+    return redact_text(" ".join(str(content).split())[:80])
+
+
+def _no_verdict(channel: Channel, content: str | None, during: str) -> RemoteError:
+    """A reply in which :func:`parse_verdict` finds no verdict, as the config's problem."""
+    return RemoteMalformed(
+        f"{channel.service} at {channel.url} answered {during} without a verdict "
+        f"(yes/no or a number in [0, 1]): {_shown(content)!r}. A model that reasons first "
+        f"needs a larger reward.judge.max_tokens (or thinking off in reward.judge.extra_body, "
+        f"e.g. chat_template_kwargs = {{enable_thinking = false}}); a custom reward.judge.prompt "
+        f"must ask for yes or no",
+        url=channel.url,
+        service=channel.service,
+    )
 
 
 class _VerdictStore:

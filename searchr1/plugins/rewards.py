@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
 from searchr1.sdk import (
+    Question,
     Register,
     RewardFactory,
     RewardResult,
@@ -139,6 +140,12 @@ class JudgeReward:
 
     def decided_failure(self) -> RemoteError | None:
         return self.judge.decided_failure()
+
+    async def check(self, question: Question) -> None:
+        """One judge call on ``question`` with its first golden answer as the prediction
+        (:meth:`Judge.check`: past the caches; raises the failure's RemoteError)."""
+        golden = tuple(question.golden_answers)
+        await self.judge.check(JudgeItem(question.question, golden[0] if golden else "", golden))
 
     async def aclose(self) -> None:
         await self.judge.aclose()

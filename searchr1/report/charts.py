@@ -1,7 +1,7 @@
 """The report's line charts, drawn by matplotlib: inline SVG for the page, PNG files for copies.
 
 :data:`CHARTS` names the curves a person looks at first. :func:`draw` lays out one chart from
-``(step, value)`` series; :func:`svg_chart` saves it as the page's ``<figure>`` (inline SVG:
+``(step, value)`` series (a chart's noisy headline curve faded under its moving average); :func:`svg_chart` saves it as the page's ``<figure>`` (inline SVG:
 the page needs no script and no network to show it), :func:`write_pngs` as ``<slug>.png``
 files (for slides, issues, chat). In the SVG each series is one ``<path class="series">``
 plus a ``<use class="point">`` per point with a ``<title>`` tooltip (hover shows the step and
@@ -35,10 +35,15 @@ class ChartSpec:
     slug: str
     title: str
     keys: tuple[str, ...]
+    #: the key drawn on top, its points faded under a bold moving average (a noisy curve that
+    #: others overlap, such as ``reward/mean`` over ``reward/correct``); "" for none
+    smooth: str = ""
 
 
 CHARTS: tuple[ChartSpec, ...] = (
-    ChartSpec("reward", "Reward", ("reward/mean", "reward/format", "reward/correct")),
+    ChartSpec(
+        "reward", "Reward", ("reward/mean", "reward/format", "reward/correct"), smooth="reward/mean"
+    ),
     ChartSpec(
         "search", "Search success / error rate", ("search/success_rate", "search/error_rate")
     ),
@@ -80,15 +85,29 @@ def draw(spec: ChartSpec, present: Mapping[str, Series], *, title: bool = True) 
     ax = fig.add_subplot()
     for key, points in present.items():
         i = spec.keys.index(key)
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        window = _window(len(points)) if key == spec.smooth else 0
         ax.plot(
-            [x for x, _ in points],
-            [y for _, y in points],
+            xs,
+            ys,
             marker="o",
             markersize=3 if len(points) <= _DOTS_MAX else 1.5,
             color=PALETTE[i % len(PALETTE)],
             label=key,
             gid=f"series-{i}",
+            alpha=0.4 if window else 1.0,
+            zorder=3 if key == spec.smooth else 2,
         )
+        if window:
+            ax.plot(
+                xs,
+                moving_average(ys, window),
+                color=PALETTE[i % len(PALETTE)],
+                linewidth=2.5,
+                label=f"{key}, mean of the last {window} steps",
+                gid=f"smooth-{i}",
+                zorder=4,
+            )
     if title:
         ax.set_title(spec.title)
     ax.set_xlabel("step")
@@ -96,6 +115,22 @@ def draw(spec: ChartSpec, present: Mapping[str, Series], *, title: bool = True) 
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return fig
+
+
+def _window(points: int) -> int:
+    """Steps in the moving average of a curve of ``points`` points (0: too few to smooth)."""
+    return 0 if points < 5 else max(3, min(10, points // 10))
+
+
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def write_pngs(out_dir: Path, series: Mapping[str, Series]) -> list[Path]:

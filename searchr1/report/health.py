@@ -1,7 +1,8 @@
-"""The report's health section, shown at the top of the page: alerts, how many steps trained
-no token, a table of the health
-and mismatch signals (first step, last step, range), the held-out EM against the offline
-world's ceiling, what the importance ratio compares, and small charts of the signals.
+"""The report's health section, shown at the top of the page: alerts (in red), the run notes
+(turns cut at a token limit, steps that trained nothing: counted, not alarming), how many steps
+trained no token, a table of the health and mismatch signals (first step, last step, range),
+the held-out EM against the offline world's ceiling (untrusted evals marked), what the
+importance ratio compares, and small charts of the signals.
 
 Called by :func:`searchr1.report.page.render_page`. The numbers are those the train loop logs
 (the health checks, :mod:`searchr1.core.health`, ``mismatch/*`` from the learner); a run logged before they
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from searchr1.core.health import NOTICE_KINDS
 from searchr1.core.step_metrics import logprob_diff_max
 from searchr1.report.charts import ChartSpec, svg_chart
 from searchr1.report.runlog import RunLog, is_number
@@ -65,15 +67,35 @@ def _em_line(evals: Sequence[Mapping[str, Any]]) -> str:
     eval events (the ceiling is the offline world's scripted ideal agent,
     :mod:`searchr1.plugins.offline_world.ideal_agent`)."""
     by_when: dict[str, float] = {}
+    untrusted: set[str] = set()
     for e in evals:
         if str(e.get("event", "")) == "eval/heldout_em" and is_number(e.get("em")):
-            by_when[str(e.get("when", ""))] = float(e["em"])
+            when = str(e.get("when", ""))
+            by_when[when] = float(e["em"])
+            if e.get("trustworthy") is False:
+                untrusted.add(when)
     if not by_when:
         return ""
     order = {"before": 0, "cold_start": 1, "after": 2, "ceiling": 3}
     whens = sorted(by_when, key=lambda w: order.get(w, 4))
-    parts = [f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>" for w in whens]
-    return f'<p id="health-em">held-out EM: {" · ".join(parts)}</p>'
+    parts = [
+        f"{escape(w)} <b>{100 * by_when[w]:.1f}%</b>"
+        + (' <span class="warning">(untrusted: search failed)</span>' if w in untrusted else "")
+        for w in whens
+    ]
+    notes = []
+    if "ceiling" in by_when:
+        notes.append(
+            "ceiling: what the eval set's ideal agent scores (a scripted agent that searches "
+            "exactly the right queries and copies the answer), the best EM this search allows"
+        )
+    if untrusted:
+        notes.append(
+            "untrusted: search success was under search.min_success_rate during that eval "
+            "(the heldout_untrusted warning), so its EM says nothing of the model"
+        )
+    note = f'<br><span class="meta">{"; ".join(notes)}</span>' if notes else ""
+    return f'<p id="health-em">held-out EM: {" · ".join(parts)}{note}</p>'
 
 
 def _untrained_line(log: RunLog) -> str:
@@ -114,16 +136,27 @@ def _diff_max_series(log: RunLog) -> list[tuple[float, float]]:
 
 def health_html(log: RunLog) -> str:
     """The whole health section (without its heading)."""
-    alerts = log.alerts
-    if alerts:
-        items = "".join(
+    # a run notice (turns cut at a token limit, a step that trained nothing) is counted over
+    # the run and said once: a note, not a red alert of a failing policy
+    alerts = [a for a in log.alerts if a.get("kind") not in NOTICE_KINDS]
+    notices = [a for a in log.alerts if a.get("kind") in NOTICE_KINDS]
+
+    def items(events: Sequence[Mapping[str, Any]]) -> str:
+        return "".join(
             f"<li>step {escape(str(a.get('step', '?')))} · <b>{escape(str(a.get('kind', '')))}"
             f"</b>: {escape(str(a.get('message', '')))}</li>"
-            for a in alerts
+            for a in events
         )
-        alert_html = f'<ul class="warning" id="health-alerts">{items}</ul>'
+
+    if alerts:
+        alert_html = f'<ul class="warning" id="health-alerts">{items(alerts)}</ul>'
     else:
         alert_html = '<p id="health-alerts">no health alerts</p>'
+    if notices:
+        alert_html += (
+            '<p class="meta">run notes (each said once, the run\'s count in train_done):</p>'
+            f'<ul id="health-notices">{items(notices)}</ul>'
+        )
     keys = [k for k, _ in ROWS] + sorted(k for k in log.series if k.startswith("health/searches/"))
     labels = dict(ROWS)
     rows = "".join(

@@ -91,6 +91,11 @@ def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
     text_cols = [c for c in text_cols if any(c in e for e in evals)]
     has_step = any("step" in e for e in evals)
     keys: list[str] = [k for k in _EVAL_FIRST if any(is_number(e.get(k)) for e in evals)]
+    # EM per data source right after the EM (a wide table scrolls: they must not be last)
+    sources = sorted({k for e in evals for k in e if k.startswith("em/") and is_number(e[k])})
+    if sources:
+        at = keys.index("em") + 1 if "em" in keys else len(keys)
+        keys[at:at] = sources
     for e in evals:
         for k, v in e.items():
             if (
@@ -173,9 +178,16 @@ def _trajectory_html(traj: Mapping[str, Any], anchor: str) -> str:
     )
 
 
-def _group_html(title: str, anchor: str, trajs: Sequence[Mapping[str, Any]]) -> str:
+def _group_html(
+    title: str, anchor: str, trajs: Sequence[Mapping[str, Any]], step_mean: float | None = None
+) -> str:
+    """The dumped trajectories of one step (or one eval): their own mean reward, and the
+    step's ``reward/mean`` over all its trajectories when known (a few dumped ones are not
+    the step)."""
     rewards = [t["reward"] for t in trajs if is_number(t.get("reward"))]
-    mean = f" · mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+    mean = f" · their mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+    if step_mean is not None:
+        mean += f" (the step's reward/mean over all its trajectories: {step_mean:.3f})"
     body = "".join(_trajectory_html(t, f"{anchor}-{i}") for i, t in enumerate(trajs))
     return (
         f'<details class="step" id="{escape(anchor)}"><summary>{escape(title)} · '
@@ -211,32 +223,67 @@ def _spend_html(log: RunLog) -> str:
 
 
 def _judge_html(log: RunLog) -> str:
-    """What the reward's LLM judge cost and how often it agreed with exact match, every logged
-    step summed (``docs/rewards.md``); empty for a run without a judge."""
+    """What the reward's LLM judge cost (the run totals of the last ``train_done``, else every
+    logged step summed), its failures (every ``judge_failures`` event) and how often it
+    agreed with exact match (``docs/rewards.md``); empty for a run without a judge."""
 
     def total(key: str) -> float:
         return sum(v for _, v in log.series.get(key, ()))
 
-    if "judge/calls" not in log.series:
+    if "judge/calls" not in log.series and not log.judge_failures:
         return ""
+    done = log.done
+    calls = done.get("judge/calls_total", total("judge/calls"))
+    tokens_in = done.get("judge/tokens_in_total", total("judge/tokens_in"))
+    tokens_out = done.get("judge/tokens_out_total", total("judge/tokens_out"))
     bits = [
-        f"calls <b>{int(total('judge/calls'))}</b>",
+        f"calls <b>{int(calls)}</b>",
         f"answered from the cache {int(total('judge/cache_hits'))} (kept on disk by earlier "
         f"runs: {int(total('judge/disk_hits'))})",
-        f"tokens in {int(total('judge/tokens_in'))}, out {int(total('judge/tokens_out'))}",
+        f"tokens in {int(tokens_in)}, out {int(tokens_out)}",
     ]
-    if "judge/cost" in log.series:
-        bits.append(f"cost <b>{total('judge/cost'):.4g}</b>")
-    bits.append(
-        f"failed calls {int(total('judge/failures'))}, trajectories scored by the fallback "
-        f"{int(total('reward/judge_fallbacks'))}"
-    )
+    if "judge/cost" in log.series or "judge/cost_total" in done:
+        bits.append(f"cost <b>{done.get('judge/cost_total', total('judge/cost')):.4g}</b>")
+    # every batch with failures logs judge_failures, the steps the guard threw away included
+    # (their metrics were never logged)
+    failed = sum(int(e.get("failed") or 0) for e in log.judge_failures)
+    fallbacks = sum(int(e.get("without_verdict") or 0) for e in log.judge_failures)
+    fallbacks = fallbacks or int(total("reward/judge_fallbacks"))
+    failures = f"failed calls {failed}, answers scored by the fallback {fallbacks}"
+    bits.append(f'<span class="warning">{failures}</span>' if failed else failures)
     agree = [v for _, v in log.series.get("reward/judge_vs_em", ())]
     if agree:
         bits.append(
             f"agrees with EM on <b>{100 * sum(agree) / len(agree):.1f}%</b> (mean of steps)"
         )
     return f'<h2 id="judge">Reward judge</h2>\n<p id="judge-spend">{" · ".join(bits)}</p>'
+
+
+def _ending_html(log: RunLog) -> str:
+    """How ``train`` ended, from the run's last events (:attr:`RunLog.ending`): a stop and
+    its cause first on the page; nothing for other commands."""
+    end, name = log.ending, str(log.ending.get("event", ""))
+    if log.start.get("command") != "train" or not end:
+        return ""
+    if name == "train_done":
+        return f'<p id="run-end">finished: {int(end.get("steps") or 0)} steps</p>'
+    if name == "stopped":  # a signal: asked for, not a failure
+        kept = end.get("checkpoint") or "no checkpoint"
+        text = (
+            f"stopped by {end.get('signal', 'a signal')} during {end.get('phase', '?')}; "
+            f"kept: {kept}"
+        )
+        return f'<p id="run-end"><b>{escape(text)}</b></p>'
+    if name == "train_stopped":
+        code = f" (exit {end['exit_code']})" if end.get("exit_code") is not None else ""
+        return (
+            f'<p class="warning" id="run-end">training stopped early{code}: '
+            f"{escape(str(end.get('reason', '')))}</p>"
+        )
+    return (
+        '<p class="warning" id="run-end">no end recorded: the run is still going, or its '
+        "process was killed</p>"
+    )
 
 
 def _config_html(log: RunLog) -> str:
@@ -269,8 +316,9 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
     if log.bad_lines:
         meta.append(f'<span class="warning">{log.bad_lines} unreadable log lines skipped</span>')
 
+    step_means = dict(log.series.get("reward/mean", ()))
     steps = "".join(
-        _group_html(f"step {step}", f"step-{step}", trajs)
+        _group_html(f"step {step}", f"step-{step}", trajs, step_means.get(float(step)))
         for step, trajs in sorted(log.trajectories.items())
     )
     evals = "".join(
@@ -285,6 +333,7 @@ def render_page(log: RunLog, png_names: Sequence[str] = ()) -> str:
 <body>
 <h1>searchr1 report</h1>
 <p class="meta">{" · ".join(meta)}</p>
+{_ending_html(log)}
 <h2 id="health">Health</h2>
 {health_html(log)}
 {_spend_html(log)}

@@ -21,6 +21,8 @@ _META_KEYS = frozenset({"event", "step", "timestamp", "level", "run_id", "logger
 #: events that start with "eval" but are not results
 _NOT_EVAL_RESULTS = frozenset({"eval_start"})
 _STEP_FILE_RE = re.compile(r"step_(\d+)\.jsonl$")
+#: the events that say how a process of the run began or ended (the last one read wins)
+_ENDINGS = frozenset({"run_start", "train_stopped", "stopped", "train_done"})
 
 
 def is_number(value: Any) -> bool:
@@ -50,6 +52,14 @@ class RunLog:
     ratio_basis: str = ""
     #: the newest checkpoint's ``config.toml`` (secrets already redacted when it was saved)
     config_text: str = ""
+    #: how the newest process of the run ended: its last ``run_start``, ``train_stopped``,
+    #: ``stopped`` or ``train_done`` event (a ``run_start`` last: still running, or killed)
+    ending: dict[str, Any] = field(default_factory=dict)
+    #: ``judge_failures`` events (every batch of judge calls with failures, the steps the
+    #: guard did not train included)
+    judge_failures: list[dict[str, Any]] = field(default_factory=list)
+    #: the last ``train_done`` event (its run totals count every process of the run)
+    done: dict[str, Any] = field(default_factory=dict)
 
     @property
     def last_step(self) -> int | None:
@@ -93,9 +103,15 @@ def load_run(run_dir: Path) -> RunLog:
 
 def _add_event(log: RunLog, event: dict[str, Any]) -> None:
     name = str(event.get("event", ""))
+    if name in _ENDINGS:
+        log.ending = event
     if name == "run_start":
         log.start = event
         log.run_id = str(event.get("run_id") or log.run_id)
+    elif name == "train_done":
+        log.done = event
+    elif name == "judge_failures":
+        log.judge_failures.append(event)
     elif name == "metrics" and is_number(event.get("step")):
         step = float(event["step"])
         for key, value in event.items():

@@ -134,6 +134,34 @@ def test_the_step_line_shows_the_models_em_never_the_ceiling(tmp_path: Path) -> 
     assert any(line.startswith("held-out EM after: 33.4%") for line in lines)
 
 
+def test_an_em_scored_on_failing_search_is_marked_on_its_line_and_the_step_lines(
+    tmp_path: Path,
+) -> None:
+    stream = Tty()
+    run_log = setup_logging(
+        "r", tmp_path / "events.jsonl", screen=tty_screen(stream), stream=stream, total_steps=2
+    )
+    log = get_logger()
+    log.info(
+        "eval/heldout_em",
+        when="before",
+        step=0,
+        em=0.003,
+        search_success_rate=0.0,
+        trustworthy=False,
+    )
+    log_metrics(1, {**STEP, "time/step": 12.0})
+    log.info("eval/heldout_em", when="step_1", step=1, em=0.25, trustworthy=True)
+    log_metrics(2, {**STEP, "time/step": 12.0})
+    run_log.close_console()
+    lines = [line for line in _plain(stream.getvalue()).splitlines() if line.strip()]
+    (before,) = [line for line in lines if line.startswith("held-out EM before")]
+    assert "UNTRUSTED: search success 0%" in before
+    first, second = [line for line in lines if line.startswith("step ")]
+    assert "EM 0.3% (untrusted: search failed)" in first
+    assert "EM 25.0%" in second and "untrusted" not in second
+
+
 @pytest.mark.slow
 def test_a_train_run_with_a_ceiling_shows_the_models_em_on_its_step_lines(
     tmp_path: Path, monkeypatch, scripted_plugin

@@ -199,6 +199,74 @@ def test_health_section_opens_the_page(tmp_path: Path) -> None:
     assert "no health metrics in this run" in plain and "no health alerts" in plain
 
 
+def _append(run: Path, *events: dict) -> None:
+    with (run / "events.jsonl").open("a") as fh:
+        fh.write("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_report_says_what_a_reader_would_misread(tmp_path: Path) -> None:
+    """Per-source EM next to the EM, the reward's mean smoothed over the curves it hides, the
+    ceiling and an untrusted eval explained, the dumped trajectories' mean told apart from
+    the step's, and a few cut turns as a note rather than a red alert."""
+    run = make_run(tmp_path / "run", with_health=True)
+    _append(
+        run,
+        {"event": "eval/heldout_em", "when": "ceiling", "step": 0, "em": 0.9, "trustworthy": True},
+        {
+            "event": "health_alert",
+            "step": 3,
+            "kind": "max_new_tokens",
+            "message": "step 3: 2 of 140 turns ended at model.max_new_tokens = 24",
+        },
+    )
+    text = (run / "events.jsonl").read_text()
+    text = text.replace('"when": "after"', '"when": "after", "trustworthy": false')
+    (run / "events.jsonl").write_text(text)
+    html = build_report(run, pngs=False).html.read_text()
+    evals = html[html.index('<table id="evals">') : html.index("</table>", html.index("evals"))]
+    heads = re.findall(r"<th>([^<]*)</th>", evals)
+    assert heads[heads.index("em") + 1] == "em/nq"  # not scrolled off past every other column
+    top = html[: html.index('<h2 id="curves">')]
+    red = top[top.index('id="health-alerts"') : top.index("</ul>", top.index("health-alerts"))]
+    assert "entropy_cliff" in red and "max_new_tokens" not in red
+    notes = top[top.index('id="health-notices"') :]
+    assert "2 of 140 turns" in notes[: notes.index("</ul>")]
+    assert "ceiling: what the eval set's ideal agent scores" in top
+    assert 'after <b>45.0%</b> <span class="warning">(untrusted: search failed)' in top
+    # the step's reward/mean (0.1 + 0.05 * 5) beside the mean of the 3 dumped trajectories
+    step5 = html[html.index('id="step-5"') :]
+    assert "their mean reward 0.333" in step5[:400]
+    assert "the step's reward/mean over all its trajectories: 0.350" in step5[:400]
+    reward = html[html.index('id="chart-reward"') :]
+    reward = reward[: reward.index("</figure>")]
+    assert "reward/mean, mean of the last 3 steps" in reward  # the legend of the bold line
+
+
+def test_report_of_a_stopped_run_says_so_first(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run")
+    _append(
+        run,
+        {"event": "judge_failures", "failed": 6, "calls": 6, "without_verdict": 8},
+        {"event": "judge_failures", "failed": 5, "calls": 5, "without_verdict": 7},
+        {
+            "event": "train_stopped",
+            "reason": "step 13: the reward judge gave no verdict",
+            "exit_code": 3,
+        },
+    )
+    html = build_report(run, pngs=False).html.read_text()
+    end = html[html.index('id="run-end"') : html.index('<h2 id="health">')]
+    assert "training stopped early (exit 3): step 13: the reward judge gave no verdict" in end
+    judge = html[html.index('id="judge-spend"') :]
+    assert "failed calls 11, answers scored by the fallback 15" in judge[: judge.index("</p>")]
+    _append(run, {"event": "run_start", "command": "train"})  # resumed, and still going
+    html = build_report(run, pngs=False).html.read_text()
+    assert "no end recorded: the run is still going" in html
+    _append(run, {"event": "train_done", "steps": 20, "stopped_early": False})
+    html = build_report(run, pngs=False).html.read_text()
+    assert '<p id="run-end">finished: 20 steps</p>' in html
+
+
 def test_missing_metric_says_so_instead_of_drawing(tmp_path: Path) -> None:
     html = build_report(make_run(tmp_path / "run", with_tokens=False), pngs=False).html.read_text()
     assert '<figure class="chart empty" id="chart-tokens">' in html
