@@ -44,7 +44,7 @@ Every other stop of the RL steps (a health alert, the search guard, a remote ser
 judge failing, a refused write, a lost torchrun rank) keeps the same promise: the newest
 trained step is checkpointed first when no checkpoint holds it (:func:`_keep`), and the
 error's message ends with what the folder keeps and the command that continues
-(:func:`_kept`); a stop before step 1 says that nothing was trained and gives the plain rerun.
+(:func:`kept`); a stop before step 1 says that nothing was trained and gives the plain rerun.
 
 Under torchrun every rank runs this loop on its share of each step
 (:mod:`searchr1.core.distributed`); rank 0 alone runs the held-out evals, records and saves,
@@ -582,7 +582,7 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
     progress.saved = trained.step
 
 
-def _kept(run: Run) -> tuple[str, str]:
+def kept(run: Run) -> tuple[str, str]:
     """What the run folder keeps (its newest complete checkpoint) and the command that goes
     on from there: the two lines every stop of ``train`` ends its message with."""
     from searchr1.core.checkpoint import latest_checkpoint
@@ -602,11 +602,11 @@ def _kept(run: Run) -> tuple[str, str]:
 
 
 def _say_kept(run: Run, exc: SearchR1Error) -> None:
-    """End ``exc``'s message (same class, same exit code) with the lines of :func:`_kept`;
+    """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept`;
     a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
     if run.run_dir is not None and not isinstance(exc, HealthStop):
-        kept, then = _kept(run)
-        exc.args = (f"{exc}\nkept: {kept}\n{then}",)
+        said, then = kept(run)
+        exc.args = (f"{exc}\nkept: {said}\n{then}",)
 
 
 def _outcome(run: Run, stop: Interrupted) -> Interrupted:
@@ -624,7 +624,7 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    return stop.outcome(*_kept(run))
+    return stop.outcome(*kept(run))
 
 
 def pin_kl_reference(run: Run, loss: LossFn) -> None:
