@@ -291,7 +291,7 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "search_key_benched",
         "a key answers 429/401/403 or keeps failing",
-        "its index (never the key), why and for how long; once a bench, however many calls met it",
+        'its index (never the key), why, `benched_for_s` (or `benched_for = "the run"`); once a bench, however many calls met it',
     ),
     ("search_key_unbenched", "a benched key's time is up", "its index"),
     ("search_key_healthy", "a probed key works again", "its index"),
@@ -299,7 +299,7 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "judge_key_benched",
         "a judge key answers 429/401/403",
-        "its index (never the key), why and for how long; once a bench, however many calls met it",
+        'its index (never the key), why, `benched_for_s` (or `benched_for = "the run"`); once a bench, however many calls met it',
     ),
     ("judge_key_unbenched", "a benched judge key's time is up", "its index"),
     ("judge_key_healthy", "a probed judge key works again", "its index"),

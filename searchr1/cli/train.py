@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
-from searchr1.core.checkpoint import latest_checkpoint
 from searchr1.core.disk import resume_command
 from searchr1.core.distributed import RankLost, World
 from searchr1.core.errors import EnvironmentDown, HealthStop, Interrupted, RemoteError
@@ -41,7 +40,7 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
     from searchr1.cli.args import open_run_from_args
     from searchr1.core.logs import get_logger
     from searchr1.core.plugins import load_registry
-    from searchr1.core.train import train
+    from searchr1.core.train import kept, train
 
     registry = getattr(args, "registry", None) or load_registry()
     run = open_run_from_args(args, "train", registry=registry, world=world, stop=stop)
@@ -80,15 +79,8 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
         except RankLost as exc:  # say where the run can continue from (unless the loop did)
             if "\nkept: " in str(exc):
                 raise
-            last = latest_checkpoint(run.folder)
-            if last is None:
-                raise RankLost(
-                    f"{exc}\nno complete checkpoint yet in {run.folder}: start the run again"
-                ) from None
-            raise RankLost(
-                f"{exc}\nlast complete checkpoint: {last.path} (step {last.step}); continue with "
-                f"`{resume_command(run.folder, run.config.source)}` (any number of processes)"
-            ) from None
+            said, then = kept(run)
+            raise RankLost(f"{exc}\nkept: {said}\n{then} (any number of processes)") from None
         return 0
 
 

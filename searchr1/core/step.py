@@ -342,7 +342,7 @@ def save(
         run.stop.kept = kept_note(run, step, path)
 
 
-def kept(run: Run, step: int | None, path: Path | None) -> tuple[str, str]:
+def kept_lines(run: Run, step: int | None, path: Path | None) -> tuple[str, str]:
     """What the run folder keeps (checkpoint ``step`` at ``path``, or nothing) and the command
     that goes on from there: the two lines every stop of ``train`` ends with."""
     from searchr1.core.disk import resume_command
@@ -360,8 +360,8 @@ def kept(run: Run, step: int | None, path: Path | None) -> tuple[str, str]:
 
 
 def kept_note(run: Run, step: int | None, path: Path | None) -> str:
-    """:func:`kept` on one line: what a stop at once (a second Ctrl-C) says."""
-    return "; ".join(kept(run, step, path))
+    """:func:`kept_lines` on one line: what a stop at once (a second Ctrl-C) says."""
+    return "; ".join(kept_lines(run, step, path))
 
 
 def step_metrics(

@@ -40,7 +40,7 @@ from searchr1.core.step import (
     adam_params,
     aggregation_of,
     collect,
-    kept,
+    kept_lines,
     learn,
     record,
     save,
@@ -111,7 +111,7 @@ class _Progress:
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
     if run.run_dir is not None:  # what a second Ctrl-C keeps, until the next save
-        stop.kept = "; ".join(_kept(run))
+        stop.kept = "; ".join(kept(run))
     progress = _Progress(saved=plan.start)
     try:
         if plan.fresh:
@@ -548,19 +548,21 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
     progress.saved = trained.step
 
 
-def _kept(run: Run) -> tuple[str, str]:
-    """:func:`~searchr1.core.step.kept` of the run folder's newest complete checkpoint."""
+def kept(run: Run) -> tuple[str, str]:
+    """:func:`~searchr1.core.step.kept_lines` of the run folder's newest complete checkpoint:
+    what every stop of ``train`` ends its message with."""
+    from searchr1.core.checkpoint import latest_checkpoint
 
     last = latest_checkpoint(run.folder)
-    return kept(run, last.step if last else None, last.path if last else None)
+    return kept_lines(run, last.step if last else None, last.path if last else None)
 
 
 def _say_kept(run: Run, exc: SearchR1Error) -> None:
-    """End ``exc``'s message (same class, same exit code) with the lines of :func:`_kept`;
+    """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept`;
     a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
     if run.run_dir is not None and not isinstance(exc, HealthStop):
-        kept, then = _kept(run)
-        exc.args = (f"{exc}\nkept: {kept}\n{then}",)
+        said, then = kept(run)
+        exc.args = (f"{exc}\nkept: {said}\n{then}",)
 
 
 def _outcome(run: Run, stop: Interrupted) -> Interrupted:
@@ -577,7 +579,7 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    return stop.outcome(*_kept(run))
+    return stop.outcome(*kept(run))
 
 
 def pin_kl_reference(run: Run, loss: LossFn) -> None:

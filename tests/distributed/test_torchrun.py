@@ -159,7 +159,7 @@ def test_a_killed_rank_ends_the_job_with_a_clear_error_and_whole_checkpoints(
             job.kill()
     assert job.returncode != 0
     assert "another process of this torchrun job (world size 2) stopped" in out, out[-4000:]
-    assert "last complete checkpoint:" in out and "searchr1 train --resume" in out
+    assert "kept: checkpoint step" in out and "searchr1 train --resume" in out
     folder = run_dir / "checkpoints"
     assert all(p.name.startswith("step_") for p in folder.iterdir())  # no half-written one
     for checkpoint in list_checkpoints(run_dir):

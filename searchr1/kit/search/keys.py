@@ -166,7 +166,11 @@ class KeyPool:
             key_index=index,
             keys_total=len(self._keys),
             reason=reason,
-            benched_for_s=None if math.isinf(seconds) else round(seconds, 3),
+            **(
+                {"benched_for": "the run"}
+                if math.isinf(seconds)
+                else {"benched_for_s": round(seconds, 3)}
+            ),
             keys_available=self.available_count(),
         )
         if self.available_count() == 0 and not self._down_logged:
