@@ -33,6 +33,13 @@ other groups pull the shared weights. It is summed like the policy term, so the 
 step reports ``kl/mean`` and ``kl/max``). Only trainers that declare
 ``kl_reference`` take it (a remote service is refused before any rollout).
 
+Aggregation (``[train] loss_agg_mode``): each position's term, the KL term's included, is
+multiplied by its datum's weight (:attr:`LossInputs.weights_T`, set by the core from the
+mode: :func:`~searchr1.core.advantages.aggregation_weight`; 1 by default) before the sum
+(:func:`total`). GSPO (``[train.loss] importance_sampling_level = "sequence"``): every policy
+loss takes its ratio from :func:`importance_ratio`, one value per datum
+(:attr:`LossInputs.sequence_T`); local learners only (a remote provider refuses it).
+
 The other metrics are sums over trained positions (advantage != 0), so a provider can add
 them across micro-batches and divide by ``tokens`` once.
 """
