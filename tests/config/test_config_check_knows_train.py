@@ -91,3 +91,74 @@ def test_a_kl_term_the_provider_cannot_score_is_named_before_train_logs_in(
     rule = warning.removeprefix("searchr1: warning: ").removesuffix(" (train would stop here)")
     assert f"searchr1: error: {rule}" in trained.err.splitlines(), trained.err
     assert "127.0.0.1:9" not in trained.err  # no login was tried
+
+
+@pytest.mark.parametrize(
+    ("train", "line", "words"),
+    [
+        (
+            {"loss_agg_mode": "token_mean"},
+            "loss_agg_mode",
+            "train.loss_agg_mode = 'token_mean' is not one of 'seq-mean-token-sum', "
+            "'token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm'",
+        ),
+        (
+            {"advantage_estimator": "reinforce"},
+            "advantage_estimator",
+            "train.advantage_estimator = 'reinforce' is not one of 'grpo', 'rloo'",
+        ),
+        (
+            {"advantage_estimator": "rloo", "scale_rewards": "group"},
+            "scale_rewards",
+            "train.scale_rewards divides grpo's advantages by a reward std, but "
+            "train.advantage_estimator = 'rloo' has its own scale",
+        ),
+        (
+            {"loss": {"importance_sampling_level": "seq"}},
+            "importance_sampling_level",
+            "train.loss.importance_sampling_level = 'seq' is not one of 'token', 'sequence'",
+        ),
+    ],
+    ids=["loss_agg_mode", "estimator", "scale_rewards_rloo", "importance_sampling_level"],
+)
+def test_a_bad_estimator_or_aggregation_setting_is_named_with_its_line(
+    tmp_path: Path, monkeypatch, config_file, run_cli, train, line, words
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = config_file(make_config(train=train))
+    checked = run_cli("config", "check", "--config", config)
+    assert checked.code == 2, checked.out + checked.err
+    (problem,) = [p for p in checked.err.splitlines() if words in p]
+    assert problem.startswith(f"searchr1: error: {config}:{_line(config, line)}: "), problem
+
+
+def test_a_sequence_ratio_the_remote_service_cannot_compute_is_named_before_train_logs_in(
+    tmp_path: Path, monkeypatch, config_file, run_cli
+) -> None:
+    """GSPO's ratio (``[train.loss] importance_sampling_level = "sequence"``) with a service
+    that computes the loss itself: config check warns naming the setting and its line, train
+    refuses with the same words before any login. (The aggregation and the estimators work
+    there: advantages are the core's, a datum's weight travels in its advantages.)"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-test-0123456789")
+    model = {"provider": "taotoken", "api_base": "http://127.0.0.1:9/api"}
+    model |= {"api_key": "${TAOTOKEN_API_KEY}"}
+    train = {"loss_fn": "ppo", "loss_agg_mode": "token-mean", "advantage_estimator": "rloo"}
+    train["loss"] = {"importance_sampling_level": "sequence"}
+    config = config_file(make_config(model=model, train=train))
+    checked = run_cli("config", "check", "--config", config)
+    assert checked.code == 0, checked.err
+    (warning,) = [w for w in checked.err.splitlines() if "importance_sampling_level" in w]
+    where = f"{config}:{_line(config, 'importance_sampling_level')}"
+    assert warning.startswith(
+        f"searchr1: warning: {where}: train.loss_fn = 'ppo' is built with "
+        f"importance_sampling_level = \"sequence\", which model.provider = 'taotoken' does "
+        f"not honour"
+    ), warning
+    assert 'set importance_sampling_level = "token"' in warning
+    assert not [w for w in checked.err.splitlines() if "loss_agg_mode" in w]
+    trained = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert trained.code == 2, trained.out + trained.err
+    rule = warning.removeprefix("searchr1: warning: ").removesuffix(" (train would stop here)")
+    assert f"searchr1: error: {rule}" in trained.err.splitlines(), trained.err
+    assert "127.0.0.1:9" not in trained.err

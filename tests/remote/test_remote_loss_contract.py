@@ -90,3 +90,17 @@ def test_supported_loss_builds_and_its_settings_reach_the_provider(fake, tmp_pat
         }
     finally:
         asyncio.run(run.aclose())
+
+
+def test_a_datum_aggregation_weight_travels_in_its_advantages() -> None:
+    """``[train] loss_agg_mode`` reaches a service that computes the loss itself: the
+    policy losses are linear (ppo: positively homogeneous) in the advantage, so the datum's
+    weight multiplies its advantages like ``loss_scale`` does (the real SDK's ``Datum``)."""
+    import tinker
+
+    from searchr1.core.types import Datum
+    from searchr1.plugins.remote_model.conversions import sdk_datum
+
+    datum = Datum((1, 2, 3), (2, 3, 4), (0.0, -1.0, -2.0), (0.0, 1.0, -2.0), weight=0.25)
+    sent = sdk_datum(tinker, datum, 0.5).loss_fn_inputs["advantages"].to_numpy()
+    assert sent.tolist() == [0.0, 0.125, -0.25]

@@ -580,3 +580,30 @@ def test_aggregation_weights_and_masking_of_a_small_batch() -> None:
     assert cut and not {d.trajectory_id for d in datums} & set(cut)
     kept = sum(n for n, c in zip(lengths, case.truncated.tolist(), strict=True) if not c)
     assert [d.weight for d in datums] == pytest.approx([4 / kept] * len(datums))
+
+
+@pytest.mark.slow
+def test_the_tiny_model_trains_two_steps_with_the_non_default_settings(
+    tmp_path, monkeypatch, config_file, run_cli
+) -> None:
+    """The whole loop with a batch estimator, token-mean, GSPO's ratio, masking and a KL
+    term: two steps train (finite loss, trained tokens), on a real tiny model."""
+    from cli_run import make_config, read_events
+    from train_configs import TINY_TRAIN
+
+    monkeypatch.chdir(tmp_path)
+    train = {
+        "max_steps": 2,
+        "loss_fn": "ppo",
+        "advantage_estimator": "reinforce_plus_plus_baseline",
+        "loss_agg_mode": "token-mean",
+        "mask_truncated_completions": True,
+        "loss": {"importance_sampling_level": "sequence", "kl_coef": 0.01},
+    }
+    config = config_file(make_config(TINY_TRAIN, train=train))
+    result = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
+    assert result.code == 0, result.out + result.err
+    steps = read_events(tmp_path / "run", "metrics")
+    assert [e["step"] for e in steps] == [1, 2]
+    for e in steps:
+        assert math.isfinite(e["loss"]) and e["tokens/trained"] > 0
