@@ -1,10 +1,12 @@
 """The core modules plugins imported before :mod:`searchr1.sdk`: they keep working for a
 plugin, which gets one :class:`OldPluginImportWarning` per old module it imports, naming the new
-import. Code inside the ``searchr1`` package imports them without a warning."""
+import. The ``searchr1`` package and this checkout's bench/, scripts/ and tests/ import them
+without a warning."""
 
 from __future__ import annotations
 
 import dis
+import os
 import sys
 import threading
 import warnings
@@ -35,6 +37,10 @@ _offered: set[str] = set()
 #: names the SDK offers under another name: (old module, old name) -> the SDK's name
 _RENAMED = {("searchr1.core.assets", "resolve"): "resolve_asset"}
 _lock = threading.Lock()
+#: this checkout's own tools, which read the core as the package does (not plugins): bench/,
+#: scripts/ and tests/ beside the package folder (absent from an installed wheel)
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_FIRST_PARTY = tuple(os.path.join(_CHECKOUT, d) + os.sep for d in ("bench", "scripts", "tests"))
 
 
 class _PluginFacingModule(ModuleType):
@@ -45,6 +51,8 @@ class _PluginFacingModule(ModuleType):
         frame = sys._getframe(1)
         importer = frame.f_globals.get("__name__") or ""
         if importer == "searchr1" or importer.startswith("searchr1."):
+            return value
+        if frame.f_code.co_filename.startswith(_FIRST_PARTY):
             return value
         if frame.f_code.co_code[frame.f_lasti] in _IMPORT_OPS:
             _warn(super().__getattribute__("__name__"), name, importer)

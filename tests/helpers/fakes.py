@@ -19,17 +19,16 @@ from typing import Any
 
 from trainer_calls import answered
 
-from searchr1.sdk import (
+from searchr1.core.hookspecs import Register, hookimpl
+from searchr1.core.types import (
     ForwardBackwardResult,
     Model,
     ModelFactory,
-    Register,
     SampledSequence,
     SamplingParams,
     SearchResponse,
     SearchResult,
     TrainerCapabilities,
-    hookimpl,
     kl_coef,
 )
 

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from searchr1.sdk import AdamParams, Datum, ForwardBackwardResult, LossFn
+from searchr1.core.types import AdamParams, Datum, ForwardBackwardResult, LossFn
 
 T = TypeVar("T")
 
