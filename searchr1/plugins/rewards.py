@@ -19,19 +19,31 @@ LLM judge's score (:mod:`searchr1.kit.judge`; also components ``judge`` and, whe
 gave a verdict, ``judge_vs_em``: 1.0 when it agrees with exact match). Optional settings:
 ``[reward.<name>] format_penalty = -0.1``, ``correct_reward = 1.0``; ``[reward.judge]`` adds
 the judge's.
+
+The search-behaviour terms ``retrieval_credit``, ``search_cost`` and
+``answer_length_penalty`` (:mod:`searchr1.plugins.search_rewards`) are registered here too,
+meant for ``[reward] terms``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from searchr1.core.answers import exact_match, f1_score
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.hookspecs import Register, hookimpl
-from searchr1.core.types import RewardFactory, RewardResult, Trajectory
+from searchr1.core.types import RewardFactory, RewardFn, RewardResult, Trajectory
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
+from searchr1.plugins.search_rewards import (
+    AnswerLengthPenalty,
+    AnswerLengthSettings,
+    RetrievalCredit,
+    RetrievalCreditSettings,
+    SearchCost,
+    SearchCostSettings,
+)
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
@@ -184,3 +196,18 @@ def register_rewards(register: Register[RewardFactory]) -> None:
         settings=JudgeRewardSettings,
         secret_variables={"api_key": "TAOTOKEN_API_KEY"},
     )
+    for name, reward, table in (
+        ("retrieval_credit", RetrievalCredit, RetrievalCreditSettings),
+        ("search_cost", SearchCost, SearchCostSettings),
+        ("answer_length_penalty", AnswerLengthPenalty, AnswerLengthSettings),
+    ):
+        register(name, _term(name, reward, table), settings=table)
+
+
+def _term(name: str, reward: Callable[[Any], RewardFn], table: type) -> RewardFactory:
+    """The factory of a search-behaviour term: its ``[reward.<name>]`` settings, checked."""
+
+    def create(config: Config) -> RewardFn:
+        return reward(plugin_settings(config, "reward", name, table))
+
+    return create
