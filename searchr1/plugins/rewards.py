@@ -7,13 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
+from searchr1.plugins.search_rewards import (
+    AnswerLengthPenalty,
+    AnswerLengthSettings,
+    RetrievalCredit,
+    RetrievalCreditSettings,
+    SearchCost,
+    SearchCostSettings,
+)
 from searchr1.sdk import (
     Question,
     Register,
     RewardFactory,
+    RewardFn,
     RewardResult,
     Trajectory,
     exact_match,
@@ -182,3 +191,18 @@ def register_rewards(register: Register[RewardFactory]) -> None:
         settings=JudgeRewardSettings,
         secret_variables={"api_key": "TAOTOKEN_API_KEY"},
     )
+    for name, reward, table in (
+        ("retrieval_credit", RetrievalCredit, RetrievalCreditSettings),
+        ("search_cost", SearchCost, SearchCostSettings),
+        ("answer_length_penalty", AnswerLengthPenalty, AnswerLengthSettings),
+    ):
+        register(name, _term(name, reward, table), settings=table)
+
+
+def _term(name: str, reward: Callable[[Any], RewardFn], table: type) -> RewardFactory:
+    """The factory of a search-behaviour term: its ``[reward.<name>]`` settings, checked."""
+
+    def create(config: Config) -> RewardFn:
+        return reward(plugin_settings(config, "reward", name, table))
+
+    return create
