@@ -34,11 +34,12 @@ metrics (:func:`searchr1.core.step.window_metrics`: staleness, idle fractions, o
 from the end of the previous step to the end of this step's learning.
 
 SIGINT/SIGTERM (``run.stop``, :mod:`searchr1.core.stop`) end the phase they arrive in: the
-model load, the held-out evals and the search guard's wait at once (nothing to keep), the
-cold start after its current step (its work is kept only whole, as checkpoint 0), an RL step
-once it is finished and checkpointed (a periodic eval due after it is cut short, a prefetched rollout in flight
-finished and discarded); the error then names the newest checkpoint and the command that
-continues (exit 130/143).
+model load, the held-out evals and the search guard's wait at once (the step it retries has
+nothing to keep; the step before it is kept), the cold start after its current step (its work
+is kept only whole, as checkpoint 0), an RL step once it is finished and checkpointed (a
+periodic eval due after it is cut short, a prefetched rollout in flight finished and
+discarded); the error then names the newest checkpoint and the command that continues (exit
+130/143).
 
 Every other stop of the RL steps (a health alert, the search guard, a remote service or the
 judge failing, a refused write, a lost torchrun rank) keeps the same promise: the newest
