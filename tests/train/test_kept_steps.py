@@ -5,10 +5,14 @@ for the run, a rejected judge key: at once, one warning a key), and a stop befor
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from cli_run import read_events
+from cli_run import make_config, read_events
 from fake_judge_server import KEYS as JUDGE_KEYS
 from fake_judge_server import FakeJudgeServer
 from search_fakes import Behaviour, start_fake_zhihu
@@ -165,3 +169,68 @@ def test_a_rejected_judge_key_stops_at_once_with_exit_2_and_resume_starts_fresh(
     (fresh,) = read_events(run, "resume_fresh_start")
     assert "stopped before any checkpoint" in fresh["detail"]
     assert [m["step"] for m in read_events(run, "metrics")] == [1, 2, 3, 4]
+
+
+def test_the_tiny_model_keeps_its_trained_step_when_the_judge_dies_and_resumes_it(
+    tmp_path: Path, config_file, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real weights: the tiny model trains on a judge's verdicts; once a step's metrics are
+    out the judge answers 503 to everything, the guard gives up (exit 3) and the step
+    trained last, though save_every is 5, is checkpointed, named, and resumed from with
+    the judge back."""
+    monkeypatch.setenv("JUDGE_KEYS", JUDGE_KEYS[0])
+    judge = {
+        "api_key": "${JUDGE_KEYS}", "model": "judge-model", "timeout_s": 5.0,
+        "max_retries": 0, "disk_cache": False,
+    }  # fmt: skip
+    train = {
+        "max_steps": 4, "save_every": 5, "eval_before_after": False,
+        "guard_max_waits": 1, "guard_backoff_seconds": 0.01,
+    }  # fmt: skip
+    run = tmp_path / "run"
+    with FakeJudgeServer() as server:
+        table = {**judge, "api_base": server.base_url}
+        config = config_file(
+            make_config(
+                {"rollout": {"questions_per_batch": 2, "group_size": 3}},
+                reward={"name": "judge", "judge": table},
+                train=train,
+            )
+        )
+        argv = ["train", "--config", str(config), "--run-dir", str(run)]
+        job = subprocess.Popen(
+            [sys.executable, "-m", "searchr1", *argv],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert job.stdout is not None
+        for line in job.stdout:  # JSON events: stdout is a pipe
+            if '"event": "metrics"' in line and json.loads(line).get("step") == 1:
+                server.down = True
+                break
+        out, err = job.communicate(timeout=600)  # a guard against a hang, not a speed check
+        said = out + err
+        assert job.returncode == 3, said[-3000:]
+        trained = [m["step"] for m in read_events(run, "metrics")]
+        assert trained and trained == list(range(1, trained[-1] + 1)) and trained[-1] < 4
+        last = trained[-1]
+        assert checkpoints(run) == [f"step_{last:06d}"]
+        assert "gave no verdict" in err
+        kept, command = kept_and_next(err)
+        assert f"checkpoint step {last} " in kept
+        server.down = False
+        job = subprocess.run(
+            [sys.executable, "-m", "searchr1", *command.split()[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=os.environ,
+            timeout=600,
+        )
+        assert job.returncode == 0, (job.stdout + job.stderr)[-3000:]
+    assert [m["step"] for m in read_events(run, "metrics")] == [1, 2, 3, 4]
+    (resumed,) = read_events(run, "resumed")
+    assert resumed["step"] == last
