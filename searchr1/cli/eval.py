@@ -42,66 +42,20 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
     checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
     labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
     (labelled by its name). Anything else is refused here, before any model is loaded."""
-    from searchr1.core.checkpoint import (
-        CheckpointError,
-        checkpoints_dir,
-        read_checkpoint,
-        scan_checkpoints,
-    )
-    from searchr1.core.evaluation import BEST
+    from searchr1.core.checkpoint import checkpoints_dir
 
     if spec == BASE:
         return BASE, None
     path = Path(spec)
     run_dir, colon, name = spec.rpartition(":")
     if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
-        if name != BEST:
-            is_run = checkpoints_dir(Path(run_dir)).is_dir()
-            raise UserError(
-                f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
-                + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
-                + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
-                "[train] keep_best)" + _run_checkpoints(Path(run_dir))
-            )
-        path = checkpoints_dir(Path(run_dir)) / BEST
-        if not (path / "trainer.json").is_file():
-            raise UserError(
-                f"--checkpoint {spec!r}: {path} holds no checkpoint: "
-                + (
-                    "the run kept no best checkpoint (train it with [train] keep_best = true "
-                    "and eval_every > 0)"
-                    if checkpoints_dir(Path(run_dir)).is_dir()
-                    else f"{run_dir} is not a run folder (no checkpoints/ in it)"
-                )
-            )
+        path = _named_checkpoint(spec, Path(run_dir), name)
     if not path.is_dir():
         raise UserError(f"--checkpoint {spec!r}: not a folder")
     if checkpoints_dir(path).is_dir():
-        good, damaged = scan_checkpoints(path, resumable=False)
-        if not good:
-            raise UserError(
-                f"--checkpoint {spec!r}: run folder without a usable checkpoint "
-                f"(nothing complete under {checkpoints_dir(path)})"
-                + "".join(f"; {why}" for _, why in damaged)
-            )
-        for folder, why in damaged:
-            if folder.name > good[-1].path.name:  # step_NNNNNN: names sort as steps
-                print(
-                    f"searchr1: warning: {why}; evaluating the newest usable checkpoint "
-                    f"{good[-1].path} instead",
-                    file=sys.stderr,
-                )
-        path = good[-1].path
+        path = _newest_usable(spec, path)
     if (path / "trainer.json").exists():
-        try:
-            checkpoint = read_checkpoint(path, resumable=False)
-        except CheckpointError as exc:
-            raise UserError(
-                f"--checkpoint {spec!r}: {exc}; the checkpoint cannot be evaluated"
-                + _run_checkpoints(path.parent.parent, usable_only=True)
-            ) from None
-        label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
-        return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
+        return _train_checkpoint(spec, path)
     if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
         from searchr1.core.artifacts import damage
 
@@ -115,6 +69,70 @@ def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
         f"holding checkpoints/, a model state folder (its model/ subfolder), or 'base'"
         + _nearby_runs(path)
     )
+
+
+def _named_checkpoint(spec: str, run_dir: Path, name: str) -> Path:
+    """The folder of ``RUN:<name>``: ``best`` only, and the run must have kept one."""
+    from searchr1.core.checkpoint import checkpoints_dir
+    from searchr1.core.evaluation import BEST
+
+    is_run = checkpoints_dir(run_dir).is_dir()
+    if name != BEST:
+        raise UserError(
+            f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
+            + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
+            + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
+            "[train] keep_best)" + _run_checkpoints(run_dir)
+        )
+    path = checkpoints_dir(run_dir) / BEST
+    if not (path / "trainer.json").is_file():
+        raise UserError(
+            f"--checkpoint {spec!r}: {path} holds no checkpoint: "
+            + (
+                "the run kept no best checkpoint (train it with [train] keep_best = true "
+                "and eval_every > 0)"
+                if is_run
+                else f"{run_dir} is not a run folder (no checkpoints/ in it)"
+            )
+        )
+    return path
+
+
+def _newest_usable(spec: str, run_dir: Path) -> Path:
+    """A run folder's newest usable checkpoint (a newer damaged one is warned about)."""
+    from searchr1.core.checkpoint import checkpoints_dir, scan_checkpoints
+
+    good, damaged = scan_checkpoints(run_dir, resumable=False)
+    if not good:
+        raise UserError(
+            f"--checkpoint {spec!r}: run folder without a usable checkpoint "
+            f"(nothing complete under {checkpoints_dir(run_dir)})"
+            + "".join(f"; {why}" for _, why in damaged)
+        )
+    for folder, why in damaged:
+        if folder.name > good[-1].path.name:  # step_NNNNNN: names sort as steps
+            print(
+                f"searchr1: warning: {why}; evaluating the newest usable checkpoint "
+                f"{good[-1].path} instead",
+                file=sys.stderr,
+            )
+    return good[-1].path
+
+
+def _train_checkpoint(spec: str, path: Path) -> tuple[str, str]:
+    """``(label, model folder)`` of a train checkpoint, read and checked."""
+    from searchr1.core.checkpoint import CheckpointError, read_checkpoint
+    from searchr1.core.evaluation import BEST
+
+    try:
+        checkpoint = read_checkpoint(path, resumable=False)
+    except CheckpointError as exc:
+        raise UserError(
+            f"--checkpoint {spec!r}: {exc}; the checkpoint cannot be evaluated"
+            + _run_checkpoints(path.parent.parent, usable_only=True)
+        ) from None
+    label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
+    return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
 
 
 #: files a model provider's ``save_state`` writes at the top of its folder (local:
@@ -303,25 +321,7 @@ async def _evaluate_all(
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
-                if run.model.trainer is None:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
-                        f"only samples: it has no trainer to load a checkpoint into; evaluate "
-                        f"'base' with it, or choose the provider that saved the checkpoint"
-                    )
-                try:
-                    await run.model.trainer.load_state(folder)
-                except NotImplementedError as exc:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
-                        f"cannot load checkpoints ({exc})"
-                    ) from exc
-                except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: the model state there cannot be loaded "
-                        f"({type(exc).__name__}: {exc}); was it saved by model provider "
-                        f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
-                    ) from None
+                await _load_checkpoint(run, folder)
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             evaluation = evaluate_run(
                 run,
@@ -351,6 +351,31 @@ async def _evaluate_all(
         if judge is not None:
             await close_reward(judge)
     return results
+
+
+async def _load_checkpoint(run: Run, folder: str) -> None:
+    """Load the model state in ``folder`` into the run's trainer; a provider that cannot, or
+    files it cannot read, is a UserError."""
+    model = run.config.model
+    if run.model.trainer is None:
+        raise UserError(
+            f"--checkpoint {folder!r}: model provider {model.provider!r} only samples: it has "
+            f"no trainer to load a checkpoint into; evaluate 'base' with it, or choose the "
+            f"provider that saved the checkpoint"
+        )
+    try:
+        await run.model.trainer.load_state(folder)
+    except NotImplementedError as exc:
+        raise UserError(
+            f"--checkpoint {folder!r}: model provider {model.provider!r} cannot load "
+            f"checkpoints ({exc})"
+        ) from exc
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise UserError(
+            f"--checkpoint {folder!r}: the model state there cannot be loaded "
+            f"({type(exc).__name__}: {exc}); was it saved by model provider "
+            f"{model.provider!r} from base_model {model.base_model!r}?"
+        ) from None
 
 
 def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
@@ -389,7 +414,6 @@ def _evaluate_in(
     run: Run, args: argparse.Namespace, targets: list[tuple[str, str | None]], labels: list[str]
 ) -> int:
     from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
 
     config = run.config
     data_path = args.data or config.data.eval
@@ -426,6 +450,15 @@ def _evaluate_in(
         "results": {r.label: r.metrics for r in ordered},
     }
     write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
+    _report(run, ordered)
+    return 0
+
+
+def _report(run: Run, ordered: list[Any]) -> None:
+    """Print each model's table (and their comparison) and where the records are; scores a
+    search outage spoilt are an EnvironmentDown (exit 3: ``eval && publish`` stops)."""
+    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
+
     say()
     for r in ordered:
         say(format_table(r))
@@ -445,7 +478,6 @@ def _evaluate_in(
             f"{run.config.search.min_success_rate:.0%}); they are written above, but fix the "
             f"search environment (the search_failed events say what failed) and evaluate again"
         )
-    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
