@@ -6,6 +6,7 @@ of a comprehension or match); a nested function's branches count for it, not its
 
     python scripts/long_functions.py                # functions over 60 lines
     python scripts/long_functions.py --cc 15        # functions of complexity 15 or more
+    python scripts/long_functions.py --package /elsewhere/searchr1   # another checkout's
 """
 
 from __future__ import annotations
@@ -53,27 +54,28 @@ def _complexity(function: FunctionNode) -> int:
     return count
 
 
-def functions(package: Path, root: Path = ROOT) -> list[Function]:
-    """Every function and method under ``package``, nested ones included, in file order."""
+def functions(package: Path, root: Path | None = None) -> list[Function]:
+    """Every function and method under ``package``, nested ones included, in file order;
+    paths relative to ``root`` (default: the folder holding ``package``)."""
+    root = root or package.parent
     found: list[Function] = []
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        relative = path.relative_to(root).as_posix()
-
-        def visit(node: ast.AST, prefix: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, FunctionNode):
-                    name = prefix + child.name
-                    lines = child.end_lineno - child.lineno + 1
-                    found.append(Function(relative, child.lineno, name, lines, _complexity(child)))
-                    visit(child, name + ".")
-                elif isinstance(child, ast.ClassDef):
-                    visit(child, prefix + child.name + ".")
-                else:
-                    visit(child, prefix)
-
-        visit(tree, "")
+        _visit(tree, "", path.relative_to(root).as_posix(), found)
     return found
+
+
+def _visit(node: ast.AST, prefix: str, path: str, found: list[Function]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, FunctionNode):
+            name = prefix + child.name
+            lines = child.end_lineno - child.lineno + 1
+            found.append(Function(path, child.lineno, name, lines, _complexity(child)))
+            _visit(child, name + ".", path, found)
+        elif isinstance(child, ast.ClassDef):
+            _visit(child, prefix + child.name + ".", path, found)
+        else:
+            _visit(child, prefix, path, found)
 
 
 def main() -> None:

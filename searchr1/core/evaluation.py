@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.answers import exact_match, f1_score
-from searchr1.core.checkpoint import checkpoints_dir
+from searchr1.core.checkpoint import BEST, checkpoints_dir
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
@@ -477,11 +477,6 @@ def balanced_subset(questions: Sequence[Question], n: int) -> list[Question]:
             if q is not None and len(picked) < n:
                 picked.append(q)
     return picked
-
-
-#: the folder under ``checkpoints/`` that ``train.keep_best`` keeps (``searchr1 eval
-#: --checkpoint RUN:best``); the step checkpoints' pruning never touches it
-BEST = "best"
 
 
 @dataclass

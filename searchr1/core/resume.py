@@ -10,11 +10,15 @@ same model may have moved: a host path, then a container's).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.checkpoint import Checkpoint, checkpoints_dir, resume_checkpoint
+from searchr1.core.checkpoint import (
+    Checkpoint,
+    checkpoints_dir,
+    resume_checkpoint,
+    saved_config,
+)
 from searchr1.core.errors import SearchR1Error, UserError
 from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
@@ -141,8 +145,8 @@ def _data_mismatch(
 def _saved_config(folder: Path) -> dict[str, Any]:
     """The config dump saved with the checkpoint (empty when unreadable: nothing to compare)."""
     try:
-        return tomllib.loads((folder / "config.toml").read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return saved_config(folder)
+    except (OSError, ValueError):  # ValueError: not UTF-8, or not TOML
         return {}
 
 
