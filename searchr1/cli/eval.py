@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg, open_run_from_args
-from searchr1.core.checkpoint import BASE, find_checkpoint, saved_config
+from searchr1.core.checkpoint import BASE, find_checkpoint, load_trainer_state, saved_config
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import EnvironmentDown, Interrupted, UserError
 from searchr1.core.logs import say
@@ -230,19 +230,20 @@ async def _load_checkpoint(run: Run, folder: str) -> None:
             f"no trainer to load a checkpoint into; evaluate 'base' with it, or choose the "
             f"provider that saved the checkpoint"
         )
-    try:
-        await run.model.trainer.load_state(folder)
-    except NotImplementedError as exc:
-        raise UserError(
-            f"--checkpoint {folder!r}: model provider {model.provider!r} cannot load "
-            f"checkpoints ({exc})"
-        ) from exc
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise UserError(
+
+    def cannot(exc: Exception) -> str:
+        if isinstance(exc, NotImplementedError):
+            return (
+                f"--checkpoint {folder!r}: model provider {model.provider!r} cannot load "
+                f"checkpoints ({exc})"
+            )
+        return (
             f"--checkpoint {folder!r}: the model state there cannot be loaded "
             f"({type(exc).__name__}: {exc}); was it saved by model provider "
             f"{model.provider!r} from base_model {model.base_model!r}?"
-        ) from None
+        )
+
+    await load_trainer_state(run.model.trainer, folder, cannot)
 
 
 def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:

@@ -2,9 +2,9 @@
 state), ``rng.pt`` (torch RNG), ``config.toml`` (redacted), and last ``trainer.json`` (step,
 data cursor, Python RNG, and ``files``: the size of every other file). Written to a hidden
 folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
-never leaves a broken ``step_*``. One place finds a checkpoint too: :func:`find_checkpoint`
-from an ``eval --checkpoint`` spec, :func:`resume_checkpoint` for ``--resume``, and
-:func:`saved_config` reads the config saved beside it (both commands compare against it).
+never leaves a broken ``step_*``. One place finds and loads a checkpoint too: :func:`find_checkpoint`
+from an ``eval --checkpoint`` spec, :func:`resume_checkpoint` for ``--resume``; both read
+the config saved beside it (:func:`saved_config`) and load it (:func:`load_trainer_state`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import random
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +35,7 @@ from searchr1.core.disk import (
     used_bytes,
     warn_if_low_space,
 )
-from searchr1.core.errors import UserError
+from searchr1.core.errors import SearchR1Error, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import cursor_problem
 from searchr1.core.types import Trainer
@@ -334,6 +334,21 @@ def saved_config(folder: Path) -> dict[str, Any]:
     import tomllib
 
     return tomllib.loads((folder / "config.toml").read_text("utf-8"))
+
+
+async def load_trainer_state(
+    trainer: Trainer, model_dir: Path | str, cannot: Callable[[Exception], str]
+) -> None:
+    """Load the model state in ``model_dir`` into ``trainer`` (resume, eval). Files it cannot
+    read, or a provider that cannot load states (NotImplementedError), are the UserError
+    ``cannot(exc)`` words; an error of ours passes unchanged (it names what failed, e.g. a
+    server the loaded weights go to)."""
+    try:
+        await trainer.load_state(str(model_dir))
+    except SearchR1Error:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise UserError(cannot(exc)) from None
 
 
 def find_checkpoint(spec: str) -> tuple[str, str | None]:

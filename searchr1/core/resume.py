@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.checkpoint import (
     Checkpoint,
     checkpoints_dir,
+    load_trainer_state,
     resume_checkpoint,
     saved_config,
 )
-from searchr1.core.errors import SearchR1Error, UserError
+from searchr1.core.errors import UserError
 from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
 
@@ -152,11 +153,8 @@ def _saved_config(folder: Path) -> dict[str, Any]:
 
 async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     """Load the trainer's saved state; a missing or unreadable file is a UserError."""
-    try:
-        await run.trainer.load_state(str(checkpoint.model_dir))
-    except SearchR1Error:
-        raise  # it says what failed (e.g. a server the loaded weights go to), not the files
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+
+    def cannot(exc: Exception) -> str:
         saved = _saved_config(checkpoint.path).get("model")
         then = saved.get("provider") if isinstance(saved, dict) else None
         now = run.config.model.provider
@@ -170,7 +168,9 @@ async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
                 f"move {checkpoint.path} aside to resume from the checkpoint before it, or "
                 f"start a new run"
             )
-        raise UserError(
+        return (
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "
             f"({type(exc).__name__}: {exc}); {fix}"
-        ) from None
+        )
+
+    await load_trainer_state(run.trainer, checkpoint.model_dir, cannot)
