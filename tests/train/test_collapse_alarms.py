@@ -109,23 +109,24 @@ def test_train_with_a_huge_learning_rate_raises_the_displacement_alarm(
     tmp_path: Path, config_file, run_cli
 ) -> None:
     """A real provoked collapse: the demo's (warm-started) tiny model at lr 0.5 pushes the
-    responses it rewards from about -0.07 nats a token to about -10 in one step."""
+    responses it rewards from about -0.07 nats a token to about -10 in one step; with
+    ``on_alert = "stop"`` the run keeps that step's checkpoint and ends with exit code 5."""
     text = make_config(
         {"rollout": {"questions_per_batch": 2, "group_size": 4}, "optimizer": {"lr": 0.5}},
-        train={"max_steps": 2},
+        train={"max_steps": 3, "health": {"on_alert": "stop"}},
     )
     run = tmp_path / "run"
     result = run_cli("train", "--config", config_file(text), "--run-dir", run)
-    assert result.code == 0, result.out + result.err
-    steps = read_events(run, "metrics")
-    measured = [m for m in steps if "displacement/delta" in m]
-    assert measured, "no step trained a positive response"
-    assert measured[0]["displacement/delta"] < 0
-    assert measured[0]["displacement/fell_group_frac"] > 0.5
-    alerts = [a for a in read_events(run, "health_alert") if a["kind"] == "likelihood_displacement"]
-    assert len(alerts) == 1
-    message = alerts[0]["message"]
+    assert result.code == 5, result.out + result.err
+    assert "health alert likelihood_displacement at step 1" in result.err
+    (step,) = read_events(run, "metrics")
+    assert step["displacement/delta"] < -1 and step["displacement/fell_group_frac"] > 0.5
+    assert step["displacement/logprob_after"] < step["displacement/logprob_before"]
+    (alert,) = read_events(run, "health_alert")[:1]
+    assert alert["kind"] == "likelihood_displacement"
+    message = alert["message"]
     assert "llds_coef" in message and "[optimizer] lr" in message and "kl_coef" in message
+    assert (run / "checkpoints" / "step_000001" / "trainer.json").is_file()
 
 
 def test_a_healthy_step_raises_the_positive_responses_and_no_alarm(
