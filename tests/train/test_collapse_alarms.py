@@ -23,7 +23,7 @@ from searchr1.core.step_metrics import displacement_metrics, llds_metrics
 from searchr1.core.types import AdamParams, Datum, RewardResult, Trajectory, Turn
 from searchr1.plugins.local_model.llds import action_segments, llds_penalty, response_segments
 from searchr1.plugins.local_model.provider import LocalModelProvider, LocalSettings
-from searchr1.plugins.losses import NamedLoss, importance_sampling
+from searchr1.plugins.losses import NamedLoss, cross_entropy, importance_sampling
 
 IS = NamedLoss("importance_sampling", importance_sampling)
 
@@ -207,6 +207,11 @@ def test_llds_is_added_to_the_learners_loss_and_logged(model_dir: Path) -> None:
     # every token of a response with advantage >= 0 here fell (sampler -0.01 above the
     # learner's); negative-advantage responses are never regularized
     assert m["llds_tokens"] == sum(sum(d.sampled) for d in datums if max(d.advantages) > 0)
+    # the cold start's supervised loss is left alone (its sampler log-probs are 0)
+    p.learner.llds_coef = 0.5
+    sft = forward_backward(p, datums, NamedLoss("cross_entropy", cross_entropy), 1.0)
+    p.learner.optimizer.zero_grad(set_to_none=True)
+    assert "llds_sum" not in sft.metrics
 
 
 # ------------------------------------------------------------------ scripted collapses

@@ -336,7 +336,9 @@ class Learner:
         )
         output = loss_fn(logprobs_T, inputs)
         loss, metrics = output.loss, dict(output.metrics)
-        if self.llds_coef > 0:
+        # The supervised cold start has no sampling policy to preserve (its datums carry
+        # sampler log-probs of 0): LLDS regularizes policy losses only.
+        if self.llds_coef > 0 and getattr(loss_fn, "name", "") != "cross_entropy":
             units = action_segments if self.llds_gate == "action" else response_segments
             term, llds_metrics = llds_penalty(
                 logprobs_T,
