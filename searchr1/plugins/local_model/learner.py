@@ -337,8 +337,9 @@ class Learner:
         output = loss_fn(logprobs_T, inputs)
         loss, metrics = output.loss, dict(output.metrics)
         # The supervised cold start has no sampling policy to preserve (its datums carry
-        # sampler log-probs of 0): LLDS regularizes policy losses only.
-        if self.llds_coef > 0 and getattr(loss_fn, "name", "") != "cross_entropy":
+        # sampler log-probs of 0) and logs no displacement: both are the policy losses'.
+        policy = getattr(loss_fn, "name", "") != "cross_entropy"
+        if self.llds_coef > 0 and policy:
             units = action_segments if self.llds_gate == "action" else response_segments
             term, llds_metrics = llds_penalty(
                 logprobs_T,
@@ -350,7 +351,7 @@ class Learner:
             loss = loss + term
             metrics.update(llds_metrics)
         (loss * loss_scale).backward()
-        if self.displacement:
+        if self.displacement and policy:
             self._note_positive(datums, logprobs_T.detach(), trained_BT, adv_BT.to(dev))
         mismatch = mismatch_from_logprobs(
             logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
