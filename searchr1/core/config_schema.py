@@ -230,14 +230,20 @@ class HealthSettings:
 
     #: steps whose mean response length is the baseline of ``health/response_growth``
     baseline_steps: int = field(default=3, metadata={"min": 1})
-    #: weight of the newest step in the moving averages of format rate and entropy
+    #: weight of the newest step in the moving averages (format rate, entropy, searches,
+    #: likelihood displacement)
     ema: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
-    #: alert when a moving average falls below this share of its running peak
+    #: alert when the moving average of the format rate, the entropy or the searches per
+    #: question falls below this share of its running peak
     cliff_fraction: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
     #: alert when the response length exceeds this multiple of the baseline (0 = never)
     max_length_growth: float = field(default=3.0, metadata={"min": 0.0})
     #: n of the repeated n-gram rate
     ngram: int = field(default=4, metadata={"min": 1})
+    #: alert when the moving average of displacement/fell_group_frac (share of groups whose
+    #: rewarded responses the update made less likely) exceeds this while the moving average
+    #: of displacement/delta is below 0 (1 = never)
+    displacement_warn_share: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
     #: alert when mismatch/k3 (mean KL estimate, sampler vs learner) exceeds this
     mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
     #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse

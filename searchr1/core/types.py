@@ -249,7 +249,10 @@ class Trainer(Protocol):
     async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the gradients of every ``forward_backward`` queued before
         it; once it returns their results are complete and later samples use the new
-        weights."""
+        weights. Its numbers are logged as ``optim/<name>``, except ``displacement/*``
+        sums (:func:`~searchr1.core.step_metrics.displacement_from_logprobs`), which a
+        trainer that can score the step's positive responses after the step reports and
+        the core logs as the step's likelihood displacement (the health checks watch it)."""
 
     def save_state(self, path: str) -> None:
         """Write adapter weights, optimizer state and step under the folder ``path``."""
