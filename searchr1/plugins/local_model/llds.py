@@ -6,8 +6,7 @@ term is ``coef * sum_t max(0, old_t - lp_t)`` over the tokens of each *unit* who
 ``old - lp`` over its preserving tokens is positive (its likelihood fell), where ``old_t`` is
 the log-prob of the policy that sampled the token and ``lp_t`` the learner's. A unit is an
 action (``gate = "action"``: one assistant turn, a run of sampled tokens) or the whole
-response (``"response"``). It is summed like the policy loss, so the step's ``1 / N`` applies; the cold start's
-supervised loss is left alone.
+response (``"response"``). Summed like the policy loss; the cold start's loss is left alone.
 """
 
 from __future__ import annotations
