@@ -146,11 +146,12 @@ def _build_lock(folder: Path, what: str) -> Iterator[None]:
 
 def _announce(event: str, *, asset: str, folder: Path, **fields: object) -> None:
     """An info ``event``, and for a person (when no console draws the events) a sentence on
-    stderr: a build of tens of seconds must not look like a hang."""
+    stderr, once per torchrun job: a build of tens of seconds must not look like a hang."""
+    from searchr1.core.distributed import speaks_for_job
     from searchr1.core.logs import get_logger, on_screen
 
     get_logger().info(event, asset=asset, folder=str(folder), **fields)
-    if on_screen():
+    if on_screen() or not speaks_for_job():
         return
     if event == "asset_building":
         takes = f"; it takes {fields['takes']}" if fields.get("takes") else ""
