@@ -254,8 +254,8 @@ EVENTS: list[tuple[str, str, str]] = [
     ("asset_built", "the build ends", "what was built, in how many seconds, and where"),
     (
         "asset_waiting",
-        "another process is building in the same cache folder",
-        "the asset this one needs; it waits, then uses what the other built",
+        "another process is building the same asset",
+        "the asset and its folder; it waits, then uses what the other built",
     ),
     ("remote_model_ready", "a remote provider connects", "the service, the SDK and the model"),
     (
