@@ -153,9 +153,9 @@ class LossOutput:
 @runtime_checkable
 class LossFn(Protocol):
     """A policy loss ``(logprobs_new_T, inputs) -> LossOutput``, run by local providers.
-    A remote provider sends ``name`` and ``settings`` (the numbers it was built with, and a
-    word such as ``importance_sampling_level = "sequence"`` when not the default) to its
-    service instead, so a loss the service does not know only works locally
+    A remote provider sends ``name`` and ``settings`` (the numbers it was built with, and
+    each setting that is a word, present only when not its default) to its service instead,
+    so a loss the service does not know only works locally
     (:attr:`TrainerCapabilities.losses`)."""
 
     name: str
