@@ -35,7 +35,9 @@ from searchr1.core.rewards import decided_failure, reward_metrics, reward_proble
 from searchr1.core.rollout import draw_fitting
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
+    displacement_metrics,
     kl_metrics,
+    llds_metrics,
     merge_train_metrics,
     mismatch_means,
     peak_rss_gb,
@@ -264,7 +266,14 @@ async def learn(
     # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
     optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
     results = [await result for result in queued]
-    mine = (sum((r.loss for r in results), 0.0), merge_train_metrics([r.metrics for r in results]))
+    # a trainer's likelihood displacement (its optimizer step measures it) merges like the
+    # learner's sums, every rank's
+    displaced = {k: float(v) for k, v in optim.items() if k.startswith("displacement/")}
+    optim = {k: v for k, v in optim.items() if k not in displaced}
+    mine = (
+        sum((r.loss for r in results), 0.0),
+        merge_train_metrics([r.metrics for r in results] + [displaced]),
+    )
     parts = world.gather(mine)
     return Learned(
         loss=sum(p[0] for p in parts),
@@ -392,6 +401,8 @@ def step_metrics(
         **ratio_metrics(train_metrics),
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
         **kl_metrics(train_metrics),
+        **llds_metrics(train_metrics),
+        **displacement_metrics(train_metrics),
         # without a KL term dynamic sampling keeps exactly questions_per_batch groups
         **({"groups": float(len(batch.groups))} if kl else {}),
         **health_metrics,

@@ -50,7 +50,7 @@ class LocalSettings:
     #: most sequences the sampler generates in one batch
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     #: cache positions the sampler may hold (padding and kept caches included); 0 = derived from
-    #: free device memory
+    #: memory (half the GPU memory free after the load; a quarter of the machine's RAM)
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
     #: padded prompt tokens per prefill forward
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
@@ -85,6 +85,17 @@ class LocalSettings:
         'and the sampler\'s caches must fit one device), "lockstep" keeps it sharded and '
         "runs every rank's forwards in step, gathering one layer at a time (less memory, "
         "slower)",
+    )
+    #: after each optimizer step, score the step's positively-rewarded responses again (one
+    #: forward without gradient over them) and log displacement/* (not under fsdp)
+    likelihood_displacement: bool = True
+    #: weight of the LLDS regularizer (arXiv 2512.04220; docs/training.md); 0 = off
+    llds_coef: float = field(default=0.0, metadata={"min": 0.0})
+    llds_gate: str = setting(
+        "action",
+        choices=["action", "response"],
+        help="the unit whose likelihood must have fallen for LLDS to regularize its tokens: "
+        '"action" (one assistant turn, the paper\'s best) or the whole "response"',
     )
 
 
@@ -292,7 +303,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     from searchr1.kit.gguf import model_path
     from searchr1.kit.hub import hub_path
     from searchr1.kit.tokenizers import load_tokenizer
-    from searchr1.plugins.local_model.budget import token_budget
+    from searchr1.plugins.local_model.budget import budget_source, token_budget
     from searchr1.plugins.local_model.device import (
         choose_device,
         choose_dtype,
@@ -328,6 +339,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         threads=threads,
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
         max_batch_tokens=budget,
+        max_batch_tokens_from=budget_source(settings.max_batch_tokens, device),
     )
     return model, tokenizer, device, budget
 
@@ -388,6 +400,9 @@ def make_learner(
         pad_token_id=pad if pad is not None else (min(eos_ids) if eos_ids else 0),
         chunk_tokens=settings.learner_chunk_tokens,
         logit_chunk=settings.learner_logit_chunk,
+        displacement=settings.likelihood_displacement,
+        llds_coef=settings.llds_coef,
+        llds_gate=settings.llds_gate,
     )
     if sharding is None:
         return Learner(model, share_prefixes=settings.learner_share_prefixes, **common)
