@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg, open_run_from_args
-from searchr1.core.checkpoint import BASE, find_checkpoint, load_trainer_state, saved_config
+from searchr1.core.checkpoint import (
+    BASE,
+    config_changes,
+    find_checkpoint,
+    load_trainer_state,
+    saved_config,
+)
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import EnvironmentDown, Interrupted, UserError
 from searchr1.core.logs import say
@@ -49,28 +55,13 @@ def saved_config_path(targets: Sequence[tuple[str, str | None]]) -> Path | None:
     return None
 
 
-def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
-    """``{dotted key: value}`` of a nested table."""
-    if not isinstance(doc, dict):
-        return {prefix: doc}
-    out: dict[str, Any] = {}
-    for key, value in doc.items():
-        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
-    return out
-
-
 def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
     """One line per field of :data:`SAVED_SECTIONS` where ``given`` and the checkpoint's
     saved config (redacted TOML, as saved) differ, in the given config's order."""
-    from searchr1.core.checkpoint import toml_safe
-
-    ours = _leaves(toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
-    theirs = _leaves({s: saved.get(s, {}) for s in SAVED_SECTIONS})
     return [
         f"eval: --config differs from the checkpoint's config at {key}: "
-        f"{ours.get(key)!r} (--config) vs {theirs.get(key)!r} (checkpoint)"
-        for key in dict.fromkeys([*ours, *theirs])
-        if ours.get(key) != theirs.get(key)
+        f"{ours!r} (--config) vs {theirs!r} (checkpoint)"
+        for key, theirs, ours in config_changes(given, saved, SAVED_SECTIONS)
     ]
 
 

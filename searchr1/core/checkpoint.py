@@ -4,7 +4,8 @@ data cursor, Python RNG, and ``files``: the size of every other file). Written t
 folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
 never leaves a broken ``step_*``. One place finds and loads a checkpoint too: :func:`find_checkpoint`
 from an ``eval --checkpoint`` spec, :func:`resume_checkpoint` for ``--resume``; both read
-the config saved beside it (:func:`saved_config`) and load it (:func:`load_trainer_state`).
+the config saved beside it (:func:`saved_config`), compare it (:func:`config_changes`) and
+load the model state (:func:`load_trainer_state`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,6 +335,34 @@ def saved_config(folder: Path) -> dict[str, Any]:
     import tomllib
 
     return tomllib.loads((folder / "config.toml").read_text("utf-8"))
+
+
+def config_changes(
+    config: Config, saved: Mapping[str, Any], within: Sequence[str]
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted, saved value, config's value)`` of each setting under ``within`` (sections,
+    or dotted fields) where ``config`` differs from a checkpoint's ``saved`` config, both
+    compared as saved (redacted TOML values); a value one side lacks is None there. In
+    ``within``'s sections' order, then the config's."""
+    sections = list(dict.fromkeys(w.partition(".")[0] for w in within))
+    ours = _leaves(toml_safe({s: config.to_dict(redact=True)[s] for s in sections}))
+    theirs = _leaves({s: saved.get(s, {}) for s in sections})
+    return [
+        (key, theirs.get(key), ours.get(key))
+        for key in dict.fromkeys([*ours, *theirs])
+        if any(key == w or key.startswith(w + ".") for w in within)
+        and ours.get(key) != theirs.get(key)
+    ]
+
+
+def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested table."""
+    if not isinstance(doc, dict):
+        return {prefix: doc}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
+    return out
 
 
 async def load_trainer_state(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.core.checkpoint import (
     Checkpoint,
     checkpoints_dir,
+    config_changes,
     load_trainer_state,
     resume_checkpoint,
     saved_config,
@@ -116,15 +117,7 @@ def _changes(
 ) -> list[tuple[str, Any, Any]]:
     """``(dotted, saved value, this config's value)`` of each of ``fields`` that differs (one
     the saved config lacks is taken as unchanged)."""
-    out = []
-    for dotted in fields:
-        section, key = dotted.split(".")
-        then = saved.get(section, {}).get(key) if isinstance(saved.get(section), dict) else None
-        now = getattr(getattr(config, section), key)
-        now = list(now) if isinstance(now, tuple) else now
-        if then is not None and then != now:
-            out.append((dotted, then, now))
-    return out
+    return [change for change in config_changes(config, saved, fields) if change[1] is not None]
 
 
 def _data_mismatch(
