@@ -140,9 +140,12 @@ def judge_reward(server: FakeJudgeServer) -> str:
 class RevokedAfterCheck(FakeJudgeServer):
     """A judge that answers one call (the check before the rollout), then rejects every key."""
 
+    revoked = False
+
     def answer(self, key: str, body: dict[str, Any], text: str | None = None) -> dict[str, Any]:
         out = super().answer(key, body, text)
-        self.keys = ()
+        if not self.revoked:
+            self.keys, self.revoked = (), True
         return out
 
 
