@@ -308,12 +308,16 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         choose_device,
         choose_dtype,
         configure_cpu_threads,
+        repeatable_cpu_kernels,
     )
     from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
 
     device = choose_device(config.model.device)
     dtype = choose_dtype(config.model.dtype, device)
-    threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
+    threads = 0
+    if device.type == "cpu":
+        threads = configure_cpu_threads(settings.threads)
+        repeatable_cpu_kernels()  # one seed, one run (docs/training.md)
     tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
     path = hub_path(
         model_path(config.model.base_model, config.assets), "model.base_model", "the model"
