@@ -262,8 +262,7 @@ def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_
 _SLOW_BUILD = """
 import sys, time
 from pathlib import Path
-from searchr1.core.assets import ensure_built
-from searchr1.core.types import Asset
+from searchr1.sdk import Asset, ensure_built
 
 folder, work = Path(sys.argv[1]), Path(sys.argv[2])
 
