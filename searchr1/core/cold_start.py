@@ -17,17 +17,18 @@ from searchr1.core.assets import asset_name, is_builtin
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.data import load_questions
-from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import score_all
-from searchr1.core.rollout import draw_fitting, rollout_questions, sampling_params
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
-from searchr1.core.step import adam_params, learn
+from searchr1.core.step import adam_params, batch_limits
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
+from searchr1.rl.datums import trajectory_to_datum
+from searchr1.rl.rollout import draw_fitting, rollout_questions, sampling_params
+from searchr1.rl.step import learn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +96,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     for step in range(1, cs.steps + 1):
         phase = f"the cold start (step {step} of {cs.steps})"
         run.stop.check(phase, run.world)  # every rank, before the step's collectives
-        batch = draw_fitting(run, stream, cs.questions_per_step, field)
+        batch = draw_fitting(run.env, run.job, stream, cs.questions_per_step, field)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
         rollouts = rollout_questions(
             teacher,
@@ -133,7 +134,15 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
                 f"{spec!r}",
             )
             continue
-        learned = await learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
+        learned = await learn(
+            run.trainer,
+            run.job,
+            datums,
+            loss_fn,
+            limits=batch_limits(cfg),
+            loss_scale=1.0 / tokens,
+            adam=adam,
+        )
         # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
         metrics = learned.train_metrics
         loss = metrics["nll_sum"] / tokens if "nll_sum" in metrics else learned.loss

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +16,13 @@ from searchr1.core.checkpoint import latest_checkpoint, remove_stale_saves, rest
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
-from searchr1.core.distributed import World, check_supported
+from searchr1.core.distributed import check_supported
 from searchr1.core.errors import ConfigError, HealthStop, Interrupted, SearchR1Error
 from searchr1.core.evaluation import (
     BEST,
     PeriodicEval,
     ceiling_agent,
+    check_fit,
     heldout_eval,
     heldout_questions,
 )
@@ -32,23 +31,20 @@ from searchr1.core.logs import get_logger, warn
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
-from searchr1.core.rollout import check_fit
 from searchr1.core.runs import Run
 from searchr1.core.step import (
-    Batch,
-    Learned,
     adam_params,
-    aggregation_of,
-    collect,
+    batch_limits,
+    guarded_collect,
     kept_lines,
-    learn,
     record,
     save,
-    window_metrics,
 )
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
 from searchr1.core.types import LossFn, Question, kl_coef
+from searchr1.rl.pipeline import run_steps
+from searchr1.rl.step import Batch, Learned, aggregation_of, learn
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
@@ -282,11 +278,14 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
     functions, its barriers (a step that saves or evaluates) and its stop (a signal, or a
     health alert with ``on_alert = "stop"``, which rank 0 alone sees)."""
     run, health = plan.run, plan.health
+    env, job, kl = run.env, run.job, kl_coef(plan.loss) > 0
     await run_steps(
         plan.start + 1,
         run.config.train.max_steps,
         max_staleness=run.config.train.max_staleness,
-        collect=lambda step, version: collect(run, plan.stream, step, version),
+        collect=lambda step, version: guarded_collect(
+            env, job, plan.stream, step, version, keep_degenerate=kl
+        ),
         learn=lambda batch: _learn(plan, progress, batch),
         finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
         holds=lambda step: plan.saves(step) or plan.evaluates(step),
@@ -294,133 +293,6 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
         snapshot=run.trainer.capabilities.snapshot_sampler,
         world=run.world,
     )
-
-
-Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
-Learn = Callable[[Batch], Awaitable[Learned]]
-Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
-
-
-async def run_steps(
-    first: int,
-    last: int,
-    *,
-    max_staleness: int,
-    collect: Collect,
-    learn: Learn,
-    finish: Finish,
-    holds: Callable[[int], bool],
-    stopping: Callable[[], bool],
-    snapshot: Callable[[], Awaitable[None]] | None,
-    world: World,
-) -> None:
-    """Collect, learn and finish steps ``first..last`` in order, the rollouts of up to
-    ``max_staleness`` later steps prefetched while a step learns.
-
-    Step ``s`` is learned on policy version ``s - 1`` (the optimizer steps taken); its
-    rollout starts once version ``s - 1 - max_staleness`` exists, after step ``s - 1``'s
-    rollout, and after step ``s - 1`` is finished when ``holds(s - 1)``. With
-    ``max_staleness > 0`` every rollout starts with ``snapshot()`` (the sampler pins the
-    newest weights), and so does what samples after the loop. After each step every rank
-    agrees on ``stopping()`` (``world.any``) and the loop ends on a stop: the rollout in
-    flight is finished and discarded, none starts after it. An error in ``collect`` is raised
-    once the steps before it are learned; one in ``learn`` or ``finish`` cancels the
-    rollouts in flight."""
-    rollouts = _Rollouts(collect, snapshot if max_staleness > 0 else None, stopping, first - 1)
-    ahead, window = first, time.perf_counter()  # ahead: the next step whose rollout starts
-    try:
-        for step in range(first, last + 1):
-            while ahead <= min(last, step + max_staleness) and (
-                ahead == step or not holds(ahead - 1)
-            ):
-                rollouts.start(ahead)
-                ahead += 1
-            batch = await rollouts.next()
-            t0 = time.perf_counter()
-            learned = await learn(batch)
-            t1 = time.perf_counter()
-            busy, overlap = rollouts.busy(window, t1), rollouts.busy(t0, t1)
-            timing = window_metrics(batch, window, t0, t1, rollout_busy=busy, overlap=overlap)
-            await finish(batch, learned, timing)  # the periodic held-out eval runs in this loop
-            rollouts.version = step
-            if world.any(stopping()):
-                break
-            window = time.perf_counter()
-    except BaseException:
-        await rollouts.close(cancel=True)
-        raise
-    await rollouts.close(cancel=False)
-    if rollouts.snapshot is not None:
-        await rollouts.snapshot()  # what samples next (the eval "after") sees the trained weights
-
-
-class _Rollouts:
-    """The rollouts :func:`run_steps` started and has not learned yet, in step order, and
-    when rollouts ran (to measure the sampler's idle time per window). One runs at a time,
-    each after the one before it: the question stream is read in step order."""
-
-    def __init__(
-        self,
-        collect: Collect,
-        snapshot: Callable[[], Awaitable[None]] | None,
-        stopping: Callable[[], bool],
-        version: int,
-    ) -> None:
-        self.collect, self.snapshot, self.stopping = collect, snapshot, stopping
-        #: the policy version a rollout starting now samples
-        self.version = version
-        self.queued: deque[asyncio.Task[Batch | None]] = deque()
-        self.spans: list[tuple[float, float]] = []
-        self.running_since: float | None = None
-        self.closed = False
-
-    def start(self, step: int) -> None:
-        after = self.queued[-1] if self.queued else None
-        self.queued.append(asyncio.create_task(self._rollout(step, after), name=f"rollout-{step}"))
-
-    async def _rollout(self, step: int, after: asyncio.Task[Batch | None] | None) -> Batch | None:
-        """Step ``step``'s batch, or None when it never starts: a rollout before it failed,
-        or the loop is ending (it never reads this one)."""
-        if after is not None:
-            await asyncio.wait([after])  # a wait that, cancelled, leaves ``after`` running
-            if self.closed or self.stopping() or after.cancelled() or after.exception():
-                return None
-            if after.result() is None:  # it never started (one before it failed): nor this
-                return None
-        if self.snapshot is not None:
-            await self.snapshot()
-        self.running_since = time.perf_counter()
-        try:
-            return await self.collect(step, self.version)
-        finally:
-            self.spans.append((self.running_since, time.perf_counter()))
-            self.running_since = None
-
-    async def next(self) -> Batch:
-        batch = await self.queued.popleft()
-        assert batch is not None, "a rollout after a stop or a failure is never read"
-        return batch
-
-    def busy(self, start: float, end: float) -> float:
-        """Seconds of ``[start, end]`` during which a rollout ran."""
-        spans = list(self.spans)
-        if self.running_since is not None:
-            spans.append((self.running_since, end))
-        total = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
-        self.spans = [(a, b) for a, b in self.spans if b > start]  # older ones are done
-        return total
-
-    async def close(self, *, cancel: bool) -> None:
-        """Wait for the rollouts left (``cancel``: cancel them first); none starts after. The
-        error of one that failed is logged (``rollout_discarded``): the loop never reads it."""
-        self.closed = True
-        for task in self.queued if cancel else ():
-            task.cancel()
-        ends = await asyncio.gather(*self.queued, return_exceptions=True)
-        for task, end in zip(self.queued, ends, strict=True):
-            if isinstance(end, Exception):
-                error = f"{type(end).__name__}: {end}"
-                get_logger().warning("rollout_discarded", rollout=task.get_name(), error=error)
 
 
 async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
@@ -432,7 +304,15 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     )
     scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
     progress.learning = True
-    learned = await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))
+    learned = await learn(
+        plan.run.trainer,
+        plan.run.job,
+        datums,
+        plan.loss,
+        limits=batch_limits(cfg),
+        loss_scale=scale,
+        adam=adam_params(cfg),
+    )
     progress.trained, progress.learning = batch, False
     return learned
 

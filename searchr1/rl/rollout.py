@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
+import structlog
+
 from searchr1.core.agent_protocol import Action, AgentProtocol
 from searchr1.core.errors import ConfigValueError
-from searchr1.core.logs import get_logger, warn
 from searchr1.core.types import (
     EndReason,
     Question,
@@ -35,7 +36,7 @@ from searchr1.core.types import (
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
     from searchr1.core.question_stream import QuestionStream
-    from searchr1.core.runs import Run
+    from searchr1.rl.job import Environment, Job
 
 T = TypeVar("T")
 
@@ -52,19 +53,19 @@ def prompt_overflow(protocol: AgentProtocol, question: Question, limit: int) -> 
 
 
 def draw_fitting(
-    run: Run, stream: QuestionStream, n: int, field: str = "data.train"
+    env: Environment, job: Job, stream: QuestionStream, n: int, field: str = "data.train"
 ) -> list[Question]:
     """The next ``n`` questions of ``stream`` (read from ``field``) that leave room for an
     answer. A question whose prompt alone fills ``rollout.max_trajectory_tokens`` can never
     be rolled out: it is skipped with a warning each time it is drawn, rather than ending a
     run hours in (a large QA set has a few such rows; tokenizing all of it up front would
     cost minutes)."""
-    limit = run.config.rollout.max_trajectory_tokens
+    limit = env.config.rollout.max_trajectory_tokens
     batch: list[Question] = []
     skipped = 0
     while len(batch) < n:
         for question in stream.next_batch(n - len(batch)):
-            overflow = prompt_overflow(run.protocol, question, limit)
+            overflow = prompt_overflow(env.protocol, question, limit)
             if overflow is None:
                 batch.append(question)
                 continue
@@ -74,26 +75,9 @@ def draw_fitting(
                     f"{field}: no question leaves room in rollout.max_trajectory_tokens = "
                     f"{limit} ({overflow}); raise it"
                 )
-            if run.world.main:
-                warn("question_skipped", f"{field}: {overflow}: it is skipped")
+            if job.world.main:
+                job.warn("question_skipped", f"{field}: {overflow}: it is skipped")
     return batch
-
-
-def check_fit(
-    protocol: AgentProtocol, questions: Sequence[Question], limit: int, field: str
-) -> None:
-    """RolloutConfigError when a question of ``questions`` (read from ``field``) has a prompt
-    that alone fills ``rollout.max_trajectory_tokens = limit``, naming the first and how many:
-    an eval scores a fixed set of questions, so it is refused before any is rolled out (about
-    0.2 ms a question) rather than stopped on the first such one, part-way through."""
-    over = [found for q in questions if (found := prompt_overflow(protocol, q, limit))]
-    if over:
-        more = (
-            f" (and {len(over) - 1} more question{'s' * (len(over) > 2)})" if len(over) > 1 else ""
-        )
-        raise RolloutConfigError(
-            f"{field}: {over[0]}{more}; raise rollout.max_trajectory_tokens, or leave them out"
-        )
 
 
 def _overflow(question: Question, size: int, limit: int) -> str:
@@ -270,7 +254,7 @@ class _Rollout:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the contract says never raise; never let one crash a batch
-            get_logger().warning("search_raised", error=f"{type(exc).__name__}: {exc}")
+            structlog.get_logger().warning("search_raised", error=f"{type(exc).__name__}: {exc}")
             return SearchResponse(error=f"{type(exc).__name__}")
 
     def _finish(
