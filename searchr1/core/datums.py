@@ -1,0 +1,8 @@
+"""Moved to :mod:`searchr1.rl.datums`: this name stays the same module for imports written
+before the move (bench scripts, plugins)."""
+
+import sys
+
+from searchr1.rl import datums
+
+sys.modules[__name__] = datums
