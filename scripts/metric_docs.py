@@ -36,8 +36,11 @@ WATCH: dict[str, str] = {
     "health/format_rate": "alert when its moving average falls off a cliff",
     "health/format_drop": "rising: the format is being lost",
     "health/repeat_ngram_rate": "rising: loops and stutter",
-    "health/entropy": "a cliff: the policy collapses",
-    "health/searches/<data_source>": "two-hop sources should search more than one-hop ones",
+    "health/entropy": "a cliff: the policy collapses (alert `entropy_cliff`, an entropy collapse)",
+    "health/searches/<data_source>": "two-hop sources should search more than one-hop ones; all falling together: alert `search_cliff`",
+    "displacement/delta": "above 0 on healthy steps; below 0 for several steps: the collapse is coming (alert `likelihood_displacement`)",
+    "displacement/fell_group_frac": "alert when its moving average passes `[train.health] displacement_warn_share` (0.5) with `delta` below 0",
+    "llds/active_frac": "near 0 on-policy: LLDS acts where the learner scores a token below the sampler (staleness, mismatch)",
     "search/success_rate": "under `[search] min_success_rate` (0.9) the guard holds the update back",
     "search/error_rate": "climbs with 429s: rotate keys",
     "search/available": "0: the run stops (exit 3)",
@@ -101,7 +104,7 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "health_alert",
         "a health check or a run notice fires",
-        "`kind` (`format_cliff`, `entropy_cliff`, `length_growth`, `mismatch`, `no_tokens_trained`, `max_new_tokens`, `max_trajectory_tokens`) and a message",
+        "`kind` (`format_cliff`, `entropy_cliff`, `search_cliff`, `likelihood_displacement`, `length_growth`, `mismatch`, `no_tokens_trained`, `max_new_tokens`, `max_trajectory_tokens`) and a message",
     ),
     (
         "guard/no_update",
@@ -251,8 +254,8 @@ EVENTS: list[tuple[str, str, str]] = [
     ("asset_built", "the build ends", "what was built, in how many seconds, and where"),
     (
         "asset_waiting",
-        "another process is building in the same cache folder",
-        "the asset this one needs; it waits, then uses what the other built",
+        "another process is building the same asset",
+        "the asset and its folder; it waits, then uses what the other built",
     ),
     ("remote_model_ready", "a remote provider connects", "the service, the SDK and the model"),
     (

@@ -64,7 +64,11 @@ from searchr1.core.old_imports import offer
 from searchr1.core.plugins import Registration
 from searchr1.core.scripted import UNKNOWN, ScriptedSampler, ScriptedTeacher
 from searchr1.core.secrets import is_secret_name, redact_text, register_secrets
-from searchr1.core.step_metrics import merge_train_metrics, mismatch_from_logprobs
+from searchr1.core.step_metrics import (
+    displacement_from_logprobs,
+    merge_train_metrics,
+    mismatch_from_logprobs,
+)
 from searchr1.core.stop import Stop
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import (
@@ -212,6 +216,7 @@ __all__ = [
     "ScriptedSampler",
     "ScriptedTeacher",
     "check_loss",
+    "displacement_from_logprobs",
     "merge_train_metrics",
     "mismatch_from_logprobs",
 ]

@@ -5,7 +5,7 @@ never names one. Built once, deterministically, into ``$SEARCHR1_CACHE`` (defaul
 short, a header that disagrees with its length: :mod:`searchr1.core.artifacts`) is found the
 first time a process uses it, and is discarded and built again with a warning. A build says
 what it builds, why and about how long it takes (``asset_building``); processes that need the
-same cache folder wait on its lock rather than build twice. The assets a path resolves against
+same asset meanwhile wait on its lock rather than build it twice. The assets a path resolves against
 are the run's registry's, loaded once at the command or API entry and carried by its config
 (``Config.assets``)."""
 
@@ -82,7 +82,7 @@ def ensure_built(folder: Path, asset: Asset, what: str = "") -> None:
     """Build ``asset`` into ``folder`` unless a whole build is there, saying so first
     (``what`` names it, default the folder's name): why, and about how long it takes. A
     damaged one is removed and built again, with a warning naming the file and what is
-    wrong. The build holds the cache folder's lock: a process that needs an asset meanwhile
+    wrong. The build holds the asset's lock: a process that needs the same asset meanwhile
     waits for it, then uses what the other built."""
     if folder in _whole:
         return
@@ -90,7 +90,7 @@ def ensure_built(folder: Path, asset: Asset, what: str = "") -> None:
         _whole.add(folder)
         return
     what = what or folder.name
-    with _cache_lock(folder.parent, what):
+    with _build_lock(folder, what):
         problem = _problem(folder)  # another process may have built it while this one waited
         if problem is not None:
             why = f"first use: not yet in {folder.parent}"
@@ -123,18 +123,21 @@ def _problem(folder: Path) -> str | None:
 
 
 @contextmanager
-def _cache_lock(cache: Path, what: str) -> Iterator[None]:
-    """The lock of the cache folder ``cache`` (:func:`~searchr1.core.disk.flock_folder`),
-    waited for, saying so, while another process builds there."""
+def _build_lock(folder: Path, what: str) -> Iterator[None]:
+    """The lock of building ``folder`` (a flock on ``.<name>.lock`` beside it, which stays:
+    :func:`~searchr1.core.disk.flock_folder`), waited for, saying so, while another process
+    builds the same asset; builds of other assets go on meanwhile."""
+    lock = folder.parent / f".{folder.name}.lock"
     try:
-        cache.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock.touch()
     except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(cache)) from None
+        raise OSError(exc.errno, exc.strerror, str(folder)) from None
     try:
-        fd = flock_folder(cache)
+        fd = flock_folder(lock)
     except BlockingIOError:
-        _announce("asset_waiting", asset=what, folder=cache)
-        fd = flock_folder(cache, wait=True)
+        _announce("asset_waiting", asset=what, folder=folder)
+        fd = flock_folder(lock, wait=True)
     try:
         yield
     finally:
@@ -144,11 +147,12 @@ def _cache_lock(cache: Path, what: str) -> Iterator[None]:
 
 def _announce(event: str, *, asset: str, folder: Path, **fields: object) -> None:
     """An info ``event``, and for a person (when no console draws the events) a sentence on
-    stderr: a build of tens of seconds must not look like a hang."""
+    stderr, once per torchrun job: a build of tens of seconds must not look like a hang."""
+    from searchr1.core.distributed import speaks_for_job
     from searchr1.core.logs import get_logger, on_screen
 
     get_logger().info(event, asset=asset, folder=str(folder), **fields)
-    if on_screen():
+    if on_screen() or not speaks_for_job():
         return
     if event == "asset_building":
         takes = f"; it takes {fields['takes']}" if fields.get("takes") else ""
@@ -156,7 +160,7 @@ def _announce(event: str, *, asset: str, folder: Path, **fields: object) -> None
     elif event == "asset_built":
         line = f"built {asset} in {fields['seconds']} s: {folder}"
     else:
-        line = f"waiting for another process building in {folder} to finish (needs {asset})"
+        line = f"waiting for another process to finish building {asset} into {folder}"
     print(f"searchr1: {line}", file=sys.stderr, flush=True)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from searchr1.core.old_imports import warn_plugins
 from searchr1.core.secrets import redact_value
 from searchr1.defaults import DEFAULT_NAMES
+from searchr1.rl.advantages import ESTIMATORS, LOSS_AGG_MODES
 
 
 def setting(default: Any, **checks: Any) -> Any:
@@ -158,17 +159,7 @@ class TrainConfig:
     #: how rewards become advantages (verl's algorithm.adv_estimator): grpo (r - group mean),
     #: rloo (leave-one-out), opo, gpg, reinforce_plus_plus (batch whitening),
     #: reinforce_plus_plus_baseline (group mean, then batch whitening); docs/training.md
-    advantage_estimator: str = _f(
-        "grpo",
-        choices=(
-            "grpo",
-            "rloo",
-            "opo",
-            "gpg",
-            "reinforce_plus_plus",
-            "reinforce_plus_plus_baseline",
-        ),
-    )
+    advantage_estimator: str = _f("grpo", choices=tuple(ESTIMATORS))
     #: grpo: divide r - group mean by the group's reward std ("group"), the batch's ("batch")
     #: or nothing ("none"); the unbiased std, as verl and TRL (TRL's scale_rewards)
     scale_rewards: str = _f("none", choices=("none", "group", "batch"))
@@ -178,15 +169,7 @@ class TrainConfig:
     advantage_eps: float = _f(1e-6, gt=0.0)
     #: how the step's token losses are summed (verl's actor.loss_agg_mode): seq-mean-token-sum
     #: (per trajectory, 1/N), token-mean, seq-mean-token-mean, seq-mean-token-sum-norm
-    loss_agg_mode: str = _f(
-        "seq-mean-token-sum",
-        choices=(
-            "seq-mean-token-sum",
-            "token-mean",
-            "seq-mean-token-mean",
-            "seq-mean-token-sum-norm",
-        ),
-    )
+    loss_agg_mode: str = _f("seq-mean-token-sum", choices=LOSS_AGG_MODES)
     #: seq-mean-token-sum-norm's constant L (verl's loss_scale_factor, TRL's
     #: max_completion_length); 0 = rollout.max_trajectory_tokens
     loss_agg_tokens: int = _f(0, min=0)
@@ -230,14 +213,20 @@ class HealthSettings:
 
     #: steps whose mean response length is the baseline of ``health/response_growth``
     baseline_steps: int = field(default=3, metadata={"min": 1})
-    #: weight of the newest step in the moving averages of format rate and entropy
+    #: weight of the newest step in the moving averages (format rate, entropy, searches,
+    #: likelihood displacement)
     ema: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
-    #: alert when a moving average falls below this share of its running peak
+    #: alert when the moving average of the format rate, the entropy or the searches per
+    #: question falls below this share of its running peak
     cliff_fraction: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
     #: alert when the response length exceeds this multiple of the baseline (0 = never)
     max_length_growth: float = field(default=3.0, metadata={"min": 0.0})
     #: n of the repeated n-gram rate
     ngram: int = field(default=4, metadata={"min": 1})
+    #: alert when the moving average of displacement/fell_group_frac (share of groups whose
+    #: rewarded responses the update made less likely) exceeds this while the moving average
+    #: of displacement/delta is below 0 (1 = never)
+    displacement_warn_share: float = field(default=0.5, metadata={"min": 0.0, "max": 1.0})
     #: alert when mismatch/k3 (mean KL estimate, sampler vs learner) exceeds this
     mismatch_warn_k3: float = field(default=0.01, metadata={"min": 0.0})
     #: alert when mismatch/ratio_max exceeds this or mismatch/ratio_min is under its inverse

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from searchr1.core.config_schema import Config, HealthSettings
+from searchr1.core.step_metrics import displacement_metrics
 from searchr1.core.token_limits import LimitHits, limit_hits
 from searchr1.core.types import RewardResult, ScoredGroup, Trajectory
 
@@ -106,7 +107,8 @@ class HealthMonitor:
 
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """This step's ``health/*`` metrics and alerts (kinds ``format_cliff``,
-        ``entropy_cliff``, ``length_growth``, ``mismatch``); updates the run-long state.
+        ``entropy_cliff``, ``search_cliff``, ``likelihood_displacement``, ``length_growth``,
+        ``mismatch``); updates the run-long state.
 
         ``record.staleness`` (the step's ``staleness/max``): data sampled on older weights differs
         from the learner's by the updates since -- off-policy by design, corrected by the
@@ -131,30 +133,70 @@ class HealthMonitor:
                         f"{s.max_length_growth:g})",
                     )
                 )
-        for key, kind, what in (
-            ("health/format_rate", "format_cliff", "format rate"),
-            ("health/entropy", "entropy_cliff", "sampled-token entropy"),
-        ):
-            if key in metrics:
-                alert = self._cliff(key, metrics[key], kind, what)
+        signals = dict(metrics)
+        if record.trajectories:  # every source's searches per question, for the search cliff
+            signals["searches"] = statistics.fmean(t.search_calls for t in record.trajectories)
+        for key, kind, what, remedy in CLIFFS:
+            if key in signals:
+                floor = MIN_SEARCH_PEAK if key == "searches" else 0.0
+                alert = self._cliff(key, signals[key], kind, what, remedy, floor)
                 if key == "health/format_rate":
                     metrics["health/format_drop"] = self.peak[key] - self.ema[key]
                 if alert is not None:
                     alerts.append(alert)
+        if (alert := self._displacement(record.train_metrics)) is not None:
+            alerts.append(alert)
         if record.staleness == 0:
             alerts.extend(mismatch_alerts(record.train_metrics, s))
         metrics["health/alerts"] = float(len(alerts))
         return metrics, alerts
 
-    def _cliff(self, key: str, value: float, kind: str, what: str) -> Alert | None:
-        """Update the moving average of ``key``; an alert the first time it falls below
-        ``cliff_fraction`` of its running peak (again only after it recovered)."""
+    def _average(self, key: str, value: float) -> float:
+        """The moving average of ``key`` with ``value`` added."""
         s = self.settings
         ema = value if key not in self.ema else s.ema * value + (1 - s.ema) * self.ema[key]
         self.ema[key] = ema
+        return ema
+
+    def _displacement(self, train_metrics: Mapping[str, float]) -> Alert | None:
+        """Update the moving averages of the step's likelihood displacement (none: a trainer
+        that does not measure it, or a step without positive responses); an alert the first
+        time they say the update pushes the rewarded responses down (again only after it
+        recovered)."""
+        d = displacement_metrics(train_metrics)
+        if not d:
+            return None
+        s = self.settings
+        delta = self._average("displacement/delta", d["displacement/delta"])
+        share = self._average("displacement/fell_group_frac", d["displacement/fell_group_frac"])
+        fell = delta < 0 and share > s.displacement_warn_share
+        first = fell and not self.alerted.get("displacement", False)
+        self.alerted["displacement"] = fell
+        if not first:
+            return None
+        return Alert(
+            "likelihood_displacement",
+            f"the updates lower the likelihood of the responses they reward (lazy likelihood "
+            f"displacement, which precedes GRPO collapse in search agents): moving averages "
+            f"{share:.0%} of groups fell (train.health.displacement_warn_share = "
+            f"{s.displacement_warn_share:g}), {delta:+.3g} nats per token (this step "
+            f"{d['displacement/logprob_before']:.3g} -> {d['displacement/logprob_after']:.3g}). "
+            f"Remedies: a lower [optimizer] lr; [model.local] llds_coef = 0.1 (the LLDS "
+            f"regularizer, docs/training.md); [train.loss] kl_coef > 0; "
+            f'[train.health] on_alert = "stop" to keep the checkpoint before it collapses',
+        )
+
+    def _cliff(
+        self, key: str, value: float, kind: str, what: str, remedy: str, floor: float = 0.0
+    ) -> Alert | None:
+        """Update the moving average of ``key``; an alert the first time it falls below
+        ``cliff_fraction`` of its running peak, a peak above ``floor`` (again only after it
+        recovered)."""
+        s = self.settings
+        ema = self._average(key, value)
         peak = max(self.peak.get(key, ema), ema)
         self.peak[key] = peak
-        fell = peak > 0 and ema < s.cliff_fraction * peak
+        fell = peak > floor and ema < s.cliff_fraction * peak
         first = fell and not self.alerted.get(key, False)
         self.alerted[key] = fell
         if not first:
@@ -162,7 +204,7 @@ class HealthMonitor:
         return Alert(
             kind,
             f"{what} fell off a cliff: moving average {ema:.3g}, under "
-            f"{s.cliff_fraction:.0%} of its peak {peak:.3g} (this step {value:.3g})",
+            f"{s.cliff_fraction:.0%} of its peak {peak:.3g} (this step {value:.3g}). {remedy}",
         )
 
     def state(self) -> dict[str, Any]:
@@ -178,6 +220,42 @@ class HealthMonitor:
         self.ema = {str(k): float(v) for k, v in state.get("ema", {}).items()}
         self.peak = {str(k): float(v) for k, v in state.get("peak", {}).items()}
         self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
+
+
+#: searches per question the moving average must have reached for its fall to be a collapse
+#: (a policy that searched on every other question; below it a fall is a few searches' noise)
+MIN_SEARCH_PEAK = 0.5
+
+#: the signals whose fall off a cliff is an alert: (key, alert kind, what it is, remedies);
+#: ``searches`` is every trajectory's searches per question (not logged as such: the
+#: step's ``searches_per_trajectory``)
+CLIFFS = (
+    (
+        "health/format_rate",
+        "format_cliff",
+        "format rate",
+        "Look at the trajectory dumps for what the answers became; a lower [optimizer] lr, "
+        "or a larger [reward.<name>] format_penalty",
+    ),
+    (
+        "health/entropy",
+        "entropy_cliff",
+        "sampled-token entropy",
+        "An entropy collapse: the policy stops exploring and groups turn degenerate. "
+        'Remedies: a lower [optimizer] lr; [train.loss] kl_coef > 0; loss_fn = "ppo" with '
+        "a higher [train.loss] clip_high (clip-higher keeps rare tokens alive); a higher "
+        "[model] temperature",
+    ),
+    (
+        "searches",
+        "search_cliff",
+        "searches per question",
+        "The policy stopped searching and guesses (under-searching). Check search/"
+        "success_rate first (a broken search teaches it not to search); remedies: "
+        '[reward] terms = ["retrieval_credit"] (credit for retrieving the answer), a lower '
+        "[reward.search_cost] cost_per_search if that term is on, a lower [optimizer] lr",
+    ),
+)
 
 
 def mismatch_alerts(metrics: Mapping[str, float], s: HealthSettings) -> list[Alert]:

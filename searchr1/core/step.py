@@ -25,7 +25,9 @@ from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import decided_failure, reward_metrics, reward_problem
 from searchr1.core.runs import Run
 from searchr1.core.step_metrics import (
+    displacement_metrics,
     kl_metrics,
+    llds_metrics,
     peak_rss_gb,
     prefixed,
     ratio_metrics,
@@ -252,6 +254,8 @@ def step_metrics(
         **ratio_metrics(train_metrics),
         **{k: v for k, v in train_metrics.items() if k.startswith("mismatch/")},
         **kl_metrics(train_metrics),
+        **llds_metrics(train_metrics),
+        **displacement_metrics(train_metrics),
         # without a KL term dynamic sampling keeps exactly questions_per_batch groups
         **({"groups": float(len(batch.groups))} if kl else {}),
         **health_metrics,

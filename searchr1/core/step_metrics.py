@@ -71,6 +71,65 @@ def mismatch_from_logprobs(learner: Sequence[float], sampler: Sequence[float]) -
     }
 
 
+def displacement_from_logprobs(responses: Sequence[tuple[str, float, float]]) -> dict[str, float]:
+    """``displacement/*`` sums of one step from ``(group id, mean log-prob per sampled token
+    before the update, the same after it)`` of each positively-rewarded response the step
+    trained (for any provider that can score them after its optimizer step)::
+
+        displacement/responses    responses measured
+        displacement/before_sum   sum of their mean log-probs before the update
+        displacement/after_sum    the same after it
+        displacement/groups       groups with a measured response
+        displacement/fell_groups  groups whose responses' mean log-prob fell (on average)
+
+    :func:`displacement_metrics` derives the logged means from the merged sums."""
+    by_group: dict[str, list[float]] = {}
+    for group, before, after in responses:
+        by_group.setdefault(group, []).append(after - before)
+    if not responses:
+        return {}
+    return {
+        "displacement/responses": float(len(responses)),
+        "displacement/before_sum": math.fsum(b for _, b, _ in responses),
+        "displacement/after_sum": math.fsum(a for _, _, a in responses),
+        "displacement/groups": float(len(by_group)),
+        "displacement/fell_groups": float(sum(statistics.fmean(d) < 0 for d in by_group.values())),
+    }
+
+
+def displacement_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:
+    """``displacement/logprob_before``, ``displacement/logprob_after``, ``displacement/delta``
+    (after - before: below 0, the update pushed the positive responses *down*) and
+    ``displacement/fell_group_frac`` from a step's merged ``displacement/*`` sums; empty when
+    the trainer measured none (a remote service, or no positive response)."""
+    n = train_metrics.get("displacement/responses", 0.0)
+    if not n:
+        return {}
+    before = train_metrics["displacement/before_sum"] / n
+    after = train_metrics["displacement/after_sum"] / n
+    groups = train_metrics.get("displacement/groups", 0.0)
+    fell = train_metrics.get("displacement/fell_groups", 0.0)
+    return {
+        "displacement/logprob_before": before,
+        "displacement/logprob_after": after,
+        "displacement/delta": after - before,
+        "displacement/fell_group_frac": fell / groups if groups else 0.0,
+    }
+
+
+def llds_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:
+    """``llds/penalty`` (the LLDS regularizer's unweighted penalty per trained token) and
+    ``llds/active_frac`` (share of trained tokens it penalised) from a step's merged learner
+    sums; empty when the regularizer is off (``[model.local] llds_coef = 0``)."""
+    if "llds_sum" not in train_metrics:
+        return {}
+    tokens = train_metrics.get("tokens", 0.0)
+    return {
+        "llds/penalty": train_metrics["llds_sum"] / tokens if tokens else 0.0,
+        "llds/active_frac": train_metrics.get("llds_tokens", 0.0) / tokens if tokens else 0.0,
+    }
+
+
 def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """One step's ``forward_backward`` metrics as one dict: ``*_max`` by max, ``*_min`` by
     min, the rest (``tokens``, ``ratio_sum``, ``mismatch/k3_sum``, ...) by sum. Learners report

@@ -297,12 +297,14 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
 
 async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
-    batch's trajectories, degenerate ones included)."""
+    batch's trajectories, degenerate ones included) and each datum by ``[train]
+    loss_agg_mode`` (:func:`~searchr1.rl.step.aggregation_of`)."""
     cfg = plan.run.config
+    aggregation = aggregation_of(cfg)
     datums = batch.datums(
-        cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0, aggregation=aggregation_of(cfg)
+        cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0, aggregation=aggregation
     )
-    scale = 1.0 / (cfg.rollout.questions_per_batch * cfg.rollout.group_size)
+    scale = 1.0 / aggregation.trajectories
     progress.learning = True
     learned = await learn(
         plan.run.trainer,

@@ -110,21 +110,16 @@ def _refusals(
             f"train.loss.{key}",
             f"{field} = {name!r} is built with {key} = {_shown(value)}, which model.provider = "
             f"{provider!r} does not honour{reason}; it takes "
-            f"{', '.join(sorted(honoured)) or 'no settings'} for {name!r}: set {key} = "
-            f"{_OFF.get(key, '0 (off)')} where the loss reads its settings ([train.loss] for "
-            f"the built-in losses), or choose a provider that runs the loss function itself",
+            f"{', '.join(sorted(honoured)) or 'no settings'} for {name!r}: set {key} "
+            f"{'to its default' if isinstance(value, str) else '= 0 (off)'} where the loss "
+            f"reads its settings ([train.loss] for the built-in losses), or choose a provider "
+            f"that runs the loss function itself",
         )
         for key, value in sorted(loss_fn.settings.items())
-        if key not in honoured
-        and value not in (0, _OFF_VALUE.get(key))
-        and f"train.loss.{key}" not in dict(out)
+        # a word setting is in a loss's settings only when it is not the default
+        if key not in honoured and value != 0 and f"train.loss.{key}" not in dict(out)
     ]
     return out
-
-
-#: the value that means "off" of a loss setting that is a word, and how to write it
-_OFF_VALUE = {"importance_sampling_level": "token"}
-_OFF = {"importance_sampling_level": '"token"'}
 
 
 def _shown(value: float | str) -> str:

@@ -153,9 +153,9 @@ class LossOutput:
 @runtime_checkable
 class LossFn(Protocol):
     """A policy loss ``(logprobs_new_T, inputs) -> LossOutput``, run by local providers.
-    A remote provider sends ``name`` and ``settings`` (the numbers it was built with, and a
-    word such as ``importance_sampling_level = "sequence"`` when not the default) to its
-    service instead, so a loss the service does not know only works locally
+    A remote provider sends ``name`` and ``settings`` (the numbers it was built with, and
+    each setting that is a word, present only when not its default) to its service instead,
+    so a loss the service does not know only works locally
     (:attr:`TrainerCapabilities.losses`)."""
 
     name: str
@@ -249,7 +249,10 @@ class Trainer(Protocol):
     async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
         """One optimizer step on the gradients of every ``forward_backward`` queued before
         it; once it returns their results are complete and later samples use the new
-        weights."""
+        weights. Its numbers are logged as ``optim/<name>``, except ``displacement/*``
+        sums (:func:`~searchr1.core.step_metrics.displacement_from_logprobs`), which a
+        trainer that can score the step's positive responses after the step reports and
+        the core logs as the step's likelihood displacement (the health checks watch it)."""
 
     def save_state(self, path: str) -> None:
         """Write adapter weights, optimizer state and step under the folder ``path``."""

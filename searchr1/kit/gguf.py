@@ -33,7 +33,7 @@ def model_path(spec: str, assets: Mapping[str, Asset]) -> str:
     st = path.stat()
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{GGUF_VERSION}"
     folder = cache_dir() / f"gguf-{path.stem}-{sha256(key.encode()).hexdigest()[:12]}"
-    takes = f"about {_seconds_to_convert(st.st_size)} on 2 CPU cores"
+    takes = f"about {_seconds_to_convert(st.st_size)} on 2 idle CPU cores"
     asset = Asset(GGUF_VERSION, lambda tmp: convert_gguf(path, tmp), takes=takes)
     ensure_built(folder, asset, f"{path} (converted for transformers)")
     return str(folder)

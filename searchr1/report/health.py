@@ -28,6 +28,8 @@ ROWS = (
     ("health/format_drop", "format-rate drop from its peak (moving average)"),
     ("health/repeat_ngram_rate", "repeated n-gram rate"),
     ("health/entropy", "entropy of sampled tokens (nats)"),
+    ("displacement/delta", "rewarded responses' log-prob change per token"),
+    ("displacement/fell_group_frac", "share of groups whose rewarded responses fell"),
     ("mismatch/k3", "sampler/learner KL (k3)"),
     ("mismatch/kl_sample_train", "mean sampler - learner log-prob"),
     ("mismatch/ratio_min", "smallest importance ratio"),

@@ -4,8 +4,9 @@
 each). Estimators see the step's whole batch of groups (``G >= 2`` each; one trajectory has no
 baseline, so it is refused), in float64, with each trajectory's count of sampled tokens (the
 tokens a loss reads; observation tokens are not among them). A group whose rewards are all
-equal is *degenerate* (:func:`is_degenerate`): a group baseline gives it advantage 0 exactly,
-so it teaches nothing; the loop counts it (``degenerate_group_rate``) and drops its datums.
+equal is *degenerate* (:func:`is_degenerate`; ``degenerate_group_rate``): a group baseline
+gives it advantage 0 exactly, so it teaches nothing and the loop drops its datums; the
+REINFORCE++ estimators' batch whitening gives it the batch's (non-zero) advantages.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def grpo(rewards: Groups, tokens: Groups, s: AdvantageSettings) -> list[list[flo
     """``r_i - mean(group)``, divided by ``std + eps`` where ``s.scale_rewards`` says: the
     group's unbiased std (``"group"``: verl ``norm_adv_by_std_in_grpo``, TRL's default), the
     whole batch's (``"batch"``, TRL), or nothing (``"none"``, Dr. GRPO)."""
-    batch_std = statistics.stdev([r for g in rewards for r in g])
+    batch = [r for g in rewards for r in g]
+    batch_std = statistics.stdev(batch) if s.scale_rewards == "batch" else None
     out = []
     for g in rewards:
         mean = statistics.fmean(g)
-        std = {"group": statistics.stdev(g), "batch": batch_std}.get(s.scale_rewards)
+        std = statistics.stdev(g) if s.scale_rewards == "group" else batch_std
         out.append([(r - mean) / (std + s.eps) if std is not None else r - mean for r in g])
     return out
 

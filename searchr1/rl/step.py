@@ -296,7 +296,14 @@ async def learn(
     # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
     optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
     results = [await result for result in queued]
-    mine = (sum((r.loss for r in results), 0.0), merge_train_metrics([r.metrics for r in results]))
+    # a trainer's likelihood displacement (its optimizer step measures it) merges like the
+    # learner's sums, every rank's
+    displaced = {k: float(v) for k, v in optim.items() if k.startswith("displacement/")}
+    optim = {k: v for k, v in optim.items() if k not in displaced}
+    mine = (
+        sum((r.loss for r in results), 0.0),
+        merge_train_metrics([r.metrics for r in results] + [displaced]),
+    )
     parts = world.gather(mine)
     return Learned(
         loss=sum(p[0] for p in parts),

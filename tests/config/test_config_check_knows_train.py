@@ -155,7 +155,7 @@ def test_a_sequence_ratio_the_remote_service_cannot_compute_is_named_before_trai
         f"importance_sampling_level = \"sequence\", which model.provider = 'taotoken' does "
         f"not honour"
     ), warning
-    assert 'set importance_sampling_level = "token"' in warning
+    assert "set importance_sampling_level to its default" in warning
     assert not [w for w in checked.err.splitlines() if "loss_agg_mode" in w]
     trained = run_cli("train", "--config", config, "--run-dir", tmp_path / "run")
     assert trained.code == 2, trained.out + trained.err

@@ -83,7 +83,7 @@ def test_retrieval_credit_credits_a_retrieved_golden_answer_normalised_as_em() -
 
 
 def test_a_golden_answer_must_occur_as_whole_words() -> None:
-    from searchr1.plugins.search_rewards import contains_answer
+    from searchr1.plugins.rewards.search_terms import contains_answer
 
     assert contains_answer("Written by Saint-Exupéry.", ["saint exupery"]) is False
     assert contains_answer("Paris, France", ["Paris"]) is True

@@ -257,6 +257,63 @@ def test_builtin_world_asset_builds_into_the_cache(tmp_path, monkeypatch, world_
     assert path.read_bytes() == (world_dir / "heldout.jsonl").read_bytes()
 
 
+#: a process that builds an asset whose build waits for a file (``release``) to appear and
+#: notes each build it starts in ``builds``
+_SLOW_BUILD = """
+import sys, time
+from pathlib import Path
+from searchr1.core.assets import ensure_built
+from searchr1.core.types import Asset
+
+folder, work = Path(sys.argv[1]), Path(sys.argv[2])
+
+def build(tmp):
+    with (work / "builds").open("a") as f:
+        f.write("build\\n")
+    while not (work / "release").exists():
+        time.sleep(0.05)
+    (tmp / "data.txt").write_text("built")
+
+ensure_built(folder, Asset("1", build, takes="as long as the test holds it"), "builtin:slow")
+print((folder / "data.txt").read_text())
+"""
+
+
+def test_a_process_that_needs_an_asset_being_built_waits_for_that_build(tmp_path: Path) -> None:
+    """Two processes need the same asset at once (two test workers, two commands): the second
+    says it waits for the first, which builds it once, and then uses that build."""
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "cache" / "slow-1"
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", _SLOW_BUILD, str(folder), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    first = start()
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "builds").exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.05)
+    second = start()
+    assert second.stderr is not None
+    waiting = second.stderr.readline()  # blocks until the second process says why it waits
+    assert waiting.startswith("searchr1: waiting for another process to finish building "), waiting
+    (tmp_path / "release").touch()
+    outs = [proc.communicate(timeout=120) for proc in (first, second)]
+    assert [proc.returncode for proc in (first, second)] == [0, 0], outs
+    assert [out.splitlines()[-1] for out, _ in outs] == ["built", "built"]
+    assert (tmp_path / "builds").read_text() == "build\n"  # built once
+    assert "searchr1: building builtin:slow (first use: " in outs[0][1]
+    assert "building builtin:slow" not in outs[1][1]
+
+
 def test_example_config_equals_the_embedded_default():
     example = (ROOT / "examples" / "offline.toml").read_text("utf-8")
     assert example == default_config_text()

@@ -23,6 +23,7 @@ from searchr1.plugins.local_model.chunked_logprobs import (
     matches_model_logits,
     target_logprobs,
 )
+from searchr1.plugins.local_model.llds import action_segments, llds_penalty, response_segments
 from searchr1.plugins.local_model.reference import ReferencePolicy
 from searchr1.plugins.local_model.shared_prefix import (
     can_share_prefixes,
@@ -38,6 +39,7 @@ from searchr1.sdk import (
     ForwardBackwardResult,
     LossFn,
     LossInputs,
+    displacement_from_logprobs,
     kl_coef,
     merge_train_metrics,
     mismatch_from_logprobs,
@@ -124,6 +126,9 @@ class Learner:
         chunk_tokens: int = 8192,
         logit_chunk: int = 256,
         share_prefixes: bool = True,
+        displacement: bool = True,
+        llds_coef: float = 0.0,
+        llds_gate: str = "action",
     ) -> None:
         self.model = model
         self.device = device
@@ -146,6 +151,13 @@ class Learner:
         )
         # a queued forward_backward's failure, raised by the next optim_step
         self._failed: BaseException | None = None
+        #: score the step's positive responses again after optim_step (module docstring)
+        self.displacement = displacement
+        # the step's positive responses so far: (datum, summed log-prob before the update)
+        self._positive: list[tuple[Datum, float]] = []
+        #: the LLDS regularizer's weight (0 = off) and unit (:mod:`.llds`)
+        self.llds_coef = llds_coef
+        self.llds_gate = llds_gate
         #: the one thread that runs the learner's torch work, in call order (:meth:`submit`)
         self.worker = ThreadPoolExecutor(
             1, thread_name_prefix="searchr1-learner", initializer=_use_device, initargs=(device,)
@@ -261,31 +273,11 @@ class Learner:
         """One chunk's forward and backward; ``reference``: run the KL reference's forward
         even when this loss has no KL term (a sharded model's: some rank's loss has one)."""
         dev = self.device
-        width = max(len(d) for d in datums)
-        b = len(datums)
-        ids_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
-        targets_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
-        mask_BT = torch.zeros((b, width), dtype=torch.long)
-        # float32, or float64 for a float64 model (whose exactness checks need every digit).
-        real = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
-        sampler_BT = torch.zeros((b, width), dtype=real)
-        adv_BT = torch.zeros((b, width), dtype=real)
-        trained_BT = torch.zeros((b, width), dtype=torch.bool)
-        weight_BT = torch.zeros((b, width), dtype=real)
-        for i, d in enumerate(datums):
-            n = len(d)
-            ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
-            targets_BT[i, :n] = torch.tensor(d.target_tokens, dtype=torch.long)
-            mask_BT[i, :n] = 1
-            sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=real)
-            adv_BT[i, :n] = torch.tensor(d.advantages, dtype=real)
-            trained_BT[i, :n] = torch.tensor(d.sampled, dtype=torch.bool)
-            weight_BT[i, :n] = d.weight
+        ids_BT, mask_BT, targets_BT, trained_BT, sampler_BT, adv_BT, weight_BT = self._batch(datums)
+        b, width = ids_BT.shape
         # Only sampled positions enter a loss (docs/protocols.md §5): the model still reads
         # every position, but logits are computed only there. logprobs_T and the loss inputs
         # are in row-major order of trained_BT.
-        trained_BT = trained_BT.to(dev)
-        ids_BT, targets_BT, mask_BT = ids_BT.to(dev), targets_BT.to(dev), mask_BT.to(dev)
         use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
         tensors = (ids_BT, mask_BT, targets_BT, trained_BT)
         reference_T = None
@@ -303,11 +295,106 @@ class Learner:
             sequence_T=torch.arange(b, device=dev).unsqueeze(1).expand(b, width)[trained_BT],
         )
         output = loss_fn(logprobs_T, inputs)
-        (output.loss * loss_scale).backward()
+        loss, metrics = output.loss, dict(output.metrics)
+        # The supervised cold start has no sampling policy to preserve (its datums carry
+        # sampler log-probs of 0) and logs no displacement: both are the policy losses'.
+        policy = getattr(loss_fn, "name", "") != "cross_entropy"
+        if self.llds_coef > 0 and policy:
+            units = action_segments if self.llds_gate == "action" else response_segments
+            term, llds_metrics = llds_penalty(
+                logprobs_T,
+                inputs.sampler_logprobs_T,
+                inputs.advantages_T,
+                units(trained_BT),
+                self.llds_coef,
+            )
+            loss = loss + term
+            metrics.update(llds_metrics)
+        (loss * loss_scale).backward()
+        if self.displacement and policy:
+            self._note_positive(datums, logprobs_T.detach(), trained_BT, adv_BT.to(dev))
         mismatch = mismatch_from_logprobs(
             logprobs_T.detach().double().tolist(), inputs.sampler_logprobs_T.double().tolist()
         )
-        return float(output.loss.detach()), dict(output.metrics), mismatch
+        return float(loss.detach()), metrics, mismatch
+
+    def _batch(self, datums: Sequence[Datum]) -> tuple[torch.Tensor, ...]:
+        """``datums`` right-padded: token ids, attention mask, targets and the sampled
+        positions on the learner's device, sampler log-probs, advantages and the aggregation
+        weights on the CPU
+        (float32, or float64 for a float64 model, whose exactness checks need every digit)."""
+        width = max(len(d) for d in datums)
+        b = len(datums)
+        ids_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        targets_BT = torch.full((b, width), self.pad_token_id, dtype=torch.long)
+        mask_BT = torch.zeros((b, width), dtype=torch.long)
+        real = torch.promote_types(next(self.model.parameters()).dtype, torch.float32)
+        sampler_BT = torch.zeros((b, width), dtype=real)
+        adv_BT = torch.zeros((b, width), dtype=real)
+        trained_BT = torch.zeros((b, width), dtype=torch.bool)
+        weight_BT = torch.zeros((b, width), dtype=real)
+        for i, d in enumerate(datums):
+            n = len(d)
+            ids_BT[i, :n] = torch.tensor(d.input_tokens, dtype=torch.long)
+            targets_BT[i, :n] = torch.tensor(d.target_tokens, dtype=torch.long)
+            mask_BT[i, :n] = 1
+            sampler_BT[i, :n] = torch.tensor(d.sampler_logprobs, dtype=real)
+            adv_BT[i, :n] = torch.tensor(d.advantages, dtype=real)
+            trained_BT[i, :n] = torch.tensor(d.sampled, dtype=torch.bool)
+            weight_BT[i, :n] = d.weight
+        dev = self.device
+        return (
+            ids_BT.to(dev),
+            mask_BT.to(dev),
+            targets_BT.to(dev),
+            trained_BT.to(dev),
+            sampler_BT,
+            adv_BT,
+            weight_BT,
+        )
+
+    def _note_positive(
+        self,
+        datums: Sequence[Datum],
+        logprobs_T: torch.Tensor,
+        trained_BT: torch.Tensor,
+        adv_BT: torch.Tensor,
+    ) -> None:
+        """Keep the chunk's positive responses (a sampled token with advantage > 0) with
+        their summed log-prob under the weights before the update, for :meth:`_displacement`."""
+        positive_B = ((adv_BT > 0) & trained_BT).any(dim=1)
+        if not bool(positive_B.any()):
+            return
+        sums_B = torch.zeros(len(datums), dtype=logprobs_T.dtype, device=logprobs_T.device)
+        sums_B.index_add_(0, response_segments(trained_BT), logprobs_T)
+        for i in positive_B.nonzero()[:, 0].tolist():
+            self._positive.append((datums[i], float(sums_B[i])))
+
+    def _displacement(self) -> dict[str, float]:
+        """The likelihood displacement of the step just taken: the positive responses noted
+        in its forward passes scored again, without gradient, under the new weights
+        (:func:`~searchr1.core.step_metrics.displacement_from_logprobs`); {} without any."""
+        positive, self._positive = self._positive, []
+        if not positive:
+            return {}
+        datums = [d for d, _ in positive]
+        after: list[float] = []
+        with torch.no_grad(), scoring_mode(self.model):
+            for chunk in self._chunks(datums):
+                ids_BT, mask_BT, targets_BT, trained_BT, *_ = self._batch(chunk)
+                use_chunked = self._use_chunked(ids_BT, targets_BT, trained_BT)
+                tensors = (ids_BT, mask_BT, targets_BT, trained_BT)
+                logprobs_T = self._scored(use_chunked, chunk, tensors)
+                sums_B = torch.zeros(len(chunk), dtype=logprobs_T.dtype, device=logprobs_T.device)
+                sums_B.index_add_(0, response_segments(trained_BT), logprobs_T)
+                after += sums_B.tolist()
+        return displacement_from_logprobs(
+            [
+                (d.trajectory_id.rsplit("/", 1)[0], before / n, a / n)
+                for (d, before), a in zip(positive, after, strict=True)
+                if (n := sum(d.sampled))
+            ]
+        )
 
     def _scored(
         self, use_chunked: bool, datums: Sequence[Datum], tensors: tuple[torch.Tensor, ...]
@@ -488,11 +575,14 @@ class Learner:
         step taken."""
         if self._failed is not None:  # a micro-batch of this step failed: no step
             failed, self._failed = self._failed, None
+            self._positive.clear()
             self.optimizer.zero_grad(set_to_none=True)
             raise failed
         with self.model_lock:
             grad_norm = self._update(adam)
-        return {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}
+            displacement = self._displacement()
+        out = {"grad_norm": grad_norm, "lr": adam.learning_rate, "step": float(self.step)}
+        return {**out, **displacement}
 
     def _update(self, adam: AdamParams) -> float:
         """The step of :meth:`optim_step` on the accumulated gradients (the caller holds

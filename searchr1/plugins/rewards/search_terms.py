@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from searchr1.core.answers import normalize_answer
-from searchr1.core.types import RewardResult, Trajectory
+from searchr1.sdk import RewardResult, Trajectory, normalize_answer
 
 
 def contains_answer(text: str, golden_answers: Sequence[str]) -> bool:

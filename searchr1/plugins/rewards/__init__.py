@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, settings_problems
-from searchr1.plugins.search_rewards import (
+from searchr1.plugins.rewards.search_terms import (
     AnswerLengthPenalty,
     AnswerLengthSettings,
     RetrievalCredit,
