@@ -79,7 +79,7 @@ def teacher_for(
 
 async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdStartResult:
     """Run the cold start on the run's trainer with ``loss_fn``, in train's event loop."""
-    log, cfg, protocol = get_logger(), run.config, run.protocol
+    log, cfg, protocol, job = get_logger(), run.config, run.protocol, run.job
     spec = cs.data or cfg.data.train
     field = "train.cold_start.data" if cs.data else "data.train"
     questions = list(load_questions(spec, cfg.assets, field_name=field).questions)
@@ -95,8 +95,8 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     losses: list[float] = []
     for step in range(1, cs.steps + 1):
         phase = f"the cold start (step {step} of {cs.steps})"
-        run.stop.check(phase, run.world)  # every rank, before the step's collectives
-        batch = draw_fitting(run.env, run.job, stream, cs.questions_per_step, field)
+        job.check(phase)  # every rank, before the step's collectives
+        batch = draw_fitting(run.env, job, stream, cs.questions_per_step, field)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
         rollouts = rollout_questions(
             teacher,
@@ -108,8 +108,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             sampling=sampling,
             id_prefix=f"cs{step}/",
         )
-        # one process: a stop cuts the rollouts short (a rank must not leave the gather below)
-        groups = await (run.stop.cut(rollouts, phase) if run.world.size == 1 else rollouts)
+        groups = await job.cut(rollouts, phase)
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
         trajectories = [trajectory for (trajectory,) in groups]
         scored = await score_all(
@@ -136,7 +135,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             continue
         learned = await learn(
             run.trainer,
-            run.job,
+            job,
             datums,
             loss_fn,
             limits=batch_limits(cfg),

@@ -85,9 +85,8 @@ async def guarded_collect(
         # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
         # Under torchrun every rank waits it out and they stop together after it.
         phase = f"the search guard's wait before retrying step {step}"
-        pause = asyncio.sleep(wait)
-        await (job.stop.cut(pause, phase) if world.size == 1 else pause)
-        job.stop.check(phase, world)
+        await job.cut(asyncio.sleep(wait), phase)
+        job.check(phase)
         stream.load_state(cursor)  # retry the same questions
     return dataclasses.replace(
         batch,
@@ -201,29 +200,25 @@ def save(
     path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
     if name is None:  # what --resume continues from
-        run.stop.kept = kept_note(run, step, path)
+        # what a stop at once (a second Ctrl-C) says
+        run.stop.kept = "; ".join(kept_lines(run.folder, run.config.source, step, path))
 
 
-def kept_lines(run: Run, step: int | None, path: Path | None) -> tuple[str, str]:
-    """What the run folder keeps (checkpoint ``step`` at ``path``, or nothing) and the command
-    that goes on from there: the two lines every stop of ``train`` ends with."""
+def kept_lines(folder: Path, source: str, step: int | None, path: Path | None) -> tuple[str, str]:
+    """What the run ``folder`` keeps (checkpoint ``step`` at ``path``, or nothing) and the
+    command that goes on from there (its config read from ``source``): the two lines every
+    stop of ``train`` ends with."""
     from searchr1.core.disk import resume_command
 
-    source = run.config.source
     if step is None or path is None:
         return (
             "nothing: no step was trained yet (no checkpoint)",
-            f"start it again with `{resume_command(run.folder, source, resume=False)}`",
+            f"start it again with `{resume_command(folder, source, resume=False)}`",
         )
     return (
         f"checkpoint step {step} ({path})",
-        f"continue with `{resume_command(run.folder, source)}`",
+        f"continue with `{resume_command(folder, source)}`",
     )
-
-
-def kept_note(run: Run, step: int | None, path: Path | None) -> str:
-    """:func:`kept_lines` on one line: what a stop at once (a second Ctrl-C) says."""
-    return "; ".join(kept_lines(run, step, path))
 
 
 def step_metrics(

@@ -10,6 +10,7 @@ import asyncio
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from searchr1.core.checkpoint import latest_checkpoint, remove_stale_saves, restore_rng
@@ -27,7 +28,7 @@ from searchr1.core.evaluation import (
     heldout_questions,
 )
 from searchr1.core.health import Health
-from searchr1.core.logs import get_logger, warn
+from searchr1.core.logs import RunLog, get_logger, warn
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
@@ -42,7 +43,7 @@ from searchr1.core.step import (
 )
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
-from searchr1.core.types import LossFn, Question, kl_coef
+from searchr1.core.types import LossFn, Question, Trainer, kl_coef
 from searchr1.rl.pipeline import run_steps
 from searchr1.rl.step import Batch, Learned, aggregation_of, learn
 
@@ -107,13 +108,13 @@ class _Progress:
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
     if run.run_dir is not None:  # what a second Ctrl-C keeps, until the next save
-        stop.kept = "; ".join(kept(run))
+        stop.kept = "; ".join(kept(run.folder, run.config.source))
     progress = _Progress(saved=plan.start)
     try:
         if plan.fresh:
             await _before_rl(plan, progress)
         else:
-            stop.check(f"the resume from checkpoint step {plan.start}", run.world)
+            run.job.check(f"the resume from checkpoint step {plan.start}")
         try:
             await _rl_steps(plan, progress)
         except Exception as exc:  # any stop of the RL steps keeps the last trained step
@@ -244,17 +245,17 @@ async def _before_rl(plan: _Plan, progress: _Progress) -> None:
         if ceiling is not None and not stop.requested:
             last = "ceiling"
             await _heldout_phase(plan, last, sampler=ceiling)
-        stop.check(_phase(last), run.world)
+        run.job.check(_phase(last))
     if plan.warm_up_loss is not None:
         await cold_start(run, plan.warm_up, plan.warm_up_loss)
         if evals:
             await _heldout_phase(plan, "cold_start")
-            stop.check(_phase("cold_start"), run.world)
-        pin_kl_reference(run, plan.loss)  # before checkpoint 0, which saves it
+            run.job.check(_phase("cold_start"))
+        pin_kl_reference(run.trainer, plan.loss)  # before checkpoint 0, which saves it
         save(run, plan.health, plan.stream.state(), 0)  # --resume starts after it
     if cfg.train.eval_every:
         await _eval_step(plan, progress, 0, plan.stream.state())  # rank 0's; {} on the others
-        stop.check("the held-out eval of step 0", run.world)
+        run.job.check("the held-out eval of step 0")
 
 
 def _phase(name: str) -> str:
@@ -387,7 +388,7 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
     stopped = asked is not None or alert is not None
     totals = {**plan.run.totals, **plan.health.notices.totals()}
     log.info("train_done", steps=step, stopped_early=stopped, **totals)
-    _close_console(plan.run)
+    _close_console(plan.run.log)
     if asked is not None:
         raise Interrupted(asked, progress.cut[0] if progress.cut else f"RL step {step} (finished)")
     if alert is not None:
@@ -399,11 +400,11 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
 AFTER_FILE = "eval_heldout_after.jsonl"
 
 
-def _close_console(run: Run) -> None:
+def _close_console(log: RunLog | None) -> None:
     """The run's progress bar ends with the loop: what the command says next (the outcome,
     an error) prints below it."""
-    if run.log is not None:
-        run.log.close_console()
+    if log is not None:
+        log.close_console()
 
 
 def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) -> None:
@@ -430,20 +431,19 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
     progress.saved = trained.step
 
 
-def kept(run: Run) -> tuple[str, str]:
-    """:func:`~searchr1.core.step.kept_lines` of the run folder's newest complete checkpoint:
-    what every stop of ``train`` ends its message with."""
-    from searchr1.core.checkpoint import latest_checkpoint
-
-    last = latest_checkpoint(run.folder)
-    return kept_lines(run, last.step if last else None, last.path if last else None)
+def kept(folder: Path, source: str) -> tuple[str, str]:
+    """:func:`~searchr1.core.step.kept_lines` of the run ``folder``'s newest complete
+    checkpoint (its config read from ``source``): what every stop of ``train`` ends its
+    message with."""
+    last = latest_checkpoint(folder)
+    return kept_lines(folder, source, last.step if last else None, last.path if last else None)
 
 
 def _say_kept(run: Run, exc: SearchR1Error) -> None:
     """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept`;
     a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
     if run.run_dir is not None and not isinstance(exc, HealthStop):
-        said, then = kept(run)
+        said, then = kept(run.folder, run.config.source)
         exc.args = (f"{exc}\nkept: {said}\n{then}",)
 
 
@@ -451,7 +451,7 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
     """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
     command that goes on from there."""
 
-    _close_console(run)
+    _close_console(run.log)
     if run.run_dir is None:
         return stop
     last = latest_checkpoint(run.folder)
@@ -461,13 +461,13 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    return stop.outcome(*kept(run))
+    return stop.outcome(*kept(run.folder, run.config.source))
 
 
-def pin_kl_reference(run: Run, loss: LossFn) -> None:
+def pin_kl_reference(trainer: Trainer, loss: LossFn) -> None:
     """After a cold start, the trained adapter becomes the KL term's reference policy (the
     policy as RL begins); without one the reference stays the base model."""
-    pin = run.trainer.capabilities.kl_reference
+    pin = trainer.capabilities.kl_reference
     if pin is not None and kl_coef(loss) > 0:
         pin()
         get_logger().info("kl_reference", message="the cold-started adapter is the KL reference")

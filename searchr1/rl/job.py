@@ -6,8 +6,9 @@ checkpoints) builds all three (:attr:`searchr1.core.runs.Run.env`, ``.job``, ``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import structlog
 
@@ -16,6 +17,8 @@ from searchr1.core.config_schema import Config
 from searchr1.core.distributed import World
 from searchr1.core.stop import Stop
 from searchr1.core.types import RewardFn, Sampler, SearchProvider
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,14 @@ class Job:
     stop: Stop = field(default_factory=Stop)
     warn: Callable[[str, str], None] = _event_only
     progress: Callable[[str, int], Callable[[], None] | None] = _unseen
+
+    async def cut(self, work: Awaitable[T], phase: str) -> T:
+        """Await ``work``: in one process a stop cuts it short (:class:`Interrupted` naming
+        ``phase``); under torchrun every rank finishes it (none may leave the collectives in
+        or after it) and the ranks stop together at the next :meth:`check`."""
+        return await (self.stop.cut(work, phase) if self.world.size == 1 else work)
+
+    def check(self, phase: str) -> None:
+        """Every rank stops at ``phase``'s boundary (:class:`Interrupted`) when a stop was
+        asked of any (under torchrun a collective: call it on every rank at the same point)."""
+        self.stop.check(phase, self.world)
