@@ -180,12 +180,14 @@ async def run_rollout_group(
     given = (
         search_client.provider if isinstance(search_client, ZhihuSearchClient) else search_client
     )
+    asked = Question(id="api", question=question, golden_answers=answers)
     # The model loads in the caller's loop (blocking it meanwhile): its clients belong to it.
-    run = await Run(cfg, registry).start(search=given)
+    # A remote reward (the LLM judge) is asked once first: a RemoteError names it at once.
+    run = await Run(cfg, registry).start(search=given, check=asked)
     try:
         evaluated = await evaluate_run(
             run,
-            [Question(id="api", question=question, golden_answers=answers)],
+            [asked],
             label="api",
             group_size=group_size,
             greedy=False,  # the policy as training samples it

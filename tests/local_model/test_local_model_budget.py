@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
-from searchr1.plugins.local_model.budget import kv_bytes_per_token, token_budget
+from searchr1.plugins.local_model.budget import budget_source, kv_bytes_per_token, token_budget
 from searchr1.plugins.local_model.provider import LocalModelProvider, _checkpointing
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
@@ -112,6 +113,15 @@ def test_budget_defaults() -> None:
     assert kv_bytes_per_token(config, torch.bfloat16) == 144 * 1024
     assert token_budget(5000, config, torch.bfloat16, torch.device("cpu")) == 5000
     assert token_budget(0, config, torch.bfloat16, torch.device("cpu")) >= 1024
+    # on the CPU from the machine's total RAM, not what is free now: the budget decides which
+    # requests may share a batch, so two runs on one machine must get the same
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)[1]) * 1024
+    assert token_budget(0, config, torch.bfloat16, torch.device("cpu")) == max(
+        1024, total // 4 // (144 * 1024)
+    )
+    assert "the same on every run" in budget_source(0, torch.device("cpu"))
+    assert "set [model.local] max_batch_tokens" in budget_source(0, torch.device("cuda"))
     assert _checkpointing("auto", torch.device("cuda")) is True
     assert _checkpointing("auto", torch.device("cpu")) is False
     assert _checkpointing(True, torch.device("cpu")) is True

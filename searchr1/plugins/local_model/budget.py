@@ -51,24 +51,39 @@ def row_overhead_tokens(config: Any, dtype: torch.dtype) -> int:
 
 
 def token_budget(setting: int, config: Any, dtype: torch.dtype, device: torch.device) -> int:
-    """``setting`` when > 0, else derived from free memory (see the module docstring)."""
+    """``setting`` when > 0, else derived from memory (see the module docstring)."""
     if setting > 0:
         return setting
     per_token = kv_bytes_per_token(config, dtype)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return max(1024, int(free * 0.5) // per_token)
-    available = _available_ram()
-    if available is None:
+    ram = _total_ram()
+    if ram is None:
         return _FALLBACK_TOKENS
-    return max(1024, available // 4 // per_token)
+    return max(1024, ram // 4 // per_token)
 
 
-def _available_ram() -> int | None:
+def budget_source(setting: int, device: torch.device) -> str:
+    """Where :func:`token_budget` took the budget from, and whether a rerun gets the same."""
+    if setting > 0:
+        return "[model.local] max_batch_tokens"
+    if device.type == "cuda":
+        return (
+            "half the GPU memory free after the load: it varies with what else uses the GPU, "
+            "and with it which requests may share a batch; set [model.local] max_batch_tokens "
+            "to this value to repeat a run exactly"
+        )
+    if _total_ram() is None:
+        return "a fixed default (this machine's RAM is unknown)"
+    return "a quarter of this machine's RAM (its total: the same on every run here)"
+
+
+def _total_ram() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith("MemTotal:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None

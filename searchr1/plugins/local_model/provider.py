@@ -49,7 +49,7 @@ class LocalSettings:
     #: most sequences the sampler generates in one batch
     max_batch_rows: int = field(default=256, metadata={"min": 1})
     #: cache positions the sampler may hold (padding and kept caches included); 0 = derived from
-    #: free device memory
+    #: memory (half the GPU memory free after the load; a quarter of the machine's RAM)
     max_batch_tokens: int = field(default=0, metadata={"min": 0})
     #: padded prompt tokens per prefill forward
     prefill_chunk_tokens: int = field(default=2048, metadata={"min": 16})
@@ -291,7 +291,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     from searchr1.kit.gguf import model_path
     from searchr1.kit.hub import hub_path
     from searchr1.kit.tokenizers import load_tokenizer
-    from searchr1.plugins.local_model.budget import token_budget
+    from searchr1.plugins.local_model.budget import budget_source, token_budget
     from searchr1.plugins.local_model.device import (
         choose_device,
         choose_dtype,
@@ -343,6 +343,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         threads=threads,
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
         max_batch_tokens=budget,
+        max_batch_tokens_from=budget_source(settings.max_batch_tokens, device),
     )
     return model, tokenizer, device, budget
 

@@ -67,6 +67,8 @@ class HardQuestion:
 
 @dataclass(frozen=True)
 class HardWorld:
+    """Everything generated from one seed; ``reserved``: the entity ids held out."""
+
     seed: int
     archive: str
     docs: tuple[Doc, ...]
@@ -82,6 +84,7 @@ class HardWorld:
         ]
 
     def cold_start(self) -> list[HardQuestion]:
+        """The training questions the example's cold start imitates."""
         return [q for q in self.train if q.data_source in COLD_START_SOURCES]
 
 
