@@ -26,7 +26,7 @@ class Environment:
     """The agent's world for one rollout: the policy's ``sampler``, the ``search`` it calls,
     the ``protocol`` that turns tokens into actions, the ``reward`` that scores an answer and
     the ``config`` whose ``[rollout]`` limits, ``[model]`` sampling, ``[search] top_k`` and
-    ``[train]`` advantage and guard settings the step reads."""
+    ``[train]`` advantage settings the step reads."""
 
     sampler: Sampler
     search: SearchProvider
