@@ -19,7 +19,6 @@ from searchr1.core.config_validate import plugin_settings
 from searchr1.core.data import load_questions
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
-from searchr1.core.rewards import score_all
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
 from searchr1.core.step import adam_params, batch_limits
@@ -27,8 +26,8 @@ from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
 from searchr1.rl.datums import trajectory_to_datum
-from searchr1.rl.rollout import draw_fitting, rollout_questions, sampling_params
-from searchr1.rl.step import learn
+from searchr1.rl.rollout import draw_fitting, sampling_params
+from searchr1.rl.step import learn, rollout_and_score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +86,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     teacher = teacher_for(
         cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets
     )
+    teach = dataclasses.replace(run.env, sampler=teacher)
     sampling = dataclasses.replace(sampling_params(cfg, protocol, greedy=True), seed=cfg.run.seed)
     adam = dataclasses.replace(adam_params(cfg), learning_rate=cs.lr)
     t0 = time.perf_counter()
@@ -96,24 +96,16 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     for step in range(1, cs.steps + 1):
         phase = f"the cold start (step {step} of {cs.steps})"
         job.check(phase)  # every rank, before the step's collectives
-        batch = draw_fitting(run.env, job, stream, cs.questions_per_step, field)
+        batch = draw_fitting(teach, job, stream, cs.questions_per_step, field)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
-        rollouts = rollout_questions(
-            teacher,
-            run.search,
-            protocol,
-            mine,
-            cfg,
-            group_size=1,
-            sampling=sampling,
-            id_prefix=f"cs{step}/",
+        # the teacher as the sampler; a stop cuts the rollouts short in one process
+        teaching = rollout_and_score(
+            teach, mine, group_size=1, sampling=sampling, id_prefix=f"cs{step}/"
         )
-        groups = await job.cut(rollouts, phase)
+        groups = await job.cut(teaching, phase)
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
-        trajectories = [trajectory for (trajectory,) in groups]
-        scored = await score_all(
-            run.reward, [(t, q.golden_answers) for q, t in zip(mine, trajectories, strict=True)]
-        )
+        trajectories = [g.trajectories[0] for g in groups]
+        scored = [g.rewards[0] for g in groups]
         datums: list[Datum] = [
             trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens)
             for trajectory, result in zip(trajectories, scored, strict=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from searchr1.core.types import (
     Datum,
     LossFn,
     Question,
+    SamplingParams,
     ScoredGroup,
     Trainer,
     Trajectory,
@@ -225,37 +226,52 @@ async def _rollout_shared(
 ) -> tuple[list[ScoredGroup], list[int]]:
     """The scored groups of ``questions``, in order, and the rank that rolled out each: this
     rank rolls out its share (:meth:`~searchr1.core.distributed.World.shard`) and gathers
-    the others'."""
-    world = job.world
-    mine = await _rollout_and_score(env, job, step, version, world.shard(questions), draw)
+    the others'. Each step's draw samples with a seed of its own."""
+    world, cfg = job.world, env.config
+    seed = derived_seed(cfg.run.seed, f"{step}/{draw}")
+    shard = world.shard(questions)
+    mine = await rollout_and_score(
+        env,
+        shard,
+        group_size=cfg.rollout.group_size,
+        sampling=dataclasses.replace(sampling_params(cfg, env.protocol), seed=seed),
+        id_prefix=f"s{step}d{draw}/",
+        version=version,
+        on_group_done=job.progress(f"step {step} {'extra ' * bool(draw)}rollouts", len(shard)),
+    )
     parts = world.gather(mine)
     parts[world.rank] = mine  # this rank's own objects, not copies
     return [g for part in parts for g in part], [r for r, part in enumerate(parts) for _ in part]
 
 
-async def _rollout_and_score(
-    env: Environment, job: Job, step: int, version: int, questions: Sequence[Question], draw: int
+async def rollout_and_score(
+    env: Environment,
+    questions: Sequence[Question],
+    *,
+    group_size: int,
+    sampling: SamplingParams,
+    id_prefix: str,
+    version: int = 0,
+    on_group_done: Callable[[], None] | None = None,
 ) -> list[ScoredGroup]:
-    cfg = env.config
-    seed = derived_seed(cfg.run.seed, f"{step}/{draw}")  # a sampling seed per step and draw
-    sampling = dataclasses.replace(sampling_params(cfg, env.protocol), seed=seed)
-    task = f"step {step} rollouts" if draw == 0 else f"step {step} extra rollouts"
+    """``group_size`` trajectories of each of ``questions`` from ``env.sampler`` (policy
+    ``version``; the cold start's teacher), scored in one batch (a judge sends its calls
+    together), advantages 0 until the step's groups are known (:func:`with_advantages`)."""
     trajectory_groups = await rollout_questions(
         env.sampler,
         env.search,
         env.protocol,
         questions,
-        cfg,
-        group_size=cfg.rollout.group_size,
+        env.config,
+        group_size=group_size,
         sampling=sampling,
-        id_prefix=f"s{step}d{draw}/",
-        on_group_done=job.progress(task, len(questions)),
+        id_prefix=id_prefix,
+        on_group_done=on_group_done,
     )
     groups = [
         [dataclasses.replace(t, policy_version=version) for t in sampled]
         for sampled in trajectory_groups
     ]
-    # every trajectory of the draw in one batch: a judge sends its calls together
     results = iter(
         await score_all(
             env.reward,
@@ -266,7 +282,6 @@ async def _rollout_and_score(
     for question, trajectories in zip(questions, groups, strict=True):
         rewards = [next(results) for _ in trajectories]
         degenerate = is_degenerate([r.reward for r in rewards])
-        # advantages are the batch's (with_advantages, once the step's groups are known)
         zeros = tuple(0.0 for _ in trajectories)
         scored.append(ScoredGroup(question, trajectories, rewards, zeros, degenerate))
     return scored
