@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_run import make_config, read_events
@@ -136,22 +137,34 @@ def judge_reward(server: FakeJudgeServer) -> str:
     )
 
 
+class RevokedAfterCheck(FakeJudgeServer):
+    """A judge that answers one call (the check before the rollout), then rejects every key."""
+
+    revoked = False
+
+    def answer(self, key: str, body: dict[str, Any], text: str | None = None) -> dict[str, Any]:
+        out = super().answer(key, body, text)
+        if not self.revoked:
+            self.keys, self.revoked = (), True
+        return out
+
+
 def test_a_rejected_judge_key_stops_at_once_with_exit_2_and_resume_starts_fresh(
     tmp_path: Path, run_cli, scripted_plugin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A judge key the service answers 401 to: exit 2 at step 1 at once (no guard wait),
-    one ``judge_key_benched`` warning (no search event), the 401 in the message; nothing was
-    trained, so the message says so and gives the plain rerun; ``--resume`` there works too
-    (it starts from step 1, with a warning)."""
-    monkeypatch.setenv("JUDGE_KEYS", "sk-judge-wrong-000000000")
-    with start_fake_zhihu() as (base_url, _), FakeJudgeServer() as judge:
+    """A judge key the service accepts for the check before the rollout, then revokes (401):
+    exit 2 at step 1 at once (no guard wait), one ``judge_key_benched`` warning (no search
+    event), the 401 in the message; nothing was trained, so the message says so and gives
+    the plain rerun; ``--resume`` there works too (it starts from step 1, with a warning)."""
+    monkeypatch.setenv("JUDGE_KEYS", JUDGE_KEYS[0])
+    with start_fake_zhihu() as (base_url, _), RevokedAfterCheck() as judge:
         config = config_saving_every(tmp_path, base_url, train="guard_backoff_seconds = 30\n")
         config.write_text(config.read_text() + judge_reward(judge))
         run = tmp_path / "run"
         result = run_cli("train", "--config", config, "--run-dir", run)
         said = result.out + result.err
         assert result.code == 2, said
-        assert "401" in said and "[reward.judge] api_key" in said
+        assert "401" in said and "reward.judge.api_key" in said
         assert "rejected or rate limited" not in said
         (benched,) = read_events(run, "judge_key_benched")
         assert benched["key_index"] == 0 and "401" in benched["reason"]
@@ -161,9 +174,9 @@ def test_a_rejected_judge_key_stops_at_once_with_exit_2_and_resume_starts_fresh(
         kept, command = kept_and_next(said)
         assert "nothing" in kept and "no step was trained" in kept
         assert command == f"searchr1 train --run-dir {run} --config {config}"
-        assert "sk-judge-wrong" not in said
+        assert JUDGE_KEYS[0] not in said
 
-        monkeypatch.setenv("JUDGE_KEYS", JUDGE_KEYS[0])  # the key fixed
+        judge.keys = tuple(JUDGE_KEYS)  # the key accepted again
         resumed = run_cli("train", "--resume", "--run-dir", run, "--config", config)
         assert resumed.code == 0, resumed.out + resumed.err
     (fresh,) = read_events(run, "resume_fresh_start")
