@@ -15,13 +15,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchr1.core.config import load_config, load_dotenv_files
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import Registry
 from searchr1.core.types import Question, SearchProvider, SearchResponse, Trajectory
+
+if TYPE_CHECKING:
+    from searchr1.core.evaluation import EvalResult
 
 __all__ = [
     "RolloutGroup",
@@ -199,7 +202,14 @@ async def run_rollout_group(
         await run.aclose()
         if search_client is None:
             await run.search.aclose()
-    results = tuple(
+    return RolloutGroup(
+        question=question, golden_answers=answers, trajectories=_trajectory_results(evaluated)
+    )
+
+
+def _trajectory_results(evaluated: EvalResult) -> tuple[TrajectoryResult, ...]:
+    """Each scored trajectory of an evaluation, as the API returns it."""
+    return tuple(
         TrajectoryResult(
             reward=record.reward,
             search_calls=traj.search_calls,
@@ -209,7 +219,6 @@ async def run_rollout_group(
         )
         for record, traj in zip(evaluated.records, evaluated.trajectories, strict=True)
     )
-    return RolloutGroup(question=question, golden_answers=answers, trajectories=results)
 
 
 # The reference setup's script checks TAOTOKEN_API_KEY before it calls anything: load ./.env now, with

@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.cli.args import CONFIG_HELP, add_no_cache_arg, open_run_from_args
+from searchr1.core.checkpoint import (
+    BASE,
+    config_changes,
+    find_checkpoint,
+    load_trainer_state,
+    saved_config,
+)
 from searchr1.core.disk import write_text_atomic
 from searchr1.core.errors import EnvironmentDown, Interrupted, UserError
 from searchr1.core.logs import say
@@ -30,120 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.plugins import Registry
     from searchr1.core.runs import Run
     from searchr1.core.types import Question
-
-BASE = "base"
-
-
-def resolve_checkpoint(spec: str) -> tuple[str, str | None]:
-    """``(label, folder to pass to trainer.load_state)`` for one ``--checkpoint`` value.
-
-    Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
-    ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
-    checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
-    labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
-    (labelled by its name). Anything else is refused here, before any model is loaded."""
-    from searchr1.core.checkpoint import (
-        CheckpointError,
-        checkpoints_dir,
-        read_checkpoint,
-        scan_checkpoints,
-    )
-    from searchr1.core.evaluation import BEST
-
-    if spec == BASE:
-        return BASE, None
-    path = Path(spec)
-    run_dir, colon, name = spec.rpartition(":")
-    if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
-        if name != BEST:
-            is_run = checkpoints_dir(Path(run_dir)).is_dir()
-            raise UserError(
-                f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
-                + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
-                + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
-                "[train] keep_best)" + _run_checkpoints(Path(run_dir))
-            )
-        path = checkpoints_dir(Path(run_dir)) / BEST
-        if not (path / "trainer.json").is_file():
-            raise UserError(
-                f"--checkpoint {spec!r}: {path} holds no checkpoint: "
-                + (
-                    "the run kept no best checkpoint (train it with [train] keep_best = true "
-                    "and eval_every > 0)"
-                    if checkpoints_dir(Path(run_dir)).is_dir()
-                    else f"{run_dir} is not a run folder (no checkpoints/ in it)"
-                )
-            )
-    if not path.is_dir():
-        raise UserError(f"--checkpoint {spec!r}: not a folder")
-    if checkpoints_dir(path).is_dir():
-        good, damaged = scan_checkpoints(path, resumable=False)
-        if not good:
-            raise UserError(
-                f"--checkpoint {spec!r}: run folder without a usable checkpoint "
-                f"(nothing complete under {checkpoints_dir(path)})"
-                + "".join(f"; {why}" for _, why in damaged)
-            )
-        for folder, why in damaged:
-            if folder.name > good[-1].path.name:  # step_NNNNNN: names sort as steps
-                print(
-                    f"searchr1: warning: {why}; evaluating the newest usable checkpoint "
-                    f"{good[-1].path} instead",
-                    file=sys.stderr,
-                )
-        path = good[-1].path
-    if (path / "trainer.json").exists():
-        try:
-            checkpoint = read_checkpoint(path, resumable=False)
-        except CheckpointError as exc:
-            raise UserError(
-                f"--checkpoint {spec!r}: {exc}; the checkpoint cannot be evaluated"
-                + _run_checkpoints(path.parent.parent, usable_only=True)
-            ) from None
-        label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
-        return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
-    if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
-        from searchr1.core.artifacts import damage
-
-        broken = damage(path, None)  # no sizes recorded here: the files' own headers
-        if broken:
-            raise UserError(f"--checkpoint {spec!r}: {broken}; the model state cannot be loaded")
-        return path.resolve().name, str(path)
-    raise UserError(
-        f"--checkpoint {spec!r}: not a checkpoint: expected a train checkpoint folder "
-        f"(runs/<run>/checkpoints/step_NNNNNN, with trainer.json and model/), a run folder "
-        f"holding checkpoints/, a model state folder (its model/ subfolder), or 'base'"
-        + _nearby_runs(path)
-    )
-
-
-#: files a model provider's ``save_state`` writes at the top of its folder (local:
-#: trainer_state.json + adapter/; remote: remote_checkpoint.json); their presence is what
-#: tells a model state folder from any other folder
-MODEL_STATE_MARKERS = ("trainer_state.json", "adapter", "remote_checkpoint.json")
-
-
-def _run_checkpoints(run_dir: Path, *, usable_only: bool = False) -> str:
-    """``; the run's (usable) checkpoints: ...`` for a message, or ``""`` when it has none."""
-    from searchr1.core.checkpoint import checkpoints_dir, scan_checkpoints
-
-    if not checkpoints_dir(run_dir).is_dir():
-        return ""
-    good, damaged = scan_checkpoints(run_dir, resumable=False)
-    found = sorted(
-        [str(c.path) for c in good] + ([] if usable_only else [str(p) for p, _ in damaged])
-    )
-    if not found:
-        return ""
-    what = "usable checkpoints" if usable_only else "checkpoints"
-    return f"; the run's {what}: {', '.join(found)}"
-
-
-def _nearby_runs(path: Path) -> str:
-    """A hint when ``path`` holds run folders (the user gave ``runs/`` itself)."""
-    runs = sorted(str(p.parent) for p in path.glob("*/checkpoints") if p.is_dir())[:3]
-    return f"; run folders inside it: {', '.join(runs)}" if runs else ""
-
 
 #: the sections a checkpoint is evaluated with from its own saved config
 SAVED_SECTIONS = ("model", "lora", "rollout", "search")
@@ -162,28 +55,13 @@ def saved_config_path(targets: Sequence[tuple[str, str | None]]) -> Path | None:
     return None
 
 
-def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
-    """``{dotted key: value}`` of a nested table."""
-    if not isinstance(doc, dict):
-        return {prefix: doc}
-    out: dict[str, Any] = {}
-    for key, value in doc.items():
-        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
-    return out
-
-
 def config_differences(given: Config, saved: dict[str, Any]) -> list[str]:
     """One line per field of :data:`SAVED_SECTIONS` where ``given`` and the checkpoint's
     saved config (redacted TOML, as saved) differ, in the given config's order."""
-    from searchr1.core.checkpoint import toml_safe
-
-    ours = _leaves(toml_safe({s: given.to_dict(redact=True)[s] for s in SAVED_SECTIONS}))
-    theirs = _leaves({s: saved.get(s, {}) for s in SAVED_SECTIONS})
     return [
         f"eval: --config differs from the checkpoint's config at {key}: "
-        f"{ours.get(key)!r} (--config) vs {theirs.get(key)!r} (checkpoint)"
-        for key in dict.fromkeys([*ours, *theirs])
-        if ours.get(key) != theirs.get(key)
+        f"{ours!r} (--config) vs {theirs!r} (checkpoint)"
+        for key, theirs, ours in config_changes(given, saved, SAVED_SECTIONS)
     ]
 
 
@@ -250,16 +128,14 @@ def _eval_config(
 ) -> Config | None:
     """The config to evaluate ``targets`` with: the checkpoint's saved settings unless
     ``--config`` was given (then a warning per difference); None: ``--config`` as is."""
-    import tomllib
-
     from searchr1.core.config import load_config
 
     saved_path = saved_config_path(targets)
     if saved_path is None:
         return None
     try:
-        saved = tomllib.loads(saved_path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        saved = saved_config(saved_path.parent)
+    except (OSError, ValueError) as exc:  # not UTF-8, or not TOML
         raise UserError(f"--checkpoint: cannot read the saved config {saved_path}: {exc}") from None
     current = load_config(args.config, registry=registry)
     if args.config_reason == "--config":
@@ -302,25 +178,7 @@ async def _evaluate_all(
         # The base model first: once a checkpoint is loaded there is no way back to it.
         for label, folder in sorted(targets, key=lambda t: t[1] is not None):
             if folder is not None:
-                if run.model.trainer is None:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
-                        f"only samples: it has no trainer to load a checkpoint into; evaluate "
-                        f"'base' with it, or choose the provider that saved the checkpoint"
-                    )
-                try:
-                    await run.model.trainer.load_state(folder)
-                except NotImplementedError as exc:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: model provider {config.model.provider!r} "
-                        f"cannot load checkpoints ({exc})"
-                    ) from exc
-                except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                    raise UserError(
-                        f"--checkpoint {folder!r}: the model state there cannot be loaded "
-                        f"({type(exc).__name__}: {exc}); was it saved by model provider "
-                        f"{config.model.provider!r} from base_model {config.model.base_model!r}?"
-                    ) from None
+                await _load_checkpoint(run, folder)
             log.info("eval_start", label=label, data=data_path, questions=len(questions))
             evaluation = evaluate_run(
                 run,
@@ -352,6 +210,32 @@ async def _evaluate_all(
     return results
 
 
+async def _load_checkpoint(run: Run, folder: str) -> None:
+    """Load the model state in ``folder`` into the run's trainer; a provider that cannot, or
+    files it cannot read, is a UserError."""
+    model = run.config.model
+    if run.model.trainer is None:
+        raise UserError(
+            f"--checkpoint {folder!r}: model provider {model.provider!r} only samples: it has "
+            f"no trainer to load a checkpoint into; evaluate 'base' with it, or choose the "
+            f"provider that saved the checkpoint"
+        )
+
+    def cannot(exc: Exception) -> str:
+        if isinstance(exc, NotImplementedError):
+            return (
+                f"--checkpoint {folder!r}: model provider {model.provider!r} cannot load "
+                f"checkpoints ({exc})"
+            )
+        return (
+            f"--checkpoint {folder!r}: the model state there cannot be loaded "
+            f"({type(exc).__name__}: {exc}); was it saved by model provider "
+            f"{model.provider!r} from base_model {model.base_model!r}?"
+        )
+
+    await load_trainer_state(run.model.trainer, folder, cannot)
+
+
 def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
     """The first ``limit`` questions of each ``data_source``, in file order (the public
     replication evaluated 10 per benchmark); ``None`` keeps all. :func:`main` calls it for
@@ -371,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
     """``searchr1 eval``: see the module docstring."""
     if args.limit_per_source is not None and args.limit_per_source < 1:
         raise UserError(f"--limit-per-source must be >= 1, got {args.limit_per_source}")
-    targets = [resolve_checkpoint(spec) for spec in args.checkpoint or [BASE]]
+    targets = [find_checkpoint(spec) for spec in args.checkpoint or [BASE]]
     labels = [label for label, _ in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"--checkpoint: two models would share a label: {labels}")
@@ -388,7 +272,6 @@ def _evaluate_in(
     run: Run, args: argparse.Namespace, targets: list[tuple[str, str | None]], labels: list[str]
 ) -> int:
     from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
 
     config = run.config
     data_path = args.data or config.data.eval
@@ -425,6 +308,15 @@ def _evaluate_in(
         "results": {r.label: r.metrics for r in ordered},
     }
     write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
+    _report(run, ordered)
+    return 0
+
+
+def _report(run: Run, ordered: list[Any]) -> None:
+    """Print each model's table (and their comparison) and where the records are; scores a
+    search outage spoilt are an EnvironmentDown (exit 3: ``eval && publish`` stops)."""
+    from searchr1.core.evaluation import format_comparison, format_table, trust_warning
+
     say()
     for r in ordered:
         say(format_table(r))
@@ -444,7 +336,6 @@ def _evaluate_in(
             f"{run.config.search.min_success_rate:.0%}); they are written above, but fix the "
             f"search environment (the search_failed events say what failed) and evaluate again"
         )
-    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

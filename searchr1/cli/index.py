@@ -14,10 +14,14 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from searchr1.cli.args import whole_number
 from searchr1.core.errors import Interrupted, UserError
 from searchr1.core.stop import Stop
+
+if TYPE_CHECKING:
+    from searchr1.plugins.dense_search.index import IndexCard
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
@@ -62,12 +66,19 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     finally:
         if isinstance(report, _TerminalProgress):
             report.close()
+    _say_built(args.out, card, what, json_lines=report is _json_progress)
+    return 0
+
+
+def _say_built(out: str, card: IndexCard, what: str, *, json_lines: bool) -> None:
+    """The build's outcome: an ``index_built`` JSON line when piped (stdout stays JSON
+    lines), else one sentence."""
     rate = card.count / card.build_seconds if card.build_seconds else 0.0
-    if report is _json_progress:  # piped: stdout stays JSON lines
+    if json_lines:
         done = {
             "event": "index_built",
             "outcome": what,
-            "out": args.out,
+            "out": out,
             "kind": card.kind,
             "encoder": card.encoder,
             "passages": card.count,
@@ -76,13 +87,12 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             "passages_per_s": round(rate, 1),
         }
         print(json.dumps(done), flush=True)
-        return 0
+        return
     print(
-        f"{what}: {args.out}: {card.summary()}; {card.bytes} bytes; "
+        f"{what}: {out}: {card.summary()}; {card.bytes} bytes; "
         f"{card.build_seconds:.1f} s ({rate:.0f} passages/s)",
         flush=True,
     )
-    return 0
 
 
 def _json_progress(p: object) -> None:

@@ -60,43 +60,10 @@ def reference_criteria(
     line), whatever the search provider's metrics or the reward's components say.
     ``search_success``: over the searches judged (the trajectories' and smoke's probe, so
     never none)."""
-    rewards = [r.reward for r in results]
-    pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
-    detail = f"{pos} positive, {neg} negative of {len(rewards)}"
-    if not pos:
-        detail += "; no trajectory answered correctly"
-    if rewards and not neg:
-        detail += "; every trajectory wrote the answer format, so no -0.1 shows the penalty works"
-    out = [Criterion("rewards of both signs", pos > 0 and neg > 0, detail, key="both_signs")]
-
-    outside = [i for i, t in enumerate(trajectories) if not 1 <= t.search_calls <= max_search_calls]
-    if not trajectories:
-        detail = "no trajectories"
-    elif outside:
-        calls = ", ".join(f"{i} ({trajectories[i].search_calls})" for i in outside)
-        detail = f"trajectories {calls} searched outside the range"
-    else:
-        detail = "every trajectory"
-    out.append(
-        Criterion(
-            f"searches within 1..{max_search_calls}",
-            bool(trajectories) and not outside,
-            detail,
-            key="searches_in_range",
-        )
-    )
-    formatted = sum(t.format_ok for t in trajectories)
-    ends = sorted({t.end_reason for t in trajectories})
-    out.append(
-        Criterion(
-            f"answers in the {protocol.name} format ({protocol.answer_format})",
-            formatted > 0,
-            f"{formatted} of {len(trajectories)} answered in the format"
-            + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),
-            key="answer_format",
-        )
-    )
-    out.append(
+    return [
+        _both_signs([r.reward for r in results]),
+        _searches_in_range(trajectories, max_search_calls),
+        _answer_format(trajectories, protocol),
         Criterion(
             f"search success >= {min_success_rate:.0%}",
             search_success >= min_success_rate,
@@ -107,9 +74,49 @@ def reference_criteria(
                 if search_success >= min_success_rate
                 else "; check key quota (429), [search] timeout_seconds and api_base"
             ),
-        )
+        ),
+    ]
+
+
+def _both_signs(rewards: Sequence[float]) -> Criterion:
+    pos, neg = sum(r > 0 for r in rewards), sum(r < 0 for r in rewards)
+    detail = f"{pos} positive, {neg} negative of {len(rewards)}"
+    if not pos:
+        detail += "; no trajectory answered correctly"
+    if rewards and not neg:
+        detail += "; every trajectory wrote the answer format, so no -0.1 shows the penalty works"
+    return Criterion("rewards of both signs", pos > 0 and neg > 0, detail, key="both_signs")
+
+
+def _searches_in_range(trajectories: Sequence[Trajectory], max_search_calls: int) -> Criterion:
+    outside = [i for i, t in enumerate(trajectories) if not 1 <= t.search_calls <= max_search_calls]
+    if not trajectories:
+        detail = "no trajectories"
+    elif outside:
+        calls = ", ".join(f"{i} ({trajectories[i].search_calls})" for i in outside)
+        detail = f"trajectories {calls} searched outside the range"
+    else:
+        detail = "every trajectory"
+    return Criterion(
+        f"searches within 1..{max_search_calls}",
+        bool(trajectories) and not outside,
+        detail,
+        key="searches_in_range",
     )
-    return out
+
+
+def _answer_format(
+    trajectories: Sequence[Trajectory], protocol: AgentProtocol | type[AgentProtocol]
+) -> Criterion:
+    formatted = sum(t.format_ok for t in trajectories)
+    ends = sorted({t.end_reason for t in trajectories})
+    return Criterion(
+        f"answers in the {protocol.name} format ({protocol.answer_format})",
+        formatted > 0,
+        f"{formatted} of {len(trajectories)} answered in the format"
+        + ("" if formatted else f"; the model never wrote it (end reasons: {', '.join(ends)})"),
+        key="answer_format",
+    )
 
 
 def key_warnings(search: Any) -> tuple[list[str], list[str]]:

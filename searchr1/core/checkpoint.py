@@ -2,7 +2,10 @@
 state), ``rng.pt`` (torch RNG), ``config.toml`` (redacted), and last ``trainer.json`` (step,
 data cursor, Python RNG, and ``files``: the size of every other file). Written to a hidden
 folder (``.step_NNNNNN-XXXX``, ``.best-XXXX``) renamed into place, so a crash (even SIGKILL)
-never leaves a broken ``step_*``.
+never leaves a broken ``step_*``. One place finds and loads a checkpoint too: :func:`find_checkpoint`
+from an ``eval --checkpoint`` spec, :func:`resume_checkpoint` for ``--resume``; both read
+the config saved beside it (:func:`saved_config`), compare it (:func:`config_changes`) and
+load the model state (:func:`load_trainer_state`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +36,7 @@ from searchr1.core.disk import (
     used_bytes,
     warn_if_low_space,
 )
-from searchr1.core.errors import UserError
+from searchr1.core.errors import SearchR1Error, UserError
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import cursor_problem
 from searchr1.core.types import Trainer
@@ -314,3 +318,178 @@ def _fsync_tree(folder: Path) -> None:
         if path.is_file():
             with path.open("rb") as fh:
                 os.fsync(fh.fileno())
+
+
+# --------------------------------------------------------------------------- finding one
+
+#: the model itself, no checkpoint (``eval --checkpoint base``)
+BASE = "base"
+#: the folder under ``checkpoints/`` that ``train.keep_best`` keeps (``searchr1 eval
+#: --checkpoint RUN:best``); the step checkpoints' pruning never touches it
+BEST = "best"
+
+
+def saved_config(folder: Path) -> dict[str, Any]:
+    """The config saved with the checkpoint in ``folder`` (``config.toml``, secrets
+    redacted); OSError when unreadable, ValueError when not UTF-8 or not TOML."""
+    import tomllib
+
+    return tomllib.loads((folder / "config.toml").read_text("utf-8"))
+
+
+def config_changes(
+    config: Config, saved: Mapping[str, Any], within: Sequence[str]
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted, saved value, config's value)`` of each setting under ``within`` (sections,
+    or dotted fields) where ``config`` differs from a checkpoint's ``saved`` config, both
+    compared as saved (redacted TOML values); a value one side lacks is None there. In
+    ``within``'s sections' order, then the config's."""
+    sections = list(dict.fromkeys(w.partition(".")[0] for w in within))
+    ours = _leaves(toml_safe({s: config.to_dict(redact=True)[s] for s in sections}))
+    theirs = _leaves({s: saved.get(s, {}) for s in sections})
+    return [
+        (key, theirs.get(key), ours.get(key))
+        for key in dict.fromkeys([*ours, *theirs])
+        if any(key == w or key.startswith(w + ".") for w in within)
+        and ours.get(key) != theirs.get(key)
+    ]
+
+
+def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested table."""
+    if not isinstance(doc, dict):
+        return {prefix: doc}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+async def load_trainer_state(
+    trainer: Trainer, model_dir: Path | str, cannot: Callable[[Exception], str]
+) -> None:
+    """Load the model state in ``model_dir`` into ``trainer`` (resume, eval). Files it cannot
+    read, or a provider that cannot load states (NotImplementedError), are the UserError
+    ``cannot(exc)`` words; an error of ours passes unchanged (it names what failed, e.g. a
+    server the loaded weights go to)."""
+    try:
+        await trainer.load_state(str(model_dir))
+    except SearchR1Error:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise UserError(cannot(exc)) from None
+
+
+def find_checkpoint(spec: str) -> tuple[str, str | None]:
+    """``(label, folder to pass to trainer.load_state)`` for one ``eval --checkpoint`` value.
+
+    Accepts ``base`` (no folder), a train checkpoint (``.../checkpoints/step_000020``, holding
+    ``trainer.json`` and ``model/``; labelled ``step_20``), a run folder (its latest usable
+    checkpoint), ``RUN:best`` (the run's ``checkpoints/best``, kept by ``[train] keep_best``;
+    labelled ``best_step_20``), or a model state folder a provider's ``save_state`` wrote
+    (labelled by its name). Anything else is refused here, before any model is loaded."""
+    if spec == BASE:
+        return BASE, None
+    path = Path(spec)
+    run_dir, colon, name = spec.rpartition(":")
+    if colon and run_dir and not path.exists() and "/" not in name:  # RUN:<name>
+        path = _named_checkpoint(spec, Path(run_dir), name)
+    if not path.is_dir():
+        raise UserError(f"--checkpoint {spec!r}: not a folder")
+    if checkpoints_dir(path).is_dir():
+        path = _newest_usable(spec, path)
+    if (path / "trainer.json").exists():
+        return _train_checkpoint(spec, path)
+    if any((path / marker).exists() for marker in MODEL_STATE_MARKERS):
+        broken = damage(path, None)  # no sizes recorded here: the files' own headers
+        if broken:
+            raise UserError(f"--checkpoint {spec!r}: {broken}; the model state cannot be loaded")
+        return path.resolve().name, str(path)
+    raise UserError(
+        f"--checkpoint {spec!r}: not a checkpoint: expected a train checkpoint folder "
+        f"(runs/<run>/checkpoints/step_NNNNNN, with trainer.json and model/), a run folder "
+        f"holding checkpoints/, a model state folder (its model/ subfolder), or 'base'"
+        + _nearby_runs(path)
+    )
+
+
+def _named_checkpoint(spec: str, run_dir: Path, name: str) -> Path:
+    """The folder of ``RUN:<name>``: ``best`` only, and the run must have kept one."""
+    is_run = checkpoints_dir(run_dir).is_dir()
+    if name != BEST:
+        raise UserError(
+            f"--checkpoint {spec!r}: {run_dir} has no checkpoint named {name!r}"
+            + ("" if is_run else f" ({run_dir} is not a run folder: no checkpoints/ in it)")
+            + f": RUN:<name> takes {BEST} only (the run's best held-out checkpoint, "
+            "[train] keep_best)" + _run_checkpoints(run_dir)
+        )
+    path = checkpoints_dir(run_dir) / BEST
+    if not (path / "trainer.json").is_file():
+        raise UserError(
+            f"--checkpoint {spec!r}: {path} holds no checkpoint: "
+            + (
+                "the run kept no best checkpoint (train it with [train] keep_best = true "
+                "and eval_every > 0)"
+                if is_run
+                else f"{run_dir} is not a run folder (no checkpoints/ in it)"
+            )
+        )
+    return path
+
+
+def _newest_usable(spec: str, run_dir: Path) -> Path:
+    """A run folder's newest usable checkpoint (a newer damaged one is warned about)."""
+    good, damaged = scan_checkpoints(run_dir, resumable=False)
+    if not good:
+        raise UserError(
+            f"--checkpoint {spec!r}: run folder without a usable checkpoint "
+            f"(nothing complete under {checkpoints_dir(run_dir)})"
+            + "".join(f"; {why}" for _, why in damaged)
+        )
+    for folder, why in damaged:
+        if folder.name > good[-1].path.name:  # step_NNNNNN: names sort as steps
+            print(
+                f"searchr1: warning: {why}; evaluating the newest usable checkpoint "
+                f"{good[-1].path} instead",
+                file=sys.stderr,
+            )
+    return good[-1].path
+
+
+def _train_checkpoint(spec: str, path: Path) -> tuple[str, str]:
+    """``(label, model folder)`` of a train checkpoint, read and checked."""
+    try:
+        checkpoint = read_checkpoint(path, resumable=False)
+    except CheckpointError as exc:
+        raise UserError(
+            f"--checkpoint {spec!r}: {exc}; the checkpoint cannot be evaluated"
+            + _run_checkpoints(path.parent.parent, usable_only=True)
+        ) from None
+    label = f"{BEST}_step_{checkpoint.step}" if path.name == BEST else ""
+    return label or f"step_{checkpoint.step}", str(checkpoint.model_dir)
+
+
+#: files a model provider's ``save_state`` writes at the top of its folder (local:
+#: trainer_state.json + adapter/; remote: remote_checkpoint.json); their presence is what
+#: tells a model state folder from any other folder
+MODEL_STATE_MARKERS = ("trainer_state.json", "adapter", "remote_checkpoint.json")
+
+
+def _run_checkpoints(run_dir: Path, *, usable_only: bool = False) -> str:
+    """``; the run's (usable) checkpoints: ...`` for a message, or ``""`` when it has none."""
+    if not checkpoints_dir(run_dir).is_dir():
+        return ""
+    good, damaged = scan_checkpoints(run_dir, resumable=False)
+    found = sorted(
+        [str(c.path) for c in good] + ([] if usable_only else [str(p) for p, _ in damaged])
+    )
+    if not found:
+        return ""
+    what = "usable checkpoints" if usable_only else "checkpoints"
+    return f"; the run's {what}: {', '.join(found)}"
+
+
+def _nearby_runs(path: Path) -> str:
+    """A hint when ``path`` holds run folders (the user gave ``runs/`` itself)."""
+    runs = sorted(str(p.parent) for p in path.glob("*/checkpoints") if p.is_dir())[:3]
+    return f"; run folders inside it: {', '.join(runs)}" if runs else ""

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,13 +107,40 @@ def parse_config(
     lines = key_lines(text)
     where = Config(source=source, lines=lines).where
     problems: list[str] = []
-    secrets: set[str] = set()
-    # dotted field -> the variable that filled it; every non-table value by its dotted place
-    variables: dict[str, str] = {}
-    leaves: dict[str, Any] = {}
-    trimmed: list[str] = []  # warnings: variables whose value had whitespace around it
-    # a secret: a secret-named key (every secret field of the schema has one), or a field some
-    # plugin declares secret
+    filled = _Interpolation(env, where, _secret_test(registry), problems)
+    raw = filled.fill_in(raw, "")
+    _check_sections(raw, where, problems)
+    explicit = frozenset(f"{s}.{k}" for s in SECTIONS for k in raw.get(s, {}))
+    choices, names = infer_choices(raw, registry, where, problems)
+    sections, plugins = _sections(raw, where, problems)
+    _cross_check(sections, where, problems)
+    warnings = list(dict.fromkeys(filled.trimmed))
+    warnings += _check_values(filled, names, where, problems)
+    config = Config(
+        **sections,
+        plugins=plugins,
+        source=source,
+        secrets=frozenset(filled.secrets),
+        variables=filled.variables,
+        choices=choices,
+        warnings=tuple(warnings),
+        explicit=explicit,
+        lines=lines,
+        assets=registry.assets,
+    )
+    if check_plugins:  # on the values that passed (a bad one stands at its default)
+        problems += plugin_problems(config, registry)
+    if problems:
+        # A message may quote a value that holds a secret (a key inside a URL).
+        line = re.compile(rf"^{re.escape(source)}:(\d+):")  # in file order; a whole-file one first
+        problems.sort(key=lambda p: int(m.group(1)) if (m := line.match(p)) else 0)
+        raise ConfigError([redact_text(p, filled.secrets) for p in problems])
+    return config
+
+
+def _secret_test(registry: Registry) -> Callable[[str], bool]:
+    """Whether a dotted field holds a secret: a secret-named key (every secret field of the
+    schema has one), or a field some plugin declares secret."""
     declared = {
         f.name
         for kind in registry.entries.values()
@@ -127,48 +154,75 @@ def parse_config(
         name = dotted.rpartition(".")[2]
         return name in declared or is_secret_name(name)
 
-    def fill(var: str, dotted: str) -> str:
-        variables.setdefault(dotted, var)
-        got = env.get(var, "")
+    return is_secret
+
+
+class _Interpolation:
+    """Fills each ``${VAR}`` from ``env``, keeping what a config needs of it: the variable that
+    filled each dotted field, the secret values seen, every non-table value by its dotted place,
+    and warnings for values with whitespace around them. A missing variable is a problem."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        where: Callable[[str], str],
+        is_secret: Callable[[str], bool],
+        problems: list[str],
+    ) -> None:
+        self.env, self.where, self.is_secret, self.problems = env, where, is_secret, problems
+        self.secrets: set[str] = set()
+        self.variables: dict[str, str] = {}
+        self.leaves: dict[str, Any] = {}
+        self.trimmed: list[str] = []
+
+    def fill_in(self, value: Any, dotted: str) -> Any:
+        if isinstance(value, dict):
+            return {k: self.fill_in(v, f"{dotted}.{k}" if dotted else k) for k, v in value.items()}
+        if isinstance(value, list):
+            value = [self.fill_in(v, dotted) for v in value]
+        elif isinstance(value, str):
+            value = _VAR_RE.sub(lambda match: self._fill(match.group(1), dotted), value)
+        self.leaves[dotted] = value
+        return value
+
+    def _fill(self, var: str, dotted: str) -> str:
+        self.variables.setdefault(dotted, var)
+        got = self.env.get(var, "")
         if not got.strip():
-            if var not in env:
+            if var not in self.env:
                 state, fix = "is not set", "set it in the environment or in a .env file"
             else:
                 state = "is exported but empty"
                 fix = f"export a value, or `unset {var}` and put {var}=... in a .env file"
-            problems.append(
-                f"{where(dotted)}: {dotted} needs environment variable {var}, which {state}; "
-                f"{fix} next to the config"
+            self.problems.append(
+                f"{self.where(dotted)}: {dotted} needs environment variable {var}, which "
+                f"{state}; {fix} next to the config"
             )
             return ""
-        if is_secret_name(var) or is_secret(dotted):
-            secrets.update(secret_parts(got.strip()))
+        if is_secret_name(var) or self.is_secret(dotted):
+            self.secrets.update(secret_parts(got.strip()))
         if got != got.strip():  # a pasted key's newline would end up in a header
-            trimmed.append(
-                f"{where(dotted)}: {dotted}: environment variable {var} has spaces or a line "
-                f"break around its value; they are left out"
+            self.trimmed.append(
+                f"{self.where(dotted)}: {dotted}: environment variable {var} has spaces or a "
+                f"line break around its value; they are left out"
             )
         return got.strip()
 
-    def fill_in(value: Any, dotted: str) -> Any:
-        if isinstance(value, dict):
-            return {k: fill_in(v, f"{dotted}.{k}" if dotted else k) for k, v in value.items()}
-        if isinstance(value, list):
-            value = [fill_in(v, dotted) for v in value]
-        elif isinstance(value, str):
-            value = _VAR_RE.sub(lambda match: fill(match.group(1), dotted), value)
-        leaves[dotted] = value
-        return value
 
-    raw = fill_in(raw, "")
+def _check_sections(raw: dict[str, Any], where: Callable[[str], str], problems: list[str]) -> None:
+    """Every top-level key names a section and holds a table (a bad one is emptied)."""
     for key, table in list(raw.items()):
         if key not in SECTIONS:
             problems.append(unknown_name(where(key), key, key, list(SECTIONS), "section"))
         elif not isinstance(table, dict):
             problems.append(f"{where(key)}: {key} must be a table ([{key}])")
             raw[key] = {}
-    explicit = frozenset(f"{s}.{k}" for s in SECTIONS for k in raw.get(s, {}))
-    choices, names = infer_choices(raw, registry, where, problems)
+
+
+def _sections(
+    raw: dict[str, Any], where: Callable[[str], str], problems: list[str]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Each section's checked dataclass, and the plugin tables (``section.name``) inside them."""
     sections: dict[str, Any] = {}
     plugins: dict[str, dict[str, Any]] = {}
     for section, cls in SECTIONS.items():
@@ -177,21 +231,36 @@ def parse_config(
         own = {k: v for k, v in table.items() if k in known or not isinstance(v, dict)}
         plugins.update({f"{section}.{k}": v for k, v in table.items() if k not in own})
         sections[section] = cls(**check_table(own, cls, section, problems, where))
-    # Cross-field rules too, except those naming a field whose own value was refused (it
-    # stands at its default here, so the rule would judge a value nobody wrote).
+    return sections, plugins
+
+
+def _cross_check(
+    sections: dict[str, Any], where: Callable[[str], str], problems: list[str]
+) -> None:
+    """Cross-field rules, except those naming a field whose own value was refused (it stands
+    at its default here, so the rule would judge a value nobody wrote)."""
     refused = {m.group(1) for p in problems if (m := re.match(r"^.*?: ([a-z_]+\.[a-z_]+) ", p))}
     crossed: list[str] = []
     cross_checks(sections, crossed, where)
     problems += [p for p in crossed if not any(name in p for name in refused)]
 
-    warnings = list(dict.fromkeys(trimmed))
-    for dotted, value in leaves.items():
+
+def _check_values(
+    filled: _Interpolation,
+    names: Mapping[str, str],
+    where: Callable[[str], str],
+    problems: list[str],
+) -> list[str]:
+    """Check every value's URL and collect the secrets written in the file; return a warning
+    for each literal secret (``names``: the variable a plugin suggests for a field)."""
+    warnings: list[str] = []
+    for dotted, value in filled.leaves.items():
         bad_url = url_problem(dotted, value)
         if bad_url:
             problems.append(f"{where(dotted)}: {dotted} = {value!r} {bad_url}")
-        found = secret_parts(value) if is_secret(dotted) else set()
-        secrets |= found
-        if found and dotted not in variables:
+        found = secret_parts(value) if filled.is_secret(dotted) else set()
+        filled.secrets |= found
+        if found and dotted not in filled.variables:
             var = names.get(dotted) or dotted.replace(".", "_").upper()
             section, key = dotted.rsplit(".", 1)
             warnings.append(
@@ -199,26 +268,7 @@ def parse_config(
                 f'commit and share. Write [{section}] {key} = "${{{var}}}" and put {var}=... '
                 f"in a .env file next to the config (never committed)"
             )
-    config = Config(
-        **sections,
-        plugins=plugins,
-        source=source,
-        secrets=frozenset(secrets),
-        variables=variables,
-        choices=choices,
-        warnings=tuple(warnings),
-        explicit=explicit,
-        lines=lines,
-        assets=registry.assets,
-    )
-    if check_plugins:  # on the values that passed (a bad one stands at its default)
-        problems += plugin_problems(config, registry)
-    if problems:
-        # A message may quote a value that holds a secret (a key inside a URL).
-        line = re.compile(rf"^{re.escape(source)}:(\d+):")  # in file order; a whole-file one first
-        problems.sort(key=lambda p: int(m.group(1)) if (m := line.match(p)) else 0)
-        raise ConfigError([redact_text(p, secrets) for p in problems])
-    return config
+    return warnings
 
 
 def load_dotenv_files(config_dir: Path) -> list[str]:

@@ -94,6 +94,10 @@ class RolloutConfig:
     dynamic_sampling: bool = _f(False)
     #: with dynamic_sampling: extra questions drawn per step at most
     max_extra_draws: int = _f(16, min=0)
+    #: advance a rollout's trajectories a turn at a time together (all sample, then all
+    #: search), so the sampler's batches and a seeded run's numbers repeat; false: each
+    #: trajectory advances on its own (a slow search holds up only its own trajectory)
+    lockstep: bool = _f(True)
 
 
 @dataclass(frozen=True)

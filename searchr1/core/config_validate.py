@@ -15,7 +15,7 @@ import math
 import operator
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.config_schema import SECTIONS, TRAIN_TABLES, Config
@@ -108,30 +108,43 @@ def unknown_name(loc: str, dotted: str, key: str, known: list[str], what: str) -
 
 
 def _coerce(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """``value`` as the field's type ``hint`` wants it, or None and what is wrong."""
     if typing.get_origin(hint) is tuple:
-        (item_type, _) = typing.get_args(hint)
-        if isinstance(value, str) and meta.get("split"):
-            value = [v.strip() for v in re.split(r"[,\n]", value) if v.strip()]
-        if not isinstance(value, list | tuple):  # a tuple: set through Config.replace
-            return None, f"must be a list of {item_type.__name__}, got {type(value).__name__}"
-        out = []
-        for item in value:
-            coerced, error = _coerce(item, item_type, {})
-            if error:
-                return None, f"items {error}"
-            out.append(coerced)
-        return tuple(out), None
+        return _coerce_list(value, typing.get_args(hint)[0], meta)
     if typing.get_origin(hint) is dict:
-        (_, value_type) = typing.get_args(hint)
-        if not isinstance(value, dict):
-            return None, f"must be a table, got {type(value).__name__} {value!r}"
-        table = {}
-        for key, item in value.items():
-            coerced, error = _coerce(item, value_type, {})
-            if error:
-                return None, f"{key!r} {error}"
-            table[key] = coerced
-        return table, None
+        return _coerce_table(value, typing.get_args(hint)[1])
+    return _coerce_scalar(value, hint, meta)
+
+
+def _coerce_list(value: Any, item_type: type, meta: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A list (or, metadata ``split``, a comma- or line-separated string) as a tuple."""
+    if isinstance(value, str) and meta.get("split"):
+        value = [v.strip() for v in re.split(r"[,\n]", value) if v.strip()]
+    if not isinstance(value, list | tuple):  # a tuple: set through Config.replace
+        return None, f"must be a list of {item_type.__name__}, got {type(value).__name__}"
+    out = []
+    for item in value:
+        coerced, error = _coerce(item, item_type, {})
+        if error:
+            return None, f"items {error}"
+        out.append(coerced)
+    return tuple(out), None
+
+
+def _coerce_table(value: Any, value_type: type) -> tuple[Any, str | None]:
+    if not isinstance(value, dict):
+        return None, f"must be a table, got {type(value).__name__} {value!r}"
+    table = {}
+    for key, item in value.items():
+        coerced, error = _coerce(item, value_type, {})
+        if error:
+            return None, f"{key!r} {error}"
+        table[key] = coerced
+    return table, None
+
+
+def _coerce_scalar(value: Any, hint: Any, meta: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A bool, str, int (64-bit) or float (finite unless metadata ``inf_ok``); other types pass."""
     number = isinstance(value, int | float) and not isinstance(value, bool)
     ok = {bool: isinstance(value, bool), str: isinstance(value, str), float: number}.get(hint)
     if hint is int:
@@ -315,26 +328,7 @@ def infer_choices(
         table = raw.setdefault(section, {})
         regs = registry.entries[kind].values()
         if key == "provider" and key not in table:
-            claims = [
-                (r.name, str(w))
-                for r in regs
-                if callable(r.infer_provider) and (w := r.infer_provider(dict(table)))
-            ]
-            found = claims or [
-                (r.name, f"no installed plugin claims [{section}], so the default: {r.default}")
-                for r in regs
-                if r.default
-            ]
-            if len(found) != 1:
-                names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
-                how = (
-                    "each claim it" if claims else "are each the default" if found else "claims it"
-                )
-                problems.append(
-                    f"{where(section)}: [{section}] sets no provider and {names} {how}; write "
-                    f"provider = ... in [{section}] (the `plugins` command lists them)"
-                )
-            table[key], why = found[0] if len(found) == 1 else ("", "")
+            table[key], why = _infer_provider(section, table, regs, where, problems)
             reasons[f"{section}.{key}"] = f"not set; {why}"
         name = table.get(key)
         reg = registry.entries[kind].get(name) if isinstance(name, str) else None
@@ -349,6 +343,36 @@ def infer_choices(
                 label = _label(kind, section)
                 reasons[dotted] = f"not set; {value} for {label} {reg.name!r}: {why}"
     return reasons, variables
+
+
+def _infer_provider(
+    section: str,
+    table: dict[str, Any],
+    regs: Collection[Registration],
+    where: Where,
+    problems: list[str],
+) -> tuple[str, str]:
+    """``(provider, why)`` for a ``[section]`` that names none: the one plugin whose
+    ``infer_provider`` claims the table, else the one default; none or several is a problem
+    (and ``("", "")``)."""
+    claims = [
+        (r.name, str(w))
+        for r in regs
+        if callable(r.infer_provider) and (w := r.infer_provider(dict(table)))
+    ]
+    found = claims or [
+        (r.name, f"no installed plugin claims [{section}], so the default: {r.default}")
+        for r in regs
+        if r.default
+    ]
+    if len(found) != 1:
+        names = " and ".join(repr(n) for n, _ in found) or "no installed plugin"
+        how = "each claim it" if claims else "are each the default" if found else "claims it"
+        problems.append(
+            f"{where(section)}: [{section}] sets no provider and {names} {how}; write "
+            f"provider = ... in [{section}] (the `plugins` command lists them)"
+        )
+    return found[0] if len(found) == 1 else ("", "")
 
 
 def advice(config: Config, registry: Registry) -> list[str]:
@@ -416,33 +440,54 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
     a chosen plugin's declared tables (checked like the core's own sections; a field naming a
     plugin, metadata ``names=KIND``, against the registry), then, when those pass, what each
     chosen plugin's ``check`` says would stop it; secrets redacted."""
-    where = config.where
     problems: list[str] = []
-    # tables a section allows: its plugins' names, and the core's own ([train.loss]: the loss's)
-    tables: dict[str, set[str]] = {"train": {"loss", *TRAIN_TABLES}}
     # the core's own sub-tables first, then each chosen plugin's declared ones
     declared: list[tuple[str, Mapping[str, type]]] = [("train", TRAIN_TABLES)]
-    for kind, (_, field_name) in KINDS.items():
-        tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
     checks: dict[tuple[str, str], Callable[[Config], Iterable[str]]] = {}
     for kind, chooser, name, reg in chosen_plugins(config, registry):
         if reg is None:
-            problems.append(f"{where(chooser)}: {registry.not_installed(kind, name, chooser)}")
+            problems.append(
+                f"{config.where(chooser)}: {registry.not_installed(kind, name, chooser)}"
+            )
         else:
             declared.append((chooser.partition(".")[0], reg.settings))
             if callable(reg.check):
                 checks[(kind, name)] = reg.check
     for section, settings in declared:
-        for table, cls in settings.items():
-            prefix, own = f"{section}.{table}", config.plugin_table(section, table)
-            values = check_table(own, cls, prefix, problems, where)
-            for f in dataclasses.fields(cls):
-                wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
-                if wanted and isinstance(value, str) and value not in registry.names(wanted):
-                    dotted = f"{prefix}.{f.name}"
-                    problems.append(
-                        f"{where(dotted)}: {registry.not_installed(wanted, value, dotted)}"
-                    )
+        _check_plugin_tables(config, registry, section, settings, problems)
+    problems += _unowned_tables(config, registry)
+    if not problems:  # a plugin's own check reads settings that passed theirs
+        problems += _plugin_checks(config, checks)
+    return [redact_text(p, config.secrets) for p in problems]
+
+
+def _check_plugin_tables(
+    config: Config,
+    registry: Registry,
+    section: str,
+    settings: Mapping[str, type],
+    problems: list[str],
+) -> None:
+    """Check each declared ``[section.table]`` like a core section, and each of its fields
+    that names a plugin (metadata ``names=KIND``) against the registry."""
+    where = config.where
+    for table, cls in settings.items():
+        prefix, own = f"{section}.{table}", config.plugin_table(section, table)
+        values = check_table(own, cls, prefix, problems, where)
+        for f in dataclasses.fields(cls):
+            wanted, value = f.metadata.get("names"), values.get(f.name, f.default)
+            if wanted and isinstance(value, str) and value not in registry.names(wanted):
+                dotted = f"{prefix}.{f.name}"
+                problems.append(f"{where(dotted)}: {registry.not_installed(wanted, value, dotted)}")
+
+
+def _unowned_tables(config: Config, registry: Registry) -> list[str]:
+    """A problem for each ``[section.name]`` table no installed plugin (nor the core: the
+    loss's ``[train.loss]`` and :data:`TRAIN_TABLES`) owns: its settings would be ignored."""
+    tables: dict[str, set[str]] = {"train": {"loss", *TRAIN_TABLES}}
+    for kind, (_, field_name) in KINDS.items():
+        tables.setdefault(field_name.partition(".")[0], set()).update(registry.names(kind))
+    problems = []
     for dotted in config.plugins:
         section, _, name = dotted.partition(".")
         allowed = sorted(tables.get(section, set()))
@@ -454,21 +499,26 @@ def plugin_problems(config: Config, registry: Registry) -> list[str]:
                 or f"none (move its keys into [{section}])"
             )
             problems.append(
-                f"{where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so these "
-                f"settings would be ignored; {mean}tables allowed in [{section}]: {fix}"
+                f"{config.where(dotted)}: [{dotted}]: no installed plugin is called {name!r}, so "
+                f"these settings would be ignored; {mean}tables allowed in [{section}]: {fix}"
             )
-    if not problems:  # a plugin's own check reads settings that passed theirs
-        for (kind, name), check in checks.items():
-            try:
-                problems.extend(str(p) for p in check(config))
-            except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop every command
-                get_logger().warning(
-                    "plugin_check_failed",
-                    kind=kind,
-                    name=name,
-                    error=f"{type(exc).__name__}: {exc}",
-                )  # its factory meets the same problem when the run creates it
-    return [redact_text(p, config.secrets) for p in problems]
+    return problems
+
+
+def _plugin_checks(
+    config: Config, checks: Mapping[tuple[str, str], Callable[[Config], Iterable[str]]]
+) -> list[str]:
+    """What each chosen plugin's ``check`` says; a check that raises is logged, not fatal (its
+    factory meets the same problem when the run creates it)."""
+    problems: list[str] = []
+    for (kind, name), check in checks.items():
+        try:
+            problems.extend(str(p) for p in check(config))
+        except Exception as exc:  # noqa: BLE001 - a plugin's bug must not stop every command
+            get_logger().warning(
+                "plugin_check_failed", kind=kind, name=name, error=f"{type(exc).__name__}: {exc}"
+            )
+    return problems
 
 
 def chosen_plugins(

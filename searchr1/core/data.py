@@ -81,7 +81,25 @@ def load_questions(
     p = Path(real)
     if not p.is_file():
         raise DataError(f"{where}: file not found ({p.resolve()})")
+    loaded = _read_questions(p, where)
+    if report and loaded.malformed:
+        report_malformed(loaded, where)
+    if not loaded.questions and not allow_empty:
+        malformed = loaded.malformed
+        detail = "; ".join(str(m) for m in malformed[:_QUOTED_PROBLEMS])
+        more = len(malformed) - _QUOTED_PROBLEMS
+        detail += f"; ... and {more} more" if more > 0 else ""
+        raise DataError(
+            f"{where}: no valid question in {loaded.total_rows} rows"
+            + (f" ({detail})" if detail else "")
+            + "; run `searchr1 data check FILE` for the full list"
+        )
+    return loaded
 
+
+def _read_questions(p: Path, where: str) -> LoadedQuestions:
+    """Every row of the file: the valid ones as questions (a repeated id numbered ``#2``,
+    ``#3``, ...), the others as malformed rows with their reason."""
     read = _reader_for(p, where)
     questions: list[Question] = []
     malformed: list[MalformedRow] = []
@@ -100,20 +118,7 @@ def load_questions(
             questions.append(q)
     except ValueError as exc:
         raise DataError(f"{where}: {exc}") from exc
-
-    loaded = LoadedQuestions(str(p), tuple(questions), tuple(malformed), total)
-    if report and malformed:
-        report_malformed(loaded, where)
-    if not questions and not allow_empty:
-        detail = "; ".join(str(m) for m in malformed[:_QUOTED_PROBLEMS])
-        more = len(malformed) - _QUOTED_PROBLEMS
-        detail += f"; ... and {more} more" if more > 0 else ""
-        raise DataError(
-            f"{where}: no valid question in {total} rows"
-            + (f" ({detail})" if detail else "")
-            + "; run `searchr1 data check FILE` for the full list"
-        )
-    return loaded
+    return LoadedQuestions(str(p), tuple(questions), tuple(malformed), total)
 
 
 def report_malformed(loaded: LoadedQuestions, where: str) -> None:

@@ -70,6 +70,10 @@ class RemoteError(SearchR1Error):
     failure: ClassVar[str] = ""
     #: what a person reads in a diagnosis line: ``"dns: the host name does not resolve"``
     summary: ClassVar[str] = ""
+    #: what to do, filled with the channel's facts by :meth:`searchr1.kit.http.Channel.error`:
+    #: {host} {port} {address} (the setting holding the URL) {key} (the key's variable or
+    #: setting) {rerun} {limit} {raise_timeout} {model} {model_setting} {wait} {other_key}
+    fix: ClassVar[str] = "The service's answer says why; fix the request's settings accordingly"
 
     def __init__(
         self, message: str, *, url: str = "", status: int | None = None, service: str = ""
@@ -83,24 +87,40 @@ class RemoteHostUnknown(RemoteError):
     """The host name does not resolve (DNS): a typo in the address, or no network."""
 
     exit_code, failure, summary = 2, "dns", "the host name does not resolve (DNS)"
+    fix = (
+        "Check the host name {host!r} in {address}, and that this machine reaches "
+        "the network (DNS, proxy settings)"
+    )
 
 
 class RemoteTLSError(RemoteError):
     """The TLS handshake failed: a certificate not trusted, or https:// to a plain-HTTP port."""
 
     exit_code, failure, summary = 2, "tls", "the TLS handshake failed"
+    fix = (
+        "If the server at {host}:{port} speaks plain HTTP, write http:// in {address}; "
+        "otherwise its certificate is not trusted here (SSL_CERT_FILE, a proxy that intercepts TLS)"
+    )
 
 
 class RemoteAuthError(RemoteError):
     """HTTP 401/403: the key is empty, wrong, expired or not allowed this model."""
 
     exit_code, failure, summary = 2, "auth", "401/403: the service rejected the key"
+    fix = (
+        "{key} is empty or wrong (or not allowed this model): set it in the "
+        "environment or in a .env file next to the config"
+    )
 
 
 class RemoteUnknownModel(RemoteError):
     """HTTP 404 or the service's "model not found": the model (or the path) is not served."""
 
     exit_code, failure, summary = 2, "unknown_model", "404: the model or path is not served"
+    fix = (
+        "Check that the model {model}is one this service serves ({model_setting}), "
+        "and the path in {address}"
+    )
 
 
 class RemoteRejected(RemoteError):
@@ -113,36 +133,48 @@ class RemoteMalformed(RemoteError):
     """An answer that is not the service's API (not JSON, a missing field, an HTML page)."""
 
     exit_code, failure, summary = 2, "malformed", "the answer is not the service's API"
+    fix = (
+        "Check that {address} points at the API itself (not a web page or a "
+        "proxy's page), and that the server runs a version this client speaks"
+    )
 
 
 class RemoteRefused(RemoteError):
     """The connection was refused: nothing listens on that host and port."""
 
     exit_code, failure, summary = 3, "refused", "connection refused (nothing listens there)"
+    fix = (
+        "Is the server running on port {port} of {host}? Start it, or fix the port in "
+        "{address}; {rerun}"
+    )
 
 
 class RemoteConnectionLost(RemoteError):
     """The connection was reset or closed before the answer was complete."""
 
     exit_code, failure, summary = 3, "connection", "the connection was reset or dropped"
+    fix = "The service or a proxy on the way closed the connection: {rerun}"
 
 
 class RemoteTimeout(RemoteError):
     """No answer within the timeout, retries included."""
 
     exit_code, failure, summary = 3, "timeout", "no answer within the timeout"
+    fix = "The service did not answer{limit}: {raise_timeout}or check the service; {rerun}"
 
 
 class RemoteRateLimited(RemoteError):
     """HTTP 429 past the retries: the key is over its rate or quota."""
 
     exit_code, failure, summary = 3, "rate_limit", "429: the service is rate limiting this key"
+    fix = "Wait {wait}{other_key}; {rerun}"
 
 
 class RemoteServerError(RemoteError):
     """HTTP 5xx past the retries: the service itself is failing."""
 
     exit_code, failure, summary = 3, "server_error", "5xx: the service is failing"
+    fix = "The service itself is failing: wait, {rerun}"
 
 
 #: every class of remote failure by its short name, in the order a reader checks them

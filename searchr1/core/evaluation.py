@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from searchr1.core.answers import exact_match, f1_score
-from searchr1.core.checkpoint import checkpoints_dir
+from searchr1.core.checkpoint import BEST, checkpoints_dir
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.types import (
     Question,
@@ -209,7 +209,6 @@ async def evaluate(
     result keeps the finished trajectories too (tokens and all; smoke and the API read them).
     Exceptions of the rollout (the model channel, ``RolloutConfigError``) propagate."""
     from searchr1.core.logs import get_logger
-    from searchr1.core.rewards import score_all
     from searchr1.rl.rollout import rollout_questions, sampling_params
 
     sampling = sampling_params(config, protocol, greedy=greedy)
@@ -231,19 +230,34 @@ async def evaluate(
             sampling=sampling,
             id_prefix=prefix,
         )
-        pairs = [(q, t) for q, g in zip(chunk, groups, strict=True) for t in g]
-        items = [(t, q.golden_answers) for q, t in pairs]
-        scored = await score_all(reward, items)
-        judged = await score_all(judge, items) if judge is not None else [None] * len(items)
-        for (question, traj), score, verdict in zip(pairs, scored, judged, strict=True):
-            result.records.append(score_trajectory(question, traj, score, verdict))
-            if keep_trajectories:
-                result.trajectories.append(traj)
+        await _score_into(result, chunk, groups, reward, judge, keep_trajectories)
         if progress is not None:
             done = start + len(chunk)
             get_logger().info("progress", task=progress, done=done, total=len(questions))
     result.metrics = summarize(result.records, min_success_rate=config.search.min_success_rate)
     return result
+
+
+async def _score_into(
+    result: EvalResult,
+    chunk: Sequence[Question],
+    groups: Sequence[Sequence[Trajectory]],
+    reward: RewardFn,
+    judge: RewardFn | None,
+    keep_trajectories: bool,
+) -> None:
+    """Score each question's trajectories by ``reward`` (and ``judge``) into ``result``'s
+    records, in order."""
+    from searchr1.core.rewards import score_all
+
+    pairs = [(q, t) for q, g in zip(chunk, groups, strict=True) for t in g]
+    items = [(t, q.golden_answers) for q, t in pairs]
+    scored = await score_all(reward, items)
+    judged = await score_all(judge, items) if judge is not None else [None] * len(items)
+    for (question, traj), score, verdict in zip(pairs, scored, judged, strict=True):
+        result.records.append(score_trajectory(question, traj, score, verdict))
+        if keep_trajectories:
+            result.trajectories.append(traj)
 
 
 async def evaluate_run(
@@ -464,11 +478,6 @@ def balanced_subset(questions: Sequence[Question], n: int) -> list[Question]:
             if q is not None and len(picked) < n:
                 picked.append(q)
     return picked
-
-
-#: the folder under ``checkpoints/`` that ``train.keep_best`` keeps (``searchr1 eval
-#: --checkpoint RUN:best``); the step checkpoints' pruning never touches it
-BEST = "best"
 
 
 @dataclass

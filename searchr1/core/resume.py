@@ -10,12 +10,18 @@ same model may have moved: a host path, then a container's).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from searchr1.core.checkpoint import Checkpoint, checkpoints_dir, resume_checkpoint
-from searchr1.core.errors import SearchR1Error, UserError
+from searchr1.core.checkpoint import (
+    Checkpoint,
+    checkpoints_dir,
+    config_changes,
+    load_trainer_state,
+    resume_checkpoint,
+    saved_config,
+)
+from searchr1.core.errors import UserError
 from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
 
@@ -111,15 +117,7 @@ def _changes(
 ) -> list[tuple[str, Any, Any]]:
     """``(dotted, saved value, this config's value)`` of each of ``fields`` that differs (one
     the saved config lacks is taken as unchanged)."""
-    out = []
-    for dotted in fields:
-        section, key = dotted.split(".")
-        then = saved.get(section, {}).get(key) if isinstance(saved.get(section), dict) else None
-        now = getattr(getattr(config, section), key)
-        now = list(now) if isinstance(now, tuple) else now
-        if then is not None and then != now:
-            out.append((dotted, then, now))
-    return out
+    return [change for change in config_changes(config, saved, fields) if change[1] is not None]
 
 
 def _data_mismatch(
@@ -141,18 +139,15 @@ def _data_mismatch(
 def _saved_config(folder: Path) -> dict[str, Any]:
     """The config dump saved with the checkpoint (empty when unreadable: nothing to compare)."""
     try:
-        return tomllib.loads((folder / "config.toml").read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return saved_config(folder)
+    except (OSError, ValueError):  # ValueError: not UTF-8, or not TOML
         return {}
 
 
 async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
     """Load the trainer's saved state; a missing or unreadable file is a UserError."""
-    try:
-        await run.trainer.load_state(str(checkpoint.model_dir))
-    except SearchR1Error:
-        raise  # it says what failed (e.g. a server the loaded weights go to), not the files
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+
+    def cannot(exc: Exception) -> str:
         saved = _saved_config(checkpoint.path).get("model")
         then = saved.get("provider") if isinstance(saved, dict) else None
         now = run.config.model.provider
@@ -166,7 +161,9 @@ async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
                 f"move {checkpoint.path} aside to resume from the checkpoint before it, or "
                 f"start a new run"
             )
-        raise UserError(
+        return (
             f"--resume: the model state in {checkpoint.model_dir} cannot be loaded "
             f"({type(exc).__name__}: {exc}); {fix}"
-        ) from None
+        )
+
+    await load_trainer_state(run.trainer, checkpoint.model_dir, cannot)

@@ -239,12 +239,30 @@ def open_run(
     world = world or World()
     if problems := plugin_problems(config, registry):  # a typo is named before any plugin starts
         raise ConfigError(problems)
+    chosen, held = _claim_run_dir(config, command, run_dir=run_dir, resume=resume, world=world)
+    run = Run(config, registry, chosen, command=command, world=world, stop=stop or Stop())
+    run.held = held
+    if command == "train":
+        log_kwargs.setdefault("total_steps", config.train.max_steps)
+    try:
+        _start_logging(run, log_kwargs)
+    except BaseException as exc:  # an events file the disk refuses names the run's checkpoint
+        run._end(exc)
+        raise
+    return run
+
+
+def _claim_run_dir(
+    config: Config, command: str, *, run_dir: str | None, resume: bool, world: World
+) -> tuple[Path, int | None]:
+    """The run folder rank 0 chose (every rank gets it, or rank 0's refusal), and the hold
+    on it of a ``train`` (one process trains a folder at a time)."""
     chosen: Path | str | None = None
     held: int | None = None
     if world.main:
         try:
             chosen = _choose_run_dir(config, command, given=run_dir, resume=resume)
-            if command == "train":  # one process trains a folder at a time
+            if command == "train":
                 held = hold_folder(chosen, "trained", "continue with --resume")
         except UserError as exc:
             world.broadcast(str(exc))  # the other ranks stop with the same message
@@ -253,36 +271,32 @@ def open_run(
     if isinstance(chosen, str):
         raise UserError(chosen)
     assert chosen is not None
-    run_dir_path = chosen
-    run_id = run_dir_path.name
-    run = Run(config, registry, run_dir_path, command=command, world=world, stop=stop or Stop())
-    run.held = held
-    if command == "train":
-        log_kwargs.setdefault("total_steps", config.train.max_steps)
-    events = run_dir_path / "events.jsonl"
+    return chosen, held
+
+
+def _start_logging(run: Run, log_kwargs: dict[str, Any]) -> None:
+    """Log into the run folder (rank ``r`` > 0: ``ranks/rank<r>.jsonl``, nothing on screen),
+    open the metric sinks of a train, and log ``run_start`` and the config's choices."""
+    config, world, folder = run.config, run.world, run.folder
+    events = folder / "events.jsonl"
     if not world.main:
-        (run_dir_path / "ranks").mkdir(exist_ok=True)
-        events = run_dir_path / "ranks" / f"rank{world.rank}.jsonl"
+        (folder / "ranks").mkdir(exist_ok=True)
+        events = folder / "ranks" / f"rank{world.rank}.jsonl"
         log_kwargs["stream"] = DISCARD
         log_kwargs.pop("screen", None)
-    try:
-        run.log = setup_logging(run_id, events, secrets=config.secrets, **log_kwargs)
-        # metric sinks: [log] sinks (events.jsonl is always on)
-        if command == "train" and world.main:
-            run.sinks = open_sinks(config, registry, run_dir_path)
-        get_logger().info(
-            "run_start",
-            command=command,
-            run_dir=str(run_dir_path),
-            config_source=config.source,
-            **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
-        )
-        if world.main:
-            announce_config(config, registry, run.log)
-    except BaseException as exc:  # an events file the disk refuses names the run's checkpoint
-        run._end(exc)
-        raise
-    return run
+    run.log = setup_logging(folder.name, events, secrets=config.secrets, **log_kwargs)
+    # metric sinks: [log] sinks (events.jsonl is always on)
+    if run.command == "train" and world.main:
+        run.sinks = open_sinks(config, run.registry, folder)
+    get_logger().info(
+        "run_start",
+        command=run.command,
+        run_dir=str(folder),
+        config_source=config.source,
+        **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
+    )
+    if world.main:
+        announce_config(config, run.registry, run.log)
 
 
 def announce_config(config: Config, registry: Registry, log: RunLog) -> None:
@@ -309,55 +323,13 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
     """The run folder (created): ``--run-dir``, else on ``--resume`` the ``run.name`` run
     or the latest ``<command>-*`` one, else a new one (``run.name`` or a timestamp). Nothing
     to resume, or a file path, is a UserError naming the flag or field (exit code 2)."""
-    parent = Path(config.run.dir)
-    if given:
-        run_dir, origin = Path(given), f"--run-dir {given}"
-        other = run_command(run_dir)
-        if other is not None and other != command:
-            # its events.jsonl would interleave two commands' events (a report, a resume
-            # and the metric readers take the folder for one run)
-            raise UserError(
-                f"{origin}: {str(run_dir)!r} holds a `searchr1 {other}` run (its events.jsonl "
-                f"says so); {command} would add its own events and files to it. Give a new "
-                f"folder, or leave out --run-dir for a new {command}-* folder in "
-                f"{str(parent)!r} (run.dir)"
-            )
-    elif resume and config.run.name:
-        run_dir, origin = parent / config.run.name, f"run.name = {config.run.name!r}"
-    elif resume:
-        # the most recently modified <command>-* run folder
-        runs = sorted(parent.glob(f"{command}-*"), key=lambda p: p.stat().st_mtime)
-        if not runs:
-            raise UserError(
-                f"--resume: nothing to resume: no earlier {command}-* run folder in "
-                f"{str(parent)!r} (run.dir). Leave out --resume to start a new run, or name "
-                f"the run to continue with --run-dir."
-            )
-        run_dir, origin = runs[-1], f"run.dir = {str(parent)!r}"
-    elif config.run.name:
-        run_dir, origin = parent / config.run.name, f"run.dir = {str(parent)!r}"
-    else:
-        run_dir, origin = _new_folder(parent, f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir, origin = _run_dir_asked(config, command, given=given, resume=resume)
     if resume and not run_dir.is_dir():
         raise UserError(
             f"--resume: nothing to resume: {str(run_dir)!r} ({origin}) does not exist. Leave "
             f"out --resume to start a new run there."
         )
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise UserError(
-            f"{origin}: {str(run_dir)!r} is a file, not a folder; give a folder for the run "
-            f"(it is created if missing)"
-        ) from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
-        if is_disk_error(exc):  # read-only, full, no permission: the CLI's disk error
-            raise
-        reason = getattr(exc, "strerror", None) or exc
-        raise UserError(
-            f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
-            f"(a file in the path, or a character a path cannot hold)"
-        ) from None
+    _make_run_dir(run_dir, origin)
     for name, holds in _RUN_FOLDERS.get(command, {}).items():
         # found now, not when the first save fails after a step's work
         if (folder := run_dir / name).exists() and not folder.is_dir():
@@ -374,6 +346,62 @@ def _choose_run_dir(config: Config, command: str, *, given: str | None, resume: 
                 f"another run.name) for a new run"
             )
     return run_dir
+
+
+def _run_dir_asked(
+    config: Config, command: str, *, given: str | None, resume: bool
+) -> tuple[Path, str]:
+    """The folder the flags and config ask for, and the origin an error names (a new folder
+    is made here; another command's ``--run-dir`` or nothing to resume is refused)."""
+    parent = Path(config.run.dir)
+    if given:
+        run_dir, origin = Path(given), f"--run-dir {given}"
+        other = run_command(run_dir)
+        if other is not None and other != command:
+            # its events.jsonl would interleave two commands' events (a report, a resume
+            # and the metric readers take the folder for one run)
+            raise UserError(
+                f"{origin}: {str(run_dir)!r} holds a `searchr1 {other}` run (its events.jsonl "
+                f"says so); {command} would add its own events and files to it. Give a new "
+                f"folder, or leave out --run-dir for a new {command}-* folder in "
+                f"{str(parent)!r} (run.dir)"
+            )
+        return run_dir, origin
+    if resume and config.run.name:
+        return parent / config.run.name, f"run.name = {config.run.name!r}"
+    if resume:
+        # the most recently modified <command>-* run folder
+        runs = sorted(parent.glob(f"{command}-*"), key=lambda p: p.stat().st_mtime)
+        if not runs:
+            raise UserError(
+                f"--resume: nothing to resume: no earlier {command}-* run folder in "
+                f"{str(parent)!r} (run.dir). Leave out --resume to start a new run, or name "
+                f"the run to continue with --run-dir."
+            )
+        return runs[-1], f"run.dir = {str(parent)!r}"
+    if config.run.name:
+        return parent / config.run.name, f"run.dir = {str(parent)!r}"
+    return _new_folder(parent, f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _make_run_dir(run_dir: Path, origin: str) -> None:
+    """Create ``run_dir``; a path that cannot be a folder is a UserError (a full or
+    read-only disk stays the CLI's disk error)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(
+            f"{origin}: {str(run_dir)!r} is a file, not a folder; give a folder for the run "
+            f"(it is created if missing)"
+        ) from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the path
+        if is_disk_error(exc):  # read-only, full, no permission: the CLI's disk error
+            raise
+        reason = getattr(exc, "strerror", None) or exc
+        raise UserError(
+            f"{origin}: cannot create the run folder {str(run_dir)!r}: {reason} "
+            f"(a file in the path, or a character a path cannot hold)"
+        ) from None
 
 
 def _new_folder(parent: Path, name: str) -> tuple[Path, str]:

@@ -268,105 +268,125 @@ class HttpClient:
         """Send ``build(client)`` until ``decide`` accepts a response; raise
         :class:`HttpRejected` or :class:`HttpGaveUp` otherwise. ``build`` may raise to end the
         call (its exception goes to the caller unchanged)."""
+        return await _Call(self, build, decide, on_event).run()
+
+
+class _Call:
+    """One :meth:`HttpClient.send`: tries, each sending (again at once on Verdict.AGAIN) until
+    a response is accepted or rejected, retried by tenacity while a try raises HttpGaveUp."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        build: RequestBuilder,
+        decide: Callable[[httpx.Response], Verdict],
+        on_event: EventHook | None,
+    ) -> None:
+        self.client, self.build, self.decide, self.policy = client, build, decide, client.policy
+        self.emit = on_event or (lambda _event, _seconds: None)
+        self.loop = asyncio.get_running_loop()
+        deadline_s = self.policy.deadline_s
+        self.deadline = None if deadline_s is None else self.loop.time() + deadline_s
+        self.attempts = 0
+
+    async def run(self) -> httpx.Response:
         policy = self.policy
-        emit = on_event or (lambda _event, _seconds: None)
-        loop = asyncio.get_running_loop()
-        deadline = None if policy.deadline_s is None else loop.time() + policy.deadline_s
-        attempts = 0
-
-        async def attempt() -> httpx.Response:
-            """One try of the retry loop: sends (again at once on Verdict.AGAIN) until a
-            response is accepted or rejected, or a transient failure raises HttpGaveUp (which
-            the loop retries)."""
-            nonlocal attempts
-            while True:
-                client, slots = self._pool()
-                request = build(client)
-                attempts += 1
-                async with slots:
-                    emit("attempt", 0.0)
-                    try:
-                        async with asyncio.timeout(_attempt_budget(policy, deadline, loop)):
-                            response = await client.send(request)
-                    except (TimeoutError, httpx.TimeoutException) as exc:
-                        emit("timeout", 0.0)
-                        cause = type(exc).__name__
-                        raise _error(
-                            HttpGaveUp, request, attempts, f"timed out ({cause})", "timeout",
-                            cause=cause,
-                        ) from exc  # fmt: skip
-                    except httpx.RequestError as exc:  # connect, read, protocol, decoding errors
-                        emit("connection_error", 0.0)
-                        cause = type(exc).__name__
-                        reason = f"connection error ({cause}: {_scrub(str(exc), request)})"
-                        raise _error(
-                            HttpGaveUp, request, attempts, reason, "connection", cause=cause,
-                            failure=classify(exc),
-                        ) from exc  # fmt: skip
-                verdict = decide(response)
-                if verdict is Verdict.ACCEPT:
-                    return response
-                if verdict is Verdict.AGAIN:
-                    continue
-                reason = f"HTTP {response.status_code}{_excerpt(response, request)}"
-                if verdict is Verdict.REJECT:
-                    raise _error(
-                        HttpRejected, request, attempts, reason, "status", response=response
-                    )
-                error = _error(HttpGaveUp, request, attempts, reason, "status", response=response)
-                error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                raise error
-
-        def last(state: tenacity.RetryCallState) -> HttpGaveUp:
-            error = state.outcome.exception() if state.outcome is not None else None
-            assert isinstance(error, HttpGaveUp)  # the loop retries nothing else
-            return error
-
-        def wait(state: tenacity.RetryCallState) -> float:
-            """The server's ``Retry-After`` when it sent one, else the jittered backoff."""
-            retry_after = last(state).retry_after
-            return self._backoff(state) if retry_after is None else retry_after
-
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            emit("retry", state.upcoming_sleep)
-            get_logger().debug(
-                "http_retry", url=last(state).url, attempt=attempts, reason=last(state).reason,
-                delay_s=round(state.upcoming_sleep, 3),
-            )  # fmt: skip
-
-        def give_up(state: tenacity.RetryCallState) -> httpx.Response:
-            """Raise the last HttpGaveUp, saying which ``stop`` ended the call when it was not
-            the number of retries."""
-            error = last(state)
-            if state.attempt_number > policy.max_retries:
-                raise error
-            asked = error.retry_after
-            if asked is not None and asked > policy.max_retry_after_s:
-                why = (
-                    f"; the server asked to wait {asked:g} s (Retry-After), more than "
-                    f"the {policy.max_retry_after_s:g} s this client waits"
-                )
-            else:
-                why = f"; a retry would pass the {policy.deadline_s:g} s deadline"
-            raise HttpGaveUp(
-                error.method, error.url, error.attempts, error.reason + why, kind=error.kind,
-                response=error.response, cause=error.cause, failure=error.failure,
-            )  # fmt: skip
-
         # a server asking for a longer wait than this client's cap ends the call at once
         stop = tenacity.stop_after_attempt(policy.max_retries + 1) | (
-            lambda state: (last(state).retry_after or 0.0) > policy.max_retry_after_s
+            lambda state: (self.last(state).retry_after or 0.0) > policy.max_retry_after_s
         )
         if policy.deadline_s is not None:
             stop |= tenacity.stop_before_delay(policy.deadline_s)
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(HttpGaveUp),
-            wait=wait,
+            wait=self.wait,
             stop=stop,
-            before_sleep=before_sleep,
-            retry_error_callback=give_up,
+            before_sleep=self.before_sleep,
+            retry_error_callback=self.give_up,
         )
-        return await retrying(attempt)
+        return await retrying(self.attempt)
+
+    async def attempt(self) -> httpx.Response:
+        """One try of the retry loop: sends (again at once on Verdict.AGAIN) until a
+        response is accepted or rejected, or a transient failure raises HttpGaveUp (which
+        the loop retries)."""
+        while True:
+            client, slots = self.client._pool()
+            request = self.build(client)
+            self.attempts += 1
+            async with slots:
+                response = await self._send(client, request)
+            verdict = self.decide(response)
+            if verdict is Verdict.ACCEPT:
+                return response
+            if verdict is Verdict.AGAIN:
+                continue
+            reason = f"HTTP {response.status_code}{_excerpt(response, request)}"
+            if verdict is Verdict.REJECT:
+                raise _error(
+                    HttpRejected, request, self.attempts, reason, "status", response=response
+                )
+            error = _error(HttpGaveUp, request, self.attempts, reason, "status", response=response)
+            error.retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise error
+
+    async def _send(self, client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+        """Send once within the attempt's budget; a timeout or transport error is HttpGaveUp."""
+        self.emit("attempt", 0.0)
+        try:
+            async with asyncio.timeout(_attempt_budget(self.policy, self.deadline, self.loop)):
+                return await client.send(request)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            self.emit("timeout", 0.0)
+            cause = type(exc).__name__
+            raise _error(
+                HttpGaveUp, request, self.attempts, f"timed out ({cause})", "timeout", cause=cause
+            ) from exc
+        except httpx.RequestError as exc:  # connect, read, protocol, decoding errors
+            self.emit("connection_error", 0.0)
+            cause = type(exc).__name__
+            reason = f"connection error ({cause}: {_scrub(str(exc), request)})"
+            raise _error(
+                HttpGaveUp, request, self.attempts, reason, "connection", cause=cause,
+                failure=classify(exc),
+            ) from exc  # fmt: skip
+
+    @staticmethod
+    def last(state: tenacity.RetryCallState) -> HttpGaveUp:
+        error = state.outcome.exception() if state.outcome is not None else None
+        assert isinstance(error, HttpGaveUp)  # the loop retries nothing else
+        return error
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        """The server's ``Retry-After`` when it sent one, else the jittered backoff."""
+        retry_after = self.last(state).retry_after
+        return self.client._backoff(state) if retry_after is None else retry_after
+
+    def before_sleep(self, state: tenacity.RetryCallState) -> None:
+        self.emit("retry", state.upcoming_sleep)
+        get_logger().debug(
+            "http_retry", url=self.last(state).url, attempt=self.attempts,
+            reason=self.last(state).reason, delay_s=round(state.upcoming_sleep, 3),
+        )  # fmt: skip
+
+    def give_up(self, state: tenacity.RetryCallState) -> httpx.Response:
+        """Raise the last HttpGaveUp, saying which ``stop`` ended the call when it was not
+        the number of retries."""
+        error, policy = self.last(state), self.policy
+        if state.attempt_number > policy.max_retries:
+            raise error
+        asked = error.retry_after
+        if asked is not None and asked > policy.max_retry_after_s:
+            why = (
+                f"; the server asked to wait {asked:g} s (Retry-After), more than "
+                f"the {policy.max_retry_after_s:g} s this client waits"
+            )
+        else:
+            why = f"; a retry would pass the {policy.deadline_s:g} s deadline"
+        raise HttpGaveUp(
+            error.method, error.url, error.attempts, error.reason + why, kind=error.kind,
+            response=error.response, cause=error.cause, failure=error.failure,
+        )  # fmt: skip
 
 
 def _error(
@@ -598,76 +618,58 @@ class Channel:
         return cls(redact_text(message), url=self.url, status=status, service=self.service)
 
     def _fix(self, cls: type[RemoteError], retry_after: float | None) -> str:
-        parts = urlsplit(self.url)
-        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-        rerun = "then rerun (searchr1 train --resume continues a run from its last checkpoint)"
+        """What to do: the class's ``fix`` (a connection through a proxy: the proxy's; an
+        auth failure of a channel that sends no key: that it sends none), with this
+        channel's facts filled in."""
         proxy = proxy_for(self.url)
         if proxy is not None and cls in _CONNECTION_CLASSES:
             # the connection is the proxy's: its failure is not the service's address
-            variable, address = proxy
-            direct = f"unset it, or add {host} to NO_PROXY, to connect directly"
-            if cls is RemoteHostUnknown:
-                return (
-                    f"The proxy {address} ({variable}) does not resolve (DNS): fix its host "
-                    f"name in {variable}, or {direct}"
-                )
-            if cls is RemoteRefused:
-                return (
-                    f"Nothing listens at the proxy {address} ({variable}): start it or fix "
-                    f"{variable}, or {direct}; {rerun}"
-                )
-            return (
-                f"The requests go through the proxy {address} ({variable}), which may be what "
-                f"failed (a proxy that wants credentials, refuses {host}, intercepts TLS or does "
-                f"not answer): check {variable}, or {direct}; {rerun}"
-            )
-        if cls is RemoteHostUnknown:
-            return (
-                f"Check the host name {host!r} in {self.address}, and that this machine reaches "
-                f"the network (DNS, proxy settings)"
-            )
-        if cls is RemoteTLSError:
-            return (
-                f"If the server at {host}:{port} speaks plain HTTP, write http:// in "
-                f"{self.address}; otherwise its certificate is not trusted here (SSL_CERT_FILE, "
-                f"a proxy that intercepts TLS)"
-            )
-        if cls is RemoteRefused:
-            return (
-                f"Is the server running on port {port} of {host}? Start it, or fix the port "
-                f"in {self.address}; {rerun}"
-            )
-        if cls is RemoteConnectionLost:
-            return f"The service or a proxy on the way closed the connection: {rerun}"
-        if cls is RemoteTimeout:
-            setting = f"raise {self.timeout_setting}, " if self.timeout_setting else ""
-            limit = f" within {self.timeout_s:g} s" if self.timeout_s else ""
-            return f"The service did not answer{limit}: {setting}or check the service; {rerun}"
-        if cls is RemoteAuthError:
-            if not self.key:
-                return f"The service wants a key, and this channel sends none ({self.address})"
-            return (
-                f"{self.key} is empty or wrong (or not allowed this model): set it in the "
-                f"environment or in a .env file next to the config"
-            )
-        if cls is RemoteUnknownModel:
-            model = f"{self.model!r} " if self.model else ""
-            return (
-                f"Check that the model {model}is one this service serves ({self.model_setting}), "
-                f"and the path in {self.address}"
-            )
-        if cls is RemoteRateLimited:
-            wait = f"{retry_after:g} s (its Retry-After)" if retry_after is not None else "a while"
-            keys = f", or use another key in {self.key}" if self.key else ""
-            return f"Wait {wait}{keys}; {rerun}"
-        if cls is RemoteServerError:
-            return f"The service itself is failing: wait, {rerun}"
-        if cls is RemoteMalformed:
-            return (
-                f"Check that {self.address} points at the API itself (not a web page or a "
-                f"proxy's page), and that the server runs a version this client speaks"
-            )
-        return "The service's answer says why; fix the request's settings accordingly"
+            template = _PROXY_FIXES.get(cls, _PROXY_FIX)
+        elif cls is RemoteAuthError and not self.key:
+            template = "The service wants a key, and this channel sends none ({address})"
+        else:
+            template = cls.fix
+        return template.format(**self._facts(retry_after, proxy))
+
+    def _facts(self, retry_after: float | None, proxy: tuple[str, str] | None) -> dict[str, str]:
+        """The fields a failure class's ``fix`` is written with (:class:`RemoteError`)."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        variable, address = proxy or ("", "")
+        return {
+            "host": host,
+            "port": str(parts.port or (443 if parts.scheme == "https" else 80)),
+            "address": self.address,
+            "key": self.key,
+            "other_key": f", or use another key in {self.key}" if self.key else "",
+            "rerun": "then rerun (searchr1 train --resume continues a run from its last checkpoint)",
+            "limit": f" within {self.timeout_s:g} s" if self.timeout_s else "",
+            "raise_timeout": f"raise {self.timeout_setting}, " if self.timeout_setting else "",
+            "model": f"{self.model!r} " if self.model else "",
+            "model_setting": self.model_setting,
+            "wait": "a while" if retry_after is None else f"{retry_after:g} s (its Retry-After)",
+            "variable": variable,
+            "proxy": address,
+            "direct": f"unset it, or add {host} to NO_PROXY, to connect directly",
+        }
+
+
+#: what to do when a connection through a proxy fails, by class (others: :data:`_PROXY_FIX`)
+_PROXY_FIXES: dict[type[RemoteError], str] = {
+    RemoteHostUnknown: (
+        "The proxy {proxy} ({variable}) does not resolve (DNS): fix its host name in "
+        "{variable}, or {direct}"
+    ),
+    RemoteRefused: (
+        "Nothing listens at the proxy {proxy} ({variable}): start it or fix {variable}, or "
+        "{direct}; {rerun}"
+    ),
+}
+_PROXY_FIX = (
+    "The requests go through the proxy {proxy} ({variable}), which may be what failed (a proxy "
+    "that wants credentials, refuses {host}, intercepts TLS or does not answer): check "
+    "{variable}, or {direct}; {rerun}"
+)
 
 
 #: the failures of making the connection: through a proxy, the proxy's

@@ -241,52 +241,8 @@ class Judge:
         """One outcome per item, in order (see the module docstring); never raises."""
         spend = _Spend()
         out: list[Judged | None] = [None] * len(items)
-        todo: dict[str, list[int]] = {}
-        unjudged = 0  # items left without a verdict (each scored by the caller's fallback)
-        for i, item in enumerate(items):
-            key = self.key(item)
-            score = self._memory.get(key)
-            if score is None and key not in todo and self._store is not None:
-                score = self._store.get(key)
-                if score is not None:
-                    spend.disk_hits += 1
-                    self._memory[key] = score
-            if score is not None:
-                out[i] = Judged(score, cached=True)
-                spend.cache_hits += 1
-            elif key in todo:  # the same answer twice in one batch is paid once
-                todo[key].append(i)
-                spend.cache_hits += 1
-            else:
-                todo[key] = [i]
-        if todo:
-            spend.calls += len(todo)
-            tasks = {
-                key: asyncio.ensure_future(self._ask(items[idx[0]], spend))
-                for key, idx in todo.items()
-            }
-            done, pending = await asyncio.wait(
-                tasks.values(), timeout=self.settings.step_deadline_s
-            )
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            deadline = (
-                "no verdict within the step deadline "
-                f"(step_deadline_s = {self.settings.step_deadline_s:g})"
-            )
-            for key, task in tasks.items():
-                judged = task.result() if task in done else Judged(None, error=deadline)
-                if judged.score is None:
-                    spend.failures += 1
-                    spend.last_error = judged.error
-                    unjudged += len(todo[key])
-                else:
-                    self._memory[key] = judged.score
-                    if self._store is not None:
-                        self._store.put(key, judged.score)
-                for i in todo[key]:
-                    out[i] = judged
+        todo = self._recall(items, spend, out)
+        unjudged = await self._ask_all(items, todo, spend, out) if todo else 0
         if spend.failures:
             get_logger().warning(
                 "judge_failures",
@@ -300,6 +256,66 @@ class Judge:
         self._step.add(spend)
         self._step.last_error = spend.last_error or self._step.last_error
         return [j if j is not None else Judged(None, error="not judged") for j in out]
+
+    def _recall(
+        self, items: Sequence[JudgeItem], spend: _Spend, out: list[Judged | None]
+    ) -> dict[str, list[int]]:
+        """Fill ``out`` with the verdicts remembered (this run's, then the disk store's);
+        return the items left to ask, by key (the same answer twice in one batch is paid once)."""
+        todo: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            key = self.key(item)
+            score = self._memory.get(key)
+            if score is None and key not in todo and self._store is not None:
+                score = self._store.get(key)
+                if score is not None:
+                    spend.disk_hits += 1
+                    self._memory[key] = score
+            if score is not None:
+                out[i] = Judged(score, cached=True)
+                spend.cache_hits += 1
+            elif key in todo:
+                todo[key].append(i)
+                spend.cache_hits += 1
+            else:
+                todo[key] = [i]
+        return todo
+
+    async def _ask_all(
+        self,
+        items: Sequence[JudgeItem],
+        todo: dict[str, list[int]],
+        spend: _Spend,
+        out: list[Judged | None],
+    ) -> int:
+        """Ask the judge once per key of ``todo``, all at once within the step deadline, and
+        fill ``out``; a verdict is remembered. Return how many items were left without one."""
+        unjudged = 0
+        spend.calls += len(todo)
+        tasks = {
+            key: asyncio.ensure_future(self._ask(items[idx[0]], spend)) for key, idx in todo.items()
+        }
+        done, pending = await asyncio.wait(tasks.values(), timeout=self.settings.step_deadline_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        deadline = (
+            "no verdict within the step deadline "
+            f"(step_deadline_s = {self.settings.step_deadline_s:g})"
+        )
+        for key, task in tasks.items():
+            judged = task.result() if task in done else Judged(None, error=deadline)
+            if judged.score is None:
+                spend.failures += 1
+                spend.last_error = judged.error
+                unjudged += len(todo[key])
+            else:
+                self._memory[key] = judged.score
+                if self._store is not None:
+                    self._store.put(key, judged.score)
+            for i in todo[key]:
+                out[i] = judged
+        return unjudged
 
     async def _ask(self, item: JudgeItem, spend: _Spend) -> Judged:
         """One chat call (retried by the HTTP client); never raises but for cancellation."""

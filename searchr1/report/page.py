@@ -90,22 +90,7 @@ def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
     text_cols = ["event", "label", "when", "data", "checkpoint"]
     text_cols = [c for c in text_cols if any(c in e for e in evals)]
     has_step = any("step" in e for e in evals)
-    keys: list[str] = [k for k in _EVAL_FIRST if any(is_number(e.get(k)) for e in evals)]
-    # EM per data source right after the EM (a wide table scrolls: they must not be last)
-    sources = sorted({k for e in evals for k in e if k.startswith("em/") and is_number(e[k])})
-    if sources:
-        at = keys.index("em") + 1 if "em" in keys else len(keys)
-        keys[at:at] = sources
-    for e in evals:
-        for k, v in e.items():
-            if (
-                k not in keys
-                and k not in _EVAL_SKIP
-                and k != "step"
-                and (is_number(v) or isinstance(v, bool))
-                and ("/" not in k or k.startswith("em/"))
-            ):
-                keys.append(k)
+    keys = _eval_keys(evals)
     head = "".join(f'<th class="text">{escape(c)}</th>' for c in text_cols)
     head += "<th>step</th>" if has_step else ""
     head += "".join(f"<th>{escape(k)}</th>" for k in keys)
@@ -129,6 +114,25 @@ def _eval_table(evals: Sequence[Mapping[str, Any]]) -> str:
         f'<div class="scroll"><table id="evals"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>{warn}"
     )
+
+
+def _eval_keys(evals: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The number columns of the eval table: :data:`_EVAL_FIRST` first, EM per data source
+    right after the EM (a wide table scrolls: they must not be last), then any other number
+    or flag the rows carry (other per-source splits and :data:`_EVAL_SKIP` left out)."""
+    keys: list[str] = [k for k in _EVAL_FIRST if any(is_number(e.get(k)) for e in evals)]
+    sources = sorted({k for e in evals for k in e if k.startswith("em/") and is_number(e[k])})
+    if sources:
+        at = keys.index("em") + 1 if "em" in keys else len(keys)
+        keys[at:at] = sources
+
+    def shown(k: str, v: Any) -> bool:
+        if k in keys or k in _EVAL_SKIP or k == "step":
+            return False
+        return (is_number(v) or isinstance(v, bool)) and ("/" not in k or k.startswith("em/"))
+
+    keys += dict.fromkeys(k for e in evals for k, v in e.items() if shown(k, v))
+    return keys
 
 
 def _turn_html(turn: Mapping[str, Any], index: int) -> str:

@@ -1,8 +1,9 @@
 """The rollout state machine: generate, search, read, continue, answer.
 
 Each question's prompt is sampled **once** with ``num_samples = group_size``; then every
-trajectory advances on its own with ``num_samples = 1``, as concurrent asyncio tasks (a slow
-search holds up only its own trajectory). Token-in/token-out: a trajectory grows only by the
+trajectory continues with ``num_samples = 1``: a turn at a time with all the others
+(``rollout.lockstep``, so a seed repeats the sampler's batches), or on its own as an asyncio
+task (a slow search holds up only its own trajectory). Token-in/token-out: a trajectory grows only by the
 prompt, the sampled tokens as returned and the observation tokens; that list is the next
 prompt, never decoded and re-encoded. docs/architecture.md
 draws its states and end reasons.
@@ -156,12 +157,18 @@ class _Rollout:
             group_id=group_id,
         )
 
-    async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
+    def _prompt(self, question: Question) -> list[int]:
         prompt = self.protocol.initial_prompt_tokens(question)
         if len(prompt) >= self.limits.max_trajectory_tokens:
             raise RolloutConfigError(
                 _overflow(question, len(prompt), self.limits.max_trajectory_tokens)
             )
+        return prompt
+
+    async def _first(
+        self, prompt: list[int], group_size: int, group_id: str, question: Question
+    ) -> list[tuple[_State, SampledSequence]]:
+        """The group's first turns, sampled at once, as ``(state, sample)`` pairs."""
         first = await self.model.sample(
             prompt, group_size, self._params(len(prompt), f"{group_id}/first", group_id)
         )
@@ -169,83 +176,162 @@ class _Rollout:
             raise RuntimeError(
                 f"model provider returned {len(first)} samples for num_samples={group_size}"
             )
-        states = [
-            _State(
-                question=question,
-                trajectory_id=f"{group_id}/{i}",
-                group_id=group_id,
-                prompt_len=len(prompt),
-                tokens=list(prompt),
-                mask=[False] * len(prompt),
-                logprobs=[0.0] * len(prompt),
+        return [
+            (
+                _State(
+                    question=question,
+                    trajectory_id=f"{group_id}/{i}",
+                    group_id=group_id,
+                    prompt_len=len(prompt),
+                    tokens=list(prompt),
+                    mask=[False] * len(prompt),
+                    logprobs=[0.0] * len(prompt),
+                ),
+                sample,
             )
-            for i in range(group_size)
+            for i, sample in enumerate(first)
         ]
-        return await _gather_or_cancel(
-            [self.advance(s, sample) for s, sample in zip(states, first, strict=True)]
-        )
+
+    async def group(self, question: Question, group_size: int, group_id: str) -> list[Trajectory]:
+        """One group, each trajectory advancing on its own."""
+        pairs = await self._first(self._prompt(question), group_size, group_id, question)
+        return await _gather_or_cancel([self.advance(s, sample) for s, sample in pairs])
 
     async def advance(self, state: _State, sample: SampledSequence) -> Trajectory:
         """Drive one trajectory from its first sampled turn to its end."""
         while True:
-            if len(sample.tokens) != len(sample.logprobs):
-                raise RuntimeError(
-                    f"{state.trajectory_id}: model provider returned {len(sample.tokens)} "
-                    f"tokens but {len(sample.logprobs)} log-probs"
-                )
-            state.tokens.extend(sample.tokens)
-            state.mask.extend([True] * len(sample.tokens))
-            state.logprobs.extend(float(x) for x in sample.logprobs)
-            text = self.protocol.decode(sample.tokens)
-            action = self.protocol.parse_action(text)
-            turn = Turn(
-                sampled_tokens=tuple(sample.tokens),
-                text=text,
-                action=action.kind,
-                query=action.query,
-                stop_reason=sample.stop_reason,
-            )
-            left = self.limits.max_trajectory_tokens - len(state.tokens)
+            turn, done = self._read(state, sample)
+            if done is not None:
+                return done
+            response = await self._search(turn.query or "")
+            done = self._observe(state, turn, sample, response)
+            if done is not None:
+                return done
+            sample = _one(await self.model.sample(list(state.tokens), 1, self._next_params(state)))
 
-            if action.kind == "answer":
-                return self._finish(state, turn, "answered", action)
-            if left <= 0:
-                return self._finish(state, turn, "token_limit")
-            if action.kind == "invalid":
-                return self._finish(state, turn, "invalid_action")
-            if state.search_calls >= self.limits.max_search_calls:
-                return self._finish(state, turn, "search_limit")
-            if len(state.turns) + 1 >= self.limits.max_assistant_turns:
-                return self._finish(state, turn, "turn_limit")
+    async def lockstep(
+        self,
+        questions: Sequence[Question],
+        group_size: int,
+        id_prefix: str,
+        on_group_done: Callable[[], None] | None,
+    ) -> list[list[Trajectory]]:
+        """Every group, a turn at a time: all live trajectories sample (their requests queued
+        together, in question and sample order), then all search, then the next turn. What
+        shares a sampler batch is then fixed by the questions and the seed, not by when each
+        search returned."""
+        prompts = [self._prompt(q) for q in questions]
+        firsts = await _gather_or_cancel(
+            [
+                self._first(p, group_size, f"{id_prefix}{q.id}", q)
+                for q, p in zip(questions, prompts, strict=True)
+            ]
+        )
+        out: list[list[Trajectory | None]] = [[None] * group_size for _ in questions]
+        left = [group_size] * len(questions)
 
-            response = await self._search(action.query or "")
-            state.search_calls += 1
-            state.search_errors += response.error is not None
-            body = self.protocol.observation_text(response)
-            obs_tokens, obs_text = self.protocol.render_observation_tokens(
-                body, sample.tokens, self.limits.max_observation_tokens
+        def finish(g: int, i: int, trajectory: Trajectory) -> None:
+            out[g][i] = trajectory
+            left[g] -= 1
+            if left[g] == 0 and on_group_done is not None:
+                on_group_done()
+
+        live = [
+            (g, i, s, sample)
+            for g, pairs in enumerate(firsts)
+            for i, (s, sample) in enumerate(pairs)
+        ]
+        while live:
+            searching = []
+            for g, i, state, sample in live:
+                turn, done = self._read(state, sample)
+                if done is not None:
+                    finish(g, i, done)
+                else:
+                    searching.append((g, i, state, sample, turn))
+            responses = await _gather_or_cancel(
+                [self._search(turn.query or "") for *_, turn in searching]
             )
-            turn = dataclasses.replace(turn, search_error=response.error)
-            if len(state.tokens) + len(obs_tokens) >= self.limits.max_trajectory_tokens:
-                # No room for the observation plus at least one sampled token.
-                return self._finish(state, turn, "token_limit")
-            state.tokens.extend(obs_tokens)
-            state.mask.extend([False] * len(obs_tokens))
-            state.logprobs.extend([0.0] * len(obs_tokens))
-            state.turns.append(
-                dataclasses.replace(
-                    turn, observation_tokens=tuple(obs_tokens), observation_text=obs_text
-                )
+            going = []
+            for (g, i, state, sample, turn), response in zip(searching, responses, strict=True):
+                done = self._observe(state, turn, sample, response)
+                if done is not None:
+                    finish(g, i, done)
+                else:
+                    going.append((g, i, state))
+            samples = await _gather_or_cancel(
+                [
+                    self.model.sample(list(state.tokens), 1, self._next_params(state))
+                    for _, _, state in going
+                ]
             )
-            (sample,) = await self.model.sample(
-                list(state.tokens),
-                1,
-                self._params(
-                    len(state.tokens),
-                    f"{state.trajectory_id}/turn{len(state.turns)}",
-                    state.group_id,
-                ),
+            live = [
+                (g, i, state, _one(drawn))
+                for (g, i, state), drawn in zip(going, samples, strict=True)
+            ]
+        return [[t for t in group if t is not None] for group in out]
+
+    def _read(self, state: _State, sample: SampledSequence) -> tuple[Turn, Trajectory | None]:
+        """Append the sampled turn to ``state``: the turn, and the trajectory when the turn
+        ends it (else the turn's query is to be searched)."""
+        if len(sample.tokens) != len(sample.logprobs):
+            raise RuntimeError(
+                f"{state.trajectory_id}: model provider returned {len(sample.tokens)} "
+                f"tokens but {len(sample.logprobs)} log-probs"
             )
+        state.tokens.extend(sample.tokens)
+        state.mask.extend([True] * len(sample.tokens))
+        state.logprobs.extend(float(x) for x in sample.logprobs)
+        text = self.protocol.decode(sample.tokens)
+        action = self.protocol.parse_action(text)
+        turn = Turn(
+            sampled_tokens=tuple(sample.tokens),
+            text=text,
+            action=action.kind,
+            query=action.query,
+            stop_reason=sample.stop_reason,
+        )
+        left = self.limits.max_trajectory_tokens - len(state.tokens)
+        if action.kind == "answer":
+            return turn, self._finish(state, turn, "answered", action)
+        if left <= 0:
+            return turn, self._finish(state, turn, "token_limit")
+        if action.kind == "invalid":
+            return turn, self._finish(state, turn, "invalid_action")
+        if state.search_calls >= self.limits.max_search_calls:
+            return turn, self._finish(state, turn, "search_limit")
+        if len(state.turns) + 1 >= self.limits.max_assistant_turns:
+            return turn, self._finish(state, turn, "turn_limit")
+        return turn, None
+
+    def _observe(
+        self, state: _State, turn: Turn, sample: SampledSequence, response: SearchResponse
+    ) -> Trajectory | None:
+        """Append the search's observation to ``state``; the trajectory when no room is left
+        for it plus one sampled token."""
+        state.search_calls += 1
+        state.search_errors += response.error is not None
+        body = self.protocol.observation_text(response)
+        obs_tokens, obs_text = self.protocol.render_observation_tokens(
+            body, sample.tokens, self.limits.max_observation_tokens
+        )
+        turn = dataclasses.replace(turn, search_error=response.error)
+        if len(state.tokens) + len(obs_tokens) >= self.limits.max_trajectory_tokens:
+            return self._finish(state, turn, "token_limit")
+        state.tokens.extend(obs_tokens)
+        state.mask.extend([False] * len(obs_tokens))
+        state.logprobs.extend([0.0] * len(obs_tokens))
+        state.turns.append(
+            dataclasses.replace(
+                turn, observation_tokens=tuple(obs_tokens), observation_text=obs_text
+            )
+        )
+        return None
+
+    def _next_params(self, state: _State) -> SamplingParams:
+        return self._params(
+            len(state.tokens), f"{state.trajectory_id}/turn{len(state.turns)}", state.group_id
+        )
 
     async def _search(self, query: str) -> SearchResponse:
         """One search; a provider that raises (it should not) becomes an error observation."""
@@ -283,6 +369,12 @@ class _Rollout:
             group_id=state.group_id,
             format_ok=self.protocol.answered_in_format([t.text for t in state.turns], final_answer),
         )
+
+
+def _one(samples: list[SampledSequence]) -> SampledSequence:
+    if len(samples) != 1:
+        raise RuntimeError(f"model provider returned {len(samples)} samples for num_samples=1")
+    return samples[0]
 
 
 async def _gather_or_cancel(
@@ -336,6 +428,8 @@ async def rollout_questions(
     runner = _Rollout(
         model, search, protocol, config, sampling or sampling_params(config, protocol)
     )
+    if config.rollout.lockstep:
+        return await runner.lockstep(questions, group_size, id_prefix, on_group_done)
     return await _gather_or_cancel(
         [runner.group(q, group_size, f"{id_prefix}{q.id}") for q in questions], on_group_done
     )

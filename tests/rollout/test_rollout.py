@@ -23,7 +23,7 @@ Q = Question(id="q1", question="Who wrote the old book?", golden_answers=("Alice
 Q2 = Question(id="q2", question="Where was the painter born?", golden_answers=("Oslo",))
 
 
-def config(**rollout: int) -> Config:
+def config(**rollout: int | bool) -> Config:
     limits = {"max_search_calls": 3, "max_assistant_turns": 4, "max_trajectory_tokens": 2048}
     limits.update(rollout)
     return Config().replace(rollout=limits, model={"max_new_tokens": 64})
@@ -225,7 +225,7 @@ def test_group_sampling_is_one_call_per_question_then_one_sample_per_turn() -> N
     assert all(c.num_samples == 1 for c in model.calls if c not in firsts)
 
 
-def test_a_slow_search_does_not_block_other_trajectories() -> None:
+def test_a_slow_search_does_not_block_other_trajectories_out_of_lockstep() -> None:
     gate = asyncio.Event()
     tok = tiny_tokenizer()
     slow = ["<search> slow </search>", "<answer> s </answer>"]
@@ -245,7 +245,7 @@ def test_a_slow_search_does_not_block_other_trajectories() -> None:
                 FakeSearch(gates={"slow": gate}),
                 TagsProtocol(tok),
                 [Q],
-                config(),
+                config(lockstep=False),
                 group_size=2,
             ),
             timeout=30,
@@ -253,6 +253,40 @@ def test_a_slow_search_does_not_block_other_trajectories() -> None:
 
     (group,) = asyncio.run(go())
     assert [t.final_answer for t in group] == ["s", "f"]
+
+
+def test_lockstep_asks_each_turn_together_in_trajectory_order() -> None:
+    """The searches of a turn end in any order (here the first trajectory's last); the next
+    turn's requests still reach the sampler together, in question and sample order, so a
+    seeded run repeats its sampler batches whatever the search timing."""
+    gate = asyncio.Event()
+    tok = tiny_tokenizer()
+    scripts = [
+        ["<search> slow </search>", "<answer> s </answer>"],
+        ["<search> fast </search>", "<answer> f </answer>"],
+        ["<search> quick </search>", "<search> more </search>", "<answer> q </answer>"],
+    ]
+    model = ScriptedModel(tok, scripts)
+    search = FakeSearch(gates={"slow": gate})
+
+    async def go():
+        task = asyncio.ensure_future(
+            rollout_questions(model, search, TagsProtocol(tok), [Q], config(), group_size=3)
+        )
+        for _ in range(50):  # let the fast searches finish while "slow" waits
+            await asyncio.sleep(0)
+        assert len(model.calls) == 1  # nobody ran ahead of the slow search
+        gate.set()
+        return await asyncio.wait_for(task, timeout=30)
+
+    (group,) = asyncio.run(go())
+    assert [t.final_answer for t in group] == ["s", "f", "q"]
+    start = len(model.calls[0].prompt)  # the question's prompt; what follows was sampled
+    first_query = [
+        tok.decode(list(c.prompt[start:])).split("<search>")[1].split("</search>")[0].strip()
+        for c in model.calls[1:]
+    ]
+    assert first_query == ["slow", "fast", "quick", "quick"]
 
 
 def test_model_failure_propagates() -> None:

@@ -143,17 +143,22 @@ def _step_numbers(run: Path) -> list[dict]:
     ]
 
 
-def test_one_seed_with_a_batch_per_request_repeats_the_run_exactly(
-    tmp_path: Path, config_file, run_cli
-) -> None:
-    """Which requests share a sampler batch follows when each search returns, and a batch's
-    shape moves the forward's float rounding; with ``max_batch_rows = 1`` every request is
-    sampled in a batch of its own, and two runs of one seed log the same numbers, bit for bit
-    (docs/training.md, "Same seed, same run?")."""
+def test_one_seed_repeats_the_run_exactly(tmp_path: Path, config_file, run_cli) -> None:
+    """Two runs of one seed at the default settings log the same numbers, bit for bit: the
+    rollout advances its trajectories a turn at a time together (``rollout.lockstep``), so
+    what shares a sampler batch does not follow when each search returns, and the local
+    provider takes torch's ordered CPU kernels, so a step's gradients do not follow thread
+    timing (docs/training.md, "Same seed, same run?")."""
     text = make_config(
-        rollout={"questions_per_batch": 2, "group_size": 3, "max_search_calls": 2},
+        rollout={
+            "questions_per_batch": 3,
+            "group_size": 3,
+            "max_search_calls": 2,
+            "dynamic_sampling": True,
+            "max_extra_draws": 2,
+        },
         train={"max_steps": 3, "save_every": 100},
-        model={"temperature": 0.7, "local": {"max_batch_rows": 1}},
+        model={"temperature": 0.7},
     )
     config = config_file(text)
     runs = []

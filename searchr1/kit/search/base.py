@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from searchr1.kit.http import bound_loop
 from searchr1.kit.search.cache import AnswerStore, CacheKey, answer_store_path, cache_key, run_cache
 from searchr1.kit.search.metrics import SearchMetrics
-from searchr1.sdk import SearchConfig, SearchResponse, get_logger
+from searchr1.sdk import SearchConfig, SearchResponse, SearchResult, get_logger
 
 EMPTY_QUERY = "empty query"
 
@@ -123,30 +123,15 @@ class BaseSearchProvider(ABC):
     # ------------------------------------------------------------------ internals
 
     async def _search(self, query: str, top_k: int) -> SearchResponse:
-        m = self._metrics
-        if not isinstance(query, str) or not query.strip():
-            m.invalid_queries += 1
-            return SearchResponse(error=EMPTY_QUERY)
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            m.invalid_queries += 1
-            return SearchResponse(error=f"invalid top_k {top_k!r} (must be >= 1)")
-        query = " ".join(query.split())
-        limit = self.settings.max_query_chars
-        if len(query) > limit:
-            m.truncated_queries += 1
-            query = query[:limit].rstrip()
+        cleaned = self._clean_query(query, top_k)
+        if isinstance(cleaned, SearchResponse):
+            return cleaned
+        query = cleaned
         store = self._answer_store()
         if self._cache is None and store is None:
             return self._record(await self._timed_fetch(query, top_k), cached=False)
-
         key = cache_key(query, top_k)
-        hit = self._cache.get(key) if self._cache is not None else None
-        if hit is None and store is not None:
-            hit = store.get(key)
-            if hit is not None:
-                m.disk_hits += 1
-                if self._cache is not None:
-                    self._cache[key] = hit
+        hit = self._remembered(key, store)
         if hit is not None:
             return self._record(SearchResponse(results=hit, cached=True), cached=True)
         leader = self._inflight.get(key)
@@ -161,6 +146,44 @@ class BaseSearchProvider(ABC):
                     shared = dataclasses.replace(shared, cached=True)
                 return self._record(shared, cached=shared.ok)
             # the leader was cancelled: this caller asks the backend itself
+        return await self._lead(key, query, top_k, store)
+
+    def _clean_query(self, query: str, top_k: int) -> str | SearchResponse:
+        """The query with its whitespace collapsed, cut to ``max_query_chars``; or the
+        response refusing an empty query or a bad ``top_k``."""
+        m = self._metrics
+        if not isinstance(query, str) or not query.strip():
+            m.invalid_queries += 1
+            return SearchResponse(error=EMPTY_QUERY)
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            m.invalid_queries += 1
+            return SearchResponse(error=f"invalid top_k {top_k!r} (must be >= 1)")
+        query = " ".join(query.split())
+        limit = self.settings.max_query_chars
+        if len(query) > limit:
+            m.truncated_queries += 1
+            query = query[:limit].rstrip()
+        return query
+
+    def _remembered(
+        self, key: CacheKey, store: AnswerStore | None
+    ) -> tuple[SearchResult, ...] | None:
+        """The results this run's cache, else the disk store, holds for ``key`` (a disk hit
+        is kept in the run's cache too); None when neither does."""
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None and store is not None:
+            hit = store.get(key)
+            if hit is not None:
+                self._metrics.disk_hits += 1
+                if self._cache is not None:
+                    self._cache[key] = hit
+        return hit
+
+    async def _lead(
+        self, key: CacheKey, query: str, top_k: int, store: AnswerStore | None
+    ) -> SearchResponse:
+        """Fetch ``key`` as the one caller others asking the same wait on, remembering an
+        answer that succeeded."""
         future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:

@@ -189,7 +189,6 @@ class HttpSearchProvider(BaseSearchProvider):
 
         ``build(client, key)`` is called once per attempt (so per-attempt headers such as a
         timestamp are fresh); ``key`` is None for a service without keys."""
-        m = self._metrics
         tries = _Tries()
 
         def attempt(client: httpx.AsyncClient) -> httpx.Request:
@@ -199,58 +198,16 @@ class HttpSearchProvider(BaseSearchProvider):
             tries.index, key = slot
             return build(client, key)
 
-        def decide(response: httpx.Response) -> Verdict:
-            status = response.status_code
-            if 200 <= status < 300:
-                m.paid_calls += 1
-                try:
-                    tries.parsed, tries.parse_error = parse(response), None
-                except ResponseError as exc:
-                    tries.parse_error = exc
-                    if exc.kind == "api":
-                        m.api_errors += 1
-                    else:
-                        m.malformed_responses += 1
-                    self.keys.failed(tries.index, str(exc))
-                    tries.unusable += 1
-                    tries.last_error = str(exc)
-                    if tries.unusable < len(self.keys) and self.keys.others_available(tries.index):
-                        m.key_retries += 1
-                        return Verdict.AGAIN  # the next key, before this counts as a failure
-                    return Verdict.ACCEPT
-                self.keys.succeeded(tries.index)
-                return Verdict.ACCEPT
-            if status == 429:
-                m.http_429 += 1
-                wait = parse_retry_after(response.headers.get("Retry-After"))
-                self.keys.bench(tries.index, "quota exhausted (429)", wait)
-                tries.last_error = ERR_QUOTA
-                tries.key_switches += 1
-                return Verdict.REJECT if tries.key_switches >= len(self.keys) else Verdict.AGAIN
-            if status in (401, 403):
-                m.auth_errors += 1
-                self.keys.bench(
-                    tries.index, f"key rejected ({status})", float("inf"), rejected=status
-                )
-                tries.last_error = f"search API key rejected ({status})"
-                tries.auth_status = status
-                return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
-            if status == 408 or status >= 500:
-                m.server_errors += 1
-                return Verdict.RETRY  # the service's trouble, not the key's: no health change
-            m.http_errors += 1
-            return Verdict.REJECT
-
         self.channel.announce()
         try:
             # decide() parses the 2xx it accepts (an unusable one moves to the next key)
             await self.http.send(
                 attempt,
-                decide=decide,
+                decide=lambda response: self._decide(response, tries, parse),
                 on_event=self._count,
             )
         except _NoKeyLeft:
-            m.unavailable += 1
+            self._metrics.unavailable += 1
             failure = None
             if tries.auth_status:  # every key was rejected
                 failure = self.channel.failed(
@@ -266,6 +223,54 @@ class HttpSearchProvider(BaseSearchProvider):
             failure = self.channel.failed(kind, str(tries.parse_error))
             return self._failed(str(tries.parse_error), failure)
         return Fetched(value=tries.parsed)  # type: ignore[arg-type]
+
+    def _decide(self, response: httpx.Response, tries: _Tries, parse: ResponseParser[T]) -> Verdict:
+        """What an answer means for the request and for its key: a 2xx is parsed, a 429
+        benches the key for its Retry-After, a 401/403 for the run, a 408/5xx is retried."""
+        m, status = self._metrics, response.status_code
+        if 200 <= status < 300:
+            m.paid_calls += 1
+            return self._parsed(response, tries, parse)
+        if status == 429:
+            m.http_429 += 1
+            wait = parse_retry_after(response.headers.get("Retry-After"))
+            self.keys.bench(tries.index, "quota exhausted (429)", wait)
+            tries.last_error = ERR_QUOTA
+            tries.key_switches += 1
+            return Verdict.REJECT if tries.key_switches >= len(self.keys) else Verdict.AGAIN
+        if status in (401, 403):
+            m.auth_errors += 1
+            self.keys.bench(tries.index, f"key rejected ({status})", float("inf"), rejected=status)
+            tries.last_error = f"search API key rejected ({status})"
+            tries.auth_status = status
+            return Verdict.AGAIN  # the next key, or _NoKeyLeft when none is left
+        if status == 408 or status >= 500:
+            m.server_errors += 1
+            return Verdict.RETRY  # the service's trouble, not the key's: no health change
+        m.http_errors += 1
+        return Verdict.REJECT
+
+    def _parsed(self, response: httpx.Response, tries: _Tries, parse: ResponseParser[T]) -> Verdict:
+        """Parse a 2xx into ``tries``; an unusable one (an API error, a malformed body) counts
+        against its key and moves to the next key while another is available."""
+        m = self._metrics
+        try:
+            tries.parsed, tries.parse_error = parse(response), None
+        except ResponseError as exc:
+            tries.parse_error = exc
+            if exc.kind == "api":
+                m.api_errors += 1
+            else:
+                m.malformed_responses += 1
+            self.keys.failed(tries.index, str(exc))
+            tries.unusable += 1
+            tries.last_error = str(exc)
+            if tries.unusable < len(self.keys) and self.keys.others_available(tries.index):
+                m.key_retries += 1
+                return Verdict.AGAIN  # the next key, before this counts as a failure
+            return Verdict.ACCEPT
+        self.keys.succeeded(tries.index)
+        return Verdict.ACCEPT
 
     def _failed(self, error: str, failure: RemoteError | None) -> Fetched[T]:
         """A failed request's outcome; its class said in the log the first time it is seen."""

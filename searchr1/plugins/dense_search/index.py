@@ -259,140 +259,177 @@ def _build(
     encoder: Encoder | None,
     stop: Stop,
 ) -> tuple[IndexCard, str]:
-    """:func:`build_index`'s work, in the folder it holds."""
-    import faiss
-    import numpy as np
-
+    """:func:`build_index`'s work, in the folder it holds: an index already there (or a build
+    that only had its files to move), else the corpus encoded shard by shard, then indexed."""
     with stop.at_once(f"the load of the encoder {encoder_name or 'default'}"):
         encoder = encoder or load_encoder(encoder_name)
     fingerprint = corpus_fingerprint(corpus)
     want = BuildState(corpus=fingerprint, encoder=encoder.name, kind=kind)
-
+    done = _built_already(out, want, force)
+    if done is not None:
+        return done
     build = out / BUILD
-    if not (out / CARD).is_file() and (build / CARD).is_file() and not force:
+    shards = _Shards(build, _resumable_state(build, want, force), encoder, on_progress)
+    shards.encode_corpus(corpus, shard_rows, stop)
+    if shards.state.rows == 0:
+        raise DenseIndexError(f"{corpus}: the corpus has no documents")
+    card = _index_shards(shards, want, stop)
+    _commit(out, card)
+    return card, ("resumed" if shards.resumed_from else "built")
+
+
+def _built_already(out: Path, want: BuildState, force: bool) -> tuple[IndexCard, str] | None:
+    """The index ``out`` already holds for ``want`` (or a finished build moved into place),
+    None to build; another index there is refused unless ``force`` (then its files go)."""
+    if not (out / CARD).is_file() and (out / BUILD / CARD).is_file() and not force:
         finished = _finish_commit(out, want)
         if finished is not None:
             return finished, "resumed"
-    if (out / CARD).is_file():
-        card = IndexCard.read(out)
-        if (
-            not force
-            and card.corpus == fingerprint
-            and card.encoder == encoder.name
-            and card.kind == kind
-        ):
-            problem = _files_problem(out, card)
-            if problem:
-                raise card.damaged(out, problem)
-            return card, "up to date"
-        if not force:
-            raise DenseIndexError(
-                f"{out} already holds an index ({card.summary()}, built from "
-                f"{card.corpus.get('path')}); pass --force to replace it or choose another --out"
-            )
-        for name in (CARD, INDEX_FILE, DOCS, OFFSETS):
-            (out / name).unlink(missing_ok=True)
+    if not (out / CARD).is_file():
+        return None
+    card = IndexCard.read(out)
+    same = (card.corpus, card.encoder, card.kind) == (want.corpus, want.encoder, want.kind)
+    if not force and same:
+        problem = _files_problem(out, card)
+        if problem:
+            raise card.damaged(out, problem)
+        return card, "up to date"
+    if not force:
+        raise DenseIndexError(
+            f"{out} already holds an index ({card.summary()}, built from "
+            f"{card.corpus.get('path')}); pass --force to replace it or choose another --out"
+        )
+    for name in (CARD, INDEX_FILE, DOCS, OFFSETS):
+        (out / name).unlink(missing_ok=True)
+    return None
 
+
+def _resumable_state(build: Path, want: BuildState, force: bool) -> BuildState:
+    """The saved state of an unfinished build of ``want`` to go on from, its files trimmed to
+    what that state saved; else ``want`` in an emptied ``build`` folder."""
     build.mkdir(parents=True, exist_ok=True)
     state_path = build / "state.json"
     state = want
-    resumed_from = 0
     if state_path.is_file():
         try:
             saved = BuildState(**json.loads(state_path.read_text("utf-8")))
         except (ValueError, TypeError):
             saved = None
         if saved is not None and saved.same_build(want) and not force and _can_resume(build, saved):
-            state, resumed_from = saved, saved.rows
-    if resumed_from == 0:  # a fresh start: nothing of an older build is kept
+            state = saved
+    if state.rows == 0:  # a fresh start: nothing of an older build is kept
         shutil.rmtree(build)
         build.mkdir(parents=True)
         state = want
     # a crash after a shard's rows were appended but before the state was saved leaves rows
     # past docs_bytes and shard files past ``shards``: both are dropped and redone
-    docs_tmp = build / DOCS
-    with docs_tmp.open("ab") as fh:
+    with (build / DOCS).open("ab") as fh:
         fh.truncate(state.docs_bytes)
     for stray in build.glob("emb-*.npy"):
         if int(stray.stem.split("-")[1]) >= state.shards:
             stray.unlink()
+    return state
 
-    total = fingerprint["size"]
-    started = time.perf_counter() - state.seconds
 
-    def report(stage: str = "encode") -> None:
-        if on_progress is not None:
-            on_progress(
+class _Shards:
+    """The encode stage: corpus rows gathered into shards of vectors (``emb-N.npy``) beside
+    their passages (``docs.jsonl``), the build state saved after each shard."""
+
+    def __init__(
+        self,
+        build: Path,
+        state: BuildState,
+        encoder: Encoder,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> None:
+        self.build, self.state, self.encoder, self.on_progress = build, state, encoder, on_progress
+        self.resumed_from = state.rows
+        self.total = state.corpus["size"]
+        self.started = time.perf_counter() - state.seconds
+        self.pending: list[dict[str, str]] = []  # the rows of the shard being built
+        self.encoded: list[np.ndarray] = []  # their vectors, ENCODE_ROWS rows at a time
+        self.end = (state.corpus_offset, state.corpus_lines)  # where the pending rows end
+
+    def report(self, stage: str = "encode") -> None:
+        if self.on_progress is not None:
+            state, seconds = self.state, time.perf_counter() - self.started
+            self.on_progress(
                 Progress(
-                    state.rows,
-                    state.corpus_offset,
-                    total,
-                    time.perf_counter() - started,
-                    resumed_from,
-                    stage,
+                    state.rows, state.corpus_offset, self.total, seconds, self.resumed_from, stage
                 )
             )
 
-    report()
-    pending: list[dict[str, str]] = []  # the rows of the shard being built
-    encoded: list[np.ndarray] = []  # their vectors, ENCODE_ROWS rows at a time
-    end_offset, end_line = state.corpus_offset, state.corpus_lines
+    def encode_corpus(self, corpus: Path, shard_rows: int, stop: Stop) -> None:
+        """Encode the corpus from where the state stopped; a stop saves what is encoded as a
+        (short) shard, resumed from there."""
+        self.report()
+        state = self.state
+        rows = _corpus_rows(corpus, state.corpus_offset, state.corpus_lines + 1)
+        for end_offset, end_line, row in rows:
+            self.pending.append(row)
+            self.end = (end_offset, end_line)
+            if len(self.pending) >= shard_rows:
+                self.flush()
+            elif len(self.pending) % ENCODE_ROWS == 0:
+                self.encode()
+            else:
+                continue
+            if stop.requested:
+                self.flush()
+                phase = f"the index build ({state.rows} passages encoded)"
+                raise stop.interrupted(phase).outcome(
+                    f"{state.rows} encoded passages in {self.build}", ""
+                )
+        self.flush()
 
-    def encode() -> None:
-        done = sum(len(v) for v in encoded)
-        if done < len(pending):
-            encoded.append(encoder.encode([r["contents"] for r in pending[done:]], query=False))
+    def encode(self) -> None:
+        done = sum(len(v) for v in self.encoded)
+        if done < len(self.pending):
+            texts = [r["contents"] for r in self.pending[done:]]
+            self.encoded.append(self.encoder.encode(texts, query=False))
 
-    def flush() -> None:
-        encode()
-        if not pending:
+    def flush(self) -> None:
+        """Save the pending rows as one shard and the state that counts it."""
+        import numpy as np
+
+        self.encode()
+        if not self.pending:
             return
-        shard = build / f"emb-{state.shards:06d}.npy"
+        state = self.state
+        shard = self.build / f"emb-{state.shards:06d}.npy"
         with atomic_write(shard, "wb") as fh:
-            np.save(fh, np.concatenate(encoded).astype(np.float32))
-        lines = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in pending)
-        with docs_tmp.open("ab") as fh:
+            np.save(fh, np.concatenate(self.encoded).astype(np.float32))
+        lines = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in self.pending)
+        with (self.build / DOCS).open("ab") as fh:
             fh.write(lines)
             fh.flush()
             os.fsync(fh.fileno())
-        state.rows += len(pending)
+        state.rows += len(self.pending)
         state.docs_bytes += len(lines)
-        state.corpus_offset, state.corpus_lines = end_offset, end_line
+        state.corpus_offset, state.corpus_lines = self.end
         state.shards += 1
-        state.seconds = time.perf_counter() - started
-        write_text_atomic(state_path, json.dumps(asdict(state)))
-        pending.clear()
-        encoded.clear()
-        report()
+        state.seconds = time.perf_counter() - self.started
+        write_text_atomic(self.build / "state.json", json.dumps(asdict(state)))
+        self.pending.clear()
+        self.encoded.clear()
+        self.report()
 
-    for end_offset, end_line, row in _corpus_rows(  # noqa: B007
-        corpus, state.corpus_offset, state.corpus_lines + 1
-    ):
-        pending.append(row)
-        if len(pending) >= shard_rows:
-            flush()
-        elif len(pending) % ENCODE_ROWS == 0:
-            encode()
-        else:
-            continue
-        if stop.requested:  # what is encoded is saved as a (short) shard: resumed from there
-            flush()
-            phase = f"the index build ({state.rows} passages encoded)"
-            raise stop.interrupted(phase).outcome(f"{state.rows} encoded passages in {build}", "")
-    flush()
-    if state.rows == 0:
-        raise DenseIndexError(f"{corpus}: the corpus has no documents")
 
-    report("index")
-    # nothing to save midway: a stop here keeps the encoded shards, the index is made again
+def _index_shards(shards: _Shards, want: BuildState, stop: Stop) -> IndexCard:
+    """The index stage: the FAISS index over every shard, the passage offsets and the card,
+    written in the build folder (nothing to save midway: a stop keeps the encoded shards)."""
+    import faiss
+    import numpy as np
+
+    build, state, encoder, kind = shards.build, shards.state, shards.encoder, want.kind
+    shards.report("index")
     try:
         with stop.at_once(f"the index stage of the build ({state.rows} passages encoded)"):
             index, params = _make_index(build, state.shards, encoder.dim, kind, state.rows)
     except Interrupted as exc:
         raise exc.outcome(f"all {state.rows} passages, encoded, in {build}", "") from None
     faiss.write_index(index, str(build / INDEX_FILE))
-    offsets = _offsets(docs_tmp)
-    np.save(build / OFFSETS, offsets)
+    np.save(build / OFFSETS, _offsets(build / DOCS))
     _fsync(build / INDEX_FILE)
     size = (build / INDEX_FILE).stat().st_size
     card = IndexCard(
@@ -404,13 +441,12 @@ def _build(
         count=state.rows,
         bytes=size,
         bytes_per_passage=round(size / state.rows, 2),
-        build_seconds=round(time.perf_counter() - started, 3),
-        corpus=fingerprint,
+        build_seconds=round(time.perf_counter() - shards.started, 3),
+        corpus=want.corpus,
         params=params,
     )
     write_text_atomic(build / CARD, json.dumps(asdict(card), indent=1))  # the build is done
-    _commit(out, card)
-    return card, ("resumed" if resumed_from else "built")
+    return card
 
 
 def _can_resume(build: Path, state: BuildState) -> bool:

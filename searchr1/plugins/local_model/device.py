@@ -74,3 +74,18 @@ def configure_cpu_threads(threads: int = 0) -> int:
         threads = available_cores()
     torch.set_num_threads(threads)
     return threads
+
+
+def repeatable_cpu_kernels() -> None:
+    """Have torch take its ordered CPU kernels where it has both kinds.
+
+    A few of torch's parallel CPU kernels (met in the learner's backward) add up their parts
+    in the order the threads finish: the same step on the same weights and data then gives
+    gradients apart in the last bits, and two runs of one seed drift apart. Deterministic
+    mode takes the ordered kernels; uninitialized memory is left unfilled (the mode would fill
+    every ``torch.empty`` with NaN, a cost that buys nothing here)."""
+    import torch
+    import torch.utils.deterministic
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]

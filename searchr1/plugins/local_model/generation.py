@@ -179,8 +179,8 @@ class Forward:
             batch = batch.merge(part)
         return batch
 
-    def _prefill_group(self, jobs: list[Job]) -> Batch:
-        dev = self.device
+    def _rows(self, jobs: list[Job]) -> tuple[list[Row], list[int]]:
+        """One row per sample of each job, and the index of the job each row belongs to."""
         rows: list[Row] = []
         owner: list[int] = []
         for i, job in enumerate(jobs):
@@ -192,6 +192,13 @@ class Forward:
                 gen = row_generator(params.seed, k) if params.seed is not None else None
                 rows.append(Row(job, k, max_new, stop_ids, params.stop_strings, window, gen))
                 owner.append(i)
+        return rows, owner
+
+    def _prefill_group(self, jobs: list[Job]) -> Batch:
+        """Prefill the prompts of ``jobs`` (each after its retained cache, if any) in chunks,
+        and return the batch of their rows ready to decode."""
+        dev = self.device
+        rows, owner = self._rows(jobs)
         cache, mask_past, start = self._past(jobs)
         new = [job.prompt[job.past.length :] if job.past else job.prompt for job in jobs]
         lens = [len(t) for t in new]

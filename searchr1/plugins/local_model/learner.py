@@ -158,6 +158,11 @@ class Learner:
         #: the LLDS regularizer's weight (0 = off) and unit (:mod:`.llds`)
         self.llds_coef = llds_coef
         self.llds_gate = llds_gate
+        self._init_training(model, device)
+
+    def _init_training(self, model: Any, device: torch.device) -> None:
+        """The worker thread, the trainable parameters and their optimizer, and the KL
+        term's reference policy; dropout, which the learner turns off, is logged."""
         #: the one thread that runs the learner's torch work, in call order (:meth:`submit`)
         self.worker = ThreadPoolExecutor(
             1, thread_name_prefix="searchr1-learner", initializer=_use_device, initargs=(device,)

@@ -33,8 +33,9 @@ from searchr1.sdk import (
 if TYPE_CHECKING:
     import torch
 
-    from searchr1.plugins.local_model.fsdp import Sharding
+    from searchr1.plugins.local_model.fsdp import Lockstep, Sharding
     from searchr1.plugins.local_model.learner import Learner
+    from searchr1.plugins.local_model.sampler import BatchedSampler
     from searchr1.sdk import Config
 
 log = get_logger()
@@ -120,8 +121,6 @@ class LocalModelProvider:
         the learner computes log-probs. ``max_batch_tokens`` is the sampler's token budget
         when ``settings`` leaves it 0 (:meth:`from_config` derives it, :mod:`.budget`).
         ``sharding``: ``model``'s FSDP2 units (:func:`.fsdp.shard_model`), or None."""
-        from searchr1.plugins.local_model.budget import row_overhead_tokens
-        from searchr1.plugins.local_model.sampler import BatchedSampler
         from searchr1.plugins.local_model.snapshot import SamplerWeights
 
         self.model = model
@@ -142,13 +141,37 @@ class LocalModelProvider:
             from searchr1.plugins.local_model.fsdp import Lockstep
 
             lockstep = Lockstep(model, device, self.learner.pad_token_id, sharding.group)
-        self.sampler = BatchedSampler(
+        self.sampler = self._make_sampler(settings, seed, max_batch_tokens, lockstep)
+        self.sampler_weights.on_new_version = self.sampler.retained.clear
+        if sharding is not None:
+            from searchr1.plugins.local_model.sharded_learner import ShardedLearner
+
+            assert isinstance(self.learner, ShardedLearner)
+            # every rank constructs the provider at the same point; with lockstep sampling
+            # this gathers the adapter for a checkpoint before the first step
+            self.learner.sampling_phase()
+            if lockstep is not None:
+                self.sampler.begin_session()
+
+    def _make_sampler(
+        self,
+        settings: LocalSettings,
+        seed: int,
+        max_batch_tokens: int,
+        lockstep: Lockstep | None,
+    ) -> BatchedSampler:
+        """The batched sampler over the same model, entered through the pinned weights."""
+        from searchr1.plugins.local_model.budget import row_overhead_tokens
+        from searchr1.plugins.local_model.sampler import BatchedSampler
+
+        model = self.model
+        return BatchedSampler(
             model,
-            tokenizer,
-            device=device,
+            self.tokenizer,
+            device=self.device,
             model_lock=self.sampler_weights,  # type: ignore[arg-type]
             context_length=self.context_length,
-            eos_token_ids=_eos_ids(model, tokenizer),
+            eos_token_ids=_eos_ids(model, self.tokenizer),
             pad_token_id=self.learner.pad_token_id,
             vocab_size=self.vocab_size,
             max_batch_rows=settings.max_batch_rows,
@@ -163,16 +186,6 @@ class LocalModelProvider:
             # queued after snapshot_sampler() waits for a batch of its own, on the new weights.
             may_join=self.sampler_weights.running_pinned,
         )
-        self.sampler_weights.on_new_version = self.sampler.retained.clear
-        if sharding is not None:
-            from searchr1.plugins.local_model.sharded_learner import ShardedLearner
-
-            assert isinstance(self.learner, ShardedLearner)
-            # every rank constructs the provider at the same point; with lockstep sampling
-            # this gathers the adapter for a checkpoint before the first step
-            self.learner.sampling_phase()
-            if lockstep is not None:
-                self.sampler.begin_session()
 
     @classmethod
     def from_config(cls, config: Config) -> LocalModelProvider:
@@ -285,7 +298,6 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
     """Load ``[model] base_model`` (a hub id, a folder or ``builtin:NAME``) on the chosen
     device and dtype, attach a LoRA adapter from ``[lora]`` and freeze the base; returns the
     peft model, its tokenizer, the device and the sampler's token budget (:mod:`.budget`)."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     from searchr1.kit.gguf import model_path
@@ -296,17 +308,16 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         choose_device,
         choose_dtype,
         configure_cpu_threads,
+        repeatable_cpu_kernels,
     )
     from searchr1.plugins.local_model.kernels import warn_if_slow_kernels
-    from searchr1.plugins.local_model.lora_coverage import (
-        coverage_line,
-        decoder_layers,
-        peft_adapted,
-    )
 
     device = choose_device(config.model.device)
     dtype = choose_dtype(config.model.dtype, device)
-    threads = configure_cpu_threads(settings.threads) if device.type == "cpu" else 0
+    threads = 0
+    if device.type == "cpu":
+        threads = configure_cpu_threads(settings.threads)
+        repeatable_cpu_kernels()  # one seed, one run (docs/training.md)
     tokenizer = load_tokenizer(config.model.base_model, config.assets, "model.base_model")
     path = hub_path(
         model_path(config.model.base_model, config.assets), "model.base_model", "the model"
@@ -320,18 +331,7 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         ) from exc
     base.to(device)
     warn_if_slow_kernels(base.config, device)
-    layers = decoder_layers(base)  # before peft wraps them: the model's own modules
-    # Seed LoRA's random init (lora_A) from run.seed without disturbing the global RNG.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.run.seed)
-        model = attach_lora(base, config)
-    # Which layer types the adapter reaches: a hybrid model (Qwen3.5) with attention-only
-    # targets trains a quarter of its layers, which nothing else would show.
-    log.info(
-        "lora_coverage",
-        message=coverage_line(layers, peft_adapted(model, layers)),
-        target_modules=list(config.lora.target_modules),
-    )
+    model = _seeded_lora(base, config)
     if _checkpointing(settings.gradient_checkpointing, device):
         _enable_checkpointing(model.get_base_model())
     budget = token_budget(settings.max_batch_tokens, base.config, dtype, device)
@@ -346,6 +346,31 @@ def load_lora_model(config: Config, settings: LocalSettings) -> tuple[Any, Any, 
         max_batch_tokens_from=budget_source(settings.max_batch_tokens, device),
     )
     return model, tokenizer, device, budget
+
+
+def _seeded_lora(base: Any, config: Config) -> Any:
+    """``base`` with the ``[lora]`` adapter attached, its random init seeded by ``run.seed``
+    (the global RNG left as it was); logs which layer types it reaches (``lora_coverage``)."""
+    import torch
+
+    from searchr1.plugins.local_model.lora_coverage import (
+        coverage_line,
+        decoder_layers,
+        peft_adapted,
+    )
+
+    layers = decoder_layers(base)  # before peft wraps them: the model's own modules
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.run.seed)
+        model = attach_lora(base, config)
+    # Which layer types the adapter reaches: a hybrid model (Qwen3.5) with attention-only
+    # targets trains a quarter of its layers, which nothing else would show.
+    log.info(
+        "lora_coverage",
+        message=coverage_line(layers, peft_adapted(model, layers)),
+        target_modules=list(config.lora.target_modules),
+    )
+    return model
 
 
 def make_learner(

@@ -120,6 +120,10 @@ class BatchedSampler:
         )
         self._generator = torch.Generator(device="cpu")
         self._generator.manual_seed(seed)
+        self._init_worker_state()
+
+    def _init_worker_state(self) -> None:
+        """The queues and flags shared by the asyncio side and the worker thread."""
         self._queue: queue.Queue[list[SampleRequest] | None] = queue.Queue()
         self._pending: list[SampleRequest] = []
         self._pending_lock = threading.Lock()

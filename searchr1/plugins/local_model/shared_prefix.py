@@ -83,31 +83,12 @@ def shared_prefix_logprobs(
     if torch.is_grad_enabled() and checkpointing(model):
         return None  # transformers would drop the cache: the prefix forward would be wasted
     dev = input_ids_BT.device
-    b = input_ids_BT.shape[0]
-    longest_prefix = max(max(prefix_lengths), 1)
-    prefix_GL = torch.zeros((len(groups), longest_prefix), dtype=torch.long, device=dev)
-    prefix_mask_GL = torch.zeros_like(prefix_GL)
-    group_B = torch.empty(b, dtype=torch.long)
-    start_B = [0] * b
-    for g, rows in enumerate(groups):
-        n = prefix_lengths[g]
-        prefix_GL[g, :n] = input_ids_BT[rows[0], :n]
-        prefix_mask_GL[g, :n] = 1
-        for r in rows:
-            group_B[r], start_B[r] = g, n
-    longest_suffix = max(lengths_B[r] - start_B[r] for r in range(b))
-    if longest_suffix == 0:
+    prefix_GL, prefix_mask_GL, group_B, start_B = _prefixes(input_ids_BT, groups, prefix_lengths)
+    suffixes = _suffixes(input_ids_BT, lengths_B, targets_BT, trained_BT, start_B)
+    if suffixes is None:
         return None  # nothing trained in any row
-    suffix_BS = torch.zeros((b, longest_suffix), dtype=torch.long, device=dev)
-    suffix_mask_BS = torch.zeros_like(suffix_BS)
-    targets_BS = torch.zeros_like(suffix_BS)
-    trained_BS = torch.zeros((b, longest_suffix), dtype=torch.bool, device=dev)
-    for r in range(b):
-        lo, hi = start_B[r], lengths_B[r]
-        suffix_BS[r, : hi - lo] = input_ids_BT[r, lo:hi]
-        suffix_mask_BS[r, : hi - lo] = 1
-        targets_BS[r, : hi - lo] = targets_BT[r, lo:hi]
-        trained_BS[r, : hi - lo] = trained_BT[r, lo:hi]
+    suffix_BS, suffix_mask_BS, targets_BS, trained_BS = suffixes
+    longest_suffix = suffix_BS.shape[1]
     decoder = causal_lm(model).get_decoder()
     cache_kw = cache_kwarg(decoder)
     out = decoder(input_ids=prefix_GL, attention_mask=prefix_mask_GL, use_cache=True)
@@ -129,3 +110,49 @@ def shared_prefix_logprobs(
     return project_logprobs(
         model, hidden_BSH[trained_BS], targets_BS[trained_BS], temperature, chunk
     )
+
+
+def _prefixes(
+    input_ids_BT: torch.Tensor, groups: list[list[int]], prefix_lengths: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Each group's prefix once (``prefix_GL`` and its mask), each row's group and the
+    position its own tokens start at."""
+    dev, b = input_ids_BT.device, input_ids_BT.shape[0]
+    longest_prefix = max(max(prefix_lengths), 1)
+    prefix_GL = torch.zeros((len(groups), longest_prefix), dtype=torch.long, device=dev)
+    prefix_mask_GL = torch.zeros_like(prefix_GL)
+    group_B = torch.empty(b, dtype=torch.long)
+    start_B = [0] * b
+    for g, rows in enumerate(groups):
+        n = prefix_lengths[g]
+        prefix_GL[g, :n] = input_ids_BT[rows[0], :n]
+        prefix_mask_GL[g, :n] = 1
+        for r in rows:
+            group_B[r], start_B[r] = g, n
+    return prefix_GL, prefix_mask_GL, group_B, start_B
+
+
+def _suffixes(
+    input_ids_BT: torch.Tensor,
+    lengths_B: Sequence[int],
+    targets_BT: torch.Tensor,
+    trained_BT: torch.Tensor,
+    start_B: list[int],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Each row's tokens after its prefix, left-aligned: ids, mask, targets and the trained
+    positions; None when no row has any."""
+    dev, b = input_ids_BT.device, input_ids_BT.shape[0]
+    longest_suffix = max(lengths_B[r] - start_B[r] for r in range(b))
+    if longest_suffix == 0:
+        return None
+    suffix_BS = torch.zeros((b, longest_suffix), dtype=torch.long, device=dev)
+    suffix_mask_BS = torch.zeros_like(suffix_BS)
+    targets_BS = torch.zeros_like(suffix_BS)
+    trained_BS = torch.zeros((b, longest_suffix), dtype=torch.bool, device=dev)
+    for r in range(b):
+        lo, hi = start_B[r], lengths_B[r]
+        suffix_BS[r, : hi - lo] = input_ids_BT[r, lo:hi]
+        suffix_mask_BS[r, : hi - lo] = 1
+        targets_BS[r, : hi - lo] = targets_BT[r, lo:hi]
+        trained_BS[r, : hi - lo] = trained_BT[r, lo:hi]
+    return suffix_BS, suffix_mask_BS, targets_BS, trained_BS

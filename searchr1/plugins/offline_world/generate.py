@@ -176,9 +176,26 @@ def generate_world(
     the batches.
     """
     rng = random.Random(seed)
+    entities, people, orgs, cities = _entities(rng, n_people, n_orgs, n_cities, n_countries)
+    reserved: set[str] = set()
+    for group in (people, orgs, cities):
+        k = round(len(group) * heldout_fraction)
+        reserved.update(rng.sample(group, k))
+    pool = _all_questions(entities, people, orgs, cities)
+    train = _train_questions(rng, pool, reserved, max_train_per_type)
+    held_pool = [q for q in pool if q.subject in reserved]
+    heldout = _balanced_sample(rng, held_pool, n_heldout, two_hop_share)
+    rng.shuffle(train)
+    return World(seed, entities, tuple(train), tuple(heldout), frozenset(reserved))
+
+
+def _entities(
+    rng: random.Random, n_people: int, n_orgs: int, n_cities: int, n_countries: int
+) -> tuple[dict[str, Entity], list[str], list[str], list[str]]:
+    """The world's entities by id (countries, cities, people, organisations, in that order
+    of draws), and the ids of the people, organisations and cities."""
     names = _Names(rng)
     entities: dict[str, Entity] = {}
-
     counts: dict[str, int] = {}
 
     def add(kind: str, name: str, facts: dict[str, str]) -> str:
@@ -227,28 +244,22 @@ def generate_world(
                 {"founder": founder, "city": home, "year": str(year)},
             )
         )
+    return entities, people, orgs, cities
 
-    reserved: set[str] = set()
-    for group in (people, orgs, cities):
-        k = round(len(group) * heldout_fraction)
-        reserved.update(rng.sample(group, k))
 
-    pool = _all_questions(entities, people, orgs, cities)
-    train_by_type: dict[str, list[WorldQuestion]] = {}
+def _train_questions(
+    rng: random.Random, pool: list[WorldQuestion], reserved: set[str], per_type: int
+) -> list[WorldQuestion]:
+    """At most ``per_type`` questions of each type that name no reserved entity."""
+    by_type: dict[str, list[WorldQuestion]] = {}
     for item in pool:
         if not (item.mentions & reserved):
-            train_by_type.setdefault(item.qtype, []).append(item)
-    train = [
+            by_type.setdefault(item.qtype, []).append(item)
+    return [
         item
-        for qtype in sorted(train_by_type)
-        for item in rng.sample(
-            train_by_type[qtype], min(max_train_per_type, len(train_by_type[qtype]))
-        )
+        for qtype in sorted(by_type)
+        for item in rng.sample(by_type[qtype], min(per_type, len(by_type[qtype])))
     ]
-    held_pool = [q for q in pool if q.subject in reserved]
-    heldout = _balanced_sample(rng, held_pool, n_heldout, two_hop_share)
-    rng.shuffle(train)
-    return World(seed, entities, tuple(train), tuple(heldout), frozenset(reserved))
 
 
 def _all_questions(

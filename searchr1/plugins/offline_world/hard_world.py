@@ -105,6 +105,35 @@ def generate_hard_world(
     rng = random.Random(seed)
     names = _Names(rng)
     archive = f"{names.unique([2])} Archive"
+    countries, cities, people, twins, orgs = _entities(
+        rng, names, n_people, n_twins, n_orgs, n_cities, n_countries, career_share
+    )
+    single = [p for p in people if "twin" not in p]
+    docs = _documents(rng, countries, cities, people + twins, orgs)
+    reserved: set[str] = set()
+    for group in (single, orgs, cities, twins):
+        reserved.update(e["id"] for e in rng.sample(group, round(len(group) * heldout_fraction)))
+    reserved.update(p["twin"]["id"] for p in twins if p["id"] in reserved)
+    pool = _questions(rng, names, archive, docs, single, twins, orgs, cities, reserved)
+    train = [q for q in pool if not q.mentions & reserved]
+    held = [q for q in pool if q.about <= reserved]
+    train = _per_source(rng, train, train_per_source, exact=False)
+    heldout = _per_source(rng, held, heldout_per_source, exact=True)
+    return HardWorld(seed, archive, tuple(docs.values()), train, heldout, frozenset(reserved))
+
+
+def _entities(
+    rng: random.Random,
+    names: _Names,
+    n_people: int,
+    n_twins: int,
+    n_orgs: int,
+    n_cities: int,
+    n_countries: int,
+    career_share: float,
+) -> tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]:
+    """The countries, cities, people, their twins and the organisations (with the careers of
+    ``career_share`` of the people who have no twin), drawn in that order."""
     countries = [
         {"id": f"country-{i:03d}", "name": names.unique([2]), "formal": None}
         for i in range(n_countries)
@@ -140,6 +169,20 @@ def generate_hard_world(
         first["twin"] = twins[-1]
         twins[-1]["twin"] = first
     single = [p for p in people if "twin" not in p]
+    orgs = _organisations(rng, names, n_orgs, single, cities, career_share)
+    return countries, cities, people, twins, orgs
+
+
+def _organisations(
+    rng: random.Random,
+    names: _Names,
+    n_orgs: int,
+    single: list[dict],
+    cities: list[dict],
+    career_share: float,
+) -> list[dict]:
+    """The organisations, each founded by a person without a twin, and the careers (two
+    organisations, one in the birth city) of ``career_share`` of those people."""
     orgs = []
     for i in range(n_orgs):
         founder = rng.choice(single)
@@ -158,7 +201,18 @@ def generate_hard_world(
         p["career"] = list(zip(work, (p["city"], other), strict=True))
         rng.shuffle(p["career"])  # where the birth city comes is no clue
         p["home_org"] = work[0]
+    return orgs
 
+
+def _documents(
+    rng: random.Random,
+    countries: list[dict],
+    cities: list[dict],
+    people: list[dict],
+    orgs: list[dict],
+) -> dict[str, Doc]:
+    """One document per entity (``people``: the twins too) and one per career, by id, in a
+    fixed order."""
     docs: dict[str, Doc] = {}
 
     def country_form(c: dict) -> str:
@@ -180,7 +234,7 @@ def generate_hard_world(
             else (f"{x['name']} is a city in {k}.", f"{x['name']} lies in {k}.")
         )
         docs[x["id"]] = Doc(x["id"], x["name"], text)
-    for p in people + twins:
+    for p in people:
         n, job, city, year = p["name"], p["job"], p["city"]["name"], p["year"]
         text = rng.choice(
             (
@@ -209,17 +263,7 @@ def generate_hard_world(
             )
         )
         docs[o["id"]] = Doc(o["id"], n, text)
-
-    reserved: set[str] = set()
-    for group in (single, orgs, cities, twins):
-        reserved.update(e["id"] for e in rng.sample(group, round(len(group) * heldout_fraction)))
-    reserved.update(p["twin"]["id"] for p in twins if p["id"] in reserved)
-    pool = _questions(rng, names, archive, docs, single, twins, orgs, cities, reserved)
-    train = [q for q in pool if not q.mentions & reserved]
-    held = [q for q in pool if q.about <= reserved]
-    train = _per_source(rng, train, train_per_source, exact=False)
-    heldout = _per_source(rng, held, heldout_per_source, exact=True)
-    return HardWorld(seed, archive, tuple(docs.values()), train, heldout, frozenset(reserved))
+    return docs
 
 
 def _a(noun: str) -> str:
@@ -238,22 +282,57 @@ def _questions(
     reserved: set[str],
 ) -> list[HardQuestion]:
     """Every question the world supports, in a fixed order."""
-    out: list[HardQuestion] = []
+    asked = _Asked(docs)
+    _person_questions(asked, rng, names, archive, single, cities)
+    _org_questions(asked, orgs, cities)
+    q, ev, forms = asked.q, asked.ev, asked.forms
+    for x in cities:
+        if x["country"]["formal"] and not x["capital"]:
+            q(ALIAS, "city_country", f"In which country is {x['name']}?", forms(x["country"]),
+              (x["name"],), ev(x), [x], x["country"])  # fmt: skip
+    for p in twins:
+        for a in (p, p["twin"]):
+            n, job = a["name"], a["job"]
+            q(DISTRACTOR, "twin_year", f"In which year was the {job} {n} born?",
+              [str(a["year"])], (f"{n} {job}",), ev(a), [a, a["twin"]])  # fmt: skip
+            q(DISTRACTOR, "twin_city", f"Where was the {job} {n} born?", [a["city"]["name"]],
+              (f"{n} {job}",), ev(a), [a, a["twin"]], a["city"])  # fmt: skip
+    _comparisons(asked, rng, single, orgs, reserved)
+    return asked.out
 
-    def ev(*entities: dict) -> tuple[str, ...]:
-        return tuple(docs[e["id"]].text for e in entities)
 
+class _Asked:
+    """The questions asked so far, and how one is written down."""
+
+    def __init__(self, docs: dict[str, Doc]) -> None:
+        self.docs = docs
+        self.out: list[HardQuestion] = []
+
+    def ev(self, *entities: dict) -> tuple[str, ...]:
+        return tuple(self.docs[e["id"]].text for e in entities)
+
+    @staticmethod
     def forms(country: dict) -> tuple[str, ...]:
         return (country["name"], country["formal"]) if country["formal"] else (country["name"],)
 
-    def q(source, qtype, text, golden, hops, evidence, about, *more):
+    def q(self, source, qtype, text, golden, hops, evidence, about, *more) -> None:
         ids = frozenset(e["id"] for e in about)
         mentions = ids | {e["id"] for e in more}
         qid = f"{qtype}-{'-'.join(e['id'] for e in about)}"
-        out.append(
+        self.out.append(
             HardQuestion(qid, text, tuple(golden), source, qtype, hops, evidence, ids, mentions)
         )
 
+
+def _person_questions(
+    asked: _Asked,
+    rng: random.Random,
+    names: _Names,
+    archive: str,
+    single: list[dict],
+    cities: list[dict],
+) -> None:
+    q, ev, forms, docs = asked.q, asked.ev, asked.forms, asked.docs
     for p in single:
         n, city, country = p["name"], p["city"], p["city"]["country"]
         q(ONE_HOP, "born_year", f"In which year was {n} born?", [str(p["year"])], (n,), ev(p), [p])
@@ -280,6 +359,10 @@ def _questions(
         else:
             q(NO_SEARCH, "stated_year", f"{intro} In which year was {stranger} born?",
               [str(year)], (), (), [p], place)  # fmt: skip
+
+
+def _org_questions(asked: _Asked, orgs: list[dict], cities: list[dict]) -> None:
+    q, ev, forms = asked.q, asked.ev, asked.forms
     for o in orgs:
         n, f = o["name"], o["founder"]
         city, home = f["city"], o["city"]
@@ -295,17 +378,12 @@ def _questions(
               f"What is the capital of the country where {n} is based?", [capital["name"]],
               (n, home["name"], home["country"]["name"]),
               ev(o, home, home["country"]), [o], capital)  # fmt: skip
-    for x in cities:
-        if x["country"]["formal"] and not x["capital"]:
-            q(ALIAS, "city_country", f"In which country is {x['name']}?", forms(x["country"]),
-              (x["name"],), ev(x), [x], x["country"])  # fmt: skip
-    for p in twins:
-        for a in (p, p["twin"]):
-            n, job = a["name"], a["job"]
-            q(DISTRACTOR, "twin_year", f"In which year was the {job} {n} born?",
-              [str(a["year"])], (f"{n} {job}",), ev(a), [a, a["twin"]])  # fmt: skip
-            q(DISTRACTOR, "twin_city", f"Where was the {job} {n} born?", [a["city"]["name"]],
-              (f"{n} {job}",), ev(a), [a, a["twin"]], a["city"])  # fmt: skip
+
+
+def _comparisons(
+    asked: _Asked, rng: random.Random, single: list[dict], orgs: list[dict], reserved: set[str]
+) -> None:
+    q, ev = asked.q, asked.ev
     # Comparisons: consecutive pairs, reserved entities first (so that held-out pairs are
     # both reserved); pairs of one year are skipped.
     for group, what, verb in ((single, "year", "born"), (orgs, "year", "founded")):
@@ -319,7 +397,6 @@ def _questions(
             who = "Who was" if verb == "born" else "Which was"
             q(COMPARE, f"{verb}_earlier", f"{who} {verb} earlier, {a['name']} or {b['name']}?",
               [first["name"]], (a["name"], b["name"]), ev(a, b), [a, b])  # fmt: skip
-    return out
 
 
 def _per_source(

@@ -39,6 +39,15 @@ class VllmSettings:
 
 def settings_problems(s: VllmSettings, api_base: str) -> list[str]:
     """Problems that need more than one field (``api_base``: ``[model]``'s)."""
+    return [
+        *_server_problems(s, api_base),
+        *_address_problems(s, api_base),
+        *_running_server_problems(s, api_base),
+    ]
+
+
+def _server_problems(s: VllmSettings, api_base: str) -> list[str]:
+    """Some server is named (api_base or api_bases, not both) or launched (python)."""
     problems: list[str] = []
     if not api_base and not s.api_bases and not s.python:
         problems.append(
@@ -52,17 +61,31 @@ def settings_problems(s: VllmSettings, api_base: str) -> list[str]:
             "model.api_base and model.vllm.api_bases are both set: list every server in "
             "api_bases and leave api_base empty"
         )
+    return problems
+
+
+def _address_problems(s: VllmSettings, api_base: str) -> list[str]:
+    """Each running server's address is an http(s) URL, listed once."""
     named = [("model.api_base", api_base)]
     named += [(f"model.vllm.api_bases[{i}]", b) for i, b in enumerate(s.api_bases)]
-    for key, base in named:
-        if base and not base.startswith(("http://", "https://")):
-            problems.append(f"{key} = {base!r} must start with http:// or https://")
+    problems = [
+        f"{key} = {base!r} must start with http:// or https://"
+        for key, base in named
+        if base and not base.startswith(("http://", "https://"))
+    ]
     normalised = [base.rstrip("/").removesuffix("/v1") for base in s.api_bases]
     repeated = sorted({base for base in normalised if normalised.count(base) > 1})
     if repeated:
         problems.append(
             f"model.vllm.api_bases lists {', '.join(repeated)} more than once: each server once"
         )
+    return problems
+
+
+def _running_server_problems(s: VllmSettings, api_base: str) -> list[str]:
+    """Running servers (that this run did not launch) are not launched as well, and read the
+    trained adapter from a folder the run writes."""
+    problems: list[str] = []
     if s.servers > 1 and (api_base or s.api_bases):
         problems.append(
             f"model.vllm.servers = {s.servers} launches servers, but api_base/api_bases name "
