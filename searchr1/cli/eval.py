@@ -164,10 +164,9 @@ async def _evaluate_all(
     ``written``; a stop (``run.stop``) cuts the model being evaluated short. Closes the
     search provider and the judge in that loop (an async HTTP client must not outlive the
     loop it was used in)."""
-    from searchr1.core.evaluation import evaluate_run, write_records
+    from searchr1.core.evaluation import check_fit, evaluate_run, write_records
     from searchr1.core.logs import get_logger
     from searchr1.core.rewards import check_reward, close_reward, reward_metrics
-    from searchr1.core.rollout import check_fit
 
     config, log = run.config, get_logger()
     results: dict[str, Any] = {}

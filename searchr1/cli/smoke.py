@@ -228,7 +228,7 @@ class _Smoke:
         """Probe the search channel once, then roll out and score one group; the search
         provider is closed at the end."""
         from searchr1.core.evaluation import evaluate_run
-        from searchr1.core.rollout import RolloutConfigError
+        from searchr1.rl.rollout import RolloutConfigError
 
         search: SearchProvider = self.c.search
         try:

@@ -79,7 +79,7 @@ def _train(args: argparse.Namespace, world: World, stop: Stop) -> int:
         except RankLost as exc:  # say where the run can continue from (unless the loop did)
             if "\nkept: " in str(exc):
                 raise
-            said, then = kept(run)
+            said, then = kept(run.folder, run.config.source)
             raise RankLost(f"{exc}\nkept: {said}\n{then} (any number of processes)") from None
         return 0
 

@@ -17,17 +17,17 @@ from searchr1.core.assets import asset_name, is_builtin
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.data import load_questions
-from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.logs import get_logger
 from searchr1.core.question_stream import QuestionStream
-from searchr1.core.rewards import score_all
-from searchr1.core.rollout import draw_fitting, rollout_questions, sampling_params
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
-from searchr1.core.step import adam_params, learn
+from searchr1.core.step import adam_params, batch_limits
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
+from searchr1.rl.datums import trajectory_to_datum
+from searchr1.rl.rollout import draw_fitting, sampling_params
+from searchr1.rl.step import learn, rollout_and_score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def teacher_for(
 
 async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdStartResult:
     """Run the cold start on the run's trainer with ``loss_fn``, in train's event loop."""
-    log, cfg, protocol = get_logger(), run.config, run.protocol
+    log, cfg, protocol, job = get_logger(), run.config, run.protocol, run.job
     spec = cs.data or cfg.data.train
     field = "train.cold_start.data" if cs.data else "data.train"
     questions = list(load_questions(spec, cfg.assets, field_name=field).questions)
@@ -86,6 +86,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     teacher = teacher_for(
         cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets
     )
+    teach = dataclasses.replace(run.env, sampler=teacher)
     sampling = dataclasses.replace(sampling_params(cfg, protocol, greedy=True), seed=cfg.run.seed)
     adam = dataclasses.replace(adam_params(cfg), learning_rate=cs.lr)
     t0 = time.perf_counter()
@@ -94,26 +95,17 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     losses: list[float] = []
     for step in range(1, cs.steps + 1):
         phase = f"the cold start (step {step} of {cs.steps})"
-        run.stop.check(phase, run.world)  # every rank, before the step's collectives
-        batch = draw_fitting(run, stream, cs.questions_per_step, field)
+        job.check(phase)  # every rank, before the step's collectives
+        batch = draw_fitting(teach, job, stream, cs.questions_per_step, field)
         mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
-        rollouts = rollout_questions(
-            teacher,
-            run.search,
-            protocol,
-            mine,
-            cfg,
-            group_size=1,
-            sampling=sampling,
-            id_prefix=f"cs{step}/",
+        # the teacher as the sampler; a stop cuts the rollouts short in one process
+        teaching = rollout_and_score(
+            teach, mine, group_size=1, sampling=sampling, id_prefix=f"cs{step}/"
         )
-        # one process: a stop cuts the rollouts short (a rank must not leave the gather below)
-        groups = await (run.stop.cut(rollouts, phase) if run.world.size == 1 else rollouts)
+        groups = await job.cut(teaching, phase)
         run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
-        trajectories = [trajectory for (trajectory,) in groups]
-        scored = await score_all(
-            run.reward, [(t, q.golden_answers) for q, t in zip(mine, trajectories, strict=True)]
-        )
+        trajectories = [g.trajectories[0] for g in groups]
+        scored = [g.rewards[0] for g in groups]
         datums: list[Datum] = [
             trajectory_to_datum(trajectory, 1.0, cfg.train.max_datum_tokens)
             for trajectory, result in zip(trajectories, scored, strict=True)
@@ -133,7 +125,15 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
                 f"{spec!r}",
             )
             continue
-        learned = await learn(run, datums, loss_fn, loss_scale=1.0 / tokens, adam=adam)
+        learned = await learn(
+            run.trainer,
+            job,
+            datums,
+            loss_fn,
+            limits=batch_limits(cfg),
+            loss_scale=1.0 / tokens,
+            adam=adam,
+        )
         # Mean over the trained tokens: nll_sum is the default loss's; another loss's own value.
         metrics = learned.train_metrics
         loss = metrics["nll_sum"] / tokens if "nll_sum" in metrics else learned.loss

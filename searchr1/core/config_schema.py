@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchr1.core.advantages import ESTIMATORS, LOSS_AGG_MODES
 from searchr1.core.old_imports import warn_plugins
 from searchr1.core.secrets import redact_value
 from searchr1.defaults import DEFAULT_NAMES
+from searchr1.rl.advantages import ESTIMATORS, LOSS_AGG_MODES
 
 
 def setting(default: Any, **checks: Any) -> Any:

@@ -30,6 +30,7 @@ from searchr1.core.types import (
     SearchProvider,
     Trajectory,
 )
+from searchr1.rl.rollout import RolloutConfigError, prompt_overflow
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
@@ -208,7 +209,7 @@ async def evaluate(
     result keeps the finished trajectories too (tokens and all; smoke and the API read them).
     Exceptions of the rollout (the model channel, ``RolloutConfigError``) propagate."""
     from searchr1.core.logs import get_logger
-    from searchr1.core.rollout import rollout_questions, sampling_params
+    from searchr1.rl.rollout import rollout_questions, sampling_params
 
     sampling = sampling_params(config, protocol, greedy=greedy)
     if seeded:
@@ -559,3 +560,20 @@ class PeriodicEval:
             f"{len(self.questions)} questions) was at step {self.best_step}; evaluate it with "
             f"searchr1 eval --checkpoint {run_dir}:best",
         }
+
+
+def check_fit(
+    protocol: AgentProtocol, questions: Sequence[Question], limit: int, field: str
+) -> None:
+    """RolloutConfigError when a question of ``questions`` (read from ``field``) has a prompt
+    that alone fills ``rollout.max_trajectory_tokens = limit``, naming the first and how many:
+    an eval scores a fixed set of questions, so it is refused before any is rolled out (about
+    0.2 ms a question) rather than stopped on the first such one, part-way through."""
+    over = [found for q in questions if (found := prompt_overflow(protocol, q, limit))]
+    if over:
+        more = (
+            f" (and {len(over) - 1} more question{'s' * (len(over) > 2)})" if len(over) > 1 else ""
+        )
+        raise RolloutConfigError(
+            f"{field}: {over[0]}{more}; raise rollout.max_trajectory_tokens, or leave them out"
+        )

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -302,6 +303,27 @@ def warn(event: str, detail: str) -> None:
 def log_metrics(step: int, metrics: dict[str, float]) -> None:
     """One metrics event: ``{"event": "metrics", "step": 3, "reward/mean": 0.4, ...}``."""
     get_logger().info("metrics", step=step, **metrics)
+
+
+class GroupsDone:
+    """``progress`` events of one draw's rollouts (groups done of ``total``), once the draw
+    has run :data:`PROGRESS_AFTER_S`, then at most one a second and the last: a step of a few
+    seconds shows none, a long one (a real model) shows how far its rollouts are."""
+
+    def __init__(self, task: str, total: int) -> None:
+        self.task, self.total, self.done = task, total, 0
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self) -> None:
+        self.done, now = self.done + 1, time.perf_counter()
+        if now - self.start < PROGRESS_AFTER_S or (self.done < self.total and now - self.last < 1):
+            return
+        self.last = now
+        get_logger().info("progress", task=self.task, done=self.done, total=self.total)
+
+
+#: seconds a draw's rollouts run before its progress shows
+PROGRESS_AFTER_S = 2.0
 
 
 warn_plugins(__name__)  # a plugin imports searchr1.sdk instead: warned once

@@ -27,7 +27,7 @@ from searchr1.core.disk import (
 )
 from searchr1.core.distributed import World
 from searchr1.core.errors import ConfigError, DiskError, PluginError, SearchR1Error, UserError
-from searchr1.core.logs import DISCARD, RunLog, get_logger, setup_logging
+from searchr1.core.logs import DISCARD, GroupsDone, RunLog, get_logger, setup_logging, warn
 from searchr1.core.plugins import Registry
 from searchr1.core.rewards import check_reward, close_reward, create_reward
 from searchr1.core.sinks import SinkHub, open_sinks
@@ -42,6 +42,7 @@ from searchr1.core.types import (
     SearchProvider,
     Trainer,
 )
+from searchr1.rl.job import Environment, Job
 
 
 @dataclass
@@ -101,6 +102,18 @@ class Run:
     @property
     def sampler(self) -> Sampler:
         return self.model.sampler
+
+    @property
+    def env(self) -> Environment:
+        """What the algorithm rolls out in (once started): the run's sampler, search,
+        protocol, reward and config."""
+        return Environment(self.sampler, self.search, self.protocol, self.reward, self.config)
+
+    @property
+    def job(self) -> Job:
+        """The processes running the algorithm and their stop; its warnings go to the run's
+        events and the terminal, its progress to ``progress`` events."""
+        return Job(self.world, self.stop, warn, GroupsDone)
 
     @property
     def trainer(self) -> Trainer:

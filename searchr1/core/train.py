@@ -8,47 +8,44 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from searchr1.core.checkpoint import latest_checkpoint, remove_stale_saves, restore_rng
 from searchr1.core.cold_start import cold_start, cold_start_loss, cold_start_settings
 from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.data import load_questions
-from searchr1.core.distributed import World, check_supported
+from searchr1.core.distributed import check_supported
 from searchr1.core.errors import ConfigError, HealthStop, Interrupted, SearchR1Error
 from searchr1.core.evaluation import (
     BEST,
     PeriodicEval,
     ceiling_agent,
+    check_fit,
     heldout_eval,
     heldout_questions,
 )
 from searchr1.core.health import Health
-from searchr1.core.logs import get_logger, warn
+from searchr1.core.logs import RunLog, get_logger, warn
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
-from searchr1.core.rollout import check_fit
 from searchr1.core.runs import Run
 from searchr1.core.step import (
-    Batch,
-    Learned,
     adam_params,
-    aggregation_of,
-    collect,
+    batch_limits,
+    guarded_collect,
     kept_lines,
-    learn,
     record,
     save,
-    window_metrics,
 )
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
-from searchr1.core.types import LossFn, Question, kl_coef
+from searchr1.core.types import LossFn, Question, Trainer, kl_coef
+from searchr1.rl.pipeline import run_steps
+from searchr1.rl.step import Batch, Learned, aggregation_of, learn
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
@@ -111,13 +108,13 @@ class _Progress:
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
     if run.run_dir is not None:  # what a second Ctrl-C keeps, until the next save
-        stop.kept = "; ".join(kept(run))
+        stop.kept = "; ".join(kept(run.folder, run.config.source))
     progress = _Progress(saved=plan.start)
     try:
         if plan.fresh:
             await _before_rl(plan, progress)
         else:
-            stop.check(f"the resume from checkpoint step {plan.start}", run.world)
+            run.job.check(f"the resume from checkpoint step {plan.start}")
         try:
             await _rl_steps(plan, progress)
         except Exception as exc:  # any stop of the RL steps keeps the last trained step
@@ -248,17 +245,17 @@ async def _before_rl(plan: _Plan, progress: _Progress) -> None:
         if ceiling is not None and not stop.requested:
             last = "ceiling"
             await _heldout_phase(plan, last, sampler=ceiling)
-        stop.check(_phase(last), run.world)
+        run.job.check(_phase(last))
     if plan.warm_up_loss is not None:
         await cold_start(run, plan.warm_up, plan.warm_up_loss)
         if evals:
             await _heldout_phase(plan, "cold_start")
-            stop.check(_phase("cold_start"), run.world)
-        pin_kl_reference(run, plan.loss)  # before checkpoint 0, which saves it
+            run.job.check(_phase("cold_start"))
+        pin_kl_reference(run.trainer, plan.loss)  # before checkpoint 0, which saves it
         save(run, plan.health, plan.stream.state(), 0)  # --resume starts after it
     if cfg.train.eval_every:
         await _eval_step(plan, progress, 0, plan.stream.state())  # rank 0's; {} on the others
-        stop.check("the held-out eval of step 0", run.world)
+        run.job.check("the held-out eval of step 0")
 
 
 def _phase(name: str) -> str:
@@ -282,11 +279,14 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
     functions, its barriers (a step that saves or evaluates) and its stop (a signal, or a
     health alert with ``on_alert = "stop"``, which rank 0 alone sees)."""
     run, health = plan.run, plan.health
+    env, job, kl = run.env, run.job, kl_coef(plan.loss) > 0
     await run_steps(
         plan.start + 1,
         run.config.train.max_steps,
         max_staleness=run.config.train.max_staleness,
-        collect=lambda step, version: collect(run, plan.stream, step, version),
+        collect=lambda step, version: guarded_collect(
+            env, job, plan.stream, step, version, keep_degenerate=kl
+        ),
         learn=lambda batch: _learn(plan, progress, batch),
         finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
         holds=lambda step: plan.saves(step) or plan.evaluates(step),
@@ -296,137 +296,10 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
     )
 
 
-Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
-Learn = Callable[[Batch], Awaitable[Learned]]
-Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
-
-
-async def run_steps(
-    first: int,
-    last: int,
-    *,
-    max_staleness: int,
-    collect: Collect,
-    learn: Learn,
-    finish: Finish,
-    holds: Callable[[int], bool],
-    stopping: Callable[[], bool],
-    snapshot: Callable[[], Awaitable[None]] | None,
-    world: World,
-) -> None:
-    """Collect, learn and finish steps ``first..last`` in order, the rollouts of up to
-    ``max_staleness`` later steps prefetched while a step learns.
-
-    Step ``s`` is learned on policy version ``s - 1`` (the optimizer steps taken); its
-    rollout starts once version ``s - 1 - max_staleness`` exists, after step ``s - 1``'s
-    rollout, and after step ``s - 1`` is finished when ``holds(s - 1)``. With
-    ``max_staleness > 0`` every rollout starts with ``snapshot()`` (the sampler pins the
-    newest weights), and so does what samples after the loop. After each step every rank
-    agrees on ``stopping()`` (``world.any``) and the loop ends on a stop: the rollout in
-    flight is finished and discarded, none starts after it. An error in ``collect`` is raised
-    once the steps before it are learned; one in ``learn`` or ``finish`` cancels the
-    rollouts in flight."""
-    rollouts = _Rollouts(collect, snapshot if max_staleness > 0 else None, stopping, first - 1)
-    ahead, window = first, time.perf_counter()  # ahead: the next step whose rollout starts
-    try:
-        for step in range(first, last + 1):
-            while ahead <= min(last, step + max_staleness) and (
-                ahead == step or not holds(ahead - 1)
-            ):
-                rollouts.start(ahead)
-                ahead += 1
-            batch = await rollouts.next()
-            t0 = time.perf_counter()
-            learned = await learn(batch)
-            t1 = time.perf_counter()
-            busy, overlap = rollouts.busy(window, t1), rollouts.busy(t0, t1)
-            timing = window_metrics(batch, window, t0, t1, rollout_busy=busy, overlap=overlap)
-            await finish(batch, learned, timing)  # the periodic held-out eval runs in this loop
-            rollouts.version = step
-            if world.any(stopping()):
-                break
-            window = time.perf_counter()
-    except BaseException:
-        await rollouts.close(cancel=True)
-        raise
-    await rollouts.close(cancel=False)
-    if rollouts.snapshot is not None:
-        await rollouts.snapshot()  # what samples next (the eval "after") sees the trained weights
-
-
-class _Rollouts:
-    """The rollouts :func:`run_steps` started and has not learned yet, in step order, and
-    when rollouts ran (to measure the sampler's idle time per window). One runs at a time,
-    each after the one before it: the question stream is read in step order."""
-
-    def __init__(
-        self,
-        collect: Collect,
-        snapshot: Callable[[], Awaitable[None]] | None,
-        stopping: Callable[[], bool],
-        version: int,
-    ) -> None:
-        self.collect, self.snapshot, self.stopping = collect, snapshot, stopping
-        #: the policy version a rollout starting now samples
-        self.version = version
-        self.queued: deque[asyncio.Task[Batch | None]] = deque()
-        self.spans: list[tuple[float, float]] = []
-        self.running_since: float | None = None
-        self.closed = False
-
-    def start(self, step: int) -> None:
-        after = self.queued[-1] if self.queued else None
-        self.queued.append(asyncio.create_task(self._rollout(step, after), name=f"rollout-{step}"))
-
-    async def _rollout(self, step: int, after: asyncio.Task[Batch | None] | None) -> Batch | None:
-        """Step ``step``'s batch, or None when it never starts: a rollout before it failed,
-        or the loop is ending (it never reads this one)."""
-        if after is not None:
-            await asyncio.wait([after])  # a wait that, cancelled, leaves ``after`` running
-            if self.closed or self.stopping() or after.cancelled() or after.exception():
-                return None
-            if after.result() is None:  # it never started (one before it failed): nor this
-                return None
-        if self.snapshot is not None:
-            await self.snapshot()
-        self.running_since = time.perf_counter()
-        try:
-            return await self.collect(step, self.version)
-        finally:
-            self.spans.append((self.running_since, time.perf_counter()))
-            self.running_since = None
-
-    async def next(self) -> Batch:
-        batch = await self.queued.popleft()
-        assert batch is not None, "a rollout after a stop or a failure is never read"
-        return batch
-
-    def busy(self, start: float, end: float) -> float:
-        """Seconds of ``[start, end]`` during which a rollout ran."""
-        spans = list(self.spans)
-        if self.running_since is not None:
-            spans.append((self.running_since, end))
-        total = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
-        self.spans = [(a, b) for a, b in self.spans if b > start]  # older ones are done
-        return total
-
-    async def close(self, *, cancel: bool) -> None:
-        """Wait for the rollouts left (``cancel``: cancel them first); none starts after. The
-        error of one that failed is logged (``rollout_discarded``): the loop never reads it."""
-        self.closed = True
-        for task in self.queued if cancel else ():
-            task.cancel()
-        ends = await asyncio.gather(*self.queued, return_exceptions=True)
-        for task, end in zip(self.queued, ends, strict=True):
-            if isinstance(end, Exception):
-                error = f"{type(end).__name__}: {end}"
-                get_logger().warning("rollout_discarded", rollout=task.get_name(), error=error)
-
-
 async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
     batch's trajectories, degenerate ones included) and each datum by ``[train]
-    loss_agg_mode`` (:func:`~searchr1.core.step.aggregation_of`)."""
+    loss_agg_mode`` (:func:`~searchr1.rl.step.aggregation_of`)."""
     cfg = plan.run.config
     aggregation = aggregation_of(cfg)
     datums = batch.datums(
@@ -434,7 +307,15 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     )
     scale = 1.0 / aggregation.trajectories
     progress.learning = True
-    learned = await learn(plan.run, datums, plan.loss, loss_scale=scale, adam=adam_params(cfg))
+    learned = await learn(
+        plan.run.trainer,
+        plan.run.job,
+        datums,
+        plan.loss,
+        limits=batch_limits(cfg),
+        loss_scale=scale,
+        adam=adam_params(cfg),
+    )
     progress.trained, progress.learning = batch, False
     return learned
 
@@ -507,7 +388,7 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
     stopped = asked is not None or alert is not None
     totals = {**plan.run.totals, **plan.health.notices.totals()}
     log.info("train_done", steps=step, stopped_early=stopped, **totals)
-    _close_console(plan.run)
+    _close_console(plan.run.log)
     if asked is not None:
         raise Interrupted(asked, progress.cut[0] if progress.cut else f"RL step {step} (finished)")
     if alert is not None:
@@ -519,11 +400,11 @@ def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict
 AFTER_FILE = "eval_heldout_after.jsonl"
 
 
-def _close_console(run: Run) -> None:
+def _close_console(log: RunLog | None) -> None:
     """The run's progress bar ends with the loop: what the command says next (the outcome,
     an error) prints below it."""
-    if run.log is not None:
-        run.log.close_console()
+    if log is not None:
+        log.close_console()
 
 
 def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) -> None:
@@ -550,20 +431,19 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
     progress.saved = trained.step
 
 
-def kept(run: Run) -> tuple[str, str]:
-    """:func:`~searchr1.core.step.kept_lines` of the run folder's newest complete checkpoint:
-    what every stop of ``train`` ends its message with."""
-    from searchr1.core.checkpoint import latest_checkpoint
-
-    last = latest_checkpoint(run.folder)
-    return kept_lines(run, last.step if last else None, last.path if last else None)
+def kept(folder: Path, source: str) -> tuple[str, str]:
+    """:func:`~searchr1.core.step.kept_lines` of the run ``folder``'s newest complete
+    checkpoint (its config read from ``source``): what every stop of ``train`` ends its
+    message with."""
+    last = latest_checkpoint(folder)
+    return kept_lines(folder, source, last.step if last else None, last.path if last else None)
 
 
 def _say_kept(run: Run, exc: SearchR1Error) -> None:
     """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept`;
     a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
     if run.run_dir is not None and not isinstance(exc, HealthStop):
-        said, then = kept(run)
+        said, then = kept(run.folder, run.config.source)
         exc.args = (f"{exc}\nkept: {said}\n{then}",)
 
 
@@ -571,7 +451,7 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
     """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
     command that goes on from there."""
 
-    _close_console(run)
+    _close_console(run.log)
     if run.run_dir is None:
         return stop
     last = latest_checkpoint(run.folder)
@@ -581,13 +461,13 @@ def _outcome(run: Run, stop: Interrupted) -> Interrupted:
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    return stop.outcome(*kept(run))
+    return stop.outcome(*kept(run.folder, run.config.source))
 
 
-def pin_kl_reference(run: Run, loss: LossFn) -> None:
+def pin_kl_reference(trainer: Trainer, loss: LossFn) -> None:
     """After a cold start, the trained adapter becomes the KL term's reference policy (the
     policy as RL begins); without one the reference stays the base model."""
-    pin = run.trainer.capabilities.kl_reference
+    pin = trainer.capabilities.kl_reference
     if pin is not None and kl_coef(loss) > 0:
         pin()
         get_logger().info("kl_reference", message="the cold-started adapter is the KL reference")

@@ -85,7 +85,7 @@ class Datum:
     policy_version: int = 0
     sampled: tuple[bool, ...] = ()
     #: what each of its token terms is multiplied by in the loss: the loss's aggregation
-    #: (``[train] loss_agg_mode``, :func:`~searchr1.core.advantages.aggregation_weight`)
+    #: (``[train] loss_agg_mode``, :func:`~searchr1.rl.advantages.aggregation_weight`)
     weight: float = 1.0
 
     def __post_init__(self) -> None:

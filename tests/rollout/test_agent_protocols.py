@@ -17,7 +17,6 @@ from searchr1.core.errors import PluginError
 from searchr1.core.hookspecs import hookimpl
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
-from searchr1.core.rollout import rollout_questions
 from searchr1.core.types import (
     Question,
     RewardResult,
@@ -27,6 +26,7 @@ from searchr1.core.types import (
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
 from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.rewards import components
+from searchr1.rl.rollout import rollout_questions
 
 Q = Question(id="q", question="  Who is the author of The Little Prince? ", golden_answers=("x",))
 

@@ -8,9 +8,9 @@ import dataclasses
 from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
 from searchr1.core.config_schema import Config
-from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.types import Question
 from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.rl.rollout import rollout_questions, sampling_params
 
 Q = Question(id="q1", question="Who wrote the old book?", golden_answers=("Alice",))
 # scripts of one group must start differently (the fake matches later calls by first turn)

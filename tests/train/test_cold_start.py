@@ -18,15 +18,15 @@ from fakes import template_tokenizer, tiny_tokenizer
 
 from searchr1.cli.main import main as cli
 from searchr1.core.config import load_config
-from searchr1.core.datums import trajectory_to_datum
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
-from searchr1.core.rollout import rollout_questions, sampling_params
 from searchr1.core.scripted import UNKNOWN, ScriptedTeacher
 from searchr1.core.types import LossInputs, Question
 from searchr1.plugins.local_search import LocalBM25Search
 from searchr1.plugins.losses import cross_entropy
+from searchr1.rl.datums import trajectory_to_datum
+from searchr1.rl.rollout import rollout_questions, sampling_params
 
 FACTS = [
     ("Who painted the Blue Door?", "Marta Quell", "The Blue Door is a painting by Marta Quell."),

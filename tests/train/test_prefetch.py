@@ -1,4 +1,4 @@
-"""The step loop's prefetch (``train.max_staleness``, :func:`searchr1.core.train.run_steps`):
+"""The step loop's prefetch (``train.max_staleness``, :func:`searchr1.rl.pipeline.run_steps`):
 its order, bounds, stops and errors (with timed stand-ins for collect, learn and finish),
 and the local provider's pinned sampler weights (real tiny model). The train loop end to end
 with ``max_staleness = 1`` (versions, metrics, SIGKILL-resume) is in ``test_train_loop.py``."""
@@ -15,8 +15,8 @@ import structlog.testing
 
 from searchr1.core.distributed import World
 from searchr1.core.errors import EnvironmentDown
-from searchr1.core.step import Batch, Learned
-from searchr1.core.train import run_steps
+from searchr1.rl.pipeline import run_steps
+from searchr1.rl.step import Batch, Learned
 
 
 class Recorder:

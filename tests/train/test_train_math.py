@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from searchr1.core.advantages import group_advantages
-from searchr1.core.batching import BatchLimits, MicroBatchError, pack_micro_batches, padded_tokens
-from searchr1.core.datums import DatumTooLongError, trajectory_to_datum
 from searchr1.core.types import Datum, Trajectory
+from searchr1.rl.advantages import group_advantages
+from searchr1.rl.batching import BatchLimits, MicroBatchError, pack_micro_batches, padded_tokens
+from searchr1.rl.datums import DatumTooLongError, trajectory_to_datum
 
 
 def test_group_relative_advantages() -> None:

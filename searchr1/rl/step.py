@@ -1,0 +1,330 @@
+"""One RL step: :func:`collect` (roll out, score, advantages) -> :func:`learn` (datums,
+micro-batches, one optimizer step). ``N`` (the loss scale ``1 / N``) counts every trajectory
+of the batch (docs/training.md, "The loss's scale"); docs/architecture.md draws the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from searchr1.core.config_schema import Config
+from searchr1.core.question_stream import QuestionStream
+from searchr1.core.rewards import score_all
+from searchr1.core.step_metrics import merge_train_metrics, mismatch_means
+from searchr1.core.types import (
+    AdamParams,
+    Datum,
+    LossFn,
+    Question,
+    SamplingParams,
+    ScoredGroup,
+    Trainer,
+    Trajectory,
+)
+from searchr1.rl.advantages import (
+    AdvantageSettings,
+    aggregation_weight,
+    batch_advantages,
+    is_degenerate,
+)
+from searchr1.rl.batching import BatchLimits, pack_micro_batches
+from searchr1.rl.datums import trajectory_to_datum
+from searchr1.rl.job import Environment, Job
+from searchr1.rl.rollout import derived_seed, draw_fitting, rollout_questions, sampling_params
+
+
+@dataclass
+class Batch:
+    """What :func:`collect` hands the learner. ``policy_version``: optimizer steps of the
+    sampling weights at rollout start; ``cursor``: the data stream's state after the step's
+    draws (what a checkpoint after this step records)."""
+
+    step: int
+    first: list[ScoredGroup]
+    groups: list[ScoredGroup]
+    draws: int
+    #: the search provider's numbers for the step (``search/*``), every rank's merged (the
+    #: run's search guard reads them)
+    search_metrics: dict[str, float]
+    cursor: dict[str, Any]
+    policy_version: int
+    seconds: float
+    #: the rank that rolled out each of ``groups``
+    owners: list[int]
+    #: this process's rank (torchrun; 0 in one process)
+    rank: int = 0
+    #: the reward's numbers for the step (the judge's spend), every rank's summed
+    reward_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def datums(
+        self, max_tokens: int, *, kl: bool = False, aggregation: Aggregation | None = None
+    ) -> list[Datum]:
+        """The trained sequences of the groups this rank rolled out: each trajectory with a
+        non-zero advantage, or with ``kl`` (a loss with a KL term) every trajectory, since
+        the KL term reads the sampled tokens of advantage-0 ones too; none that
+        ``aggregation`` masks as truncated. Each weighted as ``aggregation`` says (over the
+        whole job's batch; weight 1 without one)."""
+        agg = aggregation or Aggregation()
+        kept = [t for g in self.groups for t in g.trajectories if not agg.masked(t)]
+        batch_tokens = sum(sampled_tokens(t) for t in kept)
+        return [
+            dataclasses.replace(
+                trajectory_to_datum(t, a, max_tokens),
+                weight=aggregation_weight(
+                    agg.mode,
+                    sampled_tokens(t),
+                    trajectories=agg.trajectories,
+                    batch_tokens=batch_tokens,
+                    norm_tokens=agg.norm_tokens,
+                ),
+            )
+            for g, owner in zip(self.groups, self.owners, strict=True)
+            if owner == self.rank
+            for t, a in zip(g.trajectories, g.advantages, strict=True)
+            if (kl or a != 0.0) and not agg.masked(t)
+        ]
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How a step's datums are weighted (``[train]``; :func:`aggregation_of`)."""
+
+    mode: str = "seq-mean-token-sum"
+    #: N, the step's trajectories (the ``1 / N`` of ``loss_scale``)
+    trajectories: int = 1
+    #: seq-mean-token-sum-norm's constant
+    norm_tokens: int = 1
+    #: ``[train] mask_truncated_completions``
+    mask_truncated: bool = False
+
+    def masked(self, t: Trajectory) -> bool:
+        return self.mask_truncated and truncated(t)
+
+
+def aggregation_of(cfg: Config) -> Aggregation:
+    """The step's :class:`Aggregation` from ``[train]`` and ``[rollout]``."""
+    return Aggregation(
+        mode=cfg.train.loss_agg_mode,
+        trajectories=cfg.rollout.questions_per_batch * cfg.rollout.group_size,
+        norm_tokens=cfg.train.loss_agg_tokens or cfg.rollout.max_trajectory_tokens,
+        mask_truncated=cfg.train.mask_truncated_completions,
+    )
+
+
+def sampled_tokens(t: Trajectory) -> int:
+    """The tokens of ``t`` the policy sampled (those a loss reads)."""
+    return sum(t.generated_mask[1:])
+
+
+def truncated(t: Trajectory) -> bool:
+    """``t`` was cut by a limit: it reached ``rollout.max_trajectory_tokens``, or its last turn
+    stopped at ``model.max_new_tokens`` (``[train] mask_truncated_completions``)."""
+    return t.end_reason == "token_limit" or bool(t.turns and t.turns[-1].stop_reason == "length")
+
+
+def with_advantages(cfg: Config, groups: Sequence[ScoredGroup]) -> list[ScoredGroup]:
+    """``groups`` with the advantages of ``[train] advantage_estimator`` over all of them."""
+    if not groups:
+        return []
+    settings = AdvantageSettings(
+        "group" if cfg.train.scale_advantages_by_std else cfg.train.scale_rewards,
+        cfg.train.advantage_eps,
+    )
+    advantages = batch_advantages(
+        cfg.train.advantage_estimator,
+        [[r.reward for r in g.rewards] for g in groups],
+        [[sampled_tokens(t) for t in g.trajectories] for g in groups],
+        settings,
+    )
+    return [dataclasses.replace(g, advantages=a) for g, a in zip(groups, advantages, strict=True)]
+
+
+@dataclass
+class Learned:
+    """What :func:`learn` did."""
+
+    loss: float
+    #: the learners' sums and extremes (``tokens``, ``ratio_sum``, ``mismatch/ratio_max``, ...),
+    #: merged once, with the ``mismatch/*`` means in place of their sums
+    train_metrics: dict[str, float]
+    optim: Mapping[str, float]
+    seconds: float
+
+
+async def collect(
+    env: Environment,
+    job: Job,
+    stream: QuestionStream,
+    step: int,
+    policy_version: int,
+    *,
+    keep_degenerate: bool = False,
+) -> Batch:
+    """Roll out and score step ``step``'s groups, with their advantages (the step's search
+    and reward numbers are the caller's to read). ``keep_degenerate``: the loss has a KL
+    term (:func:`_collect_groups`)."""
+    t0 = time.perf_counter()
+    draw = (env, job, stream, step, policy_version, keep_degenerate)
+    first, groups, owners, draws = await _collect_groups(*draw)
+    return Batch(
+        step=step,
+        first=first,
+        groups=groups,
+        draws=draws,
+        search_metrics={},
+        cursor=stream.state(),
+        policy_version=policy_version,
+        seconds=time.perf_counter() - t0,
+        owners=owners,
+        rank=job.world.rank,
+    )
+
+
+async def _collect_groups(
+    env: Environment,
+    job: Job,
+    stream: QuestionStream,
+    step: int,
+    version: int,
+    keep_degenerate: bool,
+) -> tuple[list[ScoredGroup], list[ScoredGroup], list[int], int]:
+    """``(first draw, groups to train on, the rank of each, extra questions drawn)``:
+    degenerate groups are replaced by fresh questions until questions_per_batch are
+    informative or ``rollout.max_extra_draws`` is spent. A loss with a KL term keeps every
+    degenerate group (``keep_degenerate``): the term anchors the skills those groups show."""
+    cfg = env.config
+    want = cfg.rollout.questions_per_batch
+    draw = (env, job, step, version)
+    first, owners = await _rollout_shared(*draw, draw_fitting(env, job, stream, want), 0)
+    groups = list(first)
+    extra = 0
+    while cfg.rollout.dynamic_sampling and extra < cfg.rollout.max_extra_draws:
+        missing = want - sum(not g.degenerate for g in groups)
+        if missing <= 0:
+            break
+        n = min(missing, cfg.rollout.max_extra_draws - extra)
+        extra += n
+        more, more_owners = await _rollout_shared(*draw, draw_fitting(env, job, stream, n), extra)
+        groups += more
+        owners += more_owners
+    if cfg.rollout.dynamic_sampling:
+        informative = [i for i, g in enumerate(groups) if not g.degenerate][:want]
+        degenerate = [i for i, g in enumerate(groups) if g.degenerate]
+        if not keep_degenerate:
+            degenerate = degenerate[: max(0, want - len(informative))]
+        keep = informative + degenerate
+        groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
+    return with_advantages(cfg, first), with_advantages(cfg, groups), owners, extra
+
+
+async def _rollout_shared(
+    env: Environment, job: Job, step: int, version: int, questions: Sequence[Question], draw: int
+) -> tuple[list[ScoredGroup], list[int]]:
+    """The scored groups of ``questions``, in order, and the rank that rolled out each: this
+    rank rolls out its share (:meth:`~searchr1.core.distributed.World.shard`) and gathers
+    the others'. Each step's draw samples with a seed of its own."""
+    world, cfg = job.world, env.config
+    seed = derived_seed(cfg.run.seed, f"{step}/{draw}")
+    shard = world.shard(questions)
+    mine = await rollout_and_score(
+        env,
+        shard,
+        group_size=cfg.rollout.group_size,
+        sampling=dataclasses.replace(sampling_params(cfg, env.protocol), seed=seed),
+        id_prefix=f"s{step}d{draw}/",
+        version=version,
+        on_group_done=job.progress(f"step {step} {'extra ' * bool(draw)}rollouts", len(shard)),
+    )
+    parts = world.gather(mine)
+    parts[world.rank] = mine  # this rank's own objects, not copies
+    return [g for part in parts for g in part], [r for r, part in enumerate(parts) for _ in part]
+
+
+async def rollout_and_score(
+    env: Environment,
+    questions: Sequence[Question],
+    *,
+    group_size: int,
+    sampling: SamplingParams,
+    id_prefix: str,
+    version: int = 0,
+    on_group_done: Callable[[], None] | None = None,
+) -> list[ScoredGroup]:
+    """``group_size`` trajectories of each of ``questions`` from ``env.sampler`` (policy
+    ``version``; the cold start's teacher), scored in one batch (a judge sends its calls
+    together), advantages 0 until the step's groups are known (:func:`with_advantages`)."""
+    trajectory_groups = await rollout_questions(
+        env.sampler,
+        env.search,
+        env.protocol,
+        questions,
+        env.config,
+        group_size=group_size,
+        sampling=sampling,
+        id_prefix=id_prefix,
+        on_group_done=on_group_done,
+    )
+    groups = [
+        [dataclasses.replace(t, policy_version=version) for t in sampled]
+        for sampled in trajectory_groups
+    ]
+    results = iter(
+        await score_all(
+            env.reward,
+            [(t, q.golden_answers) for q, g in zip(questions, groups, strict=True) for t in g],
+        )
+    )
+    scored = []
+    for question, trajectories in zip(questions, groups, strict=True):
+        rewards = [next(results) for _ in trajectories]
+        degenerate = is_degenerate([r.reward for r in rewards])
+        zeros = tuple(0.0 for _ in trajectories)
+        scored.append(ScoredGroup(question, trajectories, rewards, zeros, degenerate))
+    return scored
+
+
+async def learn(
+    trainer: Trainer,
+    job: Job,
+    datums: Sequence[Datum],
+    loss: LossFn,
+    *,
+    limits: BatchLimits,
+    loss_scale: float,
+    adam: AdamParams,
+) -> Learned:
+    """Pack ``datums`` into micro-batches under ``limits``, queue ``forward_backward`` for
+    each with ``loss`` scaled by ``loss_scale`` and then one ``optim_step`` (none when no rank
+    packed anything), and await the results: a remote trainer gets the whole step back to
+    back. Under torchrun the loss and metrics are every rank's."""
+    world = job.world
+    t0 = time.perf_counter()
+    micro_batches = pack_micro_batches(list(datums), limits)
+    queued = [
+        await trainer.forward_backward(batch, loss, loss_scale=loss_scale)
+        for batch in micro_batches
+    ]
+    # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
+    optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
+    results = [await result for result in queued]
+    # a trainer's likelihood displacement (its optimizer step measures it) merges like the
+    # learner's sums, every rank's
+    displaced = {k: float(v) for k, v in optim.items() if k.startswith("displacement/")}
+    optim = {k: v for k, v in optim.items() if k not in displaced}
+    mine = (
+        sum((r.loss for r in results), 0.0),
+        merge_train_metrics([r.metrics for r in results] + [displaced]),
+    )
+    parts = world.gather(mine)
+    return Learned(
+        loss=sum(p[0] for p in parts),
+        train_metrics=mismatch_means(
+            merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1]
+        ),
+        optim=optim,
+        seconds=time.perf_counter() - t0,
+    )
