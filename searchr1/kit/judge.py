@@ -176,15 +176,6 @@ class Judge:
         )
         keys = [k.strip() for k in re.split(r"[,\n]", settings.api_key) if k.strip()]
         self.keys = KeyPool(keys, _COOLDOWN_S, provider="judge", events="judge")
-        self.channel = Channel(
-            service="the reward judge",
-            url=self.url,
-            address="[reward.judge] api_base",
-            key="[reward.judge] api_key" if keys else "",
-            model=settings.model,
-            timeout_s=settings.timeout_s,
-            timeout_setting="[reward.judge] timeout_s",
-        )
         self.http = HttpClient(
             policy=RetryPolicy(
                 max_retries=settings.max_retries,
