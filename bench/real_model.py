@@ -68,12 +68,23 @@ def heldout_subset(spec: str, n: int, out: Path) -> Path:
 
 
 def set_value(text: str, section: str, key: str, value: str) -> str:
-    """``key = value`` inside ``[section]`` of a TOML text (the key must be there)."""
-    pattern = re.compile(rf"(\[{re.escape(section)}\][^\[]*?^){key} = [^\n]*", re.M | re.S)
-    new, count = pattern.subn(lambda m: f"{m.group(1)}{key} = {value}", text, count=1)
-    if count != 1:
-        raise SystemExit(f"the config has no {key} in [{section}]")
-    return new
+    """``key = value`` inside ``[section]`` of a TOML text: replaced where the key is there,
+    else added under the section's header (a new section at the end when it is missing)."""
+    lines = text.splitlines()
+    header = re.compile(r"^\[([A-Za-z0-9_.]+)\]\s*(#.*)?$")
+    start = next(
+        (i for i, line in enumerate(lines) if (m := header.match(line)) and m[1] == section), None
+    )
+    if start is None:
+        return f"{text.rstrip()}\n\n[{section}]\n{key} = {value}\n"
+    end = next((i for i in range(start + 1, len(lines)) if header.match(lines[i])), len(lines))
+    assign = re.compile(rf"^{re.escape(key)}\s*=")
+    at = next((i for i in range(start + 1, end) if assign.match(lines[i])), None)
+    if at is None:
+        lines.insert(start + 1, f"{key} = {value}")
+    else:
+        lines[at] = f"{key} = {value}"
+    return "\n".join(lines) + "\n"
 
 
 def stage(records_file: Path, event: dict) -> dict:
@@ -184,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="SECTION.KEY=VALUE",
         help="override one key of the config (TOML value), e.g. train.cold_start.lr=1e-3; "
-        "the key must be in the config; repeatable",
+        "added when the config lacks it; repeatable",
     )
     parser.add_argument("--out", type=Path, help="run folder parent (default: a temp folder)")
     return parser
@@ -265,8 +276,8 @@ def seeds_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
-    """One ``searchr1 train`` run of the example with ``seed``; its JSON result."""
+def write_config(args: argparse.Namespace, seed: int, work: Path) -> Path:
+    """``work/config.toml``: the bench's config for ``seed`` (its flags and ``--set`` applied)."""
     work.mkdir(parents=True, exist_ok=True)
     text = args.config.read_text()
     eval_spec = tomllib.loads(text)["data"]["eval"]
@@ -300,7 +311,13 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
         text = set_value(text, section, key, value.strip())
     config = work / "config.toml"
     config.write_text(text)
+    return config
 
+
+def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
+    """One ``searchr1 train`` run of the example with ``seed``; its JSON result."""
+    config = write_config(args, seed, work)
+    text = config.read_text()
     env = {**os.environ, "SEARCHR1_LOAD_PLUGINS": ""}
     t0 = time.perf_counter()
     proc = subprocess.run(

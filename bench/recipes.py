@@ -7,9 +7,11 @@ train`` a seed) on the same seeds and held-out questions. Each run's JSON line i
 The table: per recipe, the held-out EM and F1 after RL, overall and per ``data_source``, as
 mean (spread = max - min over seeds); then, for each recipe against the first, the EM
 difference per type and whether it is beyond the seed spread (the two recipes' ranges over
-seeds do not overlap). Without ``--recipe``: the default, the F1 reward, and no KL term::
+seeds do not overlap). Without ``--recipe``, a named set (``--recipes``, ``RECIPE_SETS``):
+``basics`` (the default, the F1 reward, no KL term), ``estimators``, ``f1-length``, ``collapse``::
 
     python bench/recipes.py --config examples/real-model-hard.toml --seeds 0,1,2
+    python bench/recipes.py --config examples/real-model-hard.toml --recipes estimators
     python bench/recipes.py --recipe default= --recipe 'lr2e-4=optimizer.lr=2e-4' --seeds 0,1
     python bench/recipes.py --table OUT/recipes.jsonl
 """
@@ -25,11 +27,39 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_model  # noqa: E402  (bench/ is not a package)
 
-#: name -> overrides: the default (EM reward, KL 0.1 in the example), the F1 reward, no KL
-DEFAULT_RECIPES = {
-    "default": [],
-    "f1-reward": ['reward.name="f1"'],
-    "no-kl": ["train.loss.kl_coef=0.0"],
+#: named sets of recipes (``--recipes NAME``), each recipe a name -> its overrides; the first
+#: recipe of a set is the baseline the others are compared with
+RECIPE_SETS: dict[str, dict[str, list[str]]] = {
+    # the example (EM reward, KL 0.1), the F1 reward, no KL term
+    "basics": {
+        "default": [],
+        "f1-reward": ['reward.name="f1"'],
+        "no-kl": ["train.loss.kl_coef=0.0"],
+    },
+    # the estimators and aggregations users port from verl and TRL (docs/training.md)
+    "estimators": {
+        "default": [],
+        "rloo": ['train.advantage_estimator="rloo"'],
+        "dr-grpo": ['train.loss_agg_mode="seq-mean-token-sum-norm"'],
+        "dapo": ['train.loss_agg_mode="token-mean"'],
+        "gspo": [
+            'train.loss_fn="ppo"',
+            'train.loss.importance_sampling_level="sequence"',
+            'train.loss_agg_mode="seq-mean-token-mean"',
+        ],
+        "search-terms": ['reward.terms=["retrieval_credit", "search_cost"]'],
+    },
+    # the F1 reward with and without the answer-length term (F1 answer padding)
+    "f1-length": {
+        "f1": ['reward.name="f1"'],
+        "f1-length": ['reward.name="f1"', 'reward.terms=["answer_length_penalty"]'],
+    },
+    # a provoked collapse: the learning rate 10x the example's, evaluated every 2 steps so the
+    # held-out EM's fall can be placed against the likelihood-displacement alarm
+    "collapse": {
+        "default": ["train.eval_every=2"],
+        "lr-10x": ["optimizer.lr=1e-3", "train.eval_every=2"],
+    },
 }
 
 
@@ -104,8 +134,13 @@ def main() -> int:
         action="append",
         default=[],
         metavar="NAME=SECTION.KEY=VALUE[;...]",
-        help="a recipe (repeatable; the first is the baseline); default: "
-        + ", ".join(DEFAULT_RECIPES),
+        help="a recipe (repeatable; the first is the baseline); default: the --recipes set",
+    )
+    parser.add_argument(
+        "--recipes",
+        choices=RECIPE_SETS,
+        default="basics",
+        help="a named set of recipes when no --recipe is given (default: %(default)s)",
     )
     parser.add_argument("--out", type=Path, help="folder of the runs and recipes.jsonl")
     parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
@@ -114,7 +149,7 @@ def main() -> int:
         rows = [json.loads(line) for line in args.table.read_text().splitlines() if line]
         print(table(summarize(rows)))
         return 0
-    recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else DEFAULT_RECIPES
+    recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else RECIPE_SETS[args.recipes]
     seeds = [int(s) for s in args.seeds.split(",")]
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-recipes-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,3 +46,35 @@ def test_the_table_says_which_differences_beat_the_seed_spread(tmp_path: Path) -
     assert lines["no-kl"].endswith("| -22.5 | em, em/hard_2hop |")
     # f1-reward's [45, 70] overlaps default's: within the seed spread
     assert lines["f1-reward"].endswith("| +2.5 | none |")
+
+
+def test_every_named_recipe_is_a_config_train_accepts(tmp_path: Path) -> None:
+    """Each recipe of each named set, applied to the harder world's example the way the bench
+    writes it, passes the checks ``train`` runs before it starts (a typo in a key, a value or a
+    loss option would cost an hour-long bench run)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import real_model
+    import recipes
+
+    from searchr1.core.config import load_config
+    from searchr1.core.plugins import load_registry
+    from searchr1.core.trainer_checks import loss_refusals
+
+    registry = load_registry()
+    example = ROOT / "examples" / "real-model-hard.toml"
+    for set_name, named in recipes.RECIPE_SETS.items():
+        for name, overrides in named.items():
+            args = real_model.build_parser().parse_args(
+                ["--config", str(example), "--eval-questions", "8"]
+                + [f"--set={item}" for item in overrides]
+            )
+            path = real_model.write_config(args, 0, tmp_path / set_name / name)
+            config = load_config(path, registry=registry, check_plugins=True)
+            assert loss_refusals(config, registry) == [], (set_name, name)
+            for item in overrides:  # each override reached the config
+                dotted, _, value = item.partition("=")
+                *sections, key = dotted.split(".")
+                table = tomllib.loads(path.read_text())
+                for section in sections:
+                    table = table[section]
+                assert table[key] == tomllib.loads(f"v = {value}")["v"], (set_name, item)
