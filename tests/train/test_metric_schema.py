@@ -8,6 +8,7 @@ from typing import get_args
 import pytest
 
 from searchr1.core.metric_schema import SCHEMA, Kind, Merge, assemble, declared, merge, rule
+from searchr1.core.rewards import ComposedReward
 
 
 def test_every_key_is_declared_once_and_each_group_says_when_it_is_logged() -> None:
@@ -143,3 +144,28 @@ def test_a_learner_s_micro_batches_merge_by_the_schema() -> None:
         }
     )
     assert all(declared(key)[0].kind is Kind.DERIVED for key in a)  # never logged raw
+
+
+class _Spending:
+    """A reward that reports spend (what the judge reward's ``metrics`` returns)."""
+
+    def __init__(self, numbers: dict[str, float]) -> None:
+        self.numbers = numbers
+
+    def __call__(self, trajectory, golden_answers):  # noqa: ANN001, ANN204 - never scored here
+        raise AssertionError("not scored")
+
+    def metrics(self, reset: bool = False) -> dict[str, float]:
+        return dict(self.numbers)
+
+
+def test_a_composed_reward_merges_its_parts_spend_by_the_schema() -> None:
+    base = _Spending({"judge/calls": 2.0, "judge/calls_total": 7.0, "reward/judge_fallbacks": 1.0})
+    term = _Spending({"judge/calls": 3.0, "judge/calls_total": 4.0})
+    composed = ComposedReward(base, (("second_judge", term), ("silent", lambda t, g: None)))
+    assert composed.metrics() == {
+        "judge/calls": 5.0,
+        "judge/calls_total": 11.0,
+        "reward/judge_fallbacks": 1.0,
+    }
+    assert ComposedReward(base, ()).metrics() == base.numbers  # one part: as it reported
