@@ -309,7 +309,7 @@ class Judge:
         judged, shared = await self.memo.share(
             key, lambda: self._ask(item, spend), keep=lambda j: j.score
         )
-        if shared:  # another batch's call in flight answered it: not a call of this one
+        if shared and judged.score is not None:  # another batch's call answered it: a hit
             spend.calls -= 1
             spend.cache_hits += 1
         return judged

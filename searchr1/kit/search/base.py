@@ -1,8 +1,10 @@
-"""The part every search provider shares: input checks, the run cache, metrics.
+"""The part every search provider shares: input checks, the memo (run cache, disk store,
+queries in flight: :class:`~searchr1.kit.memo.Memo`), metrics.
 
 A provider subclasses :class:`BaseSearchProvider` and implements :meth:`_fetch` (one query
 to its backend, returning a :class:`SearchResponse` and never raising). The rollout calls
-:meth:`search` concurrently from many trajectories; this class
+:meth:`search` concurrently from many trajectories; one query asked twice at once is fetched
+once.
 """
 
 from __future__ import annotations
