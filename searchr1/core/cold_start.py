@@ -18,7 +18,7 @@ from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.data import load_questions
 from searchr1.core.logs import get_logger
-from searchr1.core.question_stream import QuestionStream
+from searchr1.core.question_stream import QuestionStream, draw_fitting
 from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
 from searchr1.core.step import adam_params, batch_limits
@@ -26,7 +26,7 @@ from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.trainer_checks import check_loss
 from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
 from searchr1.rl.datums import trajectory_to_datum
-from searchr1.rl.rollout import draw_fitting, sampling_params
+from searchr1.rl.rollout import sampling_params
 from searchr1.rl.step import learn, rollout_and_score
 
 

@@ -24,10 +24,12 @@ class Kind(enum.Enum):
     DERIVED = "not logged (another key gives it)"
 
 
-#: how the values of several parts merge: ``per_call`` is the mean weighted by the part's
-#: ``calls`` (the key's own prefix: ``search/calls``); ``recomputed``: the step computes it
-#: once from the merged learner sums (``ratio_mean = ratio_sum / tokens``)
-Merge = Literal["sum", "mean", "min", "max", "last", "per_call", "recomputed"]
+#: how the values of several parts (micro-batches, ranks, calls) merge (:func:`merge`):
+#: ``per_call`` is the mean weighted by the part's ``calls`` (the key's own prefix:
+#: ``search/calls``); ``recomputed``: the step computes it once from the merged learner sums
+#: (``ratio_mean = ratio_sum / tokens``), parts that carry it sum; ``scoped``: as the key
+#: without its middle part (``mismatch/server0/k3_sum`` as ``mismatch/k3_sum``)
+Merge = Literal["sum", "mean", "min", "max", "last", "per_call", "recomputed", "scoped"]
 
 
 @dataclass(frozen=True)
@@ -173,11 +175,30 @@ SCHEMA: tuple[MetricGroup, ...] = (
         ("llds/active_frac", "share of trained tokens the LLDS regularizer penalised"),
     ),
     _g(
+        "learner sums",
+        DERIVED,
+        "never (the step's means are derived from them)",
+        "sum",
+        ("tokens", "trained tokens a learner's loss read (`tokens/trained`)"),
+        ("ratio_sum", "sum of the importance ratios over them (`ratio_mean`)"),
+        Metric("ratio_max", "the largest importance ratio", "max"),
+        ("clipped_tokens", "tokens whose ratio the loss clipped (`clip_fraction`)"),
+        ("truncated_tokens", "tokens whose ratio passed the loss's cap"),
+        ("nll_sum", "the cold start's summed negative log-likelihood"),
+        ("kl_sum", "sum of the KL term's k3 over the tokens it read (`kl/mean`)"),
+        ("kl_tokens", "tokens the KL term read"),
+        Metric("kl_max", "the largest k3 of the KL term (`kl/max`)", "max"),
+        ("llds_sum", "the LLDS penalty summed over trained tokens (`llds/penalty`)"),
+        ("llds_tokens", "tokens the LLDS regularizer penalised (`llds/active_frac`)"),
+    ),
+    _g(
         "mismatch weights",
         DERIVED,
         "never",
         "sum",
         ("mismatch/tokens", "trained tokens the mismatch numbers are over (`tokens/trained`)"),
+        ("mismatch/kl_sample_train_sum", "sum of sampler minus learner log-prob over them (`mismatch/kl_sample_train` is its mean)"),
+        ("mismatch/k3_sum", "sum of the k3 estimates over them (`mismatch/k3` is its mean)"),
         Metric("mismatch/logprob_diff_max", "largest |learner - sampler| log-prob: max(ln `ratio_max`, -ln `ratio_min`)", "max"),
     ),
     _g(
@@ -189,7 +210,7 @@ SCHEMA: tuple[MetricGroup, ...] = (
         ("mismatch/k3", "mean k3 KL estimate, sampler vs learner"),
         Metric("mismatch/ratio_min", "smallest per-token ratio learner / sampler", "min"),
         Metric("mismatch/ratio_max", "largest per-token ratio", "max"),
-        ("mismatch/server<k>/<name>", "the same numbers for sampling server k of a sampler with several servers (in the order of `api_bases`)"),
+        Metric("mismatch/server<k>/<name>", "the same numbers for sampling server k of a sampler with several servers (in the order of `api_bases`)", "scoped"),
     ),
     _g(
         "health",
@@ -367,34 +388,43 @@ def assemble(
     return event, totals
 
 
+def rule(key: str) -> Merge:
+    """How ``key``'s values merge: its row's rule, else its group's; an undeclared key (a
+    third-party learner's or plugin's) by its name: ``*_max`` max, ``*_min`` min, else sum."""
+    found = declared(key)
+    if found is None:
+        return "max" if key.endswith("_max") else "min" if key.endswith("_min") else "sum"
+    how = found[1].merge or found[0].merge
+    if how == "scoped":
+        head, _, rest = key.partition("/")
+        return rule(f"{head}/{rest.partition('/')[2]}")
+    return how
+
+
 def merge(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One dict from several parts' (every rank's search or judge numbers), each key by its
-    declared rule. A key a part lacks counts as 0 there (sparse keys are left out at 0);
-    ``per_call`` weighs each part by its ``<prefix>/calls``."""
+    """One dict from several parts' numbers (a step's micro-batches, every rank's learner,
+    search or judge numbers), each key by its declared :func:`rule`. A key a part lacks
+    counts as 0 there for ``sum`` and ``mean`` and is skipped by ``min``, ``max`` and
+    ``last``; ``per_call`` weighs each part by its ``<prefix>/calls``."""
     if len(parts) == 1:
-        return dict(parts[0])
+        return {key: float(value) for key, value in parts[0].items()}
     out: dict[str, float] = {}
-    for key in sorted({k for p in parts for k in p}):
-        values = [float(p.get(key, 0.0)) for p in parts]
-        found = declared(key)
-        rule = (found[1].merge or found[0].merge) if found else "sum"
-        if rule == "per_call":
+    for key in dict.fromkeys(k for p in parts for k in p):
+        present = [float(p[key]) for p in parts if key in p]
+        how = rule(key)
+        if how == "per_call":
             calls_key = key.rsplit("/", 1)[0] + "/calls" if "/" in key else "calls"
-            calls = [float(p.get(calls_key, 0.0)) for p in parts]
-            total = sum(calls)
-            out[key] = (
-                sum(v * c for v, c in zip(values, calls, strict=True)) / total
-                if total
-                else values[0]
-            )
-        elif rule == "min":
-            out[key] = min(float(p[key]) for p in parts if key in p)
-        elif rule == "max":
-            out[key] = max(float(p[key]) for p in parts if key in p)
-        elif rule == "mean":
-            out[key] = sum(values) / len(values)
-        elif rule == "last":
-            out[key] = float(next(p[key] for p in reversed(parts) if key in p))
-        else:
-            out[key] = sum(values)
+            weighted = [(float(p.get(key, 0.0)), float(p.get(calls_key, 0.0))) for p in parts]
+            total = sum(c for _, c in weighted)
+            out[key] = sum(v * c for v, c in weighted) / total if total else weighted[0][0]
+        elif how == "min":
+            out[key] = min(present)
+        elif how == "max":
+            out[key] = max(present)
+        elif how == "mean":
+            out[key] = sum(present) / len(parts)
+        elif how == "last":
+            out[key] = present[-1]
+        else:  # sum, recomputed
+            out[key] = sum(present)
     return out

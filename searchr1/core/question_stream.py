@@ -11,9 +11,13 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from searchr1.core.types import Question
+from searchr1.rl.rollout import RolloutConfigError, prompt_overflow
+
+if TYPE_CHECKING:
+    from searchr1.rl.job import Environment, Job
 
 
 @dataclass
@@ -181,3 +185,31 @@ def cursor_problem(state: Any) -> str | None:
     if not all(isinstance(state.get(k), int) for k in ("epoch", "cursor")):
         return "'data' is not a saved data cursor (epoch, cursor)"
     return None
+
+
+def draw_fitting(
+    env: Environment, job: Job, stream: QuestionStream, n: int, field: str = "data.train"
+) -> list[Question]:
+    """The next ``n`` questions of ``stream`` (read from ``field``) that leave room for an
+    answer. A question whose prompt alone fills ``rollout.max_trajectory_tokens`` can never
+    be rolled out: it is skipped with a warning each time it is drawn, rather than ending a
+    run hours in (a large QA set has a few such rows; tokenizing all of it up front would
+    cost minutes)."""
+    limit = env.config.rollout.max_trajectory_tokens
+    batch: list[Question] = []
+    skipped = 0
+    while len(batch) < n:
+        for question in stream.next_batch(n - len(batch)):
+            overflow = prompt_overflow(env.protocol, question, limit)
+            if overflow is None:
+                batch.append(question)
+                continue
+            skipped += 1
+            if skipped > len(stream.questions):
+                raise RolloutConfigError(
+                    f"{field}: no question leaves room in rollout.max_trajectory_tokens = "
+                    f"{limit} ({overflow}); raise it"
+                )
+            if job.world.main:
+                job.warn("question_skipped", f"{field}: {overflow}: it is skipped")
+    return batch

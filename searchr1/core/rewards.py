@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from searchr1.core.config_schema import Config
 from searchr1.core.errors import RemoteError
+from searchr1.core.metric_schema import merge
 from searchr1.core.plugins import Registry
 from searchr1.core.types import Question, RewardFn, RewardResult, Trajectory
 
@@ -94,10 +95,9 @@ class ComposedReward:
         return RewardResult(total, components)
 
     def metrics(self, reset: bool = False) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for reward in (self.base, *(term for _, term in self.terms)):
-            out.update(reward_metrics(reward, reset))
-        return out
+        """Every part's numbers, merged by their declared rule (two judges' spend adds up)."""
+        parts = [reward_metrics(r, reset) for r in (self.base, *(t for _, t in self.terms))]
+        return merge([m for m in parts if m])
 
     def problem(self) -> str | None:
         problems = (reward_problem(r) for r in (self.base, *(t for _, t in self.terms)))

@@ -36,7 +36,8 @@ from searchr1.core.step_metrics import (
 from searchr1.core.types import AdamParams, RewardResult, ScoredGroup, Trajectory, kl_coef
 from searchr1.rl.batching import BatchLimits
 from searchr1.rl.job import Environment, Job
-from searchr1.rl.step import Batch, Learned, collect
+from searchr1.rl.pipeline import Window
+from searchr1.rl.step import Aggregation, Batch, Learned, collect
 
 
 async def guarded_collect(
@@ -142,11 +143,12 @@ def record(
     health: Health,
     batch: Batch,
     learned: Learned,
-    timing: Mapping[str, float],
+    window: Window,
     extra: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Health checks, the ``metrics`` event (returned; ``extra`` joins it: the periodic
-    held-out eval's ``eval/*``), alerts and the trajectory dump; rank 0 alone under torchrun
+    held-out eval's ``eval/*``; ``window``: the step's, :func:`window_metrics`), alerts and
+    the trajectory dump; rank 0 alone under torchrun
     (others return ``{}``). The event holds what :func:`~searchr1.core.metric_schema.assemble`
     keeps of the step's numbers; the run totals it sets apart go to ``run.totals``
     (``train_done``)."""
@@ -154,6 +156,7 @@ def record(
         return {}
     cfg, log = run.config, get_logger()
     trajectories, rewards = first_draw(batch)
+    timing = window_metrics(batch, window)
     health_metrics, alerts = health.observe(
         StepRecord(
             batch.step,
@@ -262,6 +265,27 @@ def step_metrics(
     }
 
 
+def window_metrics(batch: Batch, window: Window) -> dict[str, float]:
+    """The step's staleness (of its trajectories), the idle fractions of trainer and sampler
+    over its window, the seconds of rollouts that overlapped learning, and ``time/step``."""
+    w = window
+    span = max(w.learn_end - w.start, 1e-9)
+    trained_on = batch.step - 1
+    stale = [trained_on - t.policy_version for g in batch.groups for t in g.trajectories] or [
+        trained_on - batch.policy_version
+    ]
+    return {
+        "staleness/mean": sum(stale) / len(stale),
+        "staleness/max": float(max(stale)),
+        "pipeline/trainer_idle_frac": min(
+            1.0, max(0.0, 1.0 - (w.learn_end - w.learn_start) / span)
+        ),
+        "pipeline/sampler_idle_frac": min(1.0, max(0.0, 1.0 - w.rollout_busy / span)),
+        "pipeline/overlap_s": w.overlap,
+        "time/step": span,
+    }
+
+
 def adam_params(cfg: Config) -> AdamParams:
     """``[optimizer]`` as the provider's AdamParams (the cold start changes the lr)."""
     o = cfg.optimizer
@@ -280,6 +304,16 @@ def first_draw(batch: Batch) -> tuple[list[Trajectory], list[RewardResult]]:
     trajectories = [t for g in batch.first for t in g.trajectories]
     rewards = [r for g in batch.first for r in g.rewards]
     return trajectories, rewards
+
+
+def aggregation_of(cfg: Config) -> Aggregation:
+    """The step's :class:`Aggregation` from ``[train]`` and ``[rollout]``."""
+    return Aggregation(
+        mode=cfg.train.loss_agg_mode,
+        trajectories=cfg.rollout.questions_per_batch * cfg.rollout.group_size,
+        norm_tokens=cfg.train.loss_agg_tokens or cfg.rollout.max_trajectory_tokens,
+        mask_truncated=cfg.train.mask_truncated_completions,
+    )
 
 
 def batch_limits(cfg: Config) -> BatchLimits:

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from searchr1.core.metric_schema import merge
 from searchr1.core.old_imports import warn_plugins
 from searchr1.core.types import RewardResult, Trajectory
 
@@ -130,23 +131,9 @@ def llds_metrics(train_metrics: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def merge_train_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """One step's ``forward_backward`` metrics as one dict: ``*_max`` by max, ``*_min`` by
-    min, the rest (``tokens``, ``ratio_sum``, ``mismatch/k3_sum``, ...) by sum. Learners report
-    sums and extremes only: the means (``ratio_mean``, ``clip_fraction``, ``kl/mean``, the
-    ``mismatch/*`` means) are derived once from the merged sums (:func:`ratio_metrics`,
-    :func:`kl_metrics`, :func:`mismatch_means`)."""
-    out: dict[str, float] = {}
-    for metrics in parts:
-        for key, value in metrics.items():
-            v = float(value)
-            if key.endswith("_max"):
-                out[key] = max(out.get(key, v), v)
-            elif key.endswith("_min"):
-                out[key] = min(out.get(key, v), v)
-            else:
-                out[key] = out.get(key, 0.0) + v
-    return out
+#: the SDK's name for :func:`~searchr1.core.metric_schema.merge` (a learner merges its
+#: micro-batches' sums and extremes with it; the means are derived once after the merge)
+merge_train_metrics = merge
 
 
 def mismatch_means(train_metrics: Mapping[str, float]) -> dict[str, float]:

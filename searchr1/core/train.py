@@ -35,6 +35,7 @@ from searchr1.core.rewards import close_reward
 from searchr1.core.runs import Run
 from searchr1.core.step import (
     adam_params,
+    aggregation_of,
     batch_limits,
     guarded_collect,
     kept_lines,
@@ -44,8 +45,8 @@ from searchr1.core.step import (
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
 from searchr1.core.types import LossFn, Question, Trainer, kl_coef
-from searchr1.rl.pipeline import run_steps
-from searchr1.rl.step import Batch, Learned, aggregation_of, learn
+from searchr1.rl.pipeline import Window, run_steps
+from searchr1.rl.step import Batch, Learned, learn
 
 
 def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
@@ -288,7 +289,7 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
             env, job, plan.stream, step, version, keep_degenerate=kl
         ),
         learn=lambda batch: _learn(plan, progress, batch),
-        finish=lambda batch, learned, timing: _finish(plan, progress, batch, learned, timing),
+        finish=lambda batch, learned, window: _finish(plan, progress, batch, learned, window),
         holds=lambda step: plan.saves(step) or plan.evaluates(step),
         stopping=lambda: run.stop.requested or health.stop_alert is not None,
         snapshot=run.trainer.capabilities.snapshot_sampler,
@@ -299,7 +300,7 @@ async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
 async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
     batch's trajectories, degenerate ones included) and each datum by ``[train]
-    loss_agg_mode`` (:func:`~searchr1.rl.step.aggregation_of`)."""
+    loss_agg_mode`` (:func:`~searchr1.core.step.aggregation_of`)."""
     cfg = plan.run.config
     aggregation = aggregation_of(cfg)
     datums = batch.datums(
@@ -321,12 +322,12 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
 
 
 async def _finish(
-    plan: _Plan, progress: _Progress, batch: Batch, learned: Learned, timing: dict[str, float]
+    plan: _Plan, progress: _Progress, batch: Batch, learned: Learned, window: Window
 ) -> None:
     """After a step learned: its periodic eval (when due), its record, its checkpoint (every
     ``save_every``)."""
     evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
-    progress.metrics = record(plan.run, plan.health, batch, learned, timing, evaluated)
+    progress.metrics = record(plan.run, plan.health, batch, learned, window, evaluated)
     progress.batch = batch
     if plan.saves(batch.step):
         save(plan.run, plan.health, batch.cursor, batch.step)

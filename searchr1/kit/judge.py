@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy, Verdict, safe_url
+from searchr1.kit.memo import Memo
 from searchr1.kit.retry import is_retryable_status, parse_retry_after
 from searchr1.kit.search.keys import KeyPool
 from searchr1.sdk import (
@@ -200,13 +201,14 @@ class Judge:
         # what decides a verdict besides the item: the prompt and the request's extras
         version = json.dumps([settings.prompt, settings.extra_body], sort_keys=True, default=str)
         self.prompt_version = hashlib.sha256(version.encode()).hexdigest()[:12]
-        self._memory: dict[str, float] = {}
         self._step, self._run = _Spend(), _Spend()
-        self._store: _VerdictStore | None = None
+        store = None
         if settings.disk_cache:
             from searchr1.kit.search.cache import answer_store_path
 
-            self._store = _VerdictStore(store_path or answer_store_path())
+            store = _VerdictStore(store_path or answer_store_path())
+        #: this run's verdicts, the disk store's, and the calls in flight
+        self.memo: Memo[str, float] = Memo({}, store)
 
     # ------------------------------------------------------------------ scoring
 
@@ -256,17 +258,14 @@ class Judge:
         todo: dict[str, list[int]] = {}
         for i, item in enumerate(items):
             key = self.key(item)
-            score = self._memory.get(key)
-            if score is None and key not in todo and self._store is not None:
-                score = self._store.get(key)
-                if score is not None:
-                    spend.disk_hits += 1
-                    self._memory[key] = score
+            if key in todo:
+                todo[key].append(i)
+                spend.cache_hits += 1
+                continue
+            score, from_disk = self.memo.recall(key)
+            spend.disk_hits += from_disk
             if score is not None:
                 out[i] = Judged(score, cached=True)
-                spend.cache_hits += 1
-            elif key in todo:
-                todo[key].append(i)
                 spend.cache_hits += 1
             else:
                 todo[key] = [i]
@@ -284,7 +283,8 @@ class Judge:
         unjudged = 0
         spend.calls += len(todo)
         tasks = {
-            key: asyncio.ensure_future(self._ask(items[idx[0]], spend)) for key, idx in todo.items()
+            key: asyncio.ensure_future(self._share(key, items[idx[0]], spend))
+            for key, idx in todo.items()
         }
         done, pending = await asyncio.wait(tasks.values(), timeout=self.settings.step_deadline_s)
         for task in pending:
@@ -300,13 +300,19 @@ class Judge:
                 spend.failures += 1
                 spend.last_error = judged.error
                 unjudged += len(todo[key])
-            else:
-                self._memory[key] = judged.score
-                if self._store is not None:
-                    self._store.put(key, judged.score)
             for i in todo[key]:
                 out[i] = judged
         return unjudged
+
+    async def _share(self, key: str, item: JudgeItem, spend: _Spend) -> Judged:
+        """:meth:`_ask` once for the concurrent calls of ``key``; a verdict is remembered."""
+        judged, shared = await self.memo.share(
+            key, lambda: self._ask(item, spend), keep=lambda j: j.score
+        )
+        if shared and judged.score is not None:  # another batch's call answered it: a hit
+            spend.calls -= 1
+            spend.cache_hits += 1
+        return judged
 
     async def _ask(self, item: JudgeItem, spend: _Spend) -> Judged:
         """One chat call (retried by the HTTP client); never raises but for cancellation."""
@@ -451,8 +457,7 @@ class Judge:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        if self._store is not None:
-            self._store.close()
+        self.memo.close()
 
 
 class _NoKeyLeft(Exception):
@@ -500,6 +505,10 @@ class _VerdictStore:
 
     def put(self, key: str, score: float) -> None:
         self._disk.put(f"verdict:{key}", repr(score))
+
+    @property
+    def active(self) -> bool:
+        return self._disk.active
 
     def close(self) -> None:
         self._disk.close()

@@ -1,12 +1,8 @@
-"""How a step's rewards become its update: the advantage estimators (:data:`ESTIMATORS`,
-``[train] advantage_estimator``) and the loss's aggregation (:func:`aggregation_weight`,
-``[train] loss_agg_mode``), under the names verl and TRL give them (``docs/training.md`` maps
-each). Estimators see the step's whole batch of groups (``G >= 2`` each; one trajectory has no
-baseline, so it is refused), in float64, with each trajectory's count of sampled tokens (the
-tokens a loss reads; observation tokens are not among them). A group whose rewards are all
-equal is *degenerate* (:func:`is_degenerate`; ``degenerate_group_rate``): a group baseline
-gives it advantage 0 exactly, so it teaches nothing and the loop drops its datums; the
-REINFORCE++ estimators' batch whitening gives it the batch's (non-zero) advantages.
+"""How a step's rewards become its update: the advantage estimators (:data:`ESTIMATORS`)
+and the loss's aggregation (:func:`aggregation_weight`), under verl's and TRL's names
+(docs/training.md maps each). An estimator sees the step's whole batch of groups (``G >= 2``
+each), in float64, with each trajectory's sampled tokens. A *degenerate* group (all rewards
+equal) gets advantage 0 from a group baseline, so the loop drops its datums.
 """
 
 from __future__ import annotations
@@ -92,8 +88,8 @@ def whiten(values: Groups, tokens: Groups) -> list[list[float]]:
 
 
 def reinforce_plus_plus(rewards: Groups, tokens: Groups, s: AdvantageSettings) -> list[list[float]]:
-    """REINFORCE++: the reward on every sampled token (return with gamma = 1), whitened over
-    the batch (:func:`whiten`): a batch baseline, no group one."""
+    """REINFORCE++: the reward on every sampled token (gamma = 1), whitened over the batch:
+    a batch baseline, no group one (a degenerate group's advantages are not 0)."""
     return whiten(rewards, tokens)
 
 
@@ -133,22 +129,6 @@ def batch_advantages(
     if name in GROUP_BASELINES:  # exactly 0, not a rounding residue of r - mean
         out = [[0.0] * len(a) if is_degenerate(g) else a for g, a in zip(rewards, out, strict=True)]
     return [tuple(a) for a in out]
-
-
-@dataclass(frozen=True)
-class GroupAdvantages:
-    advantages: tuple[float, ...]
-    degenerate: bool
-
-
-def group_advantages(
-    rewards: Sequence[float], *, scale_by_std: bool = False, eps: float = 1e-6
-) -> GroupAdvantages:
-    """grpo's advantages of one group (``len(rewards) >= 2``): ``r_i - mean``, or over
-    ``std + eps`` with ``scale_by_std`` (the unbiased std, as verl, TRL and Search-R1)."""
-    settings = AdvantageSettings("group" if scale_by_std else "none", eps)
-    (advantages,) = batch_advantages("grpo", [rewards], [[1] * len(rewards)], settings)
-    return GroupAdvantages(advantages, is_degenerate(rewards))
 
 
 #: ``[train] loss_agg_mode`` values (verl's ``actor.loss_agg_mode``)

@@ -9,15 +9,30 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
 from searchr1.core.distributed import World
 from searchr1.rl.step import Batch, Learned
 
+
+@dataclass(frozen=True)
+class Window:
+    """A step's window (``time.perf_counter`` seconds), from the end of the step before to
+    the end of its learning; ``rollout_busy``: seconds of rollouts in it, ``overlap``: of
+    those, the seconds during learning."""
+
+    start: float
+    learn_start: float
+    learn_end: float
+    rollout_busy: float
+    overlap: float
+
+
 Collect = Callable[[int, int], Awaitable[Batch]]  # (step, policy version)
 Learn = Callable[[Batch], Awaitable[Learned]]
-Finish = Callable[[Batch, Learned, dict[str, float]], Awaitable[None]]
+Finish = Callable[[Batch, Learned, Window], Awaitable[None]]
 
 
 async def run_steps(
@@ -33,18 +48,13 @@ async def run_steps(
     snapshot: Callable[[], Awaitable[None]] | None,
     world: World,
 ) -> None:
-    """Collect, learn and finish steps ``first..last`` in order, the rollouts of up to
-    ``max_staleness`` later steps prefetched while a step learns.
-
-    Step ``s`` is learned on policy version ``s - 1`` (the optimizer steps taken); its
-    rollout starts once version ``s - 1 - max_staleness`` exists, after step ``s - 1``'s
-    rollout, and after step ``s - 1`` is finished when ``holds(s - 1)``. With
-    ``max_staleness > 0`` every rollout starts with ``snapshot()`` (the sampler pins the
-    newest weights), and so does what samples after the loop. After each step every rank
-    agrees on ``stopping()`` (``world.any``) and the loop ends on a stop: the rollout in
-    flight is finished and discarded, none starts after it. An error in ``collect`` is raised
-    once the steps before it are learned; one in ``learn`` or ``finish`` cancels the
-    rollouts in flight."""
+    """Collect, learn and finish steps ``first..last`` in order (docs/training.md, "Pipelined
+    steps"). Step ``s`` learns on policy version ``s - 1``; its rollout starts once version
+    ``s - 1 - max_staleness`` exists, after step ``s - 1``'s rollout, and after step ``s - 1``
+    finished when ``holds(s - 1)``. With ``max_staleness > 0`` each rollout, and what samples
+    after the loop, starts with ``snapshot()``. The ranks agree on ``stopping()`` after each
+    step; on a stop the rollout in flight is discarded. An error in ``collect`` is raised once
+    the steps before it are learned; one in ``learn`` or ``finish`` cancels the rollouts."""
     rollouts = _Rollouts(collect, snapshot if max_staleness > 0 else None, stopping, first - 1)
     ahead, window = first, time.perf_counter()  # ahead: the next step whose rollout starts
     try:
@@ -58,9 +68,8 @@ async def run_steps(
             t0 = time.perf_counter()
             learned = await learn(batch)
             t1 = time.perf_counter()
-            busy, overlap = rollouts.busy(window, t1), rollouts.busy(t0, t1)
-            timing = window_metrics(batch, window, t0, t1, rollout_busy=busy, overlap=overlap)
-            await finish(batch, learned, timing)  # the periodic held-out eval runs in this loop
+            span = Window(window, t0, t1, rollouts.busy(window, t1), rollouts.busy(t0, t1))
+            await finish(batch, learned, span)  # the periodic held-out eval runs in this loop
             rollouts.version = step
             if world.any(stopping()):
                 break
@@ -74,9 +83,8 @@ async def run_steps(
 
 
 class _Rollouts:
-    """The rollouts :func:`run_steps` started and has not learned yet, in step order, and
-    when rollouts ran (to measure the sampler's idle time per window). One runs at a time,
-    each after the one before it: the question stream is read in step order."""
+    """The rollouts :func:`run_steps` started and has not learned yet, in step order (one at
+    a time: the question stream is read in step order), and when rollouts ran."""
 
     def __init__(
         self,
@@ -142,33 +150,3 @@ class _Rollouts:
                 structlog.get_logger().warning(
                     "rollout_discarded", rollout=task.get_name(), error=error
                 )
-
-
-def window_metrics(
-    batch: Batch,
-    start: float,
-    learn_start: float,
-    learn_end: float,
-    *,
-    rollout_busy: float | None = None,
-    overlap: float = 0.0,
-) -> dict[str, float]:
-    """The step's window, from ``start`` (the end of the previous step) to the end of this
-    step's learning: staleness of its trajectories, idle fractions of trainer and sampler
-    (``rollout_busy``: seconds of rollouts in the window, by default all of ``start`` to
-    ``learn_start``), seconds of rollouts that overlapped learning, and ``time/step``."""
-    if rollout_busy is None:
-        rollout_busy = learn_start - start
-    window = max(learn_end - start, 1e-9)
-    trained_on = batch.step - 1
-    stale = [trained_on - t.policy_version for g in batch.groups for t in g.trajectories] or [
-        trained_on - batch.policy_version
-    ]
-    return {
-        "staleness/mean": sum(stale) / len(stale),
-        "staleness/max": float(max(stale)),
-        "pipeline/trainer_idle_frac": min(1.0, max(0.0, 1.0 - (learn_end - learn_start) / window)),
-        "pipeline/sampler_idle_frac": min(1.0, max(0.0, 1.0 - rollout_busy / window)),
-        "pipeline/overlap_s": overlap,
-        "time/step": window,
-    }

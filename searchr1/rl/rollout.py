@@ -1,12 +1,7 @@
-"""The rollout state machine: generate, search, read, continue, answer.
-
-Each question's prompt is sampled **once** with ``num_samples = group_size``; then every
-trajectory continues with ``num_samples = 1``: a turn at a time with all the others
-(``rollout.lockstep``, so a seed repeats the sampler's batches), or on its own as an asyncio
-task (a slow search holds up only its own trajectory). Token-in/token-out: a trajectory grows only by the
-prompt, the sampled tokens as returned and the observation tokens; that list is the next
-prompt, never decoded and re-encoded. docs/architecture.md
-draws its states and end reasons.
+"""The rollout state machine: generate, search, read, continue, answer (docs/architecture.md
+draws it). A prompt is sampled once with ``num_samples = group_size``, then each trajectory
+goes on with ``num_samples = 1``: in lockstep with the others (``rollout.lockstep``) or as
+its own task. Token-in/token-out: the tokens are the next prompt, never decoded and re-encoded.
 """
 
 from __future__ import annotations
@@ -36,8 +31,6 @@ from searchr1.core.types import (
 
 if TYPE_CHECKING:
     from searchr1.core.config_schema import Config
-    from searchr1.core.question_stream import QuestionStream
-    from searchr1.rl.job import Environment, Job
 
 T = TypeVar("T")
 
@@ -51,34 +44,6 @@ def prompt_overflow(protocol: AgentProtocol, question: Question, limit: int) -> 
     (its prompt alone fills it), or None."""
     size = len(protocol.initial_prompt_tokens(question))
     return _overflow(question, size, limit) if size >= limit else None
-
-
-def draw_fitting(
-    env: Environment, job: Job, stream: QuestionStream, n: int, field: str = "data.train"
-) -> list[Question]:
-    """The next ``n`` questions of ``stream`` (read from ``field``) that leave room for an
-    answer. A question whose prompt alone fills ``rollout.max_trajectory_tokens`` can never
-    be rolled out: it is skipped with a warning each time it is drawn, rather than ending a
-    run hours in (a large QA set has a few such rows; tokenizing all of it up front would
-    cost minutes)."""
-    limit = env.config.rollout.max_trajectory_tokens
-    batch: list[Question] = []
-    skipped = 0
-    while len(batch) < n:
-        for question in stream.next_batch(n - len(batch)):
-            overflow = prompt_overflow(env.protocol, question, limit)
-            if overflow is None:
-                batch.append(question)
-                continue
-            skipped += 1
-            if skipped > len(stream.questions):
-                raise RolloutConfigError(
-                    f"{field}: no question leaves room in rollout.max_trajectory_tokens = "
-                    f"{limit} ({overflow}); raise it"
-                )
-            if job.world.main:
-                job.warn("question_skipped", f"{field}: {overflow}: it is skipped")
-    return batch
 
 
 def _overflow(question: Question, size: int, limit: int) -> str:
@@ -142,10 +107,8 @@ class _Rollout:
         self.sampling = sampling
 
     def _params(self, used: int, request_key: str, group_id: str) -> SamplingParams:
-        """``max_tokens`` shrunk to the budget left, the request's ``group_id`` and, when a
-        seed is fixed, a seed derived from ``request_key``: a shared seed would give every
-        ``num_samples=1`` request the same random stream; a derived one keeps trajectories
-        independent and reproducible."""
+        """``max_tokens`` shrunk to the budget left, the ``group_id``, and a seed derived from
+        ``request_key`` (a shared one would give every ``num_samples=1`` request one stream)."""
         left = self.limits.max_trajectory_tokens - used
         seed = self.sampling.seed
         if seed is not None:
@@ -216,10 +179,9 @@ class _Rollout:
         id_prefix: str,
         on_group_done: Callable[[], None] | None,
     ) -> list[list[Trajectory]]:
-        """Every group, a turn at a time: all live trajectories sample (their requests queued
-        together, in question and sample order), then all search, then the next turn. What
-        shares a sampler batch is then fixed by the questions and the seed, not by when each
-        search returned."""
+        """Every group, a turn at a time: all live trajectories sample (queued together, in
+        question and sample order), then all search; so the questions and the seed, not the
+        searches' timing, fix what shares a sampler batch."""
         prompts = [self._prompt(q) for q in questions]
         firsts = await _gather_or_cancel(
             [
@@ -307,8 +269,7 @@ class _Rollout:
     def _observe(
         self, state: _State, turn: Turn, sample: SampledSequence, response: SearchResponse
     ) -> Trajectory | None:
-        """Append the search's observation to ``state``; the trajectory when no room is left
-        for it plus one sampled token."""
+        """Append the search's observation to ``state``; the trajectory when it leaves no room."""
         state.search_calls += 1
         state.search_errors += response.error is not None
         body = self.protocol.observation_text(response)
@@ -416,13 +377,10 @@ async def rollout_questions(
     id_prefix: str = "",
     on_group_done: Callable[[], None] | None = None,
 ) -> list[list[Trajectory]]:
-    """``group_size`` trajectories per question; one list per question, in order.
-
-    ``sampling`` defaults to :func:`sampling_params`; its ``max_tokens`` is the per-turn cap.
-    Ids are ``{id_prefix}{question.id}/{i}``, ``group_id`` ``{id_prefix}{question.id}``. A
-    search failure becomes an observation (counted in ``search_errors``); a sampler error
-    cancels the batch and propagates. ``on_group_done()`` is called as each group finishes.
-    """
+    """``group_size`` trajectories per question, one list per question in order; ids are
+    ``{id_prefix}{question.id}/{i}``. ``sampling`` (default :func:`sampling_params`) caps each
+    turn. A search failure becomes an observation; a sampler error cancels the batch and
+    propagates. ``on_group_done()`` is called as each group finishes."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     runner = _Rollout(

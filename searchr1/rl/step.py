@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchr1.core.config_schema import Config
-from searchr1.core.question_stream import QuestionStream
+from searchr1.core.metric_schema import merge
+from searchr1.core.question_stream import QuestionStream, draw_fitting
 from searchr1.core.rewards import score_all
-from searchr1.core.step_metrics import merge_train_metrics, mismatch_means
+from searchr1.core.step_metrics import mismatch_means
 from searchr1.core.types import (
     AdamParams,
     Datum,
@@ -34,40 +35,35 @@ from searchr1.rl.advantages import (
 from searchr1.rl.batching import BatchLimits, pack_micro_batches
 from searchr1.rl.datums import trajectory_to_datum
 from searchr1.rl.job import Environment, Job
-from searchr1.rl.rollout import derived_seed, draw_fitting, rollout_questions, sampling_params
+from searchr1.rl.rollout import derived_seed, rollout_questions, sampling_params
 
 
 @dataclass
 class Batch:
     """What :func:`collect` hands the learner. ``policy_version``: optimizer steps of the
-    sampling weights at rollout start; ``cursor``: the data stream's state after the step's
-    draws (what a checkpoint after this step records)."""
+    sampling weights at rollout start; ``cursor``: the data stream's state after the draws."""
 
     step: int
     first: list[ScoredGroup]
     groups: list[ScoredGroup]
     draws: int
-    #: the search provider's numbers for the step (``search/*``), every rank's merged (the
-    #: run's search guard reads them)
+    #: the step's ``search/*``, every rank's merged (the run's search guard reads them)
     search_metrics: dict[str, float]
     cursor: dict[str, Any]
     policy_version: int
     seconds: float
-    #: the rank that rolled out each of ``groups``
+    #: the rank that rolled out each of ``groups``, and this process's rank
     owners: list[int]
-    #: this process's rank (torchrun; 0 in one process)
     rank: int = 0
-    #: the reward's numbers for the step (the judge's spend), every rank's summed
+    #: the reward's numbers for the step (the judge's spend), every rank's merged
     reward_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def datums(
         self, max_tokens: int, *, kl: bool = False, aggregation: Aggregation | None = None
     ) -> list[Datum]:
-        """The trained sequences of the groups this rank rolled out: each trajectory with a
-        non-zero advantage, or with ``kl`` (a loss with a KL term) every trajectory, since
-        the KL term reads the sampled tokens of advantage-0 ones too; none that
-        ``aggregation`` masks as truncated. Each weighted as ``aggregation`` says (over the
-        whole job's batch; weight 1 without one)."""
+        """The datums of the groups this rank rolled out: each trajectory with a non-zero
+        advantage (every one with ``kl``: the KL term reads advantage-0 ones too) that
+        ``aggregation`` does not mask, weighted as it says over the job's whole batch."""
         agg = aggregation or Aggregation()
         kept = [t for g in self.groups for t in g.trajectories if not agg.masked(t)]
         batch_tokens = sum(sampled_tokens(t) for t in kept)
@@ -91,7 +87,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Aggregation:
-    """How a step's datums are weighted (``[train]``; :func:`aggregation_of`)."""
+    """How a step's datums are weighted (``[train] loss_agg_mode`` and its settings)."""
 
     mode: str = "seq-mean-token-sum"
     #: N, the step's trajectories (the ``1 / N`` of ``loss_scale``)
@@ -105,24 +101,13 @@ class Aggregation:
         return self.mask_truncated and truncated(t)
 
 
-def aggregation_of(cfg: Config) -> Aggregation:
-    """The step's :class:`Aggregation` from ``[train]`` and ``[rollout]``."""
-    return Aggregation(
-        mode=cfg.train.loss_agg_mode,
-        trajectories=cfg.rollout.questions_per_batch * cfg.rollout.group_size,
-        norm_tokens=cfg.train.loss_agg_tokens or cfg.rollout.max_trajectory_tokens,
-        mask_truncated=cfg.train.mask_truncated_completions,
-    )
-
-
 def sampled_tokens(t: Trajectory) -> int:
     """The tokens of ``t`` the policy sampled (those a loss reads)."""
     return sum(t.generated_mask[1:])
 
 
 def truncated(t: Trajectory) -> bool:
-    """``t`` was cut by a limit: it reached ``rollout.max_trajectory_tokens``, or its last turn
-    stopped at ``model.max_new_tokens`` (``[train] mask_truncated_completions``)."""
+    """``t`` reached ``rollout.max_trajectory_tokens`` or its last turn ``max_new_tokens``."""
     return t.end_reason == "token_limit" or bool(t.turns and t.turns[-1].stop_reason == "length")
 
 
@@ -148,8 +133,7 @@ class Learned:
     """What :func:`learn` did."""
 
     loss: float
-    #: the learners' sums and extremes (``tokens``, ``ratio_sum``, ``mismatch/ratio_max``, ...),
-    #: merged once, with the ``mismatch/*`` means in place of their sums
+    #: the learners' sums and extremes merged, the ``mismatch/*`` means in place of their sums
     train_metrics: dict[str, float]
     optim: Mapping[str, float]
     seconds: float
@@ -165,40 +149,13 @@ async def collect(
     keep_degenerate: bool = False,
 ) -> Batch:
     """Roll out and score step ``step``'s groups, with their advantages (the step's search
-    and reward numbers are the caller's to read). ``keep_degenerate``: the loss has a KL
-    term (:func:`_collect_groups`)."""
-    t0 = time.perf_counter()
-    draw = (env, job, stream, step, policy_version, keep_degenerate)
-    first, groups, owners, draws = await _collect_groups(*draw)
-    return Batch(
-        step=step,
-        first=first,
-        groups=groups,
-        draws=draws,
-        search_metrics={},
-        cursor=stream.state(),
-        policy_version=policy_version,
-        seconds=time.perf_counter() - t0,
-        owners=owners,
-        rank=job.world.rank,
-    )
-
-
-async def _collect_groups(
-    env: Environment,
-    job: Job,
-    stream: QuestionStream,
-    step: int,
-    version: int,
-    keep_degenerate: bool,
-) -> tuple[list[ScoredGroup], list[ScoredGroup], list[int], int]:
-    """``(first draw, groups to train on, the rank of each, extra questions drawn)``:
-    degenerate groups are replaced by fresh questions until questions_per_batch are
-    informative or ``rollout.max_extra_draws`` is spent. A loss with a KL term keeps every
-    degenerate group (``keep_degenerate``): the term anchors the skills those groups show."""
-    cfg = env.config
+    and reward numbers are the caller's to read). With ``rollout.dynamic_sampling`` degenerate
+    groups are replaced by fresh questions until questions_per_batch are informative or
+    ``rollout.max_extra_draws`` is spent; ``keep_degenerate`` (a loss with a KL term) keeps
+    them all: the term anchors the skills those groups show."""
+    t0, cfg = time.perf_counter(), env.config
     want = cfg.rollout.questions_per_batch
-    draw = (env, job, step, version)
+    draw = (env, job, step, policy_version)
     first, owners = await _rollout_shared(*draw, draw_fitting(env, job, stream, want), 0)
     groups = list(first)
     extra = 0
@@ -218,15 +175,25 @@ async def _collect_groups(
             degenerate = degenerate[: max(0, want - len(informative))]
         keep = informative + degenerate
         groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
-    return with_advantages(cfg, first), with_advantages(cfg, groups), owners, extra
+    return Batch(
+        step=step,
+        first=with_advantages(cfg, first),
+        groups=with_advantages(cfg, groups),
+        draws=extra,
+        search_metrics={},
+        cursor=stream.state(),
+        policy_version=policy_version,
+        seconds=time.perf_counter() - t0,
+        owners=owners,
+        rank=job.world.rank,
+    )
 
 
 async def _rollout_shared(
     env: Environment, job: Job, step: int, version: int, questions: Sequence[Question], draw: int
 ) -> tuple[list[ScoredGroup], list[int]]:
-    """The scored groups of ``questions``, in order, and the rank that rolled out each: this
-    rank rolls out its share (:meth:`~searchr1.core.distributed.World.shard`) and gathers
-    the others'. Each step's draw samples with a seed of its own."""
+    """The scored groups of ``questions``, in order, and the rank that rolled out each (this
+    rank's share rolled out here, the others' gathered). Each draw has a seed of its own."""
     world, cfg = job.world, env.config
     seed = derived_seed(cfg.run.seed, f"{step}/{draw}")
     shard = world.shard(questions)
@@ -298,9 +265,9 @@ async def learn(
     adam: AdamParams,
 ) -> Learned:
     """Pack ``datums`` into micro-batches under ``limits``, queue ``forward_backward`` for
-    each with ``loss`` scaled by ``loss_scale`` and then one ``optim_step`` (none when no rank
-    packed anything), and await the results: a remote trainer gets the whole step back to
-    back. Under torchrun the loss and metrics are every rank's."""
+    each (``loss`` scaled by ``loss_scale``) and one ``optim_step`` (none when no rank packed
+    anything), then await them: a remote trainer gets the step back to back. Under torchrun
+    the loss and metrics are every rank's."""
     world = job.world
     t0 = time.perf_counter()
     micro_batches = pack_micro_batches(list(datums), limits)
@@ -311,20 +278,14 @@ async def learn(
     # Every rank steps when any rank has datums: the trainer sums the gradients across ranks.
     optim = await trainer.optim_step(adam) if world.any(bool(micro_batches)) else {}
     results = [await result for result in queued]
-    # a trainer's likelihood displacement (its optimizer step measures it) merges like the
-    # learner's sums, every rank's
+    # the likelihood displacement an optimizer step measures merges with the learners' sums
     displaced = {k: float(v) for k, v in optim.items() if k.startswith("displacement/")}
     optim = {k: v for k, v in optim.items() if k not in displaced}
-    mine = (
-        sum((r.loss for r in results), 0.0),
-        merge_train_metrics([r.metrics for r in results] + [displaced]),
-    )
+    mine = (sum((r.loss for r in results), 0.0), merge([r.metrics for r in results] + [displaced]))
     parts = world.gather(mine)
     return Learned(
         loss=sum(p[0] for p in parts),
-        train_metrics=mismatch_means(
-            merge_train_metrics([p[1] for p in parts]) if len(parts) > 1 else mine[1]
-        ),
+        train_metrics=mismatch_means(merge([p[1] for p in parts])),
         optim=optim,
         seconds=time.perf_counter() - t0,
     )

@@ -19,10 +19,6 @@ ALLOWED: dict[str, str] = {
         "the cold start's supervised loop; it moves into searchr1/rl/ with the algorithm "
         "(issue 60, item 1), where it is split"
     ),
-    "_Rollout.lockstep": (
-        "the rollout's lockstep turn loop (rollout.lockstep): every live trajectory's next "
-        "turn sampled together, then each one's search and observation"
-    ),
 }
 
 

@@ -330,6 +330,24 @@ def test_a_judge_with_no_cache_on_disk_still_caches_within_the_run(
         assert first[0].score == 0.0 and second[0].cached and len(server.requests) == 1
 
 
+def test_two_batches_judging_one_answer_at_once_make_one_call(
+    loop: asyncio.Runner, tmp_path: Path
+) -> None:
+    with FakeJudgeServer() as server:
+        server.fault("hang", 0.3)  # the first call is slow: the second batch asks meanwhile
+        settings = JudgeSettings(api_base=server.base_url, api_key=KEYS[0], model="m")
+        judge = Judge(settings, store_path=tmp_path / "verdicts")
+        item = JudgeItem("q", "Paris", ("Paris",))
+
+        async def both() -> list[list]:
+            return await asyncio.gather(judge.judge_many([item]), judge.judge_many([item]))
+
+        first, second = loop.run(both())
+        assert first[0].score == second[0].score == 1.0 and len(server.requests) == 1
+        m = judge.metrics()
+        assert (m["judge/calls"], m["judge/cache_hits"]) == (1, 1)
+
+
 def test_a_damaged_verdict_store_is_discarded_with_a_warning_and_verdicts_kept_again(
     loop: asyncio.Runner, tmp_path: Path
 ) -> None:

@@ -31,9 +31,10 @@ import torch
 from numerics import RTOL64
 
 from searchr1.core.config_schema import Config
+from searchr1.core.step import aggregation_of
 from searchr1.core.types import LossInputs, Question, RewardResult, ScoredGroup, Trajectory, Turn
 from searchr1.plugins import losses
-from searchr1.rl.step import Aggregation, Batch, aggregation_of, with_advantages
+from searchr1.rl.step import Aggregation, Batch, with_advantages
 
 U = 2.0**-53  # float64 unit roundoff
 PROMPT = (1, 2, 3)

@@ -15,7 +15,8 @@ import structlog.testing
 
 from searchr1.core.distributed import World
 from searchr1.core.errors import EnvironmentDown
-from searchr1.rl.pipeline import run_steps
+from searchr1.core.step import window_metrics
+from searchr1.rl.pipeline import Window, run_steps
 from searchr1.rl.step import Batch, Learned
 
 
@@ -52,8 +53,8 @@ class Recorder:
         self._log("learn_end", collected.step)
         return Learned(0.0, {}, {}, self.learn_s)
 
-    async def finish(self, collected: Batch, _learned: Learned, m: dict[str, float]) -> None:
-        self.metrics[collected.step] = m
+    async def finish(self, collected: Batch, _learned: Learned, window: Window) -> None:
+        self.metrics[collected.step] = window_metrics(collected, window)
         if collected.step == self.stop_after_learning:
             self.stopped = True
 

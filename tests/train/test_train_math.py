@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from searchr1.core.types import Datum, Trajectory
-from searchr1.rl.advantages import group_advantages
+from searchr1.rl.advantages import AdvantageSettings, batch_advantages, is_degenerate
 from searchr1.rl.batching import BatchLimits, MicroBatchError, pack_micro_batches, padded_tokens
 from searchr1.rl.datums import DatumTooLongError, trajectory_to_datum
+
+
+@dataclass(frozen=True)
+class GroupAdvantages:
+    advantages: tuple[float, ...]
+    degenerate: bool
+
+
+def group_advantages(
+    rewards: list[float], *, scale_by_std: bool = False, eps: float = 1e-6
+) -> GroupAdvantages:
+    """grpo's advantages of one group, through the step's batch estimator."""
+    settings = AdvantageSettings("group" if scale_by_std else "none", eps)
+    (advantages,) = batch_advantages("grpo", [rewards], [[1] * len(rewards)], settings)
+    return GroupAdvantages(advantages, is_degenerate(rewards))
 
 
 def test_group_relative_advantages() -> None:

@@ -1,8 +1,10 @@
-"""The part every search provider shares: input checks, the run cache, metrics.
+"""The part every search provider shares: input checks, the memo (run cache, disk store,
+queries in flight: :class:`~searchr1.kit.memo.Memo`), metrics.
 
 A provider subclasses :class:`BaseSearchProvider` and implements :meth:`_fetch` (one query
 to its backend, returning a :class:`SearchResponse` and never raising). The rollout calls
-:meth:`search` concurrently from many trajectories; this class
+:meth:`search` concurrently from many trajectories; one query asked twice at once is fetched
+once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from abc import ABC, abstractmethod
 
 from searchr1.kit.http import bound_loop
+from searchr1.kit.memo import Memo
 from searchr1.kit.search.cache import AnswerStore, CacheKey, answer_store_path, cache_key, run_cache
 from searchr1.kit.search.metrics import SearchMetrics
 from searchr1.sdk import SearchConfig, SearchResponse, SearchResult, get_logger
@@ -33,11 +36,11 @@ class BaseSearchProvider(ABC):
     def __init__(self, settings: SearchConfig):
         self.settings = settings
         self._metrics = SearchMetrics()
-        self._cache = run_cache() if settings.cache else None
-        self._inflight: dict[CacheKey, asyncio.Future[SearchResponse]] = {}
+        #: this run's answers (``[search] cache``), the disk store's, and the calls in flight
+        self.memo: Memo[CacheKey, tuple[SearchResult, ...]] = Memo(
+            run_cache() if settings.cache else None, open_store=self._answer_store
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._store: AnswerStore | None = None
-        self._store_opened = False
         #: paid calls and disk hits over the provider's life (the run), for the spend totals
         self._paid_total = 0
         self._disk_hits_total = 0
@@ -103,22 +106,19 @@ class BaseSearchProvider(ABC):
 
     async def aclose(self) -> None:
         """Release resources (subclasses extend)."""
-        if self._store is not None:
-            self._store.close()
-        return None
+        self.memo.close()
 
     def _extra_metrics(self, reset: bool) -> dict[str, float]:
         """Provider-specific values of :meth:`metrics` (per-step ones restart on ``reset``)."""
         return {}
 
     def _answer_store(self) -> AnswerStore | None:
-        if not self._store_opened:
-            self._store_opened = True
-            scope = self.persistent_scope() if self.settings.disk_cache else None
-            if scope is not None:
-                ttl_s = self.settings.cache_ttl_hours * 3600.0
-                self._store = AnswerStore(answer_store_path(), self.name, scope, ttl_s)
-        return self._store if self._store is not None and self._store.active else None
+        """The disk store of this provider's answers (:meth:`persistent_scope`), or None."""
+        scope = self.persistent_scope() if self.settings.disk_cache else None
+        if scope is None:
+            return None
+        ttl_s = self.settings.cache_ttl_hours * 3600.0
+        return AnswerStore(answer_store_path(), self.name, scope, ttl_s)
 
     # ------------------------------------------------------------------ internals
 
@@ -127,26 +127,21 @@ class BaseSearchProvider(ABC):
         if isinstance(cleaned, SearchResponse):
             return cleaned
         query = cleaned
-        store = self._answer_store()
-        if self._cache is None and store is None:
+        if not self.memo.on:
             return self._record(await self._timed_fetch(query, top_k), cached=False)
         key = cache_key(query, top_k)
-        hit = self._remembered(key, store)
+        hit, from_disk = self.memo.recall(key)
+        self._metrics.disk_hits += from_disk
         if hit is not None:
             return self._record(SearchResponse(results=hit, cached=True), cached=True)
-        leader = self._inflight.get(key)
-        if leader is not None:
-            try:
-                shared = await asyncio.shield(leader)
-            except asyncio.CancelledError:
-                if not leader.cancelled():
-                    raise  # this caller was cancelled
-            else:
-                if shared.ok:
-                    shared = dataclasses.replace(shared, cached=True)
-                return self._record(shared, cached=shared.ok)
-            # the leader was cancelled: this caller asks the backend itself
-        return await self._lead(key, query, top_k, store)
+        response, shared = await self.memo.share(
+            key,
+            lambda: self._timed_fetch(query, top_k),
+            keep=lambda answer: answer.results if answer.ok else None,
+        )
+        if shared and response.ok:
+            response = dataclasses.replace(response, cached=True)
+        return self._record(response, cached=shared and response.ok)
 
     def _clean_query(self, query: str, top_k: int) -> str | SearchResponse:
         """The query with its whitespace collapsed, cut to ``max_query_chars``; or the
@@ -164,42 +159,6 @@ class BaseSearchProvider(ABC):
             m.truncated_queries += 1
             query = query[:limit].rstrip()
         return query
-
-    def _remembered(
-        self, key: CacheKey, store: AnswerStore | None
-    ) -> tuple[SearchResult, ...] | None:
-        """The results this run's cache, else the disk store, holds for ``key`` (a disk hit
-        is kept in the run's cache too); None when neither does."""
-        hit = self._cache.get(key) if self._cache is not None else None
-        if hit is None and store is not None:
-            hit = store.get(key)
-            if hit is not None:
-                self._metrics.disk_hits += 1
-                if self._cache is not None:
-                    self._cache[key] = hit
-        return hit
-
-    async def _lead(
-        self, key: CacheKey, query: str, top_k: int, store: AnswerStore | None
-    ) -> SearchResponse:
-        """Fetch ``key`` as the one caller others asking the same wait on, remembering an
-        answer that succeeded."""
-        future: asyncio.Future[SearchResponse] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        try:
-            response = await self._timed_fetch(query, top_k)
-            if response.ok:
-                if self._cache is not None:
-                    self._cache[key] = response.results
-                if store is not None:
-                    store.put(key, response.results)
-            future.set_result(response)
-            return self._record(response, cached=False)
-        finally:
-            if not future.done():
-                future.cancel()
-            if self._inflight.get(key) is future:
-                del self._inflight[key]
 
     async def _timed_fetch(self, query: str, top_k: int) -> SearchResponse:
         start = time.perf_counter()
