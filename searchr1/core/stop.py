@@ -137,8 +137,10 @@ class Stop:
         and as it ends, and it ends the command there (:class:`Interrupted` naming ``name``):
         every rank calls it. With ``on_stop`` a stop of ``work`` gives ``on_stop``'s value
         instead, and the caller goes on to its own boundary."""
-        if on_stop is None:
-            self.check(name, world)
+        if on_stop is None and (signum := self.asked(world)) is not None:
+            if inspect.iscoroutine(work):
+                work.close()  # never awaited: no "was never awaited" warning
+            raise Interrupted(signum, name)
         result = None
         try:
             if work is not None:

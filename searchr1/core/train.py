@@ -249,24 +249,10 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
         await run.aclose()
         raise
     start = checkpoint.step if checkpoint is not None else 0
-    fresh = checkpoint is None
     return _Plan(
-        cfg,
-        run.env,
-        run.job,
-        run.trainer,
-        records,
-        run.registry.assets,
-        stream,
-        health,
-        periodic,
-        heldout,
-        run.loss,
-        start,
-        fresh,
-        warm_up,
-        warm_up_loss,
-    )
+        cfg, run.env, run.job, run.trainer, records, run.registry.assets, stream, health,
+        periodic, heldout, run.loss, start, checkpoint is None, warm_up, warm_up_loss,
+    )  # fmt: skip
 
 
 async def _before_rl(plan: _Plan, progress: _Progress) -> None:
