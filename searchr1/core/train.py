@@ -286,8 +286,12 @@ async def _heldout_phase(plan: _Plan, name: str, *, sampler: Sampler | None = No
     """Rank 0's held-out eval ``name`` (``sampler``: another than the model's), a phase
     every rank passes: a stop cuts it short and the ranks stop together after it."""
     folder, sinks = plan.records.folder, plan.records.sinks
-    work = heldout_eval(plan.env, folder, plan.heldout, name, sampler=sampler, sinks=sinks)
-    await plan.job.phase(_phase(name), work if plan.heldout else None, alone=True)
+    work = (
+        heldout_eval(plan.env, folder, plan.heldout, name, sampler=sampler, sinks=sinks)
+        if plan.heldout
+        else None
+    )
+    await plan.job.phase(_phase(name), work, alone=True)
 
 
 async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
