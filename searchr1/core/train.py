@@ -344,17 +344,33 @@ async def _finish(
     plan: _Plan, progress: _Progress, batch: Batch, learned: Learned, timing: dict[str, float]
 ) -> None:
     """After a step learned: its periodic eval (when due), its record, its checkpoint (every
-    ``save_every``)."""
-    evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
+    ``save_every``). An eval that fails leaves the step its record (without the eval's
+    numbers); the failure stands, and the stop keeps the step."""
+    try:
+        evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
+    except Exception:
+        _record(plan, progress, batch, learned, timing, {})
+        raise
+    _record(plan, progress, batch, learned, timing, evaluated)
+    if plan.saves(batch.step):
+        _save(plan, batch.cursor, batch.step)
+        progress.saved = batch.step
+
+
+def _record(
+    plan: _Plan,
+    progress: _Progress,
+    batch: Batch,
+    learned: Learned,
+    timing: dict[str, float],
+    evaluated: dict[str, float],
+) -> None:
     kl = kl_coef(plan.loss) > 0
     progress.metrics = record(
         plan.config, plan.job.world, plan.health, plan.records, batch, learned, timing, evaluated,
         kl=kl,
     )  # fmt: skip
     progress.batch = batch
-    if plan.saves(batch.step):
-        _save(plan, batch.cursor, batch.step)
-        progress.saved = batch.step
 
 
 async def _eval_step(
