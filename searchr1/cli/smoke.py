@@ -94,7 +94,11 @@ def _smoke(args: argparse.Namespace, run: Run) -> int:
         if failed is not None:
             return failed
         try:
-            env = dataclasses.replace(run.env, config=config)
+            try:
+                env = dataclasses.replace(run.env, config=config)
+            except BaseException:  # the protocol (a ConfigError): no rollout closes search
+                await run.search.aclose()
+                raise
             return await _Smoke(env, run.folder, question, group_size).run(run.stop)
         finally:
             await run.aclose()
