@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from searchr1.core.assets import asset_name, is_builtin
+    import dataclasses
+
     from searchr1.core.config import load_config
     from searchr1.core.data import load_questions
-    from searchr1.core.evaluation import evaluate_run, format_table
+    from searchr1.core.evaluation import ceiling_agent, evaluate_run, format_table
     from searchr1.core.plugins import load_registry
     from searchr1.core.runs import Run
 
@@ -28,14 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def evaluate() -> object:
         run = await Run(config, registry).start()
         try:
-            spec = str(config.data.eval or "")
-            asset = registry.assets.get(asset_name(spec)) if is_builtin(spec) else None
-            ceiling = asset.ceiling if asset is not None else None
-            agent = ceiling(config, run.sampler.tokenizer, run.protocol) if ceiling else None
+            env = run.env
+            agent = ceiling_agent(env, registry.assets)
             await run.aclose()  # the agent plays through the model's tokenizer and protocol only
             if agent is None:
                 parser.error(
-                    f"data.eval = {spec!r} and rollout.protocol = "
+                    f"data.eval = {config.data.eval!r} and rollout.protocol = "
                     f"{config.rollout.protocol!r}: an ideal agent plays builtin:world/... or "
                     f"builtin:world-hard/... with 'tags'"
                 )
@@ -44,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             if args.limit:
                 questions = questions[: args.limit]
-            return await evaluate_run(run, questions, sampler=agent, label="ideal-agent")
+            playing = dataclasses.replace(env, sampler=agent)
+            return await evaluate_run(playing, questions, label="ideal-agent")
         finally:
             await run.search.aclose()
 

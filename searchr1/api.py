@@ -189,7 +189,7 @@ async def run_rollout_group(
     run = await Run(cfg, registry).start(search=given, check=asked)
     try:
         evaluated = await evaluate_run(
-            run,
+            run.env,
             [asked],
             label="api",
             group_size=group_size,

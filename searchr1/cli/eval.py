@@ -33,10 +33,11 @@ from searchr1.core.logs import say
 from searchr1.core.stop import Stop
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from searchr1.core.config_schema import Config
+    from searchr1.core.config_schema import Config, ModelConfig
     from searchr1.core.plugins import Registry
     from searchr1.core.runs import Run
-    from searchr1.core.types import Question
+    from searchr1.core.types import Question, Trainer
+    from searchr1.rl.job import Environment
 
 #: the sections a checkpoint is evaluated with from its own saved config
 SAVED_SECTIONS = ("model", "lora", "rollout", "search")
@@ -151,70 +152,67 @@ def _eval_config(
 
 
 async def _evaluate_all(
-    args: argparse.Namespace,
-    run: Run,
+    env: Environment,
+    trainer: Trainer | None,
+    stop: Stop,
+    folder: Path,
     questions: list[Any],
     targets: list[tuple[str, str | None]],
+    *,
     data_path: str,
+    greedy: bool,
     written: list[Path],
     judge: Any = None,
 ) -> dict[str, Any]:
-    """Every requested model in turn, inside one event loop (each answer also scored by
-    ``judge``, the ``judge`` reward, for ``--judge``), its records' file appended to
-    ``written``; a stop (``run.stop``) cuts the model being evaluated short. Closes the
-    search provider and the judge in that loop (an async HTTP client must not outlive the
-    loop it was used in)."""
+    """Every requested model in turn in ``env`` (a checkpoint loaded into ``trainer``), inside
+    one event loop (each answer also scored by ``judge``, the ``judge`` reward, for
+    ``--judge``), its records' file in the run ``folder`` appended to ``written``; a ``stop``
+    cuts the model being evaluated short."""
     from searchr1.core.evaluation import check_fit, evaluate_run, write_records
     from searchr1.core.logs import get_logger
-    from searchr1.core.rewards import check_reward, close_reward, reward_metrics
+    from searchr1.core.rewards import check_reward, reward_metrics
 
-    config, log = run.config, get_logger()
+    log = get_logger()
     results: dict[str, Any] = {}
-    try:
-        if judge is not None and questions:  # --judge's judge, asked once as the reward's was
-            await check_reward(judge, questions[0])
-        limit = config.rollout.max_trajectory_tokens
-        check_fit(run.protocol, questions, limit, f"--data = {data_path!r}")
-        # The base model first: once a checkpoint is loaded there is no way back to it.
-        for label, folder in sorted(targets, key=lambda t: t[1] is not None):
-            if folder is not None:
-                await _load_checkpoint(run, folder)
-            log.info("eval_start", label=label, data=data_path, questions=len(questions))
-            evaluation = evaluate_run(
-                run,
-                questions,
-                label=label,
-                greedy=not args.sample,
-                progress=f"eval {label}",
-                judge=judge,
-            )
-            result = await run.stop.cut(evaluation, f"the eval of {label}")
-            if judge is not None:  # what this model's answers cost the judge
-                log.info("eval_judge", label=label, **reward_metrics(judge, reset=True))
-            write_records(run.folder / f"eval_{label}.jsonl", result)
-            written.append(run.folder / f"eval_{label}.jsonl")
-            log.info(
-                "eval_result",
-                label=label,
-                data=data_path,
-                checkpoint=folder,
-                greedy=not args.sample,
-                trustworthy=result.metrics["trustworthy"],
-                **result.numbers(),
-            )
-            results[label] = result
-    finally:
-        await run.search.aclose()
-        if judge is not None:
-            await close_reward(judge)
+    if judge is not None and questions:  # --judge's judge, asked once as the reward's was
+        await check_reward(judge, questions[0])
+    limit = env.config.rollout.max_trajectory_tokens
+    check_fit(env.protocol, questions, limit, f"--data = {data_path!r}")
+    # The base model first: once a checkpoint is loaded there is no way back to it.
+    for label, checkpoint in sorted(targets, key=lambda t: t[1] is not None):
+        if checkpoint is not None:
+            await _load_checkpoint(trainer, env.config.model, checkpoint)
+        log.info("eval_start", label=label, data=data_path, questions=len(questions))
+        evaluation = evaluate_run(
+            env,
+            questions,
+            label=label,
+            greedy=greedy,
+            progress=f"eval {label}",
+            judge=judge,
+        )
+        result = await stop.cut(evaluation, f"the eval of {label}")
+        if judge is not None:  # what this model's answers cost the judge
+            log.info("eval_judge", label=label, **reward_metrics(judge, reset=True))
+        write_records(folder / f"eval_{label}.jsonl", result)
+        written.append(folder / f"eval_{label}.jsonl")
+        log.info(
+            "eval_result",
+            label=label,
+            data=data_path,
+            checkpoint=checkpoint,
+            greedy=greedy,
+            trustworthy=result.metrics["trustworthy"],
+            **result.numbers(),
+        )
+        results[label] = result
     return results
 
 
-async def _load_checkpoint(run: Run, folder: str) -> None:
-    """Load the model state in ``folder`` into the run's trainer; a provider that cannot, or
-    files it cannot read, is a UserError."""
-    model = run.config.model
-    if run.model.trainer is None:
+async def _load_checkpoint(trainer: Trainer | None, model: ModelConfig, folder: str) -> None:
+    """Load the model state in ``folder`` into ``trainer`` (of the ``model`` settings); a
+    provider without one, or files it cannot read, is a UserError."""
+    if trainer is None:
         raise UserError(
             f"--checkpoint {folder!r}: model provider {model.provider!r} only samples: it has "
             f"no trainer to load a checkpoint into; evaluate 'base' with it, or choose the "
@@ -233,7 +231,7 @@ async def _load_checkpoint(run: Run, folder: str) -> None:
             f"{model.provider!r} from base_model {model.base_model!r}?"
         )
 
-    await load_trainer_state(run.model.trainer, folder, cannot)
+    await load_trainer_state(trainer, folder, cannot)
 
 
 def limit_per_source(questions: Sequence[Question], limit: int | None) -> list[Question]:
@@ -287,8 +285,24 @@ def _evaluate_in(
     async def evaluate_all() -> dict[str, Any]:
         await run.start(check=questions[0] if questions else None)
         try:
-            return await _evaluate_all(args, run, questions, targets, data_path, written, judge)
-        finally:
+            return await _evaluate_all(
+                run.env,
+                run.model.trainer,
+                run.stop,
+                run.folder,
+                questions,
+                targets,
+                data_path=data_path,
+                greedy=not args.sample,
+                written=written,
+                judge=judge,
+            )
+        finally:  # async HTTP clients close in the loop they were used in
+            await run.search.aclose()
+            if judge is not None:
+                from searchr1.core.rewards import close_reward
+
+                await close_reward(judge)
             await run.aclose()
 
     try:
@@ -308,11 +322,11 @@ def _evaluate_in(
         "results": {r.label: r.metrics for r in ordered},
     }
     write_text_atomic(run.folder / "eval_summary.json", json.dumps(summary, indent=2) + "\n")
-    _report(run, ordered)
+    _report(ordered, run.folder, config.search.min_success_rate)
     return 0
 
 
-def _report(run: Run, ordered: list[Any]) -> None:
+def _report(ordered: list[Any], folder: Path, min_success_rate: float) -> None:
     """Print each model's table (and their comparison) and where the records are; scores a
     search outage spoilt are an EnvironmentDown (exit 3: ``eval && publish`` stops)."""
     from searchr1.core.evaluation import format_comparison, format_table, trust_warning
@@ -327,13 +341,13 @@ def _report(run: Run, ordered: list[Any]) -> None:
     for r in ordered:
         for line in trust_warning(r):
             say(line)
-    say(f"records: {run.folder}/eval_<label>.jsonl; summary: {run.folder}/eval_summary.json")
+    say(f"records: {folder}/eval_<label>.jsonl; summary: {folder}/eval_summary.json")
     if untrusted := [r.label for r in ordered if not r.metrics["trustworthy"]]:
         # exit 3, not 0: `searchr1 eval && publish` must not go on with these scores
         raise EnvironmentDown(
             f"eval: search failed too often for the scores of {', '.join(untrusted)} to mean "
             f"anything (success under search.min_success_rate = "
-            f"{run.config.search.min_success_rate:.0%}); they are written above, but fix the "
+            f"{min_success_rate:.0%}); they are written above, but fix the "
             f"search environment (the search_failed events say what failed) and evaluate again"
         )
 

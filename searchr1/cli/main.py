@@ -102,7 +102,7 @@ def _run_command(argv: Sequence[str] | None, registry: Registry | None) -> int:
             refused = as_disk_error(exc) if not isinstance(exc, SearchR1Error) else None
             if refused is None:
                 raise
-            raise disk_error(refused, None) from exc
+            raise disk_error(refused) from exc
     except SearchR1Error as exc:  # the class says the exit code (searchr1.core.errors)
         from searchr1.core.secrets import redact_text
 

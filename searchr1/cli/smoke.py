@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any
 
 from searchr1.cli.args import add_run_args, whole_number
@@ -33,6 +35,7 @@ from searchr1.core.stop import Stop
 from searchr1.core.token_limits import limit_hits
 from searchr1.core.types import Question, RewardResult, SearchProvider, Trajectory
 from searchr1.defaults import DEFAULT_ANSWERS, DEFAULT_QUESTION
+from searchr1.rl.job import Environment
 
 TRAJECTORIES_FILE = "smoke_trajectories.jsonl"
 EXIT_CHANNEL_BROKEN = 1
@@ -84,7 +87,42 @@ def _smoke(args: argparse.Namespace, run: Run) -> int:
         config = config.replace(rollout={"max_search_calls": int(max_search)})
     question = smoke_question(args, config)
     say(f"search keys: {search_key_count(config)}")
-    return asyncio.run(_Smoke(run, config, question, group_size).run())
+
+    async def smoke() -> int:
+        """Start the providers, roll out, then judge what came back (one event loop)."""
+        failed = await _started(run.start(check=question), config)
+        if failed is not None:
+            return failed
+        try:
+            try:
+                env = dataclasses.replace(run.env, config=config)
+            except BaseException:  # the protocol (a ConfigError): no rollout closes search
+                await run.search.aclose()
+                raise
+            return await _Smoke(env, run.folder, question, group_size).run(run.stop)
+        finally:
+            await run.aclose()
+
+    return asyncio.run(smoke())
+
+
+async def _started(start: Awaitable[Any], config: Config) -> int | None:
+    """Await the run's ``start``; None once started, else the exit code of a provider that
+    cannot even start (a broken channel, said with its diagnosis)."""
+    try:
+        await start
+    except (ConfigError, PluginError, Interrupted):
+        raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
+    except Exception as exc:
+        if isinstance(exc, RemoteError) and exc.service:  # e.g. the reward judge's check
+            say(f"could not reach {exc.service}: {_say(exc)}")
+            say(f"diagnosis: {exc.service}: {_model_hint(exc, config.model.provider)}")
+            say(f"smoke: FAILED: {exc.service} is not usable (see diagnosis)")
+            return EXIT_CHANNEL_BROKEN
+        say(f"could not start the providers: {_say(exc)}")
+        say("diagnosis: " + _model_hint(exc, config.model.provider, config.model.base_model))
+        return 1
+    return None
 
 
 def smoke_question(args: argparse.Namespace, config: Config) -> Question:
@@ -101,37 +139,17 @@ def smoke_question(args: argparse.Namespace, config: Config) -> Question:
 
 
 class _Smoke:
-    def __init__(self, run: Run, config: Config, question: Question, group_size: int):
-        """``config``: the run's, with smoke's own ``--max-search-calls``."""
-        self.c, self.config, self.question = run, config, question
-        self.group_size, self.run_dir = group_size, run.folder
+    def __init__(self, env: Environment, run_dir: Path, question: Question, group_size: int):
+        """``env``: the started run's, with smoke's own config (``--max-search-calls``)."""
+        self.env, self.config, self.question = env, env.config, question
+        self.group_size, self.run_dir = group_size, run_dir
         self.problems: list[str] = []  # diagnoses that make the exit code non-zero
         self.warnings: list[str] = []
 
-    async def run(self) -> int:
-        """Start the providers, roll out, then judge what came back (one event loop)."""
-        try:
-            await self.c.start(check=self.question)
-        except (ConfigError, PluginError, Interrupted):
-            raise  # the CLI prints these naming the field (exit 2), or the stop (130/143)
-        except Exception as exc:  # a provider that cannot even start is a broken channel
-            if isinstance(exc, RemoteError) and exc.service:  # e.g. the reward judge's check
-                say(f"could not reach {exc.service}: {_say(exc)}")
-                say(f"diagnosis: {exc.service}: {_model_hint(exc, self.config.model.provider)}")
-                say(f"smoke: FAILED: {exc.service} is not usable (see diagnosis)")
-                return EXIT_CHANNEL_BROKEN
-            say(f"could not start the providers: {_say(exc)}")
-            say(
-                "diagnosis: "
-                + _model_hint(exc, self.config.model.provider, self.config.model.base_model)
-            )
-            return 1
-        try:
-            collect = self.c.stop.cut(self._collect(), "the smoke rollout")
-            probe, evaluated, model_error = await collect
-            return self._report(probe, evaluated, model_error)
-        finally:
-            await self.c.aclose()
+    async def run(self, stop: Stop) -> int:
+        """Roll out (``stop`` cuts it short), then judge what came back."""
+        probe, evaluated, model_error = await stop.cut(self._collect(), "the smoke rollout")
+        return self._report(probe, evaluated, model_error)
 
     def _report(
         self, probe: Any, evaluated: EvalResult | None, model_error: Exception | None
@@ -147,7 +165,7 @@ class _Smoke:
                 f"trajectory {i}: reward={result.reward:.1f}, search_calls={traj.search_calls}, "
                 f"final_answer={traj.final_answer}"
             )
-        metrics = self.c.search.metrics()
+        metrics = self.env.search.metrics()
         # Judged by what was done (the trajectories' searches and the probe), not by the
         # provider's optional metrics.
         calls = 1 + sum(t.search_calls for t in trajectories)
@@ -189,7 +207,7 @@ class _Smoke:
         criteria = reference_criteria(
             trajectories,
             results,
-            protocol=self.c.protocol,
+            protocol=self.env.protocol,
             max_search_calls=self.config.rollout.max_search_calls,
             search_success=success,
             min_success_rate=self.config.search.min_success_rate,
@@ -230,19 +248,18 @@ class _Smoke:
         from searchr1.core.evaluation import evaluate_run
         from searchr1.rl.rollout import RolloutConfigError
 
-        search: SearchProvider = self.c.search
+        search: SearchProvider = self.env.search
         try:
             probe = await search.search(self.question.question, self.config.search.top_k)
             evaluated: EvalResult | None = None
             model_error: Exception | None = None
             # Outside the model-channel try: a template whose tool-call format is unknown is
             # the config's problem (exit 2). The description shows the prompt and call format.
-            say(self.c.protocol.describe(self.question))
+            say(self.env.protocol.describe(self.question))
             try:
                 evaluated = await evaluate_run(
-                    self.c,
+                    self.env,
                     [self.question],
-                    config=self.config,
                     label="smoke",
                     group_size=self.group_size,
                     greedy=False,  # the policy as training samples it
@@ -278,7 +295,7 @@ class _Smoke:
                     f"benched for the run. Check the keys in [search] api_keys (the variable "
                     f"behind it, e.g. ZHIHU_SEARCH_KEYS) are valid"
                 )
-        key_warnings_, key_problems = key_warnings(self.c.search)
+        key_warnings_, key_problems = key_warnings(self.env.search)
         self.warnings.extend(key_warnings_)
         self.problems.extend(key_problems)
         if quota and not key_warnings_ and not key_problems:
@@ -286,7 +303,7 @@ class _Smoke:
             self.warnings.append(
                 f"429: search quota exhausted on {quota} request(s); keys left: {keys_left}"
             )
-        if not self.c.search.available() and not key_problems:
+        if not self.env.search.available() and not key_problems:
             self.problems.append(
                 "the search provider reports itself unavailable (every key benched): the "
                 "search channel is down"
@@ -304,12 +321,12 @@ class _Smoke:
         group, so the rewards above say nothing of the judge (a broken channel, exit 1)."""
         from searchr1.core.rewards import reward_metrics, reward_problem
 
-        spend = reward_metrics(self.c.reward)
+        spend = reward_metrics(self.env.reward)
         failed, calls = int(spend.get("judge/failures", 0)), int(spend.get("judge/calls", 0))
         if not failed:
             return
         fallbacks = int(spend.get("reward/judge_fallbacks", 0))
-        why = reward_problem(self.c.reward) or (
+        why = reward_problem(self.env.reward) or (
             f"the reward judge gave no verdict on {failed} of its {calls} calls "
             "(the judge_failures events say why)"
         )
@@ -321,7 +338,7 @@ class _Smoke:
 
     def _write(self, trajectories: Sequence[Trajectory], results: Sequence[RewardResult]) -> None:
         path = self.run_dir / TRAJECTORIES_FILE
-        tok = self.c.model.sampler.tokenizer
+        tok = self.env.sampler.tokenizer
         with atomic_write(path) as fh:
             for traj, result in zip(trajectories, results, strict=True):
                 record = traj.to_dict(result)
@@ -329,7 +346,7 @@ class _Smoke:
                     list(traj.tokens[: traj.prompt_len]), skip_special_tokens=False
                 )
                 record["final_text"] = traj.final_text
-                record["protocol"] = self.c.protocol.name
+                record["protocol"] = self.env.protocol.name
                 for turn, out in zip(traj.turns, record["turns"], strict=True):
                     out["stop_reason"] = turn.stop_reason
                     out["sampled_tokens"] = len(turn.sampled_tokens)

@@ -18,14 +18,15 @@ from searchr1.core.config_schema import ColdStartSettings, Config
 from searchr1.core.config_validate import plugin_settings
 from searchr1.core.data import load_questions
 from searchr1.core.logs import get_logger
+from searchr1.core.plugins import Registry
 from searchr1.core.question_stream import QuestionStream, draw_fitting
-from searchr1.core.runs import Run
 from searchr1.core.scripted import ScriptedTeacher
 from searchr1.core.step import adam_params, batch_limits
 from searchr1.core.step_metrics import peak_rss_gb
 from searchr1.core.trainer_checks import check_loss
-from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler
+from searchr1.core.types import Asset, Datum, LossFn, Question, Sampler, Trainer
 from searchr1.rl.datums import trajectory_to_datum
+from searchr1.rl.job import Environment, Job
 from searchr1.rl.rollout import sampling_params
 from searchr1.rl.step import learn, rollout_and_score
 
@@ -48,15 +49,17 @@ def cold_start_settings(config: Config) -> ColdStartSettings:
     return plugin_settings(config, "train", "cold_start", ColdStartSettings)
 
 
-def cold_start_loss(run: Run, cs: ColdStartSettings) -> LossFn:
-    """The loss ``train.cold_start.loss_fn`` names, refused unless the run's trainer can
-    train it (before any rollout, so a bad name never costs an eval)."""
-    loss = run.registry.create("loss_fn", cs.loss_fn, run.config)
+def cold_start_loss(
+    cs: ColdStartSettings, config: Config, registry: Registry, trainer: Trainer
+) -> LossFn:
+    """The loss ``train.cold_start.loss_fn`` names (created from ``registry``), refused
+    unless ``trainer`` can train it (before any rollout, so a bad name never costs an eval)."""
+    loss = registry.create("loss_fn", cs.loss_fn, config)
     check_loss(
-        run.trainer.capabilities,
+        trainer.capabilities,
         loss,
         field="train.cold_start.loss_fn",
-        provider=run.config.model.provider,
+        provider=config.model.provider,
     )
     return loss
 
@@ -76,17 +79,23 @@ def teacher_for(
     return own if own is not None else ScriptedTeacher(tokenizer, protocol, questions)
 
 
-async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdStartResult:
-    """Run the cold start on the run's trainer with ``loss_fn``, in train's event loop."""
-    log, cfg, protocol, job = get_logger(), run.config, run.protocol, run.job
+async def cold_start(
+    env: Environment,
+    job: Job,
+    trainer: Trainer,
+    assets: Mapping[str, Asset],
+    cs: ColdStartSettings,
+    loss_fn: LossFn,
+) -> ColdStartResult:
+    """Run the cold start on ``trainer`` with ``loss_fn``, in train's event loop: ``env`` with
+    the teacher (``assets``' ceiling agent, else the scripted one) as its sampler."""
+    log, cfg, protocol = get_logger(), env.config, env.protocol
     spec = cs.data or cfg.data.train
     field = "train.cold_start.data" if cs.data else "data.train"
     questions = list(load_questions(spec, cfg.assets, field_name=field).questions)
     stream = QuestionStream(questions, cfg.run.seed + 1)
-    teacher = teacher_for(
-        cfg, run.sampler.tokenizer, protocol, spec, questions, run.registry.assets
-    )
-    teach = dataclasses.replace(run.env, sampler=teacher)
+    teacher = teacher_for(cfg, env.sampler.tokenizer, protocol, spec, questions, assets)
+    teach = dataclasses.replace(env, sampler=teacher)
     sampling = dataclasses.replace(sampling_params(cfg, protocol, greedy=True), seed=cfg.run.seed)
     adam = dataclasses.replace(adam_params(cfg), learning_rate=cs.lr)
     t0 = time.perf_counter()
@@ -94,16 +103,14 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
     tokens_total = 0.0
     losses: list[float] = []
     for step in range(1, cs.steps + 1):
-        phase = f"the cold start (step {step} of {cs.steps})"
-        job.check(phase)  # every rank, before the step's collectives
         batch = draw_fitting(teach, job, stream, cs.questions_per_step, field)
-        mine = run.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
-        # the teacher as the sampler; a stop cuts the rollouts short in one process
+        mine = job.world.shard(batch)  # torchrun: each rank its share (searchr1.core.distributed)
         teaching = rollout_and_score(
             teach, mine, group_size=1, sampling=sampling, id_prefix=f"cs{step}/"
         )
-        groups = await job.cut(teaching, phase)
-        run.search.metrics(reset=True)  # the teacher's searches are not an RL step's
+        groups = await job.phase(f"the cold start (step {step} of {cs.steps})", teaching)
+        assert groups is not None  # every rank has rollouts (a stop raises)
+        env.search.metrics(reset=True)  # the teacher's searches are not an RL step's
         trajectories = [g.trajectories[0] for g in groups]
         scored = [g.rewards[0] for g in groups]
         datums: list[Datum] = [
@@ -112,7 +119,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             if result.reward > 0
         ]
         own_tokens = sum(sum(1 for a in d.advantages if a) for d in datums)
-        counts = run.world.gather((len(datums), own_tokens))  # [(kept, tokens)] per rank
+        counts = job.world.gather((len(datums), own_tokens))  # [(kept, tokens)] per rank
         kept, tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
         total += len(batch)
         kept_total += kept
@@ -126,7 +133,7 @@ async def cold_start(run: Run, cs: ColdStartSettings, loss_fn: LossFn) -> ColdSt
             )
             continue
         learned = await learn(
-            run.trainer,
+            trainer,
             job,
             datums,
             loss_fn,

@@ -35,7 +35,9 @@ from searchr1.rl.rollout import RolloutConfigError, prompt_overflow
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.agent_protocol import AgentProtocol
     from searchr1.core.config_schema import Config
-    from searchr1.core.runs import Run
+    from searchr1.core.sinks import SinkHub
+    from searchr1.core.types import Asset
+    from searchr1.rl.job import Environment
 
 #: questions per ``rollout_questions`` call: bounds memory; fixed so batching is machine-independent
 EVAL_CHUNK = 32
@@ -198,8 +200,8 @@ async def evaluate(
     """Roll out every question ``group_size`` times, in order, with ``sampler`` (a run's
     model, or a scripted agent: the ceiling) through ``search`` and ``protocol``, and score
     each trajectory by ``reward`` (and, with ``judge``, by the ``judge`` reward too, ``eval
-    --judge``): one :class:`EvalRecord` per trajectory. A :class:`~searchr1.core.runs.Run`
-    passes its own parts (:func:`evaluate_run`).
+    --judge``): one :class:`EvalRecord` per trajectory. An
+    :class:`~searchr1.rl.job.Environment` passes its own parts (:func:`evaluate_run`).
 
     Sampling is the rollout's, greedy unless ``greedy`` is false; ``seeded``: with
     ``run.seed`` (an eval is reproducible), else unseeded as a training draw's first turn
@@ -261,23 +263,11 @@ async def _score_into(
 
 
 async def evaluate_run(
-    run: Run,
-    questions: Sequence[Question],
-    *,
-    sampler: Sampler | None = None,
-    config: Config | None = None,
-    **options: Any,
+    env: Environment, questions: Sequence[Question], **options: Any
 ) -> EvalResult:
-    """:func:`evaluate` with the run's model (or ``sampler``), search, protocol, reward and
-    config (or ``config``: smoke's, with its own ``--max-search-calls``)."""
+    """:func:`evaluate` in ``env``: its sampler, search, protocol, reward and config."""
     return await evaluate(
-        sampler or run.sampler,
-        run.search,
-        run.protocol,
-        run.reward,
-        questions,
-        config or run.config,
-        **options,
+        env.sampler, env.search, env.protocol, env.reward, questions, env.config, **options
     )
 
 
@@ -385,32 +375,34 @@ def heldout_questions(config: Config) -> list[Question]:
     return list(loaded.questions)
 
 
-def ceiling_agent(run: Run) -> Sampler | None:
-    """The ceiling agent of ``data.eval``'s ``builtin:`` asset (:attr:`Asset.ceiling`) for
-    this run's protocol, or None: what a perfect searcher scores on the held-out set."""
+def ceiling_agent(env: Environment, assets: Mapping[str, Asset]) -> Sampler | None:
+    """The ceiling agent of ``data.eval``'s ``builtin:`` asset (:attr:`Asset.ceiling`, among
+    ``assets``) for ``env``'s protocol, or None: what a perfect searcher scores on the
+    held-out set."""
     from searchr1.core.assets import asset_name, is_builtin
 
-    spec = run.config.data.eval
-    asset = run.registry.assets.get(asset_name(spec)) if is_builtin(spec) else None
+    spec = env.config.data.eval
+    asset = assets.get(asset_name(spec)) if is_builtin(spec) else None
     if asset is None or asset.ceiling is None:
         return None
-    return asset.ceiling(run.config, run.sampler.tokenizer, run.protocol)
+    return asset.ceiling(env.config, env.sampler.tokenizer, env.protocol)
 
 
 async def heldout_eval(
-    run: Run,
+    env: Environment,
+    folder: Path,
     questions: Sequence[Question],
     when: str,
     *,
     step: int = 0,
     sampler: Sampler | None = None,
-    to_sinks: bool = True,
+    sinks: SinkHub | None = None,
 ) -> EvalResult | None:
-    """Evaluate ``sampler`` (default: the run's) on ``questions`` inside train's event loop;
-    writes ``eval_heldout_<when>.jsonl`` and logs one ``eval/heldout_em`` event, the
-    numbers of :meth:`EvalResult.numbers` with ``when``, ``step``, ``seconds``,
-    ``peak_rss_gb`` and ``trustworthy`` (the numbers also sent to the metric sinks, each
-    prefixed ``eval/heldout_``, unless ``to_sinks`` is false: the caller sends them). An
+    """Evaluate ``sampler`` (default: ``env``'s) on ``questions`` inside train's event loop;
+    writes ``eval_heldout_<when>.jsonl`` into the run ``folder`` and logs one
+    ``eval/heldout_em`` event, the numbers of :meth:`EvalResult.numbers` with ``when``,
+    ``step``, ``seconds``, ``peak_rss_gb`` and ``trustworthy`` (the numbers also sent to the
+    metric ``sinks``, each prefixed ``eval/heldout_``; None: the caller sends them). An
     eval whose search success was under ``search.min_success_rate`` is flagged as ``searchr1
     eval`` flags it (:func:`trust_warning`): ``trustworthy`` false and a
     ``heldout_untrusted`` warning. A scripted ``sampler`` that cannot play
@@ -421,9 +413,8 @@ async def heldout_eval(
     t0 = time.perf_counter()
     try:
         result = await evaluate_run(
-            run,
+            dataclasses.replace(env, sampler=sampler or env.sampler),
             questions,
-            sampler=sampler,
             label=f"heldout-{when}",
             progress=f"held-out eval {when}",
         )
@@ -433,9 +424,9 @@ async def heldout_eval(
         get_logger().warning(f"{when}_skipped", reason=str(exc))
         return None
     finally:
-        run.search.metrics(reset=True)  # eval searches are not a training step's
-        reward_metrics(run.reward, reset=True)  # nor its judge calls (the run's totals keep them)
-    write_records(run.folder / f"eval_heldout_{when}.jsonl", result)
+        env.search.metrics(reset=True)  # eval searches are not a training step's
+        reward_metrics(env.reward, reset=True)  # nor its judge calls (the run's totals keep them)
+    write_records(folder / f"eval_heldout_{when}.jsonl", result)
     numbers = {
         **result.numbers(),
         "seconds": round(time.perf_counter() - t0, 2),
@@ -447,8 +438,8 @@ async def heldout_eval(
         get_logger().warning(
             "heldout_untrusted", when=when, step=step, message=line.removeprefix("WARNING: ")
         )
-    if to_sinks:
-        run.sinks.scalars(step, heldout_metrics(numbers))
+    if sinks is not None:
+        sinks.scalars(step, heldout_metrics(numbers))
     return result
 
 
@@ -505,11 +496,12 @@ class PeriodicEval:
     def due(self, step: int, last: int) -> bool:
         return step == 0 or step % self.every == 0 or step == last
 
-    async def evaluate(self, run: Run, step: int) -> dict[str, float]:
-        """Evaluate the current weights as step ``step``'s; returns the ``eval/heldout_*``
+    async def evaluate(self, env: Environment, folder: Path, step: int) -> dict[str, float]:
+        """Evaluate ``env``'s current weights as step ``step``'s (records into the run
+        ``folder``); returns the ``eval/heldout_*``
         metrics the step's ``metrics`` event carries (:data:`PERIODIC` and ``em/<source>``
         of :func:`heldout_metrics`). Updates the best (see :meth:`is_best`)."""
-        result = await heldout_eval(run, self.questions, f"step_{step}", step=step, to_sinks=False)
+        result = await heldout_eval(env, folder, self.questions, f"step_{step}", step=step)
         assert result is not None  # the run's own sampler: errors raise
         em = float(result.metrics["em"])
         # an EM scored while search was failing says nothing of the weights: never the best

@@ -26,41 +26,46 @@ from searchr1.core.logs import warn
 from searchr1.core.question_stream import QuestionStream
 
 if TYPE_CHECKING:
-    from searchr1.core.runs import Run
+    from searchr1.core.config_schema import Config
+    from searchr1.core.distributed import World
+    from searchr1.core.types import Trainer
 
 
-def resume_point(run: Run, stream: QuestionStream) -> Checkpoint | None:
-    """The checkpoint to continue ``run`` from, with ``stream`` moved to its cursor; None
-    when an earlier ``train`` in the folder stopped before any checkpoint (nothing was
-    trained: the run starts from step 1, said by ``resume_fresh_start``)."""
-    checkpoint, warnings = resume_checkpoint(run.folder)
+def resume_point(
+    folder: Path, config: Config, world: World, stream: QuestionStream
+) -> Checkpoint | None:
+    """The checkpoint in the run ``folder`` to continue from under ``config``, with
+    ``stream`` moved to its cursor; None when an earlier ``train`` in the folder stopped
+    before any checkpoint (nothing was trained: the run starts from step 1, said by
+    ``resume_fresh_start``). Every rank of ``world`` calls it."""
+    checkpoint, warnings = resume_checkpoint(folder)
     for warning in warnings:
         warn("checkpoint_damaged", warning)
-    untrained = checkpoint is None and not any(checkpoints_dir(run.folder).glob("step_*"))
-    if untrained and run.world.broadcast(_train_starts(run.folder) > 1 if run.world.main else None):
+    untrained = checkpoint is None and not any(checkpoints_dir(folder).glob("step_*"))
+    if untrained and world.broadcast(_train_starts(folder) > 1 if world.main else None):
         warn(
             "resume_fresh_start",
-            f"--resume: {run.folder} holds an earlier train run that stopped before any "
+            f"--resume: {folder} holds an earlier train run that stopped before any "
             f"checkpoint (no step was trained): starting it from step 1",
         )
         return None
     if checkpoint is None:
         raise UserError(
-            f"--resume: nothing to resume: {run.folder} has no checkpoint "
+            f"--resume: nothing to resume: {folder} has no checkpoint "
             f"(checkpoints/step_*/); leave out --resume to start a new run there, or give the "
             f"--run-dir of the run to continue"
         )
     saved = _saved_config(checkpoint.path)
-    if changed := _changes(run.config, saved, ADAPTER_FIELDS):
+    if changed := _changes(config, saved, ADAPTER_FIELDS):
         then = ", ".join(f"{d} = {old!r}" for d, old, _ in changed)
-        now = ", ".join(f"{d} = {new!r} ({run.config.where(d)})" for d, _, new in changed)
+        now = ", ".join(f"{d} = {new!r} ({config.where(d)})" for d, _, new in changed)
         raise UserError(
             f"--resume: {checkpoint.path} holds an adapter trained with {then}; this config has "
             f"{now}. Resume with the values it was trained with (its config: "
             f"{checkpoint.path / 'config.toml'}), or start a new run (leave out --resume, or "
             f"give a new --run-dir)"
         )
-    for dotted, then, now in _changes(run.config, saved, ("model.base_model",)):
+    for dotted, then, now in _changes(config, saved, ("model.base_model",)):
         warn(
             "resume_base_model_changed",
             f"{checkpoint.path} was trained on {dotted} = {then!r}, this config has {now!r}: the "
@@ -69,10 +74,10 @@ def resume_point(run: Run, stream: QuestionStream) -> Checkpoint | None:
     try:
         stream.load_state(checkpoint.state["data"])
     except ValueError as exc:
-        raise UserError(_data_mismatch(run.config, checkpoint, saved, exc)) from None
-    if checkpoint.step >= (last := run.config.train.max_steps):
+        raise UserError(_data_mismatch(config, checkpoint, saved, exc)) from None
+    if checkpoint.step >= (last := config.train.max_steps):
         # not an error: a resume at max_steps still runs a final eval a stop cut short
-        where = run.config.where("train.max_steps")
+        where = config.where("train.max_steps")
         fix = (
             "give a larger --max-steps"
             if where.startswith("--")
@@ -144,13 +149,14 @@ def _saved_config(folder: Path) -> dict[str, Any]:
         return {}
 
 
-async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
-    """Load the trainer's saved state; a missing or unreadable file is a UserError."""
+async def load_model_state(trainer: Trainer, config: Config, checkpoint: Checkpoint) -> None:
+    """Load ``checkpoint``'s saved state into ``trainer`` (of ``config``'s model provider); a
+    missing or unreadable file is a UserError."""
 
     def cannot(exc: Exception) -> str:
         saved = _saved_config(checkpoint.path).get("model")
         then = saved.get("provider") if isinstance(saved, dict) else None
-        now = run.config.model.provider
+        now = config.model.provider
         if isinstance(then, str) and then and then != now:  # a provider reads its own states
             fix = (
                 f"it was saved by model provider {then!r} and this run's is {now!r}: resume "
@@ -166,4 +172,4 @@ async def load_model_state(run: Run, checkpoint: Checkpoint) -> None:
             f"({type(exc).__name__}: {exc}); {fix}"
         )
 
-    await load_trainer_state(run.trainer, checkpoint.model_dir, cannot)
+    await load_trainer_state(trainer, checkpoint.model_dir, cannot)

@@ -69,12 +69,6 @@ class Run:
     world: World = field(default_factory=World)
     #: SIGINT/SIGTERM for the command (installed by the CLI command; every phase checks it)
     stop: Stop = field(default_factory=Stop)
-    #: the run totals of the latest step (``search/paid_calls_total``, ...): ``train_done``'s,
-    #: counted across resumes (each checkpoint keeps them, :attr:`totals_before`)
-    totals: dict[str, float] = field(default_factory=dict)
-    #: the totals of the processes before this one (the resumed checkpoint's), added to this
-    #: process's own counts (a judge or a search provider counts from its start)
-    totals_before: dict[str, float] = field(default_factory=dict)
     model: Model = field(init=False)
     search: SearchProvider = field(init=False)
     reward: RewardFn = field(init=False)
@@ -216,7 +210,7 @@ class Run:
         if isinstance(exc, Exception) and not isinstance(exc, SearchR1Error):
             refused = as_disk_error(exc)
             if refused is not None:
-                raise disk_error(refused, self) from exc
+                raise disk_error(refused, self.run_dir, self.command, self.config.source) from exc
 
 
 def open_run(
@@ -245,7 +239,7 @@ def open_run(
     if command == "train":
         log_kwargs.setdefault("total_steps", config.train.max_steps)
     try:
-        _start_logging(run, log_kwargs)
+        run.log, run.sinks = _start_logging(config, registry, command, world, chosen, log_kwargs)
     except BaseException as exc:  # an events file the disk refuses names the run's checkpoint
         run._end(exc)
         raise
@@ -274,29 +268,41 @@ def _claim_run_dir(
     return chosen, held
 
 
-def _start_logging(run: Run, log_kwargs: dict[str, Any]) -> None:
-    """Log into the run folder (rank ``r`` > 0: ``ranks/rank<r>.jsonl``, nothing on screen),
-    open the metric sinks of a train, and log ``run_start`` and the config's choices."""
-    config, world, folder = run.config, run.world, run.folder
+def _start_logging(
+    config: Config,
+    registry: Registry,
+    command: str,
+    world: World,
+    folder: Path,
+    log_kwargs: dict[str, Any],
+) -> tuple[RunLog, SinkHub]:
+    """Log into the run ``folder`` (rank ``r`` > 0: ``ranks/rank<r>.jsonl``, nothing on
+    screen), open the metric sinks of a train, and log ``run_start`` and the config's
+    choices; the run's event stream and sinks."""
     events = folder / "events.jsonl"
     if not world.main:
         (folder / "ranks").mkdir(exist_ok=True)
         events = folder / "ranks" / f"rank{world.rank}.jsonl"
         log_kwargs["stream"] = DISCARD
         log_kwargs.pop("screen", None)
-    run.log = setup_logging(folder.name, events, secrets=config.secrets, **log_kwargs)
-    # metric sinks: [log] sinks (events.jsonl is always on)
-    if run.command == "train" and world.main:
-        run.sinks = open_sinks(config, run.registry, folder)
-    get_logger().info(
-        "run_start",
-        command=run.command,
-        run_dir=str(folder),
-        config_source=config.source,
-        **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
-    )
-    if world.main:
-        announce_config(config, run.registry, run.log)
+    log = setup_logging(folder.name, events, secrets=config.secrets, **log_kwargs)
+    try:
+        # metric sinks: [log] sinks (events.jsonl is always on)
+        main_train = command == "train" and world.main
+        sinks = open_sinks(config, registry, folder) if main_train else SinkHub()
+        get_logger().info(
+            "run_start",
+            command=command,
+            run_dir=str(folder),
+            config_source=config.source,
+            **({"world_size": world.size, "rank": world.rank} if world.size > 1 else {}),
+        )
+        if world.main:
+            announce_config(config, registry, log)
+    except BaseException:
+        log.close()
+        raise
+    return log, sinks
 
 
 def announce_config(config: Config, registry: Registry, log: RunLog) -> None:
@@ -445,20 +451,22 @@ def run_command(folder: Path) -> str | None:
     return None
 
 
-def disk_error(exc: OSError, run: Run | None) -> DiskError:
+def disk_error(
+    exc: OSError, folder: Path | None = None, command: str = "", source: str = ""
+) -> DiskError:
     """The one message for a write the disk refused (:mod:`searchr1.core.disk`): the path,
-    the free space there, ``run``'s last complete checkpoint and the command that continues
-    it (or, outside ``train`` or any run, to run the command again)."""
-    folder = run.run_dir if run is not None else None
+    the free space there, the last complete checkpoint of the run in ``folder`` and the
+    command that continues it (a ``train`` of the config ``source``; outside ``train`` or any
+    run, to run the command again)."""
     lines, advice = describe_refusal(exc, folder)
     if exc.filename and _is_under(Path(exc.filename), cache_dir()):
         advice += " (the cache folder is $SEARCHR1_CACHE, default ~/.cache/searchr1)"
-    if run is not None and folder is not None and run.command == "train":
+    if folder is not None and command == "train":
         last = latest_checkpoint(folder)
         if last is not None:
             lines.append(f"last complete checkpoint: {last.path} (step {last.step})")
             lines.append(f"{advice}, then continue the run with:")
-            lines.append(f"  {resume_command(folder, run.config.source)}")
+            lines.append(f"  {resume_command(folder, source)}")
         else:
             lines.append(f"no complete checkpoint yet in {folder}")
             lines.append(f"{advice}, then start the run again")

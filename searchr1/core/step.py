@@ -11,19 +11,21 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from searchr1.core.checkpoint import save_checkpoint
 from searchr1.core.config_schema import Config
 from searchr1.core.disk import atomic_write
+from searchr1.core.distributed import World
 from searchr1.core.errors import REMOTE_FAILURES, EnvironmentDown, RemoteError
 from searchr1.core.health import Health, StepRecord
 from searchr1.core.logs import get_logger, log_metrics
 from searchr1.core.metric_schema import assemble, merge
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.rewards import decided_failure, reward_metrics, reward_problem
-from searchr1.core.runs import Run
+from searchr1.core.sinks import SinkHub
 from searchr1.core.step_metrics import (
     displacement_metrics,
     kl_metrics,
@@ -33,7 +35,7 @@ from searchr1.core.step_metrics import (
     ratio_metrics,
     rollout_metrics,
 )
-from searchr1.core.types import AdamParams, RewardResult, ScoredGroup, Trajectory, kl_coef
+from searchr1.core.types import AdamParams, RewardResult, ScoredGroup, Trainer, Trajectory
 from searchr1.rl.batching import BatchLimits
 from searchr1.rl.job import Environment, Job
 from searchr1.rl.pipeline import Window
@@ -84,10 +86,7 @@ async def guarded_collect(
                 f"{fix}, then rerun."
             )
         # A stop ends the wait: the step has nothing to keep (it is retried from its cursor).
-        # Under torchrun every rank waits it out and they stop together after it.
-        phase = f"the search guard's wait before retrying step {step}"
-        await job.cut(asyncio.sleep(wait), phase)
-        job.check(phase)
+        await job.phase(f"the search guard's wait before retrying step {step}", asyncio.sleep(wait))
         stream.load_state(cursor)  # retry the same questions
     return dataclasses.replace(
         batch,
@@ -138,23 +137,50 @@ def _environment_problem(cfg: Config, search_metrics: dict[str, float], down: bo
     return None
 
 
+@dataclass
+class Records:
+    """Where ``train`` keeps what its steps did: the run ``folder`` (checkpoints, trajectory
+    dumps), the metric ``sinks``, and the run ``totals`` of the latest step
+    (``search/paid_calls_total``, ...: ``train_done``'s) counted across resumes: ``before``
+    holds the resumed checkpoint's, added to this process's own counts (a judge or a search
+    provider counts from its start)."""
+
+    folder: Path
+    sinks: SinkHub = field(default_factory=SinkHub)
+    totals: dict[str, float] = field(default_factory=dict)
+    before: dict[str, float] = field(default_factory=dict)
+
+    def resume(self, saved: Mapping[str, Any]) -> None:
+        """Count on from a checkpoint's saved totals."""
+        self.before = {str(k): float(v) for k, v in saved.items()}
+        self.totals.update(self.before)
+
+    def count(self, totals: Mapping[str, float]) -> None:
+        """This process's totals so far, plus those before it."""
+        self.totals.update({k: v + self.before.get(k, 0.0) for k, v in totals.items()})
+
+
 def record(
-    run: Run,
+    config: Config,
+    world: World,
     health: Health,
+    records: Records,
     batch: Batch,
     learned: Learned,
     window: Window,
     extra: Mapping[str, float] | None = None,
+    *,
+    kl: bool = False,
 ) -> dict[str, Any]:
     """Health checks, the ``metrics`` event (returned; ``extra`` joins it: the periodic
     held-out eval's ``eval/*``; ``window``: the step's, :func:`window_metrics`), alerts and
     the trajectory dump; rank 0 alone under torchrun
     (others return ``{}``). The event holds what :func:`~searchr1.core.metric_schema.assemble`
-    keeps of the step's numbers; the run totals it sets apart go to ``run.totals``
-    (``train_done``)."""
-    if not run.world.main:
+    keeps of the step's numbers; the run totals it sets apart go to ``records``
+    (``train_done``). ``kl``: the loss has a KL term."""
+    if not world.main:
         return {}
-    cfg, log = run.config, get_logger()
+    log = get_logger()
     trajectories, rewards = first_draw(batch)
     timing = window_metrics(batch, window)
     health_metrics, alerts = health.observe(
@@ -167,44 +193,46 @@ def record(
             timing["staleness/max"],
         )
     )
-    kl = run.loss is not None and kl_coef(run.loss) > 0
     values = {**step_metrics(batch, learned, health_metrics, timing, kl=kl), **(extra or {})}
-    if run.world.size > 1:
-        values["world_size"] = float(run.world.size)
-    modes = ("pipelined",) if cfg.train.max_staleness > 0 else ()
+    if world.size > 1:
+        values["world_size"] = float(world.size)
+    modes = ("pipelined",) if config.train.max_staleness > 0 else ()
     metrics, totals = assemble(values, modes)
-    before = run.totals_before
-    run.totals.update({key: value + before.get(key, 0.0) for key, value in totals.items()})
+    records.count(totals)
     log_metrics(batch.step, metrics)
-    run.sinks.scalars(batch.step, metrics)
+    records.sinks.scalars(batch.step, metrics)
     for alert in alerts:
         log.warning("health_alert", step=batch.step, kind=alert.kind, message=alert.message)
-    records = _dump_trajectories(run.folder, batch.step, batch.groups, cfg.train.dump_trajectories)
-    run.sinks.trajectories(batch.step, records)
+    dumped = _dump_trajectories(
+        records.folder, batch.step, batch.groups, config.train.dump_trajectories
+    )
+    records.sinks.trajectories(batch.step, dumped)
     return metrics
 
 
 def save(
-    run: Run,
+    world: World,
+    trainer: Trainer,
+    config: Config,
+    records: Records,
     health: Health,
     cursor: dict[str, Any],
     step: int,
     *,
     name: str | None = None,
     extra: Mapping[str, Any] | None = None,
-) -> None:
-    """Checkpoint ``step``: the trainer's state, the data cursor and the health state (and
-    ``extra``), in ``checkpoints/<name>`` when ``name`` is given; rank 0 alone under torchrun
-    (the adapter and optimizer are the same on every rank)."""
-    if not run.world.main:
-        return
+) -> Path | None:
+    """Checkpoint ``step`` into the run folder of ``records``: ``trainer``'s state, the data
+    ``cursor``, the health state and the run totals (and ``extra``), in
+    ``checkpoints/<name>`` when ``name`` is given; the checkpoint's path. Rank 0 alone under
+    torchrun (the adapter and optimizer are the same on every rank; the others get None)."""
+    if not world.main:
+        return None
     # the run totals so far: a resumed run's train_done counts the processes before it
-    state = {**health.state(), "data": cursor, "totals": dict(run.totals), **(extra or {})}
-    path = save_checkpoint(run.folder, step, run.trainer, run.config, state, name=name)
+    state = {**health.state(), "data": cursor, "totals": dict(records.totals), **(extra or {})}
+    path = save_checkpoint(records.folder, step, trainer, config, state, name=name)
     get_logger().info("checkpoint", step=step, path=str(path))
-    if name is None:  # what --resume continues from
-        # what a stop at once (a second Ctrl-C) says
-        run.stop.kept = "; ".join(kept_lines(run.folder, run.config.source, step, path))
+    return path
 
 
 def kept_lines(folder: Path, source: str, step: int | None, path: Path | None) -> tuple[str, str]:

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from searchr1.core.distributed import speaks_for_job
@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from searchr1.core.distributed import World
 
 T = TypeVar("T")
+
+#: what a stop of a phase gives instead of its work's result (None: the stop ends the command)
+OnStop = Callable[[Interrupted], Any] | None
 
 #: the signals a :class:`Stop` answers
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -117,6 +120,40 @@ class Stop:
         signum = self.asked(world)
         if signum is not None:
             raise Interrupted(signum, phase)
+
+    async def phase(
+        self,
+        name: str,
+        work: Awaitable[T] | None,
+        world: World,
+        *,
+        alone: bool = False,
+        on_stop: OnStop = None,
+    ) -> T | None:
+        """Await ``work`` (None: this rank has none of it) as the phase ``name`` of the
+        ``world``'s ranks. A stop cuts it short where no collective is left waiting: in one
+        process, or ``alone`` (rank 0's own work); under torchrun other work is finished.
+        Without ``on_stop`` the ranks agree on a stop (:meth:`check`) as the phase begins
+        and as it ends, and it ends the command there (:class:`Interrupted` naming ``name``):
+        every rank calls it. With ``on_stop`` a stop of ``work`` gives ``on_stop``'s value
+        instead, and the caller goes on to its own boundary."""
+        if on_stop is None and (signum := self.asked(world)) is not None:
+            if inspect.iscoroutine(work):
+                work.close()  # never awaited: no "was never awaited" warning
+            raise Interrupted(signum, name)
+        result = None
+        try:
+            if work is not None:
+                cut = alone or world.size == 1
+                result = await (self.cut(work, name) if cut else work)
+        except Interrupted as exc:
+            if on_stop is not None:
+                return on_stop(exc)
+            if world.size == 1:
+                raise
+        if on_stop is None:
+            self.check(name, world)
+        return result
 
     async def cut(self, work: Awaitable[T], phase: str) -> T:
         """``await work``, unless a stop is asked first: then ``work`` is cancelled and

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ from searchr1.core.question_stream import QuestionStream
 from searchr1.core.resume import load_model_state, resume_point
 from searchr1.core.rewards import close_reward
 from searchr1.core.runs import Run
+from searchr1.core.sinks import SinkHub
 from searchr1.core.step import (
+    Records,
     adam_params,
     aggregation_of,
     batch_limits,
@@ -44,7 +46,18 @@ from searchr1.core.step import (
 )
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.trainer_checks import loss_refusals
-from searchr1.core.types import LossFn, Question, Trainer, kl_coef
+from searchr1.core.types import (
+    Asset,
+    LossFn,
+    Model,
+    Question,
+    RewardFn,
+    Sampler,
+    SearchProvider,
+    Trainer,
+    kl_coef,
+)
+from searchr1.rl.job import Environment, Job
 from searchr1.rl.pipeline import Window, run_steps
 from searchr1.rl.step import Batch, Learned, learn
 
@@ -58,14 +71,21 @@ def train(run: Run, *, resume: bool = False) -> dict[str, Any]:
     try:
         return asyncio.run(_train(run, resume=resume))
     except Interrupted as stop:
-        raise _outcome(run, stop) from None
+        raise _outcome(stop, run.log, run.run_dir, run.config.source) from None
 
 
 @dataclass
 class _Plan:
-    """What the loop reads, fixed before step 1."""
+    """What the loop reads, fixed before step 1: the algorithm's parts (``env``, ``job``,
+    ``trainer``, ``loss``) and where the run keeps what it did (``records``)."""
 
-    run: Run
+    config: Config
+    env: Environment
+    job: Job
+    trainer: Trainer
+    records: Records
+    #: the plugins' assets (a ``builtin:`` data set's ceiling agent and cold-start teacher)
+    assets: Mapping[str, Asset]
     stream: QuestionStream
     health: Health
     #: rank 0's periodic held-out eval (``train.eval_every``), None when off
@@ -81,13 +101,11 @@ class _Plan:
     warm_up_loss: LossFn | None
 
     def saves(self, step: int) -> bool:
-        t = self.run.config.train
+        t = self.config.train
         return step > self.start and (step % t.save_every == 0 or step == t.max_steps)
 
     def evaluates(self, step: int) -> bool:
-        return self.periodic is not None and self.periodic.due(
-            step, self.run.config.train.max_steps
-        )
+        return self.periodic is not None and self.periodic.due(step, self.config.train.max_steps)
 
 
 @dataclass
@@ -105,6 +123,11 @@ class _Progress:
     #: an optimizer step is under way: the weights are neither the old nor the new step's
     learning: bool = False
 
+    def cut_short(self, stop: Interrupted) -> dict[str, float]:
+        """A periodic eval a stop cut short: noted, no metrics (the step itself is kept)."""
+        self.cut.append(stop.phase)
+        return {}
+
 
 async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
     plan, stop = await _prepare(run, resume=resume), run.stop
@@ -115,7 +138,7 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
         if plan.fresh:
             await _before_rl(plan, progress)
         else:
-            run.job.check(f"the resume from checkpoint step {plan.start}")
+            plan.job.check(f"the resume from checkpoint step {plan.start}")
         try:
             await _rl_steps(plan, progress)
         except Exception as exc:  # any stop of the RL steps keeps the last trained step
@@ -133,11 +156,11 @@ async def _train(run: Run, *, resume: bool) -> dict[str, Any]:
         run.world.gather(None)
     except SearchR1Error as exc:  # a stop: its message ends with what was kept, what goes on
         if not isinstance(exc, Interrupted):  # (a signal's: train(), once the loop is closed)
-            _say_kept(run, exc)
+            _say_kept(run.run_dir, run.config.source, exc)
         raise
     finally:
-        await _close(run)
-    return _end(plan, progress, step, asked)
+        await _close(run.search, run.reward, run.model, run.sinks)
+    return _end(plan, progress, step, asked, run.log)
 
 
 #: held-out questions also in data.train, as a share of data.eval, from which a warning is
@@ -188,7 +211,8 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
     if not cfg.train.eval_before_after or not run.world.main:
         heldout = []  # eval_every's questions only; under torchrun rank 0 alone evaluates
     warm_up = cold_start_settings(cfg)
-    checkpoint = resume_point(run, stream) if resume else None
+    records = Records(run.folder, run.sinks)
+    checkpoint = resume_point(run.folder, cfg, run.world, stream) if resume else None
     if run.world.main:  # the one process that saves
         for stale in remove_stale_saves(run.folder):
             log.info("stale_save_removed", path=str(stale), detail="left by a killed save")
@@ -205,7 +229,9 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
         check_supported(run.world, data_parallel=run.trainer.capabilities.data_parallel, **ask)
         # now, not at the first held-out eval: eval_every's may come hours in
         check_fit(run.protocol, evaluated, cfg.rollout.max_trajectory_tokens, "data.eval")
-        warm_up_loss = cold_start_loss(run, warm_up) if warm_up.steps else None
+        warm_up_loss = (
+            cold_start_loss(warm_up, cfg, run.registry, run.trainer) if warm_up.steps else None
+        )
         log.info(
             "importance_ratio",
             message=ratio_basis(
@@ -213,12 +239,10 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
             ),
         )
         if checkpoint is not None:
-            await load_model_state(run, checkpoint)
+            await load_model_state(run.trainer, cfg, checkpoint)
             health.load_state(checkpoint.state)
             restore_rng(checkpoint)
-            saved = checkpoint.state.get("totals") or {}
-            run.totals_before = {str(k): float(v) for k, v in saved.items()}
-            run.totals.update(run.totals_before)
+            records.resume(checkpoint.state.get("totals") or {})
             log.info("resumed", step=checkpoint.step, checkpoint=str(checkpoint.path))
             if periodic is not None:
                 periodic.resume(run.folder)
@@ -226,74 +250,70 @@ async def _prepare(run: Run, *, resume: bool) -> _Plan:
         await run.aclose()
         raise
     start = checkpoint.step if checkpoint is not None else 0
-    fresh = checkpoint is None
     return _Plan(
-        run, stream, health, periodic, heldout, run.loss, start, fresh, warm_up, warm_up_loss
-    )
+        cfg, run.env, run.job, run.trainer, records, run.registry.assets, stream, health,
+        periodic, heldout, run.loss, start, checkpoint is None, warm_up, warm_up_loss,
+    )  # fmt: skip
 
 
 async def _before_rl(plan: _Plan, progress: _Progress) -> None:
     """A fresh run's phases before step 1: the held-out eval "before" (and the asset's
     ceiling agent), the cold start with its eval "cold_start", the KL reference pinned and
-    checkpoint 0, and the periodic eval of step 0. After each phase every rank checks the
-    stop at the same boundary (the ranks stop together)."""
-    run, cfg, stop = plan.run, plan.run.config, plan.run.stop
+    checkpoint 0, and the periodic eval of step 0. Every rank passes each phase (the ranks
+    stop together at its boundary)."""
+    cfg, job = plan.config, plan.job
     evals = cfg.train.eval_before_after and bool(cfg.data.eval)  # on rank 0
     if evals:
-        last = "before"
-        await _heldout_phase(plan, last)
-        ceiling = ceiling_agent(run) if plan.heldout else None
-        if ceiling is not None and not stop.requested:
-            last = "ceiling"
-            await _heldout_phase(plan, last, sampler=ceiling)
-        run.job.check(_phase(last))
+        await _heldout_phase(plan, "before")
+        ceiling = ceiling_agent(plan.env, plan.assets) if plan.heldout else None
+        if job.world.broadcast(ceiling is not None):  # rank 0's
+            await _heldout_phase(plan, "ceiling", sampler=ceiling)
     if plan.warm_up_loss is not None:
-        await cold_start(run, plan.warm_up, plan.warm_up_loss)
+        await cold_start(plan.env, job, plan.trainer, plan.assets, plan.warm_up, plan.warm_up_loss)
         if evals:
             await _heldout_phase(plan, "cold_start")
-            run.job.check(_phase("cold_start"))
-        pin_kl_reference(run.trainer, plan.loss)  # before checkpoint 0, which saves it
-        save(run, plan.health, plan.stream.state(), 0)  # --resume starts after it
+        pin_kl_reference(plan.trainer, plan.loss)  # before checkpoint 0, which saves it
+        _save(plan, plan.stream.state(), 0)  # --resume starts after it
     if cfg.train.eval_every:
         await _eval_step(plan, progress, 0, plan.stream.state())  # rank 0's; {} on the others
-        run.job.check("the held-out eval of step 0")
+        job.check("the held-out eval of step 0")
 
 
 def _phase(name: str) -> str:
     return f'the held-out eval "{name}"'
 
 
-async def _heldout_phase(plan: _Plan, name: str, **kwargs: Any) -> None:
-    """Rank 0's held-out eval ``name``, cut short by a stop; under torchrun the cut eval
-    just ends and the ranks stop together at the next boundary."""
-    if not plan.heldout:
-        return
-    try:
-        await plan.run.stop.cut(heldout_eval(plan.run, plan.heldout, name, **kwargs), _phase(name))
-    except Interrupted:
-        if plan.run.world.size == 1:
-            raise
+async def _heldout_phase(plan: _Plan, name: str, *, sampler: Sampler | None = None) -> None:
+    """Rank 0's held-out eval ``name`` (``sampler``: another than the model's), a phase
+    every rank passes: a stop cuts it short and the ranks stop together after it."""
+    folder, sinks = plan.records.folder, plan.records.sinks
+    work = (
+        heldout_eval(plan.env, folder, plan.heldout, name, sampler=sampler, sinks=sinks)
+        if plan.heldout
+        else None
+    )
+    await plan.job.phase(_phase(name), work, alone=True)
 
 
 async def _rl_steps(plan: _Plan, progress: _Progress) -> None:
     """Steps ``start + 1 .. max_steps`` through :func:`run_steps`: the step's three
     functions, its barriers (a step that saves or evaluates) and its stop (a signal, or a
     health alert with ``on_alert = "stop"``, which rank 0 alone sees)."""
-    run, health = plan.run, plan.health
-    env, job, kl = run.env, run.job, kl_coef(plan.loss) > 0
+    cfg, env, job, health = plan.config, plan.env, plan.job, plan.health
+    kl = kl_coef(plan.loss) > 0
     await run_steps(
         plan.start + 1,
-        run.config.train.max_steps,
-        max_staleness=run.config.train.max_staleness,
+        cfg.train.max_steps,
+        max_staleness=cfg.train.max_staleness,
         collect=lambda step, version: guarded_collect(
             env, job, plan.stream, step, version, keep_degenerate=kl
         ),
         learn=lambda batch: _learn(plan, progress, batch),
         finish=lambda batch, learned, window: _finish(plan, progress, batch, learned, window),
         holds=lambda step: plan.saves(step) or plan.evaluates(step),
-        stopping=lambda: run.stop.requested or health.stop_alert is not None,
-        snapshot=run.trainer.capabilities.snapshot_sampler,
-        world=run.world,
+        stopping=lambda: job.stop.requested or health.stop_alert is not None,
+        snapshot=plan.trainer.capabilities.snapshot_sampler,
+        world=job.world,
     )
 
 
@@ -301,7 +321,7 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     """One optimizer step on ``batch``, every trajectory weighted ``1 / N`` (N: the
     batch's trajectories, degenerate ones included) and each datum by ``[train]
     loss_agg_mode`` (:func:`~searchr1.core.step.aggregation_of`)."""
-    cfg = plan.run.config
+    cfg = plan.config
     aggregation = aggregation_of(cfg)
     datums = batch.datums(
         cfg.train.max_datum_tokens, kl=kl_coef(plan.loss) > 0, aggregation=aggregation
@@ -309,8 +329,8 @@ async def _learn(plan: _Plan, progress: _Progress, batch: Batch) -> Learned:
     scale = 1.0 / aggregation.trajectories
     progress.learning = True
     learned = await learn(
-        plan.run.trainer,
-        plan.run.job,
+        plan.trainer,
+        plan.job,
         datums,
         plan.loss,
         limits=batch_limits(cfg),
@@ -325,13 +345,33 @@ async def _finish(
     plan: _Plan, progress: _Progress, batch: Batch, learned: Learned, window: Window
 ) -> None:
     """After a step learned: its periodic eval (when due), its record, its checkpoint (every
-    ``save_every``)."""
-    evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
-    progress.metrics = record(plan.run, plan.health, batch, learned, window, evaluated)
-    progress.batch = batch
+    ``save_every``). An eval that fails leaves the step its record (without the eval's
+    numbers); the failure stands, and the stop keeps the step."""
+    try:
+        evaluated = await _eval_step(plan, progress, batch.step, batch.cursor)
+    except Exception:
+        _record(plan, progress, batch, learned, window, {})
+        raise
+    _record(plan, progress, batch, learned, window, evaluated)
     if plan.saves(batch.step):
-        save(plan.run, plan.health, batch.cursor, batch.step)
+        _save(plan, batch.cursor, batch.step)
         progress.saved = batch.step
+
+
+def _record(
+    plan: _Plan,
+    progress: _Progress,
+    batch: Batch,
+    learned: Learned,
+    window: Window,
+    evaluated: dict[str, float],
+) -> None:
+    kl = kl_coef(plan.loss) > 0
+    progress.metrics = record(
+        plan.config, plan.job.world, plan.health, plan.records, batch, learned, window, evaluated,
+        kl=kl,
+    )  # fmt: skip
+    progress.batch = batch
 
 
 async def _eval_step(
@@ -340,56 +380,59 @@ async def _eval_step(
     """The periodic held-out eval of the weights after step ``step`` (when due); a new
     best is saved as ``checkpoints/best``. A stop cuts it short (noted in ``progress``): no
     metrics, the step itself is kept."""
-    run, periodic = plan.run, plan.periodic
+    periodic = plan.periodic
     if periodic is None or not plan.evaluates(step):
         return {}
-    snapshot = run.trainer.capabilities.snapshot_sampler
-    if snapshot is not None and run.config.train.max_staleness > 0:
+    snapshot = plan.trainer.capabilities.snapshot_sampler
+    if snapshot is not None and plan.config.train.max_staleness > 0:
         await snapshot()  # evaluate the newest weights, not the pinned rollout version
-    try:
-        phase = f"the held-out eval of step {step}"
-        metrics = await run.stop.cut(periodic.evaluate(run, step), phase)
-    except Interrupted as exc:
-        progress.cut.append(exc.phase)
-        return {}
+    metrics = await plan.job.phase(
+        f"the held-out eval of step {step}",
+        periodic.evaluate(plan.env, plan.records.folder, step),
+        alone=True,
+        on_stop=progress.cut_short,
+    )
     if periodic.is_best(step):
-        extra = {"best_heldout": periodic.state()}
-        save(run, plan.health, cursor, step, name=BEST, extra=extra)
-    return metrics
+        _save(plan, cursor, step, name=BEST, extra={"best_heldout": periodic.state()})
+    return metrics or {}
 
 
 async def _final_eval(plan: _Plan, step: int) -> None:
     """The held-out eval "after", once the last step is done; a resumed run whose last step
-    was saved before its final eval runs it."""
-    run = plan.run
-    due = step > plan.start or not (run.folder / AFTER_FILE).exists()
-    if step == run.config.train.max_steps and due and plan.heldout:
-        after = heldout_eval(run, plan.heldout, "after", step=step)
-        await run.stop.cut(after, _phase("after"))
+    was saved before its final eval runs it. Every rank passes it (rank 0 evaluates)."""
+    cfg, world = plan.config, plan.job.world
+    due = step > plan.start or not (plan.records.folder / AFTER_FILE).exists()
+    evals = cfg.train.eval_before_after and bool(cfg.data.eval)
+    if step == cfg.train.max_steps and evals and world.broadcast(due):
+        await _heldout_phase(plan, "after")
 
 
-async def _close(run: Run) -> None:
-    """Close the run's async clients in the loop they were used in, then the run."""
+async def _close(search: SearchProvider, reward: RewardFn, model: Model, sinks: SinkHub) -> None:
+    """Close the run's async clients in the loop they were used in, then its model and
+    metric sinks."""
     try:
-        await run.search.aclose()
-        await close_reward(run.reward)
+        await search.aclose()
+        await close_reward(reward)
     finally:
-        await run.aclose()
-        run.sinks.close()
+        await model.aclose()
+        sinks.close()
 
 
-def _end(plan: _Plan, progress: _Progress, step: int, asked: int | None) -> dict[str, Any]:
-    """The run's last events; the last step's metrics, or the error a stop (``asked``: its
-    signal) or a health alert with ``on_alert = "stop"`` ends the run with."""
-    log = get_logger()
-    best = plan.periodic.summary(plan.run.folder) if plan.periodic is not None else {}
+def _end(
+    plan: _Plan, progress: _Progress, step: int, asked: int | None, log: RunLog | None
+) -> dict[str, Any]:
+    """The run's last events (the console of ``log`` ends); the last step's metrics, or the
+    error a stop (``asked``: its signal) or a health alert with ``on_alert = "stop"`` ends
+    the run with."""
+    events = get_logger()
+    best = plan.periodic.summary(plan.records.folder) if plan.periodic is not None else {}
     if best:
-        log.info("best_checkpoint", **best)
+        events.info("best_checkpoint", **best)
     alert = plan.health.stop_alert
     stopped = asked is not None or alert is not None
-    totals = {**plan.run.totals, **plan.health.notices.totals()}
-    log.info("train_done", steps=step, stopped_early=stopped, **totals)
-    _close_console(plan.run.log)
+    totals = {**plan.records.totals, **plan.health.notices.totals()}
+    events.info("train_done", steps=step, stopped_early=stopped, **totals)
+    _close_console(log)
     if asked is not None:
         raise Interrupted(asked, progress.cut[0] if progress.cut else f"RL step {step} (finished)")
     if alert is not None:
@@ -408,6 +451,25 @@ def _close_console(log: RunLog | None) -> None:
         log.close_console()
 
 
+def _save(
+    plan: _Plan,
+    cursor: dict[str, Any],
+    step: int,
+    *,
+    name: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> None:
+    """:func:`~searchr1.core.step.save` of step ``step``; a step checkpoint (no ``name``)
+    becomes what a stop at once (a second Ctrl-C) says is kept."""
+    path = save(
+        plan.job.world, plan.trainer, plan.config, plan.records, plan.health, cursor, step,
+        name=name, extra=extra,
+    )  # fmt: skip
+    if path is not None and name is None:  # what --resume continues from
+        lines = kept_lines(plan.records.folder, plan.config.source, step, path)
+        plan.job.stop.kept = "; ".join(lines)
+
+
 def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) -> None:
     """Checkpoint the newest trained step unless a checkpoint holds it already: what every
     stop of the RL steps does first (a signal, a health alert, the search guard, a remote
@@ -418,7 +480,7 @@ def _keep(plan: _Plan, progress: _Progress, failure: Exception | None = None) ->
     if trained is None or trained.step <= progress.saved or progress.learning:
         return
     try:
-        save(plan.run, plan.health, trained.cursor, trained.step)
+        _save(plan, trained.cursor, trained.step)
     except Exception as exc:
         if failure is None:
             raise
@@ -440,29 +502,32 @@ def kept(folder: Path, source: str) -> tuple[str, str]:
     return kept_lines(folder, source, last.step if last else None, last.path if last else None)
 
 
-def _say_kept(run: Run, exc: SearchR1Error) -> None:
-    """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept`;
-    a :class:`HealthStop` already names its checkpoint (the CLI adds the rest)."""
-    if run.run_dir is not None and not isinstance(exc, HealthStop):
-        said, then = kept(run.folder, run.config.source)
+def _say_kept(folder: Path | None, source: str, exc: SearchR1Error) -> None:
+    """End ``exc``'s message (same class, same exit code) with the lines of :func:`kept` of
+    the run ``folder`` (of the config ``source``); a :class:`HealthStop` already names its
+    checkpoint (the CLI adds the rest)."""
+    if folder is not None and not isinstance(exc, HealthStop):
+        said, then = kept(folder, source)
         exc.args = (f"{exc}\nkept: {said}\n{then}",)
 
 
-def _outcome(run: Run, stop: Interrupted) -> Interrupted:
-    """``stop`` saying what the run folder keeps (its newest complete checkpoint) and the
-    command that goes on from there."""
-
-    _close_console(run.log)
-    if run.run_dir is None:
+def _outcome(
+    stop: Interrupted, log: RunLog | None, folder: Path | None, source: str
+) -> Interrupted:
+    """``stop`` saying what the run ``folder`` keeps (its newest complete checkpoint) and the
+    command that goes on from there (of the config ``source``), below the console of
+    ``log``."""
+    _close_console(log)
+    if folder is None:
         return stop
-    last = latest_checkpoint(run.folder)
+    last = latest_checkpoint(folder)
     get_logger().warning(
         "stopped",
         signal=signal.Signals(stop.signum).name,
         phase=stop.phase,
         checkpoint=str(last.path) if last else None,
     )
-    return stop.outcome(*kept(run.folder, run.config.source))
+    return stop.outcome(*kept(folder, source))
 
 
 def pin_kl_reference(trainer: Trainer, loss: LossFn) -> None:

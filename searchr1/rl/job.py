@@ -15,7 +15,7 @@ import structlog
 from searchr1.core.agent_protocol import AgentProtocol
 from searchr1.core.config_schema import Config
 from searchr1.core.distributed import World
-from searchr1.core.stop import Stop
+from searchr1.core.stop import OnStop, Stop
 from searchr1.core.types import RewardFn, Sampler, SearchProvider
 
 T = TypeVar("T")
@@ -56,13 +56,13 @@ class Job:
     warn: Callable[[str, str], None] = _event_only
     progress: Callable[[str, int], Callable[[], None] | None] = _unseen
 
-    async def cut(self, work: Awaitable[T], phase: str) -> T:
-        """Await ``work``: in one process a stop cuts it short (:class:`Interrupted` naming
-        ``phase``); under torchrun every rank finishes it (none may leave the collectives in
-        or after it) and the ranks stop together at the next :meth:`check`."""
-        return await (self.stop.cut(work, phase) if self.world.size == 1 else work)
-
     def check(self, phase: str) -> None:
         """Every rank stops at ``phase``'s boundary (:class:`Interrupted`) when a stop was
         asked of any (under torchrun a collective: call it on every rank at the same point)."""
         self.stop.check(phase, self.world)
+
+    async def phase(
+        self, name: str, work: Awaitable[T] | None, *, alone: bool = False, on_stop: OnStop = None
+    ) -> T | None:
+        """``work`` as the phase ``name`` of this job's ranks (:meth:`Stop.phase`)."""
+        return await self.stop.phase(name, work, self.world, alone=alone, on_stop=on_stop)

@@ -207,3 +207,26 @@ def test_ctrl_c_under_nproc_exits_130_and_says_how_to_resume(tmp_path: Path) -> 
     assert f"searchr1 train --resume --run-dir {run_dir}" in err
     assert "SignalException" not in err
     _assert_piped_output(done)
+
+
+def test_two_ranks_pass_the_evals_and_the_cold_start_phases_together(tmp_path: Path) -> None:
+    """Rank 0 alone evaluates (before, after the cold start, each step's periodic eval with its
+    best checkpoint, after the last); every rank passes each phase at the same point, so the
+    job ends as one process's would, with no eval started on the other rank."""
+    heldout = tmp_path / "heldout.jsonl"
+    rows = [{"question": f"who founded city {n}?", "answers": [f"founder {n}"]} for n in range(4)]
+    heldout.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    evals = {"eval_before_after": True, "eval_every": 1, "keep_best": True}
+    cold_start = {"cold_start": {"steps": 1, "questions_per_step": 2}}
+    config = write_config(
+        tmp_path, make_config(RUN, train={**evals, **cold_start}, data={"eval": str(heldout)})
+    )
+    run_dir = tmp_path / "run"
+    done = _train(tmp_path, "--config", config, "--run-dir", run_dir, nproc=2)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "never awaited" not in done.stderr, done.stderr[-3000:]
+    whens = [e["when"] for e in _events(run_dir, "eval/heldout_em")]
+    assert whens == ["before", "cold_start", "step_0", "step_1", "step_2", "after"]
+    assert len(_events(run_dir, "cold_start_done")) == 1
+    assert [m["step"] for m in _events(run_dir, "metrics")] == [1, 2]
+    assert (run_dir / "checkpoints" / "best").is_dir()

@@ -236,3 +236,49 @@ def test_no_import_cycle_anywhere_in_the_package() -> None:
         for c in cycles
     ]
     assert not cycles, "import cycles:\n" + "\n".join(described)
+
+
+#: the most functions that may take the whole run object; all of them entry points of the
+#: runtime or a command (issue 60): the rest are handed the parts they read
+RUN_TAKERS_MAX = 8
+#: where a function taking the whole run may live
+RUN_TAKERS_WHERE = ("searchr1/core/train.py", "searchr1/core/runs.py", "searchr1/cli/")
+
+
+def _run_takers(files: list[Path], root: Path = ROOT) -> list[str]:
+    """``path:line name`` (``path`` under ``root``) of each function with a parameter annotated ``Run`` or ``Run | None``
+    (quoted, dotted or not)."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                note = ast.unparse(arg.annotation).strip("'\"") if arg.annotation else ""
+                kinds = {part.strip().rsplit(".", 1)[-1] for part in note.split("|")}
+                if "Run" in kinds and kinds <= {"Run", "None", "Optional[Run]"}:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+                    break
+    return found
+
+
+def test_the_run_taker_count_sees_every_spelling(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "def a(run: Run): ...\nasync def b(x, *, run: 'Run | None'): ...\n"
+        "def c(run: runs.Run) -> None: ...\ndef d(run: Runner, env: Env): ...\n"
+    )
+    found = [line.split(" ", 1)[1] for line in _run_takers([source], tmp_path)]
+    assert found == ["a", "b", "c"]
+
+
+def test_few_functions_take_the_run() -> None:
+    """The algorithm, the evals, the checkpoints and the records take the parts they read
+    (environment, job, trainer, config, folder, sinks); only the entry points take a whole
+    :class:`~searchr1.core.runs.Run`, so each part can be read and tested without one."""
+    takers = _run_takers(sorted(PACKAGE.rglob("*.py")))
+    listing = "\n".join(takers)
+    assert len(takers) <= RUN_TAKERS_MAX, f"{len(takers)} functions take the Run:\n{listing}"
+    elsewhere = [t for t in takers if not t.startswith(RUN_TAKERS_WHERE)]
+    assert not elsewhere, "a Run taken outside the runtime and the commands:\n" + listing

@@ -115,7 +115,7 @@ def test_a_registration_is_typed_and_an_unknown_declaration_names_the_plugin() -
 def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path: Path) -> None:
     """Train's ceiling eval plays the world's ideal agent only on the world's held-out set,
     and a cold start on the world imitates it, on other data the generic teacher. (The run
-    is the part of a started Run the two read: config, registry, tokenizer, protocol.)"""
+    is the part of a started Run the ceiling reads: config, tokenizer, protocol.)"""
     from types import SimpleNamespace
 
     from searchr1.core.cold_start import teacher_for
@@ -133,17 +133,17 @@ def test_the_offline_world_offers_its_ceiling_only_for_its_own_eval_set(tmp_path
     registry = load_registry()
     protocol = make_protocol(config, tokenizer, registry)
 
-    def run(config: object) -> object:
+    def env(config: object) -> object:
         sampler = SimpleNamespace(tokenizer=tokenizer)
-        return SimpleNamespace(config=config, registry=registry, sampler=sampler, protocol=protocol)
+        return SimpleNamespace(config=config, sampler=sampler, protocol=protocol)
 
-    assert ceiling_agent(run(config)) is not None
+    assert ceiling_agent(env(config), registry.assets) is not None
     own = teacher_for(config, tokenizer, protocol, config.data.train, [], registry.assets)
     assert not isinstance(own, ScriptedTeacher)
     other_file = tmp_path / "questions.jsonl"
     other_file.write_text('{"question": "q?", "answers": ["a"]}\n')
     other = config.replace(data={"eval": str(other_file)})
-    assert ceiling_agent(run(other)) is None
+    assert ceiling_agent(env(other), registry.assets) is None
     generic = teacher_for(other, tokenizer, protocol, str(other_file), [], registry.assets)
     assert isinstance(generic, ScriptedTeacher)
 

@@ -247,3 +247,37 @@ def test_the_tiny_model_keeps_its_trained_step_when_the_judge_dies_and_resumes_i
     assert [m["step"] for m in read_events(run, "metrics")] == [1, 2, 3, 4]
     (resumed,) = read_events(run, "resumed")
     assert resumed["step"] == last
+
+
+def test_a_periodic_eval_failing_after_a_learn_keeps_the_step_its_metrics_line_and_checkpoint(
+    tmp_path: Path, run_cli, scripted_plugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's service goes away during step 1's periodic eval, after its optimizer step
+    (the scripted model's greedy calls fail once it has trained: a test double of a remote
+    sampler, as no real one runs here): the run stops with that failure (``train_stopped``),
+    and step 1 still has its ``metrics`` line and its checkpoint."""
+    import fakes
+
+    from searchr1.core.errors import RemoteConnectionLost
+
+    sample = fakes.ScriptedModel.sample
+
+    async def gone_after_a_learn(self, prompt, num_samples, params):  # type: ignore[no-untyped-def]
+        if params.temperature == 0 and self.trained:  # an eval's greedy call, after step 1
+            raise RemoteConnectionLost("the model server closed the connection", url="x")
+        return await sample(self, prompt, num_samples, params)
+
+    monkeypatch.setattr(fakes.ScriptedModel, "sample", gone_after_a_learn)
+    heldout = tmp_path / "train.jsonl"  # (train_config's questions: warned, evaluated)
+    config = train_config(tmp_path, train="eval_every = 1\n", extra=f'eval = "{heldout}"\n')
+    run = tmp_path / "run"
+    result = run_cli("train", "--config", config, "--run-dir", run)
+    said = result.out + result.err
+    assert result.code == RemoteConnectionLost.exit_code, said
+    assert "the model server closed the connection" in said
+    assert [e["when"] for e in read_events(run, "eval/heldout_em")] == ["step_0"]
+    (metrics,) = read_events(run, "metrics")
+    assert metrics["step"] == 1 and "eval/heldout_em" not in metrics
+    assert checkpoints(run) == ["step_000001"]
+    (stopped,) = read_events(run, "train_stopped")
+    assert stopped["failure"] == RemoteConnectionLost.failure
