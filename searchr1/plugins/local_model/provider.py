@@ -9,22 +9,18 @@ The rollout awaits :meth:`sample` (batched by
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import warnings
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from searchr1.plugins.local_model.trainer import LearnerTrainer, Publish
 from searchr1.sdk import (
-    AdamParams,
     ConfigValueError,
-    Datum,
-    ForwardBackwardResult,
-    LossFn,
     SampledSequence,
     SamplingParams,
-    TrainerCapabilities,
     get_logger,
     plugin_settings,
     setting,
@@ -99,10 +95,12 @@ class LocalSettings:
     )
 
 
-class LocalModelProvider:
+class LocalModelProvider(LearnerTrainer, Publish):
     """A local transformers model + LoRA, both the :class:`~searchr1.core.types.Sampler` and
     the :class:`~searchr1.core.types.Trainer` of the ``local`` provider's
-    :class:`~searchr1.core.types.Model` (one object: both use the same peft model)."""
+    :class:`~searchr1.core.types.Model` (one object: both use the same peft model). The
+    trainer is the :class:`.trainer.LearnerTrainer`; its publish step swaps the sampler's
+    copy of the weights in this process."""
 
     def __init__(
         self,
@@ -131,9 +129,10 @@ class LocalModelProvider:
         # The sampler enters the model through this (a drop-in for the lock): it swaps in
         # the pinned adapter version once snapshot_sampler() was called.
         self.sampler_weights = SamplerWeights(model, self.model_lock)
-        self.learner = make_learner(
+        learner = make_learner(
             model, tokenizer, device, self.model_lock, temperature, settings, sharding
         )
+        LearnerTrainer.__init__(self, learner, publish=self)
         self.context_length = self.learner.context_length
         self.vocab_size = self.learner.vocab_size
         lockstep = None
@@ -215,18 +214,7 @@ class LocalModelProvider:
             sharding=sharding,
         )
 
-    # ------------------------------------------------------------------ Sampler, Trainer
-
-    @property
-    def capabilities(self) -> TrainerCapabilities:
-        """Any loss (the learner calls it), a snapshot sampler, a KL reference, and the
-        learner's temperature (the rollout's, so on-policy ratios are 1)."""
-        return TrainerCapabilities(
-            snapshot_sampler=self.snapshot_sampler,
-            kl_reference=self._pin_reference,
-            learner_temperature=float(self.learner.temperature),
-            data_parallel=True,
-        )
+    # ------------------------------------------------------------------ Sampler, publish step
 
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
@@ -235,53 +223,34 @@ class LocalModelProvider:
         in flight."""
         return await self.sampler.sample(prompt_tokens, num_samples, params)
 
-    async def forward_backward(
-        self, datums: Sequence[Datum], loss_fn: LossFn, loss_scale: float = 1.0
-    ) -> Awaitable[ForwardBackwardResult]:
-        """Queue the learner's ``forward_backward`` in its worker thread; the awaitable of
-        its result."""
+    @property
+    def generator(self) -> torch.Generator:
+        """The sampler's random generator (saved with the learner's state)."""
+        return self.sampler._generator
+
+    def session(self) -> AbstractContextManager[None]:
+        return self.sampler.outside_session()  # a collective under FSDP lockstep
+
+    def training(self) -> None:
         # Training follows the rollout: caches kept for further turns are stale from here on,
         # and their memory is the learner's now. (Pinned, they stay valid: the sampler keeps
         # its weights, and the next rollout may be using them right now.)
         if not self.sampler_weights.pinned:
             self.sampler.forget()
-        return asyncio.wrap_future(self.learner.submit(datums, loss_fn, loss_scale))
 
-    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        """The learner's step behind the queued micro-batches, in its worker thread; then the
-        sampler's copy of the new weights is published there too."""
-        if not self.sampler_weights.pinned:
-            self.sampler.forget()
-        return await asyncio.wrap_future(self.learner.worker.submit(self._step, adam))
-
-    def _step(self, adam: AdamParams) -> Mapping[str, float]:
-        with self.sampler.outside_session():
-            result = self.learner.optim_step(adam)
+    def save_weights(self) -> None:
+        """The sampler's copy of the new weights (once pinning is in use)."""
         self.sampler_weights.publish()
-        return result
 
-    def _pin_reference(self) -> None:
-        with self.sampler.outside_session():  # a collective under FSDP
-            self.learner.pin_reference()
-
-    async def snapshot_sampler(self) -> None:
-        """Sample on the newest trained adapter from now on, and on it alone until the next
-        call (declared as :attr:`~searchr1.core.types.TrainerCapabilities.snapshot_sampler`;
-        the train loop calls it at the start of each rollout when ``train.max_staleness > 0``)."""
+    async def pin(self) -> None:
         self.sampler_weights.pin()
 
-    def save_state(self, path: str) -> None:
-        self.learner.save_state(path, self.sampler._generator)
-
-    async def load_state(self, path: str) -> None:
+    def before_load(self) -> None:
         self.sampler.forget()
         self.sampler_weights.reset()
-        with self.sampler.outside_session():
-            self.learner.load_state(path, self.sampler._generator)
 
-    def close(self) -> None:
+    def release(self) -> None:
         self.sampler.close()
-        self.learner.worker.shutdown()
 
 
 def fsdp_sampling_problem(settings: LocalSettings) -> str | None:
