@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.plugins.local_model.learner import Learner
-from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
-from searchr1.plugins.local_model.sample_request import check_request
-from searchr1.plugins.local_model.state import ADAPTER_ONLY
-from searchr1.plugins.local_model.trainer import LearnerTrainer, Publish
+from searchr1.kit.learner.learner import Learner
+from searchr1.kit.learner.loading import LocalSettings, load_lora_model, make_learner
+from searchr1.kit.learner.requests import check_request
+from searchr1.kit.learner.state import ADAPTER_ONLY
+from searchr1.kit.learner.trainer import LearnerTrainer, Publish
 from searchr1.plugins.vllm_model.client import VllmClient, VllmError
 from searchr1.plugins.vllm_model.server import (
     VllmServer,
@@ -65,7 +65,7 @@ class _Adapter:
 class VllmModelProvider(LearnerTrainer, Publish):
     """The ``vllm`` provider's :class:`~searchr1.core.types.Sampler` (on the vLLM servers)
     and :class:`~searchr1.core.types.Trainer`: the local learner's
-    :class:`~searchr1.plugins.local_model.trainer.LearnerTrainer`, whose publish step saves
+    :class:`~searchr1.kit.learner.trainer.LearnerTrainer`, whose publish step saves
     the adapter and loads it into every server (a snapshot sampler pins one served adapter)."""
 
     adapter: _Adapter | None = None

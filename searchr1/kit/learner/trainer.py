@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from searchr1.sdk import AdamParams, Datum, ForwardBackwardResult, LossFn, TrainerCapabilities
 
 if TYPE_CHECKING:
-    from searchr1.plugins.local_model.learner import Learner
+    from searchr1.kit.learner.learner import Learner
 
 
 class Publish:
@@ -59,7 +59,7 @@ class Publish:
 
 
 class LearnerTrainer:
-    """The trainer of a local :class:`~searchr1.plugins.local_model.learner.Learner`:
+    """The trainer of a local :class:`~searchr1.kit.learner.learner.Learner`:
     ``forward_backward`` queued in the learner's worker, ``optim_step`` there too and then
     ``publish``; checkpoints of the learner's state (and the sampler's generator)."""
 
