@@ -169,15 +169,15 @@ def _checkpoint_bytes(folder: Path, prefix: str) -> int:
 
 def build_provider(name: str, args: Any, device: Any, dtype: Any, folder: Path) -> tuple[Any, dict]:
     from searchr1.core.config_schema import Config
-    from searchr1.plugins.local_model.budget import token_budget
-    from searchr1.plugins.local_model.kernels import missing_kernels
-    from searchr1.plugins.local_model.provider import (
-        LocalModelProvider,
+    from searchr1.kit.learner.budget import token_budget
+    from searchr1.kit.learner.kernels import missing_kernels
+    from searchr1.kit.learner.loading import (
         LocalSettings,
-        _checkpointing,
-        _enable_checkpointing,
         attach_lora,
+        checkpointing_on,
+        enable_checkpointing,
     )
+    from searchr1.plugins.local_model.provider import LocalModelProvider
     from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tokenizer
 
     tokenizer = build_tokenizer(BUILTIN_TEXT, vocab_size=600)
@@ -188,8 +188,8 @@ def build_provider(name: str, args: Any, device: Any, dtype: Any, folder: Path) 
         lora={"rank": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": ("all-linear",)},
     )
     model = attach_lora(base, run_config)
-    if _checkpointing("auto", device):
-        _enable_checkpointing(model.get_base_model())
+    if checkpointing_on("auto", device):
+        enable_checkpointing(model.get_base_model())
     budget = token_budget(0, base.config, dtype, device)
     provider = LocalModelProvider(
         model,

@@ -76,7 +76,7 @@ def build_model(vocab: int, device: Any) -> Any:
     import transformers as tf
 
     from searchr1.core.config_schema import Config
-    from searchr1.plugins.local_model.provider import attach_lora
+    from searchr1.kit.learner.loading import attach_lora
 
     config = tf.Qwen3_5TextConfig(
         vocab_size=vocab,
@@ -147,7 +147,7 @@ def run_path(args: Any) -> dict[str, Any]:
     import torch
 
     from searchr1.core.types import AdamParams
-    from searchr1.plugins.local_model.learner import Learner
+    from searchr1.kit.learner.learner import Learner
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
     if args.threads:

@@ -38,7 +38,7 @@ def measure(
     from searchr1.core.plugins import load_registry
     from searchr1.core.step_metrics import mismatch_means
     from searchr1.core.types import Datum, SamplingParams
-    from searchr1.plugins.local_model import learner
+    from searchr1.kit.learner import learner
     from searchr1.plugins.local_model.provider import LocalModelProvider
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 

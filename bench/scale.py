@@ -246,8 +246,8 @@ def sampling_worker(model_dir: str, mode: str, out: str, args: argparse.Namespac
     from searchr1.core.config_schema import Config
     from searchr1.core.distributed import World
     from searchr1.core.types import SamplingParams
-    from searchr1.plugins.local_model.fsdp import Lockstep, shard_model
-    from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model
+    from searchr1.kit.learner.fsdp import Lockstep, shard_model
+    from searchr1.kit.learner.loading import LocalSettings, load_lora_model
     from searchr1.plugins.local_model.sampler import BatchedSampler
 
     world = World.from_env()
@@ -344,12 +344,9 @@ def check_equal(device_name: str) -> dict[str, Any]:
     from searchr1.core.config_schema import Config
     from searchr1.core.plugins import load_registry
     from searchr1.core.types import AdamParams
-    from searchr1.plugins.local_model.fsdp import shard_model
-    from searchr1.plugins.local_model.provider import (
-        LocalModelProvider,
-        LocalSettings,
-        load_lora_model,
-    )
+    from searchr1.kit.learner.fsdp import shard_model
+    from searchr1.kit.learner.loading import LocalSettings, load_lora_model
+    from searchr1.plugins.local_model.provider import LocalModelProvider
     from searchr1.plugins.losses import NamedLoss, importance_sampling
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))

@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
-from searchr1.plugins.agent_protocols.call_formats import (
-    CallFormat,
-    JsonCallFormat,
-    detect_call_format,
-)
-from searchr1.plugins.chatml import (
+from searchr1.kit.chatml import (
     parse_chatml,
     render_choice,
     thinking_prefill,
+)
+from searchr1.kit.http import Channel, HttpClient, HttpError, RetryPolicy
+from searchr1.kit.protocols.call_formats import (
+    CallFormat,
+    JsonCallFormat,
+    detect_call_format,
 )
 from searchr1.sdk import (
     ConfigValueError,
@@ -152,7 +152,7 @@ class OpenAIChatProvider:
     def call_format(self) -> CallFormat:
         """The tool-call format of the local tokenizer's chat template (JSON when it has none
         searchr1 knows: then only the tags protocol can be used, which writes no calls)."""
-        from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
+        from searchr1.kit.protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 
         def render(messages: list[dict[str, Any]]) -> str:
             return self.tokenizer.apply_chat_template(messages, tools=[SEARCH_TOOL], tokenize=False)

@@ -22,7 +22,7 @@ from smoke_configs import (
 )
 
 from searchr1.core.answers import exact_match
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 
 #: the reference setup's example output: rewards 1.0 / 0.0 / -0.1 / 1.0, searches 2 / 3 / 4 / 2, final
 #: answers France / Paris / None / France (trajectory 2 asks a fifth search and is stopped)

@@ -41,7 +41,7 @@ def test_the_examples_local_table_uncommented_is_checked_and_read() -> None:
     """config.toml.example's commented ``[model.local]``, uncommented with provider "local",
     passes every check (the plugin's table included)."""
     from searchr1.core.config_validate import plugin_settings
-    from searchr1.plugins.local_model.provider import LocalSettings
+    from searchr1.kit.learner.loading import LocalSettings
 
     text = EXAMPLE.read_text().replace('provider = "taotoken"', 'provider = "local"')
     block = re.search(r"^# \[model\.local\]\n(?:# .*\n)+", text, re.M).group(0)

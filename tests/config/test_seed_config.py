@@ -62,7 +62,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def seed_policy(tokenizer) -> ScriptedModel:  # type: ignore[no-untyped-def]
     """The reference setup's example group, written in the tool_calls protocol's own turn format."""
-    from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+    from searchr1.kit.protocols.tool_calls import ToolCallsProtocol
 
     p = ToolCallsProtocol(tokenizer)
 

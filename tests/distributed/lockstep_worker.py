@@ -19,8 +19,8 @@ import torch
 from searchr1.core.config_schema import Config
 from searchr1.core.distributed import World
 from searchr1.core.types import SamplingParams
-from searchr1.plugins.local_model.fsdp import Lockstep, is_sharded, shard_model
-from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model
+from searchr1.kit.learner.fsdp import Lockstep, is_sharded, shard_model
+from searchr1.kit.learner.loading import LocalSettings, load_lora_model
 from searchr1.plugins.local_model.sampler import BatchedSampler
 
 

@@ -96,7 +96,7 @@ def forward(
     import torch
 
     from searchr1.core.types import LossInputs
-    from searchr1.plugins.local_model.learner import token_logprobs
+    from searchr1.kit.learner.learner import token_logprobs
 
     logprobs = []
     for d in datums:

@@ -275,7 +275,7 @@ def learner_logprobs(model: Any, prompt: list[int], tokens: list[int], temperatu
     ``temperature`` (a 1-D tensor): what a server sampling the same weights reports."""
     import torch
 
-    from searchr1.plugins.local_model.learner import token_logprobs
+    from searchr1.kit.learner.learner import token_logprobs
 
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():

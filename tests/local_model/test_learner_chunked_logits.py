@@ -19,11 +19,11 @@ from numerics import assert_same64, assert_same_grads64
 from transformers import AutoModelForCausalLM
 
 from searchr1.core.types import Datum, LossOutput
-from searchr1.plugins.local_model.chunked_logprobs import (
+from searchr1.kit.learner.chunked_logprobs import (
     chunked_token_logprobs,
     matches_model_logits,
 )
-from searchr1.plugins.local_model.learner import Learner, trained_token_logprobs
+from searchr1.kit.learner.learner import Learner, trained_token_logprobs
 
 VOCAB = 300
 COMMON: dict[str, Any] = dict(

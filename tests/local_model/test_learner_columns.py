@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from searchr1.core.assets import resolve
 from searchr1.core.plugins import load_registry
-from searchr1.plugins.local_model.learner import token_logprobs, trained_token_logprobs
+from searchr1.kit.learner.learner import token_logprobs, trained_token_logprobs
 
 
 def test_logprobs_on_selected_columns_match_every_position() -> None:

@@ -16,9 +16,10 @@ from trainer_calls import forward_backward, load_state
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, LossInputs, LossOutput
-from searchr1.plugins.local_model.learner import trained_token_logprobs
-from searchr1.plugins.local_model.provider import LocalModelProvider, _enable_checkpointing
-from searchr1.plugins.local_model.reference import REFERENCE_FILE
+from searchr1.kit.learner.learner import trained_token_logprobs
+from searchr1.kit.learner.loading import enable_checkpointing
+from searchr1.kit.learner.reference import REFERENCE_FILE
+from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 
 TEMPERATURE = 0.8
@@ -196,11 +197,11 @@ def test_a_groups_shared_prompt_runs_once_per_chunk_and_for_the_reference(
     what the forward with gradient does under gradient checkpointing. The KL reference's
     forward takes no gradient, so it runs the prompt once either way; its log-probs are the
     base model's, row by row, and the loss is the one every row run whole gives."""
-    from searchr1.plugins.local_model.chunked_logprobs import causal_lm
+    from searchr1.kit.learner.chunked_logprobs import causal_lm
 
     p = _provider(model_dir)
     if checkpointing:
-        _enable_checkpointing(p.model.get_base_model())
+        enable_checkpointing(p.model.get_base_model())
     p.learner.chunk_tokens = 60
     datums = _group()
     forward_backward(p, datums, Recorded(0.5).loss)  # the first call checks the shared path

@@ -24,7 +24,7 @@ from searchr1.core.step_metrics import (
     ratio_metrics,
 )
 from searchr1.core.types import Datum, SamplingParams
-from searchr1.plugins.local_model.learner import trained_token_logprobs
+from searchr1.kit.learner.learner import trained_token_logprobs
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 

@@ -17,9 +17,9 @@ from numerics import RTOL64_F32_ATTENTION, assert_same64, assert_same_grads64
 from transformers import AutoModelForCausalLM
 
 from searchr1.core.types import Datum, LossOutput
-from searchr1.plugins.local_model.chunked_logprobs import chunked_token_logprobs
-from searchr1.plugins.local_model.learner import Learner
-from searchr1.plugins.local_model.shared_prefix import (
+from searchr1.kit.learner.chunked_logprobs import chunked_token_logprobs
+from searchr1.kit.learner.learner import Learner
+from searchr1.kit.learner.shared_prefix import (
     can_share_prefixes,
     prefix_groups,
     shared_prefix_logprobs,

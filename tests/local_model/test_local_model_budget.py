@@ -16,8 +16,9 @@ from trainer_calls import forward_backward
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Datum, SamplingParams
-from searchr1.plugins.local_model.budget import budget_source, kv_bytes_per_token, token_budget
-from searchr1.plugins.local_model.provider import LocalModelProvider, _checkpointing
+from searchr1.kit.learner.budget import budget_source, kv_bytes_per_token, token_budget
+from searchr1.kit.learner.loading import checkpointing_on
+from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling
 from searchr1.plugins.offline_world.tiny_model import BUILTIN_TEXT, build_tiny_model
 
@@ -122,9 +123,9 @@ def test_budget_defaults() -> None:
     )
     assert "the same on every run" in budget_source(0, torch.device("cpu"))
     assert "set [model.local] max_batch_tokens" in budget_source(0, torch.device("cuda"))
-    assert _checkpointing("auto", torch.device("cuda")) is True
-    assert _checkpointing("auto", torch.device("cpu")) is False
-    assert _checkpointing(True, torch.device("cpu")) is True
+    assert checkpointing_on("auto", torch.device("cuda")) is True
+    assert checkpointing_on("auto", torch.device("cpu")) is False
+    assert checkpointing_on(True, torch.device("cpu")) is True
 
 
 def test_rows_beyond_the_budget_wait_for_the_next_batch(bounded: LocalModelProvider) -> None:
@@ -150,7 +151,7 @@ def test_rows_beyond_the_budget_wait_for_the_next_batch(bounded: LocalModelProvi
 def test_recurrent_state_counts_per_row() -> None:
     """Qwen3.5-4B's shape: 24 Gated DeltaNet layers hold ~50 MiB of state per row, which the
     budget charges as token-equivalents of its 8 attention layers' KV."""
-    from searchr1.plugins.local_model.budget import row_overhead_tokens, state_bytes_per_row
+    from searchr1.kit.learner.budget import row_overhead_tokens, state_bytes_per_row
 
     root = Path(__file__).resolve().parents[2]
     import json

@@ -11,7 +11,7 @@ import torch
 from arch_models import family_config
 from structlog.testing import capture_logs
 
-from searchr1.plugins.local_model.kernels import missing_kernels, warn_if_slow_kernels
+from searchr1.kit.learner.kernels import missing_kernels, warn_if_slow_kernels
 
 
 @pytest.mark.skipif(

@@ -249,7 +249,7 @@ def test_cpu_threads_default_to_the_cores_available_and_threads_overrides() -> N
     else runs on the machine; ``[model.local] threads`` still wins."""
     import os
 
-    from searchr1.plugins.local_model.device import configure_cpu_threads
+    from searchr1.kit.learner.device import configure_cpu_threads
 
     before = torch.get_num_threads()
     try:
@@ -261,7 +261,7 @@ def test_cpu_threads_default_to_the_cores_available_and_threads_overrides() -> N
 
 def test_device_and_dtype_errors_name_the_field_and_are_user_errors() -> None:
     from searchr1.core.errors import UserError
-    from searchr1.plugins.local_model.device import choose_device, choose_dtype
+    from searchr1.kit.learner.device import choose_device, choose_dtype
 
     with pytest.raises(UserError, match="model.device = 'no-such-device'"):
         choose_device("no-such-device")

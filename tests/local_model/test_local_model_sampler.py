@@ -16,7 +16,7 @@ from trainer_calls import forward_backward
 from searchr1.core.config_schema import Config
 from searchr1.core.step_metrics import ratio_metrics
 from searchr1.core.types import Datum, SamplingParams
-from searchr1.plugins.local_model.learner import token_logprobs
+from searchr1.kit.learner.learner import token_logprobs
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, importance_sampling

@@ -553,7 +553,7 @@ def test_a_protocol_injected_for_a_run_is_the_one_train_uses(
 
     from searchr1.core import plugins
     from searchr1.core.types import RewardResult
-    from searchr1.plugins.agent_protocols.tags import TagsProtocol
+    from searchr1.kit.protocols.tags import TagsProtocol
 
     built: list[str] = []
 

@@ -6,6 +6,7 @@ imports; a plugin written against the SDK is warned of nothing."""
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import shutil
@@ -20,17 +21,6 @@ import searchr1.sdk
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "searchr1"
 PLUGIN_MODULES = Path(__file__).parent / "plugin_modules"
-
-#: built-in plugin packages that build on another plugin package, as a third-party package may
-#: depend on another: vLLM trains with the local model's learner, the OpenAI-compatible provider
-#: and ChatML rendering speak the agent protocols' call formats, the offline world's tiny model
-#: is trained on the tags protocol's instruction.
-PLUGIN_DEPENDS = {
-    "vllm_model": {"local_model"},
-    "openai_chat": {"chatml", "agent_protocols"},
-    "chatml": {"agent_protocols"},
-    "offline_world": {"agent_protocols"},
-}
 
 
 def _modules(folder: Path):
@@ -60,20 +50,52 @@ def test_plugins_import_only_the_sdk_the_kit_and_their_own_package() -> None:
     wrong = []
     for path, tree in _modules(PACKAGE / "plugins"):
         own = _plugin_package(path)
-        allowed = {own, *PLUGIN_DEPENDS.get(own, ())}
         for line, module, name in _imports(tree):
             full = f"{module}.{name}" if name else module
             parts = full.split(".")
             if module == "searchr1.sdk" or parts[1] == "kit":
                 continue
-            if parts[1] == "plugins" and len(parts) > 2 and parts[2] in allowed:
+            if parts[1] == "plugins" and len(parts) > 2 and parts[2] == own:
                 continue
-            if module == "searchr1.plugins" and name in allowed:
+            if module == "searchr1.plugins" and name == own:
                 continue
             wrong.append(f"{path.relative_to(ROOT)}:{line}: {full}")
     assert not wrong, "plugins import searchr1.sdk, searchr1.kit or their own package:\n" + (
         "\n".join(wrong)
     )
+
+
+#: modules that moved out of a built-in plugin into the kit, so another plugin may use them
+MOVED = {
+    **{
+        f"searchr1.plugins.local_model.{m}": f"searchr1.kit.learner.{m}"
+        for m in (
+            "learner", "sharded_learner", "chunked_logprobs", "llds", "reference",
+            "shared_prefix", "state", "fsdp", "lora_coverage", "device", "kernels", "budget",
+        )
+    },
+    **{
+        f"searchr1.plugins.agent_protocols.{m}": f"searchr1.kit.protocols.{m}"
+        for m in ("call_formats", "thinking", "tags", "tool_calls")
+    },
+    "searchr1.plugins.chatml": "searchr1.kit.chatml",
+}  # fmt: skip
+
+
+def test_modules_moved_to_the_kit_keep_their_old_import_paths() -> None:
+    """A plugin importing a moved module by its old path gets the same objects, and the local
+    provider's module still offers the loading it used to define."""
+    for old, new in MOVED.items():
+        before, after = importlib.import_module(old), importlib.import_module(new)
+        public = [n for n in vars(after) if not n.startswith("_")]
+        assert public and all(getattr(before, n) is getattr(after, n) for n in public), old
+    provider = importlib.import_module("searchr1.plugins.local_model.provider")
+    loading = importlib.import_module("searchr1.kit.learner.loading")
+    for name in ("LocalSettings", "load_lora_model", "make_learner", "attach_lora"):
+        assert getattr(provider, name) is getattr(loading, name)
+    old_requests = importlib.import_module("searchr1.plugins.local_model.sample_request")
+    requests = importlib.import_module("searchr1.kit.learner.requests")
+    assert old_requests.check_request is requests.check_request
 
 
 def _package_of(module: str) -> str:

@@ -18,8 +18,8 @@ from searchr1.core.config_schema import Config
 from searchr1.core.errors import RemoteAuthError, RemoteRejected, RemoteServerError
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Question, SamplingParams, SearchResponse, SearchResult
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
-from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.openai_chat import ChatServiceError, OpenAIChatProvider, parse_chatml
 
 QUESTION = Question(id="q1", question="What is the capital of France?", golden_answers=("Paris",))

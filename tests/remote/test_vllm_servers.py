@@ -300,7 +300,7 @@ def test_what_a_torchrun_rank_cannot_do_is_refused(monkeypatch: pytest.MonkeyPat
     """Launching servers from a job over several machines (they listen on rank 0's loopback)
     and FSDP (this learner is a whole copy per rank) are refused, naming the setting."""
     from searchr1.core.distributed import World
-    from searchr1.plugins.local_model.provider import LocalSettings
+    from searchr1.kit.learner.loading import LocalSettings
     from searchr1.plugins.vllm_model.provider import job_problems
     from searchr1.plugins.vllm_model.settings import VllmSettings
 

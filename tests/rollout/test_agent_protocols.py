@@ -23,8 +23,8 @@ from searchr1.core.types import (
     SearchResponse,
     SearchResult,
 )
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
-from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.rewards import components
 from searchr1.rl.rollout import rollout_questions
 

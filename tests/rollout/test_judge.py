@@ -29,7 +29,7 @@ from searchr1.core.rewards import (
 )
 from searchr1.core.types import Trajectory, Turn
 from searchr1.kit.judge import Judge, JudgeItem, JudgeSettings, parse_verdict
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 
 GOLDEN = ("Antoine de Saint-Exupéry",)
 

@@ -17,8 +17,8 @@ from searchr1.core.config_schema import Config
 from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
 from searchr1.core.types import Question, Trajectory, Turn
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
-from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tool_calls import ToolCallsProtocol
 from searchr1.rl.rollout import rollout_questions
 
 GOLDEN = ("Antoine de Saint-Exupéry",)

@@ -9,7 +9,7 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
 from searchr1.core.config_schema import Config
 from searchr1.core.types import Question
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 from searchr1.rl.rollout import rollout_questions, sampling_params
 
 Q = Question(id="q1", question="Who wrote the old book?", golden_answers=("Alice",))

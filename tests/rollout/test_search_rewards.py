@@ -20,7 +20,7 @@ from searchr1.core.errors import ConfigError
 from searchr1.core.plugins import load_registry
 from searchr1.core.rewards import create_reward
 from searchr1.core.types import Question, SearchResponse, SearchResult, Trajectory
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 from searchr1.rl.rollout import rollout_questions
 
 GOLDEN = ("Antoine de Saint-Exupéry", "Saint-Exupéry")

@@ -22,7 +22,7 @@ from searchr1.core.errors import ConfigValueError
 from searchr1.core.plugins import load_registry
 from searchr1.core.protocols import make_protocol
 from searchr1.core.types import Question, SearchResponse, SearchResult
-from searchr1.plugins.agent_protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
+from searchr1.kit.protocols.tool_calls import SEARCH_TOOL, ToolCallsProtocol
 from searchr1.plugins.rewards import components
 from searchr1.rl.rollout import rollout_questions
 

@@ -21,8 +21,9 @@ from searchr1.core.config_schema import Config, HealthSettings
 from searchr1.core.health import HealthMonitor, StepRecord
 from searchr1.core.step_metrics import displacement_metrics, llds_metrics
 from searchr1.core.types import AdamParams, Datum, RewardResult, Trajectory, Turn
-from searchr1.plugins.local_model.llds import action_segments, llds_penalty, response_segments
-from searchr1.plugins.local_model.provider import LocalModelProvider, LocalSettings
+from searchr1.kit.learner.llds import action_segments, llds_penalty, response_segments
+from searchr1.kit.learner.loading import LocalSettings
+from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, cross_entropy, importance_sampling
 
 IS = NamedLoss("importance_sampling", importance_sampling)

@@ -18,7 +18,7 @@ from searchr1.core.health import (
 from searchr1.core.plugins import load_registry
 from searchr1.core.step_metrics import ratio_basis
 from searchr1.core.types import RewardResult, Trajectory, Turn
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 
 
 def _traj(

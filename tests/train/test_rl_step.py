@@ -14,7 +14,7 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 from searchr1.core.config_schema import Config
 from searchr1.core.question_stream import QuestionStream
 from searchr1.core.types import AdamParams, Datum, LossInputs, Question, RewardResult, Trajectory
-from searchr1.plugins.agent_protocols.tags import TagsProtocol
+from searchr1.kit.protocols.tags import TagsProtocol
 from searchr1.rl.batching import BatchLimits
 from searchr1.rl.job import Environment, Job
 from searchr1.rl.step import Batch, Learned, collect, learn

@@ -193,7 +193,7 @@ def test_warm_start_turns_use_the_call_format_the_protocol_parses(
     does (Qwen3 JSON, Qwen3.5 XML with its think prefill), and they parse back."""
     from fakes import template_tokenizer
 
-    from searchr1.plugins.agent_protocols.tool_calls import ToolCallsProtocol
+    from searchr1.kit.protocols.tool_calls import ToolCallsProtocol
 
     tools = ToolCallsProtocol(template_tokenizer(template), enable_thinking=True)
     search = LocalBM25Search.from_config(config)

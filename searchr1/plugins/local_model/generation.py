@@ -7,7 +7,6 @@ tensor work for one batch.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
-from searchr1.plugins.local_model.chunked_logprobs import causal_lm
+from searchr1.kit.learner.chunked_logprobs import output_cache
 from searchr1.plugins.local_model.next_token import row_generator
 from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
@@ -134,14 +133,6 @@ def _pad_mask(mask_RL: torch.Tensor, columns: int) -> torch.Tensor:
     return torch.cat([mask_RL.new_zeros((mask_RL.shape[0], columns)), mask_RL], 1)
 
 
-def cache_kwarg(model: Any) -> str:
-    """The name of the KV-cache argument of ``model.forward`` (for :class:`Forward`):
-    transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name warns, then
-    goes); older releases only know the old one."""
-    params = inspect.signature(causal_lm(model).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
 @dataclass(eq=False, kw_only=True)
 class Forward:
     """Model calls of the sampler: chunked prefill of a group of jobs, one decode step.
@@ -228,7 +219,7 @@ class Forward:
                 **kwargs,
             )
             self.count()
-            cache = _output_cache(out)
+            cache = output_cache(out)
         assert out is not None
         owner_R = torch.tensor(owner, dtype=torch.long, device=dev)
         if len(rows) != len(jobs):
@@ -279,11 +270,6 @@ class Forward:
             **{self.cache_kw: batch.cache},
         )
         self.count()
-        batch.cache = _output_cache(out)
+        batch.cache = output_cache(out)
         batch.next_pos_R = batch.next_pos_R + 1
         batch.logits_RV = out.logits[:, -1, :]
-
-
-def _output_cache(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values

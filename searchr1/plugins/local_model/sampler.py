@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import searchr1.plugins.local_model.kv_cache as kv_cache
+from searchr1.kit.learner.chunked_logprobs import cache_kwarg
 from searchr1.plugins.local_model.admission import take_requests
-from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row, cache_kwarg
+from searchr1.plugins.local_model.generation import Batch, Forward, Job, Row
 from searchr1.plugins.local_model.next_token import sample_next
 from searchr1.plugins.local_model.reuse import RetainedCaches, retain_row
 from searchr1.plugins.local_model.sample_request import SampleRequest, check_request, resolve
 from searchr1.sdk import SampledSequence, SamplingParams, StopReason
 
 if TYPE_CHECKING:
-    from searchr1.plugins.local_model.fsdp import Lockstep
+    from searchr1.kit.learner.fsdp import Lockstep
 
 
 @dataclass
@@ -85,7 +86,7 @@ class BatchedSampler:
         lockstep: Lockstep | None = None,
     ) -> None:
         """``lockstep``: the model is sharded (FSDP2) and each forward runs in step with the
-        other ranks' (:class:`~searchr1.plugins.local_model.fsdp.Lockstep`): :meth:`sample`
+        other ranks' (:class:`~searchr1.kit.learner.fsdp.Lockstep`): :meth:`sample`
         serves inside a session (:meth:`begin_session`), :meth:`generate` outside one,
         called by every rank."""
         self.model = model

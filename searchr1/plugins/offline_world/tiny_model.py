@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from searchr1.plugins.agent_protocols.tags import INSTRUCTION
+from searchr1.kit.protocols.tags import INSTRUCTION
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from searchr1.plugins.local_model import lora_advice
-from searchr1.plugins.local_model.lora_coverage import check_model
-from searchr1.plugins.local_model.provider import LocalSettings
+from searchr1.kit.learner.loading import LocalSettings
+from searchr1.kit.learner.lora_coverage import check_model, lora_advice
 from searchr1.plugins.vllm_model.settings import VllmSettings
 from searchr1.sdk import Model, ModelFactory, Register, hookimpl
 

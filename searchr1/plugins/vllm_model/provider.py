@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from searchr1.plugins.local_model.learner import Learner
-from searchr1.plugins.local_model.provider import LocalSettings, load_lora_model, make_learner
-from searchr1.plugins.local_model.sample_request import check_request
-from searchr1.plugins.local_model.state import ADAPTER_ONLY
+from searchr1.kit.learner.learner import Learner
+from searchr1.kit.learner.loading import LocalSettings, load_lora_model, make_learner
+from searchr1.kit.learner.requests import check_request
+from searchr1.kit.learner.state import ADAPTER_ONLY
+from searchr1.kit.learner.trainer import LearnerTrainer, Publish
 from searchr1.plugins.vllm_model.client import VllmClient, VllmError
 from searchr1.plugins.vllm_model.server import (
     VllmServer,
@@ -32,7 +33,6 @@ from searchr1.plugins.vllm_model.server import (
 )
 from searchr1.plugins.vllm_model.settings import VllmSettings, settings_problems
 from searchr1.sdk import (
-    AdamParams,
     Datum,
     ForwardBackwardResult,
     LossFn,
@@ -40,7 +40,6 @@ from searchr1.sdk import (
     SampledSequence,
     SamplingParams,
     SearchR1Error,
-    TrainerCapabilities,
     World,
     get_logger,
     merge_train_metrics,
@@ -63,11 +62,11 @@ class _Adapter:
     local_dir: Path
 
 
-class VllmModelProvider:
+class VllmModelProvider(LearnerTrainer, Publish):
     """The ``vllm`` provider's :class:`~searchr1.core.types.Sampler` (on the vLLM servers)
-    and :class:`~searchr1.core.types.Trainer` (the local learner, with its declared
-    capabilities: any loss, a snapshot sampler that pins one served adapter, the learner's
-    temperature)."""
+    and :class:`~searchr1.core.types.Trainer`: the local learner's
+    :class:`~searchr1.kit.learner.trainer.LearnerTrainer`, whose publish step saves
+    the adapter and loads it into every server (a snapshot sampler pins one served adapter)."""
 
     adapter: _Adapter | None = None
     #: the adapter pipelined steps sample on (None: always the newest, ``adapter``)
@@ -80,7 +79,7 @@ class VllmModelProvider:
     def __init__(self, learner: Learner, tokenizer: Any, world: World | None = None) -> None:
         """``learner`` trains the peft model whose adapter the servers sample with;
         ``world``: this process's place in a torchrun job (default: alone)."""
-        self.learner = learner
+        LearnerTrainer.__init__(self, learner, publish=self)
         self.world = world or World()
         #: the Hugging Face tokenizer of the base model (chat template included)
         self.tokenizer = tokenizer
@@ -355,7 +354,7 @@ class VllmModelProvider:
         self.adapter = adapter
         self._loaded = False
 
-    async def snapshot_sampler(self) -> None:
+    async def pin(self) -> None:
         """Pipelined steps (``train.max_staleness > 0``): sample on the newest published
         adapter until the next call, and unload the adapters no rollout samples any more."""
         await self._current()  # weights that load_state loaded are published first
@@ -396,18 +395,6 @@ class VllmModelProvider:
 
     # ------------------------------------------------------------------ Sampler, Trainer
 
-    @property
-    def capabilities(self) -> TrainerCapabilities:
-        """Any loss (the learner calls it), a snapshot sampler, the local learner's KL
-        reference, the learner's temperature (the rollout's), and data parallelism under
-        torchrun (the learner sums the ranks' gradients)."""
-        return TrainerCapabilities(
-            snapshot_sampler=self.snapshot_sampler,
-            kl_reference=self.learner.pin_reference,
-            learner_temperature=float(self.learner.temperature),
-            data_parallel=True,
-        )
-
     async def sample(
         self, prompt_tokens: Sequence[int], num_samples: int, params: SamplingParams
     ) -> list[SampledSequence]:
@@ -442,7 +429,7 @@ class VllmModelProvider:
         ``mismatch/server<k>/*``; the parts' metrics are merged as the loop merges
         micro-batches (:func:`merge_train_metrics`)."""
         if len(self.clients) <= 1:
-            return asyncio.wrap_future(self.learner.submit(datums, loss_fn, loss_scale))
+            return await super().forward_backward(datums, loss_fn, loss_scale)
         parts: dict[int | None, list[Datum]] = {}
         for d in datums:
             group = (d.trajectory_id or "").rpartition("/")[0]
@@ -453,36 +440,30 @@ class VllmModelProvider:
         ]
         return asyncio.ensure_future(_per_server(queued))
 
-    async def optim_step(self, adam: AdamParams) -> Mapping[str, float]:
-        """The learner's AdamW step and the new adapter's save (in the learner's worker
-        thread), then its load into every server. Under torchrun every rank steps (the
-        gradients summed over the ranks), rank 0 alone saves and loads the adapter, and every
-        rank returns once every server serves it."""
-        step = self.learner.worker.submit(self._step, adam)
-        metrics, saved, saving_s = await asyncio.wrap_future(step)
+    # the publish step: under torchrun every rank steps (the gradients summed over the ranks),
+    # rank 0 alone saves and loads the adapter, and every rank returns once every server
+    # serves it
+
+    def save_weights(self) -> tuple[_Adapter | None, float]:
+        """The new adapter saved (rank 0), and the seconds it took."""
         t0 = time.perf_counter()
-        if saved is not None:
-            await self._on_rank0(lambda: self._publish(saved))
+        saved = self._save_adapter() if self.world.main else None
+        return saved, time.perf_counter() - t0
+
+    async def publish(self, saved: tuple[_Adapter | None, float]) -> Mapping[str, float]:
+        """Load the saved adapter into every server; ``adapter_sync_s``, the save and load."""
+        adapter, saving_s = saved
+        t0 = time.perf_counter()
+        if adapter is not None:
+            await self._on_rank0(lambda: self._publish(adapter))
         else:
             await self._on_rank0(_nothing)  # waits for rank 0's publish
             self.adapter = self._follow()
-        metrics["adapter_sync_s"] = saving_s + time.perf_counter() - t0
-        return metrics
+        return {"adapter_sync_s": saving_s + time.perf_counter() - t0}
 
-    def _step(self, adam: AdamParams) -> tuple[dict[str, float], _Adapter | None, float]:
-        metrics = dict(self.learner.optim_step(adam))
-        t0 = time.perf_counter()
-        saved = self._save_adapter() if self.world.main else None
-        return metrics, saved, time.perf_counter() - t0
-
-    def save_state(self, path: str) -> None:
-        self.learner.save_state(path)
-
-    async def load_state(self, path: str) -> None:
-        """Load a checkpoint's learner state; connected, rank 0 (or the one process) publishes
-        its adapter to every server before it returns, another rank samples it once every
-        server lists it."""
-        self.learner.load_state(path)
+    async def after_load(self) -> None:
+        """Connected, rank 0 (or the one process) publishes the loaded adapter to every server
+        before :meth:`load_state` returns, another rank samples it once every server lists it."""
         self.pinned = None  # the loaded weights are the newest: sample them
         if self.world.main and self.clients:
             # Now, not at rank 0's first sample: the other ranks wait for this version
@@ -508,7 +489,7 @@ class VllmModelProvider:
     def close(self) -> None:
         """Stop the learner's worker and the launched servers, and remove the temporary
         folder (after :meth:`disconnect`; safe to call twice)."""
-        self.learner.worker.shutdown()
+        super().close()
         self.clients, self.adapter = [], None
         servers, self.servers = self.servers, []
         try:
