@@ -60,7 +60,7 @@ from searchr1.core.errors import (
 )
 from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.logs import get_logger, warn
-from searchr1.core.old_imports import offer
+from searchr1.core.old_imports import moved_module, offer
 from searchr1.core.plugins import Registration
 from searchr1.core.scripted import UNKNOWN, ScriptedSampler, ScriptedTeacher
 from searchr1.core.secrets import is_secret_name, redact_text, register_secrets
@@ -194,6 +194,8 @@ __all__ = [
     "redact_text",
     "register_secrets",
     "warn",
+    # a module of a plugin that moved: its old path warns its importers
+    "moved_module",
     # files: atomic writes, folders, built-in assets
     "COMPLETE",
     "atomic_write",

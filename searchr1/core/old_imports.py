@@ -1,6 +1,6 @@
-"""The core modules plugins imported before :mod:`searchr1.sdk`: they keep working for a
-plugin, which gets one :class:`OldPluginImportWarning` per old module it imports, naming the new
-import. The ``searchr1`` package and this checkout's bench/, scripts/ and tests/ import them
+"""The core modules plugins imported before :mod:`searchr1.sdk`, and the modules that moved:
+they keep working for a plugin, which gets one :class:`OldPluginImportWarning` per old module it
+imports, naming the new import. The ``searchr1`` package and this checkout's bench/, scripts/ and tests/ import them
 without a warning."""
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ _warned: set[tuple[str, str]] = set()
 #: the names searchr1.sdk offers, told by the SDK as it loads (:func:`offer`); the core imports
 #: no SDK, and the built-in plugins (which import it) load before any other plugin
 _offered: set[str] = set()
+#: modules that moved, left as re-exports at their old path: old module -> new module
+_moved: dict[str, str] = {}
 #: names the SDK offers under another name: (old module, old name) -> the SDK's name
 _RENAMED = {("searchr1.core.assets", "resolve"): "resolve_asset"}
 _lock = threading.Lock()
@@ -65,7 +67,9 @@ def _warn(old: str, name: str, importer: str) -> None:
             return
         _warned.add((old, importer))
     name = _RENAMED.get((old, name), name)
-    if name in _offered:
+    if old in _moved:
+        new = f"it moved to {_moved[old]} (from {_moved[old]} import {name})"
+    elif name in _offered:
         new = f"import from searchr1.sdk instead (from searchr1.sdk import {name})"
     elif not _offered:
         new = "import from searchr1.sdk instead (its __all__ lists what a plugin may import)"
@@ -86,3 +90,10 @@ def offer(names: list[str]) -> None:
 def warn_plugins(module_name: str) -> None:
     """Make the module ``module_name`` warn a plugin that imports from it (call at its end)."""
     sys.modules[module_name].__class__ = _PluginFacingModule
+
+
+def moved_module(module_name: str, new: str) -> None:
+    """Make ``module_name``, the re-export left where a module was before it moved to ``new``,
+    warn a plugin that imports from it, naming ``new`` (call at its end)."""
+    _moved[module_name] = new
+    warn_plugins(module_name)

@@ -183,9 +183,9 @@ def test_a_plugin_on_the_old_imports_passes_smoke_warned_once_per_old_module(
     tmp_path: Path,
 ) -> None:
     """``searchr1 smoke`` through the CLI, in a fresh process with default warning filters, with
-    two development plugins: one on the imports documented before the SDK (five core modules
-    and the kit), one on ``searchr1.sdk``. Smoke passes through both; each old module is named
-    once with its new import; the SDK plugin, the kit and this checkout's own test helpers
+    two development plugins: one on the imports documented before the SDK (five core modules,
+    a protocol module that moved to the kit, and the kit), one on ``searchr1.sdk``. Smoke
+    passes through both; each old module is named once with its new import; the SDK plugin, the kit and this checkout's own test helpers
     (which import the core) are named in no warning."""
     config = tmp_path / "config.toml"
     config.write_text(f"{scripted(TURNS)}\n{CONFIG}", encoding="utf-8")
@@ -222,10 +222,16 @@ def test_a_plugin_on_the_old_imports_passes_smoke_warned_once_per_old_module(
         ("searchr1.core.hookspecs", "Register"),
         ("searchr1.core.types", "SearchFactory"),
     ], out.stderr
-    assert "searchr1_modern" not in out.stderr and "searchr1.kit" not in out.stderr
+    assert (
+        "OldPluginImportWarning: searchr1_legacy: importing "
+        "searchr1.plugins.agent_protocols.call_formats is deprecated for plugins; it moved to "
+        "searchr1.kit.protocols.call_formats (from searchr1.kit.protocols.call_formats import "
+        "detect_call_format)" in out.stderr
+    ), out.stderr
+    assert "searchr1_modern" not in out.stderr
     # the scripted model's modules (tests/helpers, this checkout's own) read the core unwarned
     lines = [line for line in out.stderr.splitlines() if "OldPluginImportWarning" in line]
-    assert len(lines) == 5 and all(": searchr1_legacy: " in line for line in lines), lines
+    assert len(lines) == 6 and all(": searchr1_legacy: " in line for line in lines), lines
 
 
 def test_the_old_import_of_a_name_outside_the_sdk_says_it_is_internal(tmp_path: Path) -> None:

@@ -2,3 +2,6 @@
 this path re-exports it."""
 
 from searchr1.kit.learner.state import *  # noqa: F403
+from searchr1.sdk import moved_module
+
+moved_module(__name__, "searchr1.kit.learner.state")

@@ -12,6 +12,7 @@ from searchr1.core.errors import UserError
 from searchr1.core.hookspecs import Register, hookimpl
 from searchr1.core.types import SearchFactory, SearchResponse, SearchResult
 from searchr1.kit.http import HttpClient  # noqa: F401  (a kit helper: no warning)
+from searchr1.plugins.agent_protocols.call_formats import detect_call_format  # noqa: F401  (moved)
 
 
 @dataclass(frozen=True)
