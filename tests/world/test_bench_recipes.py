@@ -71,10 +71,11 @@ def test_every_named_recipe_is_a_config_train_accepts(tmp_path: Path) -> None:
             path = real_model.write_config(args, 0, tmp_path / set_name / name)
             config = load_config(path, registry=registry, check_plugins=True)
             assert loss_refusals(config, registry) == [], (set_name, name)
+            written = tomllib.loads(path.read_text())
             for item in overrides:  # each override reached the config
                 dotted, _, value = item.partition("=")
                 *sections, key = dotted.split(".")
-                table = tomllib.loads(path.read_text())
+                table = written
                 for section in sections:
                     table = table[section]
                 assert table[key] == tomllib.loads(f"v = {value}")["v"], (set_name, item)
