@@ -103,6 +103,10 @@ def test_search_cost_prices_every_call_past_the_free_ones() -> None:
     assert [r.components["searches"] for r in got] == [3.0, 1.0, 0.0]  # a failed one counts
     assert [r.components["charged"] for r in got] == [2.0, 0.0, 0.0]
     assert term("search_cost")(three, GOLDEN).reward == pytest.approx(-0.15)  # the default 0.05
+    gated = term("search_cost", cost_per_search=0.1, only_when_correct=True)
+    # the wrong answer "x" after three searches is not charged; the right one after one is
+    assert [gated(t, GOLDEN).reward for t in (three, one, zero)] == [0.0, pytest.approx(-0.1), 0.0]
+    assert gated(three, GOLDEN).components == {"searches": 3.0, "charged": 0.0}
 
 
 def test_answer_length_penalty_prices_padding_past_the_margin() -> None:

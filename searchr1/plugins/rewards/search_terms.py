@@ -4,7 +4,8 @@
 
 * ``retrieval_credit``: ``credit`` when a passage the trajectory retrieved (an observation of
   a successful search) contains a golden answer, normalised as exact match is (process credit);
-* ``search_cost``: ``-cost_per_search`` per search call past ``free_searches``;
+* ``search_cost``: ``-cost_per_search`` per search call past ``free_searches`` (with
+  ``only_when_correct``, charged to exact-match answers only);
 * ``answer_length_penalty``: ``-per_token`` per normalised answer token past the longest
   golden answer plus ``margin`` tokens, at most ``max_penalty`` (against F1 answer padding).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from searchr1.sdk import RewardResult, Trajectory, normalize_answer
+from searchr1.sdk import RewardResult, Trajectory, exact_match, normalize_answer
 
 
 def contains_answer(text: str, golden_answers: Sequence[str]) -> bool:
@@ -63,18 +64,26 @@ class SearchCostSettings:
     cost_per_search: float = field(default=0.05, metadata={"min": 0.0})
     #: searches of a trajectory that cost nothing
     free_searches: int = field(default=0, metadata={"min": 0})
+    #: charge only a trajectory whose answer is an exact match: a wrong answer is not made
+    #: worse for one more search, so a group that has not found the answer yet is never
+    #: pushed away from searching further (the price then ranks right answers by their
+    #: searches only, as OTC-PO's correctness-gated tool reward does)
+    only_when_correct: bool = False
 
 
 @dataclass(frozen=True)
 class SearchCost:
-    """``-cost_per_search`` x (search calls - ``free_searches``, at least 0); components
-    ``searches`` (calls, failed ones included: each was asked) and ``charged``."""
+    """``-cost_per_search`` x (search calls - ``free_searches``, at least 0), or 0 with
+    ``only_when_correct`` and an answer that is not an exact match; components ``searches``
+    (calls, failed ones included: each was asked) and ``charged``."""
 
     settings: SearchCostSettings = SearchCostSettings()
 
     def __call__(self, trajectory: Trajectory, golden_answers: Sequence[str]) -> RewardResult:
         s = self.settings
         charged = max(0, trajectory.search_calls - s.free_searches)
+        if s.only_when_correct and not exact_match(trajectory.final_answer, golden_answers):
+            charged = 0
         return RewardResult(
             -s.cost_per_search * charged,
             {"searches": float(trajectory.search_calls), "charged": float(charged)},
