@@ -94,6 +94,11 @@ class RolloutConfig:
     dynamic_sampling: bool = _f(False)
     #: with dynamic_sampling: extra questions drawn per step at most
     max_extra_draws: int = _f(16, min=0)
+    #: with dynamic_sampling: what must differ within a group for it to be kept as
+    #: informative: "reward" (the run's reward), or one of its components by name, e.g.
+    #: "correct" (the answer's exact match; verl's filter_groups.metric = "acc"), so that a
+    #: group whose rewards differ only by a price term is replaced like a degenerate one
+    dynamic_sampling_metric: str = _f("reward")
     #: advance a rollout's trajectories a turn at a time together (all sample, then all
     #: search), so the sampler's batches and a seeded run's numbers repeat; false: each
     #: trajectory advances on its own (a slow search holds up only its own trajectory)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchr1.core.config_schema import Config
+from searchr1.core.errors import ConfigValueError
 from searchr1.core.metric_schema import merge
 from searchr1.core.question_stream import QuestionStream, draw_fitting
 from searchr1.core.rewards import score_all
@@ -159,8 +160,9 @@ async def collect(
     first, owners = await _rollout_shared(*draw, draw_fitting(env, job, stream, want), 0)
     groups = list(first)
     extra = 0
+    metric = cfg.rollout.dynamic_sampling_metric
     while cfg.rollout.dynamic_sampling and extra < cfg.rollout.max_extra_draws:
-        missing = want - sum(not g.degenerate for g in groups)
+        missing = want - sum(informative(g, metric) for g in groups)
         if missing <= 0:
             break
         n = min(missing, cfg.rollout.max_extra_draws - extra)
@@ -169,11 +171,7 @@ async def collect(
         groups += more
         owners += more_owners
     if cfg.rollout.dynamic_sampling:
-        informative = [i for i, g in enumerate(groups) if not g.degenerate][:want]
-        degenerate = [i for i, g in enumerate(groups) if g.degenerate]
-        if not keep_degenerate:
-            degenerate = degenerate[: max(0, want - len(informative))]
-        keep = informative + degenerate
+        keep = kept_groups(groups, want, cfg.rollout.dynamic_sampling_metric, keep_degenerate)
         groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
     return Batch(
         step=step,
@@ -187,6 +185,36 @@ async def collect(
         owners=owners,
         rank=job.world.rank,
     )
+
+
+def informative(group: ScoredGroup, metric: str = "reward") -> bool:
+    """Whether ``metric`` differs within ``group``: its reward (``"reward"``: the group is
+    not degenerate) or that component of its rewards (``rollout.dynamic_sampling_metric``)."""
+    if metric == "reward":
+        return not group.degenerate
+    values = []
+    for r in group.rewards:
+        if metric not in r.components:
+            raise ConfigValueError(
+                f"rollout.dynamic_sampling_metric = {metric!r}: the reward has no component of "
+                f'that name; it has {sorted(r.components)} (or use "reward")'
+            )
+        values.append(r.components[metric])
+    return not is_degenerate(values)
+
+
+def kept_groups(
+    groups: Sequence[ScoredGroup], want: int, metric: str, keep_degenerate: bool
+) -> list[int]:
+    """The indices of ``groups`` a dynamically sampled step trains: the first ``want``
+    informative on ``metric``, then the others (all of them with ``keep_degenerate``, else
+    only as many as make ``want`` groups)."""
+    flags = [informative(g, metric) for g in groups]
+    chosen = [i for i, f in enumerate(flags) if f][:want]
+    rest = [i for i, f in enumerate(flags) if not f]
+    if not keep_degenerate:
+        rest = rest[: max(0, want - len(chosen))]
+    return chosen + rest
 
 
 async def _rollout_shared(

@@ -1,7 +1,7 @@
 """The search-behaviour reward terms (``retrieval_credit``, ``search_cost``,
 ``answer_length_penalty``) on trajectories the rollout made (a scripted model, an in-memory
-search), their settings' checks, and the three composed as ``[reward] terms`` training the
-offline demo for 2 steps with their components in the metrics."""
+search), their settings' checks, dynamic sampling on a reward component, and the three
+composed as ``[reward] terms`` training the demo for 2 steps, components in the metrics."""
 
 from __future__ import annotations
 
@@ -16,12 +16,20 @@ from fakes import FakeSearch, ScriptedModel, tiny_tokenizer
 
 from searchr1.core.config import parse_config
 from searchr1.core.config_schema import Config
-from searchr1.core.errors import ConfigError
+from searchr1.core.errors import ConfigError, ConfigValueError
 from searchr1.core.plugins import load_registry
 from searchr1.core.rewards import create_reward
-from searchr1.core.types import Question, SearchResponse, SearchResult, Trajectory
+from searchr1.core.types import (
+    Question,
+    ScoredGroup,
+    SearchResponse,
+    SearchResult,
+    Trajectory,
+)
 from searchr1.kit.protocols.tags import TagsProtocol
+from searchr1.rl.advantages import is_degenerate
 from searchr1.rl.rollout import rollout_questions
+from searchr1.rl.step import kept_groups
 
 GOLDEN = ("Antoine de Saint-Exupéry", "Saint-Exupéry")
 TERMS = ("retrieval_credit", "search_cost", "answer_length_penalty")
@@ -144,6 +152,37 @@ def test_composed_terms_log_their_components() -> None:
     assert {"retrieval_credit", "search_cost", "answer_length_penalty"} <= set(r.components)
 
 
+def test_dynamic_sampling_on_correct_replaces_a_group_only_the_price_separates() -> None:
+    """All right, one with a search more (rewards differ by the price only); one right and
+    one wrong; all wrong. On the reward both of the first two are informative; on
+    ``correct`` only the second is, and the first is kept only to fill the step."""
+    price = {"terms": ["search_cost"], "search_cost": {"only_when_correct": True}}
+    reward = create_reward(config_of({"reward": price}), load_registry())
+    right = {"answer": "Saint-Exupéry"}
+    scripts = (
+        ([{"query": "little prince"}, right], [{"query": "weather"}, {"query": "little prince"}, right]),
+        ([{"query": "little prince"}, right], [{"query": "weather"}, {"answer": "Lyon"}]),
+        ([{"query": "weather"}, {"answer": "Lyon"}], [{"answer": "Paris"}]),
+    )  # fmt: skip
+    groups = []
+    for script in scripts:
+        trajectories = rollouts(*script)
+        rewards = [reward(t, GOLDEN) for t in trajectories]
+        degenerate = is_degenerate([r.reward for r in rewards])
+        groups.append(
+            ScoredGroup(Question("q", "?", GOLDEN), trajectories, rewards, (0.0, 0.0), degenerate)
+        )
+    assert [g.degenerate for g in groups] == [False, False, True]
+    assert kept_groups(groups, 2, "reward", keep_degenerate=False) == [0, 1]
+    assert kept_groups(groups, 1, "correct", keep_degenerate=False) == [1]
+    assert kept_groups(groups, 2, "correct", keep_degenerate=False) == [1, 0]
+    assert kept_groups(groups, 1, "correct", keep_degenerate=True) == [1, 0, 2]
+    with pytest.raises(
+        ConfigValueError, match=r"rollout.dynamic_sampling_metric = 'acc'.*'correct'"
+    ):
+        kept_groups(groups, 2, "acc", keep_degenerate=False)
+
+
 @pytest.mark.parametrize(
     ("name", "settings", "message"),
     [
@@ -160,8 +199,9 @@ def test_bad_settings_are_refused_naming_the_key(name, settings, message) -> Non
 
 
 def test_the_three_terms_train_the_demo_for_two_steps(tmp_path: Path, config_file, run_cli):
+    rollout = {"questions_per_batch": 2, "group_size": 3, "dynamic_sampling": True}
     text = make_config(
-        {"rollout": {"questions_per_batch": 2, "group_size": 3}},
+        {"rollout": rollout | {"dynamic_sampling_metric": "correct", "max_extra_draws": 2}},
         reward={"name": "format_answer", "terms": list(TERMS)},
     )
     run = tmp_path / "run"

@@ -4,8 +4,7 @@
 
 * ``retrieval_credit``: ``credit`` when a passage the trajectory retrieved (an observation of
   a successful search) contains a golden answer, normalised as exact match is (process credit);
-* ``search_cost``: ``-cost_per_search`` per search call past ``free_searches`` (with
-  ``only_when_correct``, charged to exact-match answers only);
+* ``search_cost``: ``-cost_per_search`` per search past ``free_searches`` (``only_when_correct``);
 * ``answer_length_penalty``: ``-per_token`` per normalised answer token past the longest
   golden answer plus ``margin`` tokens, at most ``max_penalty`` (against F1 answer padding).
 """
