@@ -8,7 +8,8 @@ The table: per recipe, the held-out EM and F1 after RL, overall and per ``data_s
 mean (spread = max - min over seeds); then, for each recipe against the first, the EM
 difference per type and whether it is beyond the seed spread (the two recipes' ranges over
 seeds do not overlap). Without ``--recipe``, a named set (``--recipes``, ``RECIPE_SETS``):
-``basics`` (the default, the F1 reward, no KL term), ``estimators``, ``f1-length``, ``collapse``::
+``basics`` (the default, the F1 reward, no KL term), ``estimators``, ``search-price``,
+``f1-length``, ``collapse``::
 
     python bench/recipes.py --config examples/real-model-hard.toml --seeds 0,1,2
     python bench/recipes.py --config examples/real-model-hard.toml --recipes estimators
@@ -48,6 +49,23 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
             'train.loss_agg_mode="seq-mean-token-mean"',
         ],
         "search-terms": ['reward.terms=["retrieval_credit", "search_cost"]'],
+    },
+    # pricing searches against over-searching, without the KL term (docs/rewards.md): every
+    # search, right answers' only, and with dynamic sampling judged on exact match
+    "search-price": {
+        "no-kl": ["train.loss.kl_coef=0.0"],
+        "cost": ["train.loss.kl_coef=0.0", 'reward.terms=["search_cost"]'],
+        "cost-gated": [
+            "train.loss.kl_coef=0.0",
+            'reward.terms=["search_cost"]',
+            "reward.search_cost.only_when_correct=true",
+        ],
+        "cost-gated-dsm": [
+            "train.loss.kl_coef=0.0",
+            'reward.terms=["search_cost"]',
+            "reward.search_cost.only_when_correct=true",
+            'rollout.dynamic_sampling_metric="correct"',
+        ],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
     "f1-length": {
