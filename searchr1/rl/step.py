@@ -171,7 +171,7 @@ async def collect(
         groups += more
         owners += more_owners
     if cfg.rollout.dynamic_sampling:
-        keep = kept_groups(groups, want, cfg.rollout.dynamic_sampling_metric, keep_degenerate)
+        keep = kept_groups(groups, want, metric, keep_degenerate)
         groups, owners = [groups[i] for i in keep], [owners[i] for i in keep]
     return Batch(
         step=step,
