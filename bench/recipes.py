@@ -28,6 +28,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_model  # noqa: E402  (bench/ is not a package)
 
+_NO_KL = ["train.loss.kl_coef=0.0"]
+_COST_GATED = [
+    *_NO_KL,
+    'reward.terms=["search_cost"]',
+    "reward.search_cost.only_when_correct=true",
+]
+_COST_GATED_DSM = [*_COST_GATED, 'rollout.dynamic_sampling_metric="correct"']
+
 #: named sets of recipes (``--recipes NAME``), each recipe a name -> its overrides; the first
 #: recipe of a set is the baseline the others are compared with
 RECIPE_SETS: dict[str, dict[str, list[str]]] = {
@@ -35,7 +43,7 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
     "basics": {
         "default": [],
         "f1-reward": ['reward.name="f1"'],
-        "no-kl": ["train.loss.kl_coef=0.0"],
+        "no-kl": _NO_KL,
     },
     # the estimators and aggregations users port from verl and TRL (docs/training.md)
     "estimators": {
@@ -51,21 +59,15 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "search-terms": ['reward.terms=["retrieval_credit", "search_cost"]'],
     },
     # pricing searches against over-searching, without the KL term (docs/rewards.md): every
-    # search, right answers' only, and with dynamic sampling judged on exact match
+    # search, right answers' only, and with dynamic sampling judged on exact match (at the
+    # example's learning rate, 2x and 3x)
     "search-price": {
-        "no-kl": ["train.loss.kl_coef=0.0"],
-        "cost": ["train.loss.kl_coef=0.0", 'reward.terms=["search_cost"]'],
-        "cost-gated": [
-            "train.loss.kl_coef=0.0",
-            'reward.terms=["search_cost"]',
-            "reward.search_cost.only_when_correct=true",
-        ],
-        "cost-gated-dsm": [
-            "train.loss.kl_coef=0.0",
-            'reward.terms=["search_cost"]',
-            "reward.search_cost.only_when_correct=true",
-            'rollout.dynamic_sampling_metric="correct"',
-        ],
+        "no-kl": _NO_KL,
+        "cost": [*_NO_KL, 'reward.terms=["search_cost"]'],
+        "cost-gated": _COST_GATED,
+        "cost-gated-dsm": _COST_GATED_DSM,
+        "cost-gated-dsm-lr2e-4": [*_COST_GATED_DSM, "optimizer.lr=2e-4"],
+        "cost-gated-dsm-lr3e-4": [*_COST_GATED_DSM, "optimizer.lr=3e-4"],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
     "f1-length": {
