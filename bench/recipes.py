@@ -60,7 +60,7 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
     },
     # pricing searches against over-searching, without the KL term (docs/rewards.md): every
     # search, right answers' only, and with dynamic sampling judged on exact match (at the
-    # example's learning rate, 2x and 3x)
+    # example's learning rate, 2x and 3x, and at 2x with 3x the default price)
     "search-price": {
         "no-kl": _NO_KL,
         "cost": [*_NO_KL, 'reward.terms=["search_cost"]'],
@@ -68,6 +68,11 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "cost-gated-dsm": _COST_GATED_DSM,
         "cost-gated-dsm-lr2e-4": [*_COST_GATED_DSM, "optimizer.lr=2e-4"],
         "cost-gated-dsm-lr3e-4": [*_COST_GATED_DSM, "optimizer.lr=3e-4"],
+        "cost0.15-gated-dsm-lr2e-4": [
+            *_COST_GATED_DSM,
+            "optimizer.lr=2e-4",
+            "reward.search_cost.cost_per_search=0.15",
+        ],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
     "f1-length": {
