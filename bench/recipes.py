@@ -73,6 +73,16 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
             "optimizer.lr=2e-4",
             "reward.search_cost.cost_per_search=0.15",
         ],
+        # credit for retrieving the answer, so a second search that finds it pays even when
+        # the answer is wrong: against that price's cost on two-hop questions
+        "credit-cost0.15-gated-dsm-lr2e-4": [
+            *_NO_KL,
+            'reward.terms=["retrieval_credit", "search_cost"]',
+            "reward.search_cost.only_when_correct=true",
+            'rollout.dynamic_sampling_metric="correct"',
+            "optimizer.lr=2e-4",
+            "reward.search_cost.cost_per_search=0.15",
+        ],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
     "f1-length": {
