@@ -29,12 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_model  # noqa: E402  (bench/ is not a package)
 
 _NO_KL = ["train.loss.kl_coef=0.0"]
-_COST_GATED = [
-    *_NO_KL,
-    'reward.terms=["search_cost"]',
-    "reward.search_cost.only_when_correct=true",
-]
-_COST_GATED_DSM = [*_COST_GATED, 'rollout.dynamic_sampling_metric="correct"']
+_GATED = ["reward.search_cost.only_when_correct=true"]
+_DSM = ['rollout.dynamic_sampling_metric="correct"']
+_COST_GATED = [*_NO_KL, 'reward.terms=["search_cost"]', *_GATED]
+_COST_GATED_DSM = [*_COST_GATED, *_DSM]
+_LR2_PRICE3 = ["optimizer.lr=2e-4", "reward.search_cost.cost_per_search=0.15"]
 
 #: named sets of recipes (``--recipes NAME``), each recipe a name -> its overrides; the first
 #: recipe of a set is the baseline the others are compared with
@@ -68,20 +67,15 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "cost-gated-dsm": _COST_GATED_DSM,
         "cost-gated-dsm-lr2e-4": [*_COST_GATED_DSM, "optimizer.lr=2e-4"],
         "cost-gated-dsm-lr3e-4": [*_COST_GATED_DSM, "optimizer.lr=3e-4"],
-        "cost0.15-gated-dsm-lr2e-4": [
-            *_COST_GATED_DSM,
-            "optimizer.lr=2e-4",
-            "reward.search_cost.cost_per_search=0.15",
-        ],
+        "cost0.15-gated-dsm-lr2e-4": [*_COST_GATED_DSM, *_LR2_PRICE3],
         # credit for retrieving the answer, so a second search that finds it pays even when
         # the answer is wrong: against that price's cost on two-hop questions
         "credit-cost0.15-gated-dsm-lr2e-4": [
             *_NO_KL,
             'reward.terms=["retrieval_credit", "search_cost"]',
-            "reward.search_cost.only_when_correct=true",
-            'rollout.dynamic_sampling_metric="correct"',
-            "optimizer.lr=2e-4",
-            "reward.search_cost.cost_per_search=0.15",
+            *_GATED,
+            *_DSM,
+            *_LR2_PRICE3,
         ],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
