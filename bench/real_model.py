@@ -17,6 +17,8 @@ run's events and eval records. One JSON line per seed::
     peak_rss_gb_after.{base_eval,cold_start,rl_steps,final_eval}  its peak so far at each
                                  stage's end (so the stage that grew it shows)
     rl_gain_points               (em after RL - em after cold start) * 100
+    cold_start_from              the run whose cold start this one's RL began from (bench/
+                                 recipes.py --share-cold-start), else null
 
 With several seeds, a last line ``{"bench": "real_model_seeds", ...}``: per stage, each
 seed's EM and F1 (overall and per source), format rate and searches per question with the
@@ -37,6 +39,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -314,14 +317,47 @@ def write_config(args: argparse.Namespace, seed: int, work: Path) -> Path:
     return config
 
 
-def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
-    """One ``searchr1 train`` run of the example with ``seed``; its JSON result."""
+def cold_started_copy(source: Path, runs: Path) -> Path:
+    """A copy of the run folder ``source`` under ``runs`` as it stood at checkpoint 0 (after
+    its cold start, its evals "before" and "cold_start" and its step-0 eval): the folder a
+    ``train --resume`` continues into RL from that cold start."""
+    checkpoints = sorted((source / "checkpoints").glob("step_*"))
+    if not checkpoints or int(checkpoints[0].name.removeprefix("step_")) != 0:
+        raise SystemExit(f"{source}: no checkpoint 0 (checkpoints/step_000000) to start RL from")
+    lines = (source / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    events = [json.loads(line) for line in lines]
+    cut = max(
+        i
+        for i, e in enumerate(events)
+        if (e.get("event") == "checkpoint" and e.get("step") == 0)
+        or (e.get("event") == "eval/heldout_em" and e.get("when") in ("cold_start", "step_0"))
+    )
+    dest = runs / f"{source.name}-rl"
+    (dest / "checkpoints").mkdir(parents=True)
+    shutil.copytree(checkpoints[0], dest / "checkpoints" / checkpoints[0].name)
+    for when in ("before", "cold_start", "step_0"):
+        if (record := source / f"eval_heldout_{when}.jsonl").is_file():
+            shutil.copy2(record, dest / record.name)
+    (dest / "events.jsonl").write_text("".join(lines[: cut + 1]), encoding="utf-8")
+    return dest
+
+
+def run_seed(
+    args: argparse.Namespace, seed: int, work: Path, start_from: Path | None = None
+) -> dict:
+    """One ``searchr1 train`` run of the example with ``seed``; its JSON result.
+    ``start_from``: another run folder of this seed, whose cold start this run's RL begins
+    from (``train --resume`` from its checkpoint 0; its "base" and "cold_start" stages are
+    that run's)."""
     config = write_config(args, seed, work)
     text = config.read_text()
     env = {**os.environ, "SEARCHR1_LOAD_PLUGINS": ""}
+    command = [str(Path(sys.executable).with_name("searchr1")), "train", "--config", str(config)]
+    if start_from is not None:
+        command += ["--resume", "--run-dir", str(cold_started_copy(start_from, work / "runs"))]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("searchr1")), "train", "--config", str(config)],
+        command,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -392,6 +428,7 @@ def run_seed(args: argparse.Namespace, seed: int, work: Path) -> dict:
         "threads": args.threads,
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         "run_dir": str(run_dir),
+        "cold_start_from": str(start_from) if start_from is not None else None,
         "gradient_checkpointing": args.gradient_checkpointing,
         "learner_chunk_tokens": args.learner_chunk_tokens,
     }

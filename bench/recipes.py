@@ -9,10 +9,14 @@ mean (spread = max - min over seeds); then, for each recipe against the first, t
 difference per type and whether it is beyond the seed spread (the two recipes' ranges over
 seeds do not overlap). Without ``--recipe``, a named set (``--recipes``, ``RECIPE_SETS``):
 ``basics`` (the default, the F1 reward, no KL term), ``estimators``, ``search-price``,
-``f1-length``, ``collapse``::
+``f1-length``, ``collapse``. ``--share-cold-start``: per seed, the first recipe's run does the
+cold start and every later recipe that differs from it only in what RL reads (``RL_ONLY``)
+resumes from its checkpoint 0, so the recipes begin RL from one adapter and each saves the
+cold start and its evals (a quarter of a 160-question run on this machine)::
 
     python bench/recipes.py --config examples/real-model-hard.toml --seeds 0,1,2
-    python bench/recipes.py --config examples/real-model-hard.toml --recipes estimators
+    python bench/recipes.py --config examples/real-model-hard.toml --recipes estimators \
+        --share-cold-start --eval-questions 160 --threads 1
     python bench/recipes.py --recipe default= --recipe 'lr2e-4=optimizer.lr=2e-4' --seeds 0,1
     python bench/recipes.py --table OUT/recipes.jsonl
 """
@@ -90,6 +94,38 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "lr-10x": ["optimizer.lr=1e-3", "train.eval_every=2"],
     },
 }
+
+
+#: the settings only RL reads (dotted-key prefixes): a recipe that differs from the first only
+#: in these can start RL from the first recipe's cold start (``--share-cold-start``). The cold
+#: start reads the reward too, but only to keep the teacher's trajectories scored above 0:
+#: the ideal agent's answers are all right, so the built-in rewards and terms keep them all.
+RL_ONLY = (
+    "train.loss.",
+    "train.loss_fn",
+    "train.loss_agg_",
+    "train.advantage_",
+    "train.scale_",
+    "train.mask_truncated_completions",
+    "train.eval_every",
+    "optimizer.lr",
+    "rollout.dynamic_sampling",
+    "reward.",
+)
+
+
+def cold_start_differs(first: list[str], overrides: list[str], first_run: Path) -> str | None:
+    """Why a recipe with ``overrides`` cannot begin RL from the cold start of the first
+    recipe's run ``first_run`` (overrides ``first``); None when it can."""
+    a, b = (dict(item.split("=", 1) for item in x) for x in (first, overrides))
+    if changed := [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]:
+        if other := [k for k in changed if not k.startswith(RL_ONLY)]:
+            return f"it sets {', '.join(other)}, which the cold start reads"
+    kl = b.get("train.loss.kl_coef")  # not set: the config's (the example's is 0.1)
+    pinned = '"event": "kl_reference"' in (first_run / "events.jsonl").read_text()
+    if not pinned and (kl is None or float(kl) > 0):
+        return "its KL term needs the reference the first run did not pin (its kl_coef is 0)"
+    return None
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:
@@ -171,6 +207,12 @@ def main() -> int:
         default="basics",
         help="a named set of recipes when no --recipe is given (default: %(default)s)",
     )
+    parser.add_argument(
+        "--share-cold-start",
+        action="store_true",
+        help="each recipe after the first begins RL from the first recipe's cold start of the "
+        "seed (train --resume from its checkpoint 0) when they differ only in RL_ONLY settings",
+    )
     parser.add_argument("--out", type=Path, help="folder of the runs and recipes.jsonl")
     parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
     args, passthrough = parser.parse_known_args()
@@ -183,13 +225,22 @@ def main() -> int:
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-recipes-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
+    first = next(iter(recipes.values()))
     for seed in seeds:  # seed-major: a cut run has every recipe on its first seeds
+        first_run: Path | None = None
         for name, overrides in recipes.items():
             sets = [f"--set={item}" for item in overrides]
             run_args = real_model.build_parser().parse_args(
                 ["--config", args.config, *passthrough, *sets]
             )
-            result = real_model.run_seed(run_args, seed, work / name / f"seed_{seed}")
+            start_from = None
+            if args.share_cold_start and first_run is not None:
+                why = cold_start_differs(first, overrides, first_run)
+                start_from = first_run if why is None else None
+                if why:
+                    print(f"{name}: its own cold start: {why}", file=sys.stderr, flush=True)
+            result = real_model.run_seed(run_args, seed, work / name / f"seed_{seed}", start_from)
+            first_run = first_run or Path(result["run_dir"])
             row = {"recipe": name, "overrides": overrides, "result": result}
             rows.append(row)
             with open(work / "recipes.jsonl", "a", encoding="utf-8") as fh:

@@ -79,3 +79,65 @@ def test_every_named_recipe_is_a_config_train_accepts(tmp_path: Path) -> None:
                 for section in sections:
                     table = table[section]
                 assert table[key] == tomllib.loads(f"v = {value}")["v"], (set_name, item)
+
+
+def _run_folder(path: Path, *, pinned: bool) -> Path:
+    """A run folder's events as ``train`` writes them through step 1 (KL reference pinned or
+    not), with checkpoints 0 and 1 and the eval records of each stage."""
+    events = [
+        {"event": "run_start"},
+        {"event": "eval/heldout_em", "step": 0, "when": "before"},
+        {"event": "cold_start_done", "steps": 2, "kept": 8},
+        {"event": "eval/heldout_em", "step": 0, "when": "cold_start"},
+        *([{"event": "kl_reference"}] if pinned else []),
+        {"event": "checkpoint", "step": 0},
+        {"event": "eval/heldout_em", "step": 0, "when": "step_0"},
+        {"event": "metrics", "step": 1},
+        {"event": "checkpoint", "step": 1},
+        {"event": "eval/heldout_em", "step": 1, "when": "after"},
+    ]
+    path.mkdir(parents=True)
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    for step in (0, 1):
+        (path / "checkpoints" / f"step_{step:06d}" / "adapter").mkdir(parents=True)
+        (path / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").write_text("{}")
+    for when in ("before", "cold_start", "step_0", "after"):
+        (path / f"eval_heldout_{when}.jsonl").write_text("{}\n")
+    return path
+
+
+def test_a_recipe_starts_from_the_first_ones_cold_start_only_when_rl_alone_differs(
+    tmp_path: Path,
+) -> None:
+    """``--share-cold-start``: which recipes of the named sets may begin RL from the first
+    recipe's cold start, and the folder ``train --resume`` continues from."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import real_model
+    import recipes
+
+    pinned = _run_folder(tmp_path / "pinned", pinned=True)
+    unpinned = _run_folder(tmp_path / "unpinned", pinned=False)
+    for set_name in ("estimators", "collapse", "search-price"):
+        named = list(recipes.RECIPE_SETS[set_name].values())
+        first_run = pinned if set_name != "search-price" else unpinned  # its first has no KL
+        for overrides in named[1:]:
+            assert recipes.cold_start_differs(named[0], overrides, first_run) is None
+    # the cold start reads its own settings and the model's: such a recipe runs its own
+    why = recipes.cold_start_differs([], ["train.cold_start.lr=1e-3", "reward.name=f1"], pinned)
+    assert why == "it sets train.cold_start.lr, which the cold start reads"
+    # a KL term needs the reference the first run pins only when its own KL term is on
+    why = recipes.cold_start_differs(["train.loss.kl_coef=0.0"], [], unpinned)
+    assert why is not None and "KL" in why
+    assert recipes.cold_start_differs([], ["train.loss.kl_coef=0.0"], unpinned) is None
+
+    copy = real_model.cold_started_copy(pinned, tmp_path / "runs")
+    assert [p.name for p in (copy / "checkpoints").iterdir()] == ["step_000000"]
+    kept = [json.loads(line) for line in (copy / "events.jsonl").read_text().splitlines()]
+    assert [e.get("when") or e["event"] for e in kept][-4:] == [
+        "cold_start",
+        "kl_reference",
+        "checkpoint",
+        "step_0",
+    ]
+    assert not (copy / "eval_heldout_after.jsonl").exists()
+    assert (copy / "eval_heldout_cold_start.jsonl").is_file()
