@@ -3,7 +3,8 @@
 A recipe is a name and a set of ``--set SECTION.KEY=VALUE`` overrides of one config; each
 recipe runs ``bench/real_model.py``'s measurement (base -> cold start -> RL, one ``searchr1
 train`` a seed) on the same seeds and held-out questions. Each run's JSON line is appended to
-``OUT/recipes.jsonl`` as it ends (a cut run keeps what finished; ``--table`` reprints it).
+``OUT/recipes.jsonl`` as it ends (a cut run keeps what finished, ``--table`` reprints it, and
+the same command again runs only what is missing).
 The table: per recipe, the held-out EM and F1 after RL, overall and per ``data_source``, as
 mean (spread = max - min over seeds); then, for each recipe against the first, the EM
 difference per type and whether it is beyond the seed spread (the two recipes' ranges over
@@ -128,6 +129,22 @@ def cold_start_differs(first: list[str], overrides: list[str], first_run: Path) 
     return None
 
 
+def earlier_runs(saved: Path, recipes: dict[str, list[str]]) -> dict[tuple[str, int], dict]:
+    """The runs ``saved`` (an ``OUT/recipes.jsonl``) already holds, by (recipe, seed): a rerun
+    with the same ``--out`` continues a cut one. A recipe saved with other overrides than
+    ``recipes`` gives it is refused (its rows would mix two recipes)."""
+    if not saved.is_file():
+        return {}
+    rows = [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
+    for row in rows:
+        if row["recipe"] in recipes and row["overrides"] != recipes[row["recipe"]]:
+            raise SystemExit(
+                f"{saved}: recipe {row['recipe']!r} ran with {row['overrides']}, not "
+                f"{recipes[row['recipe']]}: give another --out, or another name"
+            )
+    return {(row["recipe"], row["result"]["seed"]): row for row in rows}
+
+
 def parse_recipe(text: str) -> tuple[str, list[str]]:
     """``NAME=KEY=VALUE[;KEY=VALUE...]`` (``NAME=`` alone: the config as it is)."""
     name, sep, rest = text.partition("=")
@@ -226,9 +243,15 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     first = next(iter(recipes.values()))
+    finished = earlier_runs(work / "recipes.jsonl", recipes)
     for seed in seeds:  # seed-major: a cut run has every recipe on its first seeds
         first_run: Path | None = None
         for name, overrides in recipes.items():
+            if (row := finished.get((name, seed))) is not None:
+                print(f"{name}, seed {seed}: finished earlier in {work}", file=sys.stderr)
+                rows.append(row)
+                first_run = first_run or Path(row["result"]["run_dir"])
+                continue
             sets = [f"--set={item}" for item in overrides]
             run_args = real_model.build_parser().parse_args(
                 ["--config", args.config, *passthrough, *sets]

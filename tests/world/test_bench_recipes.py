@@ -141,3 +141,33 @@ def test_a_recipe_starts_from_the_first_ones_cold_start_only_when_rl_alone_diffe
     ]
     assert not (copy / "eval_heldout_after.jsonl").exists()
     assert (copy / "eval_heldout_cold_start.jsonl").is_file()
+
+
+def test_the_same_command_again_runs_only_what_a_cut_run_left(tmp_path: Path) -> None:
+    """A rerun with the same ``--out`` keeps the runs ``recipes.jsonl`` holds (here all of
+    them, so it trains nothing and prints their table); a recipe saved under the same name
+    with other overrides is refused, naming it."""
+    rows = [
+        {**_row(name, seed, em, 0.9), "overrides": overrides}
+        for seed in (0, 1)
+        for name, overrides, em in (
+            ("default", [], 0.5 + seed / 10),
+            ("no-kl", ["train.loss.kl_coef=0.0"], 0.3),
+        )
+    ]
+    for row in rows:
+        row["result"]["run_dir"] = str(tmp_path / "runs" / row["recipe"])
+    (tmp_path / "recipes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = [sys.executable, str(ROOT / "bench" / "recipes.py"), "--out", str(tmp_path)]
+    command += ["--seeds", "0,1", "--recipe", "default=", "--share-cold-start"]
+    done = subprocess.run(
+        [*command, "--recipe", "no-kl=train.loss.kl_coef=0.0"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| no-kl | 0,1 | 30.0 (0.0) |" in done.stdout
+    assert done.stderr.count("finished earlier") == 4
+    other = subprocess.run(
+        [*command, "--recipe", "no-kl=optimizer.lr=2e-4"], capture_output=True, text=True
+    )
+    assert other.returncode != 0
+    assert "recipe 'no-kl' ran with ['train.loss.kl_coef=0.0']" in other.stderr
