@@ -28,6 +28,7 @@ import argparse
 import json
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +39,12 @@ _GATED = ["reward.search_cost.only_when_correct=true"]
 _DSM = ['rollout.dynamic_sampling_metric="correct"']
 _COST_GATED = [*_NO_KL, 'reward.terms=["search_cost"]', *_GATED]
 _COST_GATED_DSM = [*_COST_GATED, *_DSM]
+_GSPO = [
+    'train.loss_fn="ppo"',
+    'train.loss.importance_sampling_level="sequence"',
+    'train.loss_agg_mode="seq-mean-token-mean"',
+]
+_SEARCH_TERMS = 'reward.terms=["retrieval_credit", "search_cost"]'
 _LR2_PRICE3 = ["optimizer.lr=2e-4", "reward.search_cost.cost_per_search=0.15"]
 
 #: named sets of recipes (``--recipes NAME``), each recipe a name -> its overrides; the first
@@ -55,12 +62,18 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "rloo": ['train.advantage_estimator="rloo"'],
         "dr-grpo": ['train.loss_agg_mode="seq-mean-token-sum-norm"'],
         "dapo": ['train.loss_agg_mode="token-mean"'],
-        "gspo": [
-            'train.loss_fn="ppo"',
-            'train.loss.importance_sampling_level="sequence"',
-            'train.loss_agg_mode="seq-mean-token-mean"',
-        ],
-        "search-terms": ['reward.terms=["retrieval_credit", "search_cost"]'],
+        "gspo": _GSPO,
+        "search-terms": [_SEARCH_TERMS],
+    },
+    # the same without the KL term, as DAPO and Dr. GRPO train: a seed is about 45 min here
+    # from a shared cold start against 80 with the term, whose reference forward doubles a step
+    "estimators-no-kl": {
+        "no-kl": _NO_KL,
+        "rloo-no-kl": [*_NO_KL, 'train.advantage_estimator="rloo"'],
+        "dr-grpo-no-kl": [*_NO_KL, 'train.loss_agg_mode="seq-mean-token-sum-norm"'],
+        "dapo-no-kl": [*_NO_KL, 'train.loss_agg_mode="token-mean"'],
+        "gspo-no-kl": [*_NO_KL, *_GSPO],
+        "search-terms-no-kl": [*_NO_KL, _SEARCH_TERMS],
     },
     # pricing searches against over-searching, without the KL term (docs/rewards.md): every
     # search, right answers' only, and with dynamic sampling judged on exact match (at the
@@ -115,17 +128,37 @@ RL_ONLY = (
 )
 
 
-def cold_start_differs(first: list[str], overrides: list[str], first_run: Path) -> str | None:
-    """Why a recipe with ``overrides`` cannot begin RL from the cold start of the first
-    recipe's run ``first_run`` (overrides ``first``); None when it can."""
-    a, b = (dict(item.split("=", 1) for item in x) for x in (first, overrides))
-    if changed := [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]:
-        if other := [k for k in changed if not k.startswith(RL_ONLY)]:
-            return f"it sets {', '.join(other)}, which the cold start reads"
-    kl = b.get("train.loss.kl_coef")  # not set: the config's (the example's is 0.1)
+def _flat(table: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def cold_start_differs(config: Path, first_run: Path) -> str | None:
+    """Why the bench config ``config`` cannot begin RL from the cold start of the run folder
+    ``first_run`` (a bench run: its config is ``first_run/../../config.toml``); None when
+    it can: the two configs differ only in ``RL_ONLY`` settings, hold out the same questions,
+    and a KL term on finds the reference pinned."""
+    mine, theirs = (
+        _flat(tomllib.loads(path.read_text()))
+        for path in (config, first_run.parents[1] / "config.toml")
+    )
+    changed = [
+        k
+        for k in sorted(mine.keys() | theirs.keys())
+        if k not in ("run.dir", "data.eval") and mine.get(k) != theirs.get(k)
+    ]
+    if other := [k for k in changed if not k.startswith(RL_ONLY)]:
+        return f"it sets {', '.join(other)} otherwise, which the cold start reads"
+    if Path(str(mine["data.eval"])).read_bytes() != Path(str(theirs["data.eval"])).read_bytes():
+        return "it holds out other questions (--eval-questions), so its evals differ"
     pinned = '"event": "kl_reference"' in (first_run / "events.jsonl").read_text()
-    if not pinned and (kl is None or float(kl) > 0):
-        return "its KL term needs the reference the first run did not pin (its kl_coef is 0)"
+    if not pinned and float(mine.get("train.loss.kl_coef", 0.0)) > 0:  # type: ignore[arg-type]
+        return f"its KL term needs the reference {first_run} did not pin (its kl_coef is 0)"
     return None
 
 
@@ -230,6 +263,18 @@ def main() -> int:
         help="each recipe after the first begins RL from the first recipe's cold start of the "
         "seed (train --resume from its checkpoint 0) when they differ only in RL_ONLY settings",
     )
+    parser.add_argument(
+        "--only", help="comma list: run only these recipes of the set (the rest keep their order)"
+    )
+    parser.add_argument(
+        "--cold-start-from",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="a bench run folder (OUT/RECIPE/seed_N/runs/train-...) whose cold start every "
+        "recipe of its seed begins RL from, as with --share-cold-start (repeatable)",
+    )
     parser.add_argument("--out", type=Path, help="folder of the runs and recipes.jsonl")
     parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
     args, passthrough = parser.parse_known_args()
@@ -238,14 +283,24 @@ def main() -> int:
         print(table(summarize(rows)))
         return 0
     recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else RECIPE_SETS[args.recipes]
+    if args.only:
+        wanted = args.only.split(",")
+        if unknown := [name for name in wanted if name not in recipes]:
+            raise SystemExit(
+                f"--only: no recipe {', '.join(unknown)} (there are {', '.join(recipes)})"
+            )
+        recipes = {name: o for name, o in recipes.items() if name in wanted}
     seeds = [int(s) for s in args.seeds.split(",")]
     work = Path(args.out or tempfile.mkdtemp(prefix="bench-recipes-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    first = next(iter(recipes.values()))
     finished = earlier_runs(work / "recipes.jsonl", recipes)
+    given = {
+        tomllib.loads((run.parents[1] / "config.toml").read_text())["run"]["seed"]: run
+        for run in args.cold_start_from
+    }
     for seed in seeds:  # seed-major: a cut run has every recipe on its first seeds
-        first_run: Path | None = None
+        first_run: Path | None = given.get(seed)
         for name, overrides in recipes.items():
             if (row := finished.get((name, seed))) is not None:
                 print(f"{name}, seed {seed}: finished earlier in {work}", file=sys.stderr)
@@ -256,13 +311,15 @@ def main() -> int:
             run_args = real_model.build_parser().parse_args(
                 ["--config", args.config, *passthrough, *sets]
             )
+            folder = work / name / f"seed_{seed}"
             start_from = None
-            if args.share_cold_start and first_run is not None:
-                why = cold_start_differs(first, overrides, first_run)
-                start_from = first_run if why is None else None
-                if why:
+            if (args.share_cold_start or seed in given) and first_run is not None:
+                config = real_model.write_config(run_args, seed, folder)
+                if (why := cold_start_differs(config, first_run)) is None:
+                    start_from = first_run
+                else:
                     print(f"{name}: its own cold start: {why}", file=sys.stderr, flush=True)
-            result = real_model.run_seed(run_args, seed, work / name / f"seed_{seed}", start_from)
+            result = real_model.run_seed(run_args, seed, folder, start_from)
             first_run = first_run or Path(result["run_dir"])
             row = {"recipe": name, "overrides": overrides, "result": result}
             rows.append(row)

@@ -110,27 +110,47 @@ def test_a_recipe_starts_from_the_first_ones_cold_start_only_when_rl_alone_diffe
     tmp_path: Path,
 ) -> None:
     """``--share-cold-start``: which recipes of the named sets may begin RL from the first
-    recipe's cold start, and the folder ``train --resume`` continues from."""
+    recipe's cold start (their written configs differ only in what RL reads), and the folder
+    ``train --resume`` continues from."""
     sys.path.insert(0, str(ROOT / "bench"))
     import real_model
     import recipes
 
-    pinned = _run_folder(tmp_path / "pinned", pinned=True)
-    unpinned = _run_folder(tmp_path / "unpinned", pinned=False)
-    for set_name in ("estimators", "collapse", "search-price"):
-        named = list(recipes.RECIPE_SETS[set_name].values())
-        first_run = pinned if set_name != "search-price" else unpinned  # its first has no KL
-        for overrides in named[1:]:
-            assert recipes.cold_start_differs(named[0], overrides, first_run) is None
-    # the cold start reads its own settings and the model's: such a recipe runs its own
-    why = recipes.cold_start_differs([], ["train.cold_start.lr=1e-3", "reward.name=f1"], pinned)
-    assert why == "it sets train.cold_start.lr, which the cold start reads"
-    # a KL term needs the reference the first run pins only when its own KL term is on
-    why = recipes.cold_start_differs(["train.loss.kl_coef=0.0"], [], unpinned)
-    assert why is not None and "KL" in why
-    assert recipes.cold_start_differs([], ["train.loss.kl_coef=0.0"], unpinned) is None
+    example = str(ROOT / "examples" / "real-model-hard.toml")
 
-    copy = real_model.cold_started_copy(pinned, tmp_path / "runs")
+    def written(folder: str, overrides: list[str], questions: int = 8) -> Path:
+        args = real_model.build_parser().parse_args(
+            ["--config", example, "--eval-questions", str(questions)]
+            + [f"--set={item}" for item in overrides]
+        )
+        return real_model.write_config(args, 0, tmp_path / folder)
+
+    def first_run(folder: str, overrides: list[str], *, pinned: bool) -> Path:
+        written(folder, overrides)
+        return _run_folder(tmp_path / folder / "runs" / "train-1", pinned=pinned)
+
+    for set_name in ("estimators", "collapse", "search-price"):
+        named = list(recipes.RECIPE_SETS[set_name].items())
+        kl = set_name != "search-price"  # that set's first recipe has no KL term: none pinned
+        owner = first_run(f"{set_name}-first", named[0][1], pinned=kl)
+        for name, overrides in named[1:]:
+            config = written(f"{set_name}-{name}", overrides)
+            assert recipes.cold_start_differs(config, owner) is None, (set_name, name)
+    example_run = first_run("example", [], pinned=True)
+    # the cold start reads its own settings and the model's: such a recipe runs its own
+    config = written("cs-lr", ["train.cold_start.lr=1e-2", 'reward.name="f1"'])
+    why = recipes.cold_start_differs(config, example_run)
+    assert why == "it sets train.cold_start.lr otherwise, which the cold start reads"
+    # other held-out questions: the copied evals "before" and "cold_start" would not be its own
+    why = recipes.cold_start_differs(written("more-eval", [], questions=16), example_run)
+    assert why is not None and "--eval-questions" in why
+    # a KL term needs the reference the first run pins only when its own KL term is on
+    no_kl = first_run("no-kl", ["train.loss.kl_coef=0.0"], pinned=False)
+    why = recipes.cold_start_differs(written("kl-on", []), no_kl)
+    assert why is not None and "KL" in why
+    assert recipes.cold_start_differs(written("kl-off", ["train.loss.kl_coef=0.0"]), no_kl) is None
+
+    copy = real_model.cold_started_copy(example_run, tmp_path / "copies")
     assert [p.name for p in (copy / "checkpoints").iterdir()] == ["step_000000"]
     kept = [json.loads(line) for line in (copy / "events.jsonl").read_text().splitlines()]
     assert [e.get("when") or e["event"] for e in kept][-4:] == [
