@@ -65,8 +65,8 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         "gspo": _GSPO,
         "search-terms": [_SEARCH_TERMS],
     },
-    # the same without the KL term, as DAPO and Dr. GRPO train: a seed is about 45 min here
-    # from a shared cold start against 80 with the term, whose reference forward doubles a step
+    # the same without the KL term, as DAPO and Dr. GRPO train: a seed took 49-56 min here
+    # from a shared cold start against about 80 with the term (docs/benchmarks.md)
     "estimators-no-kl": {
         "no-kl": _NO_KL,
         "rloo-no-kl": [*_NO_KL, 'train.advantage_estimator="rloo"'],
