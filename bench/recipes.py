@@ -295,10 +295,14 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     finished = earlier_runs(work / "recipes.jsonl", recipes)
-    given = {
-        tomllib.loads((run.parents[1] / "config.toml").read_text())["run"]["seed"]: run
-        for run in args.cold_start_from
-    }
+    given: dict[int, Path] = {}
+    for run in args.cold_start_from:
+        if not (run / "checkpoints").is_dir() or not (run.parents[1] / "config.toml").is_file():
+            raise SystemExit(
+                f"--cold-start-from {run}: not a bench run folder (OUT/RECIPE/seed_N/runs/"
+                f"train-..., with checkpoints/ and OUT/RECIPE/seed_N/config.toml)"
+            )
+        given[tomllib.loads((run.parents[1] / "config.toml").read_text())["run"]["seed"]] = run
     for seed in seeds:  # seed-major: a cut run has every recipe on its first seeds
         first_run: Path | None = given.get(seed)
         for name, overrides in recipes.items():
