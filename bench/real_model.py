@@ -10,7 +10,8 @@ run's events and eval records. One JSON line per seed::
                                  with >= 1 search), searches per question, eval seconds, and
                                  per_source.<data_source>.{em,f1,format_rate,searches}
     ceiling_em                   the scripted ideal agent on the same questions
-    seconds.{cold_start,rl,total} wall time of each stage and of the whole command
+    seconds.{cold_start,rl,total} wall time of each stage and of the whole command (with
+                                 cold_start_from: the cold start is that run's)
     tokens_per_s.{sampling,training}  RL rollout tokens / rollout seconds; trained tokens
                                  (advantage != 0) / train seconds
     peak_rss_gb                  of the train process
@@ -321,9 +322,11 @@ def cold_started_copy(source: Path, runs: Path) -> Path:
     """A copy of the run folder ``source`` under ``runs`` as it stood at checkpoint 0 (after
     its cold start, its evals "before" and "cold_start" and its step-0 eval): the folder a
     ``train --resume`` continues into RL from that cold start."""
-    checkpoints = sorted((source / "checkpoints").glob("step_*"))
-    if not checkpoints or int(checkpoints[0].name.removeprefix("step_")) != 0:
-        raise SystemExit(f"{source}: no checkpoint 0 (checkpoints/step_000000) to start RL from")
+    from searchr1.core.checkpoint import scan_checkpoints
+
+    first = next((c for c in scan_checkpoints(source, resumable=False)[0] if c.step == 0), None)
+    if first is None:
+        raise SystemExit(f"{source}: no usable checkpoint 0 to start RL from")
     lines = (source / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     events = [json.loads(line) for line in lines]
     cut = max(
@@ -334,7 +337,7 @@ def cold_started_copy(source: Path, runs: Path) -> Path:
     )
     dest = runs / f"{source.name}-rl"
     (dest / "checkpoints").mkdir(parents=True)
-    shutil.copytree(checkpoints[0], dest / "checkpoints" / checkpoints[0].name)
+    shutil.copytree(first.path, dest / "checkpoints" / first.path.name)
     for when in ("before", "cold_start", "step_0"):
         if (record := source / f"eval_heldout_{when}.jsonl").is_file():
             shutil.copy2(record, dest / record.name)

@@ -34,6 +34,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_model  # noqa: E402  (bench/ is not a package)
 
+from searchr1.core.checkpoint import dotted_leaves  # noqa: E402
+from searchr1.core.logs import read_jsonl  # noqa: E402
+
 _NO_KL = ["train.loss.kl_coef=0.0"]
 _GATED = ["reward.search_cost.only_when_correct=true"]
 _DSM = ['rollout.dynamic_sampling_metric="correct"']
@@ -90,7 +93,7 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
         # the answer is wrong: against that price's cost on two-hop questions
         "credit-cost0.15-gated-dsm-lr2e-4": [
             *_NO_KL,
-            'reward.terms=["retrieval_credit", "search_cost"]',
+            _SEARCH_TERMS,
             *_GATED,
             *_DSM,
             *_LR2_PRICE3,
@@ -128,23 +131,13 @@ RL_ONLY = (
 )
 
 
-def _flat(table: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def cold_start_differs(config: Path, first_run: Path) -> str | None:
     """Why the bench config ``config`` cannot begin RL from the cold start of the run folder
     ``first_run`` (a bench run: its config is ``first_run/../../config.toml``); None when
     it can: the two configs differ only in ``RL_ONLY`` settings, hold out the same questions,
     and a KL term on finds the reference pinned."""
     mine, theirs = (
-        _flat(tomllib.loads(path.read_text()))
+        dotted_leaves(tomllib.loads(path.read_text()))
         for path in (config, first_run.parents[1] / "config.toml")
     )
     changed = [
@@ -156,7 +149,8 @@ def cold_start_differs(config: Path, first_run: Path) -> str | None:
         return f"it sets {', '.join(other)} otherwise, which the cold start reads"
     if Path(str(mine["data.eval"])).read_bytes() != Path(str(theirs["data.eval"])).read_bytes():
         return "it holds out other questions (--eval-questions), so its evals differ"
-    pinned = '"event": "kl_reference"' in (first_run / "events.jsonl").read_text()
+    events = read_jsonl(first_run / "events.jsonl")[0]
+    pinned = any(e.get("event") == "kl_reference" for e in events)
     if not pinned and float(mine.get("train.loss.kl_coef", 0.0)) > 0:  # type: ignore[arg-type]
         return f"its KL term needs the reference {first_run} did not pin (its kl_coef is 0)"
     return None
@@ -166,9 +160,7 @@ def earlier_runs(saved: Path, recipes: dict[str, list[str]]) -> dict[tuple[str, 
     """The runs ``saved`` (an ``OUT/recipes.jsonl``) already holds, by (recipe, seed): a rerun
     with the same ``--out`` continues a cut one. A recipe saved with other overrides than
     ``recipes`` gives it is refused (its rows would mix two recipes)."""
-    if not saved.is_file():
-        return {}
-    rows = [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
+    rows = read_rows(saved) if saved.is_file() else []
     for row in rows:
         if row["recipe"] in recipes and row["overrides"] != recipes[row["recipe"]]:
             raise SystemExit(
@@ -176,6 +168,11 @@ def earlier_runs(saved: Path, recipes: dict[str, list[str]]) -> dict[tuple[str, 
                 f"{recipes[row['recipe']]}: give another --out, or another name"
             )
     return {(row["recipe"], row["result"]["seed"]): row for row in rows}
+
+
+def read_rows(saved: Path) -> list[dict]:
+    """The runs of an ``OUT/recipes.jsonl``, one dict a line."""
+    return [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:
@@ -279,8 +276,7 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
     args, passthrough = parser.parse_known_args()
     if args.table:
-        rows = [json.loads(line) for line in args.table.read_text().splitlines() if line]
-        print(table(summarize(rows)))
+        print(table(summarize(read_rows(args.table))))
         return 0
     recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else RECIPE_SETS[args.recipes]
     if args.only:

@@ -345,8 +345,8 @@ def config_changes(
     compared as saved (redacted TOML values); a value one side lacks is None there. In
     ``within``'s sections' order, then the config's."""
     sections = list(dict.fromkeys(w.partition(".")[0] for w in within))
-    ours = _leaves(toml_safe({s: config.to_dict(redact=True)[s] for s in sections}))
-    theirs = _leaves({s: saved.get(s, {}) for s in sections})
+    ours = dotted_leaves(toml_safe({s: config.to_dict(redact=True)[s] for s in sections}))
+    theirs = dotted_leaves({s: saved.get(s, {}) for s in sections})
     return [
         (key, theirs.get(key), ours.get(key))
         for key in dict.fromkeys([*ours, *theirs])
@@ -355,13 +355,13 @@ def config_changes(
     ]
 
 
-def _leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
+def dotted_leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
     """``{dotted key: value}`` of a nested table."""
     if not isinstance(doc, dict):
         return {prefix: doc}
     out: dict[str, Any] = {}
     for key, value in doc.items():
-        out.update(_leaves(value, f"{prefix}.{key}" if prefix else key))
+        out.update(dotted_leaves(value, f"{prefix}.{key}" if prefix else key))
     return out
 
 

@@ -98,9 +98,11 @@ def _run_folder(path: Path, *, pinned: bool) -> Path:
     ]
     path.mkdir(parents=True)
     (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    for step in (0, 1):
-        (path / "checkpoints" / f"step_{step:06d}" / "adapter").mkdir(parents=True)
-        (path / "checkpoints" / f"step_{step:06d}" / "trainer_state.json").write_text("{}")
+    for step in (0, 1):  # what the checkpoint reader needs of a model-only checkpoint
+        (path / "checkpoints" / f"step_{step:06d}" / "model").mkdir(parents=True)
+        (path / "checkpoints" / f"step_{step:06d}" / "trainer.json").write_text(
+            json.dumps({"step": step, "files": {}})
+        )
     for when in ("before", "cold_start", "step_0", "after"):
         (path / f"eval_heldout_{when}.jsonl").write_text("{}\n")
     return path
