@@ -98,6 +98,15 @@ RECIPE_SETS: dict[str, dict[str, list[str]]] = {
             *_DSM,
             *_LR2_PRICE3,
         ],
+        # the same with twice the questions a step (8 x 4): a steadier gradient per update
+        "credit-cost0.15-gated-dsm-lr2e-4-q8": [
+            *_NO_KL,
+            _SEARCH_TERMS,
+            *_GATED,
+            *_DSM,
+            *_LR2_PRICE3,
+            "rollout.questions_per_batch=8",
+        ],
     },
     # the F1 reward with and without the answer-length term (F1 answer padding)
     "f1-length": {
@@ -127,6 +136,7 @@ RL_ONLY = (
     "train.eval_every",
     "optimizer.lr",
     "rollout.dynamic_sampling",
+    "rollout.questions_per_batch",
     "reward.",
 )
 
