@@ -38,6 +38,7 @@ WATCH: dict[str, str] = {
     "health/repeat_ngram_rate": "rising: loops and stutter",
     "health/entropy": "a cliff: the policy collapses (alert `entropy_cliff`, an entropy collapse)",
     "health/searches/<data_source>": "two-hop sources should search more than one-hop ones; all falling together: alert `search_cliff`",
+    "health/follow_up_searches": "a cliff: the policy answers after its first search, multi-hop questions lose their second hop (alert `follow_up_cliff`)",
     "displacement/delta": "above 0 on healthy steps; below 0 for several steps: the collapse is coming (alert `likelihood_displacement`)",
     "displacement/fell_group_frac": "alert when its moving average passes `[train.health] displacement_warn_share` (0.5) with `delta` below 0",
     "llds/active_frac": "near 0 on-policy: LLDS acts where the learner scores a token below the sampler (staleness, mismatch)",
@@ -104,7 +105,7 @@ EVENTS: list[tuple[str, str, str]] = [
     (
         "health_alert",
         "a health check or a run notice fires",
-        "`kind` (`format_cliff`, `entropy_cliff`, `search_cliff`, `likelihood_displacement`, `length_growth`, `mismatch`, `no_tokens_trained`, `max_new_tokens`, `max_trajectory_tokens`) and a message",
+        "`kind` (`format_cliff`, `entropy_cliff`, `search_cliff`, `follow_up_cliff`, `likelihood_displacement`, `length_growth`, `mismatch`, `no_tokens_trained`, `max_new_tokens`, `max_trajectory_tokens`) and a message",
     ),
     (
         "guard/no_update",

@@ -90,6 +90,9 @@ def policy_metrics(trajectories: Sequence[Trajectory], ngram: int = 4) -> dict[s
         out["health/entropy"] = neg_logprob / sampled
     for source, calls in sorted(by_source.items()):
         out[f"health/searches/{source}"] = statistics.fmean(calls)
+    out["health/follow_up_searches"] = statistics.fmean(
+        max(0, t.search_calls - 1) for t in trajectories
+    )
     return out
 
 
@@ -107,7 +110,8 @@ class HealthMonitor:
 
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """This step's ``health/*`` metrics and alerts (kinds ``format_cliff``,
-        ``entropy_cliff``, ``search_cliff``, ``likelihood_displacement``, ``length_growth``,
+        ``entropy_cliff``, ``search_cliff``, ``follow_up_cliff``, ``likelihood_displacement``,
+        ``length_growth``,
         ``mismatch``); updates the run-long state.
 
         ``record.staleness`` (the step's ``staleness/max``): data sampled on older weights differs
@@ -138,11 +142,15 @@ class HealthMonitor:
             signals["searches"] = statistics.fmean(t.search_calls for t in record.trajectories)
         for key, kind, what, remedy in CLIFFS:
             if key in signals:
-                floor = MIN_SEARCH_PEAK if key == "searches" else 0.0
-                alert = self._cliff(key, signals[key], kind, what, remedy, floor)
+                alert = self._cliff(
+                    key, signals[key], kind, what, remedy, CLIFF_FLOORS.get(key, 0.0)
+                )
                 if key == "health/format_rate":
                     metrics["health/format_drop"] = self.peak[key] - self.ema[key]
-                if alert is not None:
+                # a policy that stopped searching at all has lost its follow-ups too: the
+                # search cliff says so, with the remedies for that
+                lost_all = key == "health/follow_up_searches" and self.alerted.get("searches")
+                if alert is not None and not lost_all:
                     alerts.append(alert)
         if (alert := self._displacement(record.train_metrics)) is not None:
             alerts.append(alert)
@@ -222,9 +230,10 @@ class HealthMonitor:
         self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
 
 
-#: searches per question the moving average must have reached for its fall to be a collapse
-#: (a policy that searched on every other question; below it a fall is a few searches' noise)
-MIN_SEARCH_PEAK = 0.5
+#: the peak a cliff signal's moving average must have reached for its fall to be a collapse
+#: (below it a fall is a few searches' noise): searches per question, a policy that searched
+#: on every other question; follow-up searches, one that searched again on about one in three
+CLIFF_FLOORS = {"searches": 0.5, "health/follow_up_searches": 0.3}
 
 #: the signals whose fall off a cliff is an alert: (key, alert kind, what it is, remedies);
 #: ``searches`` is every trajectory's searches per question (not logged as such: the
@@ -254,6 +263,19 @@ CLIFFS = (
         "success_rate first (a broken search teaches it not to search); remedies: "
         '[reward] terms = ["retrieval_credit"] (credit for retrieving the answer), a lower '
         "[reward.search_cost] cost_per_search if that term is on, a lower [optimizer] lr",
+    ),
+    (
+        # A multi-hop policy that stops at its first search keeps searching once a question,
+        # so the searches per question fall by half at most and never under the cliff; the
+        # searches after the first fall to 0 (docs/benchmarks.md, "The harder world").
+        "health/follow_up_searches",
+        "follow_up_cliff",
+        "follow-up searches per question (searches after the first)",
+        "The policy answers after its first search (multi-hop under-searching); "
+        "health/searches/<data_source> shows which questions lost their second search. "
+        'Remedies: [reward] terms = ["retrieval_credit"] (credit for retrieving the answer); '
+        "[reward.search_cost] only_when_correct = true or a lower cost_per_search if that term "
+        "is on; [train.loss] kl_coef > 0; a lower [optimizer] lr",
     ),
 )
 

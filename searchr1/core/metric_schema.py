@@ -223,6 +223,7 @@ SCHEMA: tuple[MetricGroup, ...] = (
         ("health/repeat_ngram_rate", "share of sampled n-grams already seen earlier in the same trajectory"),
         ("health/entropy", "mean -log p of the sampled tokens (an entropy estimate)"),
         ("health/searches/<data_source>", "searches per question of each data source"),
+        ("health/follow_up_searches", "searches after the first, per question (a search agent's second hop)"),
     ),
     _g(
         "health diagnostics",

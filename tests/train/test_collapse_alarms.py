@@ -262,6 +262,28 @@ def test_a_search_collapse_alerts_naming_its_remedies() -> None:
     ] == []
 
 
+def test_a_multi_hop_policy_that_stops_at_its_first_search_alerts() -> None:
+    """Scripted from the harder world's seed-0 run that lost its two-hop questions
+    (docs/benchmarks.md): two searches a question, then one. The searches per question halve
+    and stay over the search cliff; the follow-up searches fall to 0 and alert, naming which
+    questions to look at and the remedies."""
+    monitor = HealthMonitor(HealthSettings(ema=0.3))
+    alerts = [a for step, n in enumerate([2] * 8 + [1] * 8, 1)
+              for a in _observe(monitor, step, -1.0, n)]  # fmt: skip
+    assert [a.kind for a in alerts] == ["follow_up_cliff"]
+    assert "health/searches/<data_source>" in alerts[0].message
+    assert "retrieval_credit" in alerts[0].message and "only_when_correct" in alerts[0].message
+    # a policy that searched again on fewer than about one question in three, then stopped:
+    # noise, not a collapse (trajectories of one step: one in four searches twice)
+    quiet = HealthMonitor(HealthSettings(ema=0.3))
+    for step in range(1, 9):
+        trajs = [_traj(-1.0, 2 if step < 4 else 1)] + [_traj(-1.0, 1) for _ in range(3)]
+        record = StepRecord(step, [], trajs, [RewardResult(0.0)] * 4, {}, 0.0)
+        metrics, alerts = quiet.observe(record)
+        assert alerts == []
+        assert metrics["health/follow_up_searches"] == (0.25 if step < 4 else 0.0)
+
+
 def test_the_displacement_alarm_resumes_from_a_checkpointed_state() -> None:
     """Scripted sums: the moving averages go into the checkpoint, so a resumed run alerts
     when the uninterrupted one would."""

@@ -83,6 +83,7 @@ def test_policy_metrics_of_a_step() -> None:
     assert metrics["health/format_rate"] == pytest.approx(2 / 3)
     assert metrics["health/searches/world_2hop"] == 2.5
     assert metrics["health/searches/world_1hop"] == 1.0
+    assert metrics["health/follow_up_searches"] == 1.0  # (1 + 0 + 2) / 3
     # The format rate is the rollout's recorded verdict (the protocol's rule), whatever the
     # reward reports.
 
