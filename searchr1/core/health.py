@@ -142,7 +142,7 @@ class HealthMonitor:
             signals["searches"] = statistics.fmean(t.search_calls for t in record.trajectories)
         for key, kind, what, remedy in CLIFFS:
             if key in signals:
-                alert = self._cliff(
+                alert = self.cliff(
                     key, signals[key], kind, what, remedy, CLIFF_FLOORS.get(key, 0.0)
                 )
                 if key == "health/format_rate":
@@ -194,7 +194,7 @@ class HealthMonitor:
             f'[train.health] on_alert = "stop" to keep the checkpoint before it collapses',
         )
 
-    def _cliff(
+    def cliff(
         self, key: str, value: float, kind: str, what: str, remedy: str, floor: float = 0.0
     ) -> Alert | None:
         """Update the moving average of ``key``; an alert the first time it falls below
