@@ -12,41 +12,35 @@ and GRPO under clipping, docs/training.md) are shown once::
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from searchr1.core.config_schema import HealthSettings
-from searchr1.core.health import CLIFF_FLOORS, CLIFFS, HealthMonitor
+from searchr1.core.health import HealthMonitor
+from searchr1.core.logs import read_jsonl
 
-SEARCHES, FOLLOW_UPS = "searches", "health/follow_up_searches"
+FOLLOW_UPS = "health/follow_up_searches"
 
 
-def step_searches(events: Path) -> list[tuple[float, float]]:
-    """Each RL step's (searches, follow-up searches) a trajectory, in step order."""
-    rows = []
-    for line in events.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:  # a run cut mid-line
-            continue
+def step_searches(events: Path) -> list[dict[str, float]]:
+    """Each RL step's search signals (``searches`` and follow-up searches a trajectory), in
+    step order."""
+    steps = []
+    for event in read_jsonl(events)[0]:  # a line a crash cut short is skipped
         if event.get("event") == "metrics" and "searches_per_trajectory" in event:
             searches = float(event["searches_per_trajectory"])
-            rows.append((searches, float(event.get(FOLLOW_UPS, max(0.0, searches - 1)))))
-    return rows
+            follow_ups = float(event.get(FOLLOW_UPS, max(0.0, searches - 1)))
+            steps.append({"searches": searches, FOLLOW_UPS: follow_ups})
+    return steps
 
 
-def first_alerts(rows: list[tuple[float, float]]) -> dict[str, int | None]:
-    """The step (from 1) at which each search alarm first fires, or None."""
+def first_alerts(steps: list[dict[str, float]]) -> dict[str, int]:
+    """The step (from 1) at which each search alarm first fires: the run's own monitor."""
     monitor = HealthMonitor(HealthSettings())
-    kinds = {key: (kind, what, remedy) for key, kind, what, remedy in CLIFFS}
-    fired: dict[str, int | None] = {kinds[SEARCHES][0]: None, kinds[FOLLOW_UPS][0]: None}
-    for step, values in enumerate(rows, 1):
-        for key, value in zip((SEARCHES, FOLLOW_UPS), values, strict=True):
-            kind, what, remedy = kinds[key]
-            alert = monitor.cliff(key, value, kind, what, remedy, CLIFF_FLOORS[key])
-            if alert is not None and fired[kind] is None:
-                fired[kind] = step
+    fired: dict[str, int] = {}
+    for step, signals in enumerate(steps, 1):
+        for alert in monitor.cliff_alerts(signals):
+            fired.setdefault(alert.kind, step)
     return fired
 
 
@@ -56,16 +50,16 @@ def main(folders: list[str]) -> None:
     print("|---|---|---|---|---|")
     for folder in folders:
         for events in sorted(Path(folder).rglob("events.jsonl")):
-            rows = step_searches(events)
-            key = tuple(round(s, 4) for s, _ in rows)
-            if not rows or key in seen:
+            steps = step_searches(events)
+            searches = [s["searches"] for s in steps]
+            key = tuple(round(s, 4) for s in searches)
+            if not steps or key in seen:
                 continue
             seen.add(key)
-            fired = first_alerts(rows)
-            searches = [s for s, _ in rows]
+            fired = first_alerts(steps)
             print(
-                f"| {events.parent} | {len(rows)} | {fired['search_cliff'] or '-'} | "
-                f"{fired['follow_up_cliff'] or '-'} | "
+                f"| {events.parent} | {len(steps)} | {fired.get('search_cliff', '-')} | "
+                f"{fired.get('follow_up_cliff', '-')} | "
                 f"{searches[0]:.2f} / {max(searches):.2f} / {searches[-1]:.2f} |"
             )
 

@@ -170,7 +170,7 @@ def earlier_runs(saved: Path, recipes: dict[str, list[str]]) -> dict[tuple[str, 
     """The runs ``saved`` (an ``OUT/recipes.jsonl``) already holds, by (recipe, seed): a rerun
     with the same ``--out`` continues a cut one. A recipe saved with other overrides than
     ``recipes`` gives it is refused (its rows would mix two recipes)."""
-    rows = read_rows(saved) if saved.is_file() else []
+    rows = read_jsonl(saved)[0] if saved.is_file() else []
     for row in rows:
         if row["recipe"] in recipes and row["overrides"] != recipes[row["recipe"]]:
             raise SystemExit(
@@ -178,11 +178,6 @@ def earlier_runs(saved: Path, recipes: dict[str, list[str]]) -> dict[tuple[str, 
                 f"{recipes[row['recipe']]}: give another --out, or another name"
             )
     return {(row["recipe"], row["result"]["seed"]): row for row in rows}
-
-
-def read_rows(saved: Path) -> list[dict]:
-    """The runs of an ``OUT/recipes.jsonl``, one dict a line."""
-    return [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:
@@ -286,7 +281,7 @@ def main() -> int:
     parser.add_argument("--table", type=Path, help="print the table of a recipes.jsonl and exit")
     args, passthrough = parser.parse_known_args()
     if args.table:
-        print(table(summarize(read_rows(args.table))))
+        print(table(summarize(read_jsonl(args.table)[0])))
         return 0
     recipes = dict(map(parse_recipe, args.recipe)) if args.recipe else RECIPE_SETS[args.recipes]
     if args.only:

@@ -111,8 +111,7 @@ class HealthMonitor:
     def observe(self, record: StepRecord) -> tuple[dict[str, float], list[Alert]]:
         """This step's ``health/*`` metrics and alerts (kinds ``format_cliff``,
         ``entropy_cliff``, ``search_cliff``, ``follow_up_cliff``, ``likelihood_displacement``,
-        ``length_growth``,
-        ``mismatch``); updates the run-long state.
+        ``length_growth``, ``mismatch``); updates the run-long state.
 
         ``record.staleness`` (the step's ``staleness/max``): data sampled on older weights differs
         from the learner's by the updates since -- off-policy by design, corrected by the
@@ -140,18 +139,10 @@ class HealthMonitor:
         signals = dict(metrics)
         if record.trajectories:  # every source's searches per question, for the search cliff
             signals["searches"] = statistics.fmean(t.search_calls for t in record.trajectories)
-        for key, kind, what, remedy in CLIFFS:
-            if key in signals:
-                alert = self.cliff(
-                    key, signals[key], kind, what, remedy, CLIFF_FLOORS.get(key, 0.0)
-                )
-                if key == "health/format_rate":
-                    metrics["health/format_drop"] = self.peak[key] - self.ema[key]
-                # a policy that stopped searching at all has lost its follow-ups too: the
-                # search cliff says so, with the remedies for that
-                lost_all = key == "health/follow_up_searches" and self.alerted.get("searches")
-                if alert is not None and not lost_all:
-                    alerts.append(alert)
+        alerts.extend(self.cliff_alerts(signals))
+        if "health/format_rate" in signals:
+            key = "health/format_rate"
+            metrics["health/format_drop"] = self.peak[key] - self.ema[key]
         if (alert := self._displacement(record.train_metrics)) is not None:
             alerts.append(alert)
         if record.staleness == 0:
@@ -194,25 +185,33 @@ class HealthMonitor:
             f'[train.health] on_alert = "stop" to keep the checkpoint before it collapses',
         )
 
-    def cliff(
-        self, key: str, value: float, kind: str, what: str, remedy: str, floor: float = 0.0
-    ) -> Alert | None:
-        """Update the moving average of ``key``; an alert the first time it falls below
-        ``cliff_fraction`` of its running peak, a peak above ``floor`` (again only after it
-        recovered)."""
+    def cliff_alerts(self, signals: Mapping[str, float]) -> list[Alert]:
+        """Update the moving average of each :data:`CLIFFS` signal in ``signals``; an alert
+        the first time one falls below ``cliff_fraction`` of its running peak, a peak above
+        its floor (again only after it recovered). A policy that stopped searching at all has
+        lost its follow-ups too: the search cliff says so, with the remedies for that, and the
+        follow-up cliff keeps quiet."""
+        alerts: list[Alert] = []
+        for c in CLIFFS:
+            if c.key in signals and (alert := self._cliff(c, signals[c.key])) is not None:
+                if not (c.key == "health/follow_up_searches" and self.alerted.get("searches")):
+                    alerts.append(alert)
+        return alerts
+
+    def _cliff(self, c: Cliff, value: float) -> Alert | None:
         s = self.settings
-        ema = self._average(key, value)
-        peak = max(self.peak.get(key, ema), ema)
-        self.peak[key] = peak
-        fell = peak > floor and ema < s.cliff_fraction * peak
-        first = fell and not self.alerted.get(key, False)
-        self.alerted[key] = fell
+        ema = self._average(c.key, value)
+        peak = max(self.peak.get(c.key, ema), ema)
+        self.peak[c.key] = peak
+        fell = peak > c.floor and ema < s.cliff_fraction * peak
+        first = fell and not self.alerted.get(c.key, False)
+        self.alerted[c.key] = fell
         if not first:
             return None
         return Alert(
-            kind,
-            f"{what} fell off a cliff: moving average {ema:.3g}, under "
-            f"{s.cliff_fraction:.0%} of its peak {peak:.3g} (this step {value:.3g}). {remedy}",
+            c.kind,
+            f"{c.what} fell off a cliff: moving average {ema:.3g}, under "
+            f"{s.cliff_fraction:.0%} of its peak {peak:.3g} (this step {value:.3g}). {c.remedy}",
         )
 
     def state(self) -> dict[str, Any]:
@@ -230,23 +229,34 @@ class HealthMonitor:
         self.alerted = {str(k): bool(v) for k, v in state.get("alerted", {}).items()}
 
 
-#: the peak a cliff signal's moving average must have reached for its fall to be a collapse
-#: (below it a fall is a few searches' noise): searches per question, a policy that searched
-#: on every other question; follow-up searches, one that searched again on about one in three
-CLIFF_FLOORS = {"searches": 0.5, "health/follow_up_searches": 0.3}
+@dataclass(frozen=True)
+class Cliff:
+    """A signal whose fall off a cliff is an alert."""
 
-#: the signals whose fall off a cliff is an alert: (key, alert kind, what it is, remedies);
-#: ``searches`` is every trajectory's searches per question (not logged as such: the
-#: step's ``searches_per_trajectory``)
-CLIFFS = (
-    (
+    #: the key in the step's signals (``searches``: every trajectory's searches per question,
+    #: not logged as such: the step's ``searches_per_trajectory``)
+    key: str
+    #: the alert's kind
+    kind: str
+    #: what the signal is, in the alert's message
+    what: str
+    #: the remedies the message names
+    remedy: str
+    #: the peak its moving average must have reached for a fall to be a collapse (below it a
+    #: fall is a few searches' noise)
+    floor: float = 0.0
+
+
+#: the signals whose fall off a cliff is an alert, in the order they are checked
+CLIFFS: tuple[Cliff, ...] = (
+    Cliff(
         "health/format_rate",
         "format_cliff",
         "format rate",
         "Look at the trajectory dumps for what the answers became; a lower [optimizer] lr, "
         "or a larger [reward.<name>] format_penalty",
     ),
-    (
+    Cliff(
         "health/entropy",
         "entropy_cliff",
         "sampled-token entropy",
@@ -255,7 +265,7 @@ CLIFFS = (
         "a higher [train.loss] clip_high (clip-higher keeps rare tokens alive); a higher "
         "[model] temperature",
     ),
-    (
+    Cliff(
         "searches",
         "search_cliff",
         "searches per question",
@@ -263,8 +273,9 @@ CLIFFS = (
         "success_rate first (a broken search teaches it not to search); remedies: "
         '[reward] terms = ["retrieval_credit"] (credit for retrieving the answer), a lower '
         "[reward.search_cost] cost_per_search if that term is on, a lower [optimizer] lr",
+        floor=0.5,  # a policy that searched on every other question
     ),
-    (
+    Cliff(
         # A multi-hop policy that stops at its first search keeps searching once a question,
         # so the searches per question fall by half at most and never under the cliff; the
         # searches after the first fall to 0 (docs/benchmarks.md, "The harder world").
@@ -276,6 +287,7 @@ CLIFFS = (
         'Remedies: [reward] terms = ["retrieval_credit"] (credit for retrieving the answer); '
         "[reward.search_cost] only_when_correct = true or a lower cost_per_search if that term "
         "is on; [train.loss] kl_coef > 0; a lower [optimizer] lr",
+        floor=0.3,  # one that searched again on about one question in three
     ),
 )
 

@@ -1,13 +1,16 @@
 """Collapse seen early: the likelihood displacement the local learner measures around its
 optimizer step (checked against the model's own log-probs), the LLDS regularizer (float64
-against the formula), and the three alarms (likelihood displacement, entropy collapse, search
-collapse) firing and naming their remedies. The displacement alarm fires on a real provoked
+against the formula), and the alarms (likelihood displacement, entropy collapse, search
+collapse, lost follow-up searches) firing and naming their remedies. The displacement alarm fires on a real provoked
 collapse (a huge learning rate on the tiny model, through ``searchr1 train``); the entropy
 and search collapses are scripted signals (a real one takes hundreds of steps)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,7 @@ from searchr1.plugins.local_model.provider import LocalModelProvider
 from searchr1.plugins.losses import NamedLoss, cross_entropy, importance_sampling
 
 IS = NamedLoss("importance_sampling", importance_sampling)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +286,34 @@ def test_a_multi_hop_policy_that_stops_at_its_first_search_alerts() -> None:
         metrics, alerts = quiet.observe(record)
         assert alerts == []
         assert metrics["health/follow_up_searches"] == (0.25 if step < 4 else 0.0)
+
+
+def test_the_search_alarms_replay_on_ended_runs(tmp_path: Path) -> None:
+    """``bench/alarm_replay.py`` feeds a run's logged searches to the run's own monitor: a run
+    that logged ``health/follow_up_searches`` is replayed from it, an older one from its
+    searches a trajectory minus one, and a line a crash cut short is skipped."""
+
+    def run(name: str, steps: list[dict[str, float]]) -> None:
+        folder = tmp_path / name
+        folder.mkdir()
+        lines = [json.dumps({"event": "metrics", "step": i, **m}) for i, m in enumerate(steps, 1)]
+        (folder / "events.jsonl").write_text("\n".join(lines) + '\n{"event": "metr')
+
+    # two searches a trajectory, then one: the follow-ups' moving average (ema 0.3) is
+    # 0.7 ** k of its peak k steps after the fall, under half of it at k = 2 (step 10)
+    run("old", [{"searches_per_trajectory": 2.0 if i < 8 else 1.0} for i in range(16)])
+    # searches a trajectory flat at 1.5 (its mean minus one never falls), the logged
+    # follow-ups 0.5 then 0: only the logged metric shows the fall
+    logged = [{"searches_per_trajectory": 1.5, "health/follow_up_searches": 0.5 if i < 8 else 0.0}
+              for i in range(16)]  # fmt: skip
+    run("new", logged)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "alarm_replay.py"), str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rows = {line.split("|")[1].strip(): line.split("|")[2:5] for line in out.splitlines()[2:]}
+    assert [c.strip() for c in rows[str(tmp_path / "old")]] == ["16", "-", "10"]
+    assert [c.strip() for c in rows[str(tmp_path / "new")]] == ["16", "-", "10"]
 
 
 def test_the_displacement_alarm_resumes_from_a_checkpointed_state() -> None:
